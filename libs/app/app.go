@@ -1,0 +1,186 @@
+// Package app runs Splitlet services: one binary, any set of services, the
+// same code either way. Each service is an fx module; Run parses the shared
+// keys and the services' own keys, builds the process's common parts (logger,
+// NATS, Kubernetes client, health and metrics server) and runs the modules
+// until a signal or an error.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxevent"
+	"go.uber.org/zap"
+
+	"github.com/splitlet/splitlet/libs/config"
+	"github.com/splitlet/splitlet/libs/logging"
+)
+
+// Version is Splitlet's version, stamped at build time
+// (-ldflags -X github.com/splitlet/splitlet/libs/app.Version=...).
+var Version = "v0.1.0-dev"
+
+// Service is one stage that a binary can run.
+type Service struct {
+	// Name is the service's name, as --services takes it.
+	Name string
+	// Flags registers the service's own keys, named "<name>.<key>".
+	Flags func(fs *pflag.FlagSet)
+	// Module returns the service's fx module; it is called after the keys
+	// are loaded, so it may read them.
+	Module func() fx.Option
+}
+
+// Main runs the binary and exits with Run's code.
+func Main(binary string, services ...Service) {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := Run(ctx, binary, os.Args[1:], os.Stderr, services...)
+	stop()
+	os.Exit(code)
+}
+
+// Run parses args, starts the chosen services and blocks until ctx ends or a
+// service asks the process to stop; then it stops everything within the
+// shutdown timeout. It returns the process exit code: 0 after a clean stop,
+// 2 for bad flags or configuration, 1 for a failure to start or stop.
+func Run(ctx context.Context, binary string, args []string, stderr io.Writer, services ...Service) int {
+	fs := pflag.NewFlagSet(binary, pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.SortFlags = true
+	common := &config.Common{}
+	common.RegisterFlags(fs)
+	names := make([]string, len(services))
+	for i, s := range services {
+		names[i] = s.Name
+	}
+	selected := []string{"all"}
+	if len(services) > 1 {
+		fs.StringSliceVar(&selected, "services", selected, "services to run in this process: all, or a comma-separated list of "+strings.Join(names, ", "))
+	}
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	for _, s := range services {
+		if s.Flags != nil {
+			s.Flags(fs)
+		}
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: %s [flags]\n\n%s is part of Splitlet %s. Every flag can also be set as %s<KEY> or as a key in the --config YAML file.\n\nFlags:\n%s",
+			binary, binary, Version, config.EnvPrefix, fs.FlagUsages())
+	}
+	if err := config.Load(fs, args, nil); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "%s: %v\n", binary, err)
+		return 2
+	}
+	if *showVersion {
+		fmt.Fprintf(stderr, "%s %s\n", binary, Version)
+		return 0
+	}
+	if err := common.Complete(); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", binary, err)
+		return 2
+	}
+	run, err := choose(services, selected)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", binary, err)
+		return 2
+	}
+	log, err := logging.New(common.LogLevel, common.LogFormat)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", binary, err)
+		return 2
+	}
+	defer func() { _ = log.Sync() }()
+	log = log.With(zap.String(logging.FieldNode, common.NodeName))
+
+	opts := []fx.Option{
+		fx.WithLogger(func() fxevent.Logger { return logging.FxLogger(log) }),
+		fx.Supply(common, log, Binary(binary)),
+		Core,
+		fx.StartTimeout(60 * time.Second),
+		fx.StopTimeout(common.ShutdownTimeout),
+	}
+	started := make([]string, 0, len(run))
+	for _, s := range run {
+		opts = append(opts, s.Module())
+		started = append(started, s.Name)
+	}
+	fxApp := fx.New(opts...)
+	if err := fxApp.Err(); err != nil {
+		log.Error("cannot assemble services", zap.Error(err))
+		fmt.Fprintf(stderr, "%s: %v\n", binary, err)
+		return 1
+	}
+	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := fxApp.Start(startCtx); err != nil {
+		log.Error("start failed", zap.Error(err))
+		fmt.Fprintf(stderr, "%s: start: %v\n", binary, err)
+		stopCtx, cancelStop := context.WithTimeout(context.Background(), common.ShutdownTimeout)
+		defer cancelStop()
+		_ = fxApp.Stop(stopCtx)
+		return 1
+	}
+	log.Info("splitlet up", zap.String("binary", binary), zap.Strings("services", started), zap.String("version", Version))
+	code := 0
+	select {
+	case <-ctx.Done():
+		log.Info("signal received, stopping")
+	case sig := <-fxApp.Wait():
+		log.Info("a service asked to stop", zap.Int("exitCode", sig.ExitCode))
+		code = sig.ExitCode
+	}
+	stopCtx, cancelStop := context.WithTimeout(context.Background(), common.ShutdownTimeout)
+	defer cancelStop()
+	if err := fxApp.Stop(stopCtx); err != nil {
+		log.Error("stop failed", zap.Error(err))
+		return 1
+	}
+	log.Info("stopped cleanly")
+	return code
+}
+
+// Binary is the name of the running binary, for fx consumers.
+type Binary string
+
+func choose(services []Service, selected []string) ([]Service, error) {
+	if len(services) == 1 {
+		return services, nil
+	}
+	if len(selected) == 0 {
+		return nil, errors.New("invalid value for services: empty")
+	}
+	if slices.Contains(selected, "all") {
+		if len(selected) > 1 {
+			return nil, errors.New(`invalid value for services: "all" cannot be combined with names`)
+		}
+		return services, nil
+	}
+	var out []Service
+	for _, name := range selected {
+		i := slices.IndexFunc(services, func(s Service) bool { return s.Name == name })
+		if i < 0 {
+			all := make([]string, len(services))
+			for j, s := range services {
+				all[j] = s.Name
+			}
+			return nil, fmt.Errorf("invalid value %q for services: unknown service (have all, %s)", name, strings.Join(all, ", "))
+		}
+		if !slices.ContainsFunc(out, func(s Service) bool { return s.Name == name }) {
+			out = append(out, services[i])
+		}
+	}
+	return out, nil
+}

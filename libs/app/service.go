@@ -1,0 +1,56 @@
+package app
+
+import (
+	"context"
+
+	"go.uber.org/fx"
+	"go.uber.org/zap"
+
+	"github.com/splitlet/splitlet/libs/health"
+	"github.com/splitlet/splitlet/libs/logging"
+	"github.com/splitlet/splitlet/libs/messaging"
+)
+
+// Runner is the part of a service that runs: Start must return at once
+// (work goes to goroutines bound to a context it keeps); Stop cancels and
+// drains that work before it returns.
+type Runner interface {
+	Start(ctx context.Context) error
+	Stop(ctx context.Context) error
+}
+
+// Ready is an optional readiness check of a Runner.
+type Ready interface {
+	Ready(ctx context.Context) error
+}
+
+// RunService hooks a service's Runner into the process lifecycle: it logs the
+// service up and stopped, reports it on /readyz, and makes the service wait
+// for the bus streams before its Start runs.
+func RunService(name string, newRunner any) fx.Option {
+	return fx.Options(
+		fx.Provide(fx.Annotate(newRunner, fx.As(new(Runner)), fx.ResultTags(`name:"`+name+`"`))),
+		fx.Invoke(fx.Annotate(func(lc fx.Lifecycle, r Runner, log *zap.Logger, checks *health.Checks, conn *messaging.Conn) {
+			log = log.With(zap.String(logging.FieldService, name))
+			if rc, ok := r.(Ready); ok {
+				checks.AddReadiness(name, rc.Ready)
+			} else {
+				checks.AddReadiness(name, func(context.Context) error { return nil })
+			}
+			lc.Append(fx.Hook{
+				OnStart: func(ctx context.Context) error {
+					if err := r.Start(ctx); err != nil {
+						return err
+					}
+					log.Info("service up")
+					return nil
+				},
+				OnStop: func(ctx context.Context) error {
+					err := r.Stop(ctx)
+					log.Info("service stopped", zap.Error(err))
+					return err
+				},
+			})
+		}, fx.ParamTags(``, `name:"`+name+`"`))),
+	)
+}

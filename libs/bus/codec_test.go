@@ -1,0 +1,164 @@
+package bus_test
+
+import (
+	"encoding/json"
+	"errors"
+
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+
+	"github.com/splitlet/splitlet/libs/bus"
+)
+
+func pod(name, uid string) corev1.Pod {
+	return corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: k8stypes.UID("uid-" + uid)},
+		Spec: corev1.PodSpec{
+			NodeName:   "node-a",
+			Containers: []corev1.Container{{Name: "c", Image: "busybox", Command: []string{"sleep", "3600"}}},
+		},
+	}
+}
+
+func seal(t *testing.T, kind bus.Kind, op bus.Op, payload any) *bus.Envelope {
+	t.Helper()
+	p := bus.NewPublisher(nil, nil, "node-a", "test")
+	data, _, err := p.Seal(kind, op, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := bus.Decode(data)
+	if err != nil {
+		t.Fatalf("decode of sealed %s: %v\n%s", kind, err, data)
+	}
+	return e
+}
+
+func TestRoundTrips(t *testing.T) {
+	now := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	tail := int64(10)
+	cases := []struct {
+		kind    bus.Kind
+		op      bus.Op
+		payload any
+		decode  func(*bus.Envelope) (any, error)
+	}{
+		{bus.KindPodUpdate, bus.OpAdd, &bus.PodUpdate{Pods: []corev1.Pod{pod("a", "1"), pod("b", "2")}},
+			func(e *bus.Envelope) (any, error) { return bus.DecodePodUpdate(e) }},
+		{bus.KindPodUpdate, bus.OpSet, &bus.PodUpdate{Pods: []corev1.Pod{}},
+			func(e *bus.Envelope) (any, error) { return bus.DecodePodUpdate(e) }},
+		{bus.KindPodRuntimeStatus, "", &bus.PodRuntimeStatus{UID: "u", Namespace: "default", Name: "a", PodIP: "127.0.0.1", StartTime: &now,
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "c", RestartCount: 2, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}}},
+			func(e *bus.Envelope) (any, error) { return bus.DecodePodRuntimeStatus(e) }},
+		{bus.KindProbeResult, "", &bus.ProbeResult{PodUID: "u", Namespace: "default", Name: "a", Container: "c", ContainerID: "sim://1", Probe: bus.ProbeReadiness, Result: bus.ProbeSuccess},
+			func(e *bus.Envelope) (any, error) { return bus.DecodeProbeResult(e) }},
+		{bus.KindSourcesReady, "", &bus.SourcesReady{Sources: []string{"api", "file"}, Ready: []string{"api"}},
+			func(e *bus.Envelope) (any, error) { return bus.DecodeSourcesReady(e) }},
+		{bus.KindAgentReadiness, "", &bus.AgentReadiness{Ready: true, Partitions: 16, Replicas: []string{"r1"}},
+			func(e *bus.Envelope) (any, error) { return bus.DecodeAgentReadiness(e) }},
+		{bus.KindLogsRequest, "", &bus.LogsRequest{ContainerRef: bus.ContainerRef{PodUID: "u", Namespace: "default", Pod: "a", Container: "c"}, Follow: true, TailLines: &tail},
+			func(e *bus.Envelope) (any, error) { return bus.DecodeLogsRequest(e) }},
+		{bus.KindLogsChunk, "", &bus.LogsChunk{Data: []byte("hello\n"), EOF: true},
+			func(e *bus.Envelope) (any, error) { return bus.DecodeLogsChunk(e) }},
+		{bus.KindExecRequest, "", &bus.ExecRequest{ContainerRef: bus.ContainerRef{PodUID: "u", Container: "c"}, Command: []string{"cat", "/etc/hostname"}, TimeoutSeconds: 1},
+			func(e *bus.Envelope) (any, error) { return bus.DecodeExecRequest(e) }},
+		{bus.KindExecResult, "", &bus.ExecResult{Stdout: []byte("x"), ExitCode: 3},
+			func(e *bus.Envelope) (any, error) { return bus.DecodeExecResult(e) }},
+		{bus.KindStatsResult, "", &bus.StatsResult{Pods: []bus.PodStats{{UID: "u", Name: "a", Namespace: "default", StartTime: now, Containers: []bus.ContainerStats{{Name: "c", StartTime: now, MemoryWorkingSetBytes: 42}}}}},
+			func(e *bus.Envelope) (any, error) { return bus.DecodeStatsResult(e) }},
+	}
+	for _, c := range cases {
+		t.Run(string(c.kind)+string(c.op), func(t *testing.T) {
+			e := seal(t, c.kind, c.op, c.payload)
+			if e.Kind != c.kind || e.Op != c.op || e.Node != "node-a" || e.Source != "test" || e.Seq == 0 || e.SentAt.IsZero() {
+				t.Fatalf("envelope fields lost: %+v", e)
+			}
+			got, err := c.decode(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !apiequality.Semantic.DeepEqual(got, c.payload) {
+				a, _ := json.Marshal(got)
+				b, _ := json.Marshal(c.payload)
+				t.Fatalf("round trip changed the payload:\n got %s\nwant %s", a, b)
+			}
+		})
+	}
+}
+
+func TestSequenceIncreases(t *testing.T) {
+	p := bus.NewPublisher(nil, nil, "n", "s")
+	_, a, _ := p.Seal(bus.KindLogsChunk, "", &bus.LogsChunk{})
+	_, b, _ := p.Seal(bus.KindLogsChunk, "", &bus.LogsChunk{})
+	if b.Seq != a.Seq+1 {
+		t.Fatalf("seq %d then %d", a.Seq, b.Seq)
+	}
+	// A publisher started later (a restarted source) starts above.
+	q := bus.NewPublisher(nil, nil, "n", "s")
+	_, c, _ := q.Seal(bus.KindLogsChunk, "", &bus.LogsChunk{})
+	if c.Seq <= a.Seq {
+		t.Fatalf("restarted publisher seq %d not above %d", c.Seq, a.Seq)
+	}
+}
+
+func TestDecodeErrorsNameTheField(t *testing.T) {
+	valid := func(mut func(m map[string]any)) []byte {
+		m := map[string]any{
+			"schemaVersion": 1, "kind": "PodUpdate", "node": "n", "source": "api", "op": "ADD",
+			"seq": 5, "sentAt": "2026-01-01T00:00:00Z",
+			"payload": map[string]any{"pods": []any{map[string]any{"metadata": map[string]any{"name": "a", "namespace": "default", "uid": "u"}}}},
+		}
+		mut(m)
+		b, _ := json.Marshal(m)
+		return b
+	}
+	cases := []struct {
+		name  string
+		data  []byte
+		field string
+	}{
+		{"empty", []byte("  "), "(message)"},
+		{"not json", []byte("{nope"), "(message)"},
+		{"schema", valid(func(m map[string]any) { m["schemaVersion"] = 2 }), "schemaVersion"},
+		{"schema type", valid(func(m map[string]any) { m["schemaVersion"] = "one" }), "schemaVersion"},
+		{"kind", valid(func(m map[string]any) { m["kind"] = "Nope" }), "kind"},
+		{"node", valid(func(m map[string]any) { delete(m, "node") }), "node"},
+		{"source", valid(func(m map[string]any) { m["source"] = "" }), "source"},
+		{"op", valid(func(m map[string]any) { m["op"] = "MERGE" }), "op"},
+		{"op on other kind", valid(func(m map[string]any) { m["kind"] = "ProbeResult" }), "op"},
+		{"seq", valid(func(m map[string]any) { m["seq"] = 0 }), "seq"},
+		{"seq negative", valid(func(m map[string]any) { m["seq"] = -1 }), "seq"},
+		{"sentAt", valid(func(m map[string]any) { delete(m, "sentAt") }), "sentAt"},
+		{"payload", valid(func(m map[string]any) { m["payload"] = []any{} }), "payload"},
+		{"pod uid", valid(func(m map[string]any) {
+			m["payload"] = map[string]any{"pods": []any{map[string]any{"metadata": map[string]any{"name": "a", "namespace": "x"}}}}
+		}), "payload.pods[0].metadata.uid"},
+		{"pods type", valid(func(m map[string]any) { m["payload"] = map[string]any{"pods": "x"} }), "payload.pods"},
+		{"empty add", valid(func(m map[string]any) { m["payload"] = map[string]any{"pods": []any{}} }), "payload.pods"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e, err := bus.Decode(c.data)
+			if err == nil && e.Kind == bus.KindPodUpdate {
+				_, err = bus.DecodePodUpdate(e)
+			}
+			var fe *bus.FieldError
+			if !errors.As(err, &fe) {
+				t.Fatalf("want a FieldError naming %s, got %v", c.field, err)
+			}
+			if fe.Field != c.field {
+				t.Fatalf("error names %q, want %q (%v)", fe.Field, c.field, err)
+			}
+			if !strings.Contains(err.Error(), c.field) {
+				t.Fatalf("message %q does not name %s", err, c.field)
+			}
+		})
+	}
+}

@@ -1,0 +1,157 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// Handler processes one decoded message. Returning nil acknowledges it; an
+// error has it delivered again after a delay.
+type Handler func(ctx context.Context, subject string, e *Envelope) error
+
+// ConsumerOptions describe a durable consumer of one stream.
+type ConsumerOptions struct {
+	// Stream is the stream name (see StreamName).
+	Stream string
+	// Durable names the consumer; a restarted stage with the same name
+	// resumes where it left off.
+	Durable string
+	// Filters restrict the consumer to some subjects of the stream.
+	Filters []string
+	// DeliverPolicy for a consumer that does not exist yet (default: all).
+	DeliverPolicy jetstream.DeliverPolicy
+	// AckWait before an unacknowledged message is sent again (default 30 s).
+	AckWait time.Duration
+	// MaxAckPending bounds messages in flight (default 1000).
+	MaxAckPending int
+	// RetryDelay before a message whose handler failed comes back (default 1 s).
+	RetryDelay time.Duration
+	// InactiveThreshold removes a durable consumer left unused that long
+	// (default: never).
+	InactiveThreshold time.Duration
+	Logger            *zap.Logger
+}
+
+// Consume runs handler on every new message of a durable consumer, one at a
+// time, in stream order. Messages that do not decode are logged and
+// terminated (never redelivered); messages seen before (by Seq) are
+// acknowledged without calling the handler. Stop it with the returned
+// function, which waits for the message in hand.
+func Consume(ctx context.Context, js jetstream.JetStream, opts ConsumerOptions, handler Handler) (stop func(), err error) {
+	if opts.Stream == "" || opts.Durable == "" {
+		return nil, errors.New("bus: consumer needs a stream and a durable name")
+	}
+	log := opts.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	cfg := jetstream.ConsumerConfig{
+		Durable:           opts.Durable,
+		FilterSubjects:    opts.Filters,
+		AckPolicy:         jetstream.AckExplicitPolicy,
+		DeliverPolicy:     opts.DeliverPolicy,
+		AckWait:           or(opts.AckWait, 30*time.Second),
+		MaxAckPending:     or(opts.MaxAckPending, 1000),
+		MaxDeliver:        -1,
+		InactiveThreshold: opts.InactiveThreshold,
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, opts.Stream, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("bus: consumer %s on %s: %w", opts.Durable, opts.Stream, err)
+	}
+	retry := or(opts.RetryDelay, time.Second)
+	dedup := NewDedup()
+	hctx, cancel := context.WithCancel(ctx)
+	var inflight sync.WaitGroup
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		inflight.Add(1)
+		defer inflight.Done()
+		subject := m.Subject()
+		e, err := Decode(m.Data())
+		if err != nil {
+			log.Error("dropping malformed message", zap.String("subject", subject), zap.Error(err))
+			_ = m.Term()
+			return
+		}
+		if !dedup.Accept(subject, e) {
+			_ = m.Ack()
+			return
+		}
+		if err := handler(hctx, subject, e); err != nil {
+			dedup.Forget(subject, e)
+			if hctx.Err() == nil {
+				log.Warn("message handling failed, will retry", zap.String("subject", subject), zap.Error(err))
+			}
+			_ = m.NakWithDelay(retry)
+			return
+		}
+		_ = m.Ack()
+	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if hctx.Err() == nil && !errors.Is(err, jetstream.ErrNoHeartbeat) {
+			log.Warn("consumer error", zap.String("consumer", opts.Durable), zap.Error(err))
+		}
+	}))
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("bus: consume %s: %w", opts.Durable, err)
+	}
+	return func() {
+		cc.Drain()
+		<-cc.Closed()
+		cancel()
+		inflight.Wait()
+	}, nil
+}
+
+func or[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// Dedup remembers the last sequence number accepted from each source on each
+// subject and rejects anything not newer.
+type Dedup struct {
+	mu   sync.Mutex
+	last map[dedupKey]uint64
+	prev map[dedupKey]uint64
+}
+
+type dedupKey struct{ subject, source string }
+
+// NewDedup returns an empty tracker.
+func NewDedup() *Dedup {
+	return &Dedup{last: map[dedupKey]uint64{}, prev: map[dedupKey]uint64{}}
+}
+
+// Accept reports whether e is newer than anything accepted before from its
+// source on the subject, and records it if so.
+func (d *Dedup) Accept(subject string, e *Envelope) bool {
+	k := dedupKey{subject, e.Source}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if e.Seq <= d.last[k] {
+		return false
+	}
+	d.prev[k] = d.last[k]
+	d.last[k] = e.Seq
+	return true
+}
+
+// Forget undoes the last Accept of e, so that its redelivery is taken.
+func (d *Dedup) Forget(subject string, e *Envelope) {
+	k := dedupKey{subject, e.Source}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.last[k] == e.Seq {
+		d.last[k] = d.prev[k]
+	}
+}

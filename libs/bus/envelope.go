@@ -1,0 +1,199 @@
+package bus
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// SchemaVersion is the envelope schema this package writes and accepts.
+const SchemaVersion = 1
+
+// Kind names what a message's payload is.
+type Kind string
+
+// The kinds of v1.
+const (
+	KindPodUpdate        Kind = "PodUpdate"
+	KindPodRuntimeStatus Kind = "PodRuntimeStatus"
+	KindProbeResult      Kind = "ProbeResult"
+	KindSourcesReady     Kind = "SourcesReady"
+	KindAgentReadiness   Kind = "AgentReadiness"
+	KindLogsRequest      Kind = "LogsRequest"
+	KindLogsChunk        Kind = "LogsChunk"
+	KindExecRequest      Kind = "ExecRequest"
+	KindExecResult       Kind = "ExecResult"
+	KindStatsRequest     Kind = "StatsRequest"
+	KindStatsResult      Kind = "StatsResult"
+)
+
+var knownKinds = map[Kind]bool{
+	KindPodUpdate: true, KindPodRuntimeStatus: true, KindProbeResult: true,
+	KindSourcesReady: true, KindAgentReadiness: true,
+	KindLogsRequest: true, KindLogsChunk: true, KindExecRequest: true, KindExecResult: true,
+	KindStatsRequest: true, KindStatsResult: true,
+}
+
+// Op is the operation of a PodUpdate, as the kubelet's config package names them.
+type Op string
+
+// The PodUpdate operations (kubelet pkg/kubelet/types: PodOperation).
+const (
+	// OpSet carries the full set of pods of a source (in one partition).
+	OpSet Op = "SET"
+	// OpAdd carries pods new to the source.
+	OpAdd Op = "ADD"
+	// OpUpdate carries pods whose spec, labels or annotations changed.
+	OpUpdate Op = "UPDATE"
+	// OpDelete carries pods gracefully deleted (deletionTimestamp set).
+	OpDelete Op = "DELETE"
+	// OpRemove carries pods gone from the source.
+	OpRemove Op = "REMOVE"
+	// OpReconcile carries pods whose status alone changed.
+	OpReconcile Op = "RECONCILE"
+)
+
+var knownOps = map[Op]bool{OpSet: true, OpAdd: true, OpUpdate: true, OpDelete: true, OpRemove: true, OpReconcile: true}
+
+// Envelope is the outer form of every message on the bus.
+type Envelope struct {
+	SchemaVersion int    `json:"schemaVersion"`
+	Kind          Kind   `json:"kind"`
+	Node          string `json:"node"`
+	// Source names the publisher: a pod source (api, file, http) for pod
+	// updates, a stage instance otherwise.
+	Source string `json:"source"`
+	// Op is set on PodUpdate messages only.
+	Op Op `json:"op,omitempty"`
+	// Seq increases with every message of one source; receivers drop a
+	// message whose Seq is not above the last one seen from that source on
+	// that subject.
+	Seq     uint64          `json:"seq"`
+	SentAt  time.Time       `json:"sentAt"`
+	Payload json.RawMessage `json:"payload"`
+}
+
+// FieldError is a decoding error that names the offending field by its JSON
+// path, such as "payload.pods[0].metadata.uid".
+type FieldError struct {
+	Field  string
+	Reason string
+}
+
+func (e *FieldError) Error() string { return fmt.Sprintf("bus: field %s: %s", e.Field, e.Reason) }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// NewEnvelope wraps a payload. Seq and SentAt are left to the publisher.
+func NewEnvelope(kind Kind, node, source string, op Op, payload any) (*Envelope, error) {
+	raw, err := json.Marshal(payload)
+	if err != nil {
+		return nil, fmt.Errorf("bus: encode %s payload: %w", kind, err)
+	}
+	return &Envelope{SchemaVersion: SchemaVersion, Kind: kind, Node: node, Source: source, Op: op, Payload: raw}, nil
+}
+
+// Encode returns the wire form of the envelope after checking it as Decode would.
+func Encode(e *Envelope) ([]byte, error) {
+	if err := e.Validate(); err != nil {
+		return nil, err
+	}
+	return json.Marshal(e)
+}
+
+// Decode parses and checks a message. It never panics; every error names the field.
+func Decode(data []byte) (*Envelope, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, fieldErr("(message)", "empty")
+	}
+	var e Envelope
+	if err := json.Unmarshal(data, &e); err != nil {
+		return nil, jsonFieldError("", err)
+	}
+	if err := e.Validate(); err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+// Validate checks the envelope fields (not the payload's inside).
+func (e *Envelope) Validate() error {
+	switch {
+	case e.SchemaVersion != SchemaVersion:
+		return fieldErr("schemaVersion", "is %d, want %d", e.SchemaVersion, SchemaVersion)
+	case !knownKinds[e.Kind]:
+		return fieldErr("kind", "unknown kind %q", e.Kind)
+	case e.Node == "":
+		return fieldErr("node", "required")
+	case e.Source == "":
+		return fieldErr("source", "required")
+	case e.Kind == KindPodUpdate && !knownOps[e.Op]:
+		return fieldErr("op", "unknown PodUpdate op %q", e.Op)
+	case e.Kind != KindPodUpdate && e.Op != "":
+		return fieldErr("op", "only PodUpdate messages carry an op, %s has %q", e.Kind, e.Op)
+	case e.Seq == 0:
+		return fieldErr("seq", "required (starts at 1)")
+	case e.SentAt.IsZero():
+		return fieldErr("sentAt", "required")
+	}
+	p := bytes.TrimSpace(e.Payload)
+	if len(p) == 0 || p[0] != '{' {
+		return fieldErr("payload", "must be a JSON object")
+	}
+	return nil
+}
+
+// jsonFieldError turns encoding/json's errors into FieldErrors.
+func jsonFieldError(prefix string, err error) error {
+	var ute *json.UnmarshalTypeError
+	if errors.As(err, &ute) {
+		f := ute.Field
+		if f == "" {
+			f = "(root)"
+		}
+		if prefix != "" {
+			f = prefix + "." + f
+		}
+		return fieldErr(f, "cannot hold a JSON %s", ute.Value)
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		f := prefix
+		if f == "" {
+			f = "(message)"
+		}
+		return fieldErr(f, "malformed JSON at offset %d: %v", se.Offset, err)
+	}
+	f := prefix
+	if f == "" {
+		f = "(message)"
+	}
+	return fieldErr(f, "%v", err)
+}
+
+// DecodePayload decodes the payload of an envelope of the given kind into v
+// and checks it when v has a Validate method.
+func DecodePayload[T any, P interface {
+	*T
+	validator
+}](e *Envelope, want Kind) (*T, error) {
+	if e.Kind != want {
+		return nil, fieldErr("kind", "is %s, want %s", e.Kind, want)
+	}
+	var v T
+	if err := json.Unmarshal(e.Payload, &v); err != nil {
+		return nil, jsonFieldError("payload", err)
+	}
+	if err := P(&v).validate(e); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+type validator interface {
+	validate(e *Envelope) error
+}

@@ -1,0 +1,320 @@
+package bus
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// PodUpdate is the payload of a KindPodUpdate message: the kubelet's
+// PodUpdate, with Op and Source in the envelope. Pods are in their own
+// Kubernetes JSON form. A SET carries every pod of the source that falls in
+// the subject's partition, and may be empty.
+type PodUpdate struct {
+	Pods []corev1.Pod `json:"pods"`
+}
+
+func (p *PodUpdate) validate(e *Envelope) error {
+	if len(p.Pods) == 0 && e.Op != OpSet {
+		return fieldErr("payload.pods", "empty, only a SET may be empty")
+	}
+	for i := range p.Pods {
+		m := &p.Pods[i].ObjectMeta
+		switch {
+		case m.UID == "":
+			return fieldErr(fmt.Sprintf("payload.pods[%d].metadata.uid", i), "required")
+		case m.Name == "":
+			return fieldErr(fmt.Sprintf("payload.pods[%d].metadata.name", i), "required")
+		case m.Namespace == "":
+			return fieldErr(fmt.Sprintf("payload.pods[%d].metadata.namespace", i), "required")
+		}
+	}
+	return nil
+}
+
+// DecodePodUpdate decodes and checks the payload of a PodUpdate message.
+func DecodePodUpdate(e *Envelope) (*PodUpdate, error) {
+	return DecodePayload[PodUpdate](e, KindPodUpdate)
+}
+
+// PodRuntimeStatus is what the pod workers know of a pod from the runtime:
+// the raw material of the API status that statussync builds.
+type PodRuntimeStatus struct {
+	UID       types.UID `json:"uid"`
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	PodIP     string    `json:"podIP,omitempty"`
+	HostIP    string    `json:"hostIP,omitempty"`
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// Phase is set only where the worker decides it outright: Failed for a
+	// pod rejected at admission or evicted. Otherwise statussync derives it.
+	Phase   corev1.PodPhase `json:"phase,omitempty"`
+	Reason  string          `json:"reason,omitempty"`
+	Message string          `json:"message,omitempty"`
+
+	InitContainerStatuses []corev1.ContainerStatus `json:"initContainerStatuses,omitempty"`
+	ContainerStatuses     []corev1.ContainerStatus `json:"containerStatuses,omitempty"`
+
+	// Terminating: the worker has begun tearing the pod down.
+	Terminating bool `json:"terminating,omitempty"`
+	// Terminated: every container has stopped and the pod's resources are
+	// reclaimed (kubelet: PodResourcesAreReclaimed), so the API object may go.
+	Terminated bool `json:"terminated,omitempty"`
+}
+
+func (p *PodRuntimeStatus) validate(*Envelope) error {
+	switch {
+	case p.UID == "":
+		return fieldErr("payload.uid", "required")
+	case p.Name == "":
+		return fieldErr("payload.name", "required")
+	case p.Namespace == "":
+		return fieldErr("payload.namespace", "required")
+	}
+	for i, c := range p.ContainerStatuses {
+		if c.Name == "" {
+			return fieldErr(fmt.Sprintf("payload.containerStatuses[%d].name", i), "required")
+		}
+	}
+	for i, c := range p.InitContainerStatuses {
+		if c.Name == "" {
+			return fieldErr(fmt.Sprintf("payload.initContainerStatuses[%d].name", i), "required")
+		}
+	}
+	return nil
+}
+
+// DecodePodRuntimeStatus decodes and checks a PodRuntimeStatus payload.
+func DecodePodRuntimeStatus(e *Envelope) (*PodRuntimeStatus, error) {
+	return DecodePayload[PodRuntimeStatus](e, KindPodRuntimeStatus)
+}
+
+// ProbeType is liveness, readiness or startup.
+type ProbeType string
+
+// The probe types.
+const (
+	ProbeLiveness  ProbeType = "Liveness"
+	ProbeReadiness ProbeType = "Readiness"
+	ProbeStartup   ProbeType = "Startup"
+)
+
+// ProbeOutcome is a probe worker's result.
+type ProbeOutcome string
+
+// The probe outcomes.
+const (
+	ProbeSuccess ProbeOutcome = "Success"
+	ProbeFailure ProbeOutcome = "Failure"
+	ProbeUnknown ProbeOutcome = "Unknown"
+)
+
+// ProbeResult is sent whenever a probe worker's result changes.
+type ProbeResult struct {
+	PodUID      types.UID    `json:"podUID"`
+	Namespace   string       `json:"namespace"`
+	Name        string       `json:"name"`
+	Container   string       `json:"container"`
+	ContainerID string       `json:"containerID"`
+	Probe       ProbeType    `json:"probe"`
+	Result      ProbeOutcome `json:"result"`
+	Message     string       `json:"message,omitempty"`
+}
+
+func (p *ProbeResult) validate(*Envelope) error {
+	switch {
+	case p.PodUID == "":
+		return fieldErr("payload.podUID", "required")
+	case p.Container == "":
+		return fieldErr("payload.container", "required")
+	case p.Probe != ProbeLiveness && p.Probe != ProbeReadiness && p.Probe != ProbeStartup:
+		return fieldErr("payload.probe", "unknown probe type %q", p.Probe)
+	case p.Result != ProbeSuccess && p.Result != ProbeFailure && p.Result != ProbeUnknown:
+		return fieldErr("payload.result", "unknown result %q", p.Result)
+	}
+	return nil
+}
+
+// DecodeProbeResult decodes and checks a ProbeResult payload.
+func DecodeProbeResult(e *Envelope) (*ProbeResult, error) {
+	return DecodePayload[ProbeResult](e, KindProbeResult)
+}
+
+// SourcesReady tells which pod sources podconfig runs and which of them it
+// has seen in full (kubelet: PodConfig.SeenAllSources). Cleanup of pods no
+// longer desired is safe only once AllReady.
+type SourcesReady struct {
+	Sources  []string `json:"sources"`
+	Ready    []string `json:"ready"`
+	AllReady bool     `json:"allReady"`
+}
+
+func (p *SourcesReady) validate(*Envelope) error { return nil }
+
+// DecodeSourcesReady decodes a SourcesReady payload.
+func DecodeSourcesReady(e *Envelope) (*SourcesReady, error) {
+	return DecodePayload[SourcesReady](e, KindSourcesReady)
+}
+
+// AgentReadiness is the pod workers' readiness: Ready when every partition
+// has a live owner. Re-sent as a heartbeat; silence means not ready.
+type AgentReadiness struct {
+	Ready      bool     `json:"ready"`
+	Partitions int      `json:"partitions"`
+	Unowned    []int    `json:"unowned,omitempty"`
+	Replicas   []string `json:"replicas,omitempty"`
+	Reason     string   `json:"reason,omitempty"`
+	Message    string   `json:"message,omitempty"`
+}
+
+func (p *AgentReadiness) validate(*Envelope) error {
+	if p.Partitions < 1 || p.Partitions > MaxPartitions {
+		return fieldErr("payload.partitions", "must be 1 to %d, is %d", MaxPartitions, p.Partitions)
+	}
+	return nil
+}
+
+// DecodeAgentReadiness decodes and checks an AgentReadiness payload.
+func DecodeAgentReadiness(e *Envelope) (*AgentReadiness, error) {
+	return DecodePayload[AgentReadiness](e, KindAgentReadiness)
+}
+
+// ContainerRef names a container of a pod for a runtime request.
+type ContainerRef struct {
+	PodUID    types.UID `json:"podUID"`
+	Namespace string    `json:"namespace"`
+	Pod       string    `json:"pod"`
+	Container string    `json:"container"`
+}
+
+func (r *ContainerRef) validate() error {
+	switch {
+	case r.PodUID == "":
+		return fieldErr("payload.podUID", "required")
+	case r.Container == "":
+		return fieldErr("payload.container", "required")
+	}
+	return nil
+}
+
+// LogsRequest asks for a container's log (kubelet: PodLogOptions). The
+// answer is a series of LogsChunk messages to the reply subject, the last
+// one with EOF set.
+type LogsRequest struct {
+	ContainerRef
+	Follow       bool         `json:"follow,omitempty"`
+	Previous     bool         `json:"previous,omitempty"`
+	Timestamps   bool         `json:"timestamps,omitempty"`
+	TailLines    *int64       `json:"tailLines,omitempty"`
+	SinceSeconds *int64       `json:"sinceSeconds,omitempty"`
+	SinceTime    *metav1.Time `json:"sinceTime,omitempty"`
+	LimitBytes   *int64       `json:"limitBytes,omitempty"`
+}
+
+func (p *LogsRequest) validate(*Envelope) error { return p.ContainerRef.validate() }
+
+// DecodeLogsRequest decodes and checks a LogsRequest payload.
+func DecodeLogsRequest(e *Envelope) (*LogsRequest, error) {
+	return DecodePayload[LogsRequest](e, KindLogsRequest)
+}
+
+// LogsChunk is one piece of a log answer.
+type LogsChunk struct {
+	Data  []byte `json:"data,omitempty"`
+	EOF   bool   `json:"eof,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+func (p *LogsChunk) validate(*Envelope) error { return nil }
+
+// DecodeLogsChunk decodes a LogsChunk payload.
+func DecodeLogsChunk(e *Envelope) (*LogsChunk, error) {
+	return DecodePayload[LogsChunk](e, KindLogsChunk)
+}
+
+// ExecRequest runs a command in a container's context, without a terminal.
+type ExecRequest struct {
+	ContainerRef
+	Command        []string `json:"command"`
+	Stdin          []byte   `json:"stdin,omitempty"`
+	TimeoutSeconds int      `json:"timeoutSeconds,omitempty"`
+}
+
+func (p *ExecRequest) validate(*Envelope) error {
+	if err := p.ContainerRef.validate(); err != nil {
+		return err
+	}
+	if len(p.Command) == 0 {
+		return fieldErr("payload.command", "required")
+	}
+	if p.TimeoutSeconds < 0 {
+		return fieldErr("payload.timeoutSeconds", "negative")
+	}
+	return nil
+}
+
+// DecodeExecRequest decodes and checks an ExecRequest payload.
+func DecodeExecRequest(e *Envelope) (*ExecRequest, error) {
+	return DecodePayload[ExecRequest](e, KindExecRequest)
+}
+
+// ExecResult is the answer to an ExecRequest. Error is set when the command
+// could not be run at all (unknown container, timeout); a command that ran
+// and failed has a non-zero ExitCode.
+type ExecResult struct {
+	Stdout   []byte `json:"stdout,omitempty"`
+	Stderr   []byte `json:"stderr,omitempty"`
+	ExitCode int    `json:"exitCode"`
+	Error    string `json:"error,omitempty"`
+}
+
+func (p *ExecResult) validate(*Envelope) error { return nil }
+
+// DecodeExecResult decodes an ExecResult payload.
+func DecodeExecResult(e *Envelope) (*ExecResult, error) {
+	return DecodePayload[ExecResult](e, KindExecResult)
+}
+
+// StatsRequest asks the replica that owns a partition for the resource
+// figures of its pods.
+type StatsRequest struct{}
+
+func (p *StatsRequest) validate(*Envelope) error { return nil }
+
+// ContainerStats are a container's resource figures as the runtime reports them.
+type ContainerStats struct {
+	Name                  string      `json:"name"`
+	StartTime             metav1.Time `json:"startTime"`
+	CPUUsageNanoCores     uint64      `json:"cpuUsageNanoCores"`
+	CPUUsageCoreNanoSecs  uint64      `json:"cpuUsageCoreNanoSeconds"`
+	MemoryWorkingSetBytes uint64      `json:"memoryWorkingSetBytes"`
+}
+
+// PodStats are a pod's resource figures.
+type PodStats struct {
+	UID        types.UID        `json:"uid"`
+	Namespace  string           `json:"namespace"`
+	Name       string           `json:"name"`
+	StartTime  metav1.Time      `json:"startTime"`
+	Containers []ContainerStats `json:"containers"`
+}
+
+// StatsResult answers a StatsRequest.
+type StatsResult struct {
+	Pods  []PodStats `json:"pods"`
+	Error string     `json:"error,omitempty"`
+}
+
+func (p *StatsResult) validate(*Envelope) error { return nil }
+
+// DecodeStatsResult decodes a StatsResult payload.
+func DecodeStatsResult(e *Envelope) (*StatsResult, error) {
+	return DecodePayload[StatsResult](e, KindStatsResult)
+}
+
+// DecodeStatsRequest decodes a StatsRequest payload.
+func DecodeStatsRequest(e *Envelope) (*StatsRequest, error) {
+	return DecodePayload[StatsRequest](e, KindStatsRequest)
+}

@@ -1,0 +1,119 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Publisher stamps and sends messages of one source.
+//
+// Its sequence starts at the wall clock in microseconds and counts up by one
+// a message, so it keeps increasing across restarts of the source without any
+// stored state, and receivers can drop what they have already seen.
+type Publisher struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	node   string
+	source string
+	seq    atomic.Uint64
+	now    func() time.Time
+}
+
+// NewPublisher returns a publisher for the given node and source name.
+func NewPublisher(nc *nats.Conn, js jetstream.JetStream, node, source string) *Publisher {
+	p := &Publisher{nc: nc, js: js, node: node, source: source, now: time.Now}
+	p.seq.Store(uint64(time.Now().UnixMicro()))
+	return p
+}
+
+// Source is the publisher's source name.
+func (p *Publisher) Source() string { return p.source }
+
+// Node is the publisher's node name.
+func (p *Publisher) Node() string { return p.node }
+
+// Seal wraps a payload into an envelope with the next sequence number and
+// returns its wire form.
+func (p *Publisher) Seal(kind Kind, op Op, payload any) ([]byte, *Envelope, error) {
+	e, err := NewEnvelope(kind, p.node, p.source, op, payload)
+	if err != nil {
+		return nil, nil, err
+	}
+	e.Seq = p.seq.Add(1)
+	e.SentAt = p.now().UTC()
+	data, err := Encode(e)
+	if err != nil {
+		return nil, nil, err
+	}
+	return data, e, nil
+}
+
+func (p *Publisher) msgID(e *Envelope) string {
+	return p.source + "-" + strconv.FormatUint(e.Seq, 10)
+}
+
+// Publish sends a message to a stream subject and waits for the stream's
+// acknowledgement. The message ID makes a retried publish a no-op.
+func (p *Publisher) Publish(ctx context.Context, subject string, kind Kind, op Op, payload any) error {
+	data, e, err := p.Seal(kind, op, payload)
+	if err != nil {
+		return err
+	}
+	if _, err := p.js.Publish(ctx, subject, data, jetstream.WithMsgID(p.msgID(e))); err != nil {
+		return fmt.Errorf("bus: publish %s to %s: %w", kind, subject, err)
+	}
+	return nil
+}
+
+// PublishAsync sends a message to a stream subject without waiting; call
+// Flush to wait for every outstanding acknowledgement.
+func (p *Publisher) PublishAsync(subject string, kind Kind, op Op, payload any) (jetstream.PubAckFuture, error) {
+	data, e, err := p.Seal(kind, op, payload)
+	if err != nil {
+		return nil, err
+	}
+	f, err := p.js.PublishAsync(subject, data, jetstream.WithMsgID(p.msgID(e)))
+	if err != nil {
+		return nil, fmt.Errorf("bus: publish %s to %s: %w", kind, subject, err)
+	}
+	return f, nil
+}
+
+// Flush waits until every asynchronous publish has been acknowledged.
+func (p *Publisher) Flush(ctx context.Context) error {
+	select {
+	case <-p.js.PublishAsyncComplete():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Send publishes on plain NATS, for request/reply answers and other messages
+// that are not kept in a stream.
+func (p *Publisher) Send(subject string, kind Kind, payload any) error {
+	data, _, err := p.Seal(kind, "", payload)
+	if err != nil {
+		return err
+	}
+	return p.nc.Publish(subject, data)
+}
+
+// Request sends a request and decodes the single answer.
+func (p *Publisher) Request(ctx context.Context, subject string, kind Kind, payload any) (*Envelope, error) {
+	data, _, err := p.Seal(kind, "", payload)
+	if err != nil {
+		return nil, err
+	}
+	msg, err := p.nc.RequestWithContext(ctx, subject, data)
+	if err != nil {
+		return nil, fmt.Errorf("bus: request %s on %s: %w", kind, subject, err)
+	}
+	return Decode(msg.Data)
+}

@@ -1,0 +1,178 @@
+package bus_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/testenv"
+)
+
+type collected struct {
+	mu   sync.Mutex
+	seqs []uint64
+	ops  []bus.Op
+}
+
+func (c *collected) handler(_ context.Context, _ string, e *bus.Envelope) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seqs = append(c.seqs, e.Seq)
+	c.ops = append(c.ops, e.Op)
+	return nil
+}
+
+func (c *collected) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.seqs)
+}
+
+func waitLen(t *testing.T, c *collected, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.len() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("got %d messages, want %d", c.len(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestDurableDeliveryAndDedup: messages published while a consumer is away
+// reach it when it comes back under the same durable name; a message sent
+// twice (same seq, as after a lost ack) is handled once; a malformed message
+// is dropped, not redelivered, and does not block the ones after it.
+func TestDurableDeliveryAndDedup(t *testing.T) {
+	ctx := context.Background()
+	n := testenv.NATSForTest(t)
+	nc, js := n.Connect(t)
+	const node = "node-a"
+	if err := bus.EnsureStreams(ctx, js, node); err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.EnsureStreams(ctx, js, node); err != nil {
+		t.Fatalf("EnsureStreams is not idempotent: %v", err)
+	}
+	subj := bus.For(node)
+	pub := bus.NewPublisher(nc, js, node, "api")
+	update := func(op bus.Op, uid string) {
+		t.Helper()
+		p := pod("p-"+uid, uid)
+		if err := pub.Publish(ctx, subj.PodUpdates(bus.Partition(string(p.UID), 16)), bus.KindPodUpdate, op, &bus.PodUpdate{Pods: []corev1.Pod{p}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got collected
+	opts := bus.ConsumerOptions{Stream: bus.StreamName(node, bus.StreamPodUpdates), Durable: "test-consumer"}
+	stop, err := bus.Consume(ctx, js, opts, got.handler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	update(bus.OpAdd, "1")
+	update(bus.OpUpdate, "1")
+	waitLen(t, &got, 2)
+	stop()
+
+	// Away: these wait in the stream. One is a duplicate of the other with
+	// the same sequence number, sent as plain stream messages without
+	// message IDs so that only the receiver's dedup can drop it.
+	update(bus.OpDelete, "1")
+	data, _, err := pub.Seal(bus.KindPodUpdate, bus.OpRemove, &bus.PodUpdate{Pods: []corev1.Pod{pod("p-1", "1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := subj.PodUpdates(bus.Partition("uid-1", 16))
+	for range 2 {
+		if _, err := js.Publish(ctx, target, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := js.Publish(ctx, target, []byte(`{"schemaVersion":1,"kind":"PodUpdate"}`)); err != nil {
+		t.Fatal(err)
+	}
+	update(bus.OpAdd, "2")
+
+	stop, err = bus.Consume(ctx, js, opts, got.handler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	waitLen(t, &got, 5)
+	got.mu.Lock()
+	ops := append([]bus.Op(nil), got.ops...)
+	got.mu.Unlock()
+	want := []bus.Op{bus.OpAdd, bus.OpUpdate, bus.OpDelete, bus.OpRemove, bus.OpAdd}
+	for i := range want {
+		if ops[i] != want[i] {
+			t.Fatalf("ops %v, want %v", ops, want)
+		}
+	}
+	// Nothing more arrives: the duplicate was dropped, the malformed one
+	// terminated. The consumer has acknowledged everything.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		cons, err := js.Consumer(ctx, opts.Stream, opts.Durable)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumPending == 0 && info.NumAckPending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("consumer still has pending=%d ackPending=%d", info.NumPending, info.NumAckPending)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := got.len(); n != 5 {
+		t.Fatalf("handled %d messages, want 5 (duplicate not dropped?)", n)
+	}
+}
+
+// TestHandlerErrorRedelivers: a failing handler gets the message again.
+func TestHandlerErrorRedelivers(t *testing.T) {
+	ctx := context.Background()
+	n := testenv.NATSForTest(t)
+	nc, js := n.Connect(t)
+	if err := bus.EnsureStreams(ctx, js, "n"); err != nil {
+		t.Fatal(err)
+	}
+	pub := bus.NewPublisher(nc, js, "n", "worker-1")
+	var mu sync.Mutex
+	calls := 0
+	done := make(chan struct{})
+	stop, err := bus.Consume(ctx, js, bus.ConsumerOptions{
+		Stream: bus.StreamName("n", bus.StreamProbes), Durable: "retry", RetryDelay: 50 * time.Millisecond,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	}, func(context.Context, string, *bus.Envelope) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if calls == 1 {
+			return context.DeadlineExceeded
+		}
+		close(done)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if err := pub.Publish(ctx, bus.For("n").ProbeResults(0), bus.KindProbeResult, "", &bus.ProbeResult{PodUID: "u", Container: "c", Probe: bus.ProbeLiveness, Result: bus.ProbeFailure}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("message not redelivered after a handler error")
+	}
+}

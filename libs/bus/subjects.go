@@ -1,0 +1,117 @@
+package bus
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Root is the first two tokens of every Splitlet subject: the project and the
+// contract version. A breaking change to the contract gets a new root.
+const Root = "splitlet.v1"
+
+// NodeToken turns a node name into one subject token. Node names are DNS
+// subdomains ([a-z0-9.-]); a '.' would split the token, so it becomes '_',
+// which a node name never holds, and the mapping stays reversible.
+func NodeToken(node string) string {
+	return strings.ReplaceAll(node, ".", "_")
+}
+
+// NodeFromToken reverses NodeToken.
+func NodeFromToken(token string) string {
+	return strings.ReplaceAll(token, "_", ".")
+}
+
+// Subjects names every subject of one node. The zero value is not usable:
+// build it with For.
+type Subjects struct {
+	prefix string // splitlet.v1.<node>
+}
+
+// For returns the subjects of the named node.
+func For(node string) Subjects {
+	return Subjects{prefix: Root + "." + NodeToken(node)}
+}
+
+// Prefix is splitlet.v1.<node>.
+func (s Subjects) Prefix() string { return s.prefix }
+
+// All matches every subject of the node.
+func (s Subjects) All() string { return s.prefix + ".>" }
+
+func (s Subjects) part(name string, partition int) string {
+	return fmt.Sprintf("%s.%s.%d", s.prefix, name, partition)
+}
+
+// PodUpdates is where podconfig publishes the PodUpdate events of the pods
+// whose UID falls in the partition. Published by podconfig; consumed by
+// podworkers (the owner of the partition), prober and statussync.
+func (s Subjects) PodUpdates(partition int) string { return s.part(tokPodUpdates, partition) }
+
+// PodUpdatesAll matches the pod updates of every partition.
+func (s Subjects) PodUpdatesAll() string { return s.prefix + "." + tokPodUpdates + ".*" }
+
+// PodStatus is where podworkers publish the runtime status of pods in the
+// partition. Consumed by statussync and prober.
+func (s Subjects) PodStatus(partition int) string { return s.part(tokPodStatus, partition) }
+
+// PodStatusAll matches the runtime status of every partition.
+func (s Subjects) PodStatusAll() string { return s.prefix + "." + tokPodStatus + ".*" }
+
+// ProbeResults is where the prober publishes probe results of pods in the
+// partition. Consumed by statussync (readiness, startup) and podworkers
+// (liveness).
+func (s Subjects) ProbeResults(partition int) string { return s.part(tokProbes, partition) }
+
+// ProbeResultsAll matches the probe results of every partition.
+func (s Subjects) ProbeResultsAll() string { return s.prefix + "." + tokProbes + ".*" }
+
+// SourcesReady carries the set of pod sources podconfig has seen in full
+// (kubelet: SeenAllSources). Last value kept.
+func (s Subjects) SourcesReady() string { return s.prefix + "." + tokState + ".sources" }
+
+// AgentReady carries the pod workers' readiness (every partition has a live
+// owner), re-published as a heartbeat. Last value kept. Consumed by nodehb.
+func (s Subjects) AgentReady() string { return s.prefix + "." + tokState + ".agent" }
+
+// StateAll matches the last-value subjects.
+func (s Subjects) StateAll() string { return s.prefix + "." + tokState + ".>" }
+
+// Logs is the request/reply subject for container logs of a pod in the
+// partition; the pod worker replica that owns the partition answers.
+func (s Subjects) Logs(partition int) string { return s.part(tokRuntime+".logs", partition) }
+
+// Exec is the request/reply subject to run a command in a container of a pod
+// in the partition.
+func (s Subjects) Exec(partition int) string { return s.part(tokRuntime+".exec", partition) }
+
+// Stats is the request/reply subject for the runtime's resource figures
+// (stats summary) of pods in the partition.
+func (s Subjects) Stats(partition int) string { return s.part(tokRuntime+".stats", partition) }
+
+const (
+	tokPodUpdates = "podupdates"
+	tokPodStatus  = "podstatus"
+	tokProbes     = "probes"
+	tokState      = "state"
+	tokRuntime    = "runtime"
+)
+
+// PartitionOf reads the partition number from a partitioned subject (its
+// last token). It returns false when the subject has none.
+func PartitionOf(subject string) (int, bool) {
+	i := strings.LastIndexByte(subject, '.')
+	if i < 0 || i == len(subject)-1 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range subject[i+1:] {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+		if n > MaxPartitions {
+			return 0, false
+		}
+	}
+	return n, true
+}

@@ -1,0 +1,110 @@
+package config
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Runtimes a pod worker can run pods with.
+const (
+	RuntimeSim     = "sim"
+	RuntimeProcess = "process"
+)
+
+// Common holds the keys every Splitlet binary takes.
+type Common struct {
+	ConfigFile      string
+	NodeName        string
+	Kubeconfig      string
+	KubeAPIQPS      float32
+	KubeAPIBurst    int
+	NATSURL         string
+	NATSListen      string
+	Runtime         string
+	DataDir         string
+	HTTPAddr        string
+	LogLevel        string
+	LogFormat       string
+	Partitions      int
+	ShutdownTimeout time.Duration
+}
+
+// RegisterFlags adds the common keys to fs.
+func (c *Common) RegisterFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.ConfigFile, FileKey, "", "YAML file with any of these keys (flags and "+EnvPrefix+"* variables win over it)")
+	fs.StringVar(&c.NodeName, "node-name", defaultNodeName(), "name of the Node this agent runs")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: KUBECONFIG, in-cluster, then ~/.kube/config, as kubectl does")
+	fs.Float32Var(&c.KubeAPIQPS, "kube-api-qps", 50, "queries per second to the API server (kubelet default)")
+	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", 100, "burst of queries to the API server (kubelet default)")
+	fs.StringVar(&c.NATSURL, "nats-url", "", "NATS server URL(s), comma separated, credentials in the URL; empty: run an embedded server")
+	fs.StringVar(&c.NATSListen, "nats-listen", "", "with an embedded server: also listen for other processes on this host:port (empty: in-process only)")
+	fs.Var(newEnum(&c.Runtime, RuntimeSim, RuntimeSim, RuntimeProcess), "runtime", "container runtime of the pod workers: sim or process")
+	fs.StringVar(&c.DataDir, "data-dir", "", "directory for state (embedded NATS store, logs); empty: <tmp>/splitlet/<node-name>")
+	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:0", "address of /healthz, /readyz, /metrics and /debug/pprof; port 0 picks a free one")
+	fs.Var(newEnum(&c.LogLevel, "info", "debug", "info", "warn", "error"), "log-level", "debug, info, warn or error")
+	fs.Var(newEnum(&c.LogFormat, "json", "json", "console"), "log-format", "json or console")
+	fs.IntVar(&c.Partitions, "partitions", 16, "bus partitions of the node's pods; every stage of a node must agree")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown may take to drain in-flight work")
+}
+
+// Complete fills derived defaults and checks the values.
+func (c *Common) Complete() error {
+	if errs := validation.IsDNS1123Subdomain(c.NodeName); len(errs) > 0 {
+		return fmt.Errorf("invalid value %q for node-name: %s", c.NodeName, strings.Join(errs, "; "))
+	}
+	if c.Partitions < 1 || c.Partitions > 1024 {
+		return fmt.Errorf("invalid value %d for partitions: must be 1 to 1024", c.Partitions)
+	}
+	if c.KubeAPIQPS <= 0 || c.KubeAPIBurst <= 0 {
+		return fmt.Errorf("invalid kube-api-qps/kube-api-burst %v/%d: must be positive", c.KubeAPIQPS, c.KubeAPIBurst)
+	}
+	if c.ShutdownTimeout <= 0 {
+		return fmt.Errorf("invalid value %v for shutdown-timeout: must be positive", c.ShutdownTimeout)
+	}
+	if c.DataDir == "" {
+		c.DataDir = filepath.Join(os.TempDir(), "splitlet", c.NodeName)
+	}
+	return nil
+}
+
+func defaultNodeName() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "splitlet-node"
+	}
+	return strings.ToLower(h)
+}
+
+// enum is a flag value limited to a set of words.
+type enum struct {
+	target  *string
+	allowed []string
+}
+
+func newEnum(target *string, def string, allowed ...string) *enum {
+	*target = def
+	return &enum{target: target, allowed: allowed}
+}
+
+func (e *enum) String() string { return *e.target }
+func (e *enum) Type() string   { return "string" }
+func (e *enum) Set(v string) error {
+	for _, a := range e.allowed {
+		if v == a {
+			*e.target = v
+			return nil
+		}
+	}
+	return fmt.Errorf("must be one of %s", strings.Join(e.allowed, ", "))
+}
+
+// Enum is a flag value limited to the allowed words, with a default.
+func Enum(target *string, def string, allowed ...string) pflag.Value {
+	return newEnum(target, def, allowed...)
+}

@@ -1,0 +1,34 @@
+// Package kube builds the Kubernetes client of a Splitlet process.
+package kube
+
+import (
+	"fmt"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// RESTConfig resolves the kubeconfig as kubectl does: the explicit path, then
+// KUBECONFIG, then ~/.kube/config, and in a pod the in-cluster config.
+func RESTConfig(kubeconfig string, qps float32, burst int, userAgent string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	cfg.QPS = qps
+	cfg.Burst = burst
+	cfg.UserAgent = userAgent
+	return cfg, nil
+}
+
+// Clientset builds a typed clientset.
+func Clientset(cfg *rest.Config) (kubernetes.Interface, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return cs, nil
+}

@@ -1,0 +1,280 @@
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// Users the control plane knows by bearer token.
+const (
+	// AdminUser is in system:masters: allowed everything.
+	AdminUser = "admin"
+	// NobodyUser is authenticated and allowed nothing beyond what RBAC
+	// grants every authenticated user (for 403 tests).
+	NobodyUser = "nobody"
+)
+
+// ControlPlaneOptions tune Start.
+type ControlPlaneOptions struct {
+	// Dir holds the certificates, etcd data and logs; a new temporary
+	// directory when empty (removed by Stop).
+	Dir string
+	// APIServerArgs are added to kube-apiserver's command line.
+	APIServerArgs []string
+	// Port of the API server; a free one when 0.
+	Port int
+}
+
+// ControlPlane is a running etcd and kube-apiserver on 127.0.0.1.
+type ControlPlane struct {
+	// URL of the API server (https://127.0.0.1:port).
+	URL string
+	// Config is an admin client configuration.
+	Config *rest.Config
+	// Kubeconfig is the path of an admin kubeconfig file.
+	Kubeconfig string
+	// Tokens maps user names (AdminUser, NobodyUser) to bearer tokens.
+	Tokens map[string]string
+	// CAData is the PEM CA bundle that signs the serving certificate.
+	CAData []byte
+	// Dir is the working directory (logs: etcd.log, kube-apiserver.log).
+	Dir string
+
+	etcd, apiserver *process
+	ownDir          bool
+}
+
+// StartControlPlane starts etcd and kube-apiserver and waits until the API
+// server answers /readyz.
+func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *ControlPlane, err error) {
+	etcdBin, err := Binary("etcd")
+	if err != nil {
+		return nil, err
+	}
+	apiBin, err := Binary("kube-apiserver")
+	if err != nil {
+		return nil, err
+	}
+	cp = &ControlPlane{Dir: opts.Dir, Tokens: map[string]string{}}
+	if cp.Dir == "" {
+		if cp.Dir, err = os.MkdirTemp("", "splitlet-cp-"); err != nil {
+			return nil, err
+		}
+		cp.ownDir = true
+	}
+	defer func() {
+		if err != nil {
+			cp.Stop()
+		}
+	}()
+	if err = os.MkdirAll(cp.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	certs, err := newPKI(cp.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("testenv: certificates: %w", err)
+	}
+	cp.CAData = certs.caPEM
+	var tokenLines []string
+	for _, u := range []struct{ name, groups string }{{AdminUser, "system:masters"}, {NobodyUser, ""}} {
+		tok := randomToken()
+		cp.Tokens[u.name] = tok
+		tokenLines = append(tokenLines, fmt.Sprintf("%s,%s,%s,%q", tok, u.name, u.name, u.groups))
+	}
+	tokenFile := filepath.Join(cp.Dir, "tokens.csv")
+	if err = os.WriteFile(tokenFile, []byte(strings.Join(tokenLines, "\n")+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+
+	clientPort, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	peerPort, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	etcdURL := "http://127.0.0.1:" + itoa(clientPort)
+	peerURL := "http://127.0.0.1:" + itoa(peerPort)
+	cp.etcd, err = startProcess("etcd", filepath.Join(cp.Dir, "etcd.log"), etcdBin,
+		"--name=testenv",
+		"--data-dir="+filepath.Join(cp.Dir, "etcd"),
+		"--listen-client-urls="+etcdURL,
+		"--advertise-client-urls="+etcdURL,
+		"--listen-peer-urls="+peerURL,
+		"--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=testenv="+peerURL,
+		"--unsafe-no-fsync=true",
+		"--quota-backend-bytes=8589934592",
+		"--log-level=warn",
+	)
+	if err != nil {
+		return nil, err
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err = cp.etcd.waitFor(waitCtx, "etcd health", func() error { return httpOK(http.DefaultClient, etcdURL+"/health", "") }); err != nil {
+		return nil, err
+	}
+
+	port := opts.Port
+	if port == 0 {
+		if port, err = FreePort(); err != nil {
+			return nil, err
+		}
+	}
+	cp.URL = "https://127.0.0.1:" + itoa(port)
+	args := append([]string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port=" + itoa(port),
+		"--cert-dir=" + filepath.Join(cp.Dir, "certs"),
+		"--tls-cert-file=" + certs.certFile,
+		"--tls-private-key-file=" + certs.keyFile,
+		"--client-ca-file=" + certs.caFile,
+		"--token-auth-file=" + tokenFile,
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + certs.saPub,
+		"--service-account-signing-key-file=" + certs.saKey,
+		"--service-cluster-ip-range=10.0.0.0/24",
+		// Nothing here creates the default service account of a namespace
+		// (that is kube-controller-manager's job), so its admission is off.
+		"--disable-admission-plugins=ServiceAccount",
+		"--allow-privileged=true",
+		"--enable-priority-and-fairness=false",
+		"--v=0",
+	}, opts.APIServerArgs...)
+	cp.apiserver, err = startProcess("kube-apiserver", filepath.Join(cp.Dir, "kube-apiserver.log"), apiBin, args...)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(certs.caPEM)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 5 * time.Second}
+	if err = cp.apiserver.waitFor(waitCtx, "/readyz", func() error { return httpOK(client, cp.URL+"/readyz", cp.Tokens[AdminUser]) }); err != nil {
+		return nil, err
+	}
+	cp.Config = cp.ConfigFor(AdminUser)
+	cp.Kubeconfig = filepath.Join(cp.Dir, "kubeconfig")
+	if err = cp.WriteKubeconfig(cp.Kubeconfig, AdminUser); err != nil {
+		return nil, err
+	}
+	return cp, nil
+}
+
+// ConfigFor returns a client configuration that authenticates as the user.
+func (cp *ControlPlane) ConfigFor(user string) *rest.Config {
+	return &rest.Config{
+		Host:            cp.URL,
+		BearerToken:     cp.Tokens[user],
+		TLSClientConfig: rest.TLSClientConfig{CAData: cp.CAData},
+		QPS:             1000,
+		Burst:           2000,
+	}
+}
+
+// Clientset is an admin clientset.
+func (cp *ControlPlane) Clientset() kubernetes.Interface {
+	return kubernetes.NewForConfigOrDie(cp.Config)
+}
+
+// WriteKubeconfig writes a kubeconfig for the user to path.
+func (cp *ControlPlane) WriteKubeconfig(path, user string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["splitlet"] = &clientcmdapi.Cluster{Server: cp.URL, CertificateAuthorityData: cp.CAData}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: cp.Tokens[user]}
+	cfg.Contexts["splitlet"] = &clientcmdapi.Context{Cluster: "splitlet", AuthInfo: user}
+	cfg.CurrentContext = "splitlet"
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
+// Stop stops kube-apiserver, then etcd, and removes the directory if Start
+// made it.
+func (cp *ControlPlane) Stop() {
+	if cp.apiserver != nil {
+		cp.apiserver.stop(10 * time.Second)
+	}
+	if cp.etcd != nil {
+		cp.etcd.stop(10 * time.Second)
+	}
+	if cp.ownDir {
+		_ = os.RemoveAll(cp.Dir)
+	}
+}
+
+// Running reports whether both processes are still up.
+func (cp *ControlPlane) Running() bool {
+	return cp.etcd != nil && cp.apiserver != nil && !cp.etcd.exited() && !cp.apiserver.exited()
+}
+
+// ControlPlaneForTest starts a control plane for t and stops it when t ends.
+func ControlPlaneForTest(t testing.TB, opts ...ControlPlaneOptions) *ControlPlane {
+	t.Helper()
+	var o ControlPlaneOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	cp, err := StartControlPlane(context.Background(), o)
+	if err != nil {
+		t.Fatalf("test control plane: %v", err)
+	}
+	t.Cleanup(cp.Stop)
+	return cp
+}
+
+func httpOK(c *http.Client, url, token string) error {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return errors.New(resp.Status)
+	}
+	return nil
+}
+
+func randomToken() string {
+	b := make([]byte, 24)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// PIDs of the control plane processes.
+func (cp *ControlPlane) PIDs() []int {
+	var out []int
+	for _, p := range []*process{cp.etcd, cp.apiserver} {
+		if p != nil && p.cmd.Process != nil {
+			out = append(out, p.cmd.Process.Pid)
+		}
+	}
+	return out
+}

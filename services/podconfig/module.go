@@ -1,0 +1,27 @@
+// Package podconfig is the podconfig stage of Splitlet: it merges the pod sources (API server, static files, HTTP) into the PodUpdate stream on the bus, and owns mirror pods.
+//
+// Service is the only thing binaries import: cmd/podconfig runs it alone, and
+// cmd/splitlet runs it beside the other stages.
+package podconfig
+
+import (
+	"go.uber.org/fx"
+
+	"github.com/splitlet/splitlet/libs/app"
+	"github.com/splitlet/splitlet/services/podconfig/internal/service"
+)
+
+// Name is the service's name in --services.
+const Name = "podconfig"
+
+// Service returns the podconfig stage, ready for app.Run.
+func Service() app.Service {
+	cfg := &service.Config{}
+	return app.Service{
+		Name:  Name,
+		Flags: cfg.RegisterFlags,
+		Module: func() fx.Option {
+			return fx.Module(Name, fx.Supply(cfg), app.RunService(Name, service.New))
+		},
+	}
+}

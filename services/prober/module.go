@@ -1,0 +1,27 @@
+// Package prober is the prober stage of Splitlet: it runs liveness, readiness and startup probes with kubelet semantics and publishes their results.
+//
+// Service is the only thing binaries import: cmd/prober runs it alone, and
+// cmd/splitlet runs it beside the other stages.
+package prober
+
+import (
+	"go.uber.org/fx"
+
+	"github.com/splitlet/splitlet/libs/app"
+	"github.com/splitlet/splitlet/services/prober/internal/service"
+)
+
+// Name is the service's name in --services.
+const Name = "prober"
+
+// Service returns the prober stage, ready for app.Run.
+func Service() app.Service {
+	cfg := &service.Config{}
+	return app.Service{
+		Name:  Name,
+		Flags: cfg.RegisterFlags,
+		Module: func() fx.Option {
+			return fx.Module(Name, fx.Supply(cfg), app.RunService(Name, service.New))
+		},
+	}
+}
