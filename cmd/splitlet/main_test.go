@@ -1,0 +1,186 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/splitlet/splitlet/libs/testenv"
+)
+
+// buildBinary builds splitlet into a temporary directory.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "splitlet")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// syncBuffer is a bytes.Buffer safe to read while a process writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func get(url string) (int, string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), nil
+}
+
+// TestAllServicesAgainstControlPlane: splitlet --services=all with embedded
+// NATS starts against a real API server, reports ready, serves metrics, and
+// stops cleanly on SIGTERM within 5 s.
+func TestAllServicesAgainstControlPlane(t *testing.T) {
+	bin := buildBinary(t)
+	cp := testenv.ControlPlaneForTest(t)
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	var logs syncBuffer
+	cmd := exec.Command(bin, "--services=all", "--kubeconfig="+cp.Kubeconfig, "--node-name=test-node",
+		"--data-dir="+t.TempDir(), "--http-addr="+addr)
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body, err := get("http://" + addr + "/readyz?verbose")
+		if err == nil && code == http.StatusOK {
+			for _, check := range []string{"nats", "kube-apiserver", "podconfig", "podworkers", "prober", "statussync", "nodehb"} {
+				if !strings.Contains(body, "[+]"+check+" ok") {
+					t.Fatalf("/readyz does not report %s ok:\n%s", check, body)
+				}
+			}
+			break
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("splitlet exited before ready: %v\n%s", err, logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready in 30s (last: %d %v %s)\n%s", code, err, body, logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if code, _, err := get("http://" + addr + "/healthz"); err != nil || code != http.StatusOK {
+		t.Fatalf("/healthz: %d %v", code, err)
+	}
+	if code, body, err := get("http://" + addr + "/metrics"); err != nil || code != http.StatusOK || !strings.Contains(body, "go_goroutines") {
+		t.Fatalf("/metrics: %d %v", code, err)
+	}
+	for _, svc := range []string{"podconfig", "podworkers", "prober", "statussync", "nodehb"} {
+		if !strings.Contains(logs.String(), `"service":"`+svc+`"`) {
+			t.Errorf("no log line from %s", svc)
+		}
+	}
+
+	start := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, logs.String())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("still running 5 s after SIGTERM\n%s", logs.String())
+	}
+	t.Logf("stopped in %v", time.Since(start))
+	if !strings.Contains(logs.String(), "stopped cleanly") {
+		t.Fatalf("no clean stop in the log:\n%s", logs.String())
+	}
+}
+
+// TestBadFlagsExitNonZero: a bad value exits 2 with a message naming it.
+func TestBadFlagsExitNonZero(t *testing.T) {
+	bin := buildBinary(t)
+	cases := []struct {
+		args []string
+		env  string
+		want string
+	}{
+		{[]string{"--runtime=docker"}, "", "--runtime"},
+		{[]string{"--services=podconfig,nope"}, "", `"nope" for services`},
+		{[]string{"--node-name=Not_A_Node"}, "", "node-name"},
+		{[]string{"--partitions=0"}, "", "partitions"},
+		{[]string{"--no-such-flag"}, "", "no-such-flag"},
+		{nil, "SPLITLET_LOG_LEVEL=loud", "SPLITLET_LOG_LEVEL"},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, " ")+c.env, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, bin, c.args...)
+			cmd.Env = os.Environ()
+			if c.env != "" {
+				cmd.Env = append(cmd.Env, c.env)
+			}
+			out, err := cmd.CombinedOutput()
+			ee, ok := err.(*exec.ExitError)
+			if !ok || ee.ExitCode() != 2 {
+				t.Fatalf("want exit code 2, got %v\n%s", err, out)
+			}
+			if !strings.Contains(string(out), c.want) {
+				t.Fatalf("message does not name %q:\n%s", c.want, out)
+			}
+		})
+	}
+}
+
+// TestHelpDocumentsEveryFlag: --help exits 0 and lists the common flags.
+func TestHelpDocumentsEveryFlag(t *testing.T) {
+	bin := buildBinary(t)
+	out, err := exec.Command(bin, "--help").CombinedOutput()
+	if err != nil {
+		t.Fatalf("--help: %v\n%s", err, out)
+	}
+	for _, f := range []string{"--services", "--kubeconfig", "--node-name", "--nats-url", "--runtime", "--data-dir", "--config", "--http-addr", "--kube-api-qps"} {
+		if !strings.Contains(string(out), f) {
+			t.Errorf("--help does not document %s", f)
+		}
+	}
+}

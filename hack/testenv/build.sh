@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Builds the test control plane into the given bin directory from the Go
+# module proxy, using the build-only modules beside this script:
+#   kube/  k8s.io/kubernetes v1.36.3, every staging module pinned to v0.36.3
+#   etcd/  go.etcd.io/etcd/server/v3 v3.5.x
+# A binary already at the pinned version is not built again.
+set -euo pipefail
+bin=${1:?usage: build.sh BIN_DIR}
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$bin"
+kube_version=$(awk '$1=="require" && $2=="k8s.io/kubernetes" {print $3}' "$here/kube/go.mod")
+etcd_version=$(awk '$1=="require" && $2=="go.etcd.io/etcd/server/v3" {print $3}' "$here/etcd/go.mod")
+minor=${kube_version#v1.}; minor=${minor%%.*}
+
+# The build-only modules stand outside the workspace.
+export GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0
+
+build_kube() { # name
+	local name=$1
+	if [[ -x "$bin/$name" ]] && "$bin/$name" --version 2>/dev/null | grep -qx "Kubernetes $kube_version"; then
+		echo "testenv: $name $kube_version already built"
+		return
+	fi
+	echo "testenv: building $name $kube_version (a few minutes the first time) ..."
+	(cd "$here/kube" && go build -trimpath -ldflags "-s -w \
+		-X k8s.io/component-base/version.gitVersion=$kube_version \
+		-X k8s.io/component-base/version.gitMajor=1 \
+		-X k8s.io/component-base/version.gitMinor=$minor \
+		-X k8s.io/component-base/version.gitTreeState=clean" \
+		-o "$bin/$name" "k8s.io/kubernetes/cmd/$name")
+}
+
+build_etcd() {
+	if [[ -x "$bin/etcd" ]] && "$bin/etcd" --version 2>/dev/null | grep -q "etcd Version: ${etcd_version#v}$"; then
+		echo "testenv: etcd $etcd_version already built"
+		return
+	fi
+	echo "testenv: building etcd $etcd_version ..."
+	(cd "$here/etcd" && go build -trimpath -ldflags "-s -w" -o "$bin/etcd" go.etcd.io/etcd/server/v3)
+}
+
+build_etcd
+build_kube kube-apiserver
+# kube-scheduler and kube-controller-manager build the same way when a test
+# needs them: TESTENV_EXTRA="kube-scheduler kube-controller-manager".
+for extra in ${TESTENV_EXTRA:-}; do
+	build_kube "$extra"
+done

@@ -1,0 +1,211 @@
+// Command localup is `make run`: it starts a local control plane (etcd and
+// kube-apiserver from bin/), runs bin/splitlet with every service against it,
+// applies a demo pod bound to the node, prints the kubectl commands to try,
+// and on Ctrl-C stops everything it started.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/splitlet/splitlet/libs/testenv"
+)
+
+type options struct {
+	stateDir string
+	node     string
+	runtime  string
+	once     bool
+	out      io.Writer
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.stateDir, "state-dir", ".splitlet", "where the kubeconfig, logs and data go")
+	flag.StringVar(&o.node, "node-name", "splitlet-node", "the node's name")
+	flag.StringVar(&o.runtime, "runtime", "process", "pod runtime: sim or process")
+	flag.BoolVar(&o.once, "once", false, "stop as soon as everything is up (a smoke test)")
+	flag.Parse()
+	o.out = os.Stdout
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintf(os.Stderr, "localup: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	state, err := filepath.Abs(o.stateDir)
+	if err != nil {
+		return err
+	}
+	splitletBin, err := testenv.Binary("splitlet")
+	if err != nil {
+		return fmt.Errorf("%w (run `make build`)", err)
+	}
+	cpDir := filepath.Join(state, "controlplane")
+	if err := os.RemoveAll(cpDir); err != nil {
+		return err
+	}
+	fmt.Fprintln(o.out, "starting etcd and kube-apiserver ...")
+	cp, err := testenv.StartControlPlane(ctx, testenv.ControlPlaneOptions{Dir: cpDir})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fmt.Fprintln(o.out, "stopping the control plane ...")
+		cp.Stop()
+	}()
+	kubeconfig := filepath.Join(state, "kubeconfig")
+	if err := cp.WriteKubeconfig(kubeconfig, testenv.AdminUser); err != nil {
+		return err
+	}
+
+	port, err := testenv.FreePort()
+	if err != nil {
+		return err
+	}
+	healthAddr := fmt.Sprintf("127.0.0.1:%d", port)
+	logPath := filepath.Join(state, "splitlet.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	fmt.Fprintf(o.out, "starting splitlet (all services, embedded NATS, %s runtime) as node %s ...\n", o.runtime, o.node)
+	agent := exec.Command(splitletBin,
+		"--services=all",
+		"--kubeconfig="+kubeconfig,
+		"--node-name="+o.node,
+		"--runtime="+o.runtime,
+		"--data-dir="+filepath.Join(state, "data"),
+		"--http-addr="+healthAddr,
+		"--log-format=console",
+	)
+	agent.Stdout, agent.Stderr = logFile, logFile
+	agent.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := agent.Start(); err != nil {
+		return err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- agent.Wait() }()
+	defer func() {
+		select {
+		case <-exited:
+			return
+		default:
+		}
+		fmt.Fprintln(o.out, "stopping splitlet ...")
+		_ = agent.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = syscall.Kill(-agent.Process.Pid, syscall.SIGKILL)
+			<-exited
+		}
+	}()
+	if err := waitReady(ctx, "http://"+healthAddr+"/readyz", exited, logPath); err != nil {
+		return err
+	}
+
+	cs := kubernetes.NewForConfigOrDie(cp.Config)
+	if err := applyDemoPod(ctx, cs, o.node); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.out, `
+Splitlet is up: node %[1]s, API server %[2]s, splitlet health on http://%[3]s
+Logs: %[4]s
+
+Try:
+  export KUBECONFIG=%[5]s
+  kubectl get nodes
+  kubectl get pods -o wide
+  kubectl describe pod demo
+  kubectl logs demo
+  kubectl delete pod demo
+
+Ctrl-C stops everything.
+`, o.node, cp.URL, healthAddr, logPath, kubeconfig)
+	if o.once {
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		fmt.Fprintln(o.out)
+		return nil
+	case err := <-exited:
+		return fmt.Errorf("splitlet exited: %v (see %s)", err, logPath)
+	}
+}
+
+func waitReady(ctx context.Context, url string, exited <-chan error, logPath string) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case err := <-exited:
+			return fmt.Errorf("splitlet exited before it was ready: %v (see %s)", err, logPath)
+		case <-ctx.Done():
+			return fmt.Errorf("splitlet not ready: %w (see %s)", ctx.Err(), logPath)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// applyDemoPod creates (or replaces) a pod bound to the node that prints a
+// line every five seconds.
+func applyDemoPod(ctx context.Context, cs kubernetes.Interface, node string) error {
+	pods := cs.CoreV1().Pods(metav1.NamespaceDefault)
+	grace := int64(0)
+	if err := pods.Delete(ctx, "demo", metav1.DeleteOptions{GracePeriodSeconds: &grace}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "demo", Labels: map[string]string{"app": "demo"}},
+		Spec: corev1.PodSpec{
+			NodeName: node,
+			Containers: []corev1.Container{{
+				Name:    "hello",
+				Image:   "busybox",
+				Command: []string{"sh", "-c", `i=0; while true; do echo "hello from splitlet $i"; i=$((i+1)); sleep 5; done`},
+			}},
+		},
+	}
+	for {
+		_, err := pods.Create(ctx, pod, metav1.CreateOptions{})
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("demo pod: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return errors.New("demo pod: the old one is still being deleted")
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
