@@ -42,11 +42,11 @@ func DecodePodUpdate(e *Envelope) (*PodUpdate, error) {
 // PodRuntimeStatus is what the pod workers know of a pod from the runtime:
 // the raw material of the API status that statussync builds.
 type PodRuntimeStatus struct {
-	UID       types.UID `json:"uid"`
-	Namespace string    `json:"namespace"`
-	Name      string    `json:"name"`
-	PodIP     string    `json:"podIP,omitempty"`
-	HostIP    string    `json:"hostIP,omitempty"`
+	UID       types.UID    `json:"uid"`
+	Namespace string       `json:"namespace"`
+	Name      string       `json:"name"`
+	PodIP     string       `json:"podIP,omitempty"`
+	HostIP    string       `json:"hostIP,omitempty"`
 	StartTime *metav1.Time `json:"startTime,omitempty"`
 	// Phase is set only where the worker decides it outright: Failed for a
 	// pod rejected at admission or evicted. Otherwise statussync derives it.
