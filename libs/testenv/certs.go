@@ -23,6 +23,11 @@ type pki struct {
 	caFile   string
 	saKey    string
 	saPub    string
+	// kubeletClientCert and kubeletClientKey are what kube-apiserver shows
+	// a kubelet (nodehb) when it proxies logs and exec: CN
+	// kube-apiserver-kubelet-client in system:masters, signed by the CA.
+	kubeletClientCert string
+	kubeletClientKey  string
 }
 
 func writePEM(path, kind string, der []byte) error {
@@ -74,6 +79,26 @@ func newPKI(dir string) (*pki, error) {
 	if err != nil {
 		return nil, err
 	}
+	clientKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	clientTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(3),
+		Subject:      pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(10 * 365 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	clientDER, err := x509.CreateCertificate(rand.Reader, clientTmpl, caCert, &clientKey.PublicKey, caKey)
+	if err != nil {
+		return nil, err
+	}
+	clientKeyDER, err := x509.MarshalECPrivateKey(clientKey)
+	if err != nil {
+		return nil, err
+	}
 	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		return nil, err
@@ -89,6 +114,9 @@ func newPKI(dir string) (*pki, error) {
 		caFile:   filepath.Join(dir, "ca.crt"),
 		saKey:    filepath.Join(dir, "sa.key"),
 		saPub:    filepath.Join(dir, "sa.pub"),
+
+		kubeletClientCert: filepath.Join(dir, "kubelet-client.crt"),
+		kubeletClientKey:  filepath.Join(dir, "kubelet-client.key"),
 	}
 	for _, w := range []struct {
 		path, kind string
@@ -99,6 +127,8 @@ func newPKI(dir string) (*pki, error) {
 		{p.caFile, "CERTIFICATE", caDER},
 		{p.saKey, "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(saKey)},
 		{p.saPub, "PUBLIC KEY", saPubDER},
+		{p.kubeletClientCert, "CERTIFICATE", clientDER},
+		{p.kubeletClientKey, "EC PRIVATE KEY", clientKeyDER},
 	} {
 		if err := writePEM(w.path, w.kind, w.der); err != nil {
 			return nil, err

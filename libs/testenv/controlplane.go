@@ -51,8 +51,12 @@ type ControlPlane struct {
 	Kubeconfig string
 	// Tokens maps user names (AdminUser, NobodyUser) to bearer tokens.
 	Tokens map[string]string
-	// CAData is the PEM CA bundle that signs the serving certificate.
+	// CAData is the PEM CA bundle that signs the serving certificate and
+	// the client certificate kube-apiserver shows kubelets.
 	CAData []byte
+	// CAFile holds CAData: a kubelet's (nodehb's) client CA file, so that
+	// it can authenticate kube-apiserver's proxied requests (logs, exec).
+	CAFile string
 	// Dir is the working directory (logs: etcd.log, kube-apiserver.log).
 	Dir string
 
@@ -91,6 +95,7 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *Contr
 		return nil, fmt.Errorf("testenv: certificates: %w", err)
 	}
 	cp.CAData = certs.caPEM
+	cp.CAFile = certs.caFile
 	var tokenLines []string
 	for _, u := range []struct{ name, groups string }{{AdminUser, "system:masters"}, {NobodyUser, ""}} {
 		tok := randomToken()
@@ -160,6 +165,11 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *Contr
 		"--disable-admission-plugins=ServiceAccount",
 		"--allow-privileged=true",
 		"--enable-priority-and-fairness=false",
+		// How kube-apiserver reaches a kubelet (nodehb) for logs and exec:
+		// the Node's InternalIP and kubelet port, with this client certificate.
+		"--kubelet-client-certificate=" + certs.kubeletClientCert,
+		"--kubelet-client-key=" + certs.kubeletClientKey,
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
 		"--v=0",
 	}, opts.APIServerArgs...)
 	cp.apiserver, err = startProcess("kube-apiserver", filepath.Join(cp.Dir, "kube-apiserver.log"), apiBin, args...)
