@@ -1,0 +1,131 @@
+// Package runtime is the container runtime behind the pod workers: one
+// interface, two implementations (sim: simulated containers that run
+// nothing; process: each container a local child process).
+//
+// The pod workers drive it container by container, as the kubelet's
+// kuberuntime manager drives CRI: start, stop, inspect, clean up. Container
+// exits are announced on Events, the way PLEG wakes the kubelet's pod
+// workers.
+package runtime
+
+import (
+	"context"
+	"io"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// State of a container.
+type State string
+
+// Container states (CRI's ContainerState).
+const (
+	StateCreated State = "Created"
+	StateRunning State = "Running"
+	StateExited  State = "Exited"
+	StateUnknown State = "Unknown"
+)
+
+// ContainerStatus is what the runtime knows of one container instance.
+type ContainerStatus struct {
+	// ID is "<runtime>://<id>", unique across the node's life.
+	ID      string
+	PodUID  types.UID
+	Name    string
+	Attempt int
+	State   State
+	// Image as the spec names it; ImageID as the runtime resolves it.
+	Image      string
+	ImageID    string
+	CreatedAt  time.Time
+	StartedAt  time.Time
+	FinishedAt time.Time
+	ExitCode   int
+	// Reason of an exit: Completed, Error, OOMKilled, ContainerCannotRun...
+	Reason  string
+	Message string
+	// LogPath of the container's CRI-format log file, if it has one.
+	LogPath string
+}
+
+// Event tells the pod workers that a container of a pod changed state on
+// its own (exited), so that the pod's worker syncs.
+type Event struct {
+	PodUID      types.UID
+	ContainerID string
+	State       State
+}
+
+// LogOptions select part of a container's log (kubelet: PodLogOptions).
+type LogOptions struct {
+	Follow     bool
+	Previous   bool
+	Timestamps bool
+	// TailLines < 0 means all.
+	TailLines int64
+	// Since drops lines written before it (zero: all).
+	Since time.Time
+	// LimitBytes <= 0 means no limit.
+	LimitBytes int64
+}
+
+// ExecResult is the outcome of a command run in a container's context.
+type ExecResult struct {
+	Stdout   []byte
+	Stderr   []byte
+	ExitCode int
+}
+
+// ContainerStats are a running container's resource figures.
+type ContainerStats struct {
+	ContainerID           string
+	Name                  string
+	StartedAt             time.Time
+	CPUUsageCoreNanoSecs  uint64
+	CPUUsageNanoCores     uint64
+	MemoryWorkingSetBytes uint64
+}
+
+// Runtime runs containers. Every method is safe for concurrent use; calls for
+// different pods never wait for each other.
+type Runtime interface {
+	// Type names the runtime ("sim", "process"); Version its version.
+	Type() string
+	Version() string
+	// PodIP is the IP a pod gets.
+	PodIP(pod *corev1.Pod) string
+	// StartContainer creates and starts attempt n of a container of the
+	// pod; it returns once the container runs, or with the status of a
+	// container that could not start (State Exited, Reason set) and an error.
+	StartContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, attempt int) (ContainerStatus, error)
+	// StopContainer asks the container to stop (SIGTERM), kills it after
+	// grace, and returns when it has stopped. Stopping an exited container
+	// is a no-op.
+	StopContainer(ctx context.Context, id string, grace time.Duration) error
+	// PodContainers lists every container instance of the pod the runtime
+	// still holds, running or exited, oldest first.
+	PodContainers(uid types.UID) []ContainerStatus
+	// RemovePod stops nothing: it forgets the pod's exited containers and
+	// removes their logs and files. Its containers must have stopped.
+	RemovePod(ctx context.Context, uid types.UID) error
+	// Events delivers container exits; the channel is closed by Close.
+	Events() <-chan Event
+	// Logs writes the log of the named container of the pod (the newest
+	// instance, or the one before with Previous) to w.
+	Logs(ctx context.Context, uid types.UID, container string, opts LogOptions, w io.Writer) error
+	// Exec runs cmd in the container's context, without a terminal.
+	Exec(ctx context.Context, uid types.UID, container string, cmd []string, stdin io.Reader, timeout time.Duration) (ExecResult, error)
+	// Stats reports the figures of the running containers of the pod.
+	Stats(uid types.UID) []ContainerStats
+	// Close stops the runtime's own loops (not the containers).
+	Close() error
+}
+
+// ErrNotFound is returned for a container or pod the runtime does not hold.
+var ErrNotFound = notFound{}
+
+type notFound struct{}
+
+func (notFound) Error() string { return "runtime: container not found" }
