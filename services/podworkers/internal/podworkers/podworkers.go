@@ -1,0 +1,746 @@
+// Package podworkers is the pod worker state machine: one serialized worker
+// per pod UID that drives the pod through its life, as the kubelet's pod
+// workers do.
+//
+// The machine, per pod UID:
+//
+//	        UpdatePod (first sight)
+//	               │
+//	               ▼
+//	┌──────────► SyncPod ──────────┐   SyncPod runs again on every update and
+//	│ resync /     │               │   on every requeue (resync or back-off).
+//	│ back-off     │ deleted, kill,│
+//	└──────────────┘ terminal phase│
+//	               ▼               │
+//	        TerminatingPod ◄───────┘   stops every container with the
+//	               │                   effective grace period; retried on error.
+//	               ▼
+//	        TerminatedPod              reclaims what is left (files, logs);
+//	               │                   retried on error.
+//	               ▼
+//	          finished ── SyncKnownPods (pod no longer desired) ──► forgotten
+//	               └──── a Create for the same UID arrived while terminating ──►
+//	                     forgotten, reported TerminatedAndRecreated, and the
+//	                     caller starts the pod afresh.
+//
+// Invariants:
+//   - One goroutine per UID runs the sync functions; two never overlap for
+//     one pod. Different pods never wait for each other.
+//   - At most one update is pending per pod and the newest one replaces it;
+//     once termination is requested every update becomes a kill carrying the
+//     effective grace period, so a kill is never replaced by anything weaker.
+//   - The transitions only go forward: a pod that began terminating never
+//     syncs again; a finished pod ignores every update until SyncKnownPods
+//     forgets it.
+//   - Requesting termination (or shortening the grace period) cancels the
+//     context of the sync in flight, so teardown does not wait for setup.
+//   - The grace period only ever shrinks: the pod's spec, then its deletion
+//     grace, then a kill's override, never below 1 s.
+//   - After a successful SyncPod the pod is requeued with the jittered resync
+//     interval; after any failure with the jittered back-off period; a sync
+//     may ask to come back sooner (a container's crash-loop back-off ends).
+//   - Before the first SyncKnownPods an unknown pod may still have running
+//     containers (the worker set is not yet complete); after it, it cannot.
+package podworkers
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/splitlet/splitlet/libs/logging"
+)
+
+// UpdateType says why a pod is being synced (kubelet: SyncPodType).
+type UpdateType int
+
+// The update types.
+const (
+	// UpdateSync is a periodic or requested resync.
+	UpdateSync UpdateType = iota
+	// UpdateCreate is a pod seen for the first time by its source.
+	UpdateCreate
+	// UpdateUpdate is a change of the pod from its source.
+	UpdateUpdate
+	// UpdateKill asks for the pod to be stopped.
+	UpdateKill
+)
+
+func (t UpdateType) String() string {
+	switch t {
+	case UpdateCreate:
+		return "create"
+	case UpdateUpdate:
+		return "update"
+	case UpdateKill:
+		return "kill"
+	}
+	return "sync"
+}
+
+// WorkType is the phase of a pod's life the worker is in (kubelet: PodWorkType).
+type WorkType int
+
+// The work types, and the state SyncKnownPods reports.
+const (
+	SyncPodWork WorkType = iota
+	TerminatingPodWork
+	TerminatedPodWork
+	// TerminatedAndRecreated is reported by SyncKnownPods for a pod whose
+	// worker was forgotten because the same UID was created again while it
+	// terminated: the caller should start it afresh.
+	TerminatedAndRecreated
+)
+
+func (w WorkType) String() string {
+	switch w {
+	case TerminatingPodWork:
+		return "terminating"
+	case TerminatedPodWork:
+		return "terminated"
+	case TerminatedAndRecreated:
+		return "terminated-and-recreated"
+	}
+	return "sync"
+}
+
+// KillOptions go with an UpdateKill.
+type KillOptions struct {
+	// CompletedCh is closed once the pod's containers are stopped (or at
+	// once if the pod is unknown or already terminated).
+	CompletedCh chan<- struct{}
+	// Evict marks a kill by the node (eviction, admission): the pod's
+	// content may go as soon as it is stopped.
+	Evict bool
+	// GracePeriodOverride shortens the grace period (never lengthens it).
+	GracePeriodOverride *int64
+	// Phase, Reason and Message, if Phase is set, are the final status the
+	// terminating pod reports (kubelet: PodStatusFunc).
+	Phase   corev1.PodPhase
+	Reason  string
+	Message string
+}
+
+// UpdateOptions is one update for a pod worker.
+type UpdateOptions struct {
+	Type UpdateType
+	Pod  *corev1.Pod
+	// StartTime is when the update was received (for latency metrics).
+	StartTime time.Time
+	Kill      *KillOptions
+}
+
+// SyncResult is what SyncPod reports.
+type SyncResult struct {
+	// Terminal: the pod reached Succeeded or Failed; it is torn down next.
+	Terminal bool
+	// RequeueAfter, if positive and shorter than the resync interval, brings
+	// the pod back sooner (a container's back-off ends then).
+	RequeueAfter time.Duration
+}
+
+// SyncHandler does the work of each phase. Each method must return promptly
+// with ctx.Err() once ctx is cancelled.
+type SyncHandler interface {
+	SyncPod(ctx context.Context, t UpdateType, pod *corev1.Pod) (SyncResult, error)
+	// SyncTerminatingPod stops every container of the pod within grace
+	// seconds; kill may be nil.
+	SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, grace int64, kill *KillOptions) error
+	// SyncTerminatedPod reclaims what is left of a stopped pod.
+	SyncTerminatedPod(ctx context.Context, pod *corev1.Pod) error
+}
+
+// Kubelet defaults (kubelet.go: resyncInterval, backOffPeriod; pod_workers.go jitter factors).
+const (
+	DefaultResyncInterval = time.Minute
+	DefaultBackOffPeriod  = 10 * time.Second
+	resyncJitter          = 0.5
+	backOffJitter         = 0.5
+	// DefaultGracePeriod applies when the spec names none (API default).
+	DefaultGracePeriod int64 = 30
+)
+
+// Option configures the pod workers.
+type Option func(*Workers)
+
+// WithResyncInterval sets the interval between syncs of a healthy pod.
+func WithResyncInterval(d time.Duration) Option { return func(w *Workers) { w.resync = d } }
+
+// WithBackOffPeriod sets the delay before a failed sync is retried.
+func WithBackOffPeriod(d time.Duration) Option { return func(w *Workers) { w.backOff = d } }
+
+// WithLogger sets the logger.
+func WithLogger(l *zap.Logger) Option { return func(w *Workers) { w.log = l } }
+
+// WithClock sets the time source (tests).
+func WithClock(now func() time.Time) Option { return func(w *Workers) { w.now = now } }
+
+// podState is the worker's record of one pod (kubelet: podSyncStatus).
+type podState struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	fullname string
+	pod      *corev1.Pod // newest pod seen
+
+	// signal wakes the worker goroutine; nil once it has exited.
+	signal  chan struct{}
+	working bool
+	pending *work
+	active  *work
+
+	syncedAt      time.Time
+	startedAt     time.Time
+	terminatingAt time.Time
+	terminatedAt  time.Time
+	gracePeriod   int64
+	notify        []chan<- struct{}
+	finalStatus   *KillOptions
+
+	deleted, evicted, finished, restartRequested bool
+}
+
+type work struct {
+	kind WorkType
+	opts UpdateOptions
+}
+
+func (s *podState) terminationRequested() bool { return !s.terminatingAt.IsZero() }
+func (s *podState) terminated() bool           { return !s.terminatedAt.IsZero() }
+func (s *podState) workType() WorkType {
+	switch {
+	case s.terminated():
+		return TerminatedPodWork
+	case s.terminationRequested():
+		return TerminatingPodWork
+	}
+	return SyncPodWork
+}
+
+// Workers is the set of pod workers of one process.
+type Workers struct {
+	handler SyncHandler
+	log     *zap.Logger
+	now     func() time.Time
+	resync  time.Duration
+	backOff time.Duration
+
+	mu         sync.Mutex
+	pods       map[types.UID]*podState
+	podsSynced bool
+	closed     bool
+
+	queue   workqueue.TypedDelayingInterface[types.UID]
+	running sync.WaitGroup
+	ctx     context.Context
+	stop    context.CancelFunc
+}
+
+// New returns pod workers that run handler. Call Run to start the requeue
+// loop and Stop to end everything.
+func New(handler SyncHandler, opts ...Option) *Workers {
+	w := &Workers{
+		handler: handler,
+		log:     zap.NewNop(),
+		now:     time.Now,
+		resync:  DefaultResyncInterval,
+		backOff: DefaultBackOffPeriod,
+		pods:    map[types.UID]*podState{},
+	}
+	for _, o := range opts {
+		o(w)
+	}
+	w.queue = workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[types.UID]{Name: ""})
+	w.ctx, w.stop = context.WithCancel(context.Background())
+	return w
+}
+
+// Run turns requeued pods into sync updates until Stop. It blocks.
+func (w *Workers) Run() {
+	for {
+		uid, shutdown := w.queue.Get()
+		if shutdown {
+			return
+		}
+		w.queue.Done(uid)
+		w.mu.Lock()
+		s, ok := w.pods[uid]
+		var pod *corev1.Pod
+		if ok && !s.finished && s.pending == nil && s.pod != nil {
+			pod = s.pod
+		}
+		w.mu.Unlock()
+		if pod != nil {
+			w.UpdatePod(UpdateOptions{Type: UpdateSync, Pod: pod, StartTime: w.now()})
+		}
+	}
+}
+
+// Stop cancels every sync in flight and waits for the workers to exit.
+func (w *Workers) Stop() {
+	w.mu.Lock()
+	w.closed = true
+	for _, s := range w.pods {
+		if s.cancel != nil {
+			s.cancel()
+		}
+		if s.signal != nil {
+			close(s.signal)
+			s.signal = nil
+		}
+	}
+	w.mu.Unlock()
+	w.stop()
+	w.queue.ShutDown()
+	w.running.Wait()
+}
+
+func fullName(p *corev1.Pod) string { return p.Name + "_" + p.Namespace }
+
+func isTerminalPhase(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+// effectiveGrace computes the grace period of a terminating pod: it only
+// ever shrinks from what was decided before, starts from the spec, and is
+// never below one second (kubelet: calculateEffectiveGracePeriod).
+func effectiveGrace(current int64, pod *corev1.Pod, kill *KillOptions) (grace int64, shortened bool) {
+	grace = current
+	overridden := false
+	if d := pod.DeletionGracePeriodSeconds; d != nil && (grace == 0 || *d < grace) {
+		grace, overridden = *d, true
+	}
+	if kill != nil && kill.GracePeriodOverride != nil && (grace == 0 || *kill.GracePeriodOverride < grace) {
+		grace, overridden = *kill.GracePeriodOverride, true
+	}
+	if !overridden && grace == 0 {
+		grace = DefaultGracePeriod
+		if s := pod.Spec.TerminationGracePeriodSeconds; s != nil {
+			grace = *s
+		}
+	}
+	if grace < 1 {
+		grace = 1
+	}
+	return grace, current != 0 && current != grace
+}
+
+// UpdatePod hands an update to the pod's worker, starting one if needed.
+func (w *Workers) UpdatePod(opts UpdateOptions) {
+	pod := opts.Pod
+	if pod == nil {
+		return
+	}
+	uid := pod.UID
+	log := w.log.With(logging.Pod(pod.Namespace, pod.Name, string(uid))...)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		closeKill(opts.Kill)
+		return
+	}
+	now := w.now()
+	s, ok := w.pods[uid]
+	if !ok {
+		s = &podState{syncedAt: now, fullname: fullName(pod)}
+		// a pod first seen already in a terminal phase is never started
+		// (kubelet: a terminal pod is only torn down).
+		if isTerminalPhase(pod) {
+			s.terminatingAt = now
+		}
+		w.pods[uid] = s
+	} else if s.terminationRequested() && opts.Type == UpdateCreate {
+		// kubelet: the same UID created again while terminating restarts
+		// once the old instance is finished and forgotten.
+		s.restartRequested = true
+		log.Info("pod recreated while terminating, will restart once terminated")
+		closeKill(opts.Kill)
+		return
+	}
+	if s.finished {
+		closeKill(opts.Kill)
+		return
+	}
+	s.pod = pod
+
+	becameTerminating := false
+	if pod.DeletionTimestamp != nil {
+		s.deleted = true
+	}
+	if !s.terminationRequested() {
+		switch {
+		case pod.DeletionTimestamp != nil, isTerminalPhase(pod):
+			becameTerminating = true
+		case opts.Type == UpdateKill:
+			if opts.Kill != nil && opts.Kill.Evict {
+				s.evicted = true
+			}
+			becameTerminating = true
+		}
+		if becameTerminating {
+			s.terminatingAt = now
+		}
+	}
+
+	shortened := false
+	switch {
+	case s.terminated():
+		// only the reclaim step remains; a kill's waiter is done already.
+		closeKill(opts.Kill)
+		opts.Kill = nil
+	case s.terminationRequested():
+		k := &KillOptions{}
+		if opts.Kill != nil {
+			*k = *opts.Kill
+			if k.CompletedCh != nil {
+				s.notify = append(s.notify, k.CompletedCh)
+			}
+			if k.Phase != "" {
+				final := *k
+				s.finalStatus = &final
+			}
+		}
+		var grace int64
+		grace, shortened = effectiveGrace(s.gracePeriod, pod, k)
+		s.gracePeriod = grace
+		k.GracePeriodOverride = &grace
+		k.CompletedCh = nil
+		opts.Kill = k
+		opts.Type = UpdateKill
+	default:
+		closeKill(opts.Kill)
+		opts.Kill = nil
+	}
+
+	s.pending = &work{kind: s.workType(), opts: opts}
+	if s.signal == nil {
+		s.signal = make(chan struct{}, 1)
+		w.running.Add(1)
+		go w.loop(uid, s.signal)
+	}
+	select {
+	case s.signal <- struct{}{}:
+	default:
+	}
+	// teardown must not wait for a setup in flight, nor a long grace for a
+	// shorter one (kubelet: cancel the in-flight sync on termination).
+	if (becameTerminating && s.active != nil && s.active.kind == SyncPodWork && s.working) || shortened {
+		if s.cancel != nil {
+			log.Debug("cancelling the sync in flight", zap.Bool("graceShortened", shortened))
+			s.cancel()
+		}
+	}
+}
+
+func closeKill(k *KillOptions) {
+	if k != nil && k.CompletedCh != nil {
+		close(k.CompletedCh)
+	}
+}
+
+// loop is the worker goroutine of one pod.
+func (w *Workers) loop(uid types.UID, signal <-chan struct{}) {
+	defer w.running.Done()
+	for range signal {
+		ctx, wk, ok := w.take(uid)
+		if !ok {
+			continue
+		}
+		pod := wk.opts.Pod
+		log := w.log.With(logging.Pod(pod.Namespace, pod.Name, string(uid))...)
+		var err error
+		var res SyncResult
+		switch wk.kind {
+		case TerminatedPodWork:
+			err = w.handler.SyncTerminatedPod(ctx, pod)
+		case TerminatingPodWork:
+			grace := DefaultGracePeriod
+			if wk.opts.Kill != nil && wk.opts.Kill.GracePeriodOverride != nil {
+				grace = *wk.opts.Kill.GracePeriodOverride
+			}
+			err = w.handler.SyncTerminatingPod(ctx, pod, grace, w.finalStatus(uid))
+		default:
+			res, err = w.handler.SyncPod(ctx, wk.opts.Type, pod)
+		}
+		switch {
+		case ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled)):
+			// cancelled by a newer update (already pending) or by Stop.
+			log.Debug("sync cancelled", zap.Stringer("work", wk.kind))
+			w.complete(uid, 0)
+		case err != nil:
+			log.Warn("sync failed, will retry", zap.Stringer("work", wk.kind), zap.Error(err))
+			w.complete(uid, wait.Jitter(w.backOff, backOffJitter))
+		case wk.kind == TerminatedPodWork:
+			w.completeTerminated(uid)
+			return
+		case wk.kind == TerminatingPodWork:
+			w.completeTerminating(uid)
+		case res.Terminal:
+			w.completeTerminal(uid)
+		default:
+			d := wait.Jitter(w.resync, resyncJitter)
+			if res.RequeueAfter > 0 && res.RequeueAfter < d {
+				d = res.RequeueAfter
+			}
+			w.complete(uid, d)
+		}
+	}
+}
+
+func (w *Workers) finalStatus(uid types.UID) *KillOptions {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if s, ok := w.pods[uid]; ok && s.finalStatus != nil {
+		k := *s.finalStatus
+		return &k
+	}
+	return nil
+}
+
+// take moves the pending update to active and returns the context to run it with.
+func (w *Workers) take(uid types.UID) (context.Context, *work, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s, ok := w.pods[uid]
+	if !ok || s.pending == nil || w.closed {
+		return nil, nil, false
+	}
+	wk := s.pending
+	s.pending = nil
+	// the work type follows the state at the time it runs, not when queued.
+	wk.kind = s.workType()
+	if wk.kind != SyncPodWork && (wk.opts.Kill == nil || wk.opts.Kill.GracePeriodOverride == nil) {
+		g := s.gracePeriod
+		if g == 0 {
+			g, _ = effectiveGrace(0, wk.opts.Pod, nil)
+		}
+		wk.opts.Kill = &KillOptions{GracePeriodOverride: &g}
+	}
+	s.active = wk
+	s.working = true
+	if s.ctx == nil || s.ctx.Err() != nil {
+		s.ctx, s.cancel = context.WithCancel(w.ctx)
+	}
+	if wk.kind == SyncPodWork && s.startedAt.IsZero() {
+		s.startedAt = w.now()
+	}
+	return s.ctx, wk, true
+}
+
+// complete ends a work item and requeues the pod after d (0: not at all).
+func (w *Workers) complete(uid types.UID, d time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s, ok := w.pods[uid]
+	if !ok {
+		return
+	}
+	s.working = false
+	if s.pending != nil {
+		w.wake(s)
+		return
+	}
+	if d > 0 {
+		w.queue.AddAfter(uid, d)
+	}
+}
+
+func (w *Workers) wake(s *podState) {
+	if s.signal == nil {
+		return
+	}
+	select {
+	case s.signal <- struct{}{}:
+	default:
+	}
+}
+
+// completeTerminal moves a pod whose sync found it finished to terminating.
+func (w *Workers) completeTerminal(uid types.UID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s, ok := w.pods[uid]
+	if !ok {
+		return
+	}
+	s.working = false
+	if !s.terminationRequested() {
+		s.terminatingAt = w.now()
+	}
+	if s.pending == nil {
+		g, _ := effectiveGrace(s.gracePeriod, s.pod, nil)
+		s.gracePeriod = g
+		s.pending = &work{kind: TerminatingPodWork, opts: UpdateOptions{Type: UpdateKill, Pod: s.pod, StartTime: w.now(), Kill: &KillOptions{GracePeriodOverride: &g}}}
+	}
+	w.wake(s)
+}
+
+// completeTerminating records that every container stopped and queues the
+// reclaim step.
+func (w *Workers) completeTerminating(uid types.UID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s, ok := w.pods[uid]
+	if !ok {
+		return
+	}
+	s.working = false
+	s.terminatedAt = w.now()
+	for _, ch := range s.notify {
+		close(ch)
+	}
+	s.notify = nil
+	s.pending = &work{kind: TerminatedPodWork, opts: UpdateOptions{Type: UpdateKill, Pod: s.pod, StartTime: w.now()}}
+	w.wake(s)
+}
+
+// completeTerminated finishes the pod: its worker exits, and updates are
+// ignored until SyncKnownPods forgets it.
+func (w *Workers) completeTerminated(uid types.UID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s, ok := w.pods[uid]
+	if !ok {
+		return
+	}
+	s.working = false
+	s.finished = true
+	s.pending = nil
+	if s.cancel != nil {
+		s.cancel()
+	}
+	if s.signal != nil {
+		close(s.signal)
+		s.signal = nil
+	}
+}
+
+// SyncKnownPods forgets the finished workers of pods that are no longer
+// desired, or that were created again; after the first call an unknown pod
+// is taken as not running. It returns the state of every worker left, plus
+// TerminatedAndRecreated for the UIDs to start afresh.
+func (w *Workers) SyncKnownPods(desired []*corev1.Pod) map[types.UID]WorkType {
+	want := make(map[types.UID]struct{}, len(desired))
+	for _, p := range desired {
+		want[p.UID] = struct{}{}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.podsSynced = true
+	out := make(map[types.UID]WorkType, len(w.pods))
+	for uid, s := range w.pods {
+		_, known := want[uid]
+		if s.finished && (s.restartRequested || !known) {
+			delete(w.pods, uid)
+			if s.restartRequested {
+				out[uid] = TerminatedAndRecreated
+			}
+			continue
+		}
+		out[uid] = s.workType()
+	}
+	return out
+}
+
+// Pod returns the newest pod the worker holds for uid.
+func (w *Workers) Pod(uid types.UID) (*corev1.Pod, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s, ok := w.pods[uid]
+	if !ok {
+		return nil, false
+	}
+	return s.pod, true
+}
+
+// Known lists the UIDs the workers hold.
+func (w *Workers) Known() []types.UID {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]types.UID, 0, len(w.pods))
+	for uid := range w.pods {
+		out = append(out, uid)
+	}
+	return out
+}
+
+// IsPodKnownTerminated: the worker knows the pod and its containers stopped.
+func (w *Workers) IsPodKnownTerminated(uid types.UID) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s, ok := w.pods[uid]
+	return ok && s.terminated()
+}
+
+// CouldHaveRunningContainers: true for a pod not yet terminated, and for an
+// unknown pod until SyncKnownPods has run once.
+func (w *Workers) CouldHaveRunningContainers(uid types.UID) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if s, ok := w.pods[uid]; ok {
+		return !s.terminated()
+	}
+	return !w.podsSynced
+}
+
+// IsPodTerminationRequested: termination was asked for and the worker
+// still holds the pod.
+func (w *Workers) IsPodTerminationRequested(uid types.UID) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s, ok := w.pods[uid]
+	return ok && s.terminationRequested()
+}
+
+// ShouldPodContainersBeTerminating: termination was requested, or the pod is
+// unknown after the first SyncKnownPods.
+func (w *Workers) ShouldPodContainersBeTerminating(uid types.UID) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if s, ok := w.pods[uid]; ok {
+		return s.terminationRequested()
+	}
+	return w.podsSynced
+}
+
+// ShouldPodRuntimeBeRemoved: every container stopped, or the pod is unknown
+// after the first SyncKnownPods.
+func (w *Workers) ShouldPodRuntimeBeRemoved(uid types.UID) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if s, ok := w.pods[uid]; ok {
+		return s.terminated()
+	}
+	return w.podsSynced
+}
+
+// ShouldPodContentBeRemoved: the pod was evicted, or deleted and stopped, or
+// is unknown after the first SyncKnownPods.
+func (w *Workers) ShouldPodContentBeRemoved(uid types.UID) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if s, ok := w.pods[uid]; ok {
+		return s.evicted || (s.deleted && s.terminated())
+	}
+	return w.podsSynced
+}
+
+// IsPodForMirrorPodTerminatingByFullName: a pod of that name_namespace is
+// terminating and has not finished.
+func (w *Workers) IsPodForMirrorPodTerminatingByFullName(fullname string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, s := range w.pods {
+		if s.fullname == fullname && s.terminationRequested() && !s.terminated() {
+			return true
+		}
+	}
+	return false
+}

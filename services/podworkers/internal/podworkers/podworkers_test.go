@@ -1,0 +1,396 @@
+package podworkers
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// call is one invocation of the fake handler.
+type call struct {
+	kind  WorkType
+	t     UpdateType
+	uid   types.UID
+	grace int64
+	pod   *corev1.Pod
+	kill  *KillOptions
+}
+
+// fakeHandler records calls; a sync may block until released or cancelled.
+type fakeHandler struct {
+	mu       sync.Mutex
+	calls    []call
+	block    map[types.UID]chan struct{} // SyncPod waits on it (or ctx)
+	started  chan call
+	terminal map[types.UID]bool
+	failOnce map[WorkType]bool
+}
+
+func newFake() *fakeHandler {
+	return &fakeHandler{block: map[types.UID]chan struct{}{}, started: make(chan call, 100), terminal: map[types.UID]bool{}, failOnce: map[WorkType]bool{}}
+}
+
+func (f *fakeHandler) record(c call) error {
+	f.mu.Lock()
+	f.calls = append(f.calls, c)
+	fail := f.failOnce[c.kind]
+	f.failOnce[c.kind] = false
+	f.mu.Unlock()
+	select {
+	case f.started <- c:
+	default:
+	}
+	if fail {
+		return fmt.Errorf("injected failure")
+	}
+	return nil
+}
+
+func (f *fakeHandler) SyncPod(ctx context.Context, t UpdateType, pod *corev1.Pod) (SyncResult, error) {
+	err := f.record(call{kind: SyncPodWork, t: t, uid: pod.UID, pod: pod})
+	f.mu.Lock()
+	ch := f.block[pod.UID]
+	term := f.terminal[pod.UID]
+	f.mu.Unlock()
+	if ch != nil {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return SyncResult{}, ctx.Err()
+		}
+	}
+	return SyncResult{Terminal: term}, err
+}
+
+func (f *fakeHandler) SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, grace int64, kill *KillOptions) error {
+	return f.record(call{kind: TerminatingPodWork, uid: pod.UID, grace: grace, pod: pod, kill: kill})
+}
+
+func (f *fakeHandler) SyncTerminatedPod(ctx context.Context, pod *corev1.Pod) error {
+	return f.record(call{kind: TerminatedPodWork, uid: pod.UID, pod: pod})
+}
+
+func (f *fakeHandler) callsOf(uid types.UID) []call {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []call
+	for _, c := range f.calls {
+		if c.uid == uid {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func newPod(uid, name string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid), Name: name, Namespace: "ns"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}}}
+}
+
+func deleted(p *corev1.Pod, grace int64) *corev1.Pod {
+	p = p.DeepCopy()
+	now := metav1.Now()
+	p.DeletionTimestamp = &now
+	p.DeletionGracePeriodSeconds = &grace
+	return p
+}
+
+func i64(v int64) *int64 { return &v }
+
+func start(t *testing.T, h SyncHandler, opts ...Option) *Workers {
+	t.Helper()
+	w := New(h, opts...)
+	go w.Run()
+	t.Cleanup(w.Stop)
+	return w
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func kinds(cs []call) []WorkType {
+	out := make([]WorkType, len(cs))
+	for i, c := range cs {
+		out[i] = c.kind
+	}
+	return out
+}
+
+func TestLifecycleThroughTermination(t *testing.T) {
+	f := newFake()
+	w := start(t, f)
+	p := newPod("u1", "a")
+	w.UpdatePod(UpdateOptions{Type: UpdateCreate, Pod: p})
+	eventually(t, "first sync", func() bool { return len(f.callsOf("u1")) == 1 })
+	if !w.CouldHaveRunningContainers("u1") || w.IsPodTerminationRequested("u1") {
+		t.Fatal("a syncing pod may run containers and is not terminating")
+	}
+	w.UpdatePod(UpdateOptions{Type: UpdateUpdate, Pod: deleted(p, 7)})
+	eventually(t, "terminated", func() bool { return w.IsPodKnownTerminated("u1") && len(f.callsOf("u1")) >= 3 })
+	cs := f.callsOf("u1")
+	want := []WorkType{SyncPodWork, TerminatingPodWork, TerminatedPodWork}
+	if fmt.Sprint(kinds(cs)) != fmt.Sprint(want) {
+		t.Fatalf("calls %v, want %v", kinds(cs), want)
+	}
+	if cs[1].grace != 7 {
+		t.Fatalf("grace %d, want the deletion grace 7", cs[1].grace)
+	}
+	eventually(t, "content removable", func() bool { return w.ShouldPodContentBeRemoved("u1") })
+	if w.CouldHaveRunningContainers("u1") || !w.ShouldPodRuntimeBeRemoved("u1") {
+		t.Fatal("a terminated pod has no running containers")
+	}
+	// a finished pod ignores updates until housekeeping forgets it.
+	w.UpdatePod(UpdateOptions{Type: UpdateUpdate, Pod: p})
+	w.UpdatePod(UpdateOptions{Type: UpdateSync, Pod: p})
+	states := w.SyncKnownPods([]*corev1.Pod{p})
+	if states["u1"] != TerminatedPodWork {
+		t.Fatalf("state %v, want terminated (still desired, kept)", states["u1"])
+	}
+	if n := len(f.callsOf("u1")); n != 3 {
+		t.Fatalf("%d calls after finish, want 3", n)
+	}
+	states = w.SyncKnownPods(nil)
+	if _, ok := states["u1"]; ok {
+		t.Fatal("a finished, undesired worker must be forgotten")
+	}
+	if !w.ShouldPodContentBeRemoved("u1") || w.CouldHaveRunningContainers("u1") {
+		t.Fatal("after SyncKnownPods an unknown pod is gone")
+	}
+}
+
+func TestUnknownPodBeforeFirstHousekeeping(t *testing.T) {
+	w := start(t, newFake())
+	if !w.CouldHaveRunningContainers("x") || w.ShouldPodRuntimeBeRemoved("x") || w.ShouldPodContentBeRemoved("x") || w.ShouldPodContainersBeTerminating("x") {
+		t.Fatal("before the first SyncKnownPods an unknown pod may still run")
+	}
+	w.SyncKnownPods(nil)
+	if w.CouldHaveRunningContainers("x") || !w.ShouldPodRuntimeBeRemoved("x") || !w.ShouldPodContainersBeTerminating("x") {
+		t.Fatal("after the first SyncKnownPods an unknown pod cannot run")
+	}
+}
+
+// A kill pending behind a running sync is never replaced by a later update.
+func TestKillIsNeverOverwritten(t *testing.T) {
+	f := newFake()
+	release := make(chan struct{})
+	f.block["u1"] = release
+	w := start(t, f)
+	p := newPod("u1", "a")
+	w.UpdatePod(UpdateOptions{Type: UpdateCreate, Pod: p})
+	<-f.started
+	done := make(chan struct{})
+	w.UpdatePod(UpdateOptions{Type: UpdateKill, Pod: p, Kill: &KillOptions{CompletedCh: done, GracePeriodOverride: i64(3), Phase: corev1.PodFailed, Reason: "Evicted"}})
+	// a plain update arriving after the kill
+	w.UpdatePod(UpdateOptions{Type: UpdateUpdate, Pod: p})
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("kill never completed")
+	}
+	cs := f.callsOf("u1")
+	if len(cs) < 2 || cs[1].kind != TerminatingPodWork || cs[1].grace != 3 {
+		t.Fatalf("calls %+v: want terminating with grace 3 after the sync", cs)
+	}
+	if cs[1].kill == nil || cs[1].kill.Reason != "Evicted" {
+		t.Fatalf("the kill's final status was lost: %+v", cs[1].kill)
+	}
+	for _, c := range cs[1:] {
+		if c.kind == SyncPodWork {
+			t.Fatal("a sync ran after the kill")
+		}
+	}
+	close(release)
+}
+
+// Termination cancels the sync in flight.
+func TestTerminationCancelsSync(t *testing.T) {
+	f := newFake()
+	f.block["u1"] = make(chan struct{}) // never released: only cancellation ends it
+	w := start(t, f)
+	p := newPod("u1", "a")
+	w.UpdatePod(UpdateOptions{Type: UpdateCreate, Pod: p})
+	<-f.started
+	w.UpdatePod(UpdateOptions{Type: UpdateUpdate, Pod: deleted(p, 30)})
+	eventually(t, "terminated", func() bool { return w.IsPodKnownTerminated("u1") })
+}
+
+// The grace period only shrinks; a shorter one cancels the teardown in flight.
+func TestGracePeriodOnlyShrinks(t *testing.T) {
+	cases := []struct {
+		name    string
+		current int64
+		spec    *int64
+		del     *int64
+		kill    *int64
+		want    int64
+		short   bool
+	}{
+		{"spec", 0, i64(20), nil, nil, 20, false},
+		{"default", 0, nil, nil, nil, DefaultGracePeriod, false},
+		{"deletion wins over spec", 0, i64(20), i64(5), nil, 5, false},
+		{"kill shorter", 0, i64(20), i64(5), i64(2), 2, false},
+		{"kill longer ignored", 10, i64(20), nil, i64(15), 10, false},
+		{"shrink from current", 10, i64(20), i64(4), nil, 4, true},
+		{"never below one", 0, i64(0), nil, nil, 1, false},
+		{"zero deletion grace", 0, i64(30), i64(0), nil, 1, false},
+	}
+	for _, c := range cases {
+		p := newPod("u", "a")
+		p.Spec.TerminationGracePeriodSeconds = c.spec
+		p.DeletionGracePeriodSeconds = c.del
+		var k *KillOptions
+		if c.kill != nil {
+			k = &KillOptions{GracePeriodOverride: c.kill}
+		}
+		got, short := effectiveGrace(c.current, p, k)
+		if got != c.want || short != c.short {
+			t.Errorf("%s: got %d shortened %v, want %d %v", c.name, got, short, c.want, c.short)
+		}
+	}
+}
+
+// blockingTerminate holds SyncTerminatingPod until cancelled or released.
+type blockingTerminate struct {
+	*fakeHandler
+	release chan struct{}
+}
+
+func (b *blockingTerminate) SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, grace int64, kill *KillOptions) error {
+	_ = b.fakeHandler.SyncTerminatingPod(ctx, pod, grace, kill)
+	select {
+	case <-b.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func TestShorterGraceRestartsTermination(t *testing.T) {
+	f := newFake()
+	b := &blockingTerminate{fakeHandler: f, release: make(chan struct{})}
+	w := start(t, b)
+	p := newPod("u1", "a")
+	p.Spec.TerminationGracePeriodSeconds = i64(30)
+	w.UpdatePod(UpdateOptions{Type: UpdateKill, Pod: p})
+	eventually(t, "terminating with 30", func() bool {
+		cs := f.callsOf("u1")
+		return len(cs) == 1 && cs[0].grace == 30
+	})
+	w.UpdatePod(UpdateOptions{Type: UpdateUpdate, Pod: deleted(p, 5)})
+	eventually(t, "terminating again with 5", func() bool {
+		cs := f.callsOf("u1")
+		return len(cs) == 2 && cs[1].grace == 5
+	})
+	// a longer one later does not lengthen it
+	w.UpdatePod(UpdateOptions{Type: UpdateKill, Pod: p, Kill: &KillOptions{GracePeriodOverride: i64(20)}})
+	close(b.release)
+	eventually(t, "terminated", func() bool { return w.IsPodKnownTerminated("u1") })
+	for _, c := range f.callsOf("u1")[1:] {
+		if c.kind == TerminatingPodWork && c.grace != 5 {
+			t.Fatalf("grace grew to %d", c.grace)
+		}
+	}
+}
+
+// A Create for a UID that is terminating restarts it once housekeeping runs.
+func TestRecreateAfterTerminate(t *testing.T) {
+	f := newFake()
+	w := start(t, f)
+	p := newPod("u1", "a")
+	w.UpdatePod(UpdateOptions{Type: UpdateCreate, Pod: p})
+	w.UpdatePod(UpdateOptions{Type: UpdateKill, Pod: p})
+	w.UpdatePod(UpdateOptions{Type: UpdateCreate, Pod: p})
+	eventually(t, "terminated", func() bool {
+		return len(f.callsOf("u1")) > 0 && f.callsOf("u1")[len(f.callsOf("u1"))-1].kind == TerminatedPodWork
+	})
+	eventually(t, "recreated", func() bool {
+		return w.SyncKnownPods([]*corev1.Pod{p})["u1"] == TerminatedAndRecreated
+	})
+	if w.IsPodTerminationRequested("u1") {
+		t.Fatal("the recreated UID must start clean")
+	}
+	n := len(f.callsOf("u1"))
+	w.UpdatePod(UpdateOptions{Type: UpdateCreate, Pod: p})
+	eventually(t, "synced again", func() bool {
+		cs := f.callsOf("u1")
+		return len(cs) > n && cs[n].kind == SyncPodWork
+	})
+}
+
+// A pod that reaches a terminal phase is torn down; failures retry.
+func TestTerminalAndRetry(t *testing.T) {
+	f := newFake()
+	f.terminal["u1"] = true
+	f.failOnce[TerminatingPodWork] = true
+	w := start(t, f, WithBackOffPeriod(10*time.Millisecond))
+	w.UpdatePod(UpdateOptions{Type: UpdateCreate, Pod: newPod("u1", "a")})
+	eventually(t, "terminated after a retry", func() bool { return w.IsPodKnownTerminated("u1") })
+	want := []WorkType{SyncPodWork, TerminatingPodWork, TerminatingPodWork}
+	if got := kinds(f.callsOf("u1")); fmt.Sprint(got[:3]) != fmt.Sprint(want) {
+		t.Fatalf("calls %v, want prefix %v", got, want)
+	}
+}
+
+// Healthy pods are resynced on the resync interval; one slow pod never
+// stalls another.
+func TestResyncAndIndependence(t *testing.T) {
+	f := newFake()
+	f.block["slow"] = make(chan struct{})
+	w := start(t, f, WithResyncInterval(20*time.Millisecond))
+	w.UpdatePod(UpdateOptions{Type: UpdateCreate, Pod: newPod("slow", "s")})
+	w.UpdatePod(UpdateOptions{Type: UpdateCreate, Pod: newPod("u1", "a")})
+	eventually(t, "resyncs", func() bool { return len(f.callsOf("u1")) >= 3 })
+	for _, c := range f.callsOf("u1")[1:] {
+		if c.t != UpdateSync {
+			t.Fatalf("resync with type %v", c.t)
+		}
+	}
+	close(f.block["slow"])
+}
+
+func TestTerminalPodOnFirstSightIsNotStarted(t *testing.T) {
+	f := newFake()
+	w := start(t, f)
+	p := newPod("u1", "a")
+	p.Status.Phase = corev1.PodSucceeded
+	w.UpdatePod(UpdateOptions{Type: UpdateCreate, Pod: p})
+	eventually(t, "terminated", func() bool { return w.IsPodKnownTerminated("u1") })
+	for _, c := range f.callsOf("u1") {
+		if c.kind == SyncPodWork {
+			t.Fatal("a terminal pod was started")
+		}
+	}
+}
+
+func TestMirrorPodTerminatingByFullName(t *testing.T) {
+	f := newFake()
+	b := &blockingTerminate{fakeHandler: f, release: make(chan struct{})}
+	w := start(t, b)
+	p := newPod("u1", "static")
+	w.UpdatePod(UpdateOptions{Type: UpdateKill, Pod: p})
+	eventually(t, "terminating", func() bool { return w.IsPodForMirrorPodTerminatingByFullName("static_ns") })
+	close(b.release)
+	eventually(t, "done", func() bool { return !w.IsPodForMirrorPodTerminatingByFullName("static_ns") })
+}
+
+func TestKillUnknownAfterStopClosesChannel(t *testing.T) {
+	w := New(newFake())
+	w.Stop()
+	done := make(chan struct{})
+	w.UpdatePod(UpdateOptions{Type: UpdateKill, Pod: newPod("u", "a"), Kill: &KillOptions{CompletedCh: done}})
+	<-done
+}
