@@ -1,0 +1,119 @@
+package probe
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// HTTP runs httpGet probes. One value serves every worker: it holds the
+// transport, which keeps no connections (every probe dials anew, as the
+// kubelet's does).
+type HTTP struct {
+	transport *http.Transport
+}
+
+// NewHTTP returns an HTTP prober. TLS certificates are not verified
+// (kubelet rule: probes skip verification).
+func NewHTTP() *HTTP {
+	return &HTTP{transport: &http.Transport{
+		TLSClientConfig:     &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // kubelet rule: probes do not verify certificates
+		DisableKeepAlives:   true,
+		DisableCompression:  true,
+		Proxy:               http.ProxyURL(nil),
+		DialContext:         dialer().DialContext,
+		TLSHandshakeTimeout: 10 * time.Second,
+	}}
+}
+
+// Request builds the GET request of an httpGet action: the scheme (default
+// http), host (default the pod IP), port (number or container port name),
+// path and headers, with the kubelet's User-Agent and Accept unless the
+// action sets them.
+func Request(action *corev1.HTTPGetAction, c *corev1.Container, podIP string) (*http.Request, error) {
+	scheme := strings.ToLower(string(action.Scheme))
+	if scheme == "" {
+		scheme = "http"
+	}
+	host := action.Host
+	if host == "" {
+		host = podIP
+	}
+	port, err := ResolvePort(action.Port, c)
+	if err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(action.Path)
+	if err != nil {
+		u = &url.URL{Path: action.Path}
+	}
+	u.Scheme = scheme
+	u.Host = net.JoinHostPort(host, strconv.Itoa(port))
+	req, err := http.NewRequest(http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	h := make(http.Header, len(action.HTTPHeaders)+2)
+	for _, hd := range action.HTTPHeaders {
+		h.Add(hd.Name, hd.Value)
+	}
+	if _, ok := h["User-Agent"]; !ok {
+		h.Set("User-Agent", UserAgent)
+	}
+	// kubelet rule: an Accept header given empty removes the default.
+	if _, ok := h["Accept"]; !ok {
+		h.Set("Accept", "*/*")
+	} else if h.Get("Accept") == "" {
+		h.Del("Accept")
+	}
+	req.Header = h
+	req.Host = h.Get("Host")
+	return req, nil
+}
+
+// Probe sends req and judges the answer: 200 to 399 is healthy. Redirects
+// to the same host are followed (at most 10); a redirect to another host is
+// not followed and counts as healthy with a Warning (kubelet rule).
+func (p *HTTP) Probe(ctx context.Context, req *http.Request, timeout time.Duration) (Result, string) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	client := &http.Client{Transport: p.transport, Timeout: timeout, CheckRedirect: sameHostRedirects}
+	res, err := client.Do(req.WithContext(ctx))
+	if err != nil {
+		return Failure, err.Error()
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(res.Body, maxOutput))
+	if err != nil {
+		return Failure, fmt.Sprintf("reading the response: %v", err)
+	}
+	body := string(b)
+	switch {
+	case res.StatusCode >= 200 && res.StatusCode < 300:
+		return Success, body
+	case res.StatusCode >= 300 && res.StatusCode < 400:
+		return Warning, "Probe terminated redirects, Response body: " + body
+	default:
+		return Failure, fmt.Sprintf("HTTP probe failed with statuscode: %d", res.StatusCode)
+	}
+}
+
+func sameHostRedirects(req *http.Request, via []*http.Request) error {
+	if req.URL.Hostname() != via[0].URL.Hostname() {
+		return http.ErrUseLastResponse
+	}
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
+	}
+	return nil
+}

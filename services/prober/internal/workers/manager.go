@@ -1,0 +1,374 @@
+// Package workers is the prober's manager and its probe workers (kubelet:
+// pkg/kubelet/prober's manager and worker), fed by pod specs and runtime
+// status instead of in-process managers, and reporting changed results to a
+// Sink.
+package workers
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/logging"
+	"github.com/splitlet/splitlet/services/prober/internal/probe"
+)
+
+// Execer runs an exec probe's command in a container through the runtime.
+type Execer interface {
+	Exec(ctx context.Context, req bus.ExecRequest, timeout time.Duration) (*probe.ExecOutcome, error)
+}
+
+// Option configures a Manager.
+type Option func(*Manager)
+
+// WithLogger sets the logger.
+func WithLogger(l *zap.Logger) Option { return func(m *Manager) { m.log = l } }
+
+// WithRecorder sets where Unhealthy and ProbeWarning Events go.
+func WithRecorder(r record.EventRecorder) Option { return func(m *Manager) { m.recorder = r } }
+
+// WithExecer sets how exec probes reach the runtime.
+func WithExecer(e Execer) Option { return func(m *Manager) { m.execer = e } }
+
+// WithSink sets where changed results go.
+func WithSink(s Sink) Option { return func(m *Manager) { m.sink = s } }
+
+// WithRegisterer registers the prober metrics on r.
+func WithRegisterer(r prometheus.Registerer) Option { return func(m *Manager) { m.reg = r } }
+
+// WithRestartGrace sets how long before the manager's start a running
+// container must have started to count as started before the prober ran
+// (kubelet: 10 s); such a container gets no initial result.
+func WithRestartGrace(d time.Duration) Option { return func(m *Manager) { m.restartGrace = d } }
+
+// Manager keeps one worker per (pod, container, probe type) of the pods it
+// is told about, and the runtime status those workers read.
+type Manager struct {
+	log          *zap.Logger
+	recorder     record.EventRecorder
+	execer       Execer
+	sink         Sink
+	reg          prometheus.Registerer
+	restartGrace time.Duration
+
+	http    *probe.HTTP
+	metrics *metrics
+	results *results
+
+	start  time.Time
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	closed  bool
+	pods    map[types.UID]*podEntry
+	workers map[workerKey]*worker
+
+	statusMu sync.RWMutex
+	status   map[types.UID]*bus.PodRuntimeStatus
+}
+
+type workerKey struct {
+	uid       types.UID
+	container string
+	probe     bus.ProbeType
+}
+
+// podEntry is a pod the manager knows: the latest spec seen, and the
+// source that sent it (for SET snapshots).
+type podEntry struct {
+	source string
+	mu     sync.RWMutex
+	pod    *corev1.Pod
+}
+
+func (e *podEntry) get() *corev1.Pod {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.pod
+}
+
+// New builds a manager. Its workers start probing once Start has run.
+func New(opts ...Option) (*Manager, error) {
+	m := &Manager{
+		log:          zap.NewNop(),
+		recorder:     &record.FakeRecorder{},
+		restartGrace: 10 * time.Second,
+		http:         probe.NewHTTP(),
+		pods:         map[types.UID]*podEntry{},
+		workers:      map[workerKey]*worker{},
+		status:       map[types.UID]*bus.PodRuntimeStatus{},
+	}
+	for _, o := range opts {
+		o(m)
+	}
+	met, err := newMetrics(m.reg)
+	if err != nil {
+		return nil, fmt.Errorf("prober metrics: %w", err)
+	}
+	m.metrics = met
+	m.results = newResults(m.sink)
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.start = time.Now()
+	return m, nil
+}
+
+// UpsertPod takes in a pod from an ADD, UPDATE, DELETE or RECONCILE (or a
+// SET). A pod seen for the first time gets its workers (kubelet: AddPod on
+// pod addition); for a known pod only the stored spec is refreshed, which
+// carries deletionTimestamp to the workers. Probes are immutable in a pod,
+// so workers are never rebuilt for an update.
+func (m *Manager) UpsertPod(source string, pod *corev1.Pod) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	if e, ok := m.pods[pod.UID]; ok {
+		e.mu.Lock()
+		e.pod = pod
+		e.mu.Unlock()
+		e.source = source
+		return
+	}
+	e := &podEntry{source: source, pod: pod}
+	m.pods[pod.UID] = e
+	for _, c := range probedContainers(pod) {
+		for _, t := range []bus.ProbeType{bus.ProbeStartup, bus.ProbeReadiness, bus.ProbeLiveness} {
+			spec := probeOf(c.container, t)
+			if spec == nil {
+				continue
+			}
+			k := workerKey{pod.UID, c.container.Name, t}
+			if _, ok := m.workers[k]; ok {
+				continue
+			}
+			w := m.newWorker(e, pod, c.container, c.init, t, spec)
+			m.workers[k] = w
+			w.begin(m.initialDelay(w.period))
+		}
+	}
+	m.log.Debug("pod added", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)), zap.Int("workers", len(m.workers)))...)
+}
+
+// RemovePod stops the pod's workers and forgets the pod and its status
+// (kubelet: RemovePod / CleanupPods).
+func (m *Manager) RemovePod(uid types.UID) {
+	m.mu.Lock()
+	_, known := m.pods[uid]
+	delete(m.pods, uid)
+	var stop []*worker
+	for k, w := range m.workers {
+		if k.uid == uid {
+			stop = append(stop, w)
+		}
+	}
+	m.mu.Unlock()
+	for _, w := range stop {
+		w.stop()
+	}
+	m.statusMu.Lock()
+	delete(m.status, uid)
+	m.statusMu.Unlock()
+	if known {
+		m.log.Debug("pod removed", zap.String(logging.FieldUID, string(uid)))
+	}
+}
+
+// SyncSource applies a SET snapshot: the source's pods for which inScope
+// holds (its partition) are exactly pods; others of the source in scope are
+// removed.
+func (m *Manager) SyncSource(source string, inScope func(types.UID) bool, pods []corev1.Pod) {
+	want := make(map[types.UID]bool, len(pods))
+	for i := range pods {
+		want[pods[i].UID] = true
+	}
+	m.mu.Lock()
+	var gone []types.UID
+	for uid, e := range m.pods {
+		if e.source == source && !want[uid] && inScope(uid) {
+			gone = append(gone, uid)
+		}
+	}
+	m.mu.Unlock()
+	for _, uid := range gone {
+		m.RemovePod(uid)
+	}
+	for i := range pods {
+		m.UpsertPod(source, &pods[i])
+	}
+}
+
+// UpdateStatus stores a pod's runtime status for its workers, and has the
+// readiness worker of a started container that is not yet ready probe at
+// once (kubelet: UpdatePodStatus' manual trigger).
+func (m *Manager) UpdateStatus(st *bus.PodRuntimeStatus) {
+	m.mu.Lock()
+	_, known := m.pods[st.UID]
+	m.mu.Unlock()
+	m.statusMu.Lock()
+	if !known && st.Terminated {
+		// A finished pod the prober never saw needs nothing.
+		delete(m.status, st.UID)
+		m.statusMu.Unlock()
+		return
+	}
+	m.status[st.UID] = st
+	m.statusMu.Unlock()
+	if !known {
+		return
+	}
+	for _, list := range [][]corev1.ContainerStatus{st.ContainerStatuses, st.InitContainerStatuses} {
+		for i := range list {
+			cs := &list[i]
+			if cs.State.Running == nil || cs.ContainerID == "" || !m.isStarted(st.UID, cs) {
+				continue
+			}
+			if r, ok := m.results.get(bus.ProbeReadiness, cs.ContainerID); ok && r == bus.ProbeSuccess {
+				continue
+			}
+			if w := m.worker(st.UID, cs.Name, bus.ProbeReadiness); w != nil {
+				w.trigger()
+			}
+		}
+	}
+}
+
+func (m *Manager) statusOf(uid types.UID) (*bus.PodRuntimeStatus, bool) {
+	m.statusMu.RLock()
+	defer m.statusMu.RUnlock()
+	st, ok := m.status[uid]
+	return st, ok
+}
+
+func (m *Manager) worker(uid types.UID, container string, t bus.ProbeType) *worker {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.workers[workerKey{uid, container, t}]
+}
+
+// isStarted says whether a container has started as the prober sees it
+// (kubelet: isContainerStarted): running, and its startup probe (if it has
+// one) has succeeded.
+func (m *Manager) isStarted(uid types.UID, cs *corev1.ContainerStatus) bool {
+	if cs.State.Running == nil {
+		return false
+	}
+	if r, ok := m.results.get(bus.ProbeStartup, cs.ContainerID); ok {
+		return r == bus.ProbeSuccess
+	}
+	return m.worker(uid, cs.Name, bus.ProbeStartup) == nil
+}
+
+// removeWorker forgets w if it is still the registered worker of its key.
+func (m *Manager) removeWorker(w *worker) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.workers[w.key] == w {
+		delete(m.workers, w.key)
+	}
+}
+
+// initialDelay spreads the first probes of a freshly started prober over
+// one period (kubelet rule); later workers probe at once.
+func (m *Manager) initialDelay(period time.Duration) time.Duration {
+	if period > time.Since(m.start) {
+		return randDuration(period)
+	}
+	return 0
+}
+
+// Workers returns how many workers run.
+func (m *Manager) Workers() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.workers)
+}
+
+// Result returns the cached result of a probe type for a container ID.
+func (m *Manager) Result(t bus.ProbeType, containerID string) (bus.ProbeOutcome, bool) {
+	return m.results.get(t, containerID)
+}
+
+// Stop ends every worker, cancelling probes in flight, and waits for them
+// until ctx ends.
+func (m *Manager) Stop(ctx context.Context) error {
+	m.mu.Lock()
+	m.closed = true
+	all := make([]*worker, 0, len(m.workers))
+	for _, w := range m.workers {
+		all = append(all, w)
+	}
+	m.mu.Unlock()
+	m.cancel()
+	for _, w := range all {
+		w.stop()
+	}
+	for _, w := range all {
+		select {
+		case <-w.done:
+		case <-ctx.Done():
+			return fmt.Errorf("prober: %d workers still running at shutdown: %w", m.Workers(), ctx.Err())
+		}
+	}
+	return nil
+}
+
+type probedContainer struct {
+	container *corev1.Container
+	init      bool
+}
+
+// probedContainers are the regular containers and the restartable init
+// containers (sidecars), the ones the kubelet probes.
+func probedContainers(pod *corev1.Pod) []probedContainer {
+	var out []probedContainer
+	for i := range pod.Spec.Containers {
+		out = append(out, probedContainer{&pod.Spec.Containers[i], false})
+	}
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			out = append(out, probedContainer{c, true})
+		}
+	}
+	return out
+}
+
+func probeOf(c *corev1.Container, t bus.ProbeType) *corev1.Probe {
+	switch t {
+	case bus.ProbeStartup:
+		return c.StartupProbe
+	case bus.ProbeReadiness:
+		return c.ReadinessProbe
+	default:
+		return c.LivenessProbe
+	}
+}
+
+// withDefaults fills the API server's defaults into unset fields: timeout
+// 1 s, period 10 s, success threshold 1, failure threshold 3.
+func withDefaults(p *corev1.Probe) *corev1.Probe {
+	d := p.DeepCopy()
+	if d.TimeoutSeconds <= 0 {
+		d.TimeoutSeconds = 1
+	}
+	if d.PeriodSeconds <= 0 {
+		d.PeriodSeconds = 10
+	}
+	if d.SuccessThreshold <= 0 {
+		d.SuccessThreshold = 1
+	}
+	if d.FailureThreshold <= 0 {
+		d.FailureThreshold = 3
+	}
+	return d
+}
