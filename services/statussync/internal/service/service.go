@@ -1,33 +1,264 @@
-// Package service is the statussync stage's runner.
+// Package service is the statussync stage's runner: it feeds the status
+// manager from the bus (pod updates, runtime status, probe results) and from
+// an informer on the node's API pods, and runs its writers.
 package service
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/config"
+	"github.com/splitlet/splitlet/libs/kube"
+	"github.com/splitlet/splitlet/libs/logging"
+	"github.com/splitlet/splitlet/services/statussync/internal/statusmanager"
+)
+
+// Durable consumer names (docs/bus.md, cross-stage agreement 5).
+const (
+	DurablePodUpdates = "statussync"
+	DurablePodStatus  = "statussync-status"
+	DurableProbes     = "statussync-probes"
 )
 
 // Config holds the statussync keys.
-type Config struct{}
+type Config struct {
+	Workers       int
+	BatchPeriod   time.Duration
+	CoalesceDelay time.Duration
+	PendingTTL    time.Duration
+}
 
 // RegisterFlags adds the statussync keys ("statussync.<key>") to fs.
-func (c *Config) RegisterFlags(fs *pflag.FlagSet) {}
+func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
+	fs.IntVar(&c.Workers, "statussync.workers", 4, "pod status writers working in parallel")
+	fs.DurationVar(&c.BatchPeriod, "statussync.batch-period", 10*time.Second, "how often every pod's status is compared with the API server and re-sent where it differs (kubelet: syncBatch)")
+	fs.DurationVar(&c.CoalesceDelay, "statussync.coalesce-delay", 100*time.Millisecond, "how long a changed pod status waits before it is written, so that the changes of that time go out as one patch; 0 writes at once")
+	fs.DurationVar(&c.PendingTTL, "statussync.pending-ttl", time.Minute, "how long a runtime status of a pod whose spec is unknown is held before it is dropped")
+}
+
+// Validate checks the keys.
+func (c *Config) Validate() error {
+	switch {
+	case c.Workers < 1 || c.Workers > 256:
+		return fmt.Errorf("invalid value %d for statussync.workers: must be 1 to 256", c.Workers)
+	case c.BatchPeriod <= 0:
+		return fmt.Errorf("invalid value %v for statussync.batch-period: must be positive", c.BatchPeriod)
+	case c.CoalesceDelay < 0 || c.CoalesceDelay > 10*time.Second:
+		return fmt.Errorf("invalid value %v for statussync.coalesce-delay: must be 0 to 10s", c.CoalesceDelay)
+	case c.PendingTTL <= 0:
+		return fmt.Errorf("invalid value %v for statussync.pending-ttl: must be positive", c.PendingTTL)
+	}
+	return nil
+}
 
 // Runner is the running stage.
 type Runner struct {
-	log  *zap.Logger
-	kube kubernetes.Interface
+	cfg    *Config
+	common *config.Common
+	log    *zap.Logger
+	kube   kubernetes.Interface
+	js     jetstream.JetStream
+	reg    prometheus.Registerer
+
+	ready   atomic.Bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+	mu      sync.Mutex
+	manager *statusmanager.Manager
 }
 
 // New builds the stage.
-func New(_ *Config, log *zap.Logger, kube kubernetes.Interface) *Runner {
-	return &Runner{log: log.Named("statussync"), kube: kube}
+func New(cfg *Config, common *config.Common, log *zap.Logger, kube kubernetes.Interface, js jetstream.JetStream, reg prometheus.Registerer) (*Runner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Runner{cfg: cfg, common: common, log: log.Named("statussync"), kube: kube, js: js, reg: reg}, nil
 }
 
 // Start returns at once; the stage's loops run in the background.
-func (r *Runner) Start(context.Context) error { return nil }
+func (r *Runner) Start(context.Context) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	r.done = make(chan struct{})
+	go func() {
+		defer close(r.done)
+		if err := r.run(ctx); err != nil && ctx.Err() == nil {
+			r.log.Error("statussync stopped", zap.Error(err))
+		}
+	}()
+	return nil
+}
 
-// Stop drains the stage's work.
-func (r *Runner) Stop(context.Context) error { return nil }
+// Stop stops consuming, lets the writes in hand finish, and returns.
+func (r *Runner) Stop(ctx context.Context) error {
+	if r.cancel == nil {
+		return nil
+	}
+	r.cancel()
+	select {
+	case <-r.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Ready is true once the informer is synced and the consumers run.
+func (r *Runner) Ready(context.Context) error {
+	if !r.ready.Load() {
+		return errors.New("statussync: starting")
+	}
+	return nil
+}
+
+// Manager is the status manager once running (for tests).
+func (r *Runner) Manager() *statusmanager.Manager {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.manager
+}
+
+func (r *Runner) run(ctx context.Context) error {
+	node := r.common.NodeName
+	log := r.log.With(zap.String(logging.FieldNode, node))
+	factory := kube.NodePodsFactory(r.kube, node, 0)
+	podInformer := factory.Core().V1().Pods().Informer()
+	recorder, stopRecorder := kube.NewRecorder(r.kube, node)
+	defer stopRecorder()
+	m, err := statusmanager.New(r.kube, podInformer, log, statusmanager.Options{
+		Workers:       r.cfg.Workers,
+		BatchPeriod:   r.cfg.BatchPeriod,
+		CoalesceDelay: r.cfg.CoalesceDelay,
+		PendingTTL:    r.cfg.PendingTTL,
+		Partitions:    r.common.Partitions,
+		Recorder:      recorder,
+		Registerer:    r.reg,
+	})
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.manager = m
+	r.mu.Unlock()
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), podInformer.HasSynced) {
+		return ctx.Err()
+	}
+	if err := r.ensureStreams(ctx, node); err != nil {
+		return err
+	}
+
+	managerDone := make(chan struct{})
+	mctx, stopManager := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		defer close(managerDone)
+		m.Run(mctx)
+	}()
+	defer func() {
+		stopManager()
+		<-managerDone
+	}()
+
+	stops, err := r.consume(ctx, node, m, log)
+	defer func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	r.ready.Store(true)
+	log.Info("statussync running", zap.Int("workers", r.cfg.Workers), zap.Duration("batchPeriod", r.cfg.BatchPeriod),
+		zap.Duration("coalesceDelay", r.cfg.CoalesceDelay))
+	<-ctx.Done()
+	r.ready.Store(false)
+	return nil
+}
+
+// ensureStreams creates the node's streams (idempotent), retrying until the
+// bus answers or the stage stops.
+func (r *Runner) ensureStreams(ctx context.Context, node string) error {
+	delay := 100 * time.Millisecond
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := bus.EnsureStreams(sctx, r.js, node)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		r.log.Warn("bus streams not ready, retrying", zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+func (r *Runner) consume(ctx context.Context, node string, m *statusmanager.Manager, log *zap.Logger) ([]func(), error) {
+	var stops []func()
+	specs := []struct {
+		stream, durable string
+		handle          bus.Handler
+	}{
+		{bus.StreamPodUpdates, DurablePodUpdates, func(_ context.Context, subject string, e *bus.Envelope) error {
+			u, err := bus.DecodePodUpdate(e)
+			if err != nil {
+				log.Warn("dropping malformed pod update", zap.String(logging.FieldSubject, subject), zap.Error(err))
+				return nil
+			}
+			p, ok := bus.PartitionOf(subject)
+			if !ok {
+				log.Warn("dropping pod update on a subject without a partition", zap.String(logging.FieldSubject, subject))
+				return nil
+			}
+			m.PodUpdate(e.Op, e.Source, p, u.Pods)
+			return nil
+		}},
+		{bus.StreamPodStatus, DurablePodStatus, func(_ context.Context, subject string, e *bus.Envelope) error {
+			rs, err := bus.DecodePodRuntimeStatus(e)
+			if err != nil {
+				log.Warn("dropping malformed runtime status", zap.String(logging.FieldSubject, subject), zap.Error(err))
+				return nil
+			}
+			m.RuntimeStatus(rs)
+			return nil
+		}},
+		{bus.StreamProbes, DurableProbes, func(_ context.Context, subject string, e *bus.Envelope) error {
+			pr, err := bus.DecodeProbeResult(e)
+			if err != nil {
+				log.Warn("dropping malformed probe result", zap.String(logging.FieldSubject, subject), zap.Error(err))
+				return nil
+			}
+			m.ProbeResult(pr)
+			return nil
+		}},
+	}
+	for _, s := range specs {
+		stop, err := bus.Consume(ctx, r.js, bus.ConsumerOptions{
+			Stream:  bus.StreamName(node, s.stream),
+			Durable: s.durable,
+			Logger:  log,
+		}, s.handle)
+		if err != nil {
+			return stops, err
+		}
+		stops = append(stops, stop)
+	}
+	return stops, nil
+}

@@ -1,0 +1,681 @@
+// Package statusmanager is statussync's status manager: it keeps one
+// versioned API status per pod and writes it to the API server, as the
+// kubelet's status manager does.
+//
+// The machine, per pod UID (the bus identity; a static pod's status goes to
+// its mirror pod):
+//
+//	inputs ──► entry{spec, runtime, probes} ──► generate ──► updateStatus ──► versioned status (v1, v2, ...)
+//	                                                                              │ queue.AddAfter(uid, coalesce-delay)
+//	                                                                              ▼
+//	                     API server ◄── patch (strategic merge, UID precondition) ◄── worker: sync(uid)
+//	                                ◄── delete (grace 0, UID precondition) once finished and deleted
+//
+// Inputs are PodUpdate (the spec), PodRuntimeStatus (the runtime) and
+// ProbeResult (ready/started). Each input regenerates the pod's status;
+// updateStatus refuses illegal container transitions, keeps transition times
+// and the first start time, and bumps the version only when the status
+// differs from the cached one. The work queue holds UIDs, so every change
+// made before a worker picks the pod up is written by one patch (the latest
+// version); the coalescing delay gives the start of a pod (Pending, Running,
+// Ready within milliseconds) time to fold into one write.
+//
+// Invariants:
+//   - versions of a UID only grow; apiVersions[uid] is the last version
+//     written (or found already equal) and is never above the cached one;
+//   - one worker at a time handles a UID (the work queue guarantees it);
+//   - a status is written only to the API object of the same UID (patch and
+//     delete carry it as a precondition); a recreated pod is never touched;
+//   - a terminal phase never goes back (generation keeps it), and it is
+//     written only once the worker reports every container stopped;
+//   - every syncBatch period, each pod whose API copy differs from the cache
+//     on what statussync owns is queued again (someone else's change is put
+//     right), and so is each pod that may be deleted.
+package statusmanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/kube"
+	"github.com/splitlet/splitlet/libs/logging"
+	"github.com/splitlet/splitlet/services/statussync/internal/apistatus"
+)
+
+// Annotations that tie static pods to their mirror pods.
+const (
+	AnnotationMirror = "kubernetes.io/config.mirror"
+	AnnotationSource = "kubernetes.io/config.source"
+	indexUID         = "uid"
+	indexMirror      = "mirror"
+)
+
+// Options tune the manager.
+type Options struct {
+	// Workers write statuses in parallel (a bounded pool).
+	Workers int
+	// BatchPeriod is how often every cached status is compared with the API.
+	BatchPeriod time.Duration
+	// CoalesceDelay is how long a changed pod waits before its write, so
+	// that the changes of that time go out as one patch.
+	CoalesceDelay time.Duration
+	// PendingTTL is how long a status of a pod with no known spec is kept
+	// waiting for the spec before it is dropped.
+	PendingTTL time.Duration
+	// Partitions is the bus partition count (for SET snapshots).
+	Partitions int
+	// Recorder records Events on pods; nil records none.
+	Recorder record.EventRecorder
+	// Registerer gets the manager's metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+func (o *Options) defaults() {
+	if o.Workers < 1 {
+		o.Workers = 1
+	}
+	if o.BatchPeriod <= 0 {
+		o.BatchPeriod = 10 * time.Second
+	}
+	if o.CoalesceDelay < 0 {
+		o.CoalesceDelay = 0
+	}
+	if o.PendingTTL <= 0 {
+		o.PendingTTL = time.Minute
+	}
+	if o.Partitions < 1 {
+		o.Partitions = 16
+	}
+}
+
+type versioned struct {
+	status    corev1.PodStatus
+	version   uint64
+	namespace string
+	name      string
+	// finished: the worker reported every container stopped and the
+	// resources reclaimed (kubelet: podIsFinished).
+	finished bool
+}
+
+type probeKey struct {
+	containerID string
+	probe       bus.ProbeType
+}
+
+type probeResults map[probeKey]bus.ProbeOutcome
+
+func (p probeResults) Result(id string, t bus.ProbeType) (bus.ProbeOutcome, bool) {
+	r, ok := p[probeKey{id, t}]
+	return r, ok
+}
+
+type entry struct {
+	uid       types.UID
+	spec      *corev1.Pod
+	source    string
+	runtime   *bus.PodRuntimeStatus
+	probes    probeResults
+	status    *versioned
+	firstSeen time.Time
+	// deletedAt is set once the API object was deleted by the manager.
+	deletedAt     time.Time
+	rejectionSent bool
+	heldLogged    bool
+}
+
+// Manager is the status manager.
+type Manager struct {
+	opts    Options
+	log     *zap.Logger
+	client  kubernetes.Interface
+	indexer cache.Indexer
+	queue   workqueue.TypedRateLimitingInterface[types.UID]
+
+	mu          sync.Mutex
+	entries     map[types.UID]*entry
+	apiVersions map[types.UID]uint64
+	written     map[types.UID]*corev1.Pod
+
+	patches, deletes, failures prometheus.Counter
+}
+
+// New builds a manager that reads API pods from podInformer (which must not
+// be started yet: New adds its indexers and handlers).
+func New(client kubernetes.Interface, podInformer cache.SharedIndexInformer, log *zap.Logger, opts Options) (*Manager, error) {
+	opts.defaults()
+	m := &Manager{
+		opts:        opts,
+		log:         log,
+		client:      client,
+		indexer:     podInformer.GetIndexer(),
+		entries:     map[types.UID]*entry{},
+		apiVersions: map[types.UID]uint64{},
+		written:     map[types.UID]*corev1.Pod{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](100*time.Millisecond, 30*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "statussync"}),
+		patches:  prometheus.NewCounter(prometheus.CounterOpts{Name: "splitlet_statussync_patches_total", Help: "Pod status patches sent to the API server."}),
+		deletes:  prometheus.NewCounter(prometheus.CounterOpts{Name: "splitlet_statussync_deletes_total", Help: "Finished pods deleted from the API server."}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "splitlet_statussync_sync_failures_total", Help: "Failed status writes or deletes (retried with back-off)."}),
+	}
+	if opts.Registerer != nil {
+		for _, c := range []prometheus.Collector{m.patches, m.deletes, m.failures} {
+			if err := opts.Registerer.Register(c); err != nil {
+				var are prometheus.AlreadyRegisteredError
+				if !errors.As(err, &are) {
+					return nil, err
+				}
+			}
+		}
+	}
+	err := podInformer.AddIndexers(cache.Indexers{
+		indexUID: func(obj any) ([]string, error) {
+			if p, ok := obj.(*corev1.Pod); ok {
+				return []string{string(p.UID)}, nil
+			}
+			return nil, nil
+		},
+		indexMirror: func(obj any) ([]string, error) {
+			if p, ok := obj.(*corev1.Pod); ok {
+				if h, ok := p.Annotations[AnnotationMirror]; ok && h != "" {
+					return []string{h}, nil
+				}
+			}
+			return nil, nil
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("statussync: pod indexers: %w", err)
+	}
+	_, err = podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    m.onAPIPod,
+		UpdateFunc: func(_, obj any) { m.onAPIPod(obj) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if p, ok := obj.(*corev1.Pod); ok {
+				m.mu.Lock()
+				delete(m.written, busUID(p))
+				m.mu.Unlock()
+			}
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("statussync: pod handler: %w", err)
+	}
+	return m, nil
+}
+
+// busUID maps an API pod to its bus identity: a mirror pod stands for the
+// static pod whose UID its annotation holds.
+func busUID(p *corev1.Pod) types.UID {
+	if h, ok := p.Annotations[AnnotationMirror]; ok && h != "" {
+		return types.UID(h)
+	}
+	return p.UID
+}
+
+func isStatic(p *corev1.Pod, source string) bool {
+	if source != "" {
+		return source != "api"
+	}
+	s, ok := p.Annotations[AnnotationSource]
+	return ok && s != "api"
+}
+
+func podLog(ns, name string, uid types.UID) []zap.Field {
+	return logging.Pod(ns, name, string(uid))
+}
+
+// onAPIPod: a pod of the node changed in the API server. A status waiting
+// for its API object (a mirror pod not created yet, a spec not yet on the
+// bus) can now go; a deleted pod may now be removable.
+func (m *Manager) onAPIPod(obj any) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	uid := busUID(p)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := m.entries[uid]
+	if e == nil {
+		return
+	}
+	if e.status == nil {
+		m.regenerate(e)
+		return
+	}
+	if m.apiVersions[uid] < e.status.version || p.DeletionTimestamp != nil {
+		m.queue.AddAfter(uid, m.opts.CoalesceDelay)
+	}
+}
+
+func (m *Manager) entry(uid types.UID) *entry {
+	e := m.entries[uid]
+	if e == nil {
+		e = &entry{uid: uid, probes: probeResults{}, firstSeen: time.Now()}
+		m.entries[uid] = e
+	}
+	return e
+}
+
+// forget drops everything known of a pod (kubelet: RemoveOrphanedStatuses).
+func (m *Manager) forget(uid types.UID) {
+	delete(m.entries, uid)
+	delete(m.apiVersions, uid)
+	delete(m.written, uid)
+}
+
+// PodUpdate takes a PodUpdate from the bus.
+func (m *Manager) PodUpdate(op bus.Op, source string, partition int, pods []corev1.Pod) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if op == bus.OpRemove {
+		for i := range pods {
+			m.forget(pods[i].UID)
+		}
+		return
+	}
+	present := map[types.UID]bool{}
+	for i := range pods {
+		p := &pods[i]
+		present[p.UID] = true
+		e := m.entry(p.UID)
+		e.spec = p.DeepCopy()
+		e.source = source
+		if e.runtime != nil {
+			m.regenerate(e)
+		}
+		if p.DeletionTimestamp != nil && e.status != nil {
+			m.queue.AddAfter(p.UID, m.opts.CoalesceDelay)
+		}
+	}
+	if op == bus.OpSet {
+		// A snapshot: pods of this source and partition not in it are gone.
+		for uid, e := range m.entries {
+			if e.spec != nil && e.source == source && !present[uid] && bus.Partition(string(uid), m.opts.Partitions) == partition {
+				m.forget(uid)
+			}
+		}
+	}
+}
+
+// RuntimeStatus takes a PodRuntimeStatus from the bus.
+func (m *Manager) RuntimeStatus(rs *bus.PodRuntimeStatus) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := m.entry(rs.UID)
+	e.runtime = rs
+	// Results of container instances that no longer exist are stale.
+	ids := map[string]bool{}
+	for _, list := range [][]corev1.ContainerStatus{rs.InitContainerStatuses, rs.ContainerStatuses} {
+		for _, c := range list {
+			ids[c.ContainerID] = true
+		}
+	}
+	for k := range e.probes {
+		if !ids[k.containerID] {
+			delete(e.probes, k)
+		}
+	}
+	m.regenerate(e)
+}
+
+// ProbeResult takes a ProbeResult from the bus. Liveness results are the pod
+// workers' business and are ignored.
+func (m *Manager) ProbeResult(pr *bus.ProbeResult) {
+	if pr.Probe == bus.ProbeLiveness || pr.ContainerID == "" {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := m.entry(pr.PodUID)
+	k := probeKey{pr.ContainerID, pr.Probe}
+	if old, ok := e.probes[k]; ok && old == pr.Result {
+		return
+	}
+	e.probes[k] = pr.Result
+	if e.runtime != nil {
+		m.regenerate(e)
+	}
+}
+
+// specOf returns the pod spec to generate from: the bus's, or the API
+// object of the same UID.
+func (m *Manager) specOf(e *entry) *corev1.Pod {
+	if e.spec != nil {
+		return e.spec
+	}
+	objs, _ := m.indexer.ByIndex(indexUID, string(e.uid))
+	for _, o := range objs {
+		if p, ok := o.(*corev1.Pod); ok {
+			return p
+		}
+	}
+	return nil
+}
+
+// apiCopy finds the API object a pod's status is written to: the pod of
+// that UID, or for a static pod its mirror pod.
+func (m *Manager) apiCopy(uid types.UID, namespace, name string, static bool) *corev1.Pod {
+	if static {
+		objs, _ := m.indexer.ByIndex(indexMirror, string(uid))
+		for _, o := range objs {
+			if p, ok := o.(*corev1.Pod); ok && p.Namespace == namespace && p.Name == name {
+				return p
+			}
+		}
+		return nil
+	}
+	o, ok, _ := m.indexer.GetByKey(namespace + "/" + name)
+	if !ok {
+		return nil
+	}
+	p, ok := o.(*corev1.Pod)
+	if !ok || p.UID != uid {
+		return nil
+	}
+	return p
+}
+
+// regenerate builds the pod's status from its inputs and caches it as a new
+// version when it changed. Call with m.mu held.
+func (m *Manager) regenerate(e *entry) {
+	if e.runtime == nil || !e.deletedAt.IsZero() {
+		return
+	}
+	rs := e.runtime
+	pod := m.specOf(e)
+	if pod == nil {
+		if !e.heldLogged {
+			e.heldLogged = true
+			m.log.Info("runtime status for a pod not known yet; held until its spec arrives",
+				podLog(rs.Namespace, rs.Name, rs.UID)...)
+		}
+		return
+	}
+	static := isStatic(pod, e.source)
+	var apiStatus corev1.PodStatus
+	if api := m.apiCopy(e.uid, pod.Namespace, pod.Name, static); api != nil {
+		apiStatus = api.Status
+	}
+	old := apiStatus
+	if e.status != nil {
+		old = e.status.status
+	}
+	next := apistatus.Generate(apistatus.Input{
+		Pod: pod, Runtime: rs, Probes: e.probes, Old: old, API: apiStatus, Static: static,
+	})
+	finished := rs.Terminated || (e.status != nil && e.status.finished && !static)
+	if m.updateStatus(e, pod, old, next, finished) && apistatus.Rejected(rs) && !e.rejectionSent && m.opts.Recorder != nil {
+		// kubelet rejectPod: a Warning with the admission failure's reason.
+		e.rejectionSent = true
+		m.opts.Recorder.Event(kube.PodRef(pod.Namespace, pod.Name, pod.UID), corev1.EventTypeWarning, rs.Reason, rs.Message)
+	}
+}
+
+// updateStatus caches next as a new version if it is legal and differs from
+// the cached status (kubelet: updateStatusInternal). Call with m.mu held.
+func (m *Manager) updateStatus(e *entry, pod *corev1.Pod, old, next corev1.PodStatus, finished bool) bool {
+	if err := apistatus.CheckTransition(&old, &next, &pod.Spec); err != nil {
+		m.log.Warn("status update refused", append(podLog(pod.Namespace, pod.Name, e.uid), zap.Error(err))...)
+		return false
+	}
+	apistatus.Prepare(pod, &old, &next, metav1.Now())
+	var version uint64
+	if e.status != nil {
+		if e.status.finished == finished && apistatus.EqualByAgent(&e.status.status, &next) {
+			return false
+		}
+		version = e.status.version
+	}
+	e.status = &versioned{status: next, version: version + 1, namespace: pod.Namespace, name: pod.Name, finished: finished}
+	m.queue.AddAfter(e.uid, m.opts.CoalesceDelay)
+	return true
+}
+
+// Status returns the cached status of a pod and its version.
+func (m *Manager) Status(uid types.UID) (corev1.PodStatus, uint64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := m.entries[uid]
+	if e == nil || e.status == nil {
+		return corev1.PodStatus{}, 0, false
+	}
+	return *e.status.status.DeepCopy(), e.status.version, true
+}
+
+// Run runs the workers and the batch loop until ctx ends, then lets the
+// writes in hand finish and returns.
+func (m *Manager) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for i := 0; i < m.opts.Workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for m.processNext(ctx) {
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(m.opts.BatchPeriod)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				m.syncBatch()
+			}
+		}
+	}()
+	<-ctx.Done()
+	m.queue.ShutDown()
+	wg.Wait()
+}
+
+func (m *Manager) processNext(ctx context.Context) bool {
+	uid, quit := m.queue.Get()
+	if quit {
+		return false
+	}
+	defer m.queue.Done(uid)
+	// A write in hand finishes even when the stage is stopping.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := m.sync(cctx, uid); err != nil {
+		m.failures.Inc()
+		if ctx.Err() == nil {
+			m.queue.AddRateLimited(uid)
+		}
+		return true
+	}
+	m.queue.Forget(uid)
+	return true
+}
+
+// freshest picks between the informer's copy and the answer of the last
+// write the newer one. The kubelet GETs the pod before every write; we use
+// the informer's copy instead, which may lag our own last patch.
+func freshest(informer, written *corev1.Pod) *corev1.Pod {
+	if written == nil || written.UID != informer.UID {
+		return informer
+	}
+	a, errA := strconv.ParseUint(informer.ResourceVersion, 10, 64)
+	b, errB := strconv.ParseUint(written.ResourceVersion, 10, 64)
+	if errA == nil && errB == nil && b > a {
+		return written
+	}
+	return informer
+}
+
+// canBeDeleted: a pod being deleted whose API phase is terminal and whose
+// containers are all stopped with resources reclaimed may go (kubelet:
+// canBeDeleted; mirror pods are never deleted here).
+func canBeDeleted(pod *corev1.Pod, st *versioned) bool {
+	if pod.DeletionTimestamp == nil || pod.Annotations[AnnotationMirror] != "" {
+		return false
+	}
+	if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
+		return false
+	}
+	return st.finished
+}
+
+// sync writes a pod's latest version if the API server has not got it, and
+// deletes the pod when it may go (kubelet: syncPod).
+func (m *Manager) sync(ctx context.Context, uid types.UID) error {
+	m.mu.Lock()
+	e := m.entries[uid]
+	if e == nil || e.status == nil || !e.deletedAt.IsZero() {
+		m.mu.Unlock()
+		return nil
+	}
+	st := *e.status
+	static := isStatic(m.specOrEmpty(e), e.source)
+	apiVersion := m.apiVersions[uid]
+	target := m.apiCopy(uid, st.namespace, st.name, static)
+	written := m.written[uid]
+	m.mu.Unlock()
+	log := m.log.With(podLog(st.namespace, st.name, uid)...)
+	if target == nil {
+		// Not in the API (yet): a mirror pod still to be created, or a pod
+		// already gone. The informer's event brings the pod back here.
+		log.Debug("no API object for the status yet", zap.Bool("static", static))
+		return nil
+	}
+	base := freshest(target, written)
+	if apiVersion < st.version {
+		merged := apistatus.Merge(base, base.Status, st.status, !st.finished)
+		patch, unchanged, err := apistatus.StatusPatch(base.UID, base.Status, merged)
+		if err != nil {
+			log.Error("cannot build the status patch", zap.Error(err))
+			return nil
+		}
+		if !unchanged {
+			updated, err := m.client.CoreV1().Pods(base.Namespace).Patch(ctx, base.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+			switch {
+			case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+				// Gone, or recreated under the same name (UID precondition).
+				log.Info("pod gone or recreated; status not written", zap.Error(err))
+				return nil
+			case err != nil:
+				log.Warn("status update failed, will retry", zap.Error(err))
+				if m.opts.Recorder != nil {
+					m.opts.Recorder.Eventf(base, corev1.EventTypeWarning, "FailedToUpdatePodStatus", "Failed to update pod status: %v", err)
+				}
+				return err
+			}
+			m.patches.Inc()
+			log.Debug("status patched", zap.Uint64("version", st.version), zap.ByteString("patch", patch))
+			base = updated
+			m.mu.Lock()
+			m.written[uid] = updated
+			m.mu.Unlock()
+		}
+		m.mu.Lock()
+		if m.apiVersions[uid] < st.version {
+			m.apiVersions[uid] = st.version
+		}
+		m.mu.Unlock()
+	}
+	if !canBeDeleted(base, &st) {
+		return nil
+	}
+	grace := int64(0)
+	err := m.client.CoreV1().Pods(base.Namespace).Delete(ctx, base.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: &grace,
+		Preconditions:      metav1.NewUIDPreconditions(string(base.UID)),
+	})
+	switch {
+	case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err):
+	default:
+		log.Warn("deleting the finished pod failed, will retry", zap.Error(err))
+		return err
+	}
+	m.deletes.Inc()
+	log.Info("pod finished and deleted from the API server")
+	m.mu.Lock()
+	if e := m.entries[uid]; e != nil {
+		e.deletedAt = time.Now()
+	}
+	m.mu.Unlock()
+	return nil
+}
+
+func (m *Manager) specOrEmpty(e *entry) *corev1.Pod {
+	if p := m.specOf(e); p != nil {
+		return p
+	}
+	return &corev1.Pod{}
+}
+
+// syncBatch queues every pod whose status the API server lacks, whose API
+// copy differs from the cache on what statussync owns (someone else changed
+// it), or that may now be deleted; and drops statuses of unknown pods that
+// waited too long (kubelet: syncBatch with reconcile).
+func (m *Manager) syncBatch() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	for uid, e := range m.entries {
+		if !e.deletedAt.IsZero() {
+			if now.Sub(e.deletedAt) > m.opts.PendingTTL {
+				m.forget(uid)
+			}
+			continue
+		}
+		if e.status == nil {
+			if m.specOf(e) == nil && now.Sub(e.firstSeen) > m.opts.PendingTTL {
+				var ns, name string
+				if e.runtime != nil {
+					ns, name = e.runtime.Namespace, e.runtime.Name
+				}
+				m.log.Warn("dropping status of an unknown pod", podLog(ns, name, uid)...)
+				m.forget(uid)
+			}
+			continue
+		}
+		if m.apiVersions[uid] < e.status.version {
+			m.queue.Add(uid)
+			continue
+		}
+		api := m.apiCopy(uid, e.status.namespace, e.status.name, isStatic(m.specOrEmpty(e), e.source))
+		if api == nil {
+			continue
+		}
+		api = freshest(api, m.written[uid])
+		if canBeDeleted(api, e.status) {
+			m.queue.Add(uid)
+			continue
+		}
+		current := api.Status.DeepCopy()
+		apistatus.Normalize(api, current)
+		if !apistatus.EqualByAgent(current, &e.status.status) {
+			m.log.Debug("API status differs from the cache; re-sending", podLog(e.status.namespace, e.status.name, uid)...)
+			delete(m.apiVersions, uid)
+			m.queue.Add(uid)
+		}
+	}
+}
