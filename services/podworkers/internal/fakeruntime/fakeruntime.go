@@ -1,0 +1,146 @@
+// Package fakeruntime is a tiny in-memory runtime.Runtime for the pod
+// workers' unit tests: containers run until the test makes them exit.
+package fakeruntime
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/splitlet/splitlet/libs/runtime"
+)
+
+// Runtime holds containers in memory.
+type Runtime struct {
+	mu     sync.Mutex
+	pods   map[types.UID][]runtime.ContainerStatus
+	next   int
+	events chan runtime.Event
+	// ExitOnStart, if set, makes a started container of that name exit at
+	// once with the code.
+	ExitOnStart map[string]int
+	// Starts counts StartContainer calls per container name.
+	Starts map[string]int
+}
+
+// New returns an empty runtime.
+func New() *Runtime {
+	return &Runtime{pods: map[types.UID][]runtime.ContainerStatus{}, events: make(chan runtime.Event, 1024), ExitOnStart: map[string]int{}, Starts: map[string]int{}}
+}
+
+func (r *Runtime) Type() string                 { return "fake" }
+func (r *Runtime) Version() string              { return "0" }
+func (r *Runtime) PodIP(*corev1.Pod) string     { return "127.0.0.1" }
+func (r *Runtime) Events() <-chan runtime.Event { return r.events }
+func (r *Runtime) Close() error                 { return nil }
+
+func (r *Runtime) StartContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, attempt int) (runtime.ContainerStatus, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.next++
+	now := time.Now()
+	st := runtime.ContainerStatus{ID: fmt.Sprintf("fake://%d", r.next), PodUID: pod.UID, Name: c.Name, Attempt: attempt,
+		State: runtime.StateRunning, Image: c.Image, ImageID: "fake://" + c.Image, CreatedAt: now, StartedAt: now}
+	r.Starts[c.Name]++
+	if code, ok := r.ExitOnStart[c.Name]; ok {
+		st.State, st.ExitCode, st.FinishedAt = runtime.StateExited, code, now
+		st.Reason = "Completed"
+		if code != 0 {
+			st.Reason = "Error"
+		}
+		defer r.emit(pod.UID, st.ID)
+	}
+	r.pods[pod.UID] = append(r.pods[pod.UID], st)
+	return st, nil
+}
+
+func (r *Runtime) emit(uid types.UID, id string) {
+	select {
+	case r.events <- runtime.Event{PodUID: uid, ContainerID: id, State: runtime.StateExited}:
+	default:
+	}
+}
+
+// Exit makes the newest instance of the named container exit with code.
+func (r *Runtime) Exit(uid types.UID, name string, code int) {
+	r.mu.Lock()
+	list := r.pods[uid]
+	id := ""
+	for i := len(list) - 1; i >= 0; i-- {
+		if list[i].Name == name && list[i].State == runtime.StateRunning {
+			list[i].State, list[i].ExitCode, list[i].FinishedAt = runtime.StateExited, code, time.Now()
+			list[i].Reason = "Error"
+			if code == 0 {
+				list[i].Reason = "Completed"
+			}
+			id = list[i].ID
+			break
+		}
+	}
+	r.mu.Unlock()
+	if id != "" {
+		r.emit(uid, id)
+	}
+}
+
+func (r *Runtime) StopContainer(ctx context.Context, id string, grace time.Duration) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, list := range r.pods {
+		for i := range list {
+			if list[i].ID == id {
+				if list[i].State == runtime.StateRunning {
+					list[i].State, list[i].ExitCode, list[i].FinishedAt, list[i].Reason = runtime.StateExited, 137, time.Now(), "Error"
+				}
+				return nil
+			}
+		}
+	}
+	return runtime.ErrNotFound
+}
+
+func (r *Runtime) PodContainers(uid types.UID) []runtime.ContainerStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]runtime.ContainerStatus(nil), r.pods[uid]...)
+}
+
+// Running counts running containers of every pod.
+func (r *Runtime) Running() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, list := range r.pods {
+		for _, c := range list {
+			if c.State == runtime.StateRunning {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func (r *Runtime) RemovePod(ctx context.Context, uid types.UID) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.pods, uid)
+	return nil
+}
+
+func (r *Runtime) Logs(ctx context.Context, uid types.UID, container string, opts runtime.LogOptions, w io.Writer) error {
+	_, err := io.WriteString(w, "fake log of "+container+"\n")
+	return err
+}
+
+func (r *Runtime) Exec(ctx context.Context, uid types.UID, container string, cmd []string, stdin io.Reader, timeout time.Duration) (runtime.ExecResult, error) {
+	return runtime.ExecResult{Stdout: []byte(fmt.Sprint(cmd))}, nil
+}
+
+func (r *Runtime) Stats(uid types.UID) []runtime.ContainerStats { return nil }
+
+var _ runtime.Runtime = (*Runtime)(nil)

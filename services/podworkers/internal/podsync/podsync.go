@@ -1,0 +1,424 @@
+// Package podsync is the pod workers' sync handler over a container runtime:
+// it starts init containers in order, then the app containers, restarts them
+// by the pod's restart policy with the kubelet's crash-loop back-off, stops
+// them on termination, and reports each pod's runtime status.
+package podsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/flowcontrol"
+
+	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/logging"
+	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/services/podworkers/internal/podworkers"
+)
+
+// Waiting reasons of containers (kubelet's names).
+const (
+	ReasonContainerCreating = "ContainerCreating"
+	ReasonPodInitializing   = "PodInitializing"
+	ReasonCrashLoopBackOff  = "CrashLoopBackOff"
+)
+
+// Kubelet's container restart back-off (kuberuntime: backOffPeriod, MaxContainerBackOff).
+const (
+	DefaultBackOffBase = 10 * time.Second
+	DefaultBackOffMax  = 5 * time.Minute
+)
+
+// StatusSink receives each pod's newest runtime status; it coalesces and
+// publishes them.
+type StatusSink interface {
+	Set(st *bus.PodRuntimeStatus)
+}
+
+// Option configures a Syncer.
+type Option func(*Syncer)
+
+// WithBackOff sets the crash-loop back-off: base doubling up to max; the
+// back-off resets after 2*max of no restarts (kubelet: 10 s, 5 min, 10 min).
+func WithBackOff(base, max time.Duration) Option {
+	return func(s *Syncer) { s.backOff = flowcontrol.NewBackOff(base, max) }
+}
+
+// WithHostIP sets the host IP reported for pods.
+func WithHostIP(ip string) Option { return func(s *Syncer) { s.hostIP = ip } }
+
+// WithLogger sets the logger.
+func WithLogger(l *zap.Logger) Option { return func(s *Syncer) { s.log = l } }
+
+// Syncer implements podworkers.SyncHandler over a runtime.
+type Syncer struct {
+	rt      runtime.Runtime
+	sink    StatusSink
+	log     *zap.Logger
+	hostIP  string
+	backOff *flowcontrol.Backoff
+
+	mu        sync.Mutex
+	startTime map[types.UID]metav1.Time
+	// livenessFailed holds container IDs the prober found dead.
+	livenessFailed map[string]bool
+}
+
+// New returns a Syncer.
+func New(rt runtime.Runtime, sink StatusSink, opts ...Option) *Syncer {
+	s := &Syncer{
+		rt:             rt,
+		sink:           sink,
+		log:            zap.NewNop(),
+		hostIP:         "127.0.0.1",
+		backOff:        flowcontrol.NewBackOff(DefaultBackOffBase, DefaultBackOffMax),
+		startTime:      map[types.UID]metav1.Time{},
+		livenessFailed: map[string]bool{},
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+var _ podworkers.SyncHandler = (*Syncer)(nil)
+
+// LivenessFailed records that the container's liveness probe failed: the
+// next sync kills and restarts it (kubelet: liveness manager results).
+func (s *Syncer) LivenessFailed(containerID string) {
+	s.mu.Lock()
+	s.livenessFailed[containerID] = true
+	s.mu.Unlock()
+}
+
+func (s *Syncer) takeLivenessFailure(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.livenessFailed[id] {
+		delete(s.livenessFailed, id)
+		return true
+	}
+	return false
+}
+
+// Forget drops what the syncer keeps of a pod.
+func (s *Syncer) Forget(uid types.UID) {
+	s.mu.Lock()
+	delete(s.startTime, uid)
+	s.mu.Unlock()
+}
+
+// instances groups a pod's container instances by name, oldest first.
+func instances(all []runtime.ContainerStatus) map[string][]runtime.ContainerStatus {
+	out := map[string][]runtime.ContainerStatus{}
+	for _, c := range all {
+		out[c.Name] = append(out[c.Name], c)
+	}
+	return out
+}
+
+func latest(list []runtime.ContainerStatus) *runtime.ContainerStatus {
+	if len(list) == 0 {
+		return nil
+	}
+	return &list[len(list)-1]
+}
+
+func backOffKey(pod *corev1.Pod, c *corev1.Container) string {
+	return string(pod.UID) + "/" + c.Name
+}
+
+// shouldRestart applies the pod's restart policy to an exited container.
+func shouldRestart(policy corev1.RestartPolicy, exitCode int) bool {
+	switch policy {
+	case corev1.RestartPolicyNever:
+		return false
+	case corev1.RestartPolicyOnFailure:
+		return exitCode != 0
+	}
+	return true
+}
+
+// inBackOff says whether a restart of c must wait, and how long (kubelet:
+// doBackOff: the first restart is immediate, each further one waits the
+// doubled period counted from the last exit).
+func (s *Syncer) inBackOff(pod *corev1.Pod, c *corev1.Container, last *runtime.ContainerStatus) (bool, time.Duration) {
+	key := backOffKey(pod, c)
+	if s.backOff.IsInBackOffSince(key, last.FinishedAt) {
+		return true, s.backOff.Get(key) - time.Since(last.FinishedAt)
+	}
+	return false, 0
+}
+
+func (s *Syncer) start(ctx context.Context, pod *corev1.Pod, c *corev1.Container, prev *runtime.ContainerStatus) error {
+	attempt := 0
+	if prev != nil {
+		attempt = prev.Attempt + 1
+		s.backOff.Next(backOffKey(pod, c), prev.FinishedAt)
+	}
+	_, err := s.rt.StartContainer(ctx, pod, c, attempt)
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("start container %s: %w", c.Name, err)
+	}
+	return err
+}
+
+// SyncPod brings the pod's containers towards its spec and reports status.
+func (s *Syncer) SyncPod(ctx context.Context, _ podworkers.UpdateType, pod *corev1.Pod) (podworkers.SyncResult, error) {
+	s.mu.Lock()
+	if _, ok := s.startTime[pod.UID]; !ok {
+		s.startTime[pod.UID] = metav1.Now()
+	}
+	s.mu.Unlock()
+	res, err := s.syncContainers(ctx, pod)
+	if ctx.Err() != nil {
+		return res, ctx.Err()
+	}
+	s.sink.Set(s.status(pod, false, false))
+	return res, err
+}
+
+func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworkers.SyncResult, error) {
+	var res podworkers.SyncResult
+	byName := instances(s.rt.PodContainers(pod.UID))
+	policy := pod.Spec.RestartPolicy
+	requeue := func(d time.Duration) {
+		if d <= 0 {
+			d = 10 * time.Millisecond
+		}
+		if res.RequeueAfter == 0 || d < res.RequeueAfter {
+			res.RequeueAfter = d
+		}
+	}
+	// init containers, in order, each to completion (kubelet: computeInitContainerActions).
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		last := latest(byName[c.Name])
+		switch {
+		case last == nil:
+			return res, s.start(ctx, pod, c, nil)
+		case last.State == runtime.StateRunning || last.State == runtime.StateCreated:
+			if s.takeLivenessFailure(last.ID) {
+				_ = s.rt.StopContainer(ctx, last.ID, graceOf(pod))
+			}
+			return res, nil
+		case last.State == runtime.StateExited && last.ExitCode == 0:
+			continue
+		default:
+			// a failed init container fails the pod under Never, else restarts.
+			if policy == corev1.RestartPolicyNever {
+				res.Terminal = true
+				return res, nil
+			}
+			if wait, d := s.inBackOff(pod, c, last); wait {
+				requeue(d)
+				return res, nil
+			}
+			return res, s.start(ctx, pod, c, last)
+		}
+	}
+	var errs []error
+	allDone := true
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		last := latest(byName[c.Name])
+		if last == nil {
+			allDone = false
+			errs = append(errs, s.start(ctx, pod, c, nil))
+			continue
+		}
+		if last.State == runtime.StateRunning || last.State == runtime.StateCreated {
+			if !s.takeLivenessFailure(last.ID) {
+				allDone = false
+				continue
+			}
+			// kubelet: a container that fails liveness is killed, then
+			// restarted according to the restart policy.
+			s.log.Info("liveness probe failed, killing container", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)), zap.String("container", c.Name))...)
+			if err := s.rt.StopContainer(ctx, last.ID, graceOf(pod)); err != nil {
+				errs = append(errs, err)
+				allDone = false
+				continue
+			}
+			for _, cs := range s.rt.PodContainers(pod.UID) {
+				if cs.ID == last.ID {
+					cp := cs
+					last = &cp
+				}
+			}
+		}
+		if !shouldRestart(policy, last.ExitCode) {
+			continue
+		}
+		allDone = false
+		if wait, d := s.inBackOff(pod, c, last); wait {
+			requeue(d)
+			continue
+		}
+		errs = append(errs, s.start(ctx, pod, c, last))
+	}
+	if allDone && len(pod.Spec.Containers) > 0 {
+		res.Terminal = true
+	}
+	return res, errors.Join(errs...)
+}
+
+func graceOf(pod *corev1.Pod) time.Duration {
+	g := podworkers.DefaultGracePeriod
+	if pod.Spec.TerminationGracePeriodSeconds != nil {
+		g = *pod.Spec.TerminationGracePeriodSeconds
+	}
+	if g < 1 {
+		g = 1
+	}
+	return time.Duration(g) * time.Second
+}
+
+// SyncTerminatingPod stops every container of the pod within grace seconds.
+func (s *Syncer) SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, grace int64, kill *podworkers.KillOptions) error {
+	st := s.status(pod, true, false)
+	applyKill(st, kill)
+	s.sink.Set(st)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for _, c := range s.rt.PodContainers(pod.UID) {
+		if c.State == runtime.StateExited {
+			continue
+		}
+		wg.Add(1)
+		go func(id string) {
+			defer wg.Done()
+			if err := s.rt.StopContainer(ctx, id, time.Duration(grace)*time.Second); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}(c.ID)
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	st = s.status(pod, true, false)
+	applyKill(st, kill)
+	s.sink.Set(st)
+	return errors.Join(errs...)
+}
+
+func applyKill(st *bus.PodRuntimeStatus, kill *podworkers.KillOptions) {
+	if kill != nil && kill.Phase != "" {
+		st.Phase, st.Reason, st.Message = kill.Phase, kill.Reason, kill.Message
+	}
+}
+
+// SyncTerminatedPod reports the pod as terminated: every container stopped.
+func (s *Syncer) SyncTerminatedPod(ctx context.Context, pod *corev1.Pod) error {
+	for _, c := range s.rt.PodContainers(pod.UID) {
+		if c.State != runtime.StateExited {
+			return fmt.Errorf("container %s still %s", c.Name, c.State)
+		}
+	}
+	st := s.status(pod, true, true)
+	s.sink.Set(st)
+	return nil
+}
+
+// status builds the pod's runtime status from the runtime.
+func (s *Syncer) status(pod *corev1.Pod, terminating, terminated bool) *bus.PodRuntimeStatus {
+	byName := instances(s.rt.PodContainers(pod.UID))
+	s.mu.Lock()
+	start, started := s.startTime[pod.UID]
+	s.mu.Unlock()
+	st := &bus.PodRuntimeStatus{
+		UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name,
+		HostIP: s.hostIP, Terminating: terminating, Terminated: terminated,
+	}
+	if started {
+		st.StartTime = &start
+		st.PodIP = s.rt.PodIP(pod)
+	}
+	initDone := true
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		cs := s.containerStatus(pod, c, byName[c.Name], ReasonPodInitializing)
+		if cs.State.Terminated == nil || cs.State.Terminated.ExitCode != 0 {
+			initDone = false
+		}
+		if i == 0 && cs.State.Waiting != nil && cs.State.Waiting.Reason == ReasonPodInitializing {
+			cs.State.Waiting.Reason = ReasonContainerCreating
+		}
+		st.InitContainerStatuses = append(st.InitContainerStatuses, cs)
+	}
+	waiting := ReasonContainerCreating
+	if !initDone {
+		waiting = ReasonPodInitializing
+	}
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		st.ContainerStatuses = append(st.ContainerStatuses, s.containerStatus(pod, c, byName[c.Name], waiting))
+	}
+	return st
+}
+
+func terminatedState(c *runtime.ContainerStatus) *corev1.ContainerStateTerminated {
+	return &corev1.ContainerStateTerminated{
+		ExitCode:    int32(c.ExitCode),
+		Reason:      c.Reason,
+		Message:     c.Message,
+		StartedAt:   metav1.NewTime(c.StartedAt),
+		FinishedAt:  metav1.NewTime(c.FinishedAt),
+		ContainerID: c.ID,
+	}
+}
+
+func (s *Syncer) containerStatus(pod *corev1.Pod, c *corev1.Container, list []runtime.ContainerStatus, waitingReason string) corev1.ContainerStatus {
+	cs := corev1.ContainerStatus{Name: c.Name, Image: c.Image}
+	last := latest(list)
+	if last == nil {
+		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: waitingReason}
+		return cs
+	}
+	cs.ContainerID = last.ID
+	cs.ImageID = last.ImageID
+	cs.RestartCount = int32(last.Attempt)
+	if len(list) > 1 {
+		prev := list[len(list)-2]
+		cs.LastTerminationState.Terminated = terminatedState(&prev)
+	}
+	switch last.State {
+	case runtime.StateRunning:
+		started := true
+		cs.Started = &started
+		cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(last.StartedAt)}
+	case runtime.StateCreated:
+		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: ReasonContainerCreating}
+	default:
+		if shouldRestart(pod.Spec.RestartPolicy, last.ExitCode) && pod.DeletionTimestamp == nil {
+			if wait, _ := s.inBackOff(pod, c, last); wait {
+				// kubelet: the waiting container shows CrashLoopBackOff, the
+				// exit it waits after is the last state.
+				cs.LastTerminationState.Terminated = terminatedState(last)
+				cs.State.Waiting = &corev1.ContainerStateWaiting{
+					Reason:  ReasonCrashLoopBackOff,
+					Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", s.backOff.Get(backOffKey(pod, c)).Round(time.Second), c.Name, pod.Name, pod.Namespace, pod.UID),
+				}
+				break
+			}
+		}
+		cs.State.Terminated = terminatedState(last)
+	}
+	f := false
+	cs.Ready = false
+	if cs.Started == nil {
+		cs.Started = &f
+	}
+	return cs
+}

@@ -1,0 +1,212 @@
+package podsync
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/services/podworkers/internal/fakeruntime"
+	"github.com/splitlet/splitlet/services/podworkers/internal/podworkers"
+)
+
+type sink struct {
+	mu   sync.Mutex
+	last map[types.UID]*bus.PodRuntimeStatus
+	all  []*bus.PodRuntimeStatus
+}
+
+func (s *sink) Set(st *bus.PodRuntimeStatus) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.last[st.UID] = st
+	s.all = append(s.all, st)
+}
+
+func (s *sink) get(uid types.UID) *bus.PodRuntimeStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last[uid]
+}
+
+type rig struct {
+	rt *fakeruntime.Runtime
+	sk *sink
+	sy *Syncer
+	w  *podworkers.Workers
+}
+
+func newRig(t *testing.T, opts ...Option) *rig {
+	rt := fakeruntime.New()
+	sk := &sink{last: map[types.UID]*bus.PodRuntimeStatus{}}
+	sy := New(rt, sk, opts...)
+	w := podworkers.New(sy, podworkers.WithBackOffPeriod(20*time.Millisecond))
+	go w.Run()
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case ev := <-rt.Events():
+				if p, ok := w.Pod(ev.PodUID); ok {
+					w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateSync, Pod: p})
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { close(done); w.Stop() })
+	return &rig{rt, sk, sy, w}
+}
+
+func pod(uid string, policy corev1.RestartPolicy, names ...string) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid), Name: "p" + uid, Namespace: "ns"},
+		Spec: corev1.PodSpec{RestartPolicy: policy}}
+	for _, n := range names {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: n, Image: "img"})
+	}
+	return p
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func containerState(st *bus.PodRuntimeStatus, name string) (corev1.ContainerStatus, bool) {
+	if st == nil {
+		return corev1.ContainerStatus{}, false
+	}
+	for _, c := range append(append([]corev1.ContainerStatus{}, st.InitContainerStatuses...), st.ContainerStatuses...) {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return corev1.ContainerStatus{}, false
+}
+
+func running(st *bus.PodRuntimeStatus, name string) bool {
+	c, ok := containerState(st, name)
+	return ok && c.State.Running != nil
+}
+
+func TestInitContainersInOrderThenApp(t *testing.T) {
+	r := newRig(t)
+	p := pod("1", corev1.RestartPolicyAlways, "app")
+	p.Spec.InitContainers = []corev1.Container{{Name: "init1"}, {Name: "init2"}}
+	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p})
+	eventually(t, "init1 running", func() bool { return running(r.sk.get("1"), "init1") })
+	if c, _ := containerState(r.sk.get("1"), "app"); c.State.Waiting == nil || c.State.Waiting.Reason != ReasonPodInitializing {
+		t.Fatalf("app container while init runs: %+v", c.State)
+	}
+	if r.rt.Starts["init2"] != 0 {
+		t.Fatal("init2 started before init1 finished")
+	}
+	r.rt.Exit("1", "init1", 0)
+	eventually(t, "init2 running", func() bool { return running(r.sk.get("1"), "init2") })
+	r.rt.Exit("1", "init2", 0)
+	eventually(t, "app running", func() bool { return running(r.sk.get("1"), "app") })
+	c, _ := containerState(r.sk.get("1"), "init1")
+	if c.State.Terminated == nil || c.State.Terminated.Reason != "Completed" {
+		t.Fatalf("init1 state %+v", c.State)
+	}
+	// delete: containers stop and the pod reports terminated.
+	d := p.DeepCopy()
+	now := metav1.Now()
+	d.DeletionTimestamp = &now
+	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateUpdate, Pod: d})
+	eventually(t, "terminated", func() bool { st := r.sk.get("1"); return st != nil && st.Terminated })
+	if r.rt.Running() != 0 {
+		t.Fatal("containers still running after termination")
+	}
+}
+
+func TestCrashLoopBackOffGrows(t *testing.T) {
+	r := newRig(t, WithBackOff(100*time.Millisecond, 800*time.Millisecond))
+	r.rt.ExitOnStart["crash"] = 2
+	p := pod("2", corev1.RestartPolicyAlways, "crash")
+	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p})
+	eventually(t, "five starts", func() bool {
+		r.rt.PodContainers("2")
+		return len(r.rt.PodContainers("2")) >= 5
+	})
+	list := r.rt.PodContainers("2")
+	var gaps []time.Duration
+	for i := 1; i < len(list); i++ {
+		gaps = append(gaps, list[i].StartedAt.Sub(list[i-1].FinishedAt))
+	}
+	// kubelet: the first restart is immediate, then 1x, 2x, 4x the base.
+	for i := 2; i < len(gaps); i++ {
+		if gaps[i] < gaps[i-1] || gaps[i] < 100*time.Millisecond {
+			t.Fatalf("back-off does not grow: %v", gaps)
+		}
+	}
+	sawCrashLoop := false
+	r.sk.mu.Lock()
+	for _, st := range r.sk.all {
+		if c, ok := containerState(st, "crash"); ok && c.State.Waiting != nil && c.State.Waiting.Reason == ReasonCrashLoopBackOff {
+			sawCrashLoop = c.LastTerminationState.Terminated != nil && c.LastTerminationState.Terminated.ExitCode == 2
+		}
+	}
+	r.sk.mu.Unlock()
+	if !sawCrashLoop {
+		t.Fatal("no CrashLoopBackOff waiting state with the last exit reported")
+	}
+	c, _ := containerState(r.sk.get("2"), "crash")
+	if c.RestartCount < 3 {
+		t.Fatalf("restart count %d", c.RestartCount)
+	}
+}
+
+func TestRestartPolicies(t *testing.T) {
+	r := newRig(t)
+	// OnFailure + success: no restart, the pod is finished and torn down.
+	r.rt.ExitOnStart["ok"] = 0
+	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: pod("3", corev1.RestartPolicyOnFailure, "ok")})
+	eventually(t, "terminated", func() bool { st := r.sk.get("3"); return st != nil && st.Terminated })
+	if r.rt.Starts["ok"] != 1 {
+		t.Fatalf("ok started %d times", r.rt.Starts["ok"])
+	}
+	// Never + failure: no restart.
+	r.rt.ExitOnStart["bad"] = 1
+	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: pod("4", corev1.RestartPolicyNever, "bad")})
+	eventually(t, "terminated", func() bool { st := r.sk.get("4"); return st != nil && st.Terminated })
+	c, _ := containerState(r.sk.get("4"), "bad")
+	if r.rt.Starts["bad"] != 1 || c.State.Terminated == nil || c.State.Terminated.ExitCode != 1 || c.State.Terminated.Reason != "Error" {
+		t.Fatalf("starts %d, state %+v", r.rt.Starts["bad"], c.State)
+	}
+	// OnFailure + failure: restarted.
+	r.rt.ExitOnStart["flaky"] = 1
+	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: pod("5", corev1.RestartPolicyOnFailure, "flaky")})
+	eventually(t, "restarted", func() bool { return len(r.rt.PodContainers("5")) >= 2 })
+}
+
+func TestLivenessFailureRestartsContainer(t *testing.T) {
+	r := newRig(t)
+	p := pod("6", corev1.RestartPolicyAlways, "app")
+	one := int64(1)
+	p.Spec.TerminationGracePeriodSeconds = &one
+	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p})
+	eventually(t, "running", func() bool { return running(r.sk.get("6"), "app") })
+	first := r.rt.PodContainers("6")[0].ID
+	r.sy.LivenessFailed(first)
+	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateSync, Pod: p})
+	eventually(t, "restarted", func() bool {
+		c, _ := containerState(r.sk.get("6"), "app")
+		return c.State.Running != nil && c.ContainerID != first && c.RestartCount == 1
+	})
+	c, _ := containerState(r.sk.get("6"), "app")
+	if c.LastTerminationState.Terminated == nil || c.LastTerminationState.Terminated.ContainerID != first {
+		t.Fatalf("last state %+v", c.LastTerminationState)
+	}
+}
