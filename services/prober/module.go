@@ -8,7 +8,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/splitlet/splitlet/libs/app"
-	"github.com/splitlet/splitlet/services/prober/internal/service"
+	"github.com/splitlet/splitlet/services/prober/internal/stage"
 )
 
 // Name is the service's name in --services.
@@ -16,12 +16,12 @@ const Name = "prober"
 
 // Service returns the prober stage, ready for app.Run.
 func Service() app.Service {
-	cfg := &service.Config{}
+	cfg := &stage.Config{}
 	return app.Service{
 		Name:  Name,
 		Flags: cfg.RegisterFlags,
 		Module: func() fx.Option {
-			return fx.Module(Name, fx.Supply(cfg), app.RunService(Name, service.New))
+			return fx.Module(Name, fx.Supply(cfg), app.RunService(Name, stage.New))
 		},
 	}
 }

@@ -85,8 +85,8 @@ func Request(action *corev1.HTTPGetAction, c *corev1.Container, podIP string) (*
 // to the same host are followed (at most 10); a redirect to another host is
 // not followed and counts as healthy with a Warning (kubelet rule).
 func (p *HTTP) Probe(ctx context.Context, req *http.Request, timeout time.Duration) (Result, string) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	// The client's own timeout bounds the whole exchange (and words the
+	// failure as the kubelet's does); ctx only cancels on shutdown.
 	client := &http.Client{Transport: p.transport, Timeout: timeout, CheckRedirect: sameHostRedirects}
 	res, err := client.Do(req.WithContext(ctx))
 	if err != nil {

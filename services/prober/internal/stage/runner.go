@@ -1,0 +1,298 @@
+// Package stage is the prober stage's runner: it feeds the probe workers
+// from the bus (pod specs from podupdates, runtime status from podstatus),
+// sends their changed results to probes.<p>, runs exec probes through
+// runtime.exec.<p>, and records Events through the API server.
+package stage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/config"
+	"github.com/splitlet/splitlet/libs/kube"
+	"github.com/splitlet/splitlet/libs/logging"
+	"github.com/splitlet/splitlet/services/prober/internal/probe"
+	"github.com/splitlet/splitlet/services/prober/internal/workers"
+)
+
+// Durable consumer names of the prober (docs/bus.md agreements).
+const (
+	DurablePodUpdates = "prober"
+	DurablePodStatus  = "prober-status"
+)
+
+// Runner is the running stage.
+type Runner struct {
+	cfg        *Config
+	node       string
+	partitions int
+	log        *zap.Logger
+	nc         *nats.Conn
+	js         jetstream.JetStream
+	subjects   bus.Subjects
+	pub        *bus.Publisher
+	mgr        *workers.Manager
+	out        *outbox
+
+	stopRecorder func()
+
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	stops   []func()
+	ready   bool
+	lastErr error
+}
+
+// Deps are what the runner needs from the process.
+type Deps struct {
+	Config     *Config
+	Common     *config.Common
+	Log        *zap.Logger
+	NC         *nats.Conn
+	JS         jetstream.JetStream
+	Recorder   record.EventRecorder
+	Registerer prometheus.Registerer
+}
+
+// New builds the stage for fx: Events go to the API server.
+func New(cfg *Config, common *config.Common, log *zap.Logger, nc *nats.Conn, js jetstream.JetStream,
+	cs kubernetes.Interface, reg prometheus.Registerer) (*Runner, error) {
+	rec, stop := kube.NewRecorder(cs, common.NodeName)
+	r, err := NewWithDeps(Deps{Config: cfg, Common: common, Log: log, NC: nc, JS: js, Recorder: rec, Registerer: reg})
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	r.stopRecorder = stop
+	return r, nil
+}
+
+// NewWithDeps builds the stage from explicit parts.
+func NewWithDeps(d Deps) (*Runner, error) {
+	if d.Config.ExecGrace < 0 {
+		return nil, fmt.Errorf("invalid value %v for prober.exec-grace: negative", d.Config.ExecGrace)
+	}
+	if d.Config.Instance == "" {
+		return nil, errors.New("invalid value for prober.instance: empty")
+	}
+	log := d.Log.Named("prober")
+	r := &Runner{
+		cfg:        d.Config,
+		node:       d.Common.NodeName,
+		partitions: d.Common.Partitions,
+		log:        log,
+		nc:         d.NC,
+		js:         d.JS,
+		subjects:   bus.For(d.Common.NodeName),
+		pub:        bus.NewPublisher(d.NC, d.JS, d.Common.NodeName, d.Config.Instance),
+	}
+	r.out = newOutbox(r.pub, r.subjects, r.partitions, log)
+	mgr, err := workers.New(
+		workers.WithLogger(log),
+		workers.WithRecorder(d.Recorder),
+		workers.WithRegisterer(d.Registerer),
+		workers.WithExecer(r),
+		workers.WithSink(r.out.put),
+	)
+	if err != nil {
+		return nil, err
+	}
+	r.mgr = mgr
+	return r, nil
+}
+
+// Manager is the runner's probe manager (for tests and benchmarks).
+func (r *Runner) Manager() *workers.Manager { return r.mgr }
+
+// Start returns at once; the consumers are set up in the background,
+// retried until the bus is there.
+func (r *Runner) Start(context.Context) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	r.wg.Add(2)
+	go func() {
+		defer r.wg.Done()
+		r.out.run(ctx, 5*time.Second)
+	}()
+	go func() {
+		defer r.wg.Done()
+		r.subscribe(ctx)
+	}()
+	return nil
+}
+
+func (r *Runner) subscribe(ctx context.Context) {
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		err := r.trySubscribe(ctx)
+		if err == nil {
+			r.mu.Lock()
+			r.ready, r.lastErr = true, nil
+			r.mu.Unlock()
+			r.log.Info("consuming pod updates and pod status",
+				zap.String("durable", DurablePodUpdates), zap.String("statusDurable", DurablePodStatus))
+			return
+		}
+		r.mu.Lock()
+		r.lastErr = err
+		r.mu.Unlock()
+		if attempt%10 == 0 {
+			r.log.Warn("cannot consume the bus yet, retrying", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func (r *Runner) trySubscribe(ctx context.Context) error {
+	if err := bus.EnsureStreams(ctx, r.js, r.node); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.stops) < 1 {
+		stop, err := bus.Consume(ctx, r.js, bus.ConsumerOptions{
+			Stream:  bus.StreamName(r.node, bus.StreamPodStatus),
+			Durable: DurablePodStatus,
+			Filters: []string{r.subjects.PodStatusAll()},
+			Logger:  r.log,
+		}, r.onStatus)
+		if err != nil {
+			return err
+		}
+		r.stops = append(r.stops, stop)
+	}
+	if len(r.stops) < 2 {
+		stop, err := bus.Consume(ctx, r.js, bus.ConsumerOptions{
+			Stream:  bus.StreamName(r.node, bus.StreamPodUpdates),
+			Durable: DurablePodUpdates,
+			Filters: []string{r.subjects.PodUpdatesAll()},
+			Logger:  r.log,
+		}, r.onPodUpdate)
+		if err != nil {
+			return err
+		}
+		r.stops = append(r.stops, stop)
+	}
+	return nil
+}
+
+// Ready reports whether the stage consumes the bus.
+func (r *Runner) Ready(context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ready {
+		return nil
+	}
+	if r.lastErr != nil {
+		return fmt.Errorf("not consuming the bus: %w", r.lastErr)
+	}
+	return errors.New("not consuming the bus yet")
+}
+
+// Stop ends the consumers and the workers, then sends the results that are
+// still queued.
+func (r *Runner) Stop(ctx context.Context) error {
+	if r.cancel == nil {
+		return nil
+	}
+	r.mu.Lock()
+	stops := r.stops
+	r.stops = nil
+	r.mu.Unlock()
+	for _, s := range stops {
+		s()
+	}
+	err := r.mgr.Stop(ctx)
+	r.cancel()
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = errors.Join(err, ctx.Err())
+	}
+	if r.stopRecorder != nil {
+		r.stopRecorder()
+	}
+	return err
+}
+
+func (r *Runner) onPodUpdate(_ context.Context, subject string, e *bus.Envelope) error {
+	u, err := bus.DecodePodUpdate(e)
+	if err != nil {
+		// A payload that does not decode will not decode next time either.
+		r.log.Error("dropping bad pod update", zap.String(logging.FieldSubject, subject), zap.Error(err))
+		return nil
+	}
+	switch e.Op {
+	case bus.OpRemove:
+		for i := range u.Pods {
+			r.mgr.RemovePod(u.Pods[i].UID)
+		}
+	case bus.OpSet:
+		p, ok := bus.PartitionOf(subject)
+		if !ok {
+			r.log.Error("SET on a subject without a partition", zap.String(logging.FieldSubject, subject))
+			return nil
+		}
+		r.mgr.SyncSource(e.Source, func(uid types.UID) bool {
+			return bus.Partition(string(uid), r.partitions) == p
+		}, u.Pods)
+	default:
+		for i := range u.Pods {
+			r.mgr.UpsertPod(e.Source, &u.Pods[i])
+		}
+	}
+	return nil
+}
+
+func (r *Runner) onStatus(_ context.Context, subject string, e *bus.Envelope) error {
+	st, err := bus.DecodePodRuntimeStatus(e)
+	if err != nil {
+		r.log.Error("dropping bad pod status", zap.String(logging.FieldSubject, subject), zap.Error(err))
+		return nil
+	}
+	r.mgr.UpdateStatus(st)
+	return nil
+}
+
+// Exec runs an exec probe's command through the pod worker replica that
+// owns the pod's partition (runtime.exec.<p>).
+func (r *Runner) Exec(ctx context.Context, req bus.ExecRequest, timeout time.Duration) (*probe.ExecOutcome, error) {
+	p := bus.Partition(string(req.PodUID), r.partitions)
+	rctx, cancel := context.WithTimeout(ctx, timeout+r.cfg.ExecGrace)
+	defer cancel()
+	env, err := r.pub.Request(rctx, r.subjects.Exec(p), bus.KindExecRequest, req)
+	switch {
+	case err == nil:
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, fmt.Errorf("no pod worker answers for partition %d", p)
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
+		return nil, probe.ErrTimedOut
+	default:
+		return nil, err
+	}
+	res, err := bus.DecodeExecResult(env)
+	if err != nil {
+		return nil, fmt.Errorf("bad exec answer: %w", err)
+	}
+	out := append(append([]byte{}, res.Stdout...), res.Stderr...)
+	return &probe.ExecOutcome{Output: out, ExitCode: res.ExitCode, Error: res.Error}, nil
+}
