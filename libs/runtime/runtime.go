@@ -110,7 +110,11 @@ type Runtime interface {
 	// RemovePod stops nothing: it forgets the pod's exited containers and
 	// removes their logs and files. Its containers must have stopped.
 	RemovePod(ctx context.Context, uid types.UID) error
-	// Events delivers container exits; the channel is closed by Close.
+	// Events delivers container exits: every instance that goes from
+	// running to exited is announced once, whether it exited on its own or
+	// through StopContainer (a start that fails is not: StartContainer
+	// reports it). The channel is closed by Close; the runtime never blocks
+	// on a slow reader (events queue up).
 	Events() <-chan Event
 	// Logs writes the log of the named container of the pod (the newest
 	// instance, or the one before with Previous) to w.

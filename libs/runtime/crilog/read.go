@@ -1,0 +1,192 @@
+package crilog
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"time"
+
+	"github.com/splitlet/splitlet/libs/runtime"
+)
+
+// Live is a log still being written: a *File.
+type Live interface {
+	// Changed is closed at the next write or when writing ends.
+	Changed() <-chan struct{}
+	// Done reports that writing has ended.
+	Done() bool
+}
+
+// Output renders records as `kubectl logs` shows them: the text, with each
+// line prefixed by its timestamp when asked; it applies tail (as a number
+// of lines to skip, see NewOutput), since and the byte limit.
+type Output struct {
+	w         io.Writer
+	opts      runtime.LogOptions
+	skip      int64
+	line      int64
+	midLine   bool
+	remaining int64
+	buf       []byte
+}
+
+// NewOutput writes to w. totalLines is how many lines the log holds now; it
+// is only used with opts.TailLines >= 0, to skip all but the last ones.
+func NewOutput(w io.Writer, opts runtime.LogOptions, totalLines int64) *Output {
+	o := &Output{w: w, opts: opts, remaining: -1}
+	if opts.TailLines >= 0 && totalLines > opts.TailLines {
+		o.skip = totalLines - opts.TailLines
+	}
+	if opts.LimitBytes > 0 {
+		o.remaining = opts.LimitBytes
+	}
+	return o
+}
+
+// Add renders one record. It reports false once the byte limit is reached:
+// nothing more will be written.
+func (o *Output) Add(r Record) (bool, error) {
+	if o.remaining == 0 {
+		return false, nil
+	}
+	idx := o.line
+	if !r.Partial {
+		o.line++
+	}
+	if idx < o.skip {
+		return true, nil
+	}
+	// kubelet: a record older than since is dropped (per record, like
+	// the kubelet's log reader).
+	if !o.opts.Since.IsZero() && r.Time.Before(o.opts.Since) {
+		return true, nil
+	}
+	b := o.buf[:0]
+	if o.opts.Timestamps && !o.midLine {
+		b = r.Time.UTC().AppendFormat(b, time.RFC3339Nano)
+		b = append(b, ' ')
+	}
+	o.midLine = r.Partial
+	b = append(b, r.Content...)
+	if !r.Partial {
+		b = append(b, '\n')
+	}
+	o.buf = b
+	more := true
+	if o.remaining >= 0 {
+		if int64(len(b)) >= o.remaining {
+			b = b[:o.remaining]
+			more = false
+		}
+		o.remaining -= int64(len(b))
+	}
+	if _, err := o.w.Write(b); err != nil {
+		return false, err
+	}
+	return more, nil
+}
+
+// ReadFile writes the log at path to w as opts select. With opts.Follow and
+// a live log it keeps writing new lines until ctx ends or the log is done
+// and drained; otherwise it stops at the end of the file. Malformed lines
+// are skipped.
+func ReadFile(ctx context.Context, path string, opts runtime.LogOptions, live Live, w io.Writer) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var total int64
+	if opts.TailLines >= 0 {
+		if total, err = countLines(f); err != nil {
+			return err
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
+	}
+	o := NewOutput(w, opts, total)
+	br := bufio.NewReaderSize(f, 64*1024)
+	var pending []byte
+	for {
+		var changed <-chan struct{}
+		done := true
+		if opts.Follow && live != nil {
+			// Taken before reading: whatever was written before Done
+			// turned true is read below.
+			changed = live.Changed()
+			done = live.Done()
+		}
+		for {
+			line, err := br.ReadSlice('\n')
+			if err == nil {
+				if len(pending) > 0 {
+					pending = append(pending, line...)
+					line = pending
+				}
+				rec, perr := Parse(line[:len(line)-1])
+				pending = pending[:0]
+				if perr != nil {
+					continue
+				}
+				more, werr := o.Add(rec)
+				if werr != nil {
+					return werr
+				}
+				if !more {
+					return nil
+				}
+				continue
+			}
+			// A line longer than the buffer, or the end of what is
+			// written so far (maybe in the middle of a line).
+			pending = append(pending, line...)
+			if errors.Is(err, bufio.ErrBufferFull) {
+				continue
+			}
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			return err
+		}
+		if done {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// countLines counts the complete lines (F records) of a CRI log.
+func countLines(r io.Reader) (int64, error) {
+	br := bufio.NewReaderSize(r, 64*1024)
+	var n int64
+	var pending []byte
+	for {
+		line, err := br.ReadSlice('\n')
+		if err == nil {
+			if len(pending) > 0 {
+				pending = append(pending, line...)
+				line = pending
+			}
+			if rec, perr := Parse(line[:len(line)-1]); perr == nil && !rec.Partial {
+				n++
+			}
+			pending = pending[:0]
+			continue
+		}
+		pending = append(pending, line...)
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if errors.Is(err, io.EOF) {
+			return n, nil
+		}
+		return n, err
+	}
+}
