@@ -1,0 +1,413 @@
+// Package controller runs podconfig's merge loop: the sources report into a
+// queue, one goroutine merges every report into the storage in arrival
+// order and publishes the resulting PodUpdates on the bus, batched per
+// (source, partition); it also publishes SourcesReady and the periodic SET
+// snapshots, and tells the mirror pod manager what the static pods are.
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/logging"
+	"github.com/splitlet/splitlet/services/podconfig/internal/merge"
+)
+
+// SourceName is the envelope source of podconfig's own messages (SourcesReady).
+const SourceName = "podconfig"
+
+// maxPodsPerMessage bounds the pods of one ADD/UPDATE/... message; a SET
+// always carries its whole partition.
+const maxPodsPerMessage = 200
+
+// StaticSink is told the static pods (file and http sources) after each
+// change, and whether every static source has been seen in full.
+type StaticSink interface {
+	SetStatic(pods []*corev1.Pod, allSeen bool)
+}
+
+// Option configures a Controller.
+type Option func(*Controller)
+
+// WithLogger sets the logger.
+func WithLogger(l *zap.Logger) Option { return func(c *Controller) { c.log = l } }
+
+// WithSnapshotPeriod sets how often every seen source's pods are re-sent as SETs.
+func WithSnapshotPeriod(d time.Duration) Option { return func(c *Controller) { c.snapshotPeriod = d } }
+
+// WithStorage sets the pod storage (default: incremental mode).
+func WithStorage(s *merge.Storage) Option { return func(c *Controller) { c.storage = s } }
+
+// WithStaticSink sets who learns the static pods (the mirror pod manager).
+func WithStaticSink(s StaticSink) Option { return func(c *Controller) { c.static = s } }
+
+// WithWaitReady sets what Run waits for before publishing (the bus streams).
+func WithWaitReady(f func(context.Context) error) Option {
+	return func(c *Controller) { c.waitReady = f }
+}
+
+// WithRegisterer registers the controller's metrics.
+func WithRegisterer(r prometheus.Registerer) Option { return func(c *Controller) { c.reg = r } }
+
+// Controller is the merge loop. Build it with New, register sources with
+// AddSource before Run, and feed it with Submit.
+type Controller struct {
+	node           string
+	partitions     int
+	nc             *nats.Conn
+	js             jetstream.JetStream
+	log            *zap.Logger
+	storage        *merge.Storage
+	static         StaticSink
+	snapshotPeriod time.Duration
+	waitReady      func(context.Context) error
+	reg            prometheus.Registerer
+	subjects       bus.Subjects
+
+	mu      sync.Mutex
+	queue   []merge.Update
+	signal  chan struct{}
+	sources []string
+
+	pubs     map[string]*bus.Publisher
+	ready    *bus.Publisher
+	dirty    map[partKey]bool
+	running  chan struct{}
+	seenAll  chan struct{}
+	seenOnce sync.Once
+
+	published *prometheus.CounterVec
+	failures  prometheus.Counter
+}
+
+type partKey struct {
+	source string
+	part   int
+}
+
+// New builds a controller publishing for node over nc.
+func New(nc *nats.Conn, node string, partitions int, opts ...Option) (*Controller, error) {
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(1024), jetstream.WithPublishAsyncTimeout(15*time.Second))
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{
+		node: node, partitions: partitions, nc: nc, js: js, log: zap.NewNop(),
+		snapshotPeriod: 30 * time.Second, subjects: bus.For(node),
+		signal: make(chan struct{}, 1), pubs: map[string]*bus.Publisher{},
+		dirty: map[partKey]bool{}, running: make(chan struct{}), seenAll: make(chan struct{}),
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.storage == nil {
+		c.storage = merge.New(partitions)
+	}
+	c.ready = bus.NewPublisher(nc, js, node, SourceName)
+	c.published = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "splitlet_podconfig_pod_updates_published_total",
+		Help: "PodUpdate messages published, by pod source and operation.",
+	}, []string{"source", "op"})
+	c.failures = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "splitlet_podconfig_publish_failures_total",
+		Help: "PodUpdate messages the bus did not acknowledge (their partition is re-sent as a SET).",
+	})
+	if c.reg != nil {
+		for _, m := range []prometheus.Collector{c.published, c.failures} {
+			if err := c.reg.Register(m); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return c, nil
+}
+
+// SetStaticSink sets who learns the static pods; call it before Run.
+func (c *Controller) SetStaticSink(s StaticSink) { c.static = s }
+
+// Storage is the controller's pod storage.
+func (c *Controller) Storage() *merge.Storage { return c.storage }
+
+// AddSource registers a configured source; call it before Run.
+func (c *Controller) AddSource(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !slices.Contains(c.sources, name) {
+		c.sources = append(c.sources, name)
+		slices.Sort(c.sources)
+	}
+	c.pubs[name] = bus.NewPublisher(c.nc, c.js, c.node, name)
+}
+
+// Submit queues a source's report. It never blocks.
+func (c *Controller) Submit(u merge.Update) {
+	c.mu.Lock()
+	c.queue = append(c.queue, u)
+	c.mu.Unlock()
+	select {
+	case c.signal <- struct{}{}:
+	default:
+	}
+}
+
+// AllSeen is closed once every configured source has been seen in full.
+func (c *Controller) AllSeen() <-chan struct{} { return c.seenAll }
+
+// Run merges and publishes until ctx ends; then it publishes what is queued
+// (for at most 5 s) and returns.
+func (c *Controller) Run(ctx context.Context) {
+	if c.waitReady != nil {
+		if err := c.waitReady(ctx); err != nil {
+			return
+		}
+	}
+	c.publishReady(ctx)
+	tick := time.NewTicker(c.snapshotPeriod)
+	defer tick.Stop()
+	var retry <-chan time.Time
+	for {
+		snapshot := false
+		select {
+		case <-ctx.Done():
+			dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			c.cycle(dctx, false)
+			cancel()
+			return
+		case <-c.signal:
+		case <-tick.C:
+			snapshot = true
+		case <-retry:
+			retry = nil
+		}
+		if !c.cycle(ctx, snapshot) && retry == nil {
+			retry = time.After(time.Second)
+		}
+	}
+}
+
+// cycle merges what is queued and publishes the outcome; false when some
+// publish failed (the partitions concerned are re-sent as SETs later).
+func (c *Controller) cycle(ctx context.Context, snapshot bool) bool {
+	c.mu.Lock()
+	queue := c.queue
+	c.queue = nil
+	sources := slices.Clone(c.sources)
+	c.mu.Unlock()
+
+	var b batch
+	readyChanged, staticChanged := snapshot, false
+	for _, u := range queue {
+		res := c.storage.Merge(u)
+		for _, m := range res.Messages {
+			b.add(m)
+		}
+		if res.FirstSeen {
+			readyChanged = true
+			c.log.Info("pod source seen in full", zap.String("source", u.Source))
+		}
+		if u.Source != merge.SourceAPI && (len(res.Messages) > 0 || res.FirstSeen) {
+			staticChanged = true
+		}
+	}
+	for k := range c.dirty {
+		if c.storage.Seen(k.source) {
+			b.set(k.source, k.part, c.storage.Snapshot(k.source)[k.part])
+		}
+		delete(c.dirty, k)
+	}
+	if snapshot {
+		for _, src := range sources {
+			if !c.storage.Seen(src) {
+				continue // a partial view must never be sent as a SET
+			}
+			for p, pods := range c.storage.Snapshot(src) {
+				b.set(src, p, pods)
+			}
+		}
+	}
+	ok := c.publish(ctx, b.msgs)
+	if readyChanged {
+		if !c.publishReady(ctx) {
+			ok = false
+		}
+	}
+	if staticChanged && c.static != nil {
+		c.static.SetStatic(c.storage.Pods(merge.SourceFile, merge.SourceHTTP), c.staticSeen(sources))
+	}
+	return ok
+}
+
+func (c *Controller) staticSeen(sources []string) bool {
+	for _, s := range sources {
+		if s != merge.SourceAPI && !c.storage.Seen(s) {
+			return false
+		}
+	}
+	return true
+}
+
+type future struct {
+	key partKey
+	f   jetstream.PubAckFuture
+}
+
+// publish sends the messages asynchronously and waits for every
+// acknowledgement; a partition whose message failed is marked for a SET.
+func (c *Controller) publish(ctx context.Context, msgs []merge.Message) bool {
+	if len(msgs) == 0 {
+		return true
+	}
+	futures := make([]future, 0, len(msgs))
+	ok := true
+	fail := func(k partKey, subject string, err error) {
+		ok = false
+		c.failures.Inc()
+		c.dirty[k] = true
+		c.log.Warn("pod update not published, its partition will be re-sent as a SET",
+			zap.String(logging.FieldSubject, subject), zap.String("source", k.source), zap.Error(err))
+	}
+	var send func(m merge.Message)
+	send = func(m merge.Message) {
+		k := partKey{m.Source, m.Partition}
+		subject := c.subjects.PodUpdates(m.Partition)
+		pub := c.publisher(m.Source)
+		data, env, err := pub.Seal(bus.KindPodUpdate, m.Op, &bus.PodUpdate{Pods: derefPods(m.Pods)})
+		if err != nil {
+			fail(k, subject, err)
+			return
+		}
+		if max := c.nc.MaxPayload(); max > 0 && int64(len(data)) > max {
+			if m.Op != bus.OpSet && len(m.Pods) > 1 {
+				half := len(m.Pods) / 2
+				send(merge.Message{Source: m.Source, Op: m.Op, Partition: m.Partition, Pods: m.Pods[:half]})
+				send(merge.Message{Source: m.Source, Op: m.Op, Partition: m.Partition, Pods: m.Pods[half:]})
+				return
+			}
+			c.log.Error("pod update larger than the server's max_payload, dropped",
+				zap.String(logging.FieldSubject, subject), zap.Int("bytes", len(data)), zap.Int64("maxPayload", max))
+			return
+		}
+		f, err := c.js.PublishAsync(subject, data, jetstream.WithMsgID(fmt.Sprintf("%s-%d", env.Source, env.Seq)))
+		if err != nil {
+			fail(k, subject, err)
+			return
+		}
+		c.published.WithLabelValues(m.Source, string(m.Op)).Inc()
+		if ce := c.log.Check(zap.DebugLevel, "pod update"); ce != nil {
+			ce.Write(zap.String(logging.FieldSubject, subject), zap.String("source", m.Source),
+				zap.String("op", string(m.Op)), zap.Int("pods", len(m.Pods)))
+		}
+		futures = append(futures, future{k, f})
+	}
+	for _, m := range msgs {
+		send(m)
+	}
+	for _, f := range futures {
+		select {
+		case <-f.f.Ok():
+		case err := <-f.f.Err():
+			fail(f.key, f.f.Msg().Subject, err)
+		case <-ctx.Done():
+			fail(f.key, f.f.Msg().Subject, ctx.Err())
+		}
+	}
+	return ok
+}
+
+func (c *Controller) publisher(source string) *bus.Publisher {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.pubs[source]
+	if !ok {
+		p = bus.NewPublisher(c.nc, c.js, c.node, source)
+		c.pubs[source] = p
+	}
+	return p
+}
+
+// publishReady sends the SourcesReady state (a JetStream publish, so the
+// stream keeps the last value).
+func (c *Controller) publishReady(ctx context.Context) bool {
+	c.mu.Lock()
+	sources := slices.Clone(c.sources)
+	c.mu.Unlock()
+	if sources == nil {
+		sources = []string{}
+	}
+	ready := []string{}
+	for _, s := range sources {
+		if c.storage.Seen(s) {
+			ready = append(ready, s)
+		}
+	}
+	all := len(ready) == len(sources)
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := c.ready.Publish(pctx, c.subjects.SourcesReady(), bus.KindSourcesReady, "",
+		&bus.SourcesReady{Sources: sources, Ready: ready, AllReady: all})
+	if err != nil {
+		c.log.Warn("SourcesReady not published, will retry", zap.String(logging.FieldSubject, c.subjects.SourcesReady()), zap.Error(err))
+		return false
+	}
+	if all {
+		c.seenOnce.Do(func() { close(c.seenAll) })
+	}
+	return true
+}
+
+func derefPods(in []*corev1.Pod) []corev1.Pod {
+	out := make([]corev1.Pod, len(in))
+	for i, p := range in {
+		out[i] = *p
+	}
+	return out
+}
+
+// batch coalesces the messages of one cycle: consecutive operations of the
+// same kind on one (source, partition) become one message, so the order of
+// each pod's updates is kept while thousands of ADDs leave as a few messages.
+type batch struct {
+	msgs []merge.Message
+	last map[partKey]int
+}
+
+func (b *batch) add(m merge.Message) {
+	if b.last == nil {
+		b.last = map[partKey]int{}
+	}
+	k := partKey{m.Source, m.Partition}
+	if m.Op == bus.OpSet {
+		b.last[k] = len(b.msgs)
+		b.msgs = append(b.msgs, m)
+		return
+	}
+	pods := m.Pods
+	for len(pods) > 0 {
+		i, ok := b.last[k]
+		if !ok || b.msgs[i].Op != m.Op || len(b.msgs[i].Pods) >= maxPodsPerMessage {
+			b.last[k] = len(b.msgs)
+			b.msgs = append(b.msgs, merge.Message{Source: m.Source, Op: m.Op, Partition: m.Partition})
+			i = b.last[k]
+		}
+		n := min(maxPodsPerMessage-len(b.msgs[i].Pods), len(pods))
+		b.msgs[i].Pods = append(b.msgs[i].Pods, pods[:n]...)
+		pods = pods[n:]
+	}
+}
+
+func (b *batch) set(source string, part int, pods []*corev1.Pod) {
+	if pods == nil {
+		pods = []*corev1.Pod{}
+	}
+	b.add(merge.Message{Source: source, Op: bus.OpSet, Partition: part, Pods: pods})
+}

@@ -1,0 +1,453 @@
+// Package merge is podconfig's pod storage: the per-source desired state and
+// the rules that turn a source's report into the minimal PodUpdate operations
+// (kubelet pkg/kubelet/config: podStorage.Merge and checkAndUpdatePod).
+//
+// The machine, per source:
+//
+//	unseen --(first SET, or Seen marker)--> seen
+//
+// State: for each source, the pods it holds by UID (each with its bus
+// partition). An Update from a source is one of
+//
+//	ADD, UPDATE, DELETE  pods the source reports (new or changed): merged one by one
+//	REMOVE               pods gone from the source
+//	SET                  the whole content of the source: what it no longer
+//	                     holds is removed; marks the source seen
+//	Seen                 marks the source seen without changing its pods (an
+//	                     incremental source, such as an informer, whose
+//	                     initial list has been fully reported)
+//
+// Merge classifies each reported pod against the stored one (checkAndUpdatePod):
+// a new UID is an ADD; a change of spec, labels, non-local annotations or
+// deletion fields is an UPDATE, or a DELETE when deletionTimestamp is set; a
+// change of status alone is a RECONCILE; anything else (resourceVersion,
+// managed fields, ...) produces nothing.
+//
+// Invariants:
+//   - the output of one Merge is ordered as the kubelet delivers it: REMOVE,
+//     ADD, UPDATE, DELETE, RECONCILE (incremental mode); in the snapshot modes
+//     SETs replace the operations the mode folds into snapshots.
+//   - a pod's partition is computed once from its UID and never changes.
+//   - output pods are copies: later merges never change what was returned.
+//   - a source is never un-seen: a restart starts from empty state, so its
+//     first view only ever adds (no REMOVE for pods not yet seen).
+package merge
+
+import (
+	"reflect"
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/splitlet/splitlet/libs/bus"
+)
+
+// Annotations the agent itself manages on pods (kubelet kubetypes).
+const (
+	AnnotationSource = "kubernetes.io/config.source"
+	AnnotationSeen   = "kubernetes.io/config.seen"
+	AnnotationHash   = "kubernetes.io/config.hash"
+	AnnotationMirror = "kubernetes.io/config.mirror"
+)
+
+// The pod sources, named as the kubelet names them.
+const (
+	SourceAPI  = "api"
+	SourceFile = "file"
+	SourceHTTP = "http"
+)
+
+// OpSeen is an input-only operation: the source has reported everything it
+// had at start (an informer has synced); it marks the source seen.
+const OpSeen bus.Op = "SEEN"
+
+// Mode is how changes are notified (kubelet PodConfigNotificationMode).
+type Mode int
+
+const (
+	// Incremental sends ADD, UPDATE, DELETE, REMOVE and RECONCILE (default).
+	Incremental Mode = iota
+	// Snapshot sends a SET of each changed partition for any change.
+	Snapshot
+	// SnapshotAndUpdates sends a SET of each changed partition for additions
+	// and removals, and UPDATE/DELETE for changes.
+	SnapshotAndUpdates
+)
+
+// ParseMode reads a mode's key value.
+func ParseMode(s string) (Mode, bool) {
+	switch s {
+	case "incremental", "":
+		return Incremental, true
+	case "snapshot":
+		return Snapshot, true
+	case "snapshot-and-updates":
+		return SnapshotAndUpdates, true
+	}
+	return 0, false
+}
+
+// Update is what a source reports.
+type Update struct {
+	Source string
+	Op     bus.Op
+	Pods   []*corev1.Pod
+}
+
+// Message is one PodUpdate to publish: pods of one source in one partition.
+type Message struct {
+	Source    string
+	Op        bus.Op
+	Partition int
+	Pods      []*corev1.Pod
+}
+
+// Result is the outcome of one Merge.
+type Result struct {
+	// Messages in publishing order.
+	Messages []Message
+	// FirstSeen: this update made the source seen.
+	FirstSeen bool
+}
+
+// Recorder receives Warning events about rejected pods.
+type Recorder interface {
+	Eventf(object runtime.Object, eventtype, reason, messageFmt string, args ...interface{})
+}
+
+type entry struct {
+	pod  *corev1.Pod
+	part int
+}
+
+// Storage holds the desired pods of every source. Safe for concurrent use.
+type Storage struct {
+	mu         sync.Mutex
+	mode       Mode
+	partitions int
+	recorder   Recorder
+	now        func() time.Time
+	pods       map[string]map[types.UID]*entry
+	seen       map[string]bool
+}
+
+// Option configures a Storage.
+type Option func(*Storage)
+
+// WithMode sets the notification mode.
+func WithMode(m Mode) Option { return func(s *Storage) { s.mode = m } }
+
+// WithRecorder sets where events about rejected pods go.
+func WithRecorder(r Recorder) Option { return func(s *Storage) { s.recorder = r } }
+
+// WithClock sets the clock of the config.seen annotation.
+func WithClock(now func() time.Time) Option { return func(s *Storage) { s.now = now } }
+
+// New returns empty storage for the given partition count.
+func New(partitions int, opts ...Option) *Storage {
+	s := &Storage{partitions: partitions, now: time.Now,
+		pods: map[string]map[types.UID]*entry{}, seen: map[string]bool{}}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.partitions < 1 {
+		s.partitions = 1
+	}
+	return s
+}
+
+// Partitions is the partition count.
+func (s *Storage) Partitions() int { return s.partitions }
+
+// Seen reports whether the source has been seen in full.
+func (s *Storage) Seen(source string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seen[source]
+}
+
+// SeenSources lists the sources seen in full, sorted.
+func (s *Storage) SeenSources() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.seen))
+	for k := range s.seen {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Partition is the bus partition of a UID.
+func (s *Storage) Partition(uid types.UID) int { return bus.Partition(string(uid), s.partitions) }
+
+// Snapshot returns copies of a source's pods grouped by partition (one slice
+// per partition, empty ones included).
+func (s *Storage) Snapshot(source string) [][]*corev1.Pod {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.snapshotLocked(source, nil)
+}
+
+// Pods returns copies of every pod of the given sources.
+func (s *Storage) Pods(sources ...string) []*corev1.Pod {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*corev1.Pod
+	for _, src := range sources {
+		for _, e := range s.pods[src] {
+			out = append(out, e.pod.DeepCopy())
+		}
+	}
+	return out
+}
+
+func (s *Storage) snapshotLocked(source string, only map[int]bool) [][]*corev1.Pod {
+	parts := make([][]*corev1.Pod, s.partitions)
+	for _, e := range s.pods[source] {
+		if only != nil && !only[e.part] {
+			continue
+		}
+		parts[e.part] = append(parts[e.part], e.pod.DeepCopy())
+	}
+	for _, p := range parts {
+		sort.Slice(p, func(i, j int) bool { return p[i].UID < p[j].UID })
+	}
+	return parts
+}
+
+// Merge applies a source's update and returns what to publish. The pods of
+// u are taken over by the storage (callers pass copies).
+func (s *Storage) Merge(u Update) Result {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	wasSeen := s.seen[u.Source]
+	pods := s.pods[u.Source]
+	if pods == nil {
+		pods = map[types.UID]*entry{}
+	}
+	var adds, updates, deletes, removes, reconciles []*entry
+
+	// apply merges reported pods into into, comparing with old (kubelet:
+	// updatePodsFunc); old and into may be the same map.
+	apply := func(reported []*corev1.Pod, old, into map[types.UID]*entry) {
+		for _, ref := range s.filterDuplicates(u.Source, reported) {
+			if ref.Annotations == nil {
+				ref.Annotations = map[string]string{}
+			}
+			// kubelet: the source annotation is set before any comparison.
+			ref.Annotations[AnnotationSource] = u.Source
+			if existing, ok := old[ref.UID]; ok {
+				into[ref.UID] = existing
+				needUpdate, needReconcile, needDelete := checkAndUpdatePod(existing.pod, ref)
+				switch {
+				case needUpdate:
+					updates = append(updates, existing)
+				case needReconcile:
+					reconciles = append(reconciles, existing)
+				case needDelete:
+					deletes = append(deletes, existing)
+				}
+				continue
+			}
+			ref.Annotations[AnnotationSeen] = s.now().UTC().Format(time.RFC3339Nano)
+			e := &entry{pod: ref, part: s.Partition(ref.UID)}
+			into[ref.UID] = e
+			adds = append(adds, e)
+		}
+	}
+
+	switch u.Op {
+	case bus.OpAdd, bus.OpUpdate, bus.OpDelete:
+		apply(u.Pods, pods, pods)
+	case bus.OpRemove:
+		for _, p := range u.Pods {
+			if existing, ok := pods[p.UID]; ok {
+				delete(pods, p.UID)
+				removes = append(removes, existing)
+			}
+		}
+	case bus.OpSet:
+		s.seen[u.Source] = true
+		old := pods
+		pods = make(map[types.UID]*entry, len(u.Pods))
+		apply(u.Pods, old, pods)
+		for uid, existing := range old {
+			if _, ok := pods[uid]; !ok {
+				removes = append(removes, existing)
+			}
+		}
+		sort.Slice(removes, func(i, j int) bool { return removes[i].pod.UID < removes[j].pod.UID })
+	case OpSeen:
+		s.seen[u.Source] = true
+	}
+	s.pods[u.Source] = pods
+
+	res := Result{FirstSeen: !wasSeen && s.seen[u.Source]}
+	emit := func(op bus.Op, es []*entry) {
+		res.Messages = append(res.Messages, group(u.Source, op, es, s.partitions)...)
+	}
+	setOf := func(changed ...[]*entry) {
+		only := map[int]bool{}
+		for _, es := range changed {
+			for _, e := range es {
+				only[e.part] = true
+			}
+		}
+		if res.FirstSeen {
+			only = nil // every partition, empty ones too
+		} else if len(only) == 0 {
+			return
+		}
+		for p, pods := range s.snapshotLocked(u.Source, only) {
+			if only == nil || only[p] {
+				res.Messages = append(res.Messages, Message{Source: u.Source, Op: bus.OpSet, Partition: p, Pods: nonNil(pods)})
+			}
+		}
+	}
+	switch s.mode {
+	case Snapshot:
+		setOf(adds, updates, deletes, removes)
+	case SnapshotAndUpdates:
+		setOf(adds, removes)
+		emit(bus.OpUpdate, updates)
+		emit(bus.OpDelete, deletes)
+	default:
+		// kubelet order: removes, adds, updates, deletes, (first-seen
+		// marker), reconciles.
+		emit(bus.OpRemove, removes)
+		emit(bus.OpAdd, adds)
+		emit(bus.OpUpdate, updates)
+		emit(bus.OpDelete, deletes)
+		emit(bus.OpReconcile, reconciles)
+	}
+	return res
+}
+
+func nonNil(p []*corev1.Pod) []*corev1.Pod {
+	if p == nil {
+		return []*corev1.Pod{}
+	}
+	return p
+}
+
+// group splits one operation's pods by partition, in partition order, keeping
+// the order of pods within a partition.
+func group(source string, op bus.Op, es []*entry, partitions int) []Message {
+	if len(es) == 0 {
+		return nil
+	}
+	byPart := map[int][]*corev1.Pod{}
+	for _, e := range es {
+		byPart[e.part] = append(byPart[e.part], e.pod.DeepCopy())
+	}
+	out := make([]Message, 0, len(byPart))
+	for p := 0; p < partitions && len(out) < len(byPart); p++ {
+		if pods, ok := byPart[p]; ok {
+			out = append(out, Message{Source: source, Op: op, Partition: p, Pods: pods})
+		}
+	}
+	return out
+}
+
+// filterDuplicates drops pods whose namespace/name was already reported in
+// the same update (kubelet: filterInvalidPods).
+func (s *Storage) filterDuplicates(source string, pods []*corev1.Pod) []*corev1.Pod {
+	if len(pods) < 2 {
+		return pods
+	}
+	names := make(map[string]bool, len(pods))
+	out := pods[:0:0]
+	for _, p := range pods {
+		full := p.Namespace + "/" + p.Name
+		if names[full] {
+			if s.recorder != nil {
+				s.recorder.Eventf(p, corev1.EventTypeWarning, "FailedValidation",
+					"Error validating pod %s from %s due to duplicate pod name %q, ignoring", full, source, p.Name)
+			}
+			continue
+		}
+		names[full] = true
+		out = append(out, p)
+	}
+	return out
+}
+
+// isLocalAnnotation: annotations the agent sets itself take no part in
+// comparisons (kubelet: localAnnotations).
+func isLocalAnnotation(k string) bool {
+	return k == AnnotationSource || k == AnnotationMirror || k == AnnotationSeen
+}
+
+func annotationsEqual(existing, candidate map[string]string) bool {
+	for k, v := range candidate {
+		if isLocalAnnotation(k) {
+			continue
+		}
+		if ev, ok := existing[k]; !ok || ev != v {
+			return false
+		}
+	}
+	for k := range existing {
+		if isLocalAnnotation(k) {
+			continue
+		}
+		if _, ok := candidate[k]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func podsDifferSemantically(existing, ref *corev1.Pod) bool {
+	return !(reflect.DeepEqual(existing.Spec, ref.Spec) &&
+		reflect.DeepEqual(existing.Labels, ref.Labels) &&
+		reflect.DeepEqual(existing.DeletionTimestamp, ref.DeletionTimestamp) &&
+		reflect.DeepEqual(existing.DeletionGracePeriodSeconds, ref.DeletionGracePeriodSeconds) &&
+		annotationsEqual(existing.Annotations, ref.Annotations))
+}
+
+// checkAndUpdatePod folds ref into existing and says what kind of change it
+// was (kubelet: checkAndUpdatePod). At most one result is true.
+func checkAndUpdatePod(existing, ref *corev1.Pod) (needUpdate, needReconcile, needGracefulDelete bool) {
+	if !podsDifferSemantically(existing, ref) {
+		// kubelet: a status-only change is a reconcile, anything else is ignored.
+		if !reflect.DeepEqual(existing.Status, ref.Status) {
+			existing.Status = ref.Status
+			needReconcile = true
+		}
+		return
+	}
+	// kubelet: the first-seen time stays the one recorded at the ADD.
+	ref.Annotations[AnnotationSeen] = existing.Annotations[AnnotationSeen]
+
+	existing.Spec = ref.Spec
+	existing.Labels = ref.Labels
+	existing.DeletionTimestamp = ref.DeletionTimestamp
+	existing.DeletionGracePeriodSeconds = ref.DeletionGracePeriodSeconds
+	existing.Generation = ref.Generation
+	existing.Status = ref.Status
+	existing.ResourceVersion = ref.ResourceVersion
+	annotations := make(map[string]string, len(ref.Annotations)+3)
+	for k, v := range ref.Annotations {
+		annotations[k] = v
+	}
+	for _, k := range []string{AnnotationSource, AnnotationMirror, AnnotationSeen} {
+		if v, ok := existing.Annotations[k]; ok {
+			annotations[k] = v
+		}
+	}
+	existing.Annotations = annotations
+
+	if ref.DeletionTimestamp != nil {
+		needGracefulDelete = true
+	} else {
+		needUpdate = true
+	}
+	return
+}

@@ -1,0 +1,194 @@
+package merge
+
+import (
+	"fmt"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/splitlet/splitlet/libs/bus"
+)
+
+func pod(uid, name string, mut ...func(*corev1.Pod)) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid), Name: name, Namespace: "default", ResourceVersion: "1"},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+	}
+	for _, m := range mut {
+		m(p)
+	}
+	return p
+}
+
+// ops flattens a result into "OP:uid,uid" strings, in order.
+func ops(r Result) []string {
+	var out []string
+	for _, m := range r.Messages {
+		s := string(m.Op) + ":"
+		for i, p := range m.Pods {
+			if i > 0 {
+				s += ","
+			}
+			s += string(p.UID)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func eq(t *testing.T, got []string, want ...string) {
+	t.Helper()
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+}
+
+func TestIncrementalLifecycle(t *testing.T) {
+	s := New(1)
+	r := s.Merge(Update{Source: "api", Op: bus.OpAdd, Pods: []*corev1.Pod{pod("a", "a")}})
+	eq(t, ops(r), "ADD:a")
+	if r.FirstSeen || s.Seen("api") {
+		t.Fatal("an ADD must not mark the source seen")
+	}
+	if got := r.Messages[0].Pods[0].Annotations[AnnotationSource]; got != "api" {
+		t.Fatalf("source annotation %q", got)
+	}
+	seenAt := r.Messages[0].Pods[0].Annotations[AnnotationSeen]
+	if seenAt == "" {
+		t.Fatal("no config.seen annotation")
+	}
+	r = s.Merge(Update{Source: "api", Op: OpSeen})
+	if !r.FirstSeen || len(r.Messages) != 0 {
+		t.Fatalf("seen marker: %+v", r)
+	}
+	// resourceVersion alone: nothing (kubelet ignores it).
+	r = s.Merge(Update{Source: "api", Op: bus.OpUpdate, Pods: []*corev1.Pod{pod("a", "a", func(p *corev1.Pod) { p.ResourceVersion = "2" })}})
+	eq(t, ops(r))
+	// status alone: RECONCILE.
+	r = s.Merge(Update{Source: "api", Op: bus.OpUpdate, Pods: []*corev1.Pod{pod("a", "a", func(p *corev1.Pod) { p.Status.Phase = corev1.PodRunning })}})
+	eq(t, ops(r), "RECONCILE:a")
+	// a local annotation alone: nothing.
+	r = s.Merge(Update{Source: "api", Op: bus.OpUpdate, Pods: []*corev1.Pod{pod("a", "a", func(p *corev1.Pod) {
+		p.Status.Phase = corev1.PodRunning
+		p.Annotations = map[string]string{AnnotationMirror: "x"}
+	})}})
+	eq(t, ops(r))
+	// a label: UPDATE, and the first-seen time is kept.
+	r = s.Merge(Update{Source: "api", Op: bus.OpUpdate, Pods: []*corev1.Pod{pod("a", "a", func(p *corev1.Pod) {
+		p.Labels = map[string]string{"x": "y"}
+		p.Status.Phase = corev1.PodRunning
+	})}})
+	eq(t, ops(r), "UPDATE:a")
+	if got := r.Messages[0].Pods[0].Annotations[AnnotationSeen]; got != seenAt {
+		t.Fatalf("config.seen changed: %q -> %q", seenAt, got)
+	}
+	// deletionTimestamp: DELETE.
+	now := metav1.Now()
+	r = s.Merge(Update{Source: "api", Op: bus.OpUpdate, Pods: []*corev1.Pod{pod("a", "a", func(p *corev1.Pod) {
+		p.Labels = map[string]string{"x": "y"}
+		p.DeletionTimestamp = &now
+	})}})
+	eq(t, ops(r), "DELETE:a")
+	r = s.Merge(Update{Source: "api", Op: bus.OpRemove, Pods: []*corev1.Pod{pod("a", "a")}})
+	eq(t, ops(r), "REMOVE:a")
+	// removing what is not there: nothing.
+	r = s.Merge(Update{Source: "api", Op: bus.OpRemove, Pods: []*corev1.Pod{pod("a", "a")}})
+	eq(t, ops(r))
+}
+
+func TestSetOrderAndFirstSeen(t *testing.T) {
+	s := New(1)
+	r := s.Merge(Update{Source: "file", Op: bus.OpSet, Pods: []*corev1.Pod{}})
+	if !r.FirstSeen || len(r.Messages) != 0 {
+		t.Fatalf("empty first SET: %+v", r)
+	}
+	r = s.Merge(Update{Source: "file", Op: bus.OpSet, Pods: []*corev1.Pod{pod("a", "a"), pod("b", "b")}})
+	eq(t, ops(r), "ADD:a,b")
+	if r.FirstSeen {
+		t.Fatal("second SET is not a first sight")
+	}
+	// b changes, a goes, c comes, and b's status: kubelet order REMOVE, ADD, UPDATE.
+	r = s.Merge(Update{Source: "file", Op: bus.OpSet, Pods: []*corev1.Pod{
+		pod("c", "c"), pod("b", "b", func(p *corev1.Pod) { p.Spec.Containers[0].Image = "nginx" })}})
+	eq(t, ops(r), "REMOVE:a", "ADD:c", "UPDATE:b")
+}
+
+func TestDuplicateNamesDropped(t *testing.T) {
+	s := New(1)
+	r := s.Merge(Update{Source: "file", Op: bus.OpSet, Pods: []*corev1.Pod{pod("a", "same"), pod("b", "same")}})
+	eq(t, ops(r), "ADD:a")
+}
+
+func TestPartitionsAndSnapshot(t *testing.T) {
+	s := New(4)
+	var pods []*corev1.Pod
+	for i := 0; i < 20; i++ {
+		pods = append(pods, pod(fmt.Sprintf("uid-%d", i), fmt.Sprintf("p%d", i)))
+	}
+	r := s.Merge(Update{Source: "api", Op: bus.OpAdd, Pods: pods})
+	total := 0
+	for _, m := range r.Messages {
+		for _, p := range m.Pods {
+			if got := bus.Partition(string(p.UID), 4); got != m.Partition {
+				t.Fatalf("pod %s in partition %d, belongs to %d", p.UID, m.Partition, got)
+			}
+			total++
+		}
+	}
+	if total != 20 {
+		t.Fatalf("%d pods published, want 20", total)
+	}
+	snap := s.Snapshot("api")
+	if len(snap) != 4 {
+		t.Fatalf("%d partitions", len(snap))
+	}
+	n := 0
+	for _, p := range snap {
+		n += len(p)
+	}
+	if n != 20 {
+		t.Fatalf("snapshot holds %d pods", n)
+	}
+}
+
+func TestSnapshotModes(t *testing.T) {
+	s := New(2, WithMode(Snapshot))
+	r := s.Merge(Update{Source: "file", Op: bus.OpSet, Pods: []*corev1.Pod{}})
+	eq(t, ops(r), "SET:", "SET:") // first sight: every partition, empty ones too
+	r = s.Merge(Update{Source: "file", Op: bus.OpSet, Pods: []*corev1.Pod{pod("a", "a")}})
+	if len(r.Messages) != 1 || r.Messages[0].Op != bus.OpSet || r.Messages[0].Partition != s.Partition("a") {
+		t.Fatalf("snapshot of the changed partition: %+v", r.Messages)
+	}
+
+	s = New(1, WithMode(SnapshotAndUpdates))
+	s.Merge(Update{Source: "file", Op: bus.OpSet, Pods: []*corev1.Pod{pod("a", "a")}})
+	r = s.Merge(Update{Source: "file", Op: bus.OpSet, Pods: []*corev1.Pod{pod("a", "a", func(p *corev1.Pod) { p.Labels = map[string]string{"k": "v"} }), pod("b", "b")}})
+	eq(t, ops(r), "SET:a,b", "UPDATE:a")
+}
+
+func TestOutputIsACopy(t *testing.T) {
+	s := New(1)
+	r := s.Merge(Update{Source: "api", Op: bus.OpAdd, Pods: []*corev1.Pod{pod("a", "a")}})
+	s.Merge(Update{Source: "api", Op: bus.OpUpdate, Pods: []*corev1.Pod{pod("a", "a", func(p *corev1.Pod) { p.Spec.Containers[0].Image = "x" })}})
+	if r.Messages[0].Pods[0].Spec.Containers[0].Image != "busybox" {
+		t.Fatal("a later merge changed an earlier result")
+	}
+}
+
+func BenchmarkMerge5000(b *testing.B) {
+	pods := make([]*corev1.Pod, 5000)
+	for i := range pods {
+		pods[i] = pod(fmt.Sprintf("0b9d3c7e-6a2b-4f1e-9a51-%012d", i), fmt.Sprintf("pod-%d", i))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		s := New(16)
+		for _, p := range pods {
+			s.Merge(Update{Source: "api", Op: bus.OpAdd, Pods: []*corev1.Pod{p.DeepCopy()}})
+		}
+	}
+	b.ReportMetric(float64(b.N*len(pods))/b.Elapsed().Seconds(), "pods/s")
+}

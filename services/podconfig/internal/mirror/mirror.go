@@ -1,0 +1,277 @@
+// Package mirror keeps a mirror pod in the API server for every static pod
+// (kubelet: pod manager + MirrorClient, syncPod's static pod branch and
+// HandlePodCleanups' orphan removal).
+//
+// The rule, per namespace/name:
+//
+//	static pod, no mirror                    -> create the mirror
+//	static pod, mirror with another hash,
+//	  or mirror being deleted                -> delete it (UID precondition), create anew
+//	no static pod, mirror (all static
+//	  sources seen, informer synced)         -> delete the orphan
+//
+// A mirror pod is a copy of the static pod's metadata and spec with the
+// annotation kubernetes.io/config.mirror = the static pod's hash and a
+// controller owner reference to the Node. Its creation waits until the Node
+// exists (its UID goes into the owner reference).
+package mirror
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/splitlet/splitlet/libs/logging"
+	"github.com/splitlet/splitlet/services/podconfig/internal/merge"
+)
+
+// Manager reconciles mirror pods. It owns a work queue keyed by
+// namespace/name and its workers.
+type Manager struct {
+	cs       kubernetes.Interface
+	node     string
+	lister   corelisters.PodLister
+	synced   cache.InformerSynced
+	log      *zap.Logger
+	recorder record.EventRecorder
+	resync   time.Duration
+	queue    workqueue.TypedRateLimitingInterface[string]
+
+	mu      sync.Mutex
+	static  map[string]*corev1.Pod
+	allSeen bool
+	wg      sync.WaitGroup
+}
+
+// New builds a manager. lister and synced come from the API source's
+// informer, which sees mirror pods since they are bound to the node.
+func New(cs kubernetes.Interface, node string, lister corelisters.PodLister, synced cache.InformerSynced,
+	recorder record.EventRecorder, log *zap.Logger, resync time.Duration) *Manager {
+	return &Manager{
+		cs: cs, node: node, lister: lister, synced: synced, recorder: recorder, log: log, resync: resync,
+		static: map[string]*corev1.Pod{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 10*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "podconfig-mirror-pods"}),
+	}
+}
+
+func key(ns, name string) string { return ns + "/" + name }
+
+// SetStatic replaces the set of static pods. allSeen says every static
+// source has been read in full, so that a mirror pod without a static pod
+// is an orphan rather than one not read yet.
+func (m *Manager) SetStatic(pods []*corev1.Pod, allSeen bool) {
+	next := make(map[string]*corev1.Pod, len(pods))
+	for _, p := range pods {
+		next[key(p.Namespace, p.Name)] = p
+	}
+	m.mu.Lock()
+	prev := m.static
+	becameSeen := allSeen && !m.allSeen
+	m.static, m.allSeen = next, allSeen
+	m.mu.Unlock()
+	for k, p := range next {
+		if old, ok := prev[k]; !ok || old.Annotations[merge.AnnotationHash] != p.Annotations[merge.AnnotationHash] {
+			m.queue.Add(k)
+		}
+	}
+	for k := range prev {
+		if _, ok := next[k]; !ok {
+			m.queue.Add(k)
+		}
+	}
+	if becameSeen {
+		m.enqueueMirrors()
+	}
+}
+
+// MirrorPodChanged queues a check of the named pod (informer events).
+func (m *Manager) MirrorPodChanged(namespace, name string) { m.queue.Add(key(namespace, name)) }
+
+func (m *Manager) enqueueMirrors() {
+	pods, err := m.lister.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, p := range pods {
+		if _, ok := p.Annotations[merge.AnnotationMirror]; ok {
+			m.queue.Add(key(p.Namespace, p.Name))
+		}
+	}
+}
+
+// Start runs the workers and the periodic full check until ctx ends. It
+// does not block; Wait waits for the workers.
+func (m *Manager) Start(ctx context.Context) {
+	m.wg.Add(2)
+	go func() {
+		defer m.wg.Done()
+		<-ctx.Done()
+		m.queue.ShutDownWithDrain()
+	}()
+	go func() {
+		defer m.wg.Done()
+		if !cache.WaitForCacheSync(ctx.Done(), m.synced) {
+			return
+		}
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			for m.next(ctx) {
+			}
+		}()
+		t := time.NewTicker(m.resync)
+		defer t.Stop()
+		for {
+			m.mu.Lock()
+			for k := range m.static {
+				m.queue.Add(k)
+			}
+			m.mu.Unlock()
+			m.enqueueMirrors()
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// Wait waits for the workers after ctx of Start ended.
+func (m *Manager) Wait() { m.wg.Wait() }
+
+func (m *Manager) next(ctx context.Context) bool {
+	k, quit := m.queue.Get()
+	if quit {
+		return false
+	}
+	defer m.queue.Done(k)
+	if ctx.Err() != nil {
+		m.queue.Forget(k)
+		return true
+	}
+	if err := m.sync(ctx, k); err != nil {
+		if ctx.Err() == nil {
+			m.log.Info("mirror pod not in sync yet, will retry", zap.String(logging.FieldPod, k), zap.Error(err))
+			m.queue.AddRateLimited(k)
+		}
+		return true
+	}
+	m.queue.Forget(k)
+	return true
+}
+
+func (m *Manager) sync(ctx context.Context, k string) error {
+	ns, name, err := cache.SplitMetaNamespaceKey(k)
+	if err != nil {
+		return nil
+	}
+	m.mu.Lock()
+	static, allSeen := m.static[k], m.allSeen
+	m.mu.Unlock()
+
+	mirror, err := m.lister.Pods(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		mirror = nil
+	} else if err != nil {
+		return err
+	}
+	if mirror != nil {
+		if _, ok := mirror.Annotations[merge.AnnotationMirror]; !ok {
+			if static != nil {
+				m.log.Warn("an API pod has the name of a static pod; no mirror pod for it", logging.Pod(ns, name, string(static.UID))...)
+			}
+			return nil
+		}
+	}
+	if static == nil {
+		if mirror != nil && allSeen {
+			// kubelet: orphaned mirror pods are removed once all sources are ready.
+			m.log.Info("deleting orphaned mirror pod", logging.Pod(ns, name, string(mirror.UID))...)
+			return m.delete(ctx, mirror)
+		}
+		return nil
+	}
+	hash := static.Annotations[merge.AnnotationHash]
+	if mirror != nil {
+		if mirror.DeletionTimestamp == nil && mirror.Annotations[merge.AnnotationMirror] == hash {
+			return nil
+		}
+		// kubelet: a mirror pod being deleted or not matching is replaced.
+		m.log.Info("replacing mirror pod", append(logging.Pod(ns, name, string(mirror.UID)),
+			zap.String("hash", hash), zap.String("mirrorHash", mirror.Annotations[merge.AnnotationMirror]))...)
+		if err := m.delete(ctx, mirror); err != nil {
+			return err
+		}
+	}
+	return m.create(ctx, static, hash)
+}
+
+func (m *Manager) delete(ctx context.Context, mirror *corev1.Pod) error {
+	grace := int64(0)
+	uid := mirror.UID
+	err := m.cs.CoreV1().Pods(mirror.Namespace).Delete(ctx, mirror.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: &grace, Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete mirror pod: %w", err)
+	}
+	return nil
+}
+
+func (m *Manager) create(ctx context.Context, static *corev1.Pod, hash string) error {
+	node, err := m.cs.CoreV1().Nodes().Get(ctx, m.node, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("node %s (for the mirror pod's owner): %w", m.node, err)
+	}
+	if node.DeletionTimestamp != nil {
+		return fmt.Errorf("node %s is being deleted", m.node)
+	}
+	annotations := make(map[string]string, len(static.Annotations)+1)
+	for k, v := range static.Annotations {
+		annotations[k] = v
+	}
+	annotations[merge.AnnotationMirror] = hash
+	labels := make(map[string]string, len(static.Labels))
+	for k, v := range static.Labels {
+		labels[k] = v
+	}
+	controller := true
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: static.Name, Namespace: static.Namespace, Labels: labels, Annotations: annotations,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID, Controller: &controller}},
+		},
+		Spec: *static.Spec.DeepCopy(),
+	}
+	created, err := m.cs.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		got, gerr := m.cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if gerr == nil && got.DeletionTimestamp == nil && got.Annotations[merge.AnnotationMirror] == hash {
+			return nil
+		}
+		return fmt.Errorf("create mirror pod: %w", err)
+	}
+	if err != nil {
+		if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
+			m.recorder.Eventf(static, corev1.EventTypeWarning, "FailedCreateMirrorPod", "Error creating mirror pod: %v", err)
+		}
+		return fmt.Errorf("create mirror pod: %w", err)
+	}
+	m.log.Info("mirror pod created", append(logging.Pod(created.Namespace, created.Name, string(created.UID)),
+		zap.String("staticUID", string(static.UID)))...)
+	return nil
+}
