@@ -1,0 +1,58 @@
+// Package process is the runtime whose containers are local child
+// processes (Linux). The image is ignored; the rest of the container spec is
+// followed the way the kubelet and a CRI runtime would.
+//
+// # Command
+//
+// command replaces the image's entrypoint and args its cmd, as in the
+// kubelet; since there is no image, the program run is command[0] with
+// command[1:] and args as arguments, or, without a command, args[0] with
+// args[1:]. With neither the start fails with reason ContainerCannotRun. A
+// program without a slash is looked up in the PATH of the container's
+// environment; $(VAR) references in command, args and env values are
+// expanded as the kubelet expands them.
+//
+// # Environment and directory
+//
+// The environment is the base environment (WithBaseEnv; default: the
+// runtime's own PATH, or a standard one), HOSTNAME (the pod's hostname), then
+// the container's env in order. valueFrom supports the downward API fields
+// metadata.name, metadata.namespace, metadata.uid, metadata.labels['k'],
+// metadata.annotations['k'], spec.nodeName, spec.serviceAccountName,
+// status.podIP(s) (the runtime's pod IP) and status.hostIP(s)
+// (WithHostIP), and resourceFieldRef when the container itself sets the
+// value. ConfigMaps and Secrets cannot be read: such a reference fails the
+// start with reason CreateContainerConfigError, unless it is optional. The
+// working directory is workingDir, which must exist, or the container's
+// directory <root>/pods/<uid>/<container>. Stdin is /dev/null.
+//
+// # Logs
+//
+// stdout and stderr go to <root>/pods/<uid>/<container>/<attempt>.log in the
+// CRI log format (package crilog). Logs reads the newest instance of a
+// container, or the one before it with Previous; the runtime keeps the
+// newest two instances of each container name and deletes older ones' logs.
+//
+// # Process groups, stop and exit
+//
+// Each container is a process group of its own (Setpgid) whose leader dies
+// with the runtime's process (Pdeathsig SIGKILL). StopContainer sends
+// SIGTERM to the group, then SIGKILL after the grace period. When the leader
+// exits, on its own or not, the rest of the group is killed, as a container
+// ends with its init process, and the runtime reaps what it can: the leader
+// always, and orphans of the group that were reparented to it (it is their
+// parent when it runs as PID 1, or with WithSubreaper). The exit code of a
+// process killed by a signal is 128 + the signal; the reason is Completed
+// for 0 and Error otherwise (OOMKilled is never known). Every exit is
+// announced on Events.
+//
+// # Exec and stats
+//
+// Exec runs the command as a child process with the container's environment
+// and working directory, in a process group of its own that is killed when
+// the command exits or the timeout passes. A command that cannot be started
+// (not found) or times out is an error; one that ran reports its exit code.
+// Stats read /proc: CPU time (user + system, the group's members and
+// the leader's waited-for children) and resident memory of the container's
+// process group.
+package process

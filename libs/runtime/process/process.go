@@ -1,0 +1,572 @@
+package process
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/splitlet/splitlet/libs/logging"
+	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/runtime/crilog"
+	"github.com/splitlet/splitlet/libs/runtime/internal/eventq"
+)
+
+// Type is the runtime's name; container IDs start with Type + "://".
+const Type = "process"
+
+// Version of the process runtime.
+const Version = "0.1.0"
+
+// Container exit and start-failure reasons (the kubelet's).
+const (
+	ReasonCompleted   = "Completed"
+	ReasonError       = "Error"
+	ReasonCannotRun   = "ContainerCannotRun"
+	ReasonConfigError = "CreateContainerConfigError"
+)
+
+const (
+	exitCodeCannotRun = 128
+	instancesKept     = 2
+	defaultPath       = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+)
+
+// Option configures a Runtime.
+type Option func(*options)
+
+type options struct {
+	root         string
+	podIP        string
+	hostIP       string
+	baseEnv      []string
+	log          *zap.Logger
+	subreaper    bool
+	drainTimeout time.Duration
+	reapTimeout  time.Duration
+}
+
+// WithRootDir sets the directory under which pods/<uid>/<container>/ hold
+// the containers' logs (default: <tmp>/splitlet-process).
+func WithRootDir(dir string) Option { return func(o *options) { o.root = dir } }
+
+// WithPodIP sets the IP every pod gets (default 127.0.0.1).
+func WithPodIP(ip string) Option { return func(o *options) { o.podIP = ip } }
+
+// WithHostIP sets the node IP that status.hostIP resolves to (default
+// 127.0.0.1).
+func WithHostIP(ip string) Option { return func(o *options) { o.hostIP = ip } }
+
+// WithBaseEnv sets the environment every container starts from, as
+// "KEY=value" (default: PATH only, the runtime's own or a standard one).
+func WithBaseEnv(env []string) Option { return func(o *options) { o.baseEnv = env } }
+
+// WithLogger sets the logger (default: none).
+func WithLogger(l *zap.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithSubreaper makes the runtime's process a child subreaper (Linux
+// prctl), so that orphans of a container's process group are reparented to
+// it and reaped by it rather than by the system's init. It affects the whole
+// process (default off).
+func WithSubreaper(on bool) Option { return func(o *options) { o.subreaper = on } }
+
+// WithDrainTimeout bounds how long the log copiers of an exited container
+// may run on after its process group is dead, for output still held by a
+// process that left the group (default 2 s).
+func WithDrainTimeout(d time.Duration) Option { return func(o *options) { o.drainTimeout = d } }
+
+// Runtime runs containers as local processes. It implements
+// runtime.Runtime.
+type Runtime struct {
+	opts   options
+	log    *zap.Logger
+	events *eventq.Queue
+	prefix string
+	seq    atomic.Uint64
+
+	mu   sync.Mutex
+	pods map[types.UID]*pod
+	byID map[string]*container
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+type pod struct {
+	containers []*container // oldest first
+}
+
+// container is one instance. status and cpu are guarded by Runtime.mu; pid
+// and reaped by procMu.
+type container struct {
+	status runtime.ContainerStatus
+	env    []string
+	dir    string
+	log    *crilog.File
+	done   chan struct{} // closed once exited and the log is complete
+	cpu    cpuSample
+
+	procMu sync.Mutex
+	pid    int
+	reaped bool
+}
+
+// New builds a process runtime; it creates the root directory.
+func New(opts ...Option) (*Runtime, error) {
+	o := options{
+		root:         filepath.Join(os.TempDir(), "splitlet-process"),
+		podIP:        "127.0.0.1",
+		hostIP:       "127.0.0.1",
+		drainTimeout: 2 * time.Second,
+		reapTimeout:  5 * time.Second,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.baseEnv == nil {
+		path := os.Getenv("PATH")
+		if path == "" {
+			path = defaultPath
+		}
+		o.baseEnv = []string{"PATH=" + path}
+	}
+	if o.log == nil {
+		o.log = zap.NewNop()
+	}
+	root, err := filepath.Abs(o.root)
+	if err != nil {
+		return nil, fmt.Errorf("process runtime: root dir: %w", err)
+	}
+	o.root = root
+	if err := os.MkdirAll(filepath.Join(root, "pods"), 0o750); err != nil {
+		return nil, fmt.Errorf("process runtime: %w", err)
+	}
+	if o.subreaper {
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			return nil, fmt.Errorf("process runtime: become a subreaper: %w", err)
+		}
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return &Runtime{
+		opts:   o,
+		log:    o.log,
+		events: eventq.New(),
+		prefix: Type + "://" + hex.EncodeToString(b[:]),
+		pods:   make(map[types.UID]*pod),
+		byID:   make(map[string]*container),
+	}, nil
+}
+
+// Type implements runtime.Runtime.
+func (r *Runtime) Type() string { return Type }
+
+// Version implements runtime.Runtime.
+func (r *Runtime) Version() string { return Version }
+
+// PodIP implements runtime.Runtime.
+func (r *Runtime) PodIP(*corev1.Pod) string { return r.opts.podIP }
+
+// Events implements runtime.Runtime.
+func (r *Runtime) Events() <-chan runtime.Event { return r.events.C() }
+
+// Close implements runtime.Runtime: it stops the event queue. Containers run
+// on (they die with the process).
+func (r *Runtime) Close() error {
+	r.events.Close()
+	return nil
+}
+
+// RootDir is the directory the runtime keeps pods' files under.
+func (r *Runtime) RootDir() string { return r.opts.root }
+
+// safeName refuses a path element that would leave its directory.
+func safeName(kind, s string) error {
+	if s == "" || s == "." || s == ".." || strings.ContainsAny(s, "/\x00") {
+		return fmt.Errorf("%s %q cannot name a directory", kind, s)
+	}
+	return nil
+}
+
+func (r *Runtime) podDir(uid types.UID) string {
+	return filepath.Join(r.opts.root, "pods", string(uid))
+}
+
+// StartContainer implements runtime.Runtime.
+func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.Container, attempt int) (runtime.ContainerStatus, error) {
+	if p == nil || c == nil {
+		return runtime.ContainerStatus{State: runtime.StateUnknown}, errors.New("process: StartContainer needs a pod and a container")
+	}
+	st := runtime.ContainerStatus{PodUID: p.UID, Name: c.Name, Attempt: attempt, Image: c.Image, ImageID: c.Image}
+	configErr := func(err error) (runtime.ContainerStatus, error) {
+		st.State, st.Reason, st.Message = runtime.StateExited, ReasonConfigError, err.Error()
+		return st, fmt.Errorf("process: container %q of pod %s: %w", c.Name, p.UID, err)
+	}
+	if err := safeName("pod UID", string(p.UID)); err != nil {
+		return configErr(err)
+	}
+	if err := safeName("container name", c.Name); err != nil {
+		return configErr(err)
+	}
+	if attempt < 0 {
+		return configErr(fmt.Errorf("attempt %d < 0", attempt))
+	}
+	if err := ctx.Err(); err != nil {
+		st.State = runtime.StateUnknown
+		return st, err
+	}
+	env, err := r.containerEnv(p, c)
+	if err != nil {
+		return configErr(err)
+	}
+	cdir := filepath.Join(r.podDir(p.UID), c.Name)
+	if err := os.MkdirAll(cdir, 0o750); err != nil {
+		st.State, st.Reason, st.Message = runtime.StateExited, ReasonCannotRun, err.Error()
+		return st, fmt.Errorf("process: container %q of pod %s: %w", c.Name, p.UID, err)
+	}
+	st.ID = r.prefix + strconv.FormatUint(r.seq.Add(1), 16)
+	st.CreatedAt = time.Now()
+	st.LogPath = filepath.Join(cdir, strconv.Itoa(attempt)+".log")
+	lf, err := crilog.Create(st.LogPath)
+	if err != nil {
+		st.State, st.Reason, st.Message = runtime.StateExited, ReasonCannotRun, err.Error()
+		return st, fmt.Errorf("process: container %q of pod %s: %w", c.Name, p.UID, err)
+	}
+	ct := &container{env: env, log: lf, done: make(chan struct{})}
+
+	vars := make(map[string]string, len(env))
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		vars[k] = v
+	}
+	lookup := func(name string) (string, bool) { v, ok := vars[name]; return v, ok }
+	// kubelet: command replaces the entrypoint, args the cmd; with no
+	// image, the first word of either is the program.
+	argv := make([]string, 0, len(c.Command)+len(c.Args))
+	for _, a := range c.Command {
+		argv = append(argv, Expand(a, lookup))
+	}
+	for _, a := range c.Args {
+		argv = append(argv, Expand(a, lookup))
+	}
+	if len(argv) == 0 {
+		return r.failStart(p, ct, st, errors.New("no command: the process runtime has no image entrypoint, so the container needs command or args"))
+	}
+	ct.dir = cdir
+	if c.WorkingDir != "" {
+		ct.dir = c.WorkingDir
+		if fi, err := os.Stat(c.WorkingDir); err != nil || !fi.IsDir() {
+			return r.failStart(p, ct, st, fmt.Errorf("working directory %q does not exist or is not a directory", c.WorkingDir))
+		}
+	}
+	path, err := lookPath(argv[0], env, ct.dir)
+	if err != nil {
+		return r.failStart(p, ct, st, err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return r.failStart(p, ct, st, err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return r.failStart(p, ct, st, err)
+	}
+	cmd := &exec.Cmd{
+		Path:   path,
+		Args:   argv,
+		Env:    env,
+		Dir:    ct.dir,
+		Stdout: outW,
+		Stderr: errW,
+		SysProcAttr: &syscall.SysProcAttr{
+			Setpgid:   true,
+			Pdeathsig: syscall.SIGKILL,
+		},
+	}
+	err = cmd.Start()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return r.failStart(p, ct, st, err)
+	}
+	ct.pid = cmd.Process.Pid
+	st.State = runtime.StateRunning
+	st.StartedAt = time.Now()
+	ct.status = st
+	r.store(ct)
+	go r.watch(ct, cmd, outR, errR)
+	r.log.Debug("container started", append(logging.Pod(p.Namespace, p.Name, string(p.UID)),
+		zap.String("container", c.Name), zap.String("id", st.ID), zap.Int("pid", ct.pid), zap.Int("attempt", attempt))...)
+	return st, nil
+}
+
+// failStart records an instance that could not run.
+func (r *Runtime) failStart(p *corev1.Pod, ct *container, st runtime.ContainerStatus, cause error) (runtime.ContainerStatus, error) {
+	st.State, st.ExitCode, st.Reason, st.Message = runtime.StateExited, exitCodeCannotRun, ReasonCannotRun, cause.Error()
+	st.FinishedAt = time.Now()
+	ct.status = st
+	ct.reaped = true
+	_ = ct.log.Close()
+	close(ct.done)
+	r.store(ct)
+	r.log.Info("container cannot run", append(logging.Pod(p.Namespace, p.Name, string(p.UID)),
+		zap.String("container", st.Name), zap.Error(cause))...)
+	return st, fmt.Errorf("process: container %q of pod %s cannot run: %w", st.Name, p.UID, cause)
+}
+
+// store adds an instance and forgets the exited instances of its name
+// beyond the newest ones kept, with their logs.
+func (r *Runtime) store(ct *container) {
+	var drop []string
+	r.mu.Lock()
+	pd := r.pods[ct.status.PodUID]
+	if pd == nil {
+		pd = &pod{}
+		r.pods[ct.status.PodUID] = pd
+	}
+	pd.containers = append(pd.containers, ct)
+	r.byID[ct.status.ID] = ct
+	n := 0
+	for i := len(pd.containers) - 1; i >= 0; i-- {
+		c := pd.containers[i]
+		if c.status.Name != ct.status.Name {
+			continue
+		}
+		n++
+		if n > instancesKept && c.status.State == runtime.StateExited {
+			delete(r.byID, c.status.ID)
+			pd.containers = append(pd.containers[:i], pd.containers[i+1:]...)
+			if c.status.LogPath != ct.status.LogPath {
+				drop = append(drop, c.status.LogPath)
+			}
+		}
+	}
+	r.mu.Unlock()
+	for _, p := range drop {
+		_ = os.Remove(p)
+	}
+}
+
+// watch follows a container's process to its end: it copies the output to
+// the log, kills what is left of the group once the leader exits, reaps,
+// records the exit and announces it.
+func (r *Runtime) watch(c *container, cmd *exec.Cmd, outR, errR *os.File) {
+	var copiers sync.WaitGroup
+	copiers.Add(2)
+	go func() { defer copiers.Done(); _ = c.log.Copy(crilog.Stdout, outR) }()
+	go func() { defer copiers.Done(); _ = c.log.Copy(crilog.Stderr, errR) }()
+
+	// Wait for the leader to exit without reaping it, so that its pid, the
+	// group's id, cannot be reused while the rest of the group is killed.
+	waitExited(c.pid)
+	finished := time.Now()
+	c.procMu.Lock()
+	// A container ends with its init process: kill the rest of the group.
+	_ = syscall.Kill(-c.pid, syscall.SIGKILL)
+	_ = cmd.Wait()
+	c.reaped = true
+	c.procMu.Unlock()
+	code := exitCode(cmd.ProcessState)
+	r.reapGroup(c.pid)
+
+	drained := make(chan struct{})
+	go func() { copiers.Wait(); close(drained) }()
+	t := time.NewTimer(r.opts.drainTimeout)
+	select {
+	case <-drained:
+	case <-t.C:
+		// A process that left the group still holds the pipes.
+		outR.Close()
+		errR.Close()
+		<-drained
+	}
+	t.Stop()
+	outR.Close()
+	errR.Close()
+	_ = c.log.Close()
+
+	r.mu.Lock()
+	c.status.State = runtime.StateExited
+	c.status.ExitCode = code
+	c.status.FinishedAt = finished
+	if code == 0 {
+		c.status.Reason = ReasonCompleted
+	} else {
+		c.status.Reason = ReasonError
+	}
+	ev := runtime.Event{PodUID: c.status.PodUID, ContainerID: c.status.ID, State: runtime.StateExited}
+	st := c.status
+	r.mu.Unlock()
+	close(c.done)
+	r.events.Push(ev)
+	r.log.Debug("container exited", zap.String(logging.FieldUID, string(st.PodUID)), zap.String("container", st.Name),
+		zap.String("id", st.ID), zap.Int("exitCode", code))
+}
+
+// waitExited blocks until the process pid has exited, leaving it a zombie.
+func waitExited(pid int) {
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if !errors.Is(err, unix.EINTR) {
+			return
+		}
+	}
+}
+
+// exitCode is the code a shell would report: 128 + the signal for a process
+// killed by one.
+func exitCode(ps *os.ProcessState) int {
+	if ps == nil {
+		return -1
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// signal sends sig to the container's process group while its leader has
+// not been reaped (so the group id is still the container's).
+func (c *container) signal(sig syscall.Signal) {
+	c.procMu.Lock()
+	defer c.procMu.Unlock()
+	if !c.reaped {
+		_ = syscall.Kill(-c.pid, sig)
+	}
+}
+
+// StopContainer implements runtime.Runtime.
+func (r *Runtime) StopContainer(ctx context.Context, id string, grace time.Duration) error {
+	r.mu.Lock()
+	c := r.byID[id]
+	r.mu.Unlock()
+	if c == nil {
+		return fmt.Errorf("process: stop %s: %w", id, runtime.ErrNotFound)
+	}
+	select {
+	case <-c.done:
+		return nil
+	default:
+	}
+	c.signal(syscall.SIGTERM)
+	if grace > 0 {
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-c.done:
+			return nil
+		case <-t.C:
+		case <-ctx.Done():
+			c.signal(syscall.SIGKILL)
+			return ctx.Err()
+		}
+	}
+	c.signal(syscall.SIGKILL)
+	select {
+	case <-c.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// PodContainers implements runtime.Runtime.
+func (r *Runtime) PodContainers(uid types.UID) []runtime.ContainerStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pd := r.pods[uid]
+	if pd == nil {
+		return nil
+	}
+	out := make([]runtime.ContainerStatus, len(pd.containers))
+	for i, c := range pd.containers {
+		out[i] = c.status
+	}
+	return out
+}
+
+// RemovePod implements runtime.Runtime. It refuses while a container of the
+// pod runs, and also removes the files of a pod it does not hold (left by
+// an earlier run).
+func (r *Runtime) RemovePod(_ context.Context, uid types.UID) error {
+	if err := safeName("pod UID", string(uid)); err != nil {
+		return fmt.Errorf("process: remove pod: %w", err)
+	}
+	r.mu.Lock()
+	if pd := r.pods[uid]; pd != nil {
+		for _, c := range pd.containers {
+			if c.status.State != runtime.StateExited {
+				r.mu.Unlock()
+				return fmt.Errorf("process: remove pod %s: container %q (%s) still runs", uid, c.status.Name, c.status.ID)
+			}
+		}
+		for _, c := range pd.containers {
+			delete(r.byID, c.status.ID)
+		}
+		delete(r.pods, uid)
+	}
+	r.mu.Unlock()
+	if err := os.RemoveAll(r.podDir(uid)); err != nil {
+		return fmt.Errorf("process: remove pod %s: %w", uid, err)
+	}
+	return nil
+}
+
+// instance finds the newest instance of the named container, or the one
+// before it. Called with r.mu held.
+func (r *Runtime) instance(uid types.UID, name string, previous bool) (*container, error) {
+	pd := r.pods[uid]
+	if pd == nil {
+		return nil, fmt.Errorf("%w: pod %s", runtime.ErrNotFound, uid)
+	}
+	skip := 0
+	if previous {
+		skip = 1
+	}
+	for i := len(pd.containers) - 1; i >= 0; i-- {
+		if pd.containers[i].status.Name != name {
+			continue
+		}
+		if skip == 0 {
+			return pd.containers[i], nil
+		}
+		skip--
+	}
+	if previous {
+		return nil, fmt.Errorf("%w: previous terminated container %q in pod %s", runtime.ErrNotFound, name, uid)
+	}
+	return nil, fmt.Errorf("%w: container %q in pod %s", runtime.ErrNotFound, name, uid)
+}
+
+// Logs implements runtime.Runtime.
+func (r *Runtime) Logs(ctx context.Context, uid types.UID, name string, opts runtime.LogOptions, w io.Writer) error {
+	r.mu.Lock()
+	c, err := r.instance(uid, name, opts.Previous)
+	if err != nil {
+		r.mu.Unlock()
+		return err
+	}
+	path, live := c.status.LogPath, c.log
+	r.mu.Unlock()
+	return crilog.ReadFile(ctx, path, opts, live, w)
+}
