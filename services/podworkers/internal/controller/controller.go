@@ -1,0 +1,524 @@
+// Package controller is the pod workers' sync handler front (kubelet:
+// HandlePodAdditions, Updates, Removes, Reconcile, Syncs and Cleanups): it
+// turns PodUpdate operations into pod worker updates, admits new pods, wakes
+// workers on runtime events and liveness failures, and runs housekeeping.
+// It holds the pods of the partitions this replica owns.
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/logging"
+	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/services/podworkers/internal/admission"
+	"github.com/splitlet/splitlet/services/podworkers/internal/podsync"
+	"github.com/splitlet/splitlet/services/podworkers/internal/podworkers"
+)
+
+// DefaultHousekeeping is the kubelet's housekeeping period.
+const DefaultHousekeeping = 2 * time.Second
+
+// Sink receives pod statuses (the coalescing publisher).
+type Sink interface {
+	Set(st *bus.PodRuntimeStatus)
+	Forget(uid types.UID)
+}
+
+// Config of a Controller.
+type Config struct {
+	Runtime    runtime.Runtime
+	Sink       Sink
+	Admit      admission.Chain
+	Recorder   record.EventRecorder
+	Partitions int
+	Log        *zap.Logger
+	// OtherPods returns pods admitted on the node that this replica may not
+	// hold (other replicas'), for admission; may be nil.
+	OtherPods    func(except types.UID) []*corev1.Pod
+	Housekeeping time.Duration
+	WorkerOpts   []podworkers.Option
+	SyncOpts     []podsync.Option
+}
+
+type entry struct {
+	pod       *corev1.Pod
+	source    string
+	partition int
+	rejected  bool
+}
+
+// Controller drives the pod workers of one replica.
+type Controller struct {
+	cfg     Config
+	log     *zap.Logger
+	workers *podworkers.Workers
+	syncer  *podsync.Syncer
+
+	mu           sync.Mutex
+	pods         map[types.UID]*entry
+	sourcesReady bool
+	tracked      map[types.UID]struct{}
+}
+
+// New builds a controller.
+func New(cfg Config) *Controller {
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	if cfg.Housekeeping <= 0 {
+		cfg.Housekeeping = DefaultHousekeeping
+	}
+	if cfg.Recorder == nil {
+		cfg.Recorder = &record.FakeRecorder{}
+	}
+	c := &Controller{cfg: cfg, log: cfg.Log, pods: map[types.UID]*entry{}, tracked: map[types.UID]struct{}{}}
+	c.syncer = podsync.New(cfg.Runtime, cfg.Sink, append([]podsync.Option{podsync.WithLogger(cfg.Log)}, cfg.SyncOpts...)...)
+	c.workers = podworkers.New(safeHandler{c.syncer, cfg.Log}, append([]podworkers.Option{podworkers.WithLogger(cfg.Log)}, cfg.WorkerOpts...)...)
+	return c
+}
+
+// Workers is the query side of the pod workers.
+func (c *Controller) Workers() *podworkers.Workers { return c.workers }
+
+// Run runs the workers, the runtime event pump and housekeeping until ctx
+// ends; then it stops the workers.
+func (c *Controller) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { defer wg.Done(); c.workers.Run() }()
+	go func() { defer wg.Done(); c.pumpEvents(ctx) }()
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(c.cfg.Housekeeping)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				c.HandlePodCleanups()
+			}
+		}
+	}()
+	<-ctx.Done()
+	c.workers.Stop()
+	wg.Wait()
+}
+
+func (c *Controller) pumpEvents(ctx context.Context) {
+	events := c.cfg.Runtime.Events()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-events:
+			if !ok {
+				return
+			}
+			c.HandlePodSyncByUID(ev.PodUID)
+		}
+	}
+}
+
+// SetSourcesReady records whether every pod source has been seen in full.
+func (c *Controller) SetSourcesReady(ready bool) {
+	c.mu.Lock()
+	c.sourcesReady = ready
+	c.mu.Unlock()
+}
+
+func podLog(p *corev1.Pod) []zap.Field { return logging.Pod(p.Namespace, p.Name, string(p.UID)) }
+
+// HandleUpdate applies one PodUpdate message of a partition.
+func (c *Controller) HandleUpdate(source string, op bus.Op, partition int, pods []corev1.Pod) {
+	ptrs := make([]*corev1.Pod, len(pods))
+	for i := range pods {
+		ptrs[i] = &pods[i]
+	}
+	switch op {
+	case bus.OpAdd:
+		c.HandlePodAdditions(source, partition, ptrs)
+	case bus.OpUpdate, bus.OpDelete:
+		// kubelet: a graceful DELETE is an update carrying deletionTimestamp.
+		c.HandlePodUpdates(source, partition, ptrs)
+	case bus.OpRemove:
+		c.HandlePodRemoves(ptrs)
+	case bus.OpReconcile:
+		c.HandlePodReconcile(source, partition, ptrs)
+	case bus.OpSet:
+		c.handleSet(source, partition, ptrs)
+	default:
+		c.log.Warn("unknown pod update operation ignored", zap.String("op", string(op)))
+	}
+}
+
+// handleSet turns a snapshot of a source's pods in a partition into adds,
+// updates and removes (kubelet: podStorage.Merge in snapshot mode).
+func (c *Controller) handleSet(source string, partition int, pods []*corev1.Pod) {
+	want := map[types.UID]*corev1.Pod{}
+	for _, p := range pods {
+		want[p.UID] = p
+	}
+	var adds, updates, removes []*corev1.Pod
+	c.mu.Lock()
+	for uid, e := range c.pods {
+		if e.source == source && e.partition == partition {
+			if _, ok := want[uid]; !ok {
+				removes = append(removes, e.pod)
+			}
+		}
+	}
+	for _, p := range pods {
+		e, ok := c.pods[p.UID]
+		switch {
+		case !ok:
+			adds = append(adds, p)
+		case changed(e.pod, p):
+			updates = append(updates, p)
+		default:
+			e.pod = p
+		}
+	}
+	c.mu.Unlock()
+	c.HandlePodRemoves(removes)
+	c.HandlePodAdditions(source, partition, adds)
+	c.HandlePodUpdates(source, partition, updates)
+}
+
+func changed(old, p *corev1.Pod) bool {
+	return !apiequality.Semantic.DeepEqual(old.Spec, p.Spec) ||
+		!apiequality.Semantic.DeepEqual(old.Labels, p.Labels) ||
+		!apiequality.Semantic.DeepEqual(old.Annotations, p.Annotations) ||
+		!apiequality.Semantic.DeepEqual(old.DeletionTimestamp, p.DeletionTimestamp) ||
+		!apiequality.Semantic.DeepEqual(old.DeletionGracePeriodSeconds, p.DeletionGracePeriodSeconds)
+}
+
+// HandlePodAdditions admits new pods, oldest first, and starts their workers.
+func (c *Controller) HandlePodAdditions(source string, partition int, pods []*corev1.Pod) {
+	sort.SliceStable(pods, func(i, j int) bool { return pods[i].CreationTimestamp.Before(&pods[j].CreationTimestamp) })
+	for _, p := range pods {
+		c.mu.Lock()
+		e, known := c.pods[p.UID]
+		if known && e.rejected {
+			e.pod = p
+			c.mu.Unlock()
+			continue
+		}
+		c.pods[p.UID] = &entry{pod: p, source: source, partition: partition}
+		c.mu.Unlock()
+		// a pod already terminating or finished by UID, or being deleted,
+		// is not admitted again (kubelet: only active pods are admitted).
+		if !known && p.DeletionTimestamp == nil && !c.workers.IsPodTerminationRequested(p.UID) && !isTerminal(p) {
+			if r := c.admit(p); !r.Admit {
+				c.reject(p, r.Reason, r.Message)
+				continue
+			}
+		}
+		c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p, StartTime: time.Now()})
+	}
+}
+
+func isTerminal(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+func (c *Controller) admit(p *corev1.Pod) admission.Result {
+	others := map[types.UID]*corev1.Pod{}
+	c.mu.Lock()
+	for uid, e := range c.pods {
+		// the admitted pods are those with a worker that has not finished.
+		if uid != p.UID && !e.rejected && c.workerKnows(uid) && !c.workers.IsPodKnownTerminated(uid) {
+			others[uid] = e.pod
+		}
+	}
+	c.mu.Unlock()
+	if c.cfg.OtherPods != nil {
+		for _, o := range c.cfg.OtherPods(p.UID) {
+			if _, ok := others[o.UID]; !ok && o.CreationTimestamp.Before(&p.CreationTimestamp) {
+				others[o.UID] = o
+			}
+		}
+	}
+	list := make([]*corev1.Pod, 0, len(others))
+	for _, o := range others {
+		list = append(list, o)
+	}
+	return c.cfg.Admit.Admit(&admission.Attributes{Pod: p, OtherPods: list})
+}
+
+func (c *Controller) workerKnows(uid types.UID) bool {
+	_, ok := c.workers.Pod(uid)
+	return ok
+}
+
+// reject fails a pod at admission: phase Failed with the reason, an Event,
+// and a terminated runtime status (kubelet: rejectPod).
+func (c *Controller) reject(p *corev1.Pod, reason, message string) {
+	c.mu.Lock()
+	if e, ok := c.pods[p.UID]; ok {
+		e.rejected = true
+	}
+	c.mu.Unlock()
+	c.log.Warn("pod rejected at admission", append(podLog(p), zap.String("reason", reason), zap.String("message", message))...)
+	c.cfg.Recorder.Eventf(p, corev1.EventTypeWarning, reason, "%s", message)
+	c.cfg.Sink.Set(&bus.PodRuntimeStatus{
+		UID: p.UID, Namespace: p.Namespace, Name: p.Name,
+		Phase: corev1.PodFailed, Reason: reason, Message: "Pod was rejected: " + message,
+		Terminated: true,
+	})
+}
+
+// HandlePodUpdates passes changed pods to their workers.
+func (c *Controller) HandlePodUpdates(source string, partition int, pods []*corev1.Pod) {
+	for _, p := range pods {
+		c.mu.Lock()
+		e, ok := c.pods[p.UID]
+		if !ok {
+			c.mu.Unlock()
+			// an update for a pod never added (a missed ADD): treat as an add.
+			c.HandlePodAdditions(source, partition, []*corev1.Pod{p})
+			continue
+		}
+		e.pod = p
+		rejected := e.rejected
+		c.mu.Unlock()
+		if rejected {
+			continue
+		}
+		c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateUpdate, Pod: p, StartTime: time.Now()})
+	}
+}
+
+// HandlePodRemoves kills pods gone from their source.
+func (c *Controller) HandlePodRemoves(pods []*corev1.Pod) {
+	for _, p := range pods {
+		c.mu.Lock()
+		e, ok := c.pods[p.UID]
+		delete(c.pods, p.UID)
+		c.mu.Unlock()
+		if ok && e.rejected {
+			continue
+		}
+		c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateKill, Pod: p, StartTime: time.Now()})
+	}
+}
+
+// HandlePodReconcile records status-only changes; a pod the API says has
+// finished is torn down.
+func (c *Controller) HandlePodReconcile(source string, partition int, pods []*corev1.Pod) {
+	for _, p := range pods {
+		c.mu.Lock()
+		e, ok := c.pods[p.UID]
+		if ok {
+			e.pod = p
+		}
+		c.mu.Unlock()
+		if ok && !e.rejected && isTerminal(p) {
+			c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateSync, Pod: p, StartTime: time.Now()})
+		}
+	}
+}
+
+// HandlePodSyncByUID wakes a pod's worker (runtime event).
+func (c *Controller) HandlePodSyncByUID(uid types.UID) {
+	if p, ok := c.workers.Pod(uid); ok {
+		c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateSync, Pod: p, StartTime: time.Now()})
+	}
+}
+
+// HandleProbe acts on a prober result: a liveness failure of the current
+// container kills and restarts it.
+func (c *Controller) HandleProbe(r *bus.ProbeResult) {
+	if r.Probe != bus.ProbeLiveness || r.Result != bus.ProbeFailure || r.ContainerID == "" {
+		return
+	}
+	for _, cs := range c.cfg.Runtime.PodContainers(r.PodUID) {
+		if cs.ID == r.ContainerID && cs.State == runtime.StateRunning {
+			c.log.Info("liveness probe failed", append(logging.Pod(r.Namespace, r.Name, string(r.PodUID)), zap.String("container", r.Container), zap.String("message", r.Message))...)
+			if p, ok := c.workers.Pod(r.PodUID); ok {
+				c.cfg.Recorder.Eventf(p, corev1.EventTypeNormal, "Killing", "Container %s failed liveness probe, will be restarted", r.Container)
+			}
+			c.syncer.LivenessFailed(cs.ID)
+			c.HandlePodSyncByUID(r.PodUID)
+			return
+		}
+	}
+}
+
+// HandlePodCleanups is housekeeping: once every source is ready it forgets
+// finished workers of pods no longer desired, kills workers whose pod is
+// gone, reclaims forgotten pods from the runtime and restarts pods that were
+// created again under a UID that was terminating.
+func (c *Controller) HandlePodCleanups() {
+	c.mu.Lock()
+	if !c.sourcesReady {
+		c.mu.Unlock()
+		return
+	}
+	desired := make([]*corev1.Pod, 0, len(c.pods))
+	for _, e := range c.pods {
+		if !e.rejected {
+			desired = append(desired, e.pod)
+		}
+	}
+	c.mu.Unlock()
+	states := c.workers.SyncKnownPods(desired)
+	c.mu.Lock()
+	var forgotten []types.UID
+	for uid := range c.tracked {
+		if st, ok := states[uid]; !ok || st == podworkers.TerminatedAndRecreated {
+			forgotten = append(forgotten, uid)
+			delete(c.tracked, uid)
+		}
+	}
+	var orphans, restart []*corev1.Pod
+	for uid, st := range states {
+		e, want := c.pods[uid]
+		switch {
+		case st == podworkers.TerminatedAndRecreated:
+			if want && !e.rejected {
+				restart = append(restart, e.pod)
+			}
+		case st == podworkers.SyncPodWork && !want:
+			if p, ok := c.workers.Pod(uid); ok {
+				orphans = append(orphans, p)
+			}
+		}
+		if st != podworkers.TerminatedAndRecreated {
+			c.tracked[uid] = struct{}{}
+		}
+	}
+	// rejected pods no longer desired are forgotten too.
+	c.mu.Unlock()
+	for _, uid := range forgotten {
+		c.syncer.Forget(uid)
+		if err := c.cfg.Runtime.RemovePod(context.Background(), uid); err != nil {
+			c.log.Warn("cannot remove pod from the runtime", zap.String(logging.FieldUID, string(uid)), zap.Error(err))
+		}
+		c.mu.Lock()
+		_, still := c.pods[uid]
+		c.mu.Unlock()
+		if !still {
+			c.cfg.Sink.Forget(uid)
+		}
+	}
+	for _, p := range orphans {
+		c.log.Info("killing orphaned pod worker", podLog(p)...)
+		c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateKill, Pod: p, StartTime: time.Now()})
+	}
+	for _, p := range restart {
+		c.log.Info("restarting pod created again after termination", podLog(p)...)
+		if r := c.admit(p); !r.Admit {
+			c.reject(p, r.Reason, r.Message)
+			continue
+		}
+		c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p, StartTime: time.Now()})
+	}
+}
+
+// PodsOf lists the pods the controller holds in a partition.
+func (c *Controller) PodsOf(partition int) []*corev1.Pod {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*corev1.Pod
+	for _, e := range c.pods {
+		if e.partition == partition {
+			out = append(out, e.pod)
+		}
+	}
+	return out
+}
+
+// Pod returns a held pod.
+func (c *Controller) Pod(uid types.UID) (*corev1.Pod, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.pods[uid]; ok {
+		return e.pod, true
+	}
+	return nil, false
+}
+
+// Admitted lists the pods this replica has admitted and not yet finished.
+func (c *Controller) Admitted() []*corev1.Pod {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*corev1.Pod
+	for _, e := range c.pods {
+		if !e.rejected {
+			out = append(out, e.pod)
+		}
+	}
+	return out
+}
+
+// ReleasePartition hands a partition over: its pods are stopped here
+// without being reported (the next owner reports them), then forgotten.
+// It returns once they stopped or ctx ends.
+func (c *Controller) ReleasePartition(ctx context.Context, partition int) error {
+	c.mu.Lock()
+	var pods []*corev1.Pod
+	for uid, e := range c.pods {
+		if e.partition == partition {
+			delete(c.pods, uid)
+			if !e.rejected {
+				pods = append(pods, e.pod)
+			}
+		}
+	}
+	c.mu.Unlock()
+	var chans []chan struct{}
+	for _, p := range pods {
+		ch := make(chan struct{})
+		chans = append(chans, ch)
+		c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateKill, Pod: p, StartTime: time.Now(), Kill: &podworkers.KillOptions{CompletedCh: ch}})
+	}
+	for _, ch := range chans {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("partition %d: pods still stopping: %w", partition, ctx.Err())
+		}
+	}
+	return nil
+}
+
+// safeHandler keeps a panic in one pod's sync from crashing the process:
+// the panic becomes that sync's error, and the pod is retried.
+type safeHandler struct {
+	h   podworkers.SyncHandler
+	log *zap.Logger
+}
+
+func (s safeHandler) recover(pod *corev1.Pod, err *error) {
+	if r := recover(); r != nil {
+		s.log.Error("pod sync panicked", append(podLog(pod), zap.Any("panic", r))...)
+		*err = fmt.Errorf("sync panicked: %v", r)
+	}
+}
+
+func (s safeHandler) SyncPod(ctx context.Context, t podworkers.UpdateType, pod *corev1.Pod) (res podworkers.SyncResult, err error) {
+	defer s.recover(pod, &err)
+	return s.h.SyncPod(ctx, t, pod)
+}
+
+func (s safeHandler) SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, grace int64, kill *podworkers.KillOptions) (err error) {
+	defer s.recover(pod, &err)
+	return s.h.SyncTerminatingPod(ctx, pod, grace, kill)
+}
+
+func (s safeHandler) SyncTerminatedPod(ctx context.Context, pod *corev1.Pod) (err error) {
+	defer s.recover(pod, &err)
+	return s.h.SyncTerminatedPod(ctx, pod)
+}

@@ -1,0 +1,178 @@
+// Package statuspub publishes pods' runtime status on the bus, coalesced per
+// pod: the newest status of each pod replaces any not yet sent, a short
+// window gathers a burst of changes into one message per pod, and a status
+// equal to the last one sent is not sent again.
+package statuspub
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/logging"
+)
+
+// DefaultWindow is how long changes gather before they go out.
+const DefaultWindow = 50 * time.Millisecond
+
+// Publisher coalesces and publishes PodRuntimeStatus messages.
+type Publisher struct {
+	pub        *bus.Publisher
+	subjects   bus.Subjects
+	partitions int
+	window     time.Duration
+	log        *zap.Logger
+	// owned says whether this replica may speak for a partition now.
+	owned func(p int) bool
+
+	mu     sync.Mutex
+	latest map[types.UID]*bus.PodRuntimeStatus
+	sent   map[types.UID]*bus.PodRuntimeStatus
+	dirty  map[types.UID]struct{}
+	kick   chan struct{}
+	sentN  int
+}
+
+// New returns a publisher; owned gates which partitions it speaks for.
+func New(pub *bus.Publisher, partitions int, owned func(int) bool, log *zap.Logger) *Publisher {
+	return &Publisher{
+		pub: pub, subjects: bus.For(pub.Node()), partitions: partitions, window: DefaultWindow, log: log, owned: owned,
+		latest: map[types.UID]*bus.PodRuntimeStatus{}, sent: map[types.UID]*bus.PodRuntimeStatus{},
+		dirty: map[types.UID]struct{}{}, kick: make(chan struct{}, 1),
+	}
+}
+
+// Set records a pod's newest status.
+func (p *Publisher) Set(st *bus.PodRuntimeStatus) {
+	p.mu.Lock()
+	if old, ok := p.latest[st.UID]; ok && apiequality.Semantic.DeepEqual(old, st) {
+		p.mu.Unlock()
+		return
+	}
+	p.latest[st.UID] = st
+	p.dirty[st.UID] = struct{}{}
+	p.mu.Unlock()
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Forget drops a pod.
+func (p *Publisher) Forget(uid types.UID) {
+	p.mu.Lock()
+	delete(p.latest, uid)
+	delete(p.sent, uid)
+	delete(p.dirty, uid)
+	p.mu.Unlock()
+}
+
+// Resend marks every held status of partition part to be sent again (a
+// replica that takes a partition over speaks for its pods afresh).
+func (p *Publisher) Resend(part int) {
+	p.mu.Lock()
+	for uid := range p.latest {
+		if bus.Partition(string(uid), p.partitions) == part {
+			delete(p.sent, uid)
+			p.dirty[uid] = struct{}{}
+		}
+	}
+	p.mu.Unlock()
+}
+
+// Sent counts the messages published.
+func (p *Publisher) Sent() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sentN
+}
+
+// Run publishes until ctx ends, then flushes what is pending.
+func (p *Publisher) Run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			p.flush(fctx)
+			cancel()
+			return
+		case <-p.kick:
+		}
+		t := time.NewTimer(p.window)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		p.flush(ctx)
+	}
+}
+
+func (p *Publisher) flush(ctx context.Context) {
+	p.mu.Lock()
+	var batch []*bus.PodRuntimeStatus
+	for uid := range p.dirty {
+		st := p.latest[uid]
+		delete(p.dirty, uid)
+		if st == nil {
+			continue
+		}
+		if old, ok := p.sent[uid]; ok && apiequality.Semantic.DeepEqual(old, st) {
+			continue
+		}
+		if !p.owned(bus.Partition(string(uid), p.partitions)) {
+			continue
+		}
+		batch = append(batch, st)
+	}
+	p.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	var failed []*bus.PodRuntimeStatus
+	for _, st := range batch {
+		subj := p.subjects.PodStatus(bus.Partition(string(st.UID), p.partitions))
+		if _, err := p.pub.PublishAsync(subj, bus.KindPodRuntimeStatus, "", st); err != nil {
+			p.log.Warn("cannot publish pod status, will retry", append(logging.Pod(st.Namespace, st.Name, string(st.UID)), zap.String(logging.FieldSubject, subj), zap.Error(err))...)
+			failed = append(failed, st)
+		}
+	}
+	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	err := p.pub.Flush(fctx)
+	cancel()
+	p.mu.Lock()
+	for _, st := range batch {
+		ok := err == nil
+		for _, f := range failed {
+			if f == st {
+				ok = false
+			}
+		}
+		if ok {
+			p.sent[st.UID] = st
+			p.sentN++
+		} else if p.latest[st.UID] == st {
+			p.dirty[st.UID] = struct{}{}
+		}
+	}
+	p.mu.Unlock()
+	if err != nil || len(failed) > 0 {
+		select {
+		case p.kick <- struct{}{}:
+		default:
+		}
+		if ctx.Err() == nil {
+			t := time.NewTimer(time.Second)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+		}
+	}
+}
