@@ -82,6 +82,19 @@ func Terminal(rs *bus.PodRuntimeStatus) bool {
 	return true
 }
 
+// AllStopped reports whether the runtime shows containers and every one of
+// them terminated: nothing of the pod runs or is about to start.
+func AllStopped(rs *bus.PodRuntimeStatus) bool {
+	n := 0
+	for _, s := range append(slices.Clone(rs.InitContainerStatuses), rs.ContainerStatuses...) {
+		if s.State.Terminated == nil {
+			return false
+		}
+		n++
+	}
+	return n > 0
+}
+
 // Generate builds the pod's API status (kubelet: generateAPIPodStatus).
 // The caller then passes it through the status manager's rules (Prepare).
 func Generate(in Input) corev1.PodStatus {

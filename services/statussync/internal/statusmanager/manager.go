@@ -112,6 +112,8 @@ type versioned struct {
 	// finished: the worker reported every container stopped and the
 	// resources reclaimed (kubelet: podIsFinished).
 	finished bool
+	// stopped: the runtime shows no container that runs or may start.
+	stopped bool
 }
 
 type probeKey struct {
@@ -448,7 +450,8 @@ func (m *Manager) updateStatus(e *entry, pod *corev1.Pod, old, next corev1.PodSt
 		}
 		version = e.status.version
 	}
-	e.status = &versioned{status: next, version: version + 1, namespace: pod.Namespace, name: pod.Name, finished: finished}
+	e.status = &versioned{status: next, version: version + 1, namespace: pod.Namespace, name: pod.Name, finished: finished,
+		stopped: finished || apistatus.AllStopped(e.runtime)}
 	m.queue.AddAfter(e.uid, m.opts.CoalesceDelay)
 	return true
 }
@@ -567,7 +570,8 @@ func (m *Manager) sync(ctx context.Context, uid types.UID) error {
 	}
 	base := freshest(target, written)
 	if apiVersion < st.version {
-		merged := apistatus.Merge(base, base.Status, st.status, !st.finished)
+		// kubelet: PodCouldHaveRunningContainers, from the runtime's report.
+		merged := apistatus.Merge(base, base.Status, st.status, !st.stopped)
 		patch, unchanged, err := apistatus.StatusPatch(base.UID, base.Status, merged)
 		if err != nil {
 			log.Error("cannot build the status patch", zap.Error(err))
