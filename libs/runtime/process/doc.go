@@ -43,8 +43,10 @@
 // always, and orphans of the group that were reparented to it (it is their
 // parent when it runs as PID 1, or with WithSubreaper). The exit code of a
 // process killed by a signal is 128 + the signal; the reason is Completed
-// for 0 and Error otherwise (OOMKilled is never known). Every exit is
-// announced on Events.
+// for 0 and Error otherwise (OOMKilled is never known). With
+// terminationMessagePolicy FallbackToLogsOnError, a failed container's
+// Message is the end of its log (80 lines, 2 KiB at most); there is no
+// termination message file. Every exit is announced on Events.
 //
 // # Exec and stats
 //

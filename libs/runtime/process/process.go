@@ -1,6 +1,7 @@
 package process
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -45,6 +46,8 @@ const (
 const (
 	exitCodeCannotRun = 128
 	instancesKept     = 2
+	maxMessageLines   = 80
+	maxMessageBytes   = 2048
 	defaultPath       = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 )
 
@@ -63,15 +66,24 @@ type options struct {
 }
 
 // WithRootDir sets the directory under which pods/<uid>/<container>/ hold
-// the containers' logs (default: <tmp>/splitlet-process).
-func WithRootDir(dir string) Option { return func(o *options) { o.root = dir } }
+// the containers' logs (default: <tmp>/splitlet-process). An empty value
+// (here and for the IPs) keeps the default.
+func WithRootDir(dir string) Option { return func(o *options) { o.root = or(dir, o.root) } }
 
 // WithPodIP sets the IP every pod gets (default 127.0.0.1).
-func WithPodIP(ip string) Option { return func(o *options) { o.podIP = ip } }
+func WithPodIP(ip string) Option { return func(o *options) { o.podIP = or(ip, o.podIP) } }
 
 // WithHostIP sets the node IP that status.hostIP resolves to (default
 // 127.0.0.1).
-func WithHostIP(ip string) Option { return func(o *options) { o.hostIP = ip } }
+func WithHostIP(ip string) Option { return func(o *options) { o.hostIP = or(ip, o.hostIP) } }
+
+// or returns v, or def when v is empty: an empty option keeps the default.
+func or(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
 
 // WithBaseEnv sets the environment every container starts from, as
 // "KEY=value" (default: PATH only, the runtime's own or a standard one).
@@ -118,8 +130,10 @@ type container struct {
 	env    []string
 	dir    string
 	log    *crilog.File
-	done   chan struct{} // closed once exited and the log is complete
-	cpu    cpuSample
+	// fallbackToLogs: terminationMessagePolicy FallbackToLogsOnError.
+	fallbackToLogs bool
+	done           chan struct{} // closed once exited and the log is complete
+	cpu            cpuSample
 
 	procMu sync.Mutex
 	pid    int
@@ -247,7 +261,8 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 		st.State, st.Reason, st.Message = runtime.StateExited, ReasonCannotRun, err.Error()
 		return st, fmt.Errorf("process: container %q of pod %s: %w", c.Name, p.UID, err)
 	}
-	ct := &container{env: env, log: lf, done: make(chan struct{})}
+	ct := &container{env: env, log: lf, done: make(chan struct{}),
+		fallbackToLogs: c.TerminationMessagePolicy == corev1.TerminationMessageFallbackToLogsOnError}
 
 	vars := make(map[string]string, len(env))
 	for _, kv := range env {
@@ -403,8 +418,13 @@ func (r *Runtime) watch(c *container, cmd *exec.Cmd, outR, errR *os.File) {
 	outR.Close()
 	errR.Close()
 	_ = c.log.Close()
+	var message string
+	if code != 0 && c.fallbackToLogs {
+		message = r.lastLog(c)
+	}
 
 	r.mu.Lock()
+	c.status.Message = message
 	c.status.State = runtime.StateExited
 	c.status.ExitCode = code
 	c.status.FinishedAt = finished
@@ -420,6 +440,19 @@ func (r *Runtime) watch(c *container, cmd *exec.Cmd, outR, errR *os.File) {
 	r.events.Push(ev)
 	r.log.Debug("container exited", zap.String(logging.FieldUID, string(st.PodUID)), zap.String("container", st.Name),
 		zap.String("id", st.ID), zap.Int("exitCode", code))
+}
+
+// lastLog is the end of a failed container's log, its termination message
+// under FallbackToLogsOnError (kubelet: the last 80 lines, at most 2 KiB;
+// there is no termination message file for a process).
+func (r *Runtime) lastLog(c *container) string {
+	var b bytes.Buffer
+	_ = crilog.ReadFile(context.Background(), c.status.LogPath, runtime.LogOptions{TailLines: maxMessageLines}, nil, &b)
+	msg := b.Bytes()
+	if len(msg) > maxMessageBytes {
+		msg = msg[len(msg)-maxMessageBytes:]
+	}
+	return string(msg)
 }
 
 // waitExited blocks until the process pid has exited, leaving it a zombie.

@@ -507,10 +507,18 @@ func TestExitCodesAndReasons(t *testing.T) {
 			t.Errorf("%s: %+v, %v", name, st, err)
 		}
 	}
-	// args alone: args[0] is the program.
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns1", UID: "u-args"},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c0", Args: []string{"sh", "-c", "exit 5"}}}}}
+	// FallbackToLogsOnError: the end of the log is the message.
+	p := shPod("u-msg", `echo first; echo "it broke"; exit 1`)
+	p.Spec.Containers[0].TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
 	st := r.start(p, 0, 0)
+	if end := r.waitExit(st.ID); end.ExitCode != 1 || end.Message != "first\nit broke\n" {
+		t.Errorf("termination message from the logs: %+v", end)
+	}
+
+	// args alone: args[0] is the program.
+	p = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns1", UID: "u-args"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c0", Args: []string{"sh", "-c", "exit 5"}}}}}
+	st = r.start(p, 0, 0)
 	if end := r.waitExit(st.ID); end.ExitCode != 5 {
 		t.Errorf("args only: %+v", end)
 	}

@@ -66,7 +66,13 @@ func WithStartLatency(d time.Duration) Option { return func(o *options) { o.star
 func WithMaxConcurrentStarts(n int) Option { return func(o *options) { o.maxStarts = n } }
 
 // WithPodIP sets the IP every pod gets (default 127.0.0.1).
-func WithPodIP(ip string) Option { return func(o *options) { o.podIP = ip } }
+func WithPodIP(ip string) Option {
+	return func(o *options) {
+		if ip != "" {
+			o.podIP = ip
+		}
+	}
+}
 
 // WithSyntheticLogs turns the synthetic start/exit log lines on or off
 // (default on).
