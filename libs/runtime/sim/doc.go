@@ -47,6 +47,10 @@
 //	                               grace period, then kills (exit code 137)
 //	sim.splitlet.io/exec-exit-code exit code Exec returns
 //	sim.splitlet.io/exec-stdout    stdout Exec returns
+//	sim.splitlet.io/exec-after     Go duration: before the container has
+//	                               run this long, Exec answers exit code 0
+//	                               and no output (a liveness probe that
+//	                               starts failing after a while)
 //
 // For example, a container "app" that fails with code 1 two seconds after
 // each start:

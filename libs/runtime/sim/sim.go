@@ -29,6 +29,7 @@ const (
 	AnnotationIgnoreSIGTERM = "sim.splitlet.io/ignore-sigterm"
 	AnnotationExecExitCode  = "sim.splitlet.io/exec-exit-code"
 	AnnotationExecStdout    = "sim.splitlet.io/exec-stdout"
+	AnnotationExecAfter     = "sim.splitlet.io/exec-after"
 )
 
 // Type is the runtime's name; container IDs start with Type + "://".
@@ -113,6 +114,7 @@ type container struct {
 type execSpec struct {
 	exitCode int
 	stdout   []byte
+	after    time.Duration // the answer holds from this long after the start
 }
 
 // New builds a simulated runtime.
@@ -224,6 +226,13 @@ func planFor(pod *corev1.Pod, name string) (plan, error) {
 	_, out, okOut := annotation(pod, AnnotationExecStdout, name)
 	if okCode || okOut {
 		p.exec = &execSpec{stdout: []byte(out)}
+		if ka, va, ok := annotation(pod, AnnotationExecAfter, name); ok {
+			d, err := time.ParseDuration(strings.TrimSpace(va))
+			if err != nil || d < 0 {
+				return p, fmt.Errorf("annotation %s: %q is not a duration >= 0 (like 5s)", ka, va)
+			}
+			p.exec.after = d
+		}
 		if okCode {
 			n, err := parseExitCode(k, v)
 			if err != nil {
@@ -534,7 +543,7 @@ func (r *Runtime) Exec(_ context.Context, uid types.UID, name string, cmd []stri
 	if c.status.State != runtime.StateRunning {
 		return runtime.ExecResult{}, fmt.Errorf("sim: container %q of pod %s is not running", name, uid)
 	}
-	if c.exec == nil {
+	if c.exec == nil || time.Since(c.status.StartedAt) < c.exec.after {
 		return runtime.ExecResult{}, nil
 	}
 	return runtime.ExecResult{Stdout: append([]byte(nil), c.exec.stdout...), ExitCode: c.exec.exitCode}, nil

@@ -260,6 +260,19 @@ func TestLogsFollowAndExec(t *testing.T) {
 	if err != nil || res.ExitCode != 0 || len(res.Stdout) != 0 {
 		t.Fatalf("exec plain: %+v, %v", res, err)
 	}
+	// exec-after: healthy at first, failing once the container has run
+	// for a while.
+	early := newPod("u7a", map[string]string{AnnotationExecExitCode: "1", AnnotationExecAfter: "1h"}, "app")
+	start(t, r, early, 0, 0)
+	if res, err := r.Exec(context.Background(), early.UID, "app", []string{"true"}, nil, time.Second); err != nil || res.ExitCode != 0 {
+		t.Fatalf("exec before exec-after: %+v, %v", res, err)
+	}
+	late := newPod("u7b", map[string]string{AnnotationExecExitCode: "1", AnnotationExecAfter: "20ms"}, "app")
+	start(t, r, late, 0, 0)
+	poll(t, "exec fails after exec-after", func() bool {
+		res, err := r.Exec(context.Background(), late.UID, "app", []string{"true"}, nil, time.Second)
+		return err == nil && res.ExitCode == 1
+	})
 	if _, err := r.Exec(context.Background(), p.UID, "nope", []string{"true"}, nil, time.Second); !errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("exec in unknown container: %v", err)
 	}
