@@ -36,7 +36,9 @@
 // # Process groups, stop and exit
 //
 // Each container is a process group of its own (Setpgid) whose leader dies
-// with the runtime's process (Pdeathsig SIGKILL). StopContainer sends
+// with the runtime's process (Pdeathsig SIGKILL; children are forked from
+// one thread kept for the life of the process, since the signal follows the
+// forking thread). StopContainer sends
 // SIGTERM to the group, then SIGKILL after the grace period. When the leader
 // exits, on its own or not, the rest of the group is killed, as a container
 // ends with its init process, and the runtime reaps what it can: the leader

@@ -57,7 +57,10 @@ func (r *Runtime) Exec(ctx context.Context, uid types.UID, name string, cmd []st
 	ec.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	ec.Cancel = func() error { return syscall.Kill(-ec.Process.Pid, syscall.SIGKILL) }
 	ec.WaitDelay = time.Second
-	runErr := ec.Run()
+	runErr := start(ec)
+	if runErr == nil {
+		runErr = ec.Wait()
+	}
 	if ec.Process != nil {
 		// What the command left behind in its group goes with it.
 		_ = syscall.Kill(-ec.Process.Pid, syscall.SIGKILL)

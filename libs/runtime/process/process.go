@@ -315,7 +315,7 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 			Pdeathsig: syscall.SIGKILL,
 		},
 	}
-	err = cmd.Start()
+	err = start(cmd)
 	outW.Close()
 	errW.Close()
 	if err != nil {
