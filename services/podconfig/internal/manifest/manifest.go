@@ -82,6 +82,9 @@ func Decode(data []byte, o Origin, single bool) ([]*corev1.Pod, error) {
 		if p.Name == "" {
 			return nil, fmt.Errorf("invalid pod %d: name is needed for the pod", i)
 		}
+		// As the kubelet's decoded objects, pods carry no type fields: a pod
+		// hashes the same alone or in a list.
+		p.TypeMeta = metav1.TypeMeta{}
 		SetDefaults(p)
 		ApplyStatic(p, o)
 		if err := Validate(p); err != nil {

@@ -95,12 +95,7 @@ func (e *env) start(cfg *Config) *Runner {
 	if err := r.Start(context.Background()); err != nil {
 		e.t.Fatal(err)
 	}
-	stopped := false
-	e.t.Cleanup(func() {
-		if !stopped {
-			_ = r.Stop(context.Background())
-		}
-	})
+	e.t.Cleanup(func() { _ = r.Stop(context.Background()) })
 	return r
 }
 
@@ -239,7 +234,7 @@ func (e *env) waitAllReady() {
 func testPod(name, node string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "busybox:1.36"}}},
+		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "busybox:1.36"}}},
 	}
 }
 

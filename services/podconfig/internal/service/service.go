@@ -95,8 +95,10 @@ type Runner struct {
 	mirrors    *mirror.Manager
 	stopEvents func()
 
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	stopOnce sync.Once
+	stopped  chan struct{}
 }
 
 // New builds the stage from the process's common parts.
@@ -202,20 +204,22 @@ func (r *Runner) Stop(ctx context.Context) error {
 		return nil
 	}
 	r.cancel()
-	done := make(chan struct{})
-	go func() {
-		r.wg.Wait()
-		if r.mirrors != nil {
-			r.mirrors.Wait()
-		}
-		if r.api != nil {
-			r.api.Stop()
-		}
-		r.stopEvents()
-		close(done)
-	}()
+	r.stopOnce.Do(func() {
+		r.stopped = make(chan struct{})
+		go func() {
+			r.wg.Wait()
+			if r.mirrors != nil {
+				r.mirrors.Wait()
+			}
+			if r.api != nil {
+				r.api.Stop()
+			}
+			r.stopEvents()
+			close(r.stopped)
+		}()
+	})
 	select {
-	case <-done:
+	case <-r.stopped:
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("podconfig: stop: %w", ctx.Err())

@@ -60,8 +60,10 @@ func (b *busLog) uidByName(name string) types.UID {
 	return ""
 }
 
-func (e *env) mirror(name string) *corev1.Pod {
-	p, err := e.cs.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
+func (e *env) mirror(name string) *corev1.Pod { return e.mirrorIn("default", name) }
+
+func (e *env) mirrorIn(namespace, name string) *corev1.Pod {
+	p, err := e.cs.CoreV1().Pods(namespace).Get(context.Background(), name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
