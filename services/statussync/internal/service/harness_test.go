@@ -114,6 +114,7 @@ type harness struct {
 	js         jetstream.JetStream
 	nc         *nats.Conn
 	runner     *Runner
+	kc         kubernetes.Interface // the stage's client, counted
 	requests   *requestCounter
 	podconfig  *bus.Publisher
 	workers    *bus.Publisher
@@ -123,7 +124,10 @@ type harness struct {
 type harnessOptions struct {
 	batchPeriod   time.Duration
 	coalesceDelay time.Duration
-	log           *zap.Logger
+	// replayWindow: 0 is the default (2m), negative disables the replay.
+	replayWindow time.Duration
+	crash        bool
+	log          *zap.Logger
 }
 
 func randomSuffix() string {
@@ -172,28 +176,52 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	common := &config.Common{NodeName: h.node, Partitions: h.partitions}
-	r, err := New(&Config{Workers: 4, BatchPeriod: o.batchPeriod, CoalesceDelay: o.coalesceDelay, PendingTTL: time.Minute},
-		common, o.log, kc, js, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer scancel()
-		if err := r.Stop(sctx); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
-	h.runner = r
-	h.eventually("stage ready", func() error { return r.Ready(ctx) })
+	h.kc = kc
+	h.runner = h.startRunner(o)
 	h.podconfig = bus.NewPublisher(nc, js, h.node, "api")
 	h.workers = bus.NewPublisher(nc, js, h.node, "podworkers-test")
 	h.prober = bus.NewPublisher(nc, js, h.node, "prober-test")
 	return h
+}
+
+// startRunner starts a statussync stage for the harness's node; it is
+// stopped when the test ends.
+func (h *harness) startRunner(o harnessOptions) *Runner {
+	h.t.Helper()
+	switch {
+	case o.replayWindow == 0:
+		o.replayWindow = 2 * time.Minute
+	case o.replayWindow < 0:
+		o.replayWindow = 0
+	}
+	if o.batchPeriod == 0 {
+		o.batchPeriod = 10 * time.Second
+	}
+	if o.coalesceDelay == 0 {
+		o.coalesceDelay = 50 * time.Millisecond
+	}
+	if o.log == nil {
+		o.log = zaptest.NewLogger(h.t, zaptest.Level(zap.InfoLevel))
+	}
+	common := &config.Common{NodeName: h.node, Partitions: h.partitions}
+	r, err := New(&Config{Workers: 4, BatchPeriod: o.batchPeriod, CoalesceDelay: o.coalesceDelay, PendingTTL: time.Minute, ReplayWindow: o.replayWindow},
+		common, o.log, h.kc, h.js, prometheus.NewRegistry())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	r.crash = o.crash
+	if err := r.Start(h.ctx); err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer scancel()
+		if err := r.Stop(sctx); err != nil {
+			h.t.Errorf("stop: %v", err)
+		}
+	})
+	h.eventually("stage ready", func() error { return r.Ready(h.ctx) })
+	return r
 }
 
 // eventually polls check until it returns nil or the deadline passes.

@@ -38,6 +38,7 @@ type Config struct {
 	BatchPeriod   time.Duration
 	CoalesceDelay time.Duration
 	PendingTTL    time.Duration
+	ReplayWindow  time.Duration
 }
 
 // RegisterFlags adds the statussync keys ("statussync.<key>") to fs.
@@ -46,6 +47,7 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.BatchPeriod, "statussync.batch-period", 10*time.Second, "how often every pod's status is compared with the API server and re-sent where it differs (kubelet: syncBatch)")
 	fs.DurationVar(&c.CoalesceDelay, "statussync.coalesce-delay", 100*time.Millisecond, "how long a changed pod status waits before it is written, so that the changes of that time go out as one patch; 0 writes at once")
 	fs.DurationVar(&c.PendingTTL, "statussync.pending-ttl", time.Minute, "how long a runtime status of a pod whose spec is unknown is held before it is dropped")
+	fs.DurationVar(&c.ReplayWindow, "statussync.replay-window", 2*time.Minute, "at start, re-read this much of the bus history before resuming, so that statuses taken but not yet written when the stage stopped are written; 0 disables")
 }
 
 // Validate checks the keys.
@@ -59,6 +61,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("invalid value %v for statussync.coalesce-delay: must be 0 to 10s", c.CoalesceDelay)
 	case c.PendingTTL <= 0:
 		return fmt.Errorf("invalid value %v for statussync.pending-ttl: must be positive", c.PendingTTL)
+	case c.ReplayWindow < 0 || c.ReplayWindow > time.Hour:
+		return fmt.Errorf("invalid value %v for statussync.replay-window: must be 0 to 1h (the streams keep an hour)", c.ReplayWindow)
 	}
 	return nil
 }
@@ -72,6 +76,8 @@ type Runner struct {
 	js     jetstream.JetStream
 	reg    prometheus.Registerer
 
+	// crash: stop without writing pending statuses (tests).
+	crash   bool
 	ready   atomic.Bool
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -145,6 +151,8 @@ func (r *Runner) run(ctx context.Context) error {
 		Partitions:    r.common.Partitions,
 		Recorder:      recorder,
 		Registerer:    r.reg,
+
+		DropPendingOnStop: r.crash,
 	})
 	if err != nil {
 		return err
@@ -212,6 +220,20 @@ func (r *Runner) ensureStreams(ctx context.Context, node string) error {
 
 func (r *Runner) consume(ctx context.Context, node string, m *statusmanager.Manager, log *zap.Logger) ([]func(), error) {
 	var stops []func()
+	// One high-water mark per stream, shared by the replay and the durable
+	// consumer, so that a message replayed is not applied again after a
+	// newer one.
+	seen := map[string]*bus.Dedup{}
+	once := func(stream string, h bus.Handler) bus.Handler {
+		d := bus.NewDedup()
+		seen[stream] = d
+		return func(ctx context.Context, subject string, e *bus.Envelope) error {
+			if !d.Accept(subject, e) {
+				return nil
+			}
+			return h(ctx, subject, e)
+		}
+	}
 	specs := []struct {
 		stream, durable string
 		handle          bus.Handler
@@ -248,6 +270,19 @@ func (r *Runner) consume(ctx context.Context, node string, m *statusmanager.Mana
 			m.ProbeResult(pr)
 			return nil
 		}},
+	}
+	for i := range specs {
+		specs[i].handle = once(specs[i].stream, specs[i].handle)
+	}
+	for _, s := range specs {
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		n, err := replay(rctx, r.js, bus.StreamName(node, s.stream), r.cfg.ReplayWindow, s.handle, log)
+		cancel()
+		if err != nil {
+			log.Warn("replay of recent bus history incomplete", zap.String("stream", s.stream), zap.Error(err))
+		} else if n > 0 {
+			log.Info("replayed recent bus history", zap.String("stream", s.stream), zap.Int("messages", n))
+		}
 	}
 	for _, s := range specs {
 		stop, err := bus.Consume(ctx, r.js, bus.ConsumerOptions{

@@ -388,3 +388,54 @@ func waitNextSecond(t *testing.T, since metav1.Time) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestStopDrains: statuses still waiting for their coalescing delay are
+// written when the stage stops.
+func TestStopDrains(t *testing.T) {
+	h := newHarness(t, harnessOptions{coalesceDelay: 10 * time.Second})
+	p := h.createPod("drained", nil)
+	h.publishStatus(runtimeStatus(p, runningC("app", "sim://dr", 0)))
+	h.eventually("status taken", func() error {
+		if _, _, ok := h.runner.Manager().Status(p.UID); !ok {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+	if err := h.runner.Stop(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := h.cs.CoreV1().Pods(h.ns).Get(h.ctx, p.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wantPhase(got, corev1.PodRunning); err != nil {
+		t.Fatalf("after stop: %v", err)
+	}
+}
+
+// TestRestartRecoversTakenStatus: a status the stage had taken (and the bus
+// had forgotten as acknowledged) but not written when it crashed is written
+// by the next run.
+func TestRestartRecoversTakenStatus(t *testing.T) {
+	h := newHarness(t, harnessOptions{coalesceDelay: 10 * time.Second, crash: true})
+	p := h.createPod("recovered", nil)
+	h.publishStatus(runtimeStatus(p, runningC("app", "sim://rc", 0)))
+	h.eventually("status taken", func() error {
+		if _, _, ok := h.runner.Manager().Status(p.UID); !ok {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+	if err := h.runner.Stop(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := h.cs.CoreV1().Pods(h.ns).Get(h.ctx, p.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase == corev1.PodRunning {
+		t.Fatal("the crashed stage wrote the status; the test proves nothing")
+	}
+	h.startRunner(harnessOptions{})
+	h.waitPod(p.Name, "recovered", func(p *corev1.Pod) error { return wantCondition(p, corev1.PodReady, corev1.ConditionTrue) })
+}

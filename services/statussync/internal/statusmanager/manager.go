@@ -84,6 +84,9 @@ type Options struct {
 	Recorder record.EventRecorder
 	// Registerer gets the manager's metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// DropPendingOnStop stops without writing what is still waiting: a
+	// crash, for tests of what a restarted stage recovers.
+	DropPendingOnStop bool
 }
 
 func (o *Options) defaults() {
@@ -136,6 +139,7 @@ type entry struct {
 	probes    probeResults
 	status    *versioned
 	firstSeen time.Time
+	lastInput time.Time
 	// deletedAt is set once the API object was deleted by the manager.
 	deletedAt     time.Time
 	rejectionSent bool
@@ -262,8 +266,12 @@ func (m *Manager) onAPIPod(obj any) {
 	if e == nil {
 		return
 	}
-	if e.status == nil {
+	if e.status == nil || len(p.Spec.ReadinessGates) > 0 {
+		// A readiness gate's condition may have changed (kubelet:
+		// NeedToReconcilePodReadiness).
 		m.regenerate(e)
+	}
+	if e.status == nil {
 		return
 	}
 	if m.apiVersions[uid] < e.status.version || p.DeletionTimestamp != nil {
@@ -277,6 +285,7 @@ func (m *Manager) entry(uid types.UID) *entry {
 		e = &entry{uid: uid, probes: probeResults{}, firstSeen: time.Now()}
 		m.entries[uid] = e
 	}
+	e.lastInput = time.Now()
 	return e
 }
 
@@ -494,7 +503,19 @@ func (m *Manager) Run(ctx context.Context) {
 		}
 	}()
 	<-ctx.Done()
-	m.queue.ShutDown()
+	if m.opts.DropPendingOnStop {
+		m.queue.ShutDown()
+	} else {
+		// Drain: what is still waiting for its coalescing delay goes out now.
+		m.mu.Lock()
+		for uid, e := range m.entries {
+			if e.status != nil && e.deletedAt.IsZero() && m.apiVersions[uid] < e.status.version {
+				m.queue.Add(uid)
+			}
+		}
+		m.mu.Unlock()
+		m.queue.ShutDownWithDrain()
+	}
 	wg.Wait()
 }
 
@@ -505,7 +526,7 @@ func (m *Manager) processNext(ctx context.Context) bool {
 	}
 	defer m.queue.Done(uid)
 	// A write in hand finishes even when the stage is stopping.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := m.sync(cctx, uid); err != nil {
 		m.failures.Inc()
@@ -650,15 +671,20 @@ func (m *Manager) syncBatch() {
 			}
 			continue
 		}
-		if e.status == nil {
-			if m.specOf(e) == nil && now.Sub(e.firstSeen) > m.opts.PendingTTL {
+		if m.specOf(e) == nil && now.Sub(e.lastInput) > m.opts.PendingTTL {
+			// Neither the bus nor the API server knows the pod any more, or
+			// never did: an orphaned status (kubelet: RemoveOrphanedStatuses).
+			if e.status == nil {
 				var ns, name string
 				if e.runtime != nil {
 					ns, name = e.runtime.Namespace, e.runtime.Name
 				}
 				m.log.Warn("dropping status of an unknown pod", podLog(ns, name, uid)...)
-				m.forget(uid)
 			}
+			m.forget(uid)
+			continue
+		}
+		if e.status == nil {
 			continue
 		}
 		if m.apiVersions[uid] < e.status.version {
