@@ -115,7 +115,7 @@ type Allocatable func() corev1.ResourceList
 
 // insufficient is one resource that does not fit.
 type insufficient struct {
-	name                       corev1.ResourceName
+	name                      corev1.ResourceName
 	requested, used, capacity int64
 }
 

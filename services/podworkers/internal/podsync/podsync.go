@@ -408,7 +408,7 @@ func (s *Syncer) containerStatus(pod *corev1.Pod, c *corev1.Container, list []ru
 				cs.LastTerminationState.Terminated = terminatedState(last)
 				cs.State.Waiting = &corev1.ContainerStateWaiting{
 					Reason:  ReasonCrashLoopBackOff,
-					Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", s.backOff.Get(backOffKey(pod, c)).Round(time.Second), c.Name, pod.Name, pod.Namespace, pod.UID),
+					Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", s.backOff.Get(backOffKey(pod, c)), c.Name, pod.Name, pod.Namespace, pod.UID),
 				}
 				break
 			}

@@ -1,31 +1,456 @@
-// Package service is the podworkers stage's runner.
+// Package service is the podworkers stage's runner: it builds the runtime,
+// the pod worker controller and the partition leases, and wires them to the
+// bus (pod updates and probe results in; pod status, agent readiness and
+// runtime requests out).
 package service
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+
+	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/config"
+	"github.com/splitlet/splitlet/libs/kube"
+	"github.com/splitlet/splitlet/libs/messaging"
+	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/runtime/process"
+	"github.com/splitlet/splitlet/libs/runtime/sim"
+	"github.com/splitlet/splitlet/services/podworkers/internal/admission"
+	"github.com/splitlet/splitlet/services/podworkers/internal/controller"
+	"github.com/splitlet/splitlet/services/podworkers/internal/ownership"
+	"github.com/splitlet/splitlet/services/podworkers/internal/podsync"
+	"github.com/splitlet/splitlet/services/podworkers/internal/podworkers"
+	"github.com/splitlet/splitlet/services/podworkers/internal/statuspub"
 )
 
 // Config holds the podworkers keys.
-type Config struct{}
+type Config struct {
+	ReplicaID           string
+	ResyncInterval      time.Duration
+	BackOffPeriod       time.Duration
+	ContainerBackOff    time.Duration
+	ContainerBackOffMax time.Duration
+	Housekeeping        time.Duration
+	FallbackAllocatable string
+	LeaseTTL            time.Duration
+	LeaseRefresh        time.Duration
+	StatusWindow        time.Duration
+	SimStartLatency     time.Duration
+	HostIP              string
+	ReadinessInterval   time.Duration
+}
 
 // RegisterFlags adds the podworkers keys ("podworkers.<key>") to fs.
-func (c *Config) RegisterFlags(fs *pflag.FlagSet) {}
+func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.ReplicaID, "podworkers.replica-id", "", "this replica's name in the partition leases; empty: random (replicas need no configuration of their own)")
+	fs.DurationVar(&c.ResyncInterval, "podworkers.resync-interval", podworkers.DefaultResyncInterval, "interval between syncs of a healthy pod (jittered)")
+	fs.DurationVar(&c.BackOffPeriod, "podworkers.backoff-period", podworkers.DefaultBackOffPeriod, "delay before a failed pod sync is retried (jittered)")
+	fs.DurationVar(&c.ContainerBackOff, "podworkers.container-backoff", podsync.DefaultBackOffBase, "first crash-loop back-off of a restarting container; it doubles on each restart")
+	fs.DurationVar(&c.ContainerBackOffMax, "podworkers.container-backoff-max", podsync.DefaultBackOffMax, "longest crash-loop back-off; it resets after twice this long without a restart")
+	fs.DurationVar(&c.Housekeeping, "podworkers.housekeeping-interval", controller.DefaultHousekeeping, "interval of housekeeping (forgetting workers of pods no longer desired)")
+	fs.StringVar(&c.FallbackAllocatable, "podworkers.fallback-allocatable", "cpu=4,memory=8Gi,ephemeral-storage=100Gi,pods=110", "allocatable resources used for admission until the Node object exists")
+	fs.DurationVar(&c.LeaseTTL, "podworkers.lease-ttl", ownership.DefaultTTL, "a replica silent this long loses its partitions")
+	fs.DurationVar(&c.LeaseRefresh, "podworkers.lease-refresh", ownership.DefaultRefresh, "how often a replica heartbeats its partition leases")
+	fs.DurationVar(&c.StatusWindow, "podworkers.status-window", statuspub.DefaultWindow, "changes of pod status gathered this long go out as one message per pod")
+	fs.DurationVar(&c.SimStartLatency, "podworkers.sim-start-latency", 0, "start latency of a simulated container (runtime sim)")
+	fs.StringVar(&c.HostIP, "podworkers.host-ip", "127.0.0.1", "host IP reported in pod status")
+	fs.DurationVar(&c.ReadinessInterval, "podworkers.readiness-interval", 10*time.Second, "heartbeat interval of AgentReadiness on state.agent")
+}
+
+// Validate checks the values and names the key at fault.
+func (c *Config) Validate() error {
+	for key, d := range map[string]time.Duration{
+		"podworkers.resync-interval": c.ResyncInterval, "podworkers.backoff-period": c.BackOffPeriod,
+		"podworkers.container-backoff": c.ContainerBackOff, "podworkers.container-backoff-max": c.ContainerBackOffMax,
+		"podworkers.housekeeping-interval": c.Housekeeping, "podworkers.lease-ttl": c.LeaseTTL,
+		"podworkers.lease-refresh": c.LeaseRefresh, "podworkers.status-window": c.StatusWindow,
+		"podworkers.readiness-interval": c.ReadinessInterval,
+	} {
+		if d <= 0 {
+			return fmt.Errorf("invalid value %v for %s: must be positive", d, key)
+		}
+	}
+	if c.SimStartLatency < 0 {
+		return fmt.Errorf("invalid value %v for podworkers.sim-start-latency: negative", c.SimStartLatency)
+	}
+	if c.LeaseRefresh*2 > c.LeaseTTL {
+		return fmt.Errorf("invalid value %v for podworkers.lease-ttl: must be at least twice podworkers.lease-refresh (%v)", c.LeaseTTL, c.LeaseRefresh)
+	}
+	if _, err := admission.ParseResourceList(c.FallbackAllocatable); err != nil {
+		return fmt.Errorf("invalid value for podworkers.fallback-allocatable: %w", err)
+	}
+	return nil
+}
 
 // Runner is the running stage.
 type Runner struct {
-	log *zap.Logger
+	cfg    *Config
+	common *config.Common
+	log    *zap.Logger
+	conn   *messaging.Conn
+	cs     kubernetes.Interface
+	// Runtime, if set before Start, replaces the one --runtime names (tests).
+	Runtime runtime.Runtime
+
+	id       string
+	subjects bus.Subjects
+	cancel   context.CancelFunc
+	done     chan struct{}
+	ready    chan struct{}
+
+	mu    sync.Mutex
+	rt    runtime.Runtime
+	ctrl  *controller.Controller
+	owner *ownership.Manager
+	pub   *bus.Publisher
+	parts map[int]*partition
+	// active partitions: owned and not being released; only their pods'
+	// statuses are published.
+	active map[int]bool
+	// gates[p] orders message handling against the release of p: a
+	// message is applied only while p is active, never after its pods were
+	// handed over.
+	gates []sync.RWMutex
+	kick  chan struct{}
+}
+
+// partition is what runs for one owned partition.
+type partition struct {
+	stops  []func()
+	subs   []*nats.Subscription
+	cancel context.CancelFunc
+	reqs   sync.WaitGroup
 }
 
 // New builds the stage.
-func New(_ *Config, log *zap.Logger) *Runner {
-	return &Runner{log: log.Named("podworkers")}
+func New(cfg *Config, common *config.Common, log *zap.Logger, conn *messaging.Conn, cs kubernetes.Interface) (*Runner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	id := cfg.ReplicaID
+	if id == "" {
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		id = hex.EncodeToString(b)
+	}
+	return &Runner{
+		cfg: cfg, common: common, conn: conn, cs: cs, id: id,
+		log:      log.Named("podworkers").With(zap.String("replica", id)),
+		subjects: bus.For(common.NodeName),
+		ready:    make(chan struct{}),
+		parts:    map[int]*partition{},
+		active:   map[int]bool{},
+		gates:    make([]sync.RWMutex, common.Partitions),
+		kick:     make(chan struct{}, 1),
+	}, nil
 }
 
-// Start returns at once; the stage's loops run in the background.
-func (r *Runner) Start(context.Context) error { return nil }
+// ID is the replica's name.
+func (r *Runner) ID() string { return r.id }
 
-// Stop drains the stage's work.
-func (r *Runner) Stop(context.Context) error { return nil }
+// Source is the replica's source name on the bus.
+func (r *Runner) Source() string { return "podworkers-" + r.id }
+
+// Start returns at once; the stage's loops run in the background.
+func (r *Runner) Start(context.Context) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	r.done = make(chan struct{})
+	go func() {
+		defer close(r.done)
+		if err := r.run(ctx); err != nil && ctx.Err() == nil {
+			r.log.Error("podworkers stopped on error", zap.Error(err))
+		}
+	}()
+	return nil
+}
+
+// Stop hands the partitions over, stops the workers and waits.
+func (r *Runner) Stop(ctx context.Context) error {
+	if r.cancel == nil {
+		return nil
+	}
+	r.cancel()
+	select {
+	case <-r.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("podworkers: stop: %w", ctx.Err())
+	}
+}
+
+// Ready is the readiness check: the replica runs and holds its leases.
+func (r *Runner) Ready(context.Context) error {
+	select {
+	case <-r.ready:
+		return nil
+	default:
+		return errors.New("podworkers: starting")
+	}
+}
+
+// Controller exposes the pod worker controller (tests, embedding).
+func (r *Runner) Controller() *controller.Controller {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ctrl
+}
+
+// OwnedPartitions lists the partitions this replica owns.
+func (r *Runner) OwnedPartitions() []int {
+	r.mu.Lock()
+	o := r.owner
+	r.mu.Unlock()
+	if o == nil {
+		return nil
+	}
+	return o.OwnedList()
+}
+
+func (r *Runner) isActive(p int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.active[p]
+}
+
+func (r *Runner) setActive(p int, on bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if on {
+		r.active[p] = true
+	} else {
+		delete(r.active, p)
+	}
+}
+
+func (r *Runner) newRuntime() (runtime.Runtime, error) {
+	if r.Runtime != nil {
+		return r.Runtime, nil
+	}
+	switch r.common.Runtime {
+	case config.RuntimeProcess:
+		return process.New(process.WithRootDir(filepath.Join(r.common.DataDir, "podworkers-"+r.id)), process.WithHostIP(r.cfg.HostIP), process.WithLogger(r.log.Named("process")))
+	default:
+		return sim.New(sim.WithStartLatency(r.cfg.SimStartLatency)), nil
+	}
+}
+
+func (r *Runner) run(ctx context.Context) error {
+	if err := r.conn.StreamsReady(ctx); err != nil {
+		return err
+	}
+	node := r.common.NodeName
+	rt, err := r.newRuntime()
+	if err != nil {
+		return fmt.Errorf("runtime %s: %w", r.common.Runtime, err)
+	}
+	defer func() { _ = rt.Close() }()
+	fallback, _ := admission.ParseResourceList(r.cfg.FallbackAllocatable)
+
+	// the Node object's allocatable, from an informer on this one node.
+	nodeFactory := informers.NewSharedInformerFactoryWithOptions(r.cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", node).String()
+	}))
+	nodeLister := nodeFactory.Core().V1().Nodes().Lister()
+	podFactory := kube.NodePodsFactory(r.cs, node, 0)
+	podLister := podFactory.Core().V1().Pods().Lister()
+	nodeFactory.Start(ctx.Done())
+	podFactory.Start(ctx.Done())
+	defer nodeFactory.Shutdown()
+	defer podFactory.Shutdown()
+	// admission should see the Node and the node's pods; an API server that
+	// does not answer only delays the start (the fallback applies).
+	syncCtx, cancelSync := context.WithTimeout(ctx, 10*time.Second)
+	nodeFactory.WaitForCacheSync(syncCtx.Done())
+	podFactory.WaitForCacheSync(syncCtx.Done())
+	cancelSync()
+	allocatable := func() corev1.ResourceList {
+		if n, err := nodeLister.Get(node); err == nil && len(n.Status.Allocatable) > 0 {
+			return n.Status.Allocatable
+		}
+		return fallback
+	}
+
+	recorder, stopRecorder := kube.NewRecorder(r.cs, node)
+	defer stopRecorder()
+	pub := bus.NewPublisher(r.conn.NC, r.conn.JS, node, r.Source())
+
+	kv, err := ownership.CreateBucket(ctx, r.conn.JS, bus.NodeToken(node))
+	if err != nil {
+		return err
+	}
+	var owner *ownership.Manager
+	sink := statuspub.New(pub, r.common.Partitions, r.isActive, r.log.Named("status"))
+	ctrl := controller.New(controller.Config{
+		Runtime:      rt,
+		Sink:         sink,
+		Admit:        admission.Chain{admission.Validate(), admission.ResourceFit(allocatable)},
+		Recorder:     recorder,
+		Partitions:   r.common.Partitions,
+		Log:          r.log,
+		OtherPods:    func(except types.UID) []*corev1.Pod { return otherPods(podLister, except) },
+		Housekeeping: r.cfg.Housekeeping,
+		WorkerOpts:   []podworkers.Option{podworkers.WithResyncInterval(r.cfg.ResyncInterval), podworkers.WithBackOffPeriod(r.cfg.BackOffPeriod)},
+		SyncOpts:     []podsync.Option{podsync.WithBackOff(r.cfg.ContainerBackOff, r.cfg.ContainerBackOffMax), podsync.WithHostIP(r.cfg.HostIP)},
+	})
+	owner = ownership.New(ownership.Options{
+		KV: kv, ID: r.id, Partitions: r.common.Partitions, Refresh: r.cfg.LeaseRefresh, TTL: r.cfg.LeaseTTL,
+		Log: r.log.Named("ownership"),
+		Hooks: ownership.Hooks{
+			Acquire: r.acquire,
+			Release: r.release,
+			Changed: func() {
+				select {
+				case r.kick <- struct{}{}:
+				default:
+				}
+			},
+		},
+	})
+	r.mu.Lock()
+	r.rt, r.ctrl, r.owner, r.pub = rt, ctrl, owner, pub
+	r.mu.Unlock()
+
+	var wg sync.WaitGroup
+	ctrlCtx, stopCtrl := context.WithCancel(context.Background())
+	defer stopCtrl()
+	wg.Add(1)
+	go func() { defer wg.Done(); ctrl.Run(ctrlCtx) }()
+	sinkCtx, stopSink := context.WithCancel(context.Background())
+	defer stopSink()
+	var sinkWG sync.WaitGroup
+	sinkWG.Add(1)
+	go func() { defer sinkWG.Done(); sink.Run(sinkCtx) }()
+
+	stopSources, err := r.watchSources(ctx, ctrl)
+	if err != nil {
+		return err
+	}
+	defer stopSources()
+
+	ownerCtx, stopOwner := context.WithCancel(context.Background())
+	ownerDone := make(chan struct{})
+	go func() { defer close(ownerDone); owner.Run(ownerCtx) }()
+	readyDone := make(chan struct{})
+	go func() { defer close(readyDone); r.readinessLoop(ctx, owner, pub) }()
+	close(r.ready)
+	r.log.Info("pod workers running", zap.String("runtime", rt.Type()), zap.Int("partitions", r.common.Partitions))
+
+	<-ctx.Done()
+	// hand the partitions over first (consumers drained, pods stopped),
+	// then stop the workers and flush the last statuses.
+	stopOwner()
+	<-ownerDone
+	<-readyDone
+	stopCtrl()
+	wg.Wait()
+	stopSink()
+	sinkWG.Wait()
+	return nil
+}
+
+// otherPods lists the node's pods in the API server that hold resources:
+// not finished, for admission across replicas.
+func otherPods(l corelisters.PodLister, except types.UID) []*corev1.Pod {
+	all, err := l.List(labelsEverything())
+	if err != nil {
+		return nil
+	}
+	out := make([]*corev1.Pod, 0, len(all))
+	for _, p := range all {
+		if p.UID == except || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// watchSources follows state.sources (every replica reads every value).
+func (r *Runner) watchSources(ctx context.Context, ctrl *controller.Controller) (func(), error) {
+	stream := bus.StreamName(r.common.NodeName, bus.StreamState)
+	cons, err := r.conn.JS.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{r.subjects.SourcesReady()},
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("state.sources consumer: %w", err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		_ = m.Ack()
+		e, err := bus.Decode(m.Data())
+		if err != nil {
+			r.log.Warn("dropping malformed SourcesReady", zap.String("subject", m.Subject()), zap.Error(err))
+			return
+		}
+		sr, err := bus.DecodeSourcesReady(e)
+		if err != nil {
+			r.log.Warn("dropping malformed SourcesReady", zap.String("subject", m.Subject()), zap.Error(err))
+			return
+		}
+		ctrl.SetSourcesReady(sr.AllReady)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return cc.Stop, nil
+}
+
+// readinessLoop publishes AgentReadiness on change and as a heartbeat.
+func (r *Runner) readinessLoop(ctx context.Context, owner *ownership.Manager, pub *bus.Publisher) {
+	var last string
+	var lastSent time.Time
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		unowned, replicas := owner.Status()
+		ar := &bus.AgentReadiness{Ready: len(unowned) == 0, Partitions: r.common.Partitions, Unowned: unowned, Replicas: prefixed(replicas)}
+		if !ar.Ready {
+			ar.Reason = "PartitionsUnowned"
+			ar.Message = fmt.Sprintf("%d of %d partitions have no live pod worker", len(unowned), r.common.Partitions)
+		}
+		key := fmt.Sprint(ar.Ready, ar.Unowned, ar.Replicas)
+		if key != last || time.Since(lastSent) >= r.cfg.ReadinessInterval {
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := pub.Publish(pctx, r.subjects.AgentReady(), bus.KindAgentReadiness, "", ar)
+			cancel()
+			if err == nil {
+				last, lastSent = key, time.Now()
+			} else if ctx.Err() == nil {
+				r.log.Warn("cannot publish agent readiness", zap.Error(err))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-r.kick:
+		}
+	}
+}
+
+func prefixed(ids []string) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = "podworkers-" + id
+	}
+	return out
+}

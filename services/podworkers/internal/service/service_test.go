@@ -1,0 +1,416 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/pflag"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/config"
+	"github.com/splitlet/splitlet/libs/messaging"
+	"github.com/splitlet/splitlet/libs/runtime/sim"
+	"github.com/splitlet/splitlet/libs/testenv"
+)
+
+var (
+	cpOnce sync.Once
+	cp     *testenv.ControlPlane
+	cpErr  error
+)
+
+// controlPlane is shared by the package's tests (one start, ~3 s).
+func controlPlane(t *testing.T) *testenv.ControlPlane {
+	t.Helper()
+	cpOnce.Do(func() { cp, cpErr = testenv.StartControlPlane(context.Background(), testenv.ControlPlaneOptions{}) })
+	if cpErr != nil {
+		t.Fatalf("control plane: %v", cpErr)
+	}
+	return cp
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if cp != nil {
+		cp.Stop()
+	}
+	os.Exit(code)
+}
+
+const partitions = 4
+
+// env is one test's bus, API server and pod status view.
+type env struct {
+	t    *testing.T
+	node string
+	nats *testenv.NATS
+	cs   kubernetes.Interface
+	pub  *bus.Publisher
+
+	mu     sync.Mutex
+	status map[types.UID]*bus.PodRuntimeStatus
+	source map[types.UID]string
+	seen   []*bus.PodRuntimeStatus
+}
+
+func newEnv(t *testing.T, node string) *env {
+	c := controlPlane(t)
+	n := testenv.NATSForTest(t)
+	nc, js := n.Connect(t)
+	ctx := context.Background()
+	if err := bus.EnsureStreams(ctx, js, node); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, node: node, nats: n, cs: c.Clientset(), pub: bus.NewPublisher(nc, js, node, "api"),
+		status: map[types.UID]*bus.PodRuntimeStatus{}, source: map[types.UID]string{}}
+	cons, err := js.OrderedConsumer(ctx, bus.StreamName(node, bus.StreamPodStatus), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		env, err := bus.Decode(m.Data())
+		if err != nil {
+			t.Errorf("bad status message: %v", err)
+			return
+		}
+		st, err := bus.DecodePodRuntimeStatus(env)
+		if err != nil {
+			t.Errorf("bad status payload: %v", err)
+			return
+		}
+		e.mu.Lock()
+		e.status[st.UID] = st
+		e.source[st.UID] = env.Source
+		e.seen = append(e.seen, st)
+		e.mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cc.Stop)
+	e.publish(bus.For(node).SourcesReady(), bus.KindSourcesReady, "", &bus.SourcesReady{Sources: []string{"api"}, Ready: []string{"api"}, AllReady: true})
+	return e
+}
+
+func (e *env) publish(subject string, kind bus.Kind, op bus.Op, payload any) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.pub.Publish(ctx, subject, kind, op, payload); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) send(op bus.Op, pods ...*corev1.Pod) {
+	e.t.Helper()
+	byPart := map[int][]corev1.Pod{}
+	for _, p := range pods {
+		part := bus.Partition(string(p.UID), partitions)
+		byPart[part] = append(byPart[part], *p)
+	}
+	for part, list := range byPart {
+		e.publish(bus.For(e.node).PodUpdates(part), bus.KindPodUpdate, op, &bus.PodUpdate{Pods: list})
+	}
+}
+
+func (e *env) get(uid types.UID) (*bus.PodRuntimeStatus, string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.status[uid], e.source[uid]
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func defaults(t *testing.T) *Config {
+	cfg := &Config{}
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Housekeeping = 200 * time.Millisecond
+	cfg.ContainerBackOff = 200 * time.Millisecond
+	cfg.ContainerBackOffMax = 10 * time.Second
+	cfg.BackOffPeriod = 200 * time.Millisecond
+	return cfg
+}
+
+// startReplica runs one podworkers replica with its own NATS connection.
+func (e *env) startReplica(t *testing.T, runtimeName string, mod func(*Config)) *Runner {
+	t.Helper()
+	cfg := defaults(t)
+	if mod != nil {
+		mod(cfg)
+	}
+	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	common := &config.Common{NodeName: e.node, Partitions: partitions, Runtime: runtimeName, DataDir: t.TempDir()}
+	conn, err := messaging.Connect(messaging.Options{URL: e.nats.URL, Node: e.node, Name: "podworkers-test", Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(cfg, common, log, conn, controlPlane(t).Clientset())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := r.Stop(ctx); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+		_ = conn.Close(context.Background())
+	})
+	return r
+}
+
+func stopReplica(t *testing.T, r *Runner) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := r.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newPod(t *testing.T, cs kubernetes.Interface, name string, mod func(*corev1.Pod)) *corev1.Pod {
+	t.Helper()
+	grace := int64(1)
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.PodSpec{NodeName: "n", TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{{Name: "app", Image: "busybox", Command: []string{"sleep", "3600"}}}},
+	}
+	if mod != nil {
+		mod(p)
+	}
+	created, err := cs.CoreV1().Pods("default").Create(context.Background(), p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return created
+}
+
+func containerRunning(st *bus.PodRuntimeStatus) bool {
+	return st != nil && len(st.ContainerStatuses) > 0 && st.ContainerStatuses[0].State.Running != nil
+}
+
+func markDeleted(p *corev1.Pod) *corev1.Pod {
+	d := p.DeepCopy()
+	now := metav1.Now()
+	d.DeletionTimestamp = &now
+	g := int64(1)
+	d.DeletionGracePeriodSeconds = &g
+	return d
+}
+
+func TestPodRunsAndIsTornDown(t *testing.T) {
+	e := newEnv(t, "pw-life")
+	e.startReplica(t, config.RuntimeSim, nil)
+	cs := e.cs
+	a := newPod(t, cs, "life-a", func(p *corev1.Pod) { p.Spec.NodeName = e.node })
+	b := newPod(t, cs, "life-b", func(p *corev1.Pod) { p.Spec.NodeName = e.node })
+	e.send(bus.OpAdd, a, b)
+	eventually(t, 30*time.Second, "both pods running", func() bool {
+		sa, _ := e.get(a.UID)
+		sb, _ := e.get(b.UID)
+		return containerRunning(sa) && containerRunning(sb)
+	})
+	sa, src := e.get(a.UID)
+	if sa.PodIP == "" || sa.StartTime == nil || sa.Terminated || len(src) < len("podworkers-") {
+		t.Fatalf("status %+v from %q", sa, src)
+	}
+	// graceful DELETE, then REMOVE of the other.
+	e.send(bus.OpDelete, markDeleted(a))
+	e.send(bus.OpRemove, b)
+	eventually(t, 30*time.Second, "both pods terminated", func() bool {
+		sa, _ := e.get(a.UID)
+		sb, _ := e.get(b.UID)
+		return sa.Terminated && sb.Terminated
+	})
+	sa, _ = e.get(a.UID)
+	if sa.ContainerStatuses[0].State.Terminated == nil {
+		t.Fatalf("terminated pod's container: %+v", sa.ContainerStatuses[0].State)
+	}
+}
+
+func TestCrashLoopBackOffGrows(t *testing.T) {
+	e := newEnv(t, "pw-crash")
+	e.startReplica(t, config.RuntimeSim, nil)
+	p := newPod(t, e.cs, "crash", func(p *corev1.Pod) {
+		p.Spec.NodeName = e.node
+		p.Annotations = map[string]string{sim.AnnotationExitCode: "3", sim.AnnotationExitAfter: "20ms"}
+	})
+	e.send(bus.OpAdd, p)
+	eventually(t, 60*time.Second, "four restarts", func() bool {
+		st, _ := e.get(p.UID)
+		return st != nil && len(st.ContainerStatuses) > 0 && st.ContainerStatuses[0].RestartCount >= 4
+	})
+	// the back-off each CrashLoopBackOff waiting state announces, in order.
+	var backOffs []time.Duration
+	e.mu.Lock()
+	for _, st := range e.seen {
+		if st.UID != p.UID || len(st.ContainerStatuses) == 0 {
+			continue
+		}
+		c := st.ContainerStatuses[0]
+		w := c.State.Waiting
+		if w == nil || w.Reason != "CrashLoopBackOff" {
+			continue
+		}
+		if c.LastTerminationState.Terminated == nil || c.LastTerminationState.Terminated.ExitCode != 3 {
+			t.Errorf("CrashLoopBackOff without the last exit (code 3): %+v", c.LastTerminationState)
+		}
+		var d string
+		if _, err := fmt.Sscanf(w.Message, "back-off %s restarting", &d); err != nil {
+			t.Fatalf("waiting message %q: %v", w.Message, err)
+		}
+		v, err := time.ParseDuration(d)
+		if err != nil {
+			t.Fatalf("waiting message %q: %v", w.Message, err)
+		}
+		if len(backOffs) == 0 || backOffs[len(backOffs)-1] != v {
+			backOffs = append(backOffs, v)
+		}
+	}
+	e.mu.Unlock()
+	// kubelet: the back-off doubles from the base with every restart.
+	if len(backOffs) < 3 {
+		t.Fatalf("back-offs seen %v: want at least three", backOffs)
+	}
+	for i := 1; i < len(backOffs); i++ {
+		if backOffs[i] != 2*backOffs[i-1] {
+			t.Fatalf("back-off does not double: %v", backOffs)
+		}
+	}
+	if backOffs[0] != 200*time.Millisecond {
+		t.Fatalf("first back-off %v, want the configured base 200ms", backOffs[0])
+	}
+}
+
+func TestAdmissionRejectsOversizedPod(t *testing.T) {
+	e := newEnv(t, "pw-admit")
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: e.node}}
+	n, err := e.cs.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.cs.CoreV1().Nodes().Delete(context.Background(), e.node, metav1.DeleteOptions{}) })
+	n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi"), corev1.ResourcePods: resource.MustParse("10")}
+	n.Status.Capacity = n.Status.Allocatable
+	if _, err := e.cs.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.startReplica(t, config.RuntimeSim, nil)
+	req := func(cpu string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Spec.NodeName = e.node
+			p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}
+		}
+	}
+	small := newPod(t, e.cs, "small", req("500m"))
+	big := newPod(t, e.cs, "big", req("2"))
+	bad := newPod(t, e.cs, "bad", func(p *corev1.Pod) { p.Spec.NodeName = e.node })
+	// bad input: a pod on the bus with no containers (the API would refuse it).
+	noContainers := bad.DeepCopy()
+	noContainers.Spec.Containers = nil
+	e.send(bus.OpAdd, small)
+	eventually(t, 30*time.Second, "small pod running", func() bool { st, _ := e.get(small.UID); return containerRunning(st) })
+	e.send(bus.OpAdd, big, noContainers)
+	eventually(t, 30*time.Second, "big pod rejected", func() bool {
+		st, _ := e.get(big.UID)
+		return st != nil && st.Phase == corev1.PodFailed && st.Terminated
+	})
+	st, _ := e.get(big.UID)
+	if st.Reason != "OutOfcpu" || st.Message != "Pod was rejected: Node didn't have enough resource: cpu, requested: 2000, used: 500, capacity: 1000" {
+		t.Fatalf("rejection %q: %q", st.Reason, st.Message)
+	}
+	eventually(t, 30*time.Second, "bad pod rejected", func() bool {
+		st, _ := e.get(bad.UID)
+		return st != nil && st.Phase == corev1.PodFailed && st.Reason == "InvalidPod"
+	})
+	eventually(t, 30*time.Second, "OutOfcpu event on the pod", func() bool {
+		evs, err := e.cs.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(big.UID)})
+		return err == nil && slices.ContainsFunc(evs.Items, func(ev corev1.Event) bool { return ev.Reason == "OutOfcpu" && ev.Type == corev1.EventTypeWarning })
+	})
+	// the small pod was not disturbed.
+	if st, _ := e.get(small.UID); !containerRunning(st) {
+		t.Fatalf("small pod %+v", st)
+	}
+}
+
+func TestTwoReplicasShareAndHandOver(t *testing.T) {
+	e := newEnv(t, "pw-scale")
+	a := e.startReplica(t, config.RuntimeSim, nil)
+	b := e.startReplica(t, config.RuntimeSim, nil)
+	eventually(t, 30*time.Second, "partitions split between both replicas", func() bool {
+		oa, ob := a.OwnedPartitions(), b.OwnedPartitions()
+		all := append(append([]int{}, oa...), ob...)
+		slices.Sort(all)
+		return len(oa) > 0 && len(ob) > 0 && slices.Equal(all, []int{0, 1, 2, 3})
+	})
+	var pods []*corev1.Pod
+	for i := 0; i < 8; i++ {
+		pods = append(pods, newPod(t, e.cs, fmt.Sprintf("scale-%d", i), func(p *corev1.Pod) { p.Spec.NodeName = e.node }))
+	}
+	e.send(bus.OpAdd, pods...)
+	sources := map[string]bool{}
+	eventually(t, 30*time.Second, "every pod running", func() bool {
+		for _, p := range pods {
+			if st, _ := e.get(p.UID); !containerRunning(st) {
+				return false
+			}
+		}
+		return true
+	})
+	for _, p := range pods {
+		_, src := e.get(p.UID)
+		sources[src] = true
+	}
+	if len(sources) != 2 {
+		t.Fatalf("pods reported by %v, want both replicas", sources)
+	}
+	stopReplica(t, a)
+	eventually(t, 15*time.Second, "the survivor owns every partition", func() bool {
+		return slices.Equal(b.OwnedPartitions(), []int{0, 1, 2, 3})
+	})
+	eventually(t, 30*time.Second, "every pod running on the survivor", func() bool {
+		for _, p := range pods {
+			st, src := e.get(p.UID)
+			if src != b.Source() || !containerRunning(st) {
+				return false
+			}
+		}
+		return true
+	})
+	// order across the handover: a DELETE after the handover tears the pod down.
+	e.send(bus.OpDelete, markDeleted(pods[0]))
+	eventually(t, 30*time.Second, "deleted pod terminated by the survivor", func() bool {
+		st, src := e.get(pods[0].UID)
+		return st.Terminated && src == b.Source()
+	})
+}
