@@ -1,0 +1,160 @@
+package workers
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/splitlet/splitlet/libs/bus"
+)
+
+// BenchmarkProbeRate runs the benchmark case: 5000 pods with one
+// readiness and one liveness probe each (period 1 s) on one manager,
+// against local targets, and reports the achieved probe rate (counted at
+// the targets) against the configured one, the drift, CPU and memory.
+// PROBER_BENCH_PODS and PROBER_BENCH_WINDOW (a duration) change the size
+// and the measured window (default 10 s, after one period of warm-up).
+func BenchmarkProbeRate(b *testing.B) {
+	for _, kind := range []string{"tcp", "http"} {
+		b.Run(kind, func(b *testing.B) { benchProbeRate(b, kind) })
+	}
+}
+
+func benchProbeRate(b *testing.B, kind string) {
+	pods := envInt(b, "PROBER_BENCH_PODS", 5000)
+	window := 10 * time.Second
+	if v := os.Getenv("PROBER_BENCH_WINDOW"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			b.Fatalf("PROBER_BENCH_WINDOW: %v", err)
+		}
+		window = d
+	}
+	// Targets on several loopback addresses, so that the probes' closed
+	// connections do not crowd one address's port space.
+	const targets = 8
+	var accepted atomic.Int64
+	addrs := make([]*net.TCPAddr, targets)
+	for i := range targets {
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.%d:0", i+1))
+		if err != nil {
+			b.Fatal(err)
+		}
+		addrs[i] = l.Addr().(*net.TCPAddr)
+		if kind == "http" {
+			srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				accepted.Add(1)
+				_, _ = io.WriteString(w, "ok")
+			}), ReadHeaderTimeout: 5 * time.Second}
+			go func() { _ = srv.Serve(l) }()
+			b.Cleanup(func() { _ = srv.Close() })
+			continue
+		}
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				accepted.Add(1)
+				_ = c.Close()
+			}
+		}()
+		b.Cleanup(func() { _ = l.Close() })
+	}
+
+	var published atomic.Int64
+	m, err := New(WithSink(func(bus.ProbeResult) { published.Add(1) }))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := m.Stop(ctx); err != nil {
+			b.Error(err)
+		}
+	}()
+	started := metav1.Now()
+	for i := range pods {
+		a := addrs[i%targets]
+		handler := func() corev1.ProbeHandler {
+			if kind == "http" {
+				return corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Host: a.IP.String(), Port: intstr.FromInt(a.Port), Path: "/healthz"}}
+			}
+			return corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Host: a.IP.String(), Port: intstr.FromInt(a.Port)}}
+		}
+		uid := types.UID("bench-" + strconv.Itoa(i))
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "p" + strconv.Itoa(i), Namespace: "bench", UID: uid},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{
+				Name:           "app",
+				ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: handler()},
+				LivenessProbe:  &corev1.Probe{PeriodSeconds: 1, ProbeHandler: handler()},
+			}}},
+		}
+		m.UpdateStatus(&bus.PodRuntimeStatus{UID: uid, Namespace: "bench", Name: pod.Name, PodIP: "127.0.0.1",
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "app", ContainerID: "sim://" + string(uid),
+				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: started}}}}})
+		m.UpsertPod("api", pod)
+	}
+	if got := m.Workers(); got != 2*pods {
+		b.Fatalf("%d workers, want %d", got, 2*pods)
+	}
+	// Warm-up: the first probes spread over one period.
+	time.Sleep(1500 * time.Millisecond)
+
+	b.ResetTimer()
+	var ru0, ru1 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	a0 := accepted.Load()
+	t0 := time.Now()
+	time.Sleep(window)
+	a1 := accepted.Load()
+	elapsed := time.Since(t0)
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	b.StopTimer()
+
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	achieved := float64(a1-a0) / elapsed.Seconds()
+	configured := float64(2 * pods) // two probes a pod, one a second each
+	drift := 100 * (configured - achieved) / configured
+	cpu := (tv(ru1.Utime) + tv(ru1.Stime) - tv(ru0.Utime) - tv(ru0.Stime)) / elapsed.Seconds()
+	b.ReportMetric(achieved, "probes/s")
+	b.ReportMetric(configured, "configured-probes/s")
+	b.ReportMetric(drift, "drift-%")
+	b.ReportMetric(cpu, "cpu-cores")
+	b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-MiB")
+	b.ReportMetric(float64(runtime.NumGoroutine()), "goroutines")
+	b.Logf("%s: %d pods, %.0f probes/s of %.0f configured (drift %.1f%%), %.2f cores, %d results published",
+		kind, pods, achieved, configured, drift, cpu, published.Load())
+}
+
+func tv(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+
+func envInt(b *testing.B, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("%s: %q is not a positive number", name, v)
+	}
+	return n
+}
