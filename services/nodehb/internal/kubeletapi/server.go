@@ -1,0 +1,313 @@
+// Package kubeletapi serves the kubelet's HTTPS API (port 10250) for the
+// agent: /healthz, /pods, /containerLogs, /run, /exec, /stats/summary and
+// /metrics/resource, with the kubelet's webhook authentication and
+// authorization. Logs, exec and stats are answered by the pod workers over
+// the bus (runtime.logs|exec|stats.<p>).
+package kubeletapi
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/splitlet/splitlet/libs/bus"
+)
+
+// PodSource gives the pods bound to the node (an informer's lister).
+type PodSource interface {
+	ListPods() ([]*corev1.Pod, error)
+	GetPod(namespace, name string) (*corev1.Pod, bool)
+}
+
+// Config of a Server.
+type Config struct {
+	Node       string
+	Addr       string // host:port to listen on
+	Partitions int
+	// CertFile and KeyFile serve TLS; both empty: a self-signed
+	// certificate is made at start for Hostnames and IPs.
+	CertFile, KeyFile string
+	Hostnames         []string
+	IPs               []net.IP
+	// ClientCAs verify client certificates; nil: none accepted.
+	ClientCAs *x509.CertPool
+	// Anonymous admits requests without credentials as system:anonymous.
+	Anonymous     bool
+	Authenticator Authenticator
+	Authorizer    Authorizer
+	Pods          PodSource
+	Bus           *bus.Publisher
+	Log           *zap.Logger
+	// RequestTimeout bounds exec and stats requests on the bus.
+	RequestTimeout time.Duration
+}
+
+// Server is the running kubelet API.
+type Server struct {
+	cfg    Config
+	log    *zap.Logger
+	srv    *http.Server
+	ln     net.Listener
+	wg     sync.WaitGroup
+	subj   bus.Subjects
+	mux    *http.ServeMux
+	reqTTL time.Duration
+}
+
+// New builds the server; Start listens.
+func New(cfg Config) (*Server, error) {
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	if cfg.Partitions < 1 {
+		return nil, errors.New("kubeletapi: partitions must be at least 1")
+	}
+	if cfg.Authorizer == nil {
+		return nil, errors.New("kubeletapi: no authorizer")
+	}
+	s := &Server{cfg: cfg, log: cfg.Log, subj: bus.For(cfg.Node), mux: http.NewServeMux(), reqTTL: cfg.RequestTimeout}
+	if s.reqTTL <= 0 {
+		s.reqTTL = 10 * time.Second
+	}
+	s.routes()
+	var cert tls.Certificate
+	var err error
+	if cfg.CertFile != "" || cfg.KeyFile != "" {
+		if cert, err = tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile); err != nil {
+			return nil, fmt.Errorf("kubeletapi: serving certificate: %w", err)
+		}
+	} else if cert, err = selfSigned(cfg.Node, cfg.Hostnames, cfg.IPs); err != nil {
+		return nil, fmt.Errorf("kubeletapi: self-signed certificate: %w", err)
+	}
+	s.srv = &http.Server{
+		Handler: s.withAuth(s.mux),
+		TLSConfig: &tls.Config{
+			Certificates: []tls.Certificate{cert},
+			// Verified by the authenticator, so that a bad certificate is a
+			// 401 rather than a failed handshake (kubelet behaviour).
+			ClientAuth: tls.RequestClientCert,
+			MinVersion: tls.VersionTLS12,
+			NextProtos: []string{"http/1.1"},
+		},
+		ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog:          zap.NewStdLog(cfg.Log.Named("http")),
+	}
+	return s, nil
+}
+
+// Handler is the whole API with authentication (for tests and embedding).
+func (s *Server) Handler() http.Handler { return s.srv.Handler }
+
+// Start listens and serves in the background.
+func (s *Server) Start() error {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("kubeletapi: listen %s: %w", s.cfg.Addr, err)
+	}
+	s.ln = ln
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("kubelet API server stopped", zap.Error(err))
+		}
+	}()
+	s.log.Info("kubelet API serving", zap.String("addr", ln.Addr().String()))
+	return nil
+}
+
+// Addr is the listening address.
+func (s *Server) Addr() string {
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+// Stop drains requests until ctx ends, then closes what is left (followed
+// logs stay open otherwise).
+func (s *Server) Stop(ctx context.Context) error {
+	err := s.srv.Shutdown(ctx)
+	if err != nil {
+		_ = s.srv.Close()
+	}
+	s.wg.Wait()
+	return err
+}
+
+// withAuth authenticates and authorizes every request as the kubelet does:
+// no credentials -> 401 (unless anonymous is allowed), not allowed -> 403.
+func (s *Server) withAuth(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var user User
+		ok := false
+		var err error
+		if s.cfg.Authenticator != nil {
+			user, ok, err = s.cfg.Authenticator.Authenticate(r)
+		}
+		if !ok {
+			if err != nil {
+				s.log.Info("authentication failed", zap.String("path", r.URL.Path), zap.Error(err))
+			}
+			if !s.cfg.Anonymous || err != nil {
+				http.Error(w, "Unauthorized", http.StatusUnauthorized)
+				return
+			}
+			user = Anonymous
+		}
+		attrs := attributesFor(s.cfg.Node, r)
+		subs := make([]string, 0, len(attrs))
+		for _, a := range attrs {
+			subs = append(subs, a.Subresource)
+			allowed, _, err := s.cfg.Authorizer.Authorize(r.Context(), user, a)
+			if err != nil {
+				s.log.Warn("authorization failed", zap.String("user", user.Name), zap.String("path", r.URL.Path), zap.Error(err))
+				http.Error(w, fmt.Sprintf("Authorization error (user=%s, verb=%s, resource=nodes, subresource=%s)", user.Name, a.Verb, a.Subresource), http.StatusInternalServerError)
+				return
+			}
+			if allowed {
+				next.ServeHTTP(w, r)
+				return
+			}
+		}
+		msg := fmt.Sprintf("Forbidden (user=%s, verb=%s, resource=nodes, subresource(s)=%v)", user.Name, attrs[0].Verb, subs)
+		http.Error(w, msg, http.StatusForbidden)
+	})
+}
+
+func (s *Server) routes() {
+	s.mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok"))
+	})
+	s.mux.HandleFunc("GET /pods", s.handlePods)
+	s.mux.HandleFunc("GET /pods/{$}", s.handlePods)
+	s.mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", s.handleLogs)
+	s.mux.HandleFunc("POST /run/{namespace}/{pod}/{container}", s.handleRun)
+	s.mux.HandleFunc("POST /run/{namespace}/{pod}/{uid}/{container}", s.handleRun)
+	s.mux.HandleFunc("/exec/{namespace}/{pod}/{container}", s.handleExec)
+	s.mux.HandleFunc("/exec/{namespace}/{pod}/{uid}/{container}", s.handleExec)
+	s.mux.HandleFunc("GET /stats/summary", s.handleSummary)
+	s.mux.HandleFunc("GET /metrics/resource", s.handleResourceMetrics)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(v); err != nil {
+		// The header is out; nothing more to tell the client.
+		return
+	}
+}
+
+func (s *Server) handlePods(w http.ResponseWriter, _ *http.Request) {
+	pods, err := s.cfg.Pods.ListPods()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	list := corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}, Items: make([]corev1.Pod, 0, len(pods))}
+	for _, p := range pods {
+		list.Items = append(list.Items, *p)
+	}
+	writeJSON(w, &list)
+}
+
+// MirrorAnnotation on a mirror pod holds the static pod's UID, its identity
+// on the bus (kubelet: kubetypes.ConfigMirrorAnnotationKey).
+const MirrorAnnotation = "kubernetes.io/config.mirror"
+
+// busUID is the pod's identity on the bus.
+func busUID(p *corev1.Pod) string {
+	if v, ok := p.Annotations[MirrorAnnotation]; ok && v != "" {
+		return v
+	}
+	return string(p.UID)
+}
+
+func hasContainer(p *corev1.Pod, name string) bool {
+	for _, c := range p.Spec.Containers {
+		if c.Name == name {
+			return true
+		}
+	}
+	for _, c := range p.Spec.InitContainers {
+		if c.Name == name {
+			return true
+		}
+	}
+	for _, c := range p.Spec.EphemeralContainers {
+		if c.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// lookup finds the pod and container named in the path; it has written the
+// error when ok is false.
+func (s *Server) lookup(w http.ResponseWriter, r *http.Request) (*corev1.Pod, string, bool) {
+	ns, name, container := r.PathValue("namespace"), r.PathValue("pod"), r.PathValue("container")
+	pod, found := s.cfg.Pods.GetPod(ns, name)
+	if !found {
+		http.Error(w, fmt.Sprintf("pod %q not found on node %q", ns+"/"+name, s.cfg.Node), http.StatusNotFound)
+		return nil, "", false
+	}
+	if uid := r.PathValue("uid"); uid != "" && uid != string(pod.UID) {
+		http.Error(w, fmt.Sprintf("pod %q with UID %s not found", ns+"/"+name, uid), http.StatusNotFound)
+		return nil, "", false
+	}
+	if !hasContainer(pod, container) {
+		http.Error(w, fmt.Sprintf("container %q not found in pod %q", container, ns+"/"+name), http.StatusNotFound)
+		return nil, "", false
+	}
+	return pod, container, true
+}
+
+func (s *Server) partition(uid string) int { return bus.Partition(uid, s.cfg.Partitions) }
+
+// selfSigned makes a serving certificate for the node, valid a year (kubelet:
+// a self-signed certificate when none is configured).
+func selfSigned(node string, hosts []string, ips []net.IP) (tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: node + "@" + fmt.Sprint(now.Unix())},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(365 * 24 * time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		DNSNames:              append([]string{node}, hosts...),
+		IPAddresses:           append([]net.IP{net.ParseIP("127.0.0.1")}, ips...),
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
+}

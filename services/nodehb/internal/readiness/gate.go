@@ -1,0 +1,269 @@
+// Package readiness holds the Node's Ready condition until the pod workers
+// say the agent is ready (seed 000's NodeController: NotifyAgentReady,
+// WaitAgentReady).
+//
+// States:
+//
+//	unknown    nothing heard yet                      -> not ready
+//	announced  last AgentReadiness heard < timeout ago -> its ready flag
+//	silent     last AgentReadiness heard >= timeout ago -> not ready
+//
+// The pod workers re-send AgentReadiness every 10 s on state.agent (the
+// state stream keeps its last value); silence for the timeout (40 s) means
+// the workers are gone. The time a message was heard is its sentAt, capped at
+// the local clock, so the last value replayed at start from the stream does
+// not pass for a fresh heartbeat.
+package readiness
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/logging"
+)
+
+// Reasons of a not-ready agent that the gate itself gives.
+const (
+	ReasonNotAnnounced  = "AgentNotReady"
+	ReasonHeartbeatLost = "AgentHeartbeatLost"
+)
+
+// DefaultTimeout is how long the gate trusts an announcement without a heartbeat.
+const DefaultTimeout = 40 * time.Second
+
+// Gate tracks the agent's readiness.
+type Gate struct {
+	timeout time.Duration
+	now     func() time.Time
+	log     *zap.Logger
+
+	mu       sync.Mutex
+	heard    time.Time
+	last     *bus.AgentReadiness
+	lastSeq  map[string]uint64
+	reported bool // the answer AgentReady gave last
+	waiters  chan struct{}
+	changed  chan struct{}
+	renewed  chan struct{}
+}
+
+// Option tunes a Gate.
+type Option func(*Gate)
+
+// WithTimeout sets how long silence is tolerated.
+func WithTimeout(d time.Duration) Option { return func(g *Gate) { g.timeout = d } }
+
+// WithLogger sets the logger.
+func WithLogger(l *zap.Logger) Option { return func(g *Gate) { g.log = l } }
+
+// WithClock replaces time.Now (tests).
+func WithClock(now func() time.Time) Option { return func(g *Gate) { g.now = now } }
+
+// New returns a gate that is not ready.
+func New(opts ...Option) *Gate {
+	g := &Gate{
+		timeout: DefaultTimeout,
+		now:     time.Now,
+		log:     zap.NewNop(),
+		lastSeq: map[string]uint64{},
+		waiters: make(chan struct{}),
+		changed: make(chan struct{}, 1),
+		renewed: make(chan struct{}, 1),
+	}
+	for _, o := range opts {
+		o(g)
+	}
+	return g
+}
+
+// Changed is signalled when readiness may have changed.
+func (g *Gate) Changed() <-chan struct{} { return g.changed }
+
+func (g *Gate) signal() {
+	select {
+	case g.changed <- struct{}{}:
+	default:
+	}
+}
+
+// NotifyAgentReady records an announcement heard at the given time.
+func (g *Gate) NotifyAgentReady(at time.Time, r *bus.AgentReadiness) {
+	g.mu.Lock()
+	if now := g.now(); at.After(now) {
+		at = now
+	}
+	if at.Before(g.heard) {
+		g.mu.Unlock()
+		return
+	}
+	g.heard = at
+	cp := *r
+	g.last = &cp
+	g.mu.Unlock()
+	select {
+	case g.renewed <- struct{}{}:
+	default:
+	}
+	g.evaluate()
+}
+
+// Observe takes a decoded AgentReadiness message from the bus; a message
+// not newer than the last of its source is dropped.
+func (g *Gate) Observe(e *bus.Envelope, r *bus.AgentReadiness) {
+	g.mu.Lock()
+	if e.Seq <= g.lastSeq[e.Source] {
+		g.mu.Unlock()
+		return
+	}
+	g.lastSeq[e.Source] = e.Seq
+	g.mu.Unlock()
+	g.NotifyAgentReady(e.SentAt, r)
+}
+
+// AgentReady reports readiness and, when not ready, the reason and message.
+func (g *Gate) AgentReady() (bool, string, string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.stateLocked(g.now())
+}
+
+func (g *Gate) stateLocked(now time.Time) (bool, string, string) {
+	switch {
+	case g.last == nil:
+		return false, ReasonNotAnnounced, "pod workers have not announced readiness yet"
+	case now.Sub(g.heard) >= g.timeout:
+		return false, ReasonHeartbeatLost, fmt.Sprintf("no pod worker readiness heartbeat for %s (last at %s)", g.timeout, g.heard.UTC().Format(time.RFC3339))
+	case !g.last.Ready:
+		reason, msg := g.last.Reason, g.last.Message
+		if reason == "" {
+			reason = ReasonNotAnnounced
+		}
+		if msg == "" {
+			msg = "pod workers report not ready"
+		}
+		return false, reason, msg
+	}
+	return true, "", ""
+}
+
+// evaluate wakes the waiters and signals a change when the answer flipped.
+func (g *Gate) evaluate() {
+	g.mu.Lock()
+	ready, reason, msg := g.stateLocked(g.now())
+	flipped := ready != g.reported
+	g.reported = ready
+	if ready && flipped {
+		close(g.waiters)
+	}
+	if !ready && flipped {
+		g.waiters = make(chan struct{})
+	}
+	g.mu.Unlock()
+	if flipped {
+		g.log.Info("agent readiness changed", zap.Bool("ready", ready), zap.String("reason", reason), zap.String("message", msg))
+	}
+	g.signal()
+}
+
+// WaitAgentReady blocks until the agent is ready or ctx ends.
+func (g *Gate) WaitAgentReady(ctx context.Context) error {
+	for {
+		g.mu.Lock()
+		ready, _, _ := g.stateLocked(g.now())
+		ch := g.waiters
+		g.mu.Unlock()
+		if ready {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
+// expiry is when the current announcement goes stale, zero if none.
+func (g *Gate) expiry() time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.last == nil {
+		return time.Time{}
+	}
+	return g.heard.Add(g.timeout)
+}
+
+// Run consumes state.agent of the node from the state stream with an
+// ordered consumer that starts at the last value, and re-evaluates when an
+// announcement goes stale. It returns when ctx ends.
+func (g *Gate) Run(ctx context.Context, js jetstream.JetStream, node string) {
+	subject := bus.For(node).AgentReady()
+	log := g.log.With(zap.String(logging.FieldSubject, subject))
+	go g.watchExpiry(ctx)
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(min(time.Duration(attempt)*500*time.Millisecond, 5*time.Second)):
+			}
+		}
+		cons, err := js.OrderedConsumer(ctx, bus.StreamName(node, bus.StreamState), jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{subject},
+			DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+		})
+		if err != nil {
+			log.Warn("agent readiness consumer not ready, retrying", zap.Error(err))
+			continue
+		}
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			e, err := bus.Decode(m.Data())
+			if err != nil {
+				log.Warn("malformed AgentReadiness dropped", zap.Error(err))
+				return
+			}
+			r, err := bus.DecodeAgentReadiness(e)
+			if err != nil {
+				log.Warn("malformed AgentReadiness dropped", zap.Error(err))
+				return
+			}
+			g.Observe(e, r)
+		})
+		if err != nil {
+			log.Warn("agent readiness consumer not ready, retrying", zap.Error(err))
+			continue
+		}
+		<-ctx.Done()
+		cc.Stop()
+		return
+	}
+}
+
+// watchExpiry re-evaluates when the last announcement goes stale.
+func (g *Gate) watchExpiry(ctx context.Context) {
+	for {
+		wait := time.Hour
+		if exp := g.expiry(); !exp.IsZero() {
+			if d := exp.Sub(g.now()); d > 0 {
+				wait = d + 10*time.Millisecond
+			} else {
+				g.evaluate()
+			}
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		case <-g.renewed:
+			t.Stop()
+		}
+	}
+}

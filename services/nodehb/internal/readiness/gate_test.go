@@ -1,0 +1,90 @@
+package readiness
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/splitlet/splitlet/libs/bus"
+)
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+func env(source string, seq uint64, at time.Time) *bus.Envelope {
+	return &bus.Envelope{Source: source, Seq: seq, SentAt: at}
+}
+
+func TestGateStates(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)}
+	g := New(WithTimeout(40*time.Second), WithClock(clk.now))
+	if ok, reason, msg := g.AgentReady(); ok || reason != ReasonNotAnnounced || msg == "" {
+		t.Fatalf("initial: %v %s %q", ok, reason, msg)
+	}
+	g.Observe(env("pw", 1, clk.now()), &bus.AgentReadiness{Ready: false, Partitions: 4, Reason: "PartitionsUnowned", Message: "1 of 4"})
+	if ok, reason, msg := g.AgentReady(); ok || reason != "PartitionsUnowned" || msg != "1 of 4" {
+		t.Fatalf("announced not ready: %v %s %q", ok, reason, msg)
+	}
+	g.Observe(env("pw", 2, clk.now()), &bus.AgentReadiness{Ready: true, Partitions: 4})
+	if ok, _, _ := g.AgentReady(); !ok {
+		t.Fatal("not ready after a ready announcement")
+	}
+	// A stale redelivery (lower seq) changes nothing.
+	g.Observe(env("pw", 1, clk.now()), &bus.AgentReadiness{Ready: false, Partitions: 4})
+	if ok, _, _ := g.AgentReady(); !ok {
+		t.Fatal("stale message taken")
+	}
+	clk.add(39 * time.Second)
+	if ok, _, _ := g.AgentReady(); !ok {
+		t.Fatal("not ready before the timeout")
+	}
+	clk.add(time.Second)
+	if ok, reason, _ := g.AgentReady(); ok || reason != ReasonHeartbeatLost {
+		t.Fatalf("after 40 s of silence: %v %s", ok, reason)
+	}
+	g.Observe(env("pw", 3, clk.now()), &bus.AgentReadiness{Ready: true, Partitions: 4})
+	if ok, _, _ := g.AgentReady(); !ok {
+		t.Fatal("not ready after the heartbeat returned")
+	}
+}
+
+// TestOldLastValueIsNotFresh: the last value replayed from the state stream
+// at start counts from when it was sent.
+func TestOldLastValueIsNotFresh(t *testing.T) {
+	now := time.Now()
+	g := New(WithTimeout(40 * time.Second))
+	g.Observe(env("pw", 1, now.Add(-time.Hour)), &bus.AgentReadiness{Ready: true, Partitions: 4})
+	if ok, reason, _ := g.AgentReady(); ok || reason != ReasonHeartbeatLost {
+		t.Fatalf("an hour-old announcement taken as fresh: %v %s", ok, reason)
+	}
+}
+
+func TestWaitAgentReady(t *testing.T) {
+	g := New()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := g.WaitAgentReady(ctx); err == nil {
+		t.Fatal("returned before readiness")
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.WaitAgentReady(context.Background()) }()
+	g.NotifyAgentReady(time.Now(), &bus.AgentReadiness{Ready: true, Partitions: 1})
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitAgentReady did not return after readiness")
+	}
+}

@@ -1,0 +1,201 @@
+// Package service wires the nodehb stage: its keys, and the runner that
+// starts the Node status and Lease controllers, the readiness gate and the
+// kubelet API.
+package service
+
+import (
+	"crypto/x509"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/splitlet/splitlet/libs/config"
+	"github.com/splitlet/splitlet/services/nodehb/internal/nodestatus"
+)
+
+// Authorization modes of the kubelet API.
+const (
+	AuthzWebhook     = "webhook"
+	AuthzAlwaysAllow = "always-allow"
+)
+
+// Config holds the nodehb keys.
+type Config struct {
+	Labels           map[string]string
+	Taints           []string
+	CPU              string
+	Memory           string
+	EphemeralStorage string
+	Pods             string
+	Address          string
+	Hostname         string
+	Port             int
+	BindAddress      string
+	TLSCertFile      string
+	TLSKeyFile       string
+	ClientCAFile     string
+	AnonymousAuth    bool
+	TokenWebhook     bool
+	AuthzMode        string
+	StatusUpdate     time.Duration
+	StatusReport     time.Duration
+	LeaseDuration    time.Duration
+	LeaseRenew       time.Duration
+	AgentTimeout     time.Duration
+	RequestTimeout   time.Duration
+}
+
+// RegisterFlags adds the nodehb keys ("nodehb.<key>") to fs.
+func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
+	fs.StringToStringVar(&c.Labels, "nodehb.labels", nil, "extra Node labels, key=value[,key=value...] (kubelet --node-labels)")
+	fs.StringSliceVar(&c.Taints, "nodehb.taints", nil, "Node taints at registration, key[=value]:Effect[,...] (kubelet --register-with-taints)")
+	fs.StringVar(&c.CPU, "nodehb.cpu", "", "Node cpu capacity; empty: 1000 with the sim runtime, the host's CPUs with process")
+	fs.StringVar(&c.Memory, "nodehb.memory", "", "Node memory capacity; empty: 4Ti with sim, the host's memory with process")
+	fs.StringVar(&c.EphemeralStorage, "nodehb.ephemeral-storage", "", "Node ephemeral-storage capacity; empty: 10Ti with sim, the data dir's file system with process")
+	fs.StringVar(&c.Pods, "nodehb.pods", "", "Node pods capacity; empty: 10000 with sim, 110 with process")
+	fs.StringVar(&c.Address, "nodehb.address", "127.0.0.1", "the Node's InternalIP, where kube-apiserver reaches the kubelet API")
+	fs.StringVar(&c.Hostname, "nodehb.hostname", "", "the Node's Hostname address and kubernetes.io/hostname label; empty: the node name")
+	fs.IntVar(&c.Port, "nodehb.port", 10250, "HTTPS port of the kubelet API (daemonEndpoints.kubeletEndpoint.Port)")
+	fs.StringVar(&c.BindAddress, "nodehb.bind-address", "", "address the kubelet API listens on; empty: nodehb.address")
+	fs.StringVar(&c.TLSCertFile, "nodehb.tls-cert-file", "", "serving certificate of the kubelet API; empty: a self-signed one made at start")
+	fs.StringVar(&c.TLSKeyFile, "nodehb.tls-private-key-file", "", "key of nodehb.tls-cert-file")
+	fs.StringVar(&c.ClientCAFile, "nodehb.client-ca-file", "", "CA bundle that verifies client certificates (kube-apiserver's kubelet client); empty: client certificates are not accepted")
+	fs.BoolVar(&c.AnonymousAuth, "nodehb.anonymous-auth", false, "admit requests without credentials as system:anonymous (then authorized as such)")
+	fs.BoolVar(&c.TokenWebhook, "nodehb.authentication-token-webhook", true, "check bearer tokens with TokenReview")
+	fs.Var(config.Enum(&c.AuthzMode, AuthzWebhook, AuthzWebhook, AuthzAlwaysAllow), "nodehb.authorization-mode", "webhook (SubjectAccessReview) or always-allow")
+	fs.DurationVar(&c.StatusUpdate, "nodehb.node-status-update-frequency", 10*time.Second, "how often the Node status is computed")
+	fs.DurationVar(&c.StatusReport, "nodehb.node-status-report-frequency", 5*time.Minute, "how often an unchanged Node status is written anyway")
+	fs.DurationVar(&c.LeaseDuration, "nodehb.lease-duration", 40*time.Second, "the Lease's leaseDurationSeconds")
+	fs.DurationVar(&c.LeaseRenew, "nodehb.lease-renew-interval", 10*time.Second, "how often the Lease is renewed")
+	fs.DurationVar(&c.AgentTimeout, "nodehb.agent-ready-timeout", 40*time.Second, "silence of the pod workers' readiness heartbeat after which the Node is NotReady")
+	fs.DurationVar(&c.RequestTimeout, "nodehb.runtime-request-timeout", 10*time.Second, "timeout of exec and stats requests to the pod workers")
+}
+
+// desired checks the keys and builds the Node the agent describes. Every
+// error names its key.
+func (c *Config) desired(common *config.Common, nodeInfo corev1.NodeSystemInfo) (*nodestatus.Desired, error) {
+	labels, err := nodestatus.ParseLabels("nodehb.labels", c.Labels)
+	if err != nil {
+		return nil, err
+	}
+	taints, err := nodestatus.ParseTaints("nodehb.taints", c.Taints)
+	if err != nil {
+		return nil, err
+	}
+	if c.Port < 1 || c.Port > 65535 {
+		return nil, fmt.Errorf("invalid value %d for nodehb.port: must be 1 to 65535", c.Port)
+	}
+	if net.ParseIP(c.Address) == nil {
+		return nil, fmt.Errorf("invalid value %q for nodehb.address: not an IP address", c.Address)
+	}
+	if c.BindAddress != "" && net.ParseIP(c.BindAddress) == nil {
+		return nil, fmt.Errorf("invalid value %q for nodehb.bind-address: not an IP address", c.BindAddress)
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		return nil, fmt.Errorf("nodehb.tls-cert-file and nodehb.tls-private-key-file go together")
+	}
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{{"nodehb.node-status-update-frequency", c.StatusUpdate}, {"nodehb.node-status-report-frequency", c.StatusReport},
+		{"nodehb.lease-duration", c.LeaseDuration}, {"nodehb.lease-renew-interval", c.LeaseRenew},
+		{"nodehb.agent-ready-timeout", c.AgentTimeout}, {"nodehb.runtime-request-timeout", c.RequestTimeout}} {
+		if d.v <= 0 {
+			return nil, fmt.Errorf("invalid value %v for %s: must be positive", d.v, d.key)
+		}
+	}
+	if c.LeaseDuration < time.Second {
+		return nil, fmt.Errorf("invalid value %v for nodehb.lease-duration: at least 1s", c.LeaseDuration)
+	}
+	hostname := c.Hostname
+	if hostname == "" {
+		hostname = common.NodeName
+	}
+	capacity, err := c.capacity(common)
+	if err != nil {
+		return nil, err
+	}
+	all := map[string]string{
+		nodestatus.LabelHostname: hostname,
+		nodestatus.LabelOS:       nodeInfo.OperatingSystem,
+		nodestatus.LabelArch:     nodeInfo.Architecture,
+	}
+	for k, v := range labels {
+		all[k] = v
+	}
+	if _, err := nodestatus.ParseLabels("nodehb.hostname", map[string]string{nodestatus.LabelHostname: hostname}); err != nil {
+		return nil, err
+	}
+	return &nodestatus.Desired{
+		Name:        common.NodeName,
+		Labels:      all,
+		Taints:      taints,
+		Capacity:    capacity,
+		Allocatable: capacity.DeepCopy(),
+		Addresses: []corev1.NodeAddress{
+			{Type: corev1.NodeInternalIP, Address: c.Address},
+			{Type: corev1.NodeHostName, Address: hostname},
+		},
+		Port:     int32(c.Port),
+		NodeInfo: nodeInfo,
+	}, nil
+}
+
+// capacity: the configured figures over the runtime's defaults.
+func (c *Config) capacity(common *config.Common) (corev1.ResourceList, error) {
+	var out corev1.ResourceList
+	if common.Runtime == config.RuntimeProcess {
+		out = nodestatus.HostCapacity(common.DataDir)
+		out[corev1.ResourcePods] = resource.MustParse("110")
+	} else {
+		out = corev1.ResourceList{
+			corev1.ResourceCPU:              resource.MustParse("1000"),
+			corev1.ResourceMemory:           resource.MustParse("4Ti"),
+			corev1.ResourceEphemeralStorage: resource.MustParse("10Ti"),
+			corev1.ResourcePods:             resource.MustParse("10000"),
+		}
+	}
+	for _, k := range []struct {
+		key  string
+		name corev1.ResourceName
+		v    string
+	}{{"nodehb.cpu", corev1.ResourceCPU, c.CPU}, {"nodehb.memory", corev1.ResourceMemory, c.Memory},
+		{"nodehb.ephemeral-storage", corev1.ResourceEphemeralStorage, c.EphemeralStorage}, {"nodehb.pods", corev1.ResourcePods, c.Pods}} {
+		if k.v == "" {
+			continue
+		}
+		q, err := nodestatus.ParseQuantity(k.key, k.v)
+		if err != nil {
+			return nil, err
+		}
+		if k.name == corev1.ResourcePods {
+			if _, err := strconv.ParseInt(k.v, 10, 64); err != nil {
+				return nil, fmt.Errorf("invalid value %q for %s: must be a whole number", k.v, k.key)
+			}
+		}
+		out[k.name] = q
+	}
+	return out, nil
+}
+
+// clientCAs reads the client CA bundle, nil when none is configured.
+func (c *Config) clientCAs() (*x509.CertPool, error) {
+	if c.ClientCAFile == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(c.ClientCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("invalid value for nodehb.client-ca-file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, fmt.Errorf("invalid value %q for nodehb.client-ca-file: no PEM certificates in it", c.ClientCAFile)
+	}
+	return pool, nil
+}

@@ -1,0 +1,75 @@
+package service
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/splitlet/splitlet/libs/config"
+	"github.com/splitlet/splitlet/services/nodehb/internal/nodestatus"
+)
+
+// TestBadConfigNamesTheKey: invalid labels, taints and quantities fail at
+// start with an error that names the key.
+func TestBadConfigNamesTheKey(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--nodehb.labels=bad key=x"}, "nodehb.labels"},
+		{[]string{"--nodehb.labels=ok=bad value!"}, "nodehb.labels"},
+		{[]string{"--nodehb.taints=nocolon"}, "nodehb.taints"},
+		{[]string{"--nodehb.taints=k=v:Sometimes"}, "nodehb.taints"},
+		{[]string{"--nodehb.taints=k=v:NoSchedule,k=w:NoSchedule"}, "nodehb.taints"},
+		{[]string{"--nodehb.cpu=lots"}, "nodehb.cpu"},
+		{[]string{"--nodehb.memory=-1Gi"}, "nodehb.memory"},
+		{[]string{"--nodehb.ephemeral-storage=1X"}, "nodehb.ephemeral-storage"},
+		{[]string{"--nodehb.pods=1.5"}, "nodehb.pods"},
+		{[]string{"--nodehb.address=localhost"}, "nodehb.address"},
+		{[]string{"--nodehb.port=70000"}, "nodehb.port"},
+		{[]string{"--nodehb.lease-duration=0s"}, "nodehb.lease-duration"},
+		{[]string{"--nodehb.tls-cert-file=/x"}, "nodehb.tls-private-key-file"},
+		{[]string{"--nodehb.client-ca-file=/does/not/exist"}, "nodehb.client-ca-file"},
+	}
+	common := &config.Common{NodeName: "n1", Runtime: config.RuntimeSim, Partitions: 4}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			cfg := defaults(t, c.args...)
+			_, err := cfg.desired(common, nodestatus.SystemInfo("v", "sim", "v"))
+			if err == nil {
+				_, err = cfg.clientCAs()
+			}
+			if err == nil {
+				t.Fatalf("accepted")
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %q does not name %s", err, c.want)
+			}
+		})
+	}
+}
+
+// TestRuntimeDefaults: sim gets a large node, process the host's figures
+// with 110 pods.
+func TestRuntimeDefaults(t *testing.T) {
+	cfg := defaults(t)
+	sim, err := cfg.desired(&config.Common{NodeName: "n1", Runtime: config.RuntimeSim}, nodestatus.SystemInfo("v", "sim", "v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := sim.Capacity["pods"]; p.Value() != 10000 {
+		t.Errorf("sim pods = %s", p.String())
+	}
+	proc, err := cfg.desired(&config.Common{NodeName: "n1", Runtime: config.RuntimeProcess, DataDir: t.TempDir()}, nodestatus.SystemInfo("v", "process", "v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := proc.Capacity["pods"]; p.Value() != 110 {
+		t.Errorf("process pods = %s", p.String())
+	}
+	if c := proc.Capacity["cpu"]; c.Value() < 1 {
+		t.Errorf("process cpu = %s", c.String())
+	}
+	if m := proc.Capacity["memory"]; m.Value() < 1<<20 {
+		t.Errorf("process memory = %s", m.String())
+	}
+}

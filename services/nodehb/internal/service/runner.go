@@ -1,0 +1,196 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	listersv1 "k8s.io/client-go/listers/core/v1"
+
+	"github.com/splitlet/splitlet/libs/app"
+	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/config"
+	"github.com/splitlet/splitlet/libs/kube"
+	"github.com/splitlet/splitlet/libs/messaging"
+	"github.com/splitlet/splitlet/services/nodehb/internal/kubeletapi"
+	"github.com/splitlet/splitlet/services/nodehb/internal/lease"
+	"github.com/splitlet/splitlet/services/nodehb/internal/nodestatus"
+	"github.com/splitlet/splitlet/services/nodehb/internal/readiness"
+)
+
+// Runner is the running stage.
+type Runner struct {
+	log          *zap.Logger
+	node         string
+	js           jetstream.JetStream
+	streamsReady func(context.Context) error
+
+	Gate   *readiness.Gate
+	Status *nodestatus.Controller
+	Lease  *lease.Controller
+	API    *kubeletapi.Server
+
+	factory     informers.SharedInformerFactory
+	stopEvents  func()
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
+	startedOnce bool
+}
+
+// New builds the stage from the process's parts (fx constructor).
+func New(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.Interface, conn *messaging.Conn) (*Runner, error) {
+	return Build(cfg, common, log, cs, conn.NC, conn.JS, conn.StreamsReady)
+}
+
+// Build builds the stage; every configuration error names its key.
+func Build(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.Interface, nc *nats.Conn, js jetstream.JetStream, streamsReady func(context.Context) error) (*Runner, error) {
+	log = log.Named("nodehb")
+	info := nodestatus.SystemInfo(app.Version, common.Runtime, app.Version)
+	desired, err := cfg.desired(common, info)
+	if err != nil {
+		return nil, err
+	}
+	cas, err := cfg.clientCAs()
+	if err != nil {
+		return nil, err
+	}
+	r := &Runner{log: log, node: common.NodeName, js: js, streamsReady: streamsReady}
+	r.Gate = readiness.New(readiness.WithTimeout(cfg.AgentTimeout), readiness.WithLogger(log.Named("readiness")))
+	recorder, stopEvents := kube.NewRecorder(cs, common.NodeName)
+	r.stopEvents = stopEvents
+	r.Status = nodestatus.New(cs, desired, r.Gate,
+		nodestatus.WithUpdateFrequency(cfg.StatusUpdate),
+		nodestatus.WithReportFrequency(cfg.StatusReport),
+		nodestatus.WithRecorder(recorder),
+		nodestatus.WithLogger(log.Named("status")))
+	r.Lease = lease.New(cs, common.NodeName, r.Status.NodeUID,
+		lease.WithDuration(cfg.LeaseDuration), lease.WithRenewInterval(cfg.LeaseRenew),
+		lease.WithLogger(log.Named("lease")))
+
+	r.factory = kube.NodePodsFactory(cs, common.NodeName, 0)
+	podInformer := r.factory.Core().V1().Pods()
+	var authn kubeletapi.Union
+	if cas != nil {
+		authn = append(authn, &kubeletapi.ClientCertAuthenticator{Roots: cas})
+	}
+	if cfg.TokenWebhook {
+		authn = append(authn, &kubeletapi.TokenReviewAuthenticator{Client: cs})
+	}
+	var authz kubeletapi.Authorizer = &kubeletapi.SubjectAccessReviewAuthorizer{Client: cs}
+	if cfg.AuthzMode == AuthzAlwaysAllow {
+		authz = kubeletapi.AlwaysAllow{}
+	}
+	bind := cfg.BindAddress
+	if bind == "" {
+		bind = cfg.Address
+	}
+	r.API, err = kubeletapi.New(kubeletapi.Config{
+		Node:           common.NodeName,
+		Addr:           net.JoinHostPort(bind, strconv.Itoa(cfg.Port)),
+		Partitions:     common.Partitions,
+		CertFile:       cfg.TLSCertFile,
+		KeyFile:        cfg.TLSKeyFile,
+		Hostnames:      []string{desired.Addresses[1].Address},
+		IPs:            []net.IP{net.ParseIP(cfg.Address)},
+		ClientCAs:      cas,
+		Anonymous:      cfg.AnonymousAuth,
+		Authenticator:  authn,
+		Authorizer:     authz,
+		Pods:           podLister{podInformer.Lister()},
+		Bus:            bus.NewPublisher(nc, js, common.NodeName, "nodehb"),
+		Log:            log.Named("api"),
+		RequestTimeout: cfg.RequestTimeout,
+	})
+	if err != nil {
+		stopEvents()
+		return nil, err
+	}
+	podInformer.Informer() // register before Start
+	return r, nil
+}
+
+// Start returns at once; the stage's loops run in the background.
+func (r *Runner) Start(context.Context) error {
+	if r.startedOnce {
+		return errors.New("nodehb: started twice")
+	}
+	r.startedOnce = true
+	if err := r.API.Start(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	r.factory.Start(ctx.Done())
+	r.wg.Add(3)
+	go func() {
+		defer r.wg.Done()
+		if r.streamsReady != nil {
+			if err := r.streamsReady(ctx); err != nil {
+				return
+			}
+		}
+		r.Gate.Run(ctx, r.js, r.node)
+	}()
+	go func() {
+		defer r.wg.Done()
+		r.Status.Run(ctx)
+	}()
+	go func() {
+		defer r.wg.Done()
+		// The Lease names its owner, so it follows the registration.
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.Status.Registered():
+		}
+		r.Lease.Run(ctx)
+	}()
+	return nil
+}
+
+// Ready reports ready once the Node is registered.
+func (r *Runner) Ready(context.Context) error {
+	select {
+	case <-r.Status.Registered():
+		return nil
+	default:
+		return errors.New("node not registered yet")
+	}
+}
+
+// Stop stops renewing and reporting, leaving the Node and Lease as they
+// are (kubelet behaviour), and drains the API's requests.
+func (r *Runner) Stop(ctx context.Context) error {
+	if r.cancel == nil {
+		r.stopEvents()
+		return nil
+	}
+	err := r.API.Stop(ctx)
+	r.cancel()
+	r.wg.Wait()
+	r.factory.Shutdown()
+	r.stopEvents()
+	return err
+}
+
+// podLister adapts the informer's lister to the API's PodSource.
+type podLister struct{ l listersv1.PodLister }
+
+func (p podLister) ListPods() ([]*corev1.Pod, error) { return p.l.List(labels.Everything()) }
+
+func (p podLister) GetPod(namespace, name string) (*corev1.Pod, bool) {
+	pod, err := p.l.Pods(namespace).Get(name)
+	if err != nil {
+		return nil, false
+	}
+	return pod, true
+}
