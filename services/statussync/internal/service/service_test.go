@@ -439,3 +439,78 @@ func TestRestartRecoversTakenStatus(t *testing.T) {
 	h.startRunner(harnessOptions{})
 	h.waitPod(p.Name, "recovered", func(p *corev1.Pod) error { return wantCondition(p, corev1.PodReady, corev1.ConditionTrue) })
 }
+
+// TestReadinessGate: Ready waits for the gate's condition, set by someone
+// else in the API server, and follows it; the agent keeps that condition.
+func TestReadinessGate(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	const gate = "example.com/load-balancer"
+	p := h.createPod("gated", func(p *corev1.Pod) {
+		p.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: gate}}
+	})
+	h.publishStatus(runtimeStatus(p, runningC("app", "sim://g1", 0)))
+	got := h.waitPod(p.Name, "containers ready, pod not", func(p *corev1.Pod) error {
+		if err := wantCondition(p, corev1.ContainersReady, corev1.ConditionTrue); err != nil {
+			return err
+		}
+		if c := condition(p, corev1.PodReady); c == nil || c.Status != corev1.ConditionFalse || c.Reason != "ReadinessGatesNotReady" {
+			return fmt.Errorf("Ready %+v", c)
+		}
+		return nil
+	})
+	got.Status.Conditions = append(got.Status.Conditions, corev1.PodCondition{Type: gate, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()})
+	if _, err := h.cs.CoreV1().Pods(h.ns).UpdateStatus(h.ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitPod(p.Name, "ready through the gate", func(p *corev1.Pod) error {
+		if err := wantCondition(p, gate, corev1.ConditionTrue); err != nil {
+			return err
+		}
+		return wantCondition(p, corev1.PodReady, corev1.ConditionTrue)
+	})
+	// A later change of the agent's keeps the foreign condition.
+	h.publishStatus(runtimeStatus(p, runningC("app", "sim://g2", 1)))
+	h.waitPod(p.Name, "restart keeps the gate", func(p *corev1.Pod) error {
+		if p.Status.ContainerStatuses[0].RestartCount != 1 {
+			return fmt.Errorf("restartCount %d", p.Status.ContainerStatuses[0].RestartCount)
+		}
+		return wantCondition(p, gate, corev1.ConditionTrue)
+	})
+}
+
+// TestMirrorPodRecreated: a mirror pod deleted and created again (new UID)
+// gets the static pod's status at once.
+func TestMirrorPodRecreated(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	hash := "static" + randomSuffix()
+	static := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "static-db-" + h.node, Namespace: h.ns, UID: typesUID(hash),
+			Annotations: map[string]string{"kubernetes.io/config.source": "file", "kubernetes.io/config.hash": hash}},
+		Spec: corev1.PodSpec{NodeName: h.node, RestartPolicy: corev1.RestartPolicyAlways, Containers: []corev1.Container{{Name: "db", Image: "postgres"}}},
+	}
+	mirror := func() *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: static.Name, Namespace: h.ns, Annotations: map[string]string{
+				"kubernetes.io/config.mirror": hash, "kubernetes.io/config.source": "file", "kubernetes.io/config.hash": hash}},
+			Spec: static.Spec,
+		}
+	}
+	if _, err := h.cs.CoreV1().Pods(h.ns).Create(h.ctx, mirror(), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.publishPods(bus.OpAdd, "file", static)
+	h.publishStatus(runtimeStatus(static, runningC("db", "sim://m1", 0)))
+	h.waitPod(static.Name, "mirror ready", func(p *corev1.Pod) error { return wantCondition(p, corev1.PodReady, corev1.ConditionTrue) })
+
+	zero := int64(0)
+	if err := h.cs.CoreV1().Pods(h.ns).Delete(h.ctx, static.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitGone(static.Name)
+	if _, err := h.cs.CoreV1().Pods(h.ns).Create(h.ctx, mirror(), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Batch period is 10 s and the harness waits at most 30 s; the check
+	// below is about correctness, not speed.
+	h.waitPod(static.Name, "new mirror ready", func(p *corev1.Pod) error { return wantCondition(p, corev1.PodReady, corev1.ConditionTrue) })
+}

@@ -211,8 +211,8 @@ func New(client kubernetes.Interface, podInformer cache.SharedIndexInformer, log
 		return nil, fmt.Errorf("statussync: pod indexers: %w", err)
 	}
 	_, err = podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    m.onAPIPod,
-		UpdateFunc: func(_, obj any) { m.onAPIPod(obj) },
+		AddFunc:    func(obj any) { m.onAPIPod(obj, true) },
+		UpdateFunc: func(_, obj any) { m.onAPIPod(obj, false) },
 		DeleteFunc: func(obj any) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
@@ -254,7 +254,11 @@ func podLog(ns, name string, uid types.UID) []zap.Field {
 // onAPIPod: a pod of the node changed in the API server. A status waiting
 // for its API object (a mirror pod not created yet, a spec not yet on the
 // bus) can now go; a deleted pod may now be removable.
-func (m *Manager) onAPIPod(obj any) {
+//
+// A pod added (a mirror pod recreated, or every pod when the informer lists
+// at start) whose status differs from the cache is re-sent at once rather
+// than at the next batch.
+func (m *Manager) onAPIPod(obj any, added bool) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
 		return
@@ -273,6 +277,13 @@ func (m *Manager) onAPIPod(obj any) {
 	}
 	if e.status == nil {
 		return
+	}
+	if added && m.apiVersions[uid] >= e.status.version {
+		current := p.Status.DeepCopy()
+		apistatus.Normalize(p, current)
+		if !apistatus.EqualByAgent(current, &e.status.status) {
+			delete(m.apiVersions, uid)
+		}
 	}
 	if m.apiVersions[uid] < e.status.version || p.DeletionTimestamp != nil {
 		m.queue.AddAfter(uid, m.opts.CoalesceDelay)
