@@ -192,3 +192,31 @@ func TestStaticPodsAndMirrors(t *testing.T) {
 	_ = os.Remove(filepath.Join(dir, "fixed.yaml"))
 	eventually(t, 10*time.Second, "fixed mirror pod deleted", func() bool { return e.mirror("fixed-"+e.node) == nil })
 }
+
+// TestMirrorPodWaitsForNode: with no Node object yet the static pod is
+// published but its mirror pod cannot be made (the owner reference needs the
+// Node's UID); once the Node is registered the mirror pod appears, owned by it.
+func TestMirrorPodWaitsForNode(t *testing.T) {
+	e := newEnv(t, "node-late", false)
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "late.yaml"), manifestYAML("late", "busybox", ""))
+	cfg := testConfig()
+	cfg.StaticPodPath = dir
+	e.start(cfg)
+	name := "late-" + e.node
+	eventually(t, 10*time.Second, "static pod ADD", func() bool { return e.bus.uidByName(name) != "" })
+	if e.mirror(name) != nil {
+		t.Fatal("a mirror pod exists before its Node")
+	}
+	e.registerNode()
+	node, err := e.cs.CoreV1().Nodes().Get(context.Background(), e.node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "mirror pod after the Node registered", func() bool {
+		m := e.mirror(name)
+		return m != nil && len(m.OwnerReferences) == 1 && m.OwnerReferences[0].UID == node.UID
+	})
+	_ = os.Remove(filepath.Join(dir, "late.yaml"))
+	eventually(t, 10*time.Second, "mirror pod deleted", func() bool { return e.mirror(name) == nil })
+}
