@@ -156,3 +156,38 @@ func TestPeriodicSnapshot(t *testing.T) {
 		_ = pods.Delete(ctx, n, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 	}
 }
+
+// TestSnapshotMode: with notification-mode=snapshot the first sight of the
+// source is a SET on every partition and a new pod is a SET of its
+// partition, never an ADD.
+func TestSnapshotMode(t *testing.T) {
+	e := newEnv(t, "node-snapmode", false)
+	ctx := context.Background()
+	cfg := testConfig()
+	cfg.NotificationMode = "snapshot"
+	e.start(cfg)
+	e.waitAllReady()
+	eventually(t, 10*time.Second, "a SET on every partition at first sight", func() bool {
+		seen := map[string]bool{}
+		for _, r := range e.bus.snapshot() {
+			if r.Op == bus.OpSet {
+				seen[r.Subject] = true
+			}
+		}
+		return len(seen) == partitions
+	})
+	pods := e.cs.CoreV1().Pods("default")
+	p, err := pods.Create(ctx, testPod("snapmode", e.node), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "a SET holding the new pod", func() bool {
+		_, rec, ok := e.bus.last(p.UID, bus.OpSet)
+		return ok && rec.Subject == bus.For(e.node).PodUpdates(bus.Partition(string(p.UID), partitions))
+	})
+	if ops := e.bus.ops(p.UID); len(ops) != 0 {
+		t.Fatalf("snapshot mode sent %v", ops)
+	}
+	zero := int64(0)
+	_ = pods.Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+}
