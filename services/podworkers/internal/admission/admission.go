@@ -32,6 +32,9 @@ type Attributes struct {
 	Pod *corev1.Pod
 	// OtherPods are the pods already admitted on the node.
 	OtherPods []*corev1.Pod
+	// Used, if set, is the sum of the requests of pods already admitted
+	// that are not in OtherPods (callers that keep a running sum).
+	Used corev1.ResourceList
 }
 
 // Result of an admission check.
@@ -125,14 +128,13 @@ type insufficient struct {
 func ResourceFit(alloc Allocatable) Handler {
 	return HandlerFunc(func(a *Attributes) Result {
 		avail := alloc()
-		req := requests(a.Pod)
-		used := corev1.ResourceList{}
+		req := Requests(a.Pod)
+		used := a.Used.DeepCopy()
+		if used == nil {
+			used = corev1.ResourceList{}
+		}
 		for _, o := range a.OtherPods {
-			for n, q := range requests(o) {
-				u := used[n]
-				u.Add(q)
-				used[n] = u
-			}
+			Add(used, Requests(o))
 		}
 		var fails []insufficient
 		for _, n := range []corev1.ResourceName{corev1.ResourcePods, corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage} {
@@ -170,7 +172,27 @@ func value(n corev1.ResourceName, q resource.Quantity) int64 {
 	return q.Value()
 }
 
-func requests(p *corev1.Pod) corev1.ResourceList {
+// Add adds b to a.
+func Add(a, b corev1.ResourceList) {
+	for n, q := range b {
+		v := a[n]
+		v.Add(q)
+		a[n] = v
+	}
+}
+
+// Sub takes b from a.
+func Sub(a, b corev1.ResourceList) {
+	for n, q := range b {
+		v := a[n]
+		v.Sub(q)
+		a[n] = v
+	}
+}
+
+// Requests is what a pod asks of the node: its effective requests (init
+// containers included, as the kubelet computes them) and one pod.
+func Requests(p *corev1.Pod) corev1.ResourceList {
 	r := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
 	r[corev1.ResourcePods] = *resource.NewQuantity(1, resource.DecimalSI)
 	return r

@@ -56,6 +56,9 @@ type entry struct {
 	source    string
 	partition int
 	rejected  bool
+	// counted: the pod's requests are in Controller.used.
+	counted bool
+	req     corev1.ResourceList
 }
 
 // Controller drives the pod workers of one replica.
@@ -69,6 +72,8 @@ type Controller struct {
 	pods         map[types.UID]*entry
 	sourcesReady bool
 	tracked      map[types.UID]struct{}
+	// used sums the requests of the admitted pods not yet terminated.
+	used corev1.ResourceList
 }
 
 // New builds a controller.
@@ -82,7 +87,7 @@ func New(cfg Config) *Controller {
 	if cfg.Recorder == nil {
 		cfg.Recorder = &record.FakeRecorder{}
 	}
-	c := &Controller{cfg: cfg, log: cfg.Log, pods: map[types.UID]*entry{}, tracked: map[types.UID]struct{}{}}
+	c := &Controller{cfg: cfg, log: cfg.Log, pods: map[types.UID]*entry{}, tracked: map[types.UID]struct{}{}, used: corev1.ResourceList{}}
 	c.syncer = podsync.New(cfg.Runtime, cfg.Sink, append([]podsync.Option{podsync.WithLogger(cfg.Log)}, cfg.SyncOpts...)...)
 	c.workers = podworkers.New(safeHandler{c.syncer, cfg.Log}, append([]podworkers.Option{podworkers.WithLogger(cfg.Log)}, cfg.WorkerOpts...)...)
 	return c
@@ -210,12 +215,15 @@ func (c *Controller) HandlePodAdditions(source string, partition int, pods []*co
 	for _, p := range pods {
 		c.mu.Lock()
 		e, known := c.pods[p.UID]
+		if known {
+			e.pod, e.source, e.partition = p, source, partition
+		} else {
+			c.pods[p.UID] = &entry{pod: p, source: source, partition: partition}
+		}
 		if known && e.rejected {
-			e.pod = p
 			c.mu.Unlock()
 			continue
 		}
-		c.pods[p.UID] = &entry{pod: p, source: source, partition: partition}
 		c.mu.Unlock()
 		// a pod already terminating or finished by UID, or being deleted,
 		// is not admitted again (kubelet: only active pods are admitted).
@@ -233,28 +241,46 @@ func isTerminal(p *corev1.Pod) bool {
 	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
 }
 
+// admit runs the admission chain against the pods admitted here (a running
+// sum) and those of other replicas the API server shows; an admitted pod's
+// requests join the sum.
 func (c *Controller) admit(p *corev1.Pod) admission.Result {
-	others := map[types.UID]*corev1.Pod{}
 	c.mu.Lock()
-	for uid, e := range c.pods {
-		// the admitted pods are those with a worker that has not finished.
-		if uid != p.UID && !e.rejected && c.workerKnows(uid) && !c.workers.IsPodKnownTerminated(uid) {
-			others[uid] = e.pod
-		}
-	}
+	used := c.used.DeepCopy()
 	c.mu.Unlock()
+	var others []*corev1.Pod
 	if c.cfg.OtherPods != nil {
 		for _, o := range c.cfg.OtherPods(p.UID) {
-			if _, ok := others[o.UID]; !ok && o.CreationTimestamp.Before(&p.CreationTimestamp) {
-				others[o.UID] = o
+			if !o.CreationTimestamp.Before(&p.CreationTimestamp) {
+				continue
+			}
+			c.mu.Lock()
+			_, mine := c.pods[o.UID]
+			c.mu.Unlock()
+			if !mine {
+				others = append(others, o)
 			}
 		}
 	}
-	list := make([]*corev1.Pod, 0, len(others))
-	for _, o := range others {
-		list = append(list, o)
+	r := c.cfg.Admit.Admit(&admission.Attributes{Pod: p, OtherPods: others, Used: used})
+	if r.Admit {
+		c.mu.Lock()
+		if e, ok := c.pods[p.UID]; ok && !e.counted {
+			e.req = admission.Requests(p)
+			e.counted = true
+			admission.Add(c.used, e.req)
+		}
+		c.mu.Unlock()
 	}
-	return c.cfg.Admit.Admit(&admission.Attributes{Pod: p, OtherPods: list})
+	return r
+}
+
+// uncount takes a pod's requests out of the running sum. Called with c.mu held.
+func (c *Controller) uncount(e *entry) {
+	if e != nil && e.counted {
+		admission.Sub(c.used, e.req)
+		e.counted = false
+	}
 }
 
 func (c *Controller) workerKnows(uid types.UID) bool {
@@ -305,6 +331,7 @@ func (c *Controller) HandlePodRemoves(pods []*corev1.Pod) {
 	for _, p := range pods {
 		c.mu.Lock()
 		e, ok := c.pods[p.UID]
+		c.uncount(e)
 		delete(c.pods, p.UID)
 		c.mu.Unlock()
 		if ok && e.rejected {
@@ -372,6 +399,10 @@ func (c *Controller) HandlePodCleanups() {
 			desired = append(desired, e.pod)
 		}
 	}
+	// every worker seen before this round is reclaimed once it is forgotten.
+	for _, uid := range c.workers.Known() {
+		c.tracked[uid] = struct{}{}
+	}
 	c.mu.Unlock()
 	states := c.workers.SyncKnownPods(desired)
 	c.mu.Lock()
@@ -385,6 +416,10 @@ func (c *Controller) HandlePodCleanups() {
 	var orphans, restart []*corev1.Pod
 	for uid, st := range states {
 		e, want := c.pods[uid]
+		if want && (st == podworkers.TerminatedAndRecreated || st == podworkers.TerminatedPodWork) {
+			// a terminated pod no longer holds resources.
+			c.uncount(e)
+		}
 		switch {
 		case st == podworkers.TerminatedAndRecreated:
 			if want && !e.rejected {
@@ -471,6 +506,7 @@ func (c *Controller) ReleasePartition(ctx context.Context, partition int) error 
 	var pods []*corev1.Pod
 	for uid, e := range c.pods {
 		if e.partition == partition {
+			c.uncount(e)
 			delete(c.pods, uid)
 			if !e.rejected {
 				pods = append(pods, e.pod)

@@ -66,6 +66,13 @@ func (r *Runtime) emit(uid types.UID, id string) {
 	}
 }
 
+// StartsOf counts the starts of a container name.
+func (r *Runtime) StartsOf(name string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.Starts[name]
+}
+
 // Exit makes the newest instance of the named container exit with code.
 func (r *Runtime) Exit(uid types.UID, name string, code int) {
 	r.mu.Lock()

@@ -109,7 +109,7 @@ func TestInitContainersInOrderThenApp(t *testing.T) {
 	if c, _ := containerState(r.sk.get("1"), "app"); c.State.Waiting == nil || c.State.Waiting.Reason != ReasonPodInitializing {
 		t.Fatalf("app container while init runs: %+v", c.State)
 	}
-	if r.rt.Starts["init2"] != 0 {
+	if r.rt.StartsOf("init2") != 0 {
 		t.Fatal("init2 started before init1 finished")
 	}
 	r.rt.Exit("1", "init1", 0)
@@ -174,16 +174,16 @@ func TestRestartPolicies(t *testing.T) {
 	r.rt.ExitOnStart["ok"] = 0
 	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: pod("3", corev1.RestartPolicyOnFailure, "ok")})
 	eventually(t, "terminated", func() bool { st := r.sk.get("3"); return st != nil && st.Terminated })
-	if r.rt.Starts["ok"] != 1 {
-		t.Fatalf("ok started %d times", r.rt.Starts["ok"])
+	if r.rt.StartsOf("ok") != 1 {
+		t.Fatalf("ok started %d times", r.rt.StartsOf("ok"))
 	}
 	// Never + failure: no restart.
 	r.rt.ExitOnStart["bad"] = 1
 	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: pod("4", corev1.RestartPolicyNever, "bad")})
 	eventually(t, "terminated", func() bool { st := r.sk.get("4"); return st != nil && st.Terminated })
 	c, _ := containerState(r.sk.get("4"), "bad")
-	if r.rt.Starts["bad"] != 1 || c.State.Terminated == nil || c.State.Terminated.ExitCode != 1 || c.State.Terminated.Reason != "Error" {
-		t.Fatalf("starts %d, state %+v", r.rt.Starts["bad"], c.State)
+	if r.rt.StartsOf("bad") != 1 || c.State.Terminated == nil || c.State.Terminated.ExitCode != 1 || c.State.Terminated.Reason != "Error" {
+		t.Fatalf("starts %d, state %+v", r.rt.StartsOf("bad"), c.State)
 	}
 	// OnFailure + failure: restarted.
 	r.rt.ExitOnStart["flaky"] = 1

@@ -414,3 +414,30 @@ func TestTwoReplicasShareAndHandOver(t *testing.T) {
 		return st.Terminated && src == b.Source()
 	})
 }
+
+func TestProcessIgnoringSIGTERMIsKilledAfterGrace(t *testing.T) {
+	e := newEnv(t, "pw-proc")
+	e.startReplica(t, config.RuntimeProcess, nil)
+	p := newPod(t, e.cs, "stubborn", func(p *corev1.Pod) {
+		p.Spec.NodeName = e.node
+		p.Spec.Containers[0].Command = []string{"sh", "-c", `trap "" TERM; echo started; while true; do sleep 0.1; done`}
+	})
+	e.send(bus.OpAdd, p)
+	eventually(t, 30*time.Second, "process running", func() bool { st, _ := e.get(p.UID); return containerRunning(st) })
+	st, _ := e.get(p.UID)
+	if id := st.ContainerStatuses[0].ContainerID; len(id) < len("process://") || id[:len("process://")] != "process://" {
+		t.Fatalf("container ID %q", id)
+	}
+	deletedAt := time.Now()
+	e.send(bus.OpDelete, markDeleted(p)) // grace 1 s
+	eventually(t, 30*time.Second, "pod terminated", func() bool { st, _ := e.get(p.UID); return st.Terminated })
+	st, _ = e.get(p.UID)
+	term := st.ContainerStatuses[0].State.Terminated
+	if term == nil || term.ExitCode != 137 {
+		t.Fatalf("final state %+v: want killed (137) after ignoring SIGTERM", st.ContainerStatuses[0].State)
+	}
+	// the kill came only after the grace period (SIGTERM was ignored).
+	if term.FinishedAt.Time.Before(deletedAt.Add(-time.Second).Truncate(time.Second)) {
+		t.Fatalf("finished at %v, before the grace period from %v", term.FinishedAt, deletedAt)
+	}
+}

@@ -1,0 +1,228 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	goruntime "runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/runtime/sim"
+	"github.com/splitlet/splitlet/services/podworkers/internal/admission"
+	"github.com/splitlet/splitlet/services/podworkers/internal/fakeruntime"
+	"github.com/splitlet/splitlet/services/podworkers/internal/podworkers"
+)
+
+type sink struct {
+	mu      sync.Mutex
+	last    map[types.UID]*bus.PodRuntimeStatus
+	running atomic.Int64
+}
+
+func newSink() *sink { return &sink{last: map[types.UID]*bus.PodRuntimeStatus{}} }
+
+func (s *sink) Set(st *bus.PodRuntimeStatus) {
+	s.mu.Lock()
+	old := s.last[st.UID]
+	s.last[st.UID] = st
+	s.mu.Unlock()
+	if !isRunning(old) && isRunning(st) {
+		s.running.Add(1)
+	}
+}
+
+func (s *sink) Forget(uid types.UID) {}
+
+func (s *sink) get(uid types.UID) *bus.PodRuntimeStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last[uid]
+}
+
+func isRunning(st *bus.PodRuntimeStatus) bool {
+	if st == nil || len(st.ContainerStatuses) == 0 {
+		return false
+	}
+	for _, c := range st.ContainerStatuses {
+		if c.State.Running == nil {
+			return false
+		}
+	}
+	return true
+}
+
+func start(t testing.TB, rt runtime.Runtime, s *sink, alloc string) *Controller {
+	a, err := admission.ParseResourceList(alloc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := New(Config{
+		Runtime: rt, Sink: s, Partitions: 1, Housekeeping: 20 * time.Millisecond,
+		Admit:      admission.Chain{admission.Validate(), admission.ResourceFit(func() corev1.ResourceList { return a })},
+		WorkerOpts: []podworkers.Option{podworkers.WithBackOffPeriod(20 * time.Millisecond)},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return c
+}
+
+func pod(uid string, cpu string) corev1.Pod {
+	p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid), Name: "p-" + uid, Namespace: "ns", CreationTimestamp: metav1.Now()},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}}}
+	if cpu != "" {
+		p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}
+	}
+	return p
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestSetSnapshotAddsUpdatesRemoves(t *testing.T) {
+	s := newSink()
+	rt := fakeruntime.New()
+	c := start(t, rt, s, "cpu=4,pods=10")
+	c.SetSourcesReady(true)
+	a, b := pod("a", ""), pod("b", "")
+	c.HandleUpdate("api", bus.OpSet, 0, []corev1.Pod{a, b})
+	eventually(t, "both running", func() bool { return isRunning(s.get("a")) && isRunning(s.get("b")) })
+	c.HandleUpdate("api", bus.OpSet, 0, []corev1.Pod{a})
+	eventually(t, "b torn down", func() bool { st := s.get("b"); return st.Terminated })
+	// a SET of another source does not touch api's pods.
+	c.HandleUpdate("file", bus.OpSet, 0, nil)
+	eventually(t, "b forgotten by housekeeping", func() bool { return len(rt.PodContainers("b")) == 0 })
+	if st := s.get("a"); !isRunning(st) {
+		t.Fatalf("a disturbed: %+v", st)
+	}
+}
+
+func TestRejectedPodStaysRejectedAndFreesNothing(t *testing.T) {
+	s := newSink()
+	c := start(t, fakeruntime.New(), s, "cpu=1,pods=10")
+	c.SetSourcesReady(true)
+	small, big, next := pod("s", "600m"), pod("big", "2"), pod("n", "600m")
+	c.HandleUpdate("api", bus.OpAdd, 0, []corev1.Pod{small, big})
+	eventually(t, "small running", func() bool { return isRunning(s.get("s")) })
+	eventually(t, "big rejected", func() bool { st := s.get("big"); return st != nil && st.Reason == admission.ReasonOutOfCPU })
+	// updates of a rejected pod never start it.
+	c.HandleUpdate("api", bus.OpUpdate, 0, []corev1.Pod{big})
+	// the admitted pod's requests count: the next one does not fit.
+	c.HandleUpdate("api", bus.OpAdd, 0, []corev1.Pod{next})
+	eventually(t, "next rejected", func() bool { st := s.get("n"); return st != nil && st.Reason == admission.ReasonOutOfCPU })
+	// once small is gone and housekeeping ran, its requests are free again.
+	c.HandleUpdate("api", bus.OpRemove, 0, []corev1.Pod{small})
+	eventually(t, "small terminated", func() bool { return s.get("s").Terminated })
+	again := pod("again", "600m")
+	c.HandleUpdate("api", bus.OpAdd, 0, []corev1.Pod{again})
+	eventually(t, "again running", func() bool { return isRunning(s.get("again")) })
+	if isRunning(s.get("big")) {
+		t.Fatal("rejected pod started")
+	}
+}
+
+func TestRecreatedUIDRunsAgain(t *testing.T) {
+	s := newSink()
+	rt := fakeruntime.New()
+	c := start(t, rt, s, "cpu=4,pods=10")
+	c.SetSourcesReady(true)
+	p := pod("r", "")
+	c.HandleUpdate("api", bus.OpAdd, 0, []corev1.Pod{p})
+	eventually(t, "running", func() bool { return isRunning(s.get("r")) })
+	c.HandleUpdate("api", bus.OpRemove, 0, []corev1.Pod{p})
+	c.HandleUpdate("api", bus.OpAdd, 0, []corev1.Pod{p})
+	eventually(t, "running again in a new container", func() bool {
+		st := s.get("r")
+		return isRunning(st) && rt.StartsOf("c") >= 2
+	})
+}
+
+func TestLivenessFailureRestartsCurrentContainerOnly(t *testing.T) {
+	s := newSink()
+	rt := fakeruntime.New()
+	c := start(t, rt, s, "cpu=4,pods=10")
+	p := pod("l", "")
+	one := int64(1)
+	p.Spec.TerminationGracePeriodSeconds = &one
+	c.HandleUpdate("api", bus.OpAdd, 0, []corev1.Pod{p})
+	eventually(t, "running", func() bool { return isRunning(s.get("l")) })
+	id := s.get("l").ContainerStatuses[0].ContainerID
+	// a failure for another (stale) container ID is ignored.
+	c.HandleProbe(&bus.ProbeResult{PodUID: "l", Container: "c", ContainerID: "fake://stale", Probe: bus.ProbeLiveness, Result: bus.ProbeFailure})
+	c.HandleProbe(&bus.ProbeResult{PodUID: "l", Container: "c", ContainerID: id, Probe: bus.ProbeReadiness, Result: bus.ProbeFailure})
+	c.HandleProbe(&bus.ProbeResult{PodUID: "l", Container: "c", ContainerID: id, Probe: bus.ProbeLiveness, Result: bus.ProbeFailure})
+	eventually(t, "restarted", func() bool {
+		st := s.get("l")
+		return isRunning(st) && st.ContainerStatuses[0].ContainerID != id && st.ContainerStatuses[0].RestartCount == 1
+	})
+}
+
+// panicRuntime panics on start: one bad pod must not crash the process.
+type panicRuntime struct{ *fakeruntime.Runtime }
+
+func (p panicRuntime) StartContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, attempt int) (runtime.ContainerStatus, error) {
+	if pod.Name == "p-boom" {
+		panic("boom")
+	}
+	return p.Runtime.StartContainer(ctx, pod, c, attempt)
+}
+
+func TestPanicInOnePodDoesNotStallOthers(t *testing.T) {
+	s := newSink()
+	c := start(t, panicRuntime{fakeruntime.New()}, s, "cpu=4,pods=10")
+	c.HandleUpdate("api", bus.OpAdd, 0, []corev1.Pod{pod("boom", ""), pod("fine", "")})
+	eventually(t, "fine running", func() bool { return isRunning(s.get("fine")) })
+}
+
+// BenchmarkPodsThroughWorkers: 5000 pods from ADD to running on the sim
+// runtime; reports pods/s and heap bytes per pod.
+func BenchmarkPodsThroughWorkers(b *testing.B) {
+	const n = 5000
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		s := newSink()
+		rt := sim.New()
+		goruntime.GC()
+		var before goruntime.MemStats
+		goruntime.ReadMemStats(&before)
+		c := start(b, rt, s, fmt.Sprintf("cpu=1000,memory=1Ti,pods=%d", n))
+		pods := make([]corev1.Pod, n)
+		for j := range pods {
+			pods[j] = pod(fmt.Sprintf("bench-%d-%d", i, j), "10m")
+		}
+		b.StartTimer()
+		t0 := time.Now()
+		for j := 0; j < n; j += 100 {
+			c.HandleUpdate("api", bus.OpAdd, 0, pods[j:j+100])
+		}
+		for s.running.Load() < n {
+			time.Sleep(time.Millisecond)
+		}
+		elapsed := time.Since(t0)
+		b.StopTimer()
+		goruntime.GC()
+		var after goruntime.MemStats
+		goruntime.ReadMemStats(&after)
+		b.ReportMetric(float64(n)/elapsed.Seconds(), "pods/s")
+		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/n, "bytes/pod")
+		_ = rt.Close()
+	}
+}
