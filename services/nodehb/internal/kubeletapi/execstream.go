@@ -1,8 +1,224 @@
 package kubeletapi
 
-import "net/http"
+// /exec speaks the kubelet's remote command protocol over SPDY (the
+// channel.k8s.io family, v1 to v4), the way kube-apiserver talks to a kubelet
+// for `kubectl exec` (a WebSocket client is translated to SPDY by the API
+// server). The command runs through runtime.exec.<p>, which is not
+// interactive: stdin, when asked for, is read to its end before the command
+// runs, its output is sent when it ends, and a TTY is refused.
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/remotecommand"
+	"k8s.io/streaming/pkg/httpstream"
+	"k8s.io/streaming/pkg/httpstream/spdy"
+
+	"github.com/splitlet/splitlet/libs/logging"
+)
+
+// streamCreationTimeout bounds the wait for the client's streams (kubelet
+// default 30 s).
+const streamCreationTimeout = 30 * time.Second
+
+type execOptions struct {
+	command                []string
+	stdin, stdout, stderr  bool
+	tty                    bool
+	expectedStreamsPerExec int
+}
+
+func queryBool(q map[string][]string, key string) bool {
+	v := q[key]
+	if len(v) == 0 {
+		return false
+	}
+	b, err := strconv.ParseBool(v[0])
+	return err == nil && b
+}
+
+func parseExecOptions(r *http.Request) (*execOptions, error) {
+	q := r.URL.Query()
+	o := &execOptions{
+		command: q["command"],
+		stdin:   queryBool(q, "stdin") || queryBool(q, "input"),
+		stdout:  queryBool(q, "stdout") || queryBool(q, "output"),
+		stderr:  queryBool(q, "stderr") || queryBool(q, "error"),
+		tty:     queryBool(q, "tty"),
+	}
+	if len(o.command) == 0 {
+		return nil, fmt.Errorf("command: required")
+	}
+	if !o.stdin && !o.stdout && !o.stderr {
+		return nil, fmt.Errorf("you must specify at least 1 of stdin, stdout, stderr")
+	}
+	if o.tty {
+		return nil, fmt.Errorf("tty: not supported by this agent (commands run without a terminal)")
+	}
+	return o, nil
+}
+
+type execStreams struct {
+	errs   httpstream.Stream
+	stdin  httpstream.Stream
+	stdout httpstream.Stream
+	stderr httpstream.Stream
+}
 
 // handleExec serves /exec/{namespace}/{pod}[/{uid}]/{container}.
 func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
-	http.Error(w, "exec streaming is not implemented by this agent; use /run", http.StatusNotImplemented)
+	opts, err := parseExecOptions(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	pod, container, ok := s.lookup(w, r)
+	if !ok {
+		return
+	}
+	protocol, err := httpstream.Handshake(r, w, []string{
+		remotecommand.StreamProtocolV4Name, remotecommand.StreamProtocolV3Name,
+		remotecommand.StreamProtocolV2Name, remotecommand.StreamProtocolV1Name,
+	})
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	type created struct {
+		stream httpstream.Stream
+		reply  <-chan struct{}
+	}
+	arrivals := make(chan created, 8)
+	conn := spdy.NewResponseUpgrader().UpgradeResponse(w, r, func(st httpstream.Stream, reply <-chan struct{}) error {
+		select {
+		case arrivals <- created{st, reply}:
+		default:
+			return fmt.Errorf("too many streams")
+		}
+		return nil
+	})
+	if conn == nil {
+		return // the upgrader has answered
+	}
+	defer conn.Close()
+	conn.SetIdleTimeout(4 * time.Hour)
+
+	want := 1 // the error stream
+	for _, b := range []bool{opts.stdin, opts.stdout, opts.stderr} {
+		if b {
+			want++
+		}
+	}
+	var st execStreams
+	timeout := time.NewTimer(streamCreationTimeout)
+	defer timeout.Stop()
+	for got := 0; got < want; {
+		select {
+		case c := <-arrivals:
+			select {
+			case <-c.reply:
+			case <-timeout.C:
+				return
+			}
+			switch c.stream.Headers().Get("streamType") {
+			case "error":
+				st.errs = c.stream
+			case "stdin":
+				st.stdin = c.stream
+			case "stdout":
+				st.stdout = c.stream
+			case "stderr":
+				st.stderr = c.stream
+			case "resize":
+				continue // no terminal, nothing to resize
+			default:
+				continue
+			}
+			got++
+		case <-timeout.C:
+			s.log.Info("exec: the client did not create its streams in time", zap.String("protocol", protocol))
+			return
+		case <-r.Context().Done():
+			return
+		}
+	}
+
+	var stdin []byte
+	if st.stdin != nil {
+		if stdin, err = io.ReadAll(io.LimitReader(st.stdin, 16<<20)); err != nil {
+			s.writeExecError(st.errs, protocol, fmt.Errorf("reading stdin: %w", err))
+			return
+		}
+	}
+	uid := busUID(pod)
+	res, err := s.execOnBus(r.Context(), uid, pod.Namespace, pod.Name, container, opts.command, stdin)
+	if err != nil {
+		s.log.Info("exec in container failed", append(logging.Pod(pod.Namespace, pod.Name, uid), zap.String("container", container), zap.Error(err))...)
+		s.writeExecError(st.errs, protocol, err)
+		return
+	}
+	if st.stdout != nil {
+		_, _ = st.stdout.Write(res.Stdout)
+		_ = st.stdout.Close()
+	}
+	if st.stderr != nil {
+		_, _ = st.stderr.Write(res.Stderr)
+		_ = st.stderr.Close()
+	}
+	s.writeExecStatus(st.errs, protocol, res.ExitCode)
+}
+
+// writeExecStatus ends the exchange: from v4 a Status object (Success, or
+// NonZeroExitCode with the code as a cause); before v4 only a failure is
+// written, as text.
+func (s *Server) writeExecStatus(errs httpstream.Stream, protocol string, code int) {
+	if errs == nil {
+		return
+	}
+	defer errs.Close()
+	if protocol != remotecommand.StreamProtocolV4Name {
+		if code != 0 {
+			_, _ = fmt.Fprintf(errs, "command terminated with non-zero exit code: %d", code)
+		}
+		return
+	}
+	status := metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusSuccess}
+	if code != 0 {
+		status = metav1.Status{
+			TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+			Status:   metav1.StatusFailure,
+			Reason:   remotecommand.NonZeroExitCodeReason,
+			Message:  fmt.Sprintf("command terminated with non-zero exit code: %d", code),
+			Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{
+				{Type: remotecommand.ExitCodeCauseType, Message: strconv.Itoa(code)},
+			}},
+		}
+	}
+	_ = json.NewEncoder(errs).Encode(&status)
+}
+
+// writeExecError reports a command that could not run at all.
+func (s *Server) writeExecError(errs httpstream.Stream, protocol string, err error) {
+	if errs == nil {
+		return
+	}
+	defer errs.Close()
+	if protocol != remotecommand.StreamProtocolV4Name {
+		_, _ = io.WriteString(errs, err.Error())
+		return
+	}
+	status := metav1.Status{
+		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+		Status:   metav1.StatusFailure,
+		Reason:   metav1.StatusReasonInternalError,
+		Message:  err.Error(),
+	}
+	_ = json.NewEncoder(errs).Encode(&status)
 }

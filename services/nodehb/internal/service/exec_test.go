@@ -1,0 +1,168 @@
+package service
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
+
+	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/testenv"
+)
+
+// runtimeResponder answers exec and stats requests of every partition as a
+// pod worker would: exec echoes its command (exit code 3 for "fail") and
+// stdin; stats report the given pods, each from its own partition.
+func runtimeResponder(t *testing.T, s *stack, pods []*corev1.Pod) {
+	t.Helper()
+	pub := bus.NewPublisher(s.nc, nil, s.node, "podworkers-test")
+	var subs []*nats.Subscription
+	sub, err := s.nc.Subscribe(bus.For(s.node).Prefix()+".runtime.exec.*", func(m *nats.Msg) {
+		e, err := bus.Decode(m.Data)
+		if err != nil {
+			t.Errorf("decode exec request: %v", err)
+			return
+		}
+		req, err := bus.DecodeExecRequest(e)
+		if err != nil {
+			t.Errorf("decode exec request: %v", err)
+			return
+		}
+		res := &bus.ExecResult{Stdout: []byte(strings.Join(req.Command, " ") + "\n" + string(req.Stdin)), Stderr: []byte("to stderr\n")}
+		if req.Command[0] == "fail" {
+			res.ExitCode = 3
+		}
+		if err := pub.Send(m.Reply, bus.KindExecResult, res); err != nil {
+			t.Errorf("exec reply: %v", err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	subs = append(subs, sub)
+	sub, err = s.nc.Subscribe(bus.For(s.node).Prefix()+".runtime.stats.*", func(m *nats.Msg) {
+		p, _ := bus.PartitionOf(m.Subject)
+		res := &bus.StatsResult{}
+		for _, pod := range pods {
+			if bus.Partition(string(pod.UID), 4) != p {
+				continue
+			}
+			res.Pods = append(res.Pods, bus.PodStats{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, StartTime: metav1.Now(),
+				Containers: []bus.ContainerStats{{Name: "hello", StartTime: metav1.Now(), CPUUsageNanoCores: 1000000, CPUUsageCoreNanoSecs: 2000000000, MemoryWorkingSetBytes: 1 << 20}}})
+		}
+		if err := pub.Send(m.Reply, bus.KindStatsResult, res); err != nil {
+			t.Errorf("stats reply: %v", err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	subs = append(subs, sub)
+	t.Cleanup(func() {
+		for _, s := range subs {
+			_ = s.Unsubscribe()
+		}
+	})
+}
+
+func TestExecRunAndStats(t *testing.T) {
+	s := startStack(t, "exec-node")
+	pod := createPod(t, s.cs, s.node, "exec-pod", nil)
+	other := createPod(t, s.cs, s.node, "other-pod", nil)
+	runtimeResponder(t, s, []*corev1.Pod{pod, other})
+	eventually(t, 15*time.Second, "node registered", func() error {
+		_, err := s.cs.CoreV1().Nodes().Get(context.Background(), s.node, metav1.GetOptions{})
+		return err
+	})
+
+	// kubectl exec through the API server (SPDY to the kubelet API).
+	var stdout, stderr bytes.Buffer
+	exec := func(cmd []string, stdin string) error {
+		stdout.Reset()
+		stderr.Reset()
+		req := s.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod.Name).SubResource("exec").
+			VersionedParams(&corev1.PodExecOptions{Container: "hello", Command: cmd, Stdin: stdin != "", Stdout: true, Stderr: true}, scheme.ParameterCodec)
+		ex, err := remotecommand.NewSPDYExecutor(cp.Config, "POST", req.URL())
+		if err != nil {
+			return err
+		}
+		opts := remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr}
+		if stdin != "" {
+			opts.Stdin = strings.NewReader(stdin)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		return ex.StreamWithContext(ctx, opts)
+	}
+	eventually(t, 20*time.Second, "exec through the API server", func() error {
+		return exec([]string{"echo", "hi"}, "")
+	})
+	if stdout.String() != "echo hi\n" || stderr.String() != "to stderr\n" {
+		t.Errorf("exec stdout %q stderr %q", stdout.String(), stderr.String())
+	}
+	if err := exec([]string{"cat"}, "from stdin"); err != nil || stdout.String() != "cat\nfrom stdin" {
+		t.Errorf("exec with stdin: %q %v", stdout.String(), err)
+	}
+	err := exec([]string{"fail"}, "")
+	var exitErr interface{ ExitStatus() int }
+	if !errors.As(err, &exitErr) || exitErr.ExitStatus() != 3 {
+		t.Errorf("exec of a failing command: %v, want exit status 3", err)
+	}
+
+	// /run, /stats/summary and /metrics/resource on the kubelet API directly.
+	base := fmt.Sprintf("https://127.0.0.1:%d", s.port)
+	c := apiClient(t, nil)
+	admin := cp.Tokens[testenv.AdminUser]
+	req, _ := http.NewRequest(http.MethodPost, base+"/run/default/exec-pod/hello?cmd=ls+-l", nil)
+	req.Header.Set("Authorization", "Bearer "+admin)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(body) != "ls -l\nto stderr\n" {
+		t.Errorf("/run: %d %q", resp.StatusCode, body)
+	}
+	code, sum := get(t, c, base+"/stats/summary", admin)
+	if code != http.StatusOK {
+		t.Fatalf("/stats/summary: %d %s", code, sum)
+	}
+	var summary struct {
+		Node struct {
+			NodeName string `json:"nodeName"`
+			Memory   struct {
+				WorkingSetBytes uint64 `json:"workingSetBytes"`
+			} `json:"memory"`
+		} `json:"node"`
+		Pods []struct {
+			PodRef struct{ Name, Namespace, UID string } `json:"podRef"`
+		} `json:"pods"`
+	}
+	if err := json.Unmarshal([]byte(sum), &summary); err != nil {
+		t.Fatal(err)
+	}
+	if summary.Node.NodeName != s.node || len(summary.Pods) != 2 || summary.Node.Memory.WorkingSetBytes != 2<<20 {
+		t.Errorf("summary = %s", sum)
+	}
+	code, metrics := get(t, c, base+"/metrics/resource", admin)
+	if code != http.StatusOK || !strings.Contains(metrics, `container_memory_working_set_bytes{container="hello",namespace="default",pod="exec-pod"} 1.048576e+06`) ||
+		!strings.Contains(metrics, "node_cpu_usage_seconds_total 4") || !strings.Contains(metrics, "resource_scrape_error 0") {
+		t.Errorf("/metrics/resource: %d\n%s", code, metrics)
+	}
+	if code, body := get(t, c, base+"/stats/summary", cp.Tokens[testenv.NobodyUser]); code != http.StatusForbidden {
+		t.Errorf("nobody /stats/summary: %d %s", code, body)
+	}
+}
