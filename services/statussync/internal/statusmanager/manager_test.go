@@ -1,0 +1,163 @@
+package statusmanager
+
+import (
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/splitlet/splitlet/libs/bus"
+)
+
+// Pure logic of the cache: a fake clientset and an informer that is never
+// started (no API server behaviour is under test here).
+func newManager(t *testing.T) *Manager {
+	t.Helper()
+	cs := fake.NewClientset()
+	inf := informers.NewSharedInformerFactory(cs, 0).Core().V1().Pods().Informer()
+	m, err := New(cs, inf, zap.NewNop(), Options{Partitions: 4, CoalesceDelay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.queue.ShutDown)
+	return m
+}
+
+func specPod(uid types.UID, policy corev1.RestartPolicy) corev1.Pod {
+	return corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: string(uid), Namespace: "ns", UID: uid},
+		Spec:       corev1.PodSpec{RestartPolicy: policy, Containers: []corev1.Container{{Name: "c"}}},
+	}
+}
+
+func rs(uid types.UID, st corev1.ContainerState) *bus.PodRuntimeStatus {
+	return &bus.PodRuntimeStatus{UID: uid, Namespace: "ns", Name: string(uid),
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "c", ContainerID: "sim://1", State: st}}}
+}
+
+var (
+	runningState    = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}
+	terminatedState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}
+)
+
+func TestVersions(t *testing.T) {
+	m := newManager(t)
+	p := specPod("a", corev1.RestartPolicyNever)
+	m.PodUpdate(bus.OpAdd, "api", bus.Partition("a", 4), []corev1.Pod{p})
+	m.RuntimeStatus(rs("a", runningState))
+	_, v1, ok := m.Status("a")
+	if !ok || v1 != 1 {
+		t.Fatalf("first status: version %d ok %v", v1, ok)
+	}
+	// The same again: no new version.
+	m.RuntimeStatus(rs("a", runningState))
+	if _, v, _ := m.Status("a"); v != v1 {
+		t.Fatalf("equal status got version %d", v)
+	}
+	m.RuntimeStatus(rs("a", terminatedState))
+	s, v2, _ := m.Status("a")
+	if v2 != 2 || s.Phase != corev1.PodSucceeded {
+		t.Fatalf("version %d phase %s", v2, s.Phase)
+	}
+	// Illegal under Never: refused, the cache keeps the terminated state.
+	m.RuntimeStatus(rs("a", runningState))
+	s, v3, _ := m.Status("a")
+	if v3 != v2 || s.ContainerStatuses[0].State.Terminated == nil {
+		t.Fatalf("illegal transition taken: version %d state %+v", v3, s.ContainerStatuses[0].State)
+	}
+}
+
+func TestUnknownPodHeldUntilSpec(t *testing.T) {
+	m := newManager(t)
+	m.RuntimeStatus(rs("b", runningState))
+	if _, _, ok := m.Status("b"); ok {
+		t.Fatal("status generated without a spec")
+	}
+	m.PodUpdate(bus.OpAdd, "file", bus.Partition("b", 4), []corev1.Pod{specPod("b", corev1.RestartPolicyAlways)})
+	if s, _, ok := m.Status("b"); !ok || s.Phase != corev1.PodRunning {
+		t.Fatalf("held status not generated once the spec came: %v %s", ok, s.Phase)
+	}
+}
+
+func TestSetAndRemoveForget(t *testing.T) {
+	m := newManager(t)
+	var uids []types.UID
+	for _, u := range []types.UID{"p1", "p2", "p3", "p4", "p5", "p6"} {
+		m.PodUpdate(bus.OpAdd, "api", bus.Partition(string(u), 4), []corev1.Pod{specPod(u, corev1.RestartPolicyAlways)})
+		m.RuntimeStatus(rs(u, runningState))
+		uids = append(uids, u)
+	}
+	// An empty SET for p1's partition forgets every api pod of it.
+	part := bus.Partition("p1", 4)
+	m.PodUpdate(bus.OpSet, "api", part, nil)
+	for _, u := range uids {
+		_, _, ok := m.Status(u)
+		if inPart := bus.Partition(string(u), 4) == part; ok == inPart {
+			t.Errorf("%s (partition %d, SET for %d): kept %v", u, bus.Partition(string(u), 4), part, ok)
+		}
+	}
+	// A SET of another source does not touch api pods.
+	m.PodUpdate(bus.OpSet, "file", bus.Partition("p2", 4), nil)
+	m.PodUpdate(bus.OpRemove, "api", 0, []corev1.Pod{specPod("p2", corev1.RestartPolicyAlways)})
+	if _, _, ok := m.Status("p2"); ok && bus.Partition("p2", 4) != part {
+		t.Error("REMOVE did not forget p2")
+	}
+}
+
+func TestProbesDecideReadiness(t *testing.T) {
+	m := newManager(t)
+	p := specPod("r", corev1.RestartPolicyAlways)
+	p.Spec.Containers[0].ReadinessProbe = &corev1.Probe{}
+	m.PodUpdate(bus.OpAdd, "api", 0, []corev1.Pod{p})
+	status := rs("r", runningState)
+	status.ContainerStatuses[0].Ready = true // ignored
+	m.RuntimeStatus(status)
+	if s, _, _ := m.Status("r"); s.ContainerStatuses[0].Ready {
+		t.Fatal("ready from the runtime, not the probe")
+	}
+	m.ProbeResult(&bus.ProbeResult{PodUID: "r", Container: "c", ContainerID: "sim://1", Probe: bus.ProbeReadiness, Result: bus.ProbeSuccess})
+	if s, _, _ := m.Status("r"); !s.ContainerStatuses[0].Ready {
+		t.Fatal("not ready after a successful readiness probe")
+	}
+	// A new container instance forgets the old instance's result.
+	status = rs("r", runningState)
+	status.ContainerStatuses[0].ContainerID = "sim://2"
+	m.RuntimeStatus(status)
+	if s, _, _ := m.Status("r"); s.ContainerStatuses[0].Ready {
+		t.Fatal("new container ready from the old one's probe")
+	}
+}
+
+func TestFreshestAndCanBeDeleted(t *testing.T) {
+	inf := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "u", ResourceVersion: "10"}}
+	w := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "u", ResourceVersion: "12"}}
+	if freshest(inf, w) != w || freshest(w, inf) != w {
+		t.Fatal("newer copy not chosen")
+	}
+	other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "x", ResourceVersion: "99"}}
+	if freshest(inf, other) != inf {
+		t.Fatal("a copy of another pod chosen")
+	}
+	now := metav1.Now()
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now}, Status: corev1.PodStatus{Phase: corev1.PodFailed}}
+	if !canBeDeleted(p, &versioned{finished: true}) {
+		t.Fatal("finished, terminal, deleted pod not deletable")
+	}
+	if canBeDeleted(p, &versioned{finished: false}) {
+		t.Fatal("deletable before the worker finished")
+	}
+	p.Status.Phase = corev1.PodRunning
+	if canBeDeleted(p, &versioned{finished: true}) {
+		t.Fatal("deletable with a non-terminal API phase")
+	}
+	p.Status.Phase = corev1.PodFailed
+	p.Annotations = map[string]string{AnnotationMirror: "h"}
+	if canBeDeleted(p, &versioned{finished: true}) {
+		t.Fatal("mirror pod deletable")
+	}
+}
