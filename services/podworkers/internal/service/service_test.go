@@ -160,6 +160,12 @@ func defaults(t *testing.T) *Config {
 // startReplica runs one podworkers replica with its own NATS connection.
 func (e *env) startReplica(t *testing.T, runtimeName string, mod func(*Config)) *Runner {
 	t.Helper()
+	r, _ := e.startReplicaConn(t, runtimeName, mod)
+	return r
+}
+
+func (e *env) startReplicaConn(t *testing.T, runtimeName string, mod func(*Config)) (*Runner, *messaging.Conn) {
+	t.Helper()
 	cfg := defaults(t)
 	if mod != nil {
 		mod(cfg)
@@ -185,7 +191,7 @@ func (e *env) startReplica(t *testing.T, runtimeName string, mod func(*Config)) 
 		}
 		_ = conn.Close(context.Background())
 	})
-	return r
+	return r, conn
 }
 
 func stopReplica(t *testing.T, r *Runner) {
@@ -440,4 +446,41 @@ func TestProcessIgnoringSIGTERMIsKilledAfterGrace(t *testing.T) {
 	if term.FinishedAt.Time.Before(deletedAt.Add(-time.Second).Truncate(time.Second)) {
 		t.Fatalf("finished at %v, before the grace period from %v", term.FinishedAt, deletedAt)
 	}
+}
+
+// A replica that dies without handing over (its connection cut) loses its
+// partitions to the survivor within 15 s.
+func TestDeadReplicaPartitionsTakenOver(t *testing.T) {
+	e := newEnv(t, "pw-dead")
+	a, connA := e.startReplicaConn(t, config.RuntimeSim, nil)
+	b := e.startReplica(t, config.RuntimeSim, nil)
+	eventually(t, 30*time.Second, "partitions split between both replicas", func() bool {
+		oa, ob := a.OwnedPartitions(), b.OwnedPartitions()
+		return len(oa) > 0 && len(ob) > 0 && len(oa)+len(ob) == partitions
+	})
+	var pods []*corev1.Pod
+	for i := 0; i < 6; i++ {
+		pods = append(pods, newPod(t, e.cs, fmt.Sprintf("dead-%d", i), func(p *corev1.Pod) { p.Spec.NodeName = e.node }))
+	}
+	e.send(bus.OpAdd, pods...)
+	eventually(t, 30*time.Second, "every pod running", func() bool {
+		for _, p := range pods {
+			if st, _ := e.get(p.UID); !containerRunning(st) {
+				return false
+			}
+		}
+		return true
+	})
+	connA.NC.Close() // the replica is gone for the bus: no heartbeat, no release
+	eventually(t, 15*time.Second, "the survivor owns every partition", func() bool {
+		return slices.Equal(b.OwnedPartitions(), []int{0, 1, 2, 3})
+	})
+	eventually(t, 30*time.Second, "every pod running on the survivor", func() bool {
+		for _, p := range pods {
+			if st, src := e.get(p.UID); src != b.Source() || !containerRunning(st) {
+				return false
+			}
+		}
+		return true
+	})
 }
