@@ -299,6 +299,7 @@ func (r *Runner) run(ctx context.Context) error {
 	}
 	var owner *ownership.Manager
 	sink := statuspub.New(pub, r.common.Partitions, r.isActive, r.log.Named("status"))
+	sink.SetWindow(r.cfg.StatusWindow)
 	ctrl := controller.New(controller.Config{
 		Runtime:      rt,
 		Sink:         sink,

@@ -47,6 +47,13 @@ func New(pub *bus.Publisher, partitions int, owned func(int) bool, log *zap.Logg
 	}
 }
 
+// SetWindow sets the coalescing window (before Run).
+func (p *Publisher) SetWindow(d time.Duration) {
+	if d > 0 {
+		p.window = d
+	}
+}
+
 // Set records a pod's newest status.
 func (p *Publisher) Set(st *bus.PodRuntimeStatus) {
 	p.mu.Lock()
