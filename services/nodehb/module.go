@@ -21,6 +21,11 @@ func Service() app.Service {
 		Name:  Name,
 		Flags: cfg.RegisterFlags,
 		Module: func() fx.Option {
+			// The keys are loaded by now: a bad value stops the process
+			// before anything starts, naming the key.
+			if err := cfg.Validate(); err != nil {
+				return fx.Error(err)
+			}
 			return fx.Module(Name, fx.Supply(cfg), app.RunService(Name, service.New))
 		},
 	}

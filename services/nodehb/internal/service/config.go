@@ -199,3 +199,14 @@ func (c *Config) clientCAs() (*x509.CertPool, error) {
 	}
 	return pool, nil
 }
+
+// Validate checks every key that does not depend on the common ones, so a
+// bad value stops the process before anything starts, naming the key.
+func (c *Config) Validate() error {
+	common := &config.Common{NodeName: "validate", Runtime: config.RuntimeSim}
+	if _, err := c.desired(common, nodestatus.SystemInfo("", config.RuntimeSim, "")); err != nil {
+		return err
+	}
+	_, err := c.clientCAs()
+	return err
+}
