@@ -85,6 +85,8 @@ type Controller struct {
 	running  chan struct{}
 	seenAll  chan struct{}
 	seenOnce sync.Once
+	// staticSent: the static sink has been told the static pods once.
+	staticSent bool
 
 	published *prometheus.CounterVec
 	failures  prometheus.Counter
@@ -241,7 +243,10 @@ func (c *Controller) cycle(ctx context.Context, snapshot bool) bool {
 			ok = false
 		}
 	}
-	if staticChanged && c.static != nil {
+	if c.static != nil && (staticChanged || !c.staticSent) {
+		// The first call also tells a node without static sources that
+		// every mirror pod is an orphan.
+		c.staticSent = true
 		c.static.SetStatic(c.storage.Pods(merge.SourceFile, merge.SourceHTTP), c.staticSeen(sources))
 	}
 	return ok

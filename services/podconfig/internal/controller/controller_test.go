@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -82,5 +83,36 @@ func TestUnacknowledgedPublishIsResentAsSet(t *testing.T) {
 			t.Fatalf("after the streams appeared: SET with the pod on %s %v, SourcesReady %v", want, set, ready)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func podsN(prefix string, n int) []*corev1.Pod {
+	out := make([]*corev1.Pod, n)
+	for i := range out {
+		out[i] = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: prefix, UID: "x"}}
+	}
+	return out
+}
+
+// TestBatchCoalescing: consecutive operations of one kind on one (source,
+// partition) merge up to the bound; another kind, a SET, or another
+// partition starts a new message, so every pod's order is kept.
+func TestBatchCoalescing(t *testing.T) {
+	var b batch
+	b.add(merge.Message{Source: "api", Op: bus.OpAdd, Partition: 0, Pods: podsN("a", 150)})
+	b.add(merge.Message{Source: "api", Op: bus.OpAdd, Partition: 1, Pods: podsN("b", 1)})
+	b.add(merge.Message{Source: "api", Op: bus.OpAdd, Partition: 0, Pods: podsN("a", 100)}) // 50 fill, 50 new
+	b.add(merge.Message{Source: "api", Op: bus.OpUpdate, Partition: 0, Pods: podsN("u", 1)})
+	b.add(merge.Message{Source: "api", Op: bus.OpAdd, Partition: 0, Pods: podsN("a", 1)})
+	b.add(merge.Message{Source: "file", Op: bus.OpAdd, Partition: 0, Pods: podsN("f", 1)})
+	b.set("api", 1, nil)
+	b.add(merge.Message{Source: "api", Op: bus.OpAdd, Partition: 1, Pods: podsN("b", 1)})
+	var got []string
+	for _, m := range b.msgs {
+		got = append(got, fmt.Sprintf("%s/%s/%d:%d", m.Source, m.Op, m.Partition, len(m.Pods)))
+	}
+	want := "[api/ADD/0:200 api/ADD/1:1 api/ADD/0:50 api/UPDATE/0:1 api/ADD/0:1 file/ADD/0:1 api/SET/1:0 api/ADD/1:1]"
+	if fmt.Sprint(got) != want {
+		t.Fatalf("got %v\nwant %s", got, want)
 	}
 }

@@ -220,3 +220,20 @@ func TestMirrorPodWaitsForNode(t *testing.T) {
 	_ = os.Remove(filepath.Join(dir, "late.yaml"))
 	eventually(t, 10*time.Second, "mirror pod deleted", func() bool { return e.mirror(name) == nil })
 }
+
+// TestOrphanMirrorWithoutStaticSources: with the API source alone every
+// mirror pod of the node is an orphan and goes; it is never published.
+func TestOrphanMirrorWithoutStaticSources(t *testing.T) {
+	e := newEnv(t, "node-nostatic", true)
+	orphan := testPod("lost-"+e.node, e.node)
+	orphan.Annotations = map[string]string{merge.AnnotationMirror: "cafe"}
+	if _, err := e.cs.CoreV1().Pods("default").Create(context.Background(), orphan, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.start(testConfig())
+	e.waitAllReady()
+	eventually(t, 10*time.Second, "orphaned mirror pod deleted", func() bool { return e.mirror(orphan.Name) == nil })
+	if n := len(e.bus.snapshot()); n != 0 {
+		t.Fatalf("%d pod updates published for a node with only a mirror pod", n)
+	}
+}

@@ -62,7 +62,11 @@ func (f *File) Run(ctx context.Context) {
 		if w == nil {
 			w = f.watch()
 		}
-		f.scan()
+		if !f.scan() && w != nil {
+			// The directory is gone: watch it again once it is back.
+			_ = w.Close()
+			w = nil
+		}
 		var events chan fsnotify.Event
 		var errs chan error
 		if w != nil {
@@ -118,24 +122,25 @@ func (f *File) watch() *fsnotify.Watcher {
 	return w
 }
 
-// scan reads the path and reports its pods as a SET.
-func (f *File) scan() {
+// scan reads the path and reports its pods as a SET; false when the path
+// does not exist.
+func (f *File) scan() bool {
 	st, err := os.Stat(f.path)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			f.log.Error("cannot read the static pod path", zap.String("path", f.path), zap.Error(err))
-			return
+			return true
 		}
 		// kubelet: a missing path is an empty source, so it can be seen.
 		f.sink.Submit(merge.Update{Source: merge.SourceFile, Op: bus.OpSet, Pods: []*corev1.Pod{}})
-		return
+		return false
 	}
 	var files []string
 	if st.IsDir() {
 		entries, err := os.ReadDir(f.path)
 		if err != nil {
 			f.log.Error("cannot read the static pod path", zap.String("path", f.path), zap.Error(err))
-			return
+			return true
 		}
 		for _, e := range entries {
 			if strings.HasPrefix(e.Name(), ".") {
@@ -171,6 +176,7 @@ func (f *File) scan() {
 		}
 	}
 	f.sink.Submit(merge.Update{Source: merge.SourceFile, Op: bus.OpSet, Pods: pods})
+	return true
 }
 
 func (f *File) read(file string) (*corev1.Pod, error) {
