@@ -1,0 +1,77 @@
+package statuspub
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/testenv"
+)
+
+// A burst of changes to one pod goes out as few messages, the last one
+// being the newest status; unowned partitions are not spoken for.
+func TestBurstIsCoalesced(t *testing.T) {
+	const node = "coalesce"
+	n := testenv.NATSForTest(t)
+	nc, js := n.Connect(t)
+	ctx := context.Background()
+	if err := bus.EnsureStreams(ctx, js, node); err != nil {
+		t.Fatal(err)
+	}
+	var owned atomic.Bool
+	owned.Store(true)
+	p := New(bus.NewPublisher(nc, js, node, "podworkers-test"), 1, func(int) bool { return owned.Load() }, zap.NewNop())
+	p.SetWindow(100 * time.Millisecond)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); p.Run(rctx) }()
+	defer func() { cancel(); <-done }()
+
+	for i := 0; i < 200; i++ {
+		p.Set(&bus.PodRuntimeStatus{UID: "u1", Namespace: "ns", Name: "a", Message: fmt.Sprint(i)})
+	}
+	var got []*bus.PodRuntimeStatus
+	cons, err := js.OrderedConsumer(ctx, bus.StreamName(node, bus.StreamPodStatus), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(got) == 0 || got[len(got)-1].Message != "199" {
+		if time.Now().After(deadline) {
+			t.Fatalf("newest status never arrived; got %d messages", len(got))
+		}
+		m, err := cons.Next(jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			continue
+		}
+		e, err := bus.Decode(m.Data())
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := bus.DecodePodRuntimeStatus(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, st)
+	}
+	if len(got) > 10 {
+		t.Fatalf("a burst of 200 changes became %d messages", len(got))
+	}
+	// the same status again is not re-sent; an unowned partition is silent.
+	p.Set(&bus.PodRuntimeStatus{UID: "u1", Namespace: "ns", Name: "a", Message: "199"})
+	owned.Store(false)
+	p.Set(&bus.PodRuntimeStatus{UID: "u1", Namespace: "ns", Name: "a", Message: "unowned"})
+	sent := p.Sent()
+	if _, err := cons.Next(jetstream.FetchMaxWait(500 * time.Millisecond)); err == nil {
+		t.Fatal("a status was published for an unowned partition or re-sent unchanged")
+	}
+	if p.Sent() != sent {
+		t.Fatalf("sent count moved from %d to %d", sent, p.Sent())
+	}
+}
