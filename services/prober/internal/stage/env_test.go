@@ -55,7 +55,12 @@ type execFunc func(req *bus.ExecRequest) *bus.ExecResult
 
 const partitions = 4
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newEnvWith(t, nil) }
+
+// builder makes the runner under test; nil: NewWithDeps with in-memory Events.
+type builder func(d stage.Deps) (*stage.Runner, error)
+
+func newEnvWith(t *testing.T, build builder) *env {
 	t.Helper()
 	n := testenv.NATSForTest(t)
 	nc, js := n.Connect(t)
@@ -129,7 +134,10 @@ func newEnv(t *testing.T) *env {
 	t.Cleanup(func() { _ = esub.Unsubscribe() })
 
 	common := &config.Common{NodeName: node, Partitions: partitions}
-	r, err := stage.NewWithDeps(stage.Deps{
+	if build == nil {
+		build = stage.NewWithDeps
+	}
+	r, err := build(stage.Deps{
 		Config: &stage.Config{Instance: "prober-test", ExecGrace: 300 * time.Millisecond},
 		Common: common, Log: zaptest.NewLogger(t), NC: nc, JS: js,
 		Recorder: e.events, Registerer: e.reg,

@@ -71,14 +71,26 @@ func benchProbeRate(b *testing.B, kind string) {
 					return
 				}
 				accepted.Add(1)
-				_ = c.Close()
+				// Let the prober close first, as a server that waits for
+				// its client does: the TIME_WAIT stays on the prober's
+				// side, where loopback port reuse applies.
+				go func() {
+					_, _ = c.Read(make([]byte, 1))
+					_ = c.Close()
+				}()
 			}
 		}()
 		b.Cleanup(func() { _ = l.Close() })
 	}
 
 	var published atomic.Int64
-	m, err := New(WithSink(func(bus.ProbeResult) { published.Add(1) }))
+	var lastFailure atomic.Value
+	m, err := New(WithSink(func(r bus.ProbeResult) {
+		published.Add(1)
+		if r.Result == bus.ProbeFailure {
+			lastFailure.Store(r.Message)
+		}
+	}))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -143,6 +155,9 @@ func benchProbeRate(b *testing.B, kind string) {
 	b.ReportMetric(float64(runtime.NumGoroutine()), "goroutines")
 	b.Logf("%s: %d pods, %.0f probes/s of %.0f configured (drift %.1f%%), %.2f cores, %d results published",
 		kind, pods, achieved, configured, drift, cpu, published.Load())
+	if msg, ok := lastFailure.Load().(string); ok {
+		b.Logf("a failure: %s", msg)
+	}
 }
 
 func tv(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }

@@ -1,0 +1,50 @@
+package workers
+
+import (
+	"reflect"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+func TestExpandCommand(t *testing.T) {
+	env := []corev1.EnvVar{{Name: "FILE", Value: "/tmp/ok"}, {Name: "FROM", ValueFrom: &corev1.EnvVarSource{}}}
+	got := expandCommand([]string{"cat", "$(FILE)", "$(FROM)", "$$(FILE)", "$(NOPE)", "a$(FILE)b", "$(", "$x"}, env)
+	want := []string{"cat", "/tmp/ok", "$(FROM)", "$(FILE)", "$(NOPE)", "a/tmp/okb", "$(", "$x"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+func TestWithDefaults(t *testing.T) {
+	p := withDefaults(&corev1.Probe{})
+	if p.TimeoutSeconds != 1 || p.PeriodSeconds != 10 || p.SuccessThreshold != 1 || p.FailureThreshold != 3 {
+		t.Errorf("defaults %+v", p)
+	}
+	set := &corev1.Probe{TimeoutSeconds: 5, PeriodSeconds: 2, SuccessThreshold: 2, FailureThreshold: 7, InitialDelaySeconds: 3}
+	if got := withDefaults(set); !reflect.DeepEqual(got, set) {
+		t.Errorf("set fields changed: %+v", got)
+	}
+}
+
+func TestWillRestart(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	cases := []struct {
+		pod  corev1.RestartPolicy
+		c    *corev1.ContainerRestartPolicy
+		exit int32
+		want bool
+	}{
+		{corev1.RestartPolicyAlways, nil, 0, true},
+		{corev1.RestartPolicyNever, nil, 1, false},
+		{corev1.RestartPolicyOnFailure, nil, 0, false},
+		{corev1.RestartPolicyOnFailure, nil, 2, true},
+		{corev1.RestartPolicyNever, &always, 0, true},
+	}
+	for _, tc := range cases {
+		pod := &corev1.Pod{Spec: corev1.PodSpec{RestartPolicy: tc.pod}}
+		if got := willRestart(&corev1.Container{RestartPolicy: tc.c}, pod, tc.exit); got != tc.want {
+			t.Errorf("pod %s container %v exit %d: %v, want %v", tc.pod, tc.c, tc.exit, got, tc.want)
+		}
+	}
+}
