@@ -7,7 +7,7 @@ package controller
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -285,13 +285,8 @@ func (c *Controller) publish(ctx context.Context, msgs []merge.Message) bool {
 	send = func(m merge.Message) {
 		k := partKey{m.Source, m.Partition}
 		subject := c.subjects.PodUpdates(m.Partition)
-		pub := c.publisher(m.Source)
-		data, env, err := pub.Seal(bus.KindPodUpdate, m.Op, &bus.PodUpdate{Pods: derefPods(m.Pods)})
-		if err != nil {
-			fail(k, subject, err)
-			return
-		}
-		if max := c.nc.MaxPayload(); max > 0 && int64(len(data)) > max {
+		f, err := c.publisher(m.Source).PublishAsync(subject, bus.KindPodUpdate, m.Op, &bus.PodUpdate{Pods: derefPods(m.Pods)})
+		if errors.Is(err, nats.ErrMaxPayload) {
 			if m.Op != bus.OpSet && len(m.Pods) > 1 {
 				half := len(m.Pods) / 2
 				send(merge.Message{Source: m.Source, Op: m.Op, Partition: m.Partition, Pods: m.Pods[:half]})
@@ -299,10 +294,10 @@ func (c *Controller) publish(ctx context.Context, msgs []merge.Message) bool {
 				return
 			}
 			c.log.Error("pod update larger than the server's max_payload, dropped",
-				zap.String(logging.FieldSubject, subject), zap.Int("bytes", len(data)), zap.Int64("maxPayload", max))
+				zap.String(logging.FieldSubject, subject), zap.String("source", m.Source), zap.String("op", string(m.Op)),
+				zap.Int("pods", len(m.Pods)), zap.Int64("maxPayload", c.nc.MaxPayload()))
 			return
 		}
-		f, err := c.js.PublishAsync(subject, data, jetstream.WithMsgID(fmt.Sprintf("%s-%d", env.Source, env.Seq)))
 		if err != nil {
 			fail(k, subject, err)
 			return

@@ -3,12 +3,17 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/testenv"
@@ -114,5 +119,83 @@ func TestBatchCoalescing(t *testing.T) {
 	want := "[api/ADD/0:200 api/ADD/1:1 api/ADD/0:50 api/UPDATE/0:1 api/ADD/0:1 file/ADD/0:1 api/SET/1:0 api/ADD/1:1]"
 	if fmt.Sprint(got) != want {
 		t.Fatalf("got %v\nwant %s", got, want)
+	}
+}
+
+// TestOversizedBatchIsSplit: a batch larger than the server's max_payload
+// leaves as several messages, every pod delivered once.
+func TestOversizedBatchIsSplit(t *testing.T) {
+	const node = "node-split"
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
+		StoreDir: t.TempDir(), MaxPayload: 32 * 1024, NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := bus.EnsureStreams(ctx, js, node); err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(nc, node, 1, WithSnapshotPeriod(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.AddSource(merge.SourceAPI)
+	var pods []*corev1.Pod
+	for i := 0; i < 150; i++ {
+		pods = append(pods, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%d", i), Namespace: "default",
+			UID: types.UID(fmt.Sprintf("uid-%d", i)), Annotations: map[string]string{"pad": strings.Repeat("x", 1000)}}})
+	}
+	c.Submit(merge.Update{Source: merge.SourceAPI, Op: bus.OpAdd, Pods: pods})
+	rctx, rcancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(rctx); close(done) }()
+	t.Cleanup(func() { rcancel(); <-done })
+
+	seen := map[types.UID]int{}
+	msgs := 0
+	cons, err := js.OrderedConsumer(ctx, bus.StreamName(node, bus.StreamPodUpdates), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(seen) < len(pods) {
+		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+		if err != nil {
+			t.Fatalf("%d of %d pods after %d messages: %v", len(seen), len(pods), msgs, err)
+		}
+		e, err := bus.Decode(m.Data())
+		if err != nil {
+			t.Fatal(err)
+		}
+		pu, err := bus.DecodePodUpdate(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs++
+		for _, p := range pu.Pods {
+			seen[p.UID]++
+		}
+	}
+	if msgs < 5 {
+		t.Fatalf("150 pods of 1 KB in %d messages under a 32 KB max_payload", msgs)
+	}
+	for uid, n := range seen {
+		if n != 1 {
+			t.Fatalf("pod %s delivered %d times", uid, n)
+		}
 	}
 }
