@@ -96,10 +96,13 @@ func (c *Controller) Run(ctx context.Context) {
 			c.log.Warn("lease renewal failed, retrying", zap.Duration("backoff", backoff), zap.Error(err))
 			failing = true
 			timer.Reset(backoff)
-			backoff = min(backoff*2, BackoffMax)
+			backoff = nextBackoff(backoff)
 		}
 	}
 }
+
+// nextBackoff doubles the wait up to BackoffMax.
+func nextBackoff(d time.Duration) time.Duration { return min(d*2, BackoffMax) }
 
 // Renew sets renewTime once, creating the Lease if it is missing.
 func (c *Controller) Renew(ctx context.Context) error {

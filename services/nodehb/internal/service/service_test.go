@@ -528,3 +528,21 @@ func TestLogsThroughAPIServer(t *testing.T) {
 		t.Errorf("logs of an unknown container succeeded")
 	}
 }
+
+// TestForeignStatusWriteIsCorrected: when someone else marks the Node
+// Unknown (as the node lifecycle controller does), the next status round
+// sees the current Node and writes Ready back (the virtual-kubelet bug of
+// patching from a stale copy would leave it Unknown).
+func TestForeignStatusWriteIsCorrected(t *testing.T) {
+	s := startStack(t, "foreign-node")
+	stop := s.heartbeat(t, true, 200*time.Millisecond)
+	defer stop()
+	s.waitReady(t, corev1.ConditionTrue, "KubeletReady")
+	n := s.node_(t)
+	c := readyCondition(n)
+	c.Status, c.Reason, c.Message = corev1.ConditionUnknown, "NodeStatusUnknown", "Kubelet stopped posting node status."
+	if _, err := s.cs.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitReady(t, corev1.ConditionTrue, "KubeletReady")
+}
