@@ -31,7 +31,7 @@ func NewHTTP() *HTTP {
 		DisableKeepAlives:   true,
 		DisableCompression:  true,
 		Proxy:               http.ProxyURL(nil),
-		DialContext:         dialer().DialContext,
+		DialContext:         sharedDialer.DialContext,
 		TLSHandshakeTimeout: 10 * time.Second,
 	}}
 }

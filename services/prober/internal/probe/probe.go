@@ -86,17 +86,17 @@ func ResolvePort(port intstr.IntOrString, c *corev1.Container) (int, error) {
 
 // dialer is the probes' dialer. kubelet rule: probe sockets linger one
 // second on close so that a probe leaves no long TIME_WAIT behind.
-func dialer() *net.Dialer {
-	return &net.Dialer{
-		Control: func(_, _ string, c syscall.RawConn) error {
-			var serr error
-			err := c.Control(func(fd uintptr) {
-				serr = syscall.SetsockoptLinger(int(fd), syscall.SOL_SOCKET, syscall.SO_LINGER, &syscall.Linger{Onoff: 1, Linger: 1})
-			})
-			if err != nil {
-				return err
-			}
-			return serr
-		},
+func dialer() *net.Dialer { return &net.Dialer{Control: lingerControl} }
+
+var sharedDialer = dialer()
+
+func lingerControl(_, _ string, c syscall.RawConn) error {
+	var serr error
+	err := c.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptLinger(int(fd), syscall.SOL_SOCKET, syscall.SO_LINGER, &syscall.Linger{Onoff: 1, Linger: 1})
+	})
+	if err != nil {
+		return err
 	}
+	return serr
 }

@@ -10,9 +10,8 @@ import (
 // TCP opens a connection to host:port within timeout and closes it again.
 // A refused or timed-out connection is a Failure whose output says why.
 func TCP(ctx context.Context, host string, port int, timeout time.Duration) (Result, string) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	conn, err := dialer().DialContext(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	d := net.Dialer{Timeout: timeout, Control: lingerControl}
+	conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 	if err != nil {
 		return Failure, err.Error()
 	}

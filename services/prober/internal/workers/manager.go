@@ -265,7 +265,19 @@ func (m *Manager) isStarted(uid types.UID, cs *corev1.ContainerStatus) bool {
 	if r, ok := m.results.get(bus.ProbeStartup, cs.ContainerID); ok {
 		return r == bus.ProbeSuccess
 	}
+	if m.startedBeforeUs(cs) {
+		// The kubelet keeps a started container started across its own
+		// restart; with no result of ours, so do we.
+		return true
+	}
 	return m.worker(uid, cs.Name, bus.ProbeStartup) == nil
+}
+
+// startedBeforeUs says whether a running container started well before
+// this prober did (kubelet: kubeletRestartGracePeriod, 10 s).
+func (m *Manager) startedBeforeUs(cs *corev1.ContainerStatus) bool {
+	return cs.State.Running != nil && !cs.State.Running.StartedAt.IsZero() &&
+		cs.State.Running.StartedAt.Time.Before(m.start.Add(-m.restartGrace))
 }
 
 // removeWorker forgets w if it is still the registered worker of its key.

@@ -240,8 +240,7 @@ func (w *worker) doProbe(ctx context.Context) (keep bool) {
 		// kubelet rule (restart grace): a container that was running well
 		// before the prober started keeps whatever result it had, so that a
 		// restarted prober does not flip ready containers to not ready.
-		beforeUs := cs.State.Running != nil && !cs.State.Running.StartedAt.IsZero() &&
-			cs.State.Running.StartedAt.Time.Before(w.m.start.Add(-w.m.restartGrace))
+		beforeUs := w.m.startedBeforeUs(cs)
 		if w.isInit && w.key.probe == bus.ProbeStartup && cs.Started != nil && *cs.Started {
 			w.set(bus.ProbeSuccess, "")
 		}

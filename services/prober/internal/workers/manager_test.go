@@ -1,0 +1,89 @@
+package workers
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/services/prober/internal/probe"
+)
+
+type recorded struct {
+	mu  sync.Mutex
+	all []bus.ProbeResult
+}
+
+func (r *recorded) sink(p bus.ProbeResult) {
+	r.mu.Lock()
+	r.all = append(r.all, p)
+	r.mu.Unlock()
+}
+
+func (r *recorded) list() []bus.ProbeResult {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]bus.ProbeResult(nil), r.all...)
+}
+
+type countingExecer struct{ calls atomic.Int64 }
+
+func (c *countingExecer) Exec(context.Context, bus.ExecRequest, time.Duration) (*probe.ExecOutcome, error) {
+	c.calls.Add(1)
+	return &probe.ExecOutcome{ExitCode: 1}, nil
+}
+
+// A container that was running well before the prober started (the
+// prober restarted) gets no initial result, and its startup probe does
+// not run again: it counts as started (kubelet: restart grace).
+func TestContainerRunningBeforeProberStarted(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL)
+	port, _ := strconv.Atoi(u.Port())
+	rec := &recorded{}
+	ex := &countingExecer{}
+	m, err := New(WithSink(rec.sink), WithExecer(ex))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Stop(context.Background()) }()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "old", Namespace: "default", UID: "old-uid"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "app",
+			ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
+				HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromInt(port)}}},
+			StartupProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
+				Exec: &corev1.ExecAction{Command: []string{"false"}}}},
+		}}},
+	}
+	m.UpdateStatus(&bus.PodRuntimeStatus{UID: pod.UID, Namespace: "default", Name: "old", PodIP: "127.0.0.1",
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "app", ContainerID: "sim://old",
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(time.Now().Add(-time.Minute))}}}}})
+	m.UpsertPod("api", pod)
+	deadline := time.Now().Add(5 * time.Second)
+	for len(rec.list()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no result within 5s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	got := rec.list()
+	if got[0].Probe != bus.ProbeReadiness || got[0].Result != bus.ProbeSuccess {
+		t.Errorf("first result %+v, want Readiness Success and no initial Failure", got[0])
+	}
+	if n := ex.calls.Load(); n != 0 {
+		t.Errorf("the startup probe ran %d times for a container started before the prober", n)
+	}
+}
