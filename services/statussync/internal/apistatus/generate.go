@@ -12,6 +12,7 @@ package apistatus
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -115,8 +116,8 @@ func Generate(in Input) corev1.PodStatus {
 	}
 	terminal := Terminal(rs)
 	s := corev1.PodStatus{
-		HostIP:             rs.HostIP,
-		PodIP:              rs.PodIP,
+		HostIP:             ipOr(rs.HostIP, in.Old.HostIP),
+		PodIP:              ipOr(rs.PodIP, in.Old.PodIP),
 		StartTime:          rs.StartTime.DeepCopy(),
 		QOSClass:           qosOf(pod, in.API),
 		ObservedGeneration: pod.Generation,
@@ -177,6 +178,24 @@ func Generate(in Input) corev1.PodStatus {
 		containersReadyCondition(pod, allStatuses, s.Phase),
 	)
 	return s
+}
+
+// ValidIP reports whether s is an IP address the API server takes.
+func ValidIP(s string) bool {
+	a, err := netip.ParseAddr(s)
+	return err == nil && a.Zone() == "" && a.String() == s
+}
+
+// ipOr is ip when it is valid; a malformed one (which the API server would
+// refuse, failing the whole write) keeps the previous value.
+func ipOr(ip, previous string) string {
+	if ip == "" || ValidIP(ip) {
+		return ip
+	}
+	if ValidIP(previous) {
+		return previous
+	}
+	return ""
 }
 
 // terminate gives every container a final state once the worker reports the

@@ -287,3 +287,13 @@ func TestQOSClass(t *testing.T) {
 }
 
 func mustQ(s string) resource.Quantity { return resource.MustParse(s) }
+
+func TestMalformedIPKeepsPrevious(t *testing.T) {
+	p := pod(corev1.RestartPolicyAlways, corev1.Container{Name: "a"})
+	rs := &bus.PodRuntimeStatus{UID: "u1", PodIP: "10.0.0.300", HostIP: "not-an-ip",
+		ContainerStatuses: []corev1.ContainerStatus{running("a", "sim://a")}}
+	s := Generate(Input{Pod: p, Runtime: rs, Old: corev1.PodStatus{PodIP: "10.0.0.3"}})
+	if s.PodIP != "10.0.0.3" || s.HostIP != "" || len(s.HostIPs) != 0 {
+		t.Fatalf("podIP %q hostIP %q hostIPs %v", s.PodIP, s.HostIP, s.HostIPs)
+	}
+}

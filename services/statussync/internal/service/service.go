@@ -229,6 +229,8 @@ func (r *Runner) consume(ctx context.Context, node string, m *statusmanager.Mana
 		seen[stream] = d
 		return func(ctx context.Context, subject string, e *bus.Envelope) error {
 			if !d.Accept(subject, e) {
+				log.Debug("dropping a message already seen or overtaken", zap.String(logging.FieldSubject, subject),
+					zap.String("source", e.Source), zap.Uint64("seq", e.Seq))
 				return nil
 			}
 			return h(ctx, subject, e)

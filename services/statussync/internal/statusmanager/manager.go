@@ -436,6 +436,12 @@ func (m *Manager) regenerate(e *entry) {
 		return
 	}
 	static := isStatic(pod, e.source)
+	for _, ip := range []string{rs.PodIP, rs.HostIP} {
+		if ip != "" && !apistatus.ValidIP(ip) {
+			m.log.Warn("runtime status carries a malformed IP; keeping the previous one",
+				append(podLog(pod.Namespace, pod.Name, e.uid), zap.String("ip", ip))...)
+		}
+	}
 	var apiStatus corev1.PodStatus
 	if api := m.apiCopy(e.uid, pod.Namespace, pod.Name, static); api != nil {
 		apiStatus = api.Status
@@ -615,6 +621,15 @@ func (m *Manager) sync(ctx context.Context, uid types.UID) error {
 			case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 				// Gone, or recreated under the same name (UID precondition).
 				log.Info("pod gone or recreated; status not written", zap.Error(err))
+				return nil
+			case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
+				// Retrying the same status cannot help; the next change or
+				// the next batch tries again.
+				log.Error("API server refused the status", zap.Error(err), zap.ByteString("patch", patch))
+				if m.opts.Recorder != nil {
+					m.opts.Recorder.Eventf(base, corev1.EventTypeWarning, "FailedToUpdatePodStatus", "Pod status refused by the API server: %v", err)
+				}
+				m.failures.Inc()
 				return nil
 			case err != nil:
 				log.Warn("status update failed, will retry", zap.Error(err))
