@@ -1,0 +1,207 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/splitlet/splitlet/libs/testenv"
+)
+
+// startAgent runs splitlet --services=all against the control plane and
+// stops it (SIGTERM) when the test ends.
+func startAgent(t *testing.T, cp *testenv.ControlPlane, node string, args ...string) *syncBuffer {
+	t.Helper()
+	bin := buildBinary(t)
+	healthPort, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeletPort, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	cmd := exec.Command(bin, append([]string{"--services=all", "--kubeconfig=" + cp.Kubeconfig, "--node-name=" + node,
+		"--data-dir=" + t.TempDir(), fmt.Sprintf("--http-addr=127.0.0.1:%d", healthPort),
+		fmt.Sprintf("--nodehb.port=%d", kubeletPort), "--nodehb.client-ca-file=" + cp.CAFile}, args...)...)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("splitlet log:\n%s", tail(logs.String(), 8000))
+		}
+	})
+	return logs
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// eventually polls cond every 100 ms until it holds or the timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v (last: %s)", what, timeout, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func podCondition(p *corev1.Pod, c corev1.PodConditionType) corev1.ConditionStatus {
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == c {
+			return cond.Status
+		}
+	}
+	return ""
+}
+
+// TestEndToEndProcessPod: with every stage in one process on the process
+// runtime, a pod bound to the node behaves as under a kubelet: the Node is
+// Ready, the pod gets Running and Ready (readiness probe), `kubectl logs`
+// through the API server returns its output, a liveness failure restarts it,
+// and `kubectl delete pod` finishes.
+func TestEndToEndProcessPod(t *testing.T) {
+	cp := testenv.ControlPlaneForTest(t)
+	const node = "e2e-node"
+	startAgent(t, cp, node, "--runtime=process")
+	cs := cp.Clientset()
+	ctx := context.Background()
+
+	eventually(t, 60*time.Second, "node Ready", func() (bool, string) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				return c.Status == corev1.ConditionTrue, c.Reason + ": " + c.Message
+			}
+		}
+		return false, "no Ready condition"
+	})
+
+	dir := t.TempDir()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "default"},
+		Spec: corev1.PodSpec{
+			NodeName:                      node,
+			TerminationGracePeriodSeconds: ptr(int64(5)),
+			Containers: []corev1.Container{{
+				Name:    "hello",
+				Image:   "busybox",
+				Command: []string{"sh", "-c", fmt.Sprintf(`touch %[1]s/ready; i=0; while true; do echo "hello $i"; i=$((i+1)); sleep 1; done`, dir)},
+				ReadinessProbe: &corev1.Probe{
+					ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"test", "-f", dir + "/ready"}}},
+					PeriodSeconds: 1,
+				},
+				LivenessProbe: &corev1.Probe{
+					ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"test", "!", "-f", dir + "/kill"}}},
+					PeriodSeconds:    1,
+					FailureThreshold: 1,
+				},
+			}},
+		},
+	}
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "pod Running and Ready", func() (bool, string) {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.Status.Phase == corev1.PodRunning && podCondition(p, corev1.PodReady) == corev1.ConditionTrue,
+			fmt.Sprintf("phase %s ready %s", p.Status.Phase, podCondition(p, corev1.PodReady))
+	})
+
+	eventually(t, 30*time.Second, "kubectl logs", func() (bool, string) {
+		out, err := logsOf(ctx, cs, "hello", &corev1.PodLogOptions{Container: "hello"})
+		if err != nil {
+			return false, err.Error()
+		}
+		return strings.Contains(out, "hello 1"), out
+	})
+
+	// Readiness flips: the file goes, Ready goes False.
+	if err := exec.Command("rm", dir+"/ready").Run(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "pod not Ready", func() (bool, string) {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return podCondition(p, corev1.PodReady) == corev1.ConditionFalse, string(podCondition(p, corev1.PodReady))
+	})
+
+	// Liveness fails: the container restarts and its restart count goes up.
+	if err := exec.Command("touch", dir+"/kill").Run(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "restart after liveness failure", func() (bool, string) {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{})
+		if err != nil || len(p.Status.ContainerStatuses) == 0 {
+			return false, fmt.Sprint(err)
+		}
+		return p.Status.ContainerStatuses[0].RestartCount >= 1, fmt.Sprint(p.Status.ContainerStatuses[0].RestartCount)
+	})
+	if err := exec.Command("rm", dir+"/kill").Run(); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := cs.CoreV1().Pods("default").Delete(ctx, "hello", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "pod gone after delete", func() (bool, string) {
+		_, err := cs.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+}
+
+func logsOf(ctx context.Context, cs kubernetes.Interface, name string, opts *corev1.PodLogOptions) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	data, err := cs.CoreV1().Pods("default").GetLogs(name, opts).DoRaw(ctx)
+	if err != nil {
+		return "", err
+	}
+	return string(bytes.TrimSpace(data)), nil
+}
+
+func ptr[T any](v T) *T { return &v }
