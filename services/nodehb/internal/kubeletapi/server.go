@@ -68,6 +68,10 @@ type Server struct {
 	subj   bus.Subjects
 	mux    *http.ServeMux
 	reqTTL time.Duration
+	// base is the parent of every request's context; Stop cancels it
+	// after a short grace so that followed logs end.
+	base       context.Context
+	cancelBase context.CancelFunc
 }
 
 // New builds the server; Start listens.
@@ -85,6 +89,7 @@ func New(cfg Config) (*Server, error) {
 	if s.reqTTL <= 0 {
 		s.reqTTL = 10 * time.Second
 	}
+	s.base, s.cancelBase = context.WithCancel(context.Background())
 	s.routes()
 	var cert tls.Certificate
 	var err error
@@ -106,6 +111,7 @@ func New(cfg Config) (*Server, error) {
 			NextProtos: []string{"http/1.1"},
 		},
 		ReadHeaderTimeout: 30 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return s.base },
 		ErrorLog:          zap.NewStdLog(cfg.Log.Named("http")),
 	}
 	return s, nil
@@ -140,13 +146,23 @@ func (s *Server) Addr() string {
 	return s.ln.Addr().String()
 }
 
-// Stop drains requests until ctx ends, then closes what is left (followed
-// logs stay open otherwise).
+// StopGrace is how long Stop lets requests finish before it cancels them:
+// a followed log or a long exec would otherwise hold shutdown to its limit.
+const StopGrace = 2 * time.Second
+
+// Stop drains requests for StopGrace, then cancels what is left and waits
+// for it until ctx ends.
 func (s *Server) Stop(ctx context.Context) error {
-	err := s.srv.Shutdown(ctx)
+	grace, cancel := context.WithTimeout(ctx, StopGrace)
+	err := s.srv.Shutdown(grace)
+	cancel()
 	if err != nil {
-		_ = s.srv.Close()
+		s.cancelBase()
+		if err = s.srv.Shutdown(ctx); err != nil {
+			_ = s.srv.Close()
+		}
 	}
+	s.cancelBase()
 	s.wg.Wait()
 	return err
 }
