@@ -53,7 +53,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/splitlet/splitlet/libs/bus"
-	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/logging"
 	"github.com/splitlet/splitlet/services/statussync/internal/apistatus"
 )
@@ -141,9 +140,8 @@ type entry struct {
 	firstSeen time.Time
 	lastInput time.Time
 	// deletedAt is set once the API object was deleted by the manager.
-	deletedAt     time.Time
-	rejectionSent bool
-	heldLogged    bool
+	deletedAt  time.Time
+	heldLogged bool
 }
 
 // Manager is the status manager.
@@ -454,11 +452,9 @@ func (m *Manager) regenerate(e *entry) {
 		Pod: pod, Runtime: rs, Probes: e.probes, Old: old, API: apiStatus, Static: static,
 	})
 	finished := rs.Terminated || (e.status != nil && e.status.finished && !static)
-	if m.updateStatus(e, pod, old, next, finished) && apistatus.Rejected(rs) && !e.rejectionSent && m.opts.Recorder != nil {
-		// kubelet rejectPod: a Warning with the admission failure's reason.
-		e.rejectionSent = true
-		m.opts.Recorder.Event(kube.PodRef(pod.Namespace, pod.Name, pod.UID), corev1.EventTypeWarning, rs.Reason, rs.Message)
-	}
+	// The rejection Event (kubelet: rejectPod) is the pod workers': they
+	// decide admission and record it; recording it here too would double it.
+	m.updateStatus(e, pod, old, next, finished)
 }
 
 // updateStatus caches next as a new version if it is legal and differs from
