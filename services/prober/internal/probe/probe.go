@@ -86,7 +86,9 @@ func ResolvePort(port intstr.IntOrString, c *corev1.Container) (int, error) {
 
 // dialer is the probes' dialer. kubelet rule: probe sockets linger one
 // second on close so that a probe leaves no long TIME_WAIT behind.
-func dialer() *net.Dialer { return &net.Dialer{Control: lingerControl} }
+// A probe's connection lives for one probe, so TCP keep-alive (four
+// setsockopt calls a connection) is off.
+func dialer() *net.Dialer { return &net.Dialer{Control: lingerControl, KeepAlive: -1} }
 
 var sharedDialer = dialer()
 

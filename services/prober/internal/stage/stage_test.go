@@ -363,6 +363,9 @@ func TestLifecycle(t *testing.T) {
 	e.eventually("the startup worker ends", 5*time.Second, func() bool { return e.runner.Manager().Workers() == 1 })
 	e.publishPods(bus.OpRemove, deleting)
 	e.eventually("no workers after REMOVE", 5*time.Second, func() bool { return e.runner.Manager().Workers() == 0 })
+	if left := probeTotals(t, e, string(pod.UID)); len(left) != 0 {
+		t.Errorf("metric series left after the pod went: %v", left)
+	}
 
 	// Terminal: the runtime reports the pod torn down.
 	term := newPod("terminal", httpProbe(closedPort(t), "/"), nil, nil)

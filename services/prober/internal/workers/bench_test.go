@@ -50,7 +50,8 @@ func benchProbeRate(b *testing.B, kind string) {
 	var accepted atomic.Int64
 	addrs := make([]*net.TCPAddr, targets)
 	for i := range targets {
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.%d:0", i+1))
+		lc := net.ListenConfig{KeepAlive: -1}
+		l, err := lc.Listen(context.Background(), "tcp", fmt.Sprintf("127.0.0.%d:0", i+1))
 		if err != nil {
 			b.Fatal(err)
 		}

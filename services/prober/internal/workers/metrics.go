@@ -15,7 +15,8 @@ const (
 
 // metrics are the kubelet's prober metrics.
 type metrics struct {
-	total *prometheus.CounterVec
+	total    *prometheus.CounterVec
+	duration *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -23,33 +24,57 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Subsystem: "prober",
 		Name:      "probe_total",
 		Help:      "Cumulative number of a liveness, readiness or startup probe for a container by result.",
-	}, []string{"probe_type", "result", "container", "pod", "namespace", "pod_uid"})}
+	}, []string{"probe_type", "result", "container", "pod", "namespace", "pod_uid"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Subsystem: "prober",
+			Name:      "probe_duration_seconds",
+			Help:      "Duration in seconds for a probe response.",
+			Buckets:   prometheus.ExponentialBuckets(0.001, 2, 14),
+		}, []string{"probe_type", "container", "pod", "namespace"}),
+	}
 	if reg != nil {
-		if err := reg.Register(m.total); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				return nil, err
-			}
-			existing, ok := are.ExistingCollector.(*prometheus.CounterVec)
-			if !ok {
-				return nil, err
-			}
-			m.total = existing
+		var err error
+		if m.total, err = register(reg, m.total); err != nil {
+			return nil, err
+		}
+		if m.duration, err = register(reg, m.duration); err != nil {
+			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// register registers c, or returns the collector already registered in
+// its place (a second manager in one process shares the series).
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if !errors.As(err, &are) {
+			return c, err
+		}
+		existing, ok := are.ExistingCollector.(C)
+		if !ok {
+			return c, err
+		}
+		return existing, nil
+	}
+	return c, nil
 }
 
 // workerCounters are one worker's three series, looked up once so that a
 // probe run only increments.
 type workerCounters struct {
 	vec                       *prometheus.CounterVec
+	durations                 *prometheus.HistogramVec
 	labels                    [3]prometheus.Labels
+	durationLabels            prometheus.Labels
 	success, failure, unknown prometheus.Counter
+	// duration is observed for successful and unknown runs (kubelet rule).
+	duration prometheus.Observer
 }
 
 func (m *metrics) forWorker(probeType, container, pod, namespace, uid string) *workerCounters {
-	wc := &workerCounters{vec: m.total}
+	wc := &workerCounters{vec: m.total, durations: m.duration}
 	for i, r := range []string{resultSuccessful, resultFailed, resultUnknown} {
 		wc.labels[i] = prometheus.Labels{"probe_type": probeType, "result": r, "container": container,
 			"pod": pod, "namespace": namespace, "pod_uid": uid}
@@ -57,6 +82,8 @@ func (m *metrics) forWorker(probeType, container, pod, namespace, uid string) *w
 	wc.success = m.total.With(wc.labels[0])
 	wc.failure = m.total.With(wc.labels[1])
 	wc.unknown = m.total.With(wc.labels[2])
+	wc.durationLabels = prometheus.Labels{"probe_type": probeType, "container": container, "pod": pod, "namespace": namespace}
+	wc.duration = m.duration.With(wc.durationLabels)
 	return wc
 }
 
@@ -65,4 +92,5 @@ func (wc *workerCounters) drop() {
 	for _, l := range wc.labels {
 		wc.vec.Delete(l)
 	}
+	wc.durations.Delete(wc.durationLabels)
 }

@@ -273,14 +273,17 @@ func (w *worker) doProbe(ctx context.Context) (keep bool) {
 		return true
 	}
 
+	begun := time.Now()
 	result, message, counted := w.run(ctx, pod, st)
 	switch result {
 	case bus.ProbeSuccess:
 		w.counters.success.Inc()
+		w.counters.duration.Observe(time.Since(begun).Seconds())
 	case bus.ProbeFailure:
 		w.counters.failure.Inc()
 	default:
 		w.counters.unknown.Inc()
+		w.counters.duration.Observe(time.Since(begun).Seconds())
 	}
 	if !counted || ctx.Err() != nil {
 		return true
