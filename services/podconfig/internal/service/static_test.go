@@ -237,3 +237,25 @@ func TestOrphanMirrorWithoutStaticSources(t *testing.T) {
 		t.Fatalf("%d pod updates published for a node with only a mirror pod", n)
 	}
 }
+
+// TestFileNotifications: with periodic reads an hour apart, file system
+// notifications alone bring a new, a changed and a removed manifest.
+func TestFileNotifications(t *testing.T) {
+	e := newEnv(t, "node-notify", false)
+	dir := t.TempDir()
+	cfg := testConfig()
+	cfg.StaticPodPath = dir
+	cfg.FileCheckFrequency = time.Hour
+	cfg.MirrorPods = false
+	e.start(cfg)
+	e.waitAllReady()
+	name := "notified-" + e.node
+	writeFile(t, filepath.Join(dir, "n.json"), `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"notified","uid":"n-1"},"spec":{"containers":[{"name":"c","image":"busybox"}]}}`)
+	eventually(t, 10*time.Second, "ADD on notification", func() bool { return e.bus.uidByName(name) == "n-1" })
+	writeFile(t, filepath.Join(dir, "n.json"), `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"notified","uid":"n-1","labels":{"v":"2"}},"spec":{"containers":[{"name":"c","image":"busybox"}]}}`)
+	eventually(t, 10*time.Second, "UPDATE on notification", func() bool { return fmt.Sprint(e.bus.ops("n-1")) == "[ADD UPDATE]" })
+	if err := os.Remove(filepath.Join(dir, "n.json")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "REMOVE on notification", func() bool { return fmt.Sprint(e.bus.ops("n-1")) == "[ADD UPDATE REMOVE]" })
+}
