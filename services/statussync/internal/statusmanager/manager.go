@@ -72,7 +72,15 @@ type Options struct {
 	// BatchPeriod is how often every cached status is compared with the API.
 	BatchPeriod time.Duration
 	// CoalesceDelay is how long a changed pod waits before its write, so
-	// that the changes of that time go out as one patch.
+	// that the changes of that time go out as one patch. The delay runs from
+	// the first unwritten change (the work queue keeps the earliest due
+	// time, later changes do not push it back), so a write is never later
+	// than this. Why a delay at all: a pod's start is a burst (admitted and
+	// ContainerCreating, then Running, then Ready without a readiness probe)
+	// within milliseconds on the sim runtime; the kubelet writes each step,
+	// and 100 ms folds them into one patch, which halves the API writes of a
+	// pod start while staying far below any probe period or user-visible
+	// delay. 0 restores the kubelet's write-at-once.
 	CoalesceDelay time.Duration
 	// PendingTTL is how long a status of a pod with no known spec is kept
 	// waiting for the spec before it is dropped.
@@ -131,11 +139,13 @@ func (p probeResults) Result(id string, t bus.ProbeType) (bus.ProbeOutcome, bool
 }
 
 type entry struct {
-	uid       types.UID
-	spec      *corev1.Pod
-	source    string
-	runtime   *bus.PodRuntimeStatus
-	probes    probeResults
+	uid     types.UID
+	spec    *corev1.Pod
+	source  string
+	runtime *bus.PodRuntimeStatus
+	probes  probeResults
+	// liveIDs are the container instances of the latest runtime status.
+	liveIDs   map[string]bool
 	status    *versioned
 	firstSeen time.Time
 	lastInput time.Time
@@ -345,18 +355,24 @@ func (m *Manager) RuntimeStatus(rs *bus.PodRuntimeStatus) {
 	defer m.mu.Unlock()
 	e := m.entry(rs.UID)
 	e.runtime = rs
-	// Results of container instances that no longer exist are stale.
+	// Results of container instances the runtime showed before and no longer
+	// shows are stale. A result for an instance not shown yet stays: the
+	// probe results and the runtime status come on different streams, so a
+	// result may overtake the status that introduces its container.
 	ids := map[string]bool{}
 	for _, list := range [][]corev1.ContainerStatus{rs.InitContainerStatuses, rs.ContainerStatuses} {
 		for _, c := range list {
-			ids[c.ContainerID] = true
+			if c.ContainerID != "" {
+				ids[c.ContainerID] = true
+			}
 		}
 	}
 	for k := range e.probes {
-		if !ids[k.containerID] {
+		if e.liveIDs[k.containerID] && !ids[k.containerID] {
 			delete(e.probes, k)
 		}
 	}
+	e.liveIDs = ids
 	m.regenerate(e)
 }
 

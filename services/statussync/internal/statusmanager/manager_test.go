@@ -161,3 +161,22 @@ func TestFreshestAndCanBeDeleted(t *testing.T) {
 		t.Fatal("mirror pod deletable")
 	}
 }
+
+// A probe result may overtake the runtime status that introduces its
+// container instance (different streams): it is kept, even across an older
+// runtime status.
+func TestProbeOvertakingStatusKept(t *testing.T) {
+	m := newManager(t)
+	p := specPod("o", corev1.RestartPolicyAlways)
+	p.Spec.Containers[0].ReadinessProbe = &corev1.Probe{}
+	m.PodUpdate(bus.OpAdd, "api", 0, []corev1.Pod{p})
+	m.RuntimeStatus(rs("o", runningState)) // instance sim://1
+	m.ProbeResult(&bus.ProbeResult{PodUID: "o", Container: "c", ContainerID: "sim://2", Probe: bus.ProbeReadiness, Result: bus.ProbeSuccess})
+	m.RuntimeStatus(rs("o", terminatedState)) // still sim://1
+	next := rs("o", runningState)
+	next.ContainerStatuses[0].ContainerID = "sim://2"
+	m.RuntimeStatus(next)
+	if s, _, _ := m.Status("o"); !s.ContainerStatuses[0].Ready {
+		t.Fatal("the early readiness result of sim://2 was lost")
+	}
+}
