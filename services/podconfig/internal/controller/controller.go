@@ -87,6 +87,8 @@ type Controller struct {
 	seenOnce sync.Once
 	// staticSent: the static sink has been told the static pods once.
 	staticSent bool
+	// readyDirty: SourcesReady is to be (re)published.
+	readyDirty bool
 
 	published *prometheus.CounterVec
 	failures  prometheus.Counter
@@ -173,10 +175,13 @@ func (c *Controller) Run(ctx context.Context) {
 			return
 		}
 	}
-	c.publishReady(ctx)
+	c.readyDirty = true // say which sources run, none seen yet
 	tick := time.NewTicker(c.snapshotPeriod)
 	defer tick.Stop()
 	var retry <-chan time.Time
+	if !c.cycle(ctx, false) {
+		retry = time.After(time.Second)
+	}
 	for {
 		snapshot := false
 		select {
@@ -222,10 +227,12 @@ func (c *Controller) cycle(ctx context.Context, snapshot bool) bool {
 		}
 	}
 	for k := range c.dirty {
+		// A source not seen yet keeps its mark until it is: a partial view
+		// is never sent as a SET.
 		if c.storage.Seen(k.source) {
 			b.set(k.source, k.part, c.storage.Snapshot(k.source)[k.part])
+			delete(c.dirty, k)
 		}
-		delete(c.dirty, k)
 	}
 	if snapshot {
 		for _, src := range sources {
@@ -238,8 +245,9 @@ func (c *Controller) cycle(ctx context.Context, snapshot bool) bool {
 		}
 	}
 	ok := c.publish(ctx, b.msgs)
-	if readyChanged {
-		if !c.publishReady(ctx) {
+	if readyChanged || c.readyDirty {
+		c.readyDirty = !c.publishReady(ctx)
+		if c.readyDirty {
 			ok = false
 		}
 	}
