@@ -2,6 +2,8 @@ package kubeletapi
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"crypto/x509"
 	"fmt"
 	"net/http"
@@ -188,7 +190,10 @@ func (a *TokenReviewAuthenticator) Authenticate(r *http.Request) (User, bool, er
 		return User{}, false, nil
 	}
 	now := time.Now()
-	if ans, ok := a.cache.get(token, now); ok {
+	// Keyed by a digest, so that tokens are not kept in memory.
+	sum := sha256.Sum256([]byte(token))
+	key := hex.EncodeToString(sum[:])
+	if ans, ok := a.cache.get(key, now); ok {
 		return ans.user, ans.ok, nil
 	}
 	tr, err := a.Client.AuthenticationV1().TokenReviews().Create(r.Context(), &authenticationv1.TokenReview{
@@ -198,7 +203,7 @@ func (a *TokenReviewAuthenticator) Authenticate(r *http.Request) (User, bool, er
 		return User{}, false, fmt.Errorf("token review: %w", err)
 	}
 	if !tr.Status.Authenticated {
-		a.cache.put(token, tokenAnswer{}, 30*time.Second, now)
+		a.cache.put(key, tokenAnswer{}, 30*time.Second, now)
 		return User{}, false, nil
 	}
 	u := User{Name: tr.Status.User.Username, UID: tr.Status.User.UID, Groups: tr.Status.User.Groups}
@@ -208,7 +213,7 @@ func (a *TokenReviewAuthenticator) Authenticate(r *http.Request) (User, bool, er
 			u.Extra[k] = v
 		}
 	}
-	a.cache.put(token, tokenAnswer{u, true}, 2*time.Minute, now)
+	a.cache.put(key, tokenAnswer{u, true}, 2*time.Minute, now)
 	return u, true, nil
 }
 
@@ -246,7 +251,7 @@ type sarAnswer struct {
 
 // Authorize implements Authorizer.
 func (z *SubjectAccessReviewAuthorizer) Authorize(ctx context.Context, u User, a Attributes) (bool, string, error) {
-	key := fmt.Sprintf("%s\x00%s\x00%s\x00%v\x00%v\x00%s\x00%s\x00%s", u.Name, u.UID, strings.Join(u.Groups, ","), u.Extra, "", a.Verb, a.Subresource, a.Name)
+	key := fmt.Sprintf("%s\x00%s\x00%s\x00%v\x00%s\x00%s\x00%s", u.Name, u.UID, strings.Join(u.Groups, ","), u.Extra, a.Verb, a.Subresource, a.Name)
 	now := time.Now()
 	if ans, ok := z.cache.get(key, now); ok {
 		return ans.allowed, ans.reason, nil

@@ -125,6 +125,7 @@ func (r *Runner) Start(context.Context) error {
 	}
 	r.startedOnce = true
 	if err := r.API.Start(); err != nil {
+		r.stopEvents()
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
