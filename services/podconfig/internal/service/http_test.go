@@ -34,10 +34,14 @@ func (m *manifestServer) hitCount() int {
 	return m.hits
 }
 
-func (m *manifestServer) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+func (m *manifestServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.hits++
+	if r.Header.Get("X-Token") != "secret" {
+		w.WriteHeader(http.StatusUnauthorized)
+		return
+	}
 	w.WriteHeader(m.status)
 	_, _ = w.Write([]byte(m.body))
 }
@@ -49,7 +53,7 @@ const podListJSON = `{"apiVersion":"v1","kind":"PodList","items":[
 const onePodYAML = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: alpha\nspec:\n  containers:\n  - name: c\n    image: busybox\n"
 
 // TestHTTPSource: a PodList and then a single pod from a manifest URL give
-// ADDs and a REMOVE; while the URL fails or serves garbage, the last good
+// ADDs (the configured header sent) and a REMOVE; while the URL fails or serves garbage, the last good
 // state stays (no REMOVE) and polling goes on; mirror pods follow.
 func TestHTTPSource(t *testing.T) {
 	e := newEnv(t, "node-http", true)
@@ -59,6 +63,7 @@ func TestHTTPSource(t *testing.T) {
 
 	cfg := testConfig()
 	cfg.ManifestURL = hs.URL + "/pods"
+	cfg.ManifestURLHeader = []string{"X-Token:secret"}
 	e.start(cfg)
 	e.waitAllReady()
 

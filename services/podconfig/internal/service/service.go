@@ -6,7 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,6 +34,7 @@ type Config struct {
 	StaticPodPath      string
 	FileCheckFrequency time.Duration
 	ManifestURL        string
+	ManifestURLHeader  []string
 	HTTPCheckFrequency time.Duration
 	SnapshotPeriod     time.Duration
 	NotificationMode   string
@@ -45,6 +48,7 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.StaticPodPath, "podconfig.static-pod-path", "", "directory (or file) of static pod manifests, YAML or JSON, one pod per file (source file); empty: off")
 	fs.DurationVar(&c.FileCheckFrequency, "podconfig.file-check-frequency", 20*time.Second, "how often the static pod path is read in full (file system notifications also trigger a read)")
 	fs.StringVar(&c.ManifestURL, "podconfig.manifest-url", "", "URL serving a Pod or a PodList (source http); empty: off")
+	fs.StringSliceVar(&c.ManifestURLHeader, "podconfig.manifest-url-header", nil, "HTTP headers of the manifest URL request, as Name:value, comma separated (kubelet --manifest-url-header)")
 	fs.DurationVar(&c.HTTPCheckFrequency, "podconfig.http-check-frequency", 20*time.Second, "how often the manifest URL is fetched")
 	fs.DurationVar(&c.SnapshotPeriod, "podconfig.snapshot-period", 30*time.Second, "how often every seen source's pods are re-sent as SET snapshots per partition")
 	fs.StringVar(&c.NotificationMode, "podconfig.notification-mode", "incremental", "incremental (ADD/UPDATE/DELETE/REMOVE/RECONCILE), snapshot (SET of each changed partition) or snapshot-and-updates (SET for additions and removals, UPDATE/DELETE for changes)")
@@ -70,10 +74,25 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("invalid value %q for podconfig.manifest-url: want an http or https URL", c.ManifestURL)
 		}
 	}
+	if _, err := c.headers(); err != nil {
+		return err
+	}
 	if !c.APISource && c.StaticPodPath == "" && c.ManifestURL == "" {
 		return errors.New("podconfig: no pod source (podconfig.api-source is off, podconfig.static-pod-path and podconfig.manifest-url are empty)")
 	}
 	return nil
+}
+
+func (c *Config) headers() (http.Header, error) {
+	h := http.Header{}
+	for _, kv := range c.ManifestURLHeader {
+		k, v, ok := strings.Cut(kv, ":")
+		if !ok || strings.TrimSpace(k) == "" {
+			return nil, fmt.Errorf("invalid value %q for podconfig.manifest-url-header: want Name:value", kv)
+		}
+		h.Add(strings.TrimSpace(k), strings.TrimSpace(v))
+	}
+	return h, nil
 }
 
 // Defaults returns a Config with every key at its default.
@@ -149,7 +168,8 @@ func Build(cfg *Config, node string, partitions int, log *zap.Logger, cs kuberne
 	}
 	if cfg.ManifestURL != "" {
 		ctrl.AddSource(merge.SourceHTTP)
-		r.http = source.NewHTTP(cfg.ManifestURL, node, cfg.HTTPCheckFrequency, ctrl, recorder, log.Named("http"))
+		header, _ := cfg.headers()
+		r.http = source.NewHTTP(cfg.ManifestURL, header, node, cfg.HTTPCheckFrequency, ctrl, recorder, log.Named("http"))
 	}
 	if cfg.MirrorPods {
 		r.mirrors = mirror.New(cs, node, r.api.Lister(), r.api.HasSynced, recorder, log.Named("mirror"), cfg.MirrorResync)

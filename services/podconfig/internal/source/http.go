@@ -24,6 +24,7 @@ import (
 // next period tries again (kubelet: sourceURL).
 type HTTP struct {
 	url      string
+	header   http.Header
 	node     string
 	period   time.Duration
 	sink     Sink
@@ -36,8 +37,8 @@ type HTTP struct {
 }
 
 // NewHTTP builds the source; Run runs it.
-func NewHTTP(url, node string, period time.Duration, sink Sink, recorder record.EventRecorder, log *zap.Logger) *HTTP {
-	return &HTTP{url: url, node: node, period: period, sink: sink, log: log, recorder: recorder,
+func NewHTTP(url string, header http.Header, node string, period time.Duration, sink Sink, recorder record.EventRecorder, log *zap.Logger) *HTTP {
+	return &HTTP{url: url, header: header, node: node, period: period, sink: sink, log: log, recorder: recorder,
 		client: &http.Client{Timeout: 10 * time.Second}}
 }
 
@@ -83,6 +84,11 @@ func (h *HTTP) fetch(ctx context.Context) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.url, nil)
 	if err != nil {
 		return err
+	}
+	for k, vs := range h.header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
 	}
 	resp, err := h.client.Do(req)
 	if err != nil {
