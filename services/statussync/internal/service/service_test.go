@@ -502,3 +502,18 @@ func TestMirrorPodRecreated(t *testing.T) {
 	// below is about correctness, not speed.
 	h.waitPod(static.Name, "new mirror ready", func(p *corev1.Pod) error { return wantCondition(p, corev1.PodReady, corev1.ConditionTrue) })
 }
+
+// TestDeleteFinishedPod: a pod that completed before it was deleted goes as
+// soon as it is deleted, with no further runtime status.
+func TestDeleteFinishedPod(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	p := h.createPod("completed", func(p *corev1.Pod) { p.Spec.RestartPolicy = corev1.RestartPolicyNever })
+	done := runtimeStatus(p, terminatedC("app", "sim://c1", 0))
+	done.Terminated = true
+	h.publishStatus(done)
+	h.waitPod(p.Name, "succeeded", func(p *corev1.Pod) error { return wantPhase(p, corev1.PodSucceeded) })
+	if err := h.cs.CoreV1().Pods(h.ns).Delete(h.ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitGone(p.Name)
+}
