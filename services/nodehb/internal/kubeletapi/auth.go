@@ -3,8 +3,8 @@ package kubeletapi
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"crypto/x509"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"strings"
