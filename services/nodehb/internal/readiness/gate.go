@@ -47,7 +47,8 @@ type Gate struct {
 	heard    time.Time
 	last     *bus.AgentReadiness
 	lastSeq  map[string]uint64
-	reported bool // the answer AgentReady gave last
+	reported bool   // the readiness last evaluated
+	answer   string // the reason and message last evaluated
 	waiters  chan struct{}
 	changed  chan struct{}
 	renewed  chan struct{}
@@ -152,12 +153,15 @@ func (g *Gate) stateLocked(now time.Time) (bool, string, string) {
 	return true, "", ""
 }
 
-// evaluate wakes the waiters and signals a change when the answer flipped.
+// evaluate wakes the waiters when the agent became ready, and signals a
+// change when the answer (readiness, reason or message) changed.
 func (g *Gate) evaluate() {
 	g.mu.Lock()
 	ready, reason, msg := g.stateLocked(g.now())
 	flipped := ready != g.reported
-	g.reported = ready
+	answer := reason + "\x00" + msg
+	changed := flipped || answer != g.answer
+	g.reported, g.answer = ready, answer
 	if ready && flipped {
 		close(g.waiters)
 	}
@@ -168,7 +172,9 @@ func (g *Gate) evaluate() {
 	if flipped {
 		g.log.Info("agent readiness changed", zap.Bool("ready", ready), zap.String("reason", reason), zap.String("message", msg))
 	}
-	g.signal()
+	if changed {
+		g.signal()
+	}
 }
 
 // WaitAgentReady blocks until the agent is ready or ctx ends.

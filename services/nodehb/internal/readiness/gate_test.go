@@ -88,3 +88,29 @@ func TestWaitAgentReady(t *testing.T) {
 		t.Fatal("WaitAgentReady did not return after readiness")
 	}
 }
+
+// TestChangedOnlyOnChange: a heartbeat that repeats the answer does not
+// wake the status controller; a new answer does.
+func TestChangedOnlyOnChange(t *testing.T) {
+	g := New()
+	drain := func() bool {
+		select {
+		case <-g.Changed():
+			return true
+		default:
+			return false
+		}
+	}
+	g.Observe(env("pw", 1, time.Now()), &bus.AgentReadiness{Ready: true, Partitions: 1})
+	if !drain() {
+		t.Fatal("becoming ready not signalled")
+	}
+	g.Observe(env("pw", 2, time.Now()), &bus.AgentReadiness{Ready: true, Partitions: 1})
+	if drain() {
+		t.Fatal("an identical heartbeat signalled a change")
+	}
+	g.Observe(env("pw", 3, time.Now()), &bus.AgentReadiness{Ready: false, Partitions: 1, Reason: "PartitionsUnowned"})
+	if !drain() {
+		t.Fatal("becoming not ready not signalled")
+	}
+}
