@@ -42,6 +42,7 @@ type env struct {
 	podPub   *bus.Publisher
 	statPub  *bus.Publisher
 	runner   *stage.Runner
+	start    func()
 	events   *events
 	reg      *prometheus.Registry
 
@@ -137,27 +138,40 @@ func newEnvWith(t *testing.T, build builder) *env {
 	if build == nil {
 		build = stage.NewWithDeps
 	}
-	r, err := build(stage.Deps{
-		Config: &stage.Config{Instance: "prober-test", ExecGrace: 300 * time.Millisecond},
-		Common: common, Log: zaptest.NewLogger(t), NC: nc, JS: js,
-		Recorder: e.events, Registerer: e.reg,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := r.Stop(ctx); err != nil {
-			t.Errorf("stop: %v", err)
+	e.start = func() {
+		r, err := build(stage.Deps{
+			Config: &stage.Config{Instance: "prober-test", ExecGrace: 300 * time.Millisecond},
+			Common: common, Log: zaptest.NewLogger(t), NC: nc, JS: js,
+			Recorder: e.events, Registerer: e.reg,
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-	})
-	e.runner = r
-	e.eventually("the stage consumes the bus", 10*time.Second, func() bool { return r.Ready(context.Background()) == nil })
+		if err := r.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.stop(r) })
+		e.runner = r
+		e.eventually("the stage consumes the bus", 10*time.Second, func() bool { return r.Ready(context.Background()) == nil })
+	}
+	e.start()
 	return e
+}
+
+func (e *env) stop(r *stage.Runner) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.Stop(ctx); err != nil {
+		e.t.Errorf("stop: %v", err)
+	}
+}
+
+// restart stops the prober and starts a new one on the same bus (a fresh
+// metrics registry, the same durable consumers).
+func (e *env) restart() {
+	e.stop(e.runner)
+	e.reg = prometheus.NewRegistry()
+	e.start()
 }
 
 // eventually polls cond until it holds or the deadline passes.

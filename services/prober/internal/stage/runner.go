@@ -48,12 +48,14 @@ type Runner struct {
 
 	stopRecorder func()
 
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	mu      sync.Mutex
-	stops   []func()
-	ready   bool
-	lastErr error
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	stops  []func()
+	// replaying: the consumers were reset to replay the streams.
+	replaying bool
+	ready     bool
+	lastErr   error
 }
 
 // Deps are what the runner needs from the process.
@@ -164,6 +166,22 @@ func (r *Runner) trySubscribe(ctx context.Context) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if !r.replaying {
+		// The prober keeps its pods and statuses in memory only, so each
+		// start reads the streams' whole history again instead of resuming
+		// the durable consumers where the last run stopped: a resumed
+		// consumer would not bring back pods and statuses that did not
+		// change since.
+		for _, c := range []struct{ stream, durable string }{
+			{bus.StreamName(r.node, bus.StreamPodStatus), DurablePodStatus},
+			{bus.StreamName(r.node, bus.StreamPodUpdates), DurablePodUpdates},
+		} {
+			if err := r.js.DeleteConsumer(ctx, c.stream, c.durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				return fmt.Errorf("reset consumer %s: %w", c.durable, err)
+			}
+		}
+		r.replaying = true
+	}
 	if len(r.stops) < 1 {
 		stop, err := bus.Consume(ctx, r.js, bus.ConsumerOptions{
 			Stream:  bus.StreamName(r.node, bus.StreamPodStatus),

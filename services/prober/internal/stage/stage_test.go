@@ -396,3 +396,30 @@ func TestLifecycle(t *testing.T) {
 	e.publishPods(bus.OpRemove, a)
 	e.eventually("a removed", 5*time.Second, func() bool { return e.runner.Manager().Workers() == 0 })
 }
+
+// A restarted prober rebuilds its pods and statuses from the streams and
+// goes on probing, without flipping a long-running ready container back
+// to its initial Failure.
+func TestRestartReplaysTheStreams(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	tg := newCountingTarget(t, http.StatusOK)
+	pod := newPod("restart", httpProbe(tg.port(), "/"), nil, nil)
+	e.publishPods(bus.OpAdd, pod)
+	// The container runs since well before either prober started.
+	e.publishStatus(running(pod, "sim://old", time.Now().Add(-time.Minute)))
+	e.waitResult(pod.UID, bus.ProbeReadiness, bus.ProbeSuccess, "sim://old", 10*time.Second)
+	if r := e.resultsOf(pod.UID); r[0].Result != bus.ProbeSuccess {
+		t.Errorf("first result %+v, want no initial Failure for a container older than the prober", r[0])
+	}
+
+	e.restart()
+	e.eventually("the pod's worker again", 10*time.Second, func() bool { return e.runner.Manager().Workers() == 1 })
+	h := tg.hits.Load()
+	e.eventually("probes after the restart", 10*time.Second, func() bool { return tg.hits.Load() >= h+2 })
+	for _, r := range e.resultsOf(pod.UID) {
+		if r.Result != bus.ProbeSuccess {
+			t.Errorf("result %+v after the restart", r)
+		}
+	}
+}
