@@ -6,7 +6,7 @@ BIN := $(CURDIR)/bin
 export SPLITLET_BIN_DIR := $(BIN)
 
 # Workspace modules (go.work); `make test` runs the tests of every one.
-MODULES := libs services/nodehb services/podconfig services/podworkers services/prober services/statussync cmd/splitlet tools
+MODULES := libs services/nodehb services/podconfig services/podworkers services/prober services/statussync cmd/splitlet tools bench
 PKGS := $(foreach m,$(MODULES),./$(m)/...)
 SERVICES := nodehb podconfig podworkers prober statussync
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.1.0-dev)
@@ -14,7 +14,12 @@ LDFLAGS := -s -w -X github.com/splitlet/splitlet/libs/app.Version=$(VERSION)
 FUZZTIME ?= 10s
 TESTFLAGS ?=
 
-.PHONY: help build test run bench images testenv vet fuzz clean
+.PHONY: help build test run bench bench-go bench-tools images testenv vet fuzz clean
+
+# Peers and parts of the benchmark, installed with `go install` into bin/.
+NATS_SERVER_VERSION := v2.15.2
+KWOK_VERSION := v0.7.0
+BENCHFLAGS ?=
 
 help:
 	@echo "make build    static binaries of splitlet and each service into bin/"
@@ -46,8 +51,20 @@ fuzz:
 run: testenv build
 	$(GO) run ./tools/localup
 
-bench: testenv
+# make bench: the side-by-side run (Splitlet split and all-in-one, kwok, an
+# ideal agent; bench/) and then every stage's Go benchmarks.
+bench: testenv build bench-tools
+	$(GO) run ./bench $(BENCHFLAGS)
+	$(MAKE) bench-go
+
+bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+bench-tools:
+	@[ -x $(BIN)/nats-server ] && $(BIN)/nats-server --version | grep -q '$(NATS_SERVER_VERSION)' || \
+		{ echo "installing nats-server $(NATS_SERVER_VERSION)"; GOWORK=off GOBIN=$(BIN) CGO_ENABLED=0 $(GO) install github.com/nats-io/nats-server/v2@$(NATS_SERVER_VERSION); }
+	@[ -x $(BIN)/kwok ] && $(BIN)/kwok --version 2>/dev/null | grep -q '$(KWOK_VERSION)' || \
+		{ echo "installing kwok $(KWOK_VERSION)"; GOWORK=off GOBIN=$(BIN) CGO_ENABLED=0 $(GO) install sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION); }
 
 images: build
 	@hack/images.sh $(BIN)

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/splitlet/splitlet/libs/testenv"
+)
+
+// agent is one contender: it runs a node agent for the named node.
+type agent struct {
+	name  string
+	start func(ctx context.Context, env *benchEnv, node string) (*agentRun, error)
+	// registersNode: the agent creates its own Node (else the bench does).
+	registersNode bool
+}
+
+// agentRun is a running agent: its processes, stopped by stop.
+type agentRun struct {
+	procs []*exec.Cmd
+	dir   string
+}
+
+// benchEnv is what every agent runs against.
+type benchEnv struct {
+	kubeconfig string
+	caFile     string
+	binDir     string
+	workDir    string
+	self       string
+	scale      scaleOptions
+}
+
+type scaleOptions struct {
+	replicas      int
+	startLatency  time.Duration
+	maxConcurrent int
+}
+
+func (r *agentRun) spawn(env *benchEnv, name, bin string, args ...string) error {
+	logPath := filepath.Join(r.dir, name+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	go func() { _ = cmd.Wait(); f.Close() }()
+	r.procs = append(r.procs, cmd)
+	return nil
+}
+
+// peakRSS sums the peak resident set (VmHWM) of the agent's processes.
+func (r *agentRun) peakRSS() (int64, error) {
+	var total int64
+	for _, p := range r.procs {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Process.Pid))
+		if err != nil {
+			return 0, fmt.Errorf("pid %d: %w", p.Process.Pid, err)
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(line, "VmHWM:") {
+				f := strings.Fields(line)
+				kb, err := strconv.ParseInt(f[1], 10, 64)
+				if err != nil {
+					return 0, err
+				}
+				total += kb * 1024
+			}
+		}
+	}
+	return total, nil
+}
+
+// alive reports an agent process that has exited.
+func (r *agentRun) alive() error {
+	for _, p := range r.procs {
+		if p.ProcessState != nil {
+			return fmt.Errorf("%s exited: %v", filepath.Base(p.Path), p.ProcessState)
+		}
+	}
+	return nil
+}
+
+func (r *agentRun) stop() {
+	for i := len(r.procs) - 1; i >= 0; i-- {
+		p := r.procs[i]
+		_ = p.Process.Signal(syscall.SIGTERM)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for _, p := range r.procs {
+		for p.ProcessState == nil && time.Now().Before(deadline) {
+			if err := p.Process.Signal(syscall.Signal(0)); err != nil {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		_ = p.Process.Kill()
+	}
+}
+
+func newRun(env *benchEnv, name string) (*agentRun, error) {
+	dir := filepath.Join(env.workDir, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	return &agentRun{dir: dir}, nil
+}
+
+func freeAddr() (string, int, error) {
+	p, err := testenv.FreePort()
+	return fmt.Sprintf("127.0.0.1:%d", p), p, err
+}
+
+// splitletArgs are the keys every Splitlet process of a run shares.
+func splitletArgs(env *benchEnv, node, dataDir string) ([]string, error) {
+	addr, _, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	return []string{
+		"--kubeconfig=" + env.kubeconfig,
+		"--node-name=" + node,
+		"--runtime=sim",
+		"--data-dir=" + dataDir,
+		"--http-addr=" + addr,
+		"--kube-api-qps=1000",
+		"--kube-api-burst=2000",
+		"--log-level=warn",
+	}, nil
+}
+
+var agents = []agent{
+	{name: "split", registersNode: true, start: startSplit},
+	{name: "allinone", registersNode: true, start: startAllInOne},
+	{name: "kwok", start: startKwok},
+	{name: "ideal", start: startIdeal},
+}
+
+func startAllInOne(_ context.Context, env *benchEnv, node string) (*agentRun, error) {
+	r, err := newRun(env, "allinone")
+	if err != nil {
+		return nil, err
+	}
+	args, err := splitletArgs(env, node, filepath.Join(r.dir, "data"))
+	if err != nil {
+		return nil, err
+	}
+	_, kport, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	args = append(args, "--services=all", fmt.Sprintf("--nodehb.port=%d", kport), "--nodehb.client-ca-file="+env.caFile)
+	return r, r.spawn(env, "splitlet", filepath.Join(env.binDir, "splitlet"), args...)
+}
+
+// startSplit runs a real nats-server and the five services as separate
+// processes (podworkers env.scale.replicas times).
+func startSplit(_ context.Context, env *benchEnv, node string) (*agentRun, error) {
+	r, err := newRun(env, "split")
+	if err != nil {
+		return nil, err
+	}
+	_, natsPort, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	if err := r.spawn(env, "nats-server", filepath.Join(env.binDir, "nats-server"),
+		"-a", "127.0.0.1", "-p", strconv.Itoa(natsPort), "-js", "-sd", filepath.Join(r.dir, "nats")); err != nil {
+		return nil, err
+	}
+	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
+	replicas := max(env.scale.replicas, 1)
+	services := []string{"podconfig", "statussync", "prober", "nodehb"}
+	for i := 0; i < replicas; i++ {
+		services = append(services, "podworkers")
+	}
+	for i, svc := range services {
+		args, err := splitletArgs(env, node, filepath.Join(r.dir, fmt.Sprintf("%s-%d", svc, i)))
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, "--nats-url="+natsURL)
+		switch svc {
+		case "nodehb":
+			_, kport, err := freeAddr()
+			if err != nil {
+				return nil, err
+			}
+			args = append(args, fmt.Sprintf("--nodehb.port=%d", kport), "--nodehb.client-ca-file="+env.caFile)
+		case "podworkers":
+			args = append(args, env.scale.podworkerArgs()...)
+		}
+		if err := r.spawn(env, fmt.Sprintf("%s-%d", svc, i), filepath.Join(env.binDir, svc), args...); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+func (s scaleOptions) podworkerArgs() []string {
+	var out []string
+	if s.startLatency > 0 {
+		out = append(out, "--podworkers.sim-start-latency="+s.startLatency.String())
+	}
+	if s.maxConcurrent > 0 {
+		out = append(out, fmt.Sprintf("--podworkers.sim-max-concurrent-starts=%d", s.maxConcurrent))
+	}
+	return out
+}
+
+func startKwok(_ context.Context, env *benchEnv, node string) (*agentRun, error) {
+	r, err := newRun(env, "kwok")
+	if err != nil {
+		return nil, err
+	}
+	addr, _, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	return r, r.spawn(env, "kwok", filepath.Join(env.binDir, "kwok"),
+		"--kubeconfig="+env.kubeconfig,
+		"--manage-single-node="+node,
+		"--node-ip=127.0.0.1",
+		"--cidr=10.200.0.0/16",
+		"--server-address="+addr,
+	)
+}
+
+func startIdeal(_ context.Context, env *benchEnv, node string) (*agentRun, error) {
+	r, err := newRun(env, "ideal")
+	if err != nil {
+		return nil, err
+	}
+	return r, r.spawn(env, "ideal", env.self, "--ideal-agent", "--node="+node, "--kubeconfig="+env.kubeconfig)
+}

@@ -1,0 +1,196 @@
+// Command bench is `make bench`: Splitlet side by side with kwok and with an
+// ideal agent, one after another on one real control plane, in one run.
+//
+// For each agent, N pods bound to its node are created at a fixed
+// concurrency and a watch measures: time until all are Running and Ready;
+// create → Ready latency percentiles; time until all are gone after one
+// DeleteCollection; API writes per pod (apiserver_request_total); peak RSS
+// of the agent's processes. It prints a Markdown table of ratios and writes
+// the raw figures as JSON under bench/out/.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/splitlet/splitlet/libs/testenv"
+)
+
+func main() {
+	var (
+		pods        = flag.Int("pods", 5000, "pods per agent")
+		concurrency = flag.Int("concurrency", 20, "concurrent pod creations")
+		which       = flag.String("agents", "split,allinone,kwok,ideal", "agents to run, in order")
+		outDir      = flag.String("out", "bench/out", "where the JSON figures go")
+		scalePods   = flag.Int("scale-pods", 2000, "pods of the scaling case (0: skip it)")
+		scaleLat    = flag.Duration("scale-start-latency", 200*time.Millisecond, "sim start latency of the scaling case")
+		scaleConc   = flag.Int("scale-max-concurrent-starts", 20, "per-replica concurrent starts of the scaling case")
+		ideal       = flag.Bool("ideal-agent", false, "run as the ideal agent (internal)")
+		node        = flag.String("node", "", "ideal agent: node name")
+		kubeconfig  = flag.String("kubeconfig", "", "ideal agent: kubeconfig")
+	)
+	flag.Parse()
+	if *ideal {
+		if err := runIdealAgent(*node, *kubeconfig); err != nil {
+			fmt.Fprintln(os.Stderr, "ideal agent:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Stdout, *which, *pods, *concurrency, *outDir, scaleOptions{startLatency: *scaleLat, maxConcurrent: *scaleConc}, *scalePods); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, out io.Writer, which string, pods, concurrency int, outDir string, scale scaleOptions, scalePods int) error {
+	binDir, err := testenv.BinDir()
+	if err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp("", "splitlet-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	fmt.Fprintln(out, "starting the control plane ...")
+	cp, err := testenv.StartControlPlane(ctx, testenv.ControlPlaneOptions{APIServerArgs: []string{
+		"--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000",
+	}})
+	if err != nil {
+		return err
+	}
+	defer cp.Stop()
+	cfg := cp.ConfigFor(testenv.AdminUser)
+	cfg.QPS, cfg.Burst = 100000, 100000
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	env := &benchEnv{kubeconfig: cp.Kubeconfig, caFile: cp.CAFile, binDir: binDir, workDir: work, self: self}
+
+	results := map[string]*result{}
+	var order []string
+	for _, name := range strings.Split(which, ",") {
+		a, ok := findAgent(name)
+		if !ok {
+			return fmt.Errorf("unknown agent %q", name)
+		}
+		fmt.Fprintf(out, "%s: %d pods ...\n", name, pods)
+		res, err := runCase(ctx, cs, env, a, "bench-"+name, pods, concurrency)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		fmt.Fprintf(out, "%s: all Ready in %.2fs, all gone in %.2fs\n", name, res.AllReadySec, res.AllGoneSec)
+		results[name] = res
+		order = append(order, name)
+	}
+	report := map[string]any{"pods": pods, "concurrency": concurrency, "results": results, "at": time.Now().UTC()}
+	fmt.Fprintln(out)
+	printTable(out, order, results)
+
+	if scalePods > 0 {
+		scaleRes := map[string]*result{}
+		for _, replicas := range []int{1, 3} {
+			env.scale = scale
+			env.scale.replicas = replicas
+			name := fmt.Sprintf("split-%dpw", replicas)
+			fmt.Fprintf(out, "scaling case: %s, %d pods ...\n", name, scalePods)
+			a, _ := findAgent("split")
+			res, err := runCase(ctx, cs, env, a, "bench-"+name, scalePods, concurrency)
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			scaleRes[name] = res
+		}
+		one, three := scaleRes["split-1pw"], scaleRes["split-3pw"]
+		fmt.Fprintf(out, "\n| scaling case (%d pods, start latency %v, %d concurrent starts per replica) | 1 replica | 3 replicas | 3/1 |\n|---|---|---|---|\n",
+			scalePods, scale.startLatency, scale.maxConcurrent)
+		fmt.Fprintf(out, "| throughput (pods/s) | %.1f | %.1f | %.2f |\n", one.ThroughputPPS, three.ThroughputPPS, three.ThroughputPPS/one.ThroughputPPS)
+		report["scaling"] = scaleRes
+	}
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return err
+	}
+	path := filepath.Join(outDir, fmt.Sprintf("bench-%s.json", time.Now().UTC().Format("20060102-150405")))
+	data, _ := json.MarshalIndent(report, "", "  ")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nraw figures: %s\n", path)
+	return nil
+}
+
+func findAgent(name string) (agent, bool) {
+	for _, a := range agents {
+		if a.name == name {
+			return a, true
+		}
+	}
+	return agent{}, false
+}
+
+// printTable prints every figure per agent and the ratios of the first
+// agent (Splitlet split) to kwok and to the ideal agent.
+func printTable(out io.Writer, order []string, r map[string]*result) {
+	rows := []struct {
+		name string
+		get  func(*result) float64
+	}{
+		{"time to all Running+Ready (s)", func(x *result) float64 { return x.AllReadySec }},
+		{"create→Ready p50 (ms)", func(x *result) float64 { return x.P50Ms }},
+		{"create→Ready p90 (ms)", func(x *result) float64 { return x.P90Ms }},
+		{"create→Ready p99 (ms)", func(x *result) float64 { return x.P99Ms }},
+		{"create→Ready max (ms)", func(x *result) float64 { return x.MaxMs }},
+		{"time to all gone after DeleteCollection (s)", func(x *result) float64 { return x.AllGoneSec }},
+		{"API writes per pod, pods (create→Ready)", func(x *result) float64 { return x.PodWritesPer }},
+		{"API writes per pod, all resources", func(x *result) float64 { return x.AllWritesPer }},
+		{"peak RSS, summed (MiB)", func(x *result) float64 { return float64(x.PeakRSSBytes) / (1 << 20) }},
+	}
+	head := "| figure |"
+	sep := "|---|"
+	for _, name := range order {
+		head += " " + name + " |"
+		sep += "---|"
+	}
+	base := order[0]
+	var peers []string
+	for _, p := range []string{"kwok", "ideal"} {
+		if _, ok := r[p]; ok && p != base {
+			peers = append(peers, p)
+			head += fmt.Sprintf(" %s/%s |", base, p)
+			sep += "---|"
+		}
+	}
+	fmt.Fprintln(out, head)
+	fmt.Fprintln(out, sep)
+	for _, row := range rows {
+		line := "| " + row.name + " |"
+		for _, name := range order {
+			line += fmt.Sprintf(" %.2f |", row.get(r[name]))
+		}
+		for _, p := range peers {
+			d := row.get(r[p])
+			if d == 0 {
+				line += " – |"
+				continue
+			}
+			line += fmt.Sprintf(" %.2f |", row.get(r[base])/d)
+		}
+		fmt.Fprintln(out, line)
+	}
+}

@@ -1,0 +1,309 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// result holds one agent's figures.
+type result struct {
+	Agent         string  `json:"agent"`
+	Pods          int     `json:"pods"`
+	AllReadySec   float64 `json:"allReadySeconds"`
+	P50Ms         float64 `json:"p50Ms"`
+	P90Ms         float64 `json:"p90Ms"`
+	P99Ms         float64 `json:"p99Ms"`
+	MaxMs         float64 `json:"maxMs"`
+	AllGoneSec    float64 `json:"allGoneSeconds"`
+	PodWritesPer  float64 `json:"podWritesPerPod"`
+	AllWritesPer  float64 `json:"allWritesPerPod"`
+	PeakRSSBytes  int64   `json:"peakRSSBytes"`
+	ThroughputPPS float64 `json:"podsPerSecond"`
+}
+
+// tracker follows the run's pods through a watch and records, by pod name,
+// when each was first seen Running and Ready and when it was deleted.
+type tracker struct {
+	mu      sync.Mutex
+	readyAt map[string]time.Time
+	goneAt  map[string]time.Time
+	ready   atomic.Int64
+	gone    atomic.Int64
+}
+
+func isReady(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func (t *tracker) observe(obj any) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok || !isReady(p) {
+		return
+	}
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, seen := t.readyAt[p.Name]; !seen {
+		t.readyAt[p.Name] = now
+		t.ready.Add(1)
+	}
+}
+
+func (t *tracker) deleted(obj any) {
+	now := time.Now()
+	name := ""
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		name = o.Name
+	case cache.DeletedFinalStateUnknown:
+		if p, ok := o.Obj.(*corev1.Pod); ok {
+			name = p.Name
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, seen := t.goneAt[name]; !seen && name != "" {
+		t.goneAt[name] = now
+		t.gone.Add(1)
+	}
+}
+
+// runCase runs one agent through the create → Ready → delete cycle of n pods.
+func runCase(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a agent, node string, n, concurrency int) (*result, error) {
+	if !a.registersNode {
+		if err := createNode(ctx, cs, node); err != nil {
+			return nil, err
+		}
+	}
+	defer func() { _ = cs.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) }()
+	run, err := a.start(ctx, env, node)
+	if err != nil {
+		if run != nil {
+			run.stop()
+		}
+		return nil, err
+	}
+	defer run.stop()
+	if a.name != "ideal" {
+		if err := waitFor(ctx, 90*time.Second, run, "node "+node+" Ready", func() bool { return nodeReady(ctx, cs, node) }); err != nil {
+			return nil, fmt.Errorf("%w (logs in %s)", err, run.dir)
+		}
+	}
+
+	label := "bench-run=" + a.name
+	tr := &tracker{readyAt: map[string]time.Time{}, goneAt: map[string]time.Time{}}
+	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = label }))
+	inf := factory.Core().V1().Pods().Informer()
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: tr.observe, UpdateFunc: func(_, o any) { tr.observe(o) }, DeleteFunc: tr.deleted,
+	}); err != nil {
+		return nil, err
+	}
+	stopCh := make(chan struct{})
+	defer close(stopCh)
+	factory.Start(stopCh)
+	factory.WaitForCacheSync(stopCh)
+
+	before, err := writeCounts(ctx, cs)
+	if err != nil {
+		return nil, err
+	}
+	created := make([]time.Time, n)
+	start := time.Now()
+	if err := createPods(ctx, cs, a.name, node, n, concurrency, created); err != nil {
+		return nil, err
+	}
+	if err := waitFor(ctx, 15*time.Minute, run, fmt.Sprintf("%d pods Ready", n), func() bool { return tr.ready.Load() >= int64(n) }); err != nil {
+		return nil, fmt.Errorf("%w: %d of %d Ready (logs in %s)", err, tr.ready.Load(), n, run.dir)
+	}
+	after, err := writeCounts(ctx, cs)
+	if err != nil {
+		return nil, err
+	}
+	res := &result{Agent: a.name, Pods: n}
+	tr.mu.Lock()
+	lat := make([]float64, 0, n)
+	last := start
+	for i := 0; i < n; i++ {
+		at := tr.readyAt[podName(a.name, i)]
+		lat = append(lat, float64(at.Sub(created[i]).Microseconds())/1000)
+		if at.After(last) {
+			last = at
+		}
+	}
+	tr.mu.Unlock()
+	slices.Sort(lat)
+	res.AllReadySec = last.Sub(start).Seconds()
+	res.ThroughputPPS = float64(n) / res.AllReadySec
+	res.P50Ms, res.P90Ms, res.P99Ms, res.MaxMs = pct(lat, 50), pct(lat, 90), pct(lat, 99), lat[len(lat)-1]
+	res.PodWritesPer = float64(after.pods-before.pods-float64(n)) / float64(n)
+	res.AllWritesPer = float64(after.all-before.all-float64(n)) / float64(n)
+
+	delStart := time.Now()
+	if err := cs.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: label}); err != nil {
+		return nil, err
+	}
+	if err := waitFor(ctx, 10*time.Minute, run, fmt.Sprintf("%d pods gone", n), func() bool { return tr.gone.Load() >= int64(n) }); err != nil {
+		return nil, fmt.Errorf("%w: %d of %d gone (logs in %s)", err, tr.gone.Load(), n, run.dir)
+	}
+	tr.mu.Lock()
+	lastGone := delStart
+	for _, at := range tr.goneAt {
+		if at.After(lastGone) {
+			lastGone = at
+		}
+	}
+	tr.mu.Unlock()
+	res.AllGoneSec = lastGone.Sub(delStart).Seconds()
+	if res.PeakRSSBytes, err = run.peakRSS(); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func pct(sorted []float64, p int) float64 {
+	i := (len(sorted)*p + 99) / 100
+	return sorted[max(min(i, len(sorted))-1, 0)]
+}
+
+func podName(agent string, i int) string { return fmt.Sprintf("bench-%s-%05d", agent, i) }
+
+func createPods(ctx context.Context, cs kubernetes.Interface, agent, node string, n, concurrency int, created []time.Time) error {
+	var next atomic.Int64
+	errs := make(chan error, concurrency)
+	var wg sync.WaitGroup
+	for range concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				pod := &corev1.Pod{
+					ObjectMeta: metav1.ObjectMeta{Name: podName(agent, i), Labels: map[string]string{"bench-run": agent}},
+					Spec: corev1.PodSpec{
+						NodeName:    node,
+						Containers:  []corev1.Container{{Name: "c", Image: "busybox", Command: []string{"sleep", "infinity"}}},
+						Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+					},
+				}
+				created[i] = time.Now()
+				if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+					errs <- fmt.Errorf("create %s: %w", pod.Name, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func createNode(ctx context.Context, cs kubernetes.Interface, node string) error {
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("1000"),
+		corev1.ResourceMemory: resource.MustParse("4Ti"),
+		corev1.ResourcePods:   resource.MustParse("20000"),
+	}
+	_, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: node, Labels: map[string]string{"type": "kwok", "kubernetes.io/hostname": node},
+			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"}},
+		Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity},
+	}, metav1.CreateOptions{})
+	return err
+}
+
+func nodeReady(ctx context.Context, cs kubernetes.Interface, node string) bool {
+	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return false
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func waitFor(ctx context.Context, timeout time.Duration, run *agentRun, what string, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if err := run.alive(); err != nil {
+			return fmt.Errorf("waiting for %s: %w", what, err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: not within %v", what, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+type writes struct{ pods, all float64 }
+
+// writeCounts sums the API server's apiserver_request_total over mutating
+// verbs: for pods (and their subresources), and for every resource.
+func writeCounts(ctx context.Context, cs kubernetes.Interface) (writes, error) {
+	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return writes{}, err
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
+	if err != nil {
+		return writes{}, err
+	}
+	var w writes
+	fam := families["apiserver_request_total"]
+	if fam == nil {
+		return w, fmt.Errorf("no apiserver_request_total in /metrics")
+	}
+	for _, m := range fam.GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		switch labels["verb"] {
+		case "POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY":
+		default:
+			continue
+		}
+		v := m.GetCounter().GetValue()
+		w.all += v
+		if labels["resource"] == "pods" {
+			w.pods += v
+		}
+	}
+	return w, nil
+}
+
