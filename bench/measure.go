@@ -306,4 +306,3 @@ func writeCounts(ctx context.Context, cs kubernetes.Interface) (writes, error) {
 	}
 	return w, nil
 }
-
