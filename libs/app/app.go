@@ -68,6 +68,7 @@ func Run(ctx context.Context, binary string, args []string, stderr io.Writer, se
 		fs.StringSliceVar(&selected, "services", selected, "services to run in this process: all, or a comma-separated list of "+strings.Join(names, ", "))
 	}
 	showVersion := fs.Bool("version", false, "print the version and exit")
+	healthcheck := fs.Bool("healthcheck", false, "check the /readyz of this binary's running process (at http-addr when its port is fixed, else at the address it wrote to <data-dir>/<binary>.http-addr) and exit 0 when ready, 1 when not: a container health check for images with no shell")
 	for _, s := range services {
 		if s.Flags != nil {
 			s.Flags(fs)
@@ -91,6 +92,9 @@ func Run(ctx context.Context, binary string, args []string, stderr io.Writer, se
 	if err := common.Complete(); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", binary, err)
 		return 2
+	}
+	if *healthcheck {
+		return checkHealth(ctx, binary, common, stderr)
 	}
 	run, err := choose(services, selected)
 	if err != nil {

@@ -70,10 +70,10 @@ func newClientset(cfg *rest.Config, checks *health.Checks) (kubernetes.Interface
 	return cs, nil
 }
 
-func runHealth(lc fx.Lifecycle, s *health.Server, c *config.Common, checks *health.Checks) {
+func runHealth(lc fx.Lifecycle, s *health.Server, c *config.Common, checks *health.Checks, bin Binary) {
 	checks.AddLiveness("ping", func(context.Context) error { return nil })
 	lc.Append(fx.Hook{
-		OnStart: func(context.Context) error { return s.Start(c.HTTPAddr, "") },
+		OnStart: func(context.Context) error { return s.Start(c.HTTPAddr, HTTPAddrFile(c, string(bin))) },
 		OnStop:  s.Stop,
 	})
 }
