@@ -1,8 +1,10 @@
 package service
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"sync"
@@ -250,6 +252,18 @@ func TestPodRunsAndIsTornDown(t *testing.T) {
 	if sa.PodIP == "" || sa.StartTime == nil || sa.Terminated || len(src) < len("podworkers-") {
 		t.Fatalf("status %+v from %q", sa, src)
 	}
+	e.checkRuntimeRequests(t, a)
+	// a liveness failure of the current container kills and restarts it.
+	first := sa.ContainerStatuses[0].ContainerID
+	part := bus.Partition(string(a.UID), partitions)
+	e.publish(bus.For(e.node).ProbeResults(part), bus.KindProbeResult, "", &bus.ProbeResult{PodUID: a.UID, Namespace: a.Namespace, Name: a.Name,
+		Container: "app", ContainerID: first, Probe: bus.ProbeLiveness, Result: bus.ProbeFailure, Message: "probe failed"})
+	eventually(t, 30*time.Second, "container restarted after the liveness failure", func() bool {
+		st, _ := e.get(a.UID)
+		c := st.ContainerStatuses[0]
+		return c.ContainerID != first && c.RestartCount == 1 && c.State.Running != nil &&
+			c.LastTerminationState.Terminated != nil && c.LastTerminationState.Terminated.ContainerID == first
+	})
 	// graceful DELETE, then REMOVE of the other.
 	e.send(bus.OpDelete, markDeleted(a))
 	e.send(bus.OpRemove, b)
@@ -379,6 +393,11 @@ func TestTwoReplicasShareAndHandOver(t *testing.T) {
 		slices.Sort(all)
 		return len(oa) > 0 && len(ob) > 0 && slices.Equal(all, []int{0, 1, 2, 3})
 	})
+	_, js := e.nats.Connect(t)
+	eventually(t, 30*time.Second, "agent ready with two replicas", func() bool {
+		ar := e.lastReadiness(t, js)
+		return ar != nil && ar.Ready && ar.Partitions == partitions && len(ar.Replicas) == 2 && len(ar.Unowned) == 0
+	})
 	var pods []*corev1.Pod
 	for i := 0; i < 8; i++ {
 		pods = append(pods, newPod(t, e.cs, fmt.Sprintf("scale-%d", i), func(p *corev1.Pod) { p.Spec.NodeName = e.node }))
@@ -483,4 +502,67 @@ func TestDeadReplicaPartitionsTakenOver(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// checkRuntimeRequests asks the owner of the pod's partition for logs, exec
+// and stats over the bus, as nodehb and the prober do.
+func (e *env) checkRuntimeRequests(t *testing.T, p *corev1.Pod) {
+	t.Helper()
+	part := bus.Partition(string(p.UID), partitions)
+	subj := bus.For(e.node)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ref := bus.ContainerRef{PodUID: p.UID, Namespace: p.Namespace, Pod: p.Name, Container: "app"}
+	var logs bytes.Buffer
+	if err := e.pub.RequestLogs(ctx, subj.Logs(part), &bus.LogsRequest{ContainerRef: ref}, &logs); err != nil {
+		t.Fatalf("logs: %v", err)
+	}
+	if logs.Len() == 0 {
+		t.Fatal("logs: empty")
+	}
+	missing := ref
+	missing.Container = "nope"
+	if err := e.pub.RequestLogs(ctx, subj.Logs(part), &bus.LogsRequest{ContainerRef: missing}, io.Discard); err == nil {
+		t.Fatal("logs of an unknown container: no error")
+	}
+	env, err := e.pub.Request(ctx, subj.Exec(part), bus.KindExecRequest, &bus.ExecRequest{ContainerRef: ref, Command: []string{"true"}, TimeoutSeconds: 5})
+	if err != nil {
+		t.Fatalf("exec: %v", err)
+	}
+	res, err := bus.DecodeExecResult(env)
+	if err != nil || res.Error != "" || res.ExitCode != 0 {
+		t.Fatalf("exec result %+v, %v", res, err)
+	}
+	env, err = e.pub.Request(ctx, subj.Stats(part), bus.KindStatsRequest, &bus.StatsRequest{})
+	if err != nil {
+		t.Fatalf("stats: %v", err)
+	}
+	stats, err := bus.DecodeStatsResult(env)
+	if err != nil || !slices.ContainsFunc(stats.Pods, func(ps bus.PodStats) bool { return ps.UID == p.UID && len(ps.Containers) == 1 }) {
+		t.Fatalf("stats %+v, %v", stats, err)
+	}
+}
+
+// lastReadiness reads the last AgentReadiness kept on state.agent.
+func (e *env) lastReadiness(t *testing.T, js jetstream.JetStream) *bus.AgentReadiness {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, bus.StreamName(e.node, bus.StreamState))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.GetLastMsgForSubject(ctx, bus.For(e.node).AgentReady())
+	if err != nil {
+		return nil
+	}
+	env, err := bus.Decode(m.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ar, err := bus.DecodeAgentReadiness(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ar
 }

@@ -34,6 +34,8 @@ type Publisher struct {
 	latest map[types.UID]*bus.PodRuntimeStatus
 	sent   map[types.UID]*bus.PodRuntimeStatus
 	dirty  map[types.UID]struct{}
+	// forget: pods to drop once their last status has gone out.
+	forget map[types.UID]struct{}
 	kick   chan struct{}
 	sentN  int
 }
@@ -43,7 +45,7 @@ func New(pub *bus.Publisher, partitions int, owned func(int) bool, log *zap.Logg
 	return &Publisher{
 		pub: pub, subjects: bus.For(pub.Node()), partitions: partitions, window: DefaultWindow, log: log, owned: owned,
 		latest: map[types.UID]*bus.PodRuntimeStatus{}, sent: map[types.UID]*bus.PodRuntimeStatus{},
-		dirty: map[types.UID]struct{}{}, kick: make(chan struct{}, 1),
+		dirty: map[types.UID]struct{}{}, forget: map[types.UID]struct{}{}, kick: make(chan struct{}, 1),
 	}
 }
 
@@ -63,6 +65,7 @@ func (p *Publisher) Set(st *bus.PodRuntimeStatus) {
 	}
 	p.latest[st.UID] = st
 	p.dirty[st.UID] = struct{}{}
+	delete(p.forget, st.UID)
 	p.mu.Unlock()
 	select {
 	case p.kick <- struct{}{}:
@@ -70,13 +73,28 @@ func (p *Publisher) Set(st *bus.PodRuntimeStatus) {
 	}
 }
 
-// Forget drops a pod.
+// Forget drops a pod, once its newest status has gone out.
 func (p *Publisher) Forget(uid types.UID) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, pending := p.dirty[uid]; pending {
+		p.forget[uid] = struct{}{}
+		return
+	}
+	p.drop(uid)
+}
+
+func (p *Publisher) drop(uid types.UID) {
 	delete(p.latest, uid)
 	delete(p.sent, uid)
 	delete(p.dirty, uid)
-	p.mu.Unlock()
+	delete(p.forget, uid)
+}
+
+func (p *Publisher) dropIfForgotten(uid types.UID) {
+	if _, ok := p.forget[uid]; ok {
+		p.drop(uid)
+	}
 }
 
 // Resend marks every held status of partition part to be sent again (a
@@ -130,9 +148,11 @@ func (p *Publisher) flush(ctx context.Context) {
 			continue
 		}
 		if old, ok := p.sent[uid]; ok && apiequality.Semantic.DeepEqual(old, st) {
+			p.dropIfForgotten(uid)
 			continue
 		}
 		if !p.owned(bus.Partition(string(uid), p.partitions)) {
+			p.dropIfForgotten(uid)
 			continue
 		}
 		batch = append(batch, st)
@@ -163,6 +183,9 @@ func (p *Publisher) flush(ctx context.Context) {
 		if ok {
 			p.sent[st.UID] = st
 			p.sentN++
+			if _, again := p.dirty[st.UID]; !again {
+				p.dropIfForgotten(st.UID)
+			}
 		} else if p.latest[st.UID] == st {
 			p.dirty[st.UID] = struct{}{}
 		}

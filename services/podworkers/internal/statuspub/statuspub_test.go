@@ -74,4 +74,22 @@ func TestBurstIsCoalesced(t *testing.T) {
 	if p.Sent() != sent {
 		t.Fatalf("sent count moved from %d to %d", sent, p.Sent())
 	}
+	// a pod forgotten right after its last change still gets it out.
+	owned.Store(true)
+	p.Set(&bus.PodRuntimeStatus{UID: "u2", Namespace: "ns", Name: "b", Terminated: true})
+	p.Forget("u2")
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		if time.Now().After(deadline) {
+			t.Fatal("the last status of a forgotten pod was dropped")
+		}
+		m, err := cons.Next(jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			continue
+		}
+		e, _ := bus.Decode(m.Data())
+		if st, err := bus.DecodePodRuntimeStatus(e); err == nil && st.UID == "u2" && st.Terminated {
+			break
+		}
+	}
 }
