@@ -323,8 +323,10 @@ func (w *worker) run(ctx context.Context, pod *corev1.Pod, st *bus.PodRuntimeSta
 	case h.Exec != nil:
 		res, out, err = w.runExec(ctx, h.Exec.Command, timeout)
 		if err != nil {
-			w.event(corev1.EventTypeWarning, "Unhealthy", fmt.Sprintf("%s probe errored: %v", w.key.probe, err))
-			w.m.log.Info("probe could not run", append(w.logFields(), zap.Error(err))...)
+			if ctx.Err() == nil {
+				w.event(corev1.EventTypeWarning, "Unhealthy", fmt.Sprintf("%s probe errored: %v", w.key.probe, err))
+				w.m.log.Info("probe could not run", append(w.logFields(), zap.Error(err))...)
+			}
 			return bus.ProbeUnknown, err.Error(), false
 		}
 	case h.HTTPGet != nil:
