@@ -39,6 +39,9 @@ type ControlPlaneOptions struct {
 	APIServerArgs []string
 	// Port of the API server; a free one when 0.
 	Port int
+	// EtcdURL is an etcd that runs already (http://host:port); empty:
+	// Start runs its own etcd.
+	EtcdURL string
 }
 
 // ControlPlane is a running etcd and kube-apiserver on 127.0.0.1.
@@ -67,9 +70,11 @@ type ControlPlane struct {
 // StartControlPlane starts etcd and kube-apiserver and waits until the API
 // server answers /readyz.
 func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *ControlPlane, err error) {
-	etcdBin, err := Binary("etcd")
-	if err != nil {
-		return nil, err
+	etcdBin := ""
+	if opts.EtcdURL == "" {
+		if etcdBin, err = Binary("etcd"); err != nil {
+			return nil, err
+		}
 	}
 	apiBin, err := Binary("kube-apiserver")
 	if err != nil {
@@ -107,35 +112,13 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *Contr
 		return nil, err
 	}
 
-	clientPort, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
-	peerPort, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
-	etcdURL := "http://127.0.0.1:" + itoa(clientPort)
-	peerURL := "http://127.0.0.1:" + itoa(peerPort)
-	cp.etcd, err = startProcess("etcd", filepath.Join(cp.Dir, "etcd.log"), etcdBin,
-		"--name=testenv",
-		"--data-dir="+filepath.Join(cp.Dir, "etcd"),
-		"--listen-client-urls="+etcdURL,
-		"--advertise-client-urls="+etcdURL,
-		"--listen-peer-urls="+peerURL,
-		"--initial-advertise-peer-urls="+peerURL,
-		"--initial-cluster=testenv="+peerURL,
-		"--unsafe-no-fsync=true",
-		"--quota-backend-bytes=8589934592",
-		"--log-level=warn",
-	)
-	if err != nil {
-		return nil, err
-	}
 	waitCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	if err = cp.etcd.waitFor(waitCtx, "etcd health", func() error { return httpOK(http.DefaultClient, etcdURL+"/health", "") }); err != nil {
-		return nil, err
+	etcdURL := opts.EtcdURL
+	if etcdURL == "" {
+		if etcdURL, err = cp.startEtcd(waitCtx, etcdBin); err != nil {
+			return nil, err
+		}
 	}
 
 	port := opts.Port
@@ -190,6 +173,39 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *Contr
 	return cp, nil
 }
 
+// startEtcd runs etcd on two free ports and waits until it is healthy.
+func (cp *ControlPlane) startEtcd(ctx context.Context, bin string) (string, error) {
+	clientPort, err := FreePort()
+	if err != nil {
+		return "", err
+	}
+	peerPort, err := FreePort()
+	if err != nil {
+		return "", err
+	}
+	etcdURL := "http://127.0.0.1:" + itoa(clientPort)
+	peerURL := "http://127.0.0.1:" + itoa(peerPort)
+	cp.etcd, err = startProcess("etcd", filepath.Join(cp.Dir, "etcd.log"), bin,
+		"--name=testenv",
+		"--data-dir="+filepath.Join(cp.Dir, "etcd"),
+		"--listen-client-urls="+etcdURL,
+		"--advertise-client-urls="+etcdURL,
+		"--listen-peer-urls="+peerURL,
+		"--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=testenv="+peerURL,
+		"--unsafe-no-fsync=true",
+		"--quota-backend-bytes=8589934592",
+		"--log-level=warn",
+	)
+	if err != nil {
+		return "", err
+	}
+	if err := cp.etcd.waitFor(ctx, "etcd health", func() error { return httpOK(http.DefaultClient, etcdURL+"/health", "") }); err != nil {
+		return "", err
+	}
+	return etcdURL, nil
+}
+
 // ConfigFor returns a client configuration that authenticates as the user.
 func (cp *ControlPlane) ConfigFor(user string) *rest.Config {
 	return &rest.Config{
@@ -233,9 +249,9 @@ func (cp *ControlPlane) Stop() {
 	}
 }
 
-// Running reports whether both processes are still up.
+// Running reports whether the processes it started are still up.
 func (cp *ControlPlane) Running() bool {
-	return cp.etcd != nil && cp.apiserver != nil && !cp.etcd.exited() && !cp.apiserver.exited()
+	return cp.apiserver != nil && !cp.apiserver.exited() && (cp.etcd == nil || !cp.etcd.exited())
 }
 
 // ControlPlaneForTest starts a control plane for t and stops it when t ends.

@@ -1,0 +1,247 @@
+// Command controlplane is the control plane of the compose stack
+// (deploy/compose): `controlplane run` makes fresh credentials in the state
+// directory, runs kube-apiserver (from the image, next to this binary) on a
+// fixed port against an etcd that runs already, writes an admin kubeconfig
+// and the CA file the services need, and follows kube-apiserver's log on
+// its own output until a signal or kube-apiserver's exit.
+//
+// The images have no shell and no curl, so the same binary is the health
+// check of the control plane, of etcd and of nats-server:
+//
+//	controlplane check --kubeconfig=/state/kubeconfig   # kube-apiserver /readyz
+//	controlplane check-url http://127.0.0.1:12379/health # any URL answering 200
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/splitlet/splitlet/libs/testenv"
+)
+
+const usage = `usage:
+  controlplane run [flags]           run kube-apiserver against an external etcd
+  controlplane check [flags]         exit 0 when kube-apiserver's /readyz answers ok
+  controlplane check-url URL         exit 0 when GET URL answers 200
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch os.Args[1] {
+	case "run":
+		err = runCmd(ctx, os.Args[2:], os.Stdout)
+	case "check":
+		err = checkCmd(ctx, os.Args[2:])
+	case "check-url":
+		if len(os.Args) != 3 {
+			fmt.Fprint(os.Stderr, usage)
+			os.Exit(2)
+		}
+		err = checkURL(ctx, os.Args[2])
+	default:
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "controlplane %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}
+
+type runOptions struct {
+	stateDir    string
+	port        int
+	etcdURL     string
+	kubeconfigs []string
+	binDir      string
+}
+
+func parseRun(args []string) (runOptions, error) {
+	var o runOptions
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.StringVar(&o.stateDir, "state-dir", "/state", "credentials, kubeconfig and ca.crt go here (a volume the services mount)")
+	fs.IntVar(&o.port, "port", 16443, "kube-apiserver's secure port on 127.0.0.1")
+	fs.StringVar(&o.etcdURL, "etcd-url", "http://127.0.0.1:12379", "the etcd to use")
+	extra := fs.String("kubeconfig-copy", "", "comma-separated extra paths of the admin kubeconfig (e.g. a host bind mount)")
+	fs.StringVar(&o.binDir, "bin-dir", "", "where kube-apiserver is; empty: this binary's directory")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	if o.etcdURL == "" {
+		return o, errors.New("etcd-url is required")
+	}
+	o.kubeconfigs = []string{filepath.Join(o.stateDir, "kubeconfig")}
+	for _, p := range strings.Split(*extra, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			o.kubeconfigs = append(o.kubeconfigs, p)
+		}
+	}
+	if o.binDir == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return o, err
+		}
+		o.binDir = filepath.Dir(self)
+	}
+	return o, nil
+}
+
+func runCmd(ctx context.Context, args []string, out io.Writer) error {
+	o, err := parseRun(args)
+	if err != nil {
+		return err
+	}
+	// Stale credentials must not pass a health check: they go first.
+	for _, p := range append([]string{filepath.Join(o.stateDir, "ca.crt")}, o.kubeconfigs...) {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	dir := filepath.Join(o.stateDir, "controlplane")
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := os.Setenv(testenv.BinDirEnv, o.binDir); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "controlplane: starting kube-apiserver on 127.0.0.1:%d against etcd %s\n", o.port, o.etcdURL)
+	cp, err := testenv.StartControlPlane(ctx, testenv.ControlPlaneOptions{Dir: dir, Port: o.port, EtcdURL: o.etcdURL})
+	if err != nil {
+		return err
+	}
+	defer cp.Stop()
+	if err := writeAtomic(filepath.Join(o.stateDir, "ca.crt"), cp.CAData); err != nil {
+		return err
+	}
+	for _, p := range o.kubeconfigs {
+		tmp := p + ".tmp"
+		if err := cp.WriteKubeconfig(tmp, testenv.AdminUser); err != nil {
+			return err
+		}
+		if err := os.Chmod(tmp, 0o644); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, p); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(out, "controlplane: kube-apiserver ready at %s; admin kubeconfig: %s\n", cp.URL, strings.Join(o.kubeconfigs, ", "))
+
+	followCtx, stopFollow := context.WithCancel(ctx)
+	defer stopFollow()
+	go follow(followCtx, filepath.Join(dir, "kube-apiserver.log"), out)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(out, "controlplane: stopping")
+			return nil
+		case <-tick.C:
+			if !cp.Running() {
+				return errors.New("kube-apiserver exited")
+			}
+		}
+	}
+}
+
+func writeAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// follow copies what is appended to the file to w until ctx ends.
+func follow(ctx context.Context, path string, w io.Writer) {
+	var f *os.File
+	for f == nil {
+		var err error
+		if f, err = os.Open(path); err != nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}
+	defer f.Close()
+	buf := make([]byte, 32*1024)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			_, _ = w.Write(buf[:n])
+			continue
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func checkCmd(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	kubeconfig := fs.String("kubeconfig", "/state/kubeconfig", "admin kubeconfig written by run")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.Timeout = 5 * time.Second
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return cs.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Error()
+}
+
+func checkURL(ctx context.Context, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		return fmt.Errorf("%s: %s %s", url, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return nil
+}
