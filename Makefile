@@ -14,7 +14,7 @@ LDFLAGS := -s -w -X github.com/splitlet/splitlet/libs/app.Version=$(VERSION)
 FUZZTIME ?= 10s
 TESTFLAGS ?=
 
-.PHONY: help build test run bench bench-go bench-tools images testenv vet fuzz clean
+.PHONY: help build test run bench bench-go bench-tools nats-server images testenv vet fuzz clean
 
 # Peers and parts of the benchmark, installed with `go install` into bin/.
 NATS_SERVER_VERSION := v2.15.2
@@ -60,13 +60,17 @@ bench: testenv build bench-tools
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
-bench-tools:
-	@[ -x $(BIN)/nats-server ] && $(BIN)/nats-server --version | grep -q '$(NATS_SERVER_VERSION)' || \
-		{ echo "installing nats-server $(NATS_SERVER_VERSION)"; GOWORK=off GOBIN=$(BIN) CGO_ENABLED=0 $(GO) install github.com/nats-io/nats-server/v2@$(NATS_SERVER_VERSION); }
+bench-tools: nats-server
 	@[ -x $(BIN)/kwok ] && $(BIN)/kwok --version 2>/dev/null | grep -q '$(KWOK_VERSION)' || \
 		{ echo "installing kwok $(KWOK_VERSION)"; GOWORK=off GOBIN=$(BIN) CGO_ENABLED=0 $(GO) install sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION); }
 
-images: build
+nats-server:
+	@[ -x $(BIN)/nats-server ] && $(BIN)/nats-server --version | grep -q '$(NATS_SERVER_VERSION)' || \
+		{ echo "installing nats-server $(NATS_SERVER_VERSION)"; GOWORK=off GOBIN=$(BIN) CGO_ENABLED=0 $(GO) install github.com/nats-io/nats-server/v2@$(NATS_SERVER_VERSION); }
+
+# make images: FROM scratch images of the binaries (hack/images.sh says which);
+# needs a running Docker engine and Debian's busybox-static.
+images: build testenv nats-server
 	@hack/images.sh $(BIN)
 
 vet:

@@ -1,23 +1,94 @@
 #!/usr/bin/env bash
-# make images: FROM scratch images of the host-built static binaries in the
-# given bin directory. No registry is needed: nothing is pulled.
+# make images: FROM scratch images of host-built static binaries. Nothing is
+# pulled, so no registry is needed. Expects in BIN_DIR what `make build`,
+# `make testenv` and `make nats-server` put there; builds the control plane
+# launcher (tools/controlplane) and, when its directory exists, the example
+# TCP prober itself.
+#
+#   splitlet/<service>:TAG   nodehb podconfig prober statussync: the binary alone
+#   splitlet/podworkers:TAG  + a static busybox (sh, sleep, httpd, ...) for
+#   splitlet/splitlet:TAG      process-runtime pods
+#   splitlet/nats:TAG        nats-server, + controlplane for its health check
+#   splitlet/controlplane:TAG etcd, kube-apiserver, controlplane (launcher and checks)
+#   splitlet/tcpprober:TAG   examples/tcpprober (when present)
 set -euo pipefail
 bin=${1:?usage: images.sh BIN_DIR}
+bin=$(cd "$bin" && pwd)
 tag=${IMAGE_TAG:-dev}
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
 if ! docker info >/dev/null 2>&1; then
 	echo "images: no Docker engine answers; start dockerd first" >&2
 	exit 1
 fi
-for name in splitlet nodehb podconfig podworkers prober statussync; do
-	ctx=$(mktemp -d)
-	trap 'rm -rf "$ctx"' EXIT
-	cp "$bin/$name" "$ctx/$name"
+busybox=${BUSYBOX:-$(command -v busybox || true)}
+# A static busybox: ldd says "not a dynamic executable" and fails.
+if [[ -z "$busybox" ]] || ldd "$busybox" >/dev/null 2>&1; then
+	echo "images: a static busybox is needed (Debian: apt-get install busybox-static)" >&2
+	exit 1
+fi
+for need in etcd kube-apiserver nats-server splitlet nodehb podconfig podworkers prober statussync; do
+	[[ -x "$bin/$need" ]] || { echo "images: $bin/$need missing (make build testenv nats-server)" >&2; exit 1; }
+done
+
+ldflags="-s -w"
+echo "images: building controlplane"
+CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$bin/controlplane" ./tools/controlplane
+have_tcpprober=false
+if [[ -d examples/tcpprober/cmd/tcpprober ]]; then
+	echo "images: building tcpprober"
+	CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$bin/tcpprober" ./examples/tcpprober/cmd/tcpprober
+	have_tcpprober=true
+fi
+
+work="$bin/.images"
+rm -rf "$work"
+mkdir -p "$work"
+trap 'rm -rf "$work"' EXIT
+
+# image NAME ENTRYPOINT WITH_BUSYBOX FILE...: splitlet/NAME:TAG from the files.
+image() {
+	local name=$1 entry=$2 with_busybox=$3
+	shift 3
+	local ctx="$work/$name"
+	mkdir -p "$ctx/rootfs/tmp" "$ctx/rootfs/data"
+	chmod 1777 "$ctx/rootfs/tmp"
+	for f in "$@"; do
+		ln -f "$bin/$f" "$ctx/rootfs/$f" 2>/dev/null || cp "$bin/$f" "$ctx/rootfs/$f"
+	done
+	if [[ "$with_busybox" == yes ]]; then
+		mkdir -p "$ctx/rootfs/bin"
+		cp "$busybox" "$ctx/rootfs/bin/busybox"
+		local applet
+		for applet in $("$busybox" --list); do
+			[[ "$applet" == busybox ]] || ln -s busybox "$ctx/rootfs/bin/$applet"
+		done
+	fi
 	cat >"$ctx/Dockerfile" <<DOCKERFILE
 FROM scratch
-COPY $name /$name
-ENTRYPOINT ["/$name"]
+COPY rootfs/ /
+ENV PATH=/usr/local/bin:/usr/bin:/bin
+ENTRYPOINT ["/$entry"]
 DOCKERFILE
-	docker build --pull=false -q -t "splitlet/$name:$tag" "$ctx"
+	echo "images: splitlet/$name:$tag"
+	# The legacy builder's deprecation banner goes unless the build fails.
+	if ! DOCKER_BUILDKIT=0 docker build -q -t "splitlet/$name:$tag" "$ctx" >"$work/$name.log" 2>&1; then
+		cat "$work/$name.log" >&2
+		exit 1
+	fi
 	rm -rf "$ctx"
-	trap - EXIT
+}
+
+for s in nodehb podconfig prober statussync; do
+	image "$s" "$s" no "$s"
 done
+image podworkers podworkers yes podworkers
+image splitlet splitlet yes splitlet
+image nats nats-server no nats-server controlplane
+image controlplane controlplane no controlplane etcd kube-apiserver
+if $have_tcpprober; then
+	image tcpprober tcpprober no tcpprober
+else
+	echo "images: examples/tcpprober/cmd/tcpprober not there yet: no splitlet/tcpprober image"
+fi
