@@ -63,6 +63,13 @@ func TestBurstIsCoalesced(t *testing.T) {
 	if len(got) > 10 {
 		t.Fatalf("a burst of 200 changes became %d messages", len(got))
 	}
+	// the publisher counts the send once the stream acknowledged it.
+	for wait := time.Now().Add(10 * time.Second); p.Sent() < len(got); {
+		if time.Now().After(wait) {
+			t.Fatalf("sent count %d, %d messages arrived", p.Sent(), len(got))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	// the same status again is not re-sent; an unowned partition is silent.
 	p.Set(&bus.PodRuntimeStatus{UID: "u1", Namespace: "ns", Name: "a", Message: "199"})
 	owned.Store(false)
