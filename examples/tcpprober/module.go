@@ -1,0 +1,42 @@
+// Package tcpprober is an alternative prober stage for Splitlet, written
+// against docs/bus.md only: it runs tcpSocket probes, checks httpGet probes
+// as a TCP connect to the same port, and reports exec and grpc probes as
+// Unknown. It shows how a stage is replaced (docs/experiments.md) and
+// passes the prober conformance kit's TCP cases (libs/conformance).
+//
+// It takes the place of services/prober on the bus: the same durable
+// consumers (prober, prober-status), the same ProbeResult messages.
+package tcpprober
+
+import (
+	"github.com/spf13/pflag"
+	"go.uber.org/fx"
+
+	"github.com/splitlet/splitlet/libs/app"
+)
+
+// Name is the service's name.
+const Name = "tcpprober"
+
+// Config holds the tcpprober keys.
+type Config struct {
+	// Instance is the prober's source on the bus.
+	Instance string
+}
+
+// RegisterFlags adds the keys ("tcpprober.<key>") to fs.
+func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.Instance, "tcpprober.instance", "tcpprober", "the prober's name on the bus (source of its ProbeResult messages)")
+}
+
+// Service returns the stage, ready for app.Run.
+func Service() app.Service {
+	cfg := &Config{}
+	return app.Service{
+		Name:  Name,
+		Flags: cfg.RegisterFlags,
+		Module: func() fx.Option {
+			return fx.Module(Name, fx.Supply(cfg), app.RunService(Name, New))
+		},
+	}
+}

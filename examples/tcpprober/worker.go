@@ -1,0 +1,215 @@
+package tcpprober
+
+// A probe worker runs one probe of one container every period, as the
+// kubelet's probe worker does, reduced to what a TCP-only prober needs:
+//
+//   - A new container ID resets the worker and publishes the initial result
+//     (kubelet: readiness Failure, liveness Success, startup Unknown).
+//   - A container that is not running counts as Failure.
+//   - Until a container's startup probe has succeeded only the startup probe
+//     runs; after that only liveness and readiness (kubelet: startup gating).
+//   - Results count towards successThreshold / failureThreshold; a result is
+//     published when the worker's result changes.
+//   - A liveness Failure and a startup Failure hold the worker until the
+//     container has a new ID (the pod workers restart it).
+//   - While the pod is being deleted, liveness and startup report Success
+//     once and stop (kubelet: no restarts during termination).
+//
+// Handlers: tcpSocket connects within the timeout; httpGet is checked as a
+// TCP connect to the same host and port (no request is sent, so any HTTP
+// status counts as Success); exec and grpc are not run and are reported as
+// Unknown with a message saying so, which keeps a container unready (and, for
+// a startup probe, not started) but never has it restarted.
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/logging"
+)
+
+type worker struct{ cancel context.CancelFunc }
+
+// stop ends the worker; it returns at once (the runner waits for all).
+func (w *worker) stop() { w.cancel() }
+
+// startWorker starts the worker of one probe. r.mu is held.
+func (r *Runner) startWorker(uid types.UID, k workerKey, probe *corev1.Probe) *worker {
+	ctx, cancel := context.WithCancel(r.ctx)
+	if ctx.Err() == nil {
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			r.runWorker(ctx, uid, k, probe)
+		}()
+	}
+	return &worker{cancel: cancel}
+}
+
+// result is a (container ID, outcome) pair the worker has decided.
+type result struct {
+	id      string
+	outcome bus.ProbeOutcome
+	message string
+}
+
+func initial(t bus.ProbeType) bus.ProbeOutcome {
+	switch t {
+	case bus.ProbeReadiness:
+		return bus.ProbeFailure
+	case bus.ProbeLiveness:
+		return bus.ProbeSuccess
+	}
+	return bus.ProbeUnknown
+}
+
+func orDefault(v, def int32) int32 {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+func (r *Runner) runWorker(ctx context.Context, uid types.UID, k workerKey, probe *corev1.Probe) {
+	period := time.Duration(orDefault(probe.PeriodSeconds, 10)) * time.Second
+	timeout := time.Duration(orDefault(probe.TimeoutSeconds, 1)) * time.Second
+	successThreshold := int(orDefault(probe.SuccessThreshold, 1))
+	failureThreshold := int(orDefault(probe.FailureThreshold, 3))
+	initialDelay := time.Duration(probe.InitialDelaySeconds) * time.Second
+
+	var (
+		id         string
+		want, sent result
+		run        int
+		runOutcome bus.ProbeOutcome
+		hold, done bool
+	)
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
+		v, ok := r.look(uid, k)
+		if !ok {
+			return
+		}
+		if v.containerID != id {
+			id, hold, run, runOutcome = v.containerID, false, 0, ""
+			if id != "" {
+				want = result{id: id, outcome: initial(k.probe)}
+			}
+		}
+		switch {
+		case id == "" || hold:
+		case v.running == nil:
+			want = result{id: id, outcome: bus.ProbeFailure, message: "container is not running"}
+		case v.deleting && k.probe != bus.ProbeReadiness:
+			want, done = result{id: id, outcome: bus.ProbeSuccess}, true
+		case k.probe == bus.ProbeStartup && v.started:
+		case k.probe != bus.ProbeStartup && !v.started:
+		case time.Since(v.running.StartedAt.Time) < initialDelay:
+		default:
+			outcome, msg := r.check(ctx, v, probe, timeout)
+			if ctx.Err() != nil {
+				return
+			}
+			if outcome == runOutcome {
+				run++
+			} else {
+				runOutcome, run = outcome, 1
+			}
+			if (outcome == bus.ProbeFailure && run < failureThreshold) || (outcome == bus.ProbeSuccess && run < successThreshold) {
+				break
+			}
+			want = result{id: id, outcome: outcome, message: msg}
+			if outcome == bus.ProbeFailure && k.probe != bus.ProbeReadiness {
+				hold = true
+			}
+			if outcome == bus.ProbeSuccess && k.probe == bus.ProbeStartup {
+				r.markStarted(uid, k.container, id)
+			}
+		}
+		if want.id != "" && (want.id != sent.id || want.outcome != sent.outcome) {
+			if err := r.publish(ctx, v, k, want.outcome, want.message); err == nil {
+				sent = want
+				r.log.Info("probe result changed", append(logging.Pod(v.pod.Namespace, v.pod.Name, string(uid)),
+					zap.String("container", k.container), zap.String("probe", string(k.probe)),
+					zap.String("result", string(want.outcome)), zap.String("message", want.message))...)
+			}
+		}
+		if done && sent == want {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// check runs the probe once.
+func (r *Runner) check(ctx context.Context, v view, probe *corev1.Probe, timeout time.Duration) (bus.ProbeOutcome, string) {
+	var host string
+	var port intstr.IntOrString
+	switch {
+	case probe.TCPSocket != nil:
+		host, port = probe.TCPSocket.Host, probe.TCPSocket.Port
+	case probe.HTTPGet != nil:
+		// Documented simplification: an httpGet probe is a TCP connect.
+		host, port = probe.HTTPGet.Host, probe.HTTPGet.Port
+	case probe.Exec != nil:
+		return bus.ProbeUnknown, "tcpprober does not run exec probes (it runs tcpSocket, and httpGet as a TCP connect)"
+	case probe.GRPC != nil:
+		return bus.ProbeUnknown, "tcpprober does not run grpc probes (it runs tcpSocket, and httpGet as a TCP connect)"
+	default:
+		return bus.ProbeFailure, "the probe has no handler"
+	}
+	if host == "" {
+		host = v.podIP
+	}
+	if host == "" {
+		return bus.ProbeFailure, "the pod has no IP yet"
+	}
+	n, err := resolvePort(port, v.container)
+	if err != nil {
+		return bus.ProbeFailure, err.Error()
+	}
+	d := net.Dialer{Timeout: timeout}
+	conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(n)))
+	if err != nil {
+		return bus.ProbeFailure, err.Error()
+	}
+	_ = conn.Close()
+	return bus.ProbeSuccess, ""
+}
+
+// resolvePort turns a probe's port (a number or a container port's name)
+// into a number (kubelet: a name not found among the ports may be a number).
+func resolvePort(p intstr.IntOrString, c *corev1.Container) (int, error) {
+	n := p.IntValue()
+	if p.Type == intstr.String {
+		n = 0
+		for _, cp := range c.Ports {
+			if cp.Name == p.StrVal {
+				n = int(cp.ContainerPort)
+			}
+		}
+		if n == 0 {
+			if v, err := strconv.Atoi(p.StrVal); err == nil {
+				n = v
+			}
+		}
+	}
+	if n <= 0 || n > 65535 {
+		return 0, fmt.Errorf("invalid port %q for container %s", p.String(), c.Name)
+	}
+	return n, nil
+}

@@ -1,0 +1,363 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
+
+	"github.com/splitlet/splitlet/libs/bus"
+)
+
+// The sources the kit publishes as when it plays the other stages.
+const (
+	SourceAPI        = "api"
+	SourcePodWorkers = "podworkers-conformance"
+	SourceProber     = "prober-conformance"
+	SourcePodConfig  = "podconfig"
+)
+
+// harness is the kit's side of the bus for one suite.
+type harness struct {
+	tg       Target
+	opts     *options
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	subjects bus.Subjects
+	api      *bus.Publisher
+	workers  *bus.Publisher
+	prober   *bus.Publisher
+	config   *bus.Publisher
+	// pubMu keeps the kit's sequence numbers in publish order: cases run
+	// in parallel, and a receiver drops a message whose seq is not above
+	// the last one it took from that source on that subject.
+	pubMu sync.Mutex
+}
+
+func newHarness(t *testing.T, tg Target, opts []Option) *harness {
+	t.Helper()
+	tg = tg.withDefaults()
+	if tg.NATSURL == "" || tg.Node == "" {
+		t.Fatal("conformance: Target needs NATSURL and Node")
+	}
+	nc, err := nats.Connect(tg.NATSURL, nats.Name("splitlet-conformance"))
+	if err != nil {
+		t.Fatalf("conformance: connect to %s: %v", tg.NATSURL, err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), tg.Timeout)
+	defer cancel()
+	if err := bus.EnsureStreams(ctx, js, tg.Node); err != nil {
+		t.Fatalf("conformance: %v", err)
+	}
+	return &harness{
+		tg: tg, opts: collect(opts), nc: nc, js: js, subjects: bus.For(tg.Node),
+		api:     bus.NewPublisher(nc, js, tg.Node, SourceAPI),
+		workers: bus.NewPublisher(nc, js, tg.Node, SourcePodWorkers),
+		prober:  bus.NewPublisher(nc, js, tg.Node, SourceProber),
+		config:  bus.NewPublisher(nc, js, tg.Node, SourcePodConfig),
+	}
+}
+
+// run runs one case as a subtest unless it is skipped.
+func (h *harness) run(t *testing.T, name string, parallel bool, f func(t *testing.T)) {
+	t.Helper()
+	t.Run(name, func(t *testing.T) {
+		if h.opts.skip[name] {
+			t.Skipf("skipped by the caller (conformance.Skip)")
+		}
+		if parallel {
+			t.Parallel()
+		}
+		f(t)
+	})
+}
+
+func (h *harness) partition(uid string) int { return bus.Partition(uid, h.tg.Partitions) }
+
+// newPod is a pod bound to the target's node with a fresh UID.
+func (h *harness) newPod(name string, containers ...corev1.Container) *corev1.Pod {
+	uid := uuid.NewUUID()
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: fmt.Sprintf("%s-%s", name, string(uid)[:8]), Namespace: h.tg.Namespace, UID: uid,
+			CreationTimestamp: metav1.Now(), ResourceVersion: "1",
+		},
+		Spec: corev1.PodSpec{
+			NodeName: h.tg.Node, Containers: containers, RestartPolicy: corev1.RestartPolicyAlways,
+		},
+		Status: corev1.PodStatus{Phase: corev1.PodPending},
+	}
+}
+
+// sendPods publishes a PodUpdate of the api source, one message per partition.
+func (h *harness) sendPods(t testing.TB, op bus.Op, pods ...*corev1.Pod) {
+	t.Helper()
+	byPart := map[int][]corev1.Pod{}
+	for _, p := range pods {
+		n := h.partition(string(p.UID))
+		byPart[n] = append(byPart[n], *p)
+	}
+	for n, ps := range byPart {
+		h.publish(t, h.api, h.subjects.PodUpdates(n), bus.KindPodUpdate, op, &bus.PodUpdate{Pods: ps})
+	}
+}
+
+func (h *harness) publish(t testing.TB, pub *bus.Publisher, subject string, kind bus.Kind, op bus.Op, payload any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h.pubMu.Lock()
+	defer h.pubMu.Unlock()
+	if err := pub.Publish(ctx, subject, kind, op, payload); err != nil {
+		t.Fatalf("conformance: %v", err)
+	}
+}
+
+// sendStatus publishes a PodRuntimeStatus as the pod workers would.
+func (h *harness) sendStatus(t testing.TB, st *bus.PodRuntimeStatus) {
+	t.Helper()
+	h.publish(t, h.workers, h.subjects.PodStatus(h.partition(string(st.UID))), bus.KindPodRuntimeStatus, "", st)
+}
+
+// runningStatus is the runtime status of a pod whose containers all run
+// with the given IDs (container name → ID), started at startedAt.
+func (h *harness) runningStatus(pod *corev1.Pod, ids map[string]string, startedAt time.Time) *bus.PodRuntimeStatus {
+	st := &bus.PodRuntimeStatus{
+		UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name,
+		PodIP: h.tg.ProbeHost, HostIP: h.tg.ProbeHost, StartTime: &metav1.Time{Time: startedAt},
+	}
+	for _, c := range pod.Spec.Containers {
+		st.ContainerStatuses = append(st.ContainerStatuses, corev1.ContainerStatus{
+			Name:        c.Name,
+			State:       corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Time{Time: startedAt}}},
+			Image:       c.Image,
+			ImageID:     "sim://" + c.Image,
+			ContainerID: ids[c.Name],
+			Started:     ptr(true),
+		})
+	}
+	return st
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// received is one message the kit saw.
+type received struct {
+	subject string
+	env     *bus.Envelope
+}
+
+// watcher records every message on a subject from the moment it is made.
+type watcher struct {
+	h      *harness
+	what   string
+	mu     sync.Mutex
+	msgs   []received
+	bad    []string
+	notify chan struct{}
+}
+
+// watch subscribes to a subject (wildcards allowed) until t ends. Messages
+// from the kit's own sources are left out.
+func (h *harness) watch(t testing.TB, subject string) *watcher {
+	t.Helper()
+	w := &watcher{h: h, what: subject, notify: make(chan struct{}, 1)}
+	own := map[string]bool{SourceAPI: true, SourcePodWorkers: true, SourceProber: true, SourcePodConfig: true}
+	sub, err := h.nc.Subscribe(subject, func(m *nats.Msg) {
+		e, err := bus.Decode(m.Data)
+		w.mu.Lock()
+		if err != nil {
+			w.bad = append(w.bad, fmt.Sprintf("%s: %v", m.Subject, err))
+		} else if !own[e.Source] {
+			w.msgs = append(w.msgs, received{subject: m.Subject, env: e})
+		}
+		w.mu.Unlock()
+		select {
+		case w.notify <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return w
+}
+
+// find returns the index of the first message from index `from` on that
+// matches.
+func (w *watcher) find(from int, match func(received) bool) (int, []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := from; i < len(w.msgs); i++ {
+		if match(w.msgs[i]) {
+			return i, w.bad
+		}
+	}
+	return -1, w.bad
+}
+
+func (w *watcher) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.msgs)
+}
+
+// waitFor waits until a message from index `from` on matches, and returns
+// its index. It fails the test at the target's timeout, or at once when the
+// stage publishes a message that does not decode.
+func (w *watcher) waitFor(t testing.TB, from int, what string, match func(received) bool) (int, received) {
+	t.Helper()
+	deadline := time.NewTimer(w.h.tg.Timeout)
+	defer deadline.Stop()
+	for {
+		i, bad := w.find(from, match)
+		if len(bad) > 0 {
+			t.Fatalf("the stage published messages that do not decode on %s: %s", w.what, strings.Join(bad, "; "))
+		}
+		if i >= 0 {
+			w.mu.Lock()
+			r := w.msgs[i]
+			w.mu.Unlock()
+			return i, r
+		}
+		select {
+		case <-w.notify:
+		case <-deadline.C:
+			t.Fatalf("no message within %v on %s: %s (saw %d others: %s)", w.h.tg.Timeout, w.what, what, w.count(), w.summary(from))
+		}
+	}
+}
+
+// never checks that no message from index `from` on matches during window.
+// (An absence can only be observed over a window; the window is not a wait
+// for something to happen.)
+func (w *watcher) never(t testing.TB, from int, window time.Duration, what string, match func(received) bool) {
+	t.Helper()
+	end := time.NewTimer(window)
+	defer end.Stop()
+	for {
+		if i, _ := w.find(from, match); i >= 0 {
+			w.mu.Lock()
+			r := w.msgs[i]
+			w.mu.Unlock()
+			t.Fatalf("unexpected message on %s: %s: %s", r.subject, what, r.env.Payload)
+		}
+		select {
+		case <-w.notify:
+		case <-end.C:
+			if i, _ := w.find(from, match); i >= 0 {
+				t.Fatalf("unexpected message: %s", what)
+			}
+			return
+		}
+	}
+}
+
+func (w *watcher) summary(from int) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var b strings.Builder
+	n := 0
+	for i := max(from, len(w.msgs)-8); i < len(w.msgs); i++ {
+		fmt.Fprintf(&b, "[%s %s %s] ", w.msgs[i].subject, w.msgs[i].env.Kind, w.msgs[i].env.Payload)
+		n++
+	}
+	if n == 0 {
+		return "none"
+	}
+	return b.String()
+}
+
+// listener is a TCP probe target of the kit, on the target's probe host.
+type listener struct {
+	host string
+	port int
+	mu   sync.Mutex
+	l    net.Listener
+	done chan struct{}
+}
+
+func newListener(t testing.TB, host string) *listener {
+	t.Helper()
+	l := &listener{host: host}
+	if err := l.open(0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.close)
+	return l
+}
+
+// closedPort returns a port on host nothing listens on (yet).
+func closedPort(t testing.TB, host string) *listener {
+	t.Helper()
+	l := newListener(t, host)
+	l.close()
+	return l
+}
+
+func (l *listener) open(port int) error {
+	ln, err := net.Listen("tcp", net.JoinHostPort(l.host, fmt.Sprint(port)))
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.l, l.port, l.done = ln, ln.Addr().(*net.TCPAddr).Port, make(chan struct{})
+	done := l.done
+	l.mu.Unlock()
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	return nil
+}
+
+// reopen listens again on the same port.
+func (l *listener) reopen(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := l.open(l.port)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cannot listen again on port %d: %v", l.port, err)
+		}
+		time.Sleep(50 * time.Millisecond) // port still in TIME_WAIT-like use; bounded retry
+	}
+}
+
+func (l *listener) close() {
+	l.mu.Lock()
+	ln, done := l.l, l.done
+	l.l = nil
+	l.mu.Unlock()
+	if ln != nil {
+		_ = ln.Close()
+		<-done
+	}
+}

@@ -1,0 +1,337 @@
+package conformance
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/splitlet/splitlet/libs/bus"
+)
+
+// proberNonTCPCases are the prober cases of other handlers than tcpSocket.
+var proberNonTCPCases = []string{"httpGet/status200", "httpGet/status500", "exec/exit0", "exec/exit1"}
+
+// quiet is how long the kit watches for a message that must not come. Probe
+// periods in the kit are 1 s, so it spans two runs.
+const quiet = 2500 * time.Millisecond
+
+// Prober checks a prober stage. What it must do (docs/bus.md, agreement 4):
+// consume podupdates.* and podstatus.*, run the pods' probes against the
+// pod IP of the runtime status, and publish a ProbeResult on probes.<p>
+// whenever a probe worker's result changes, with the container ID of the
+// runtime status; exec probes go as ExecRequest to runtime.exec.<p>.
+//
+// Cases:
+//   - tcpSocket/readiness-follows-port: Success while the port listens,
+//     Failure (with a message) when it closes, Success again when it reopens.
+//   - tcpSocket/named-port: a port given by the container port's name.
+//   - tcpSocket/liveness-fails-when-port-closes: no liveness Failure while
+//     the port listens; Failure once it closes (failureThreshold 1).
+//   - tcpSocket/startup-gates-readiness: no readiness Success before the
+//     startup probe succeeded; then Startup Success and readiness Success.
+//   - lifecycle/new-container-id: a restarted container (new ID) is probed
+//     and its results carry the new ID.
+//   - lifecycle/remove-stops-probing, lifecycle/terminated-stops-probing,
+//     lifecycle/set-without-pod-stops-probing: no results for a pod that is
+//     gone (REMOVE, terminated: true, absent from its source's SET).
+//   - lifecycle/malformed-input: messages that do not decode are dropped
+//     and later pods are still probed.
+//   - httpGet/status200, httpGet/status500: 200 is Success, 500 Failure.
+//   - exec/exit0, exec/exit1: the command goes to runtime.exec.<p> (the kit
+//     answers as the pod workers); exit code 0 is Success, 1 Failure.
+func Prober(t *testing.T, tg Target, opts ...Option) {
+	h := newHarness(t, tg, opts)
+	probes := h.watch(t, h.subjects.ProbeResultsAll())
+	t.Run("concurrent", func(t *testing.T) {
+		h.run(t, "tcpSocket/readiness-follows-port", true, func(t *testing.T) { h.proberReadinessFollowsPort(t, probes) })
+		h.run(t, "tcpSocket/named-port", true, func(t *testing.T) { h.proberNamedPort(t, probes) })
+		h.run(t, "tcpSocket/liveness-fails-when-port-closes", true, func(t *testing.T) { h.proberLiveness(t, probes) })
+		h.run(t, "tcpSocket/startup-gates-readiness", true, func(t *testing.T) { h.proberStartup(t, probes) })
+		h.run(t, "lifecycle/new-container-id", true, func(t *testing.T) { h.proberNewContainer(t, probes) })
+		h.run(t, "lifecycle/remove-stops-probing", true, func(t *testing.T) {
+			h.proberStops(t, probes, func(t *testing.T, pod *corev1.Pod, st *bus.PodRuntimeStatus) { h.sendPods(t, bus.OpRemove, pod) })
+		})
+		h.run(t, "lifecycle/terminated-stops-probing", true, func(t *testing.T) {
+			h.proberStops(t, probes, func(t *testing.T, pod *corev1.Pod, st *bus.PodRuntimeStatus) {
+				for i := range st.ContainerStatuses {
+					c := &st.ContainerStatuses[i]
+					c.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+						ExitCode: 0, Reason: "Completed", ContainerID: c.ContainerID,
+						StartedAt: c.State.Running.StartedAt, FinishedAt: c.State.Running.StartedAt}}
+					c.Started, c.Ready = ptr(false), false
+				}
+				st.Terminating, st.Terminated = true, true
+				h.sendStatus(t, st)
+			})
+		})
+		h.run(t, "lifecycle/malformed-input", true, func(t *testing.T) { h.proberMalformed(t, probes) })
+		h.run(t, "httpGet/status200", true, func(t *testing.T) { h.proberHTTP(t, probes, http.StatusOK, bus.ProbeSuccess) })
+		h.run(t, "httpGet/status500", true, func(t *testing.T) {
+			h.proberHTTP(t, probes, http.StatusInternalServerError, bus.ProbeFailure)
+		})
+		h.run(t, "exec/exit0", true, func(t *testing.T) { h.proberExec(t, probes, 0, bus.ProbeSuccess) })
+		h.run(t, "exec/exit1", true, func(t *testing.T) { h.proberExec(t, probes, 1, bus.ProbeFailure) })
+	})
+	// A SET replaces every api pod of its partition, so it runs alone.
+	h.run(t, "lifecycle/set-without-pod-stops-probing", false, func(t *testing.T) {
+		h.proberStops(t, probes, func(t *testing.T, pod *corev1.Pod, st *bus.PodRuntimeStatus) {
+			h.publish(t, h.api, h.subjects.PodUpdates(h.partition(string(pod.UID))), bus.KindPodUpdate, bus.OpSet, &bus.PodUpdate{Pods: []corev1.Pod{}})
+		})
+	})
+}
+
+func tcpProbe(port int, threshold int32) *corev1.Probe {
+	return &corev1.Probe{
+		ProbeHandler:   corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(int32(port))}},
+		PeriodSeconds:  1,
+		TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: threshold,
+	}
+}
+
+// startPod publishes the pod (ADD) and its running status with one
+// container ID per container, and returns the status.
+func (h *harness) startPod(t *testing.T, pod *corev1.Pod) *bus.PodRuntimeStatus {
+	t.Helper()
+	ids := map[string]string{}
+	for _, c := range pod.Spec.Containers {
+		ids[c.Name] = fmt.Sprintf("sim://%s-%s-1", pod.UID, c.Name)
+	}
+	h.sendPods(t, bus.OpAdd, pod)
+	st := h.runningStatus(pod, ids, time.Now())
+	h.sendStatus(t, st)
+	return st
+}
+
+// result matches a ProbeResult of the pod's container.
+func result(pod *corev1.Pod, containerID string, probe bus.ProbeType, outcome bus.ProbeOutcome) func(received) bool {
+	return func(r received) bool {
+		if r.env.Kind != bus.KindProbeResult {
+			return false
+		}
+		p, err := bus.DecodeProbeResult(r.env)
+		if err != nil || p.PodUID != pod.UID || p.Probe != probe {
+			return false
+		}
+		return (containerID == "" || p.ContainerID == containerID) && (outcome == "" || p.Result == outcome)
+	}
+}
+
+// checkResult asserts what every ProbeResult of the pod must hold.
+func (h *harness) checkResult(t *testing.T, pod *corev1.Pod, r received) *bus.ProbeResult {
+	t.Helper()
+	p, err := bus.DecodeProbeResult(r.env)
+	if err != nil {
+		t.Fatalf("ProbeResult does not decode: %v", err)
+	}
+	if want := h.subjects.ProbeResults(h.partition(string(pod.UID))); r.subject != want {
+		t.Errorf("ProbeResult on %s, want %s (the pod's partition)", r.subject, want)
+	}
+	if r.env.Node != h.tg.Node {
+		t.Errorf("envelope node %q, want %q", r.env.Node, h.tg.Node)
+	}
+	if p.Namespace != pod.Namespace || p.Name != pod.Name {
+		t.Errorf("ProbeResult names %s/%s, want %s/%s", p.Namespace, p.Name, pod.Namespace, pod.Name)
+	}
+	if p.Result == bus.ProbeFailure && p.Message == "" {
+		t.Errorf("a Failure result carries no message (docs/bus.md: message carries the failure's text)")
+	}
+	return p
+}
+
+func (h *harness) proberReadinessFollowsPort(t *testing.T, probes *watcher) {
+	l := newListener(t, h.tg.ProbeHost)
+	pod := h.newPod("tcp-ready", corev1.Container{Name: "app", Image: "busybox", ReadinessProbe: tcpProbe(l.port, 1)})
+	from := probes.count()
+	st := h.startPod(t, pod)
+	id := st.ContainerStatuses[0].ContainerID
+	i, r := probes.waitFor(t, from, "readiness Success while the port listens", result(pod, id, bus.ProbeReadiness, bus.ProbeSuccess))
+	h.checkResult(t, pod, r)
+	l.close()
+	i, r = probes.waitFor(t, i+1, "readiness Failure after the port closed", result(pod, id, bus.ProbeReadiness, bus.ProbeFailure))
+	h.checkResult(t, pod, r)
+	l.reopen(t)
+	_, r = probes.waitFor(t, i+1, "readiness Success after the port reopened", result(pod, id, bus.ProbeReadiness, bus.ProbeSuccess))
+	h.checkResult(t, pod, r)
+}
+
+func (h *harness) proberNamedPort(t *testing.T, probes *watcher) {
+	l := newListener(t, h.tg.ProbeHost)
+	probe := tcpProbe(0, 1)
+	probe.TCPSocket.Port = intstr.FromString("svc")
+	pod := h.newPod("tcp-named", corev1.Container{Name: "app", Image: "busybox", ReadinessProbe: probe,
+		Ports: []corev1.ContainerPort{{Name: "svc", ContainerPort: int32(l.port), Protocol: corev1.ProtocolTCP}}})
+	from := probes.count()
+	st := h.startPod(t, pod)
+	_, r := probes.waitFor(t, from, "readiness Success on the named port",
+		result(pod, st.ContainerStatuses[0].ContainerID, bus.ProbeReadiness, bus.ProbeSuccess))
+	h.checkResult(t, pod, r)
+}
+
+func (h *harness) proberLiveness(t *testing.T, probes *watcher) {
+	l := newListener(t, h.tg.ProbeHost)
+	pod := h.newPod("tcp-live", corev1.Container{Name: "app", Image: "busybox", LivenessProbe: tcpProbe(l.port, 1)})
+	from := probes.count()
+	st := h.startPod(t, pod)
+	id := st.ContainerStatuses[0].ContainerID
+	probes.never(t, from, quiet, "liveness Failure while the port listens", result(pod, id, bus.ProbeLiveness, bus.ProbeFailure))
+	l.close()
+	_, r := probes.waitFor(t, from, "liveness Failure after the port closed", result(pod, id, bus.ProbeLiveness, bus.ProbeFailure))
+	h.checkResult(t, pod, r)
+}
+
+func (h *harness) proberStartup(t *testing.T, probes *watcher) {
+	ready := newListener(t, h.tg.ProbeHost)
+	startup := closedPort(t, h.tg.ProbeHost)
+	pod := h.newPod("tcp-startup", corev1.Container{Name: "app", Image: "busybox",
+		ReadinessProbe: tcpProbe(ready.port, 1), StartupProbe: tcpProbe(startup.port, 60)})
+	from := probes.count()
+	st := h.startPod(t, pod)
+	id := st.ContainerStatuses[0].ContainerID
+	probes.never(t, from, quiet, "readiness Success before the startup probe succeeded (kubelet: only the startup probe runs until it succeeds)",
+		result(pod, id, bus.ProbeReadiness, bus.ProbeSuccess))
+	startup.reopen(t)
+	i, r := probes.waitFor(t, from, "startup Success once its port listens", result(pod, id, bus.ProbeStartup, bus.ProbeSuccess))
+	h.checkResult(t, pod, r)
+	_, r = probes.waitFor(t, i, "readiness Success after startup", result(pod, id, bus.ProbeReadiness, bus.ProbeSuccess))
+	h.checkResult(t, pod, r)
+}
+
+func (h *harness) proberNewContainer(t *testing.T, probes *watcher) {
+	l := newListener(t, h.tg.ProbeHost)
+	pod := h.newPod("tcp-restart", corev1.Container{Name: "app", Image: "busybox", ReadinessProbe: tcpProbe(l.port, 1)})
+	from := probes.count()
+	st := h.startPod(t, pod)
+	first := st.ContainerStatuses[0].ContainerID
+	probes.waitFor(t, from, "readiness Success of the first container", result(pod, first, bus.ProbeReadiness, bus.ProbeSuccess))
+	second := fmt.Sprintf("sim://%s-app-2", pod.UID)
+	st = h.runningStatus(pod, map[string]string{"app": second}, time.Now())
+	st.ContainerStatuses[0].RestartCount = 1
+	h.sendStatus(t, st)
+	_, r := probes.waitFor(t, from, "readiness Success of the restarted container, with its new ID",
+		result(pod, second, bus.ProbeReadiness, bus.ProbeSuccess))
+	h.checkResult(t, pod, r)
+}
+
+// proberStops: once stop has told the prober the pod is gone, the pod's
+// port closing brings no result.
+func (h *harness) proberStops(t *testing.T, probes *watcher, stop func(*testing.T, *corev1.Pod, *bus.PodRuntimeStatus)) {
+	l := newListener(t, h.tg.ProbeHost)
+	pod := h.newPod("tcp-stop", corev1.Container{Name: "app", Image: "busybox", ReadinessProbe: tcpProbe(l.port, 1)})
+	from := probes.count()
+	st := h.startPod(t, pod)
+	id := st.ContainerStatuses[0].ContainerID
+	i, _ := probes.waitFor(t, from, "readiness Success", result(pod, id, bus.ProbeReadiness, bus.ProbeSuccess))
+	stop(t, pod, st)
+	// The prober may have had a run in flight when stop was published; give
+	// it one period to take the message in before the port closes.
+	waitQuiet(time.Second)
+	l.close()
+	probes.never(t, i+1, quiet, "a readiness Failure for a pod the prober was told is gone",
+		result(pod, "", bus.ProbeReadiness, bus.ProbeFailure))
+}
+
+// waitQuiet lets the stage under test take in a message it cannot
+// acknowledge: over a bus, a stage's consumption of a message is not
+// observable, so this is the one bounded pause of the kit.
+func waitQuiet(d time.Duration) { <-time.After(d) }
+
+func (h *harness) proberMalformed(t *testing.T, probes *watcher) {
+	l := newListener(t, h.tg.ProbeHost)
+	pod := h.newPod("tcp-after-garbage", corev1.Container{Name: "app", Image: "busybox", ReadinessProbe: tcpProbe(l.port, 1)})
+	n := h.partition(string(pod.UID))
+	for _, subject := range []string{h.subjects.PodUpdates(n), h.subjects.PodStatus(n)} {
+		for _, data := range [][]byte{
+			[]byte("not json"),
+			[]byte(`{"schemaVersion":2,"kind":"PodUpdate","node":"x","source":"api","op":"ADD","seq":1,"sentAt":"2026-01-01T00:00:00Z","payload":{}}`),
+			[]byte(fmt.Sprintf(`{"schemaVersion":1,"kind":"PodUpdate","node":%q,"source":"garbage","op":"ADD","seq":1,"sentAt":"2026-01-01T00:00:00Z","payload":{"pods":[{"metadata":{"name":"x"}}]}}`, h.tg.Node)),
+			[]byte(fmt.Sprintf(`{"schemaVersion":1,"kind":"PodRuntimeStatus","node":%q,"source":"garbage","seq":1,"sentAt":"2026-01-01T00:00:00Z","payload":{"uid":7}}`, h.tg.Node)),
+		} {
+			if _, err := h.js.Publish(t.Context(), subject, data); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	from := probes.count()
+	st := h.startPod(t, pod)
+	_, r := probes.waitFor(t, from, "readiness Success of a pod sent after malformed messages",
+		result(pod, st.ContainerStatuses[0].ContainerID, bus.ProbeReadiness, bus.ProbeSuccess))
+	h.checkResult(t, pod, r)
+}
+
+func (h *harness) proberHTTP(t *testing.T, probes *watcher, code int, want bus.ProbeOutcome) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" {
+			http.NotFound(w, r)
+			return
+		}
+		w.WriteHeader(code)
+	}))
+	l, err := net.Listen("tcp", net.JoinHostPort(h.tg.ProbeHost, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Listener.Close()
+	srv.Listener = l
+	srv.Start()
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
+	port, _ := strconv.Atoi(u.Port())
+	pod := h.newPod("http", corev1.Container{Name: "app", Image: "busybox", ReadinessProbe: &corev1.Probe{
+		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(int32(port))}},
+		PeriodSeconds: 1, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: 1,
+	}})
+	from := probes.count()
+	st := h.startPod(t, pod)
+	_, r := probes.waitFor(t, from, fmt.Sprintf("readiness %s for HTTP %d", want, code),
+		result(pod, st.ContainerStatuses[0].ContainerID, bus.ProbeReadiness, want))
+	h.checkResult(t, pod, r)
+}
+
+func (h *harness) proberExec(t *testing.T, probes *watcher, exit int, want bus.ProbeOutcome) {
+	pod := h.newPod("exec", corev1.Container{Name: "app", Image: "busybox", ReadinessProbe: &corev1.Probe{
+		ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"check", "health"}}},
+		PeriodSeconds: 1, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: 1,
+	}})
+	asked := make(chan *bus.ExecRequest, 16)
+	sub, err := h.nc.Subscribe(h.subjects.Exec(h.partition(string(pod.UID))), func(m *nats.Msg) {
+		e, err := bus.Decode(m.Data)
+		if err != nil {
+			return
+		}
+		req, err := bus.DecodeExecRequest(e)
+		if err != nil || req.PodUID != pod.UID {
+			return // another case's pod in the same partition
+		}
+		select {
+		case asked <- req:
+		default:
+		}
+		_ = h.workers.Send(m.Reply, bus.KindExecResult, &bus.ExecResult{ExitCode: exit, Stdout: []byte("checked\n")})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	from := probes.count()
+	st := h.startPod(t, pod)
+	_, r := probes.waitFor(t, from, fmt.Sprintf("readiness %s for exit code %d", want, exit),
+		result(pod, st.ContainerStatuses[0].ContainerID, bus.ProbeReadiness, want))
+	h.checkResult(t, pod, r)
+	select {
+	case req := <-asked:
+		if req.Container != "app" || len(req.Command) != 2 || req.Command[0] != "check" {
+			t.Errorf("ExecRequest for container %q command %q, want app [check health]", req.Container, req.Command)
+		}
+	default:
+		t.Error("a result came but no ExecRequest reached runtime.exec")
+	}
+}

@@ -1,0 +1,78 @@
+package conformance
+
+import (
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/splitlet/splitlet/libs/bus"
+)
+
+// Target describes the running stage under test.
+type Target struct {
+	// NATSURL is the NATS server the stage is connected to.
+	NATSURL string
+	// Node is the node name the stage serves (its --node-name).
+	Node string
+	// Partitions is the stage's partition count (default bus.DefaultPartitions).
+	Partitions int
+	// Config reaches the API server the stage uses. Required by the stages
+	// that read or write API objects (statussync, nodehb, podconfig).
+	Config *rest.Config
+	// Namespace for the pods the kit creates in the API server (default "default").
+	Namespace string
+	// ProbeHost is the address the kit's probe targets listen on and the pod
+	// IP it reports for its pods (default 127.0.0.1). A prober in a container
+	// needs an address of the test's host that it can reach.
+	ProbeHost string
+	// Timeout bounds each expectation (default 20 s).
+	Timeout time.Duration
+}
+
+func (t Target) withDefaults() Target {
+	if t.Partitions == 0 {
+		t.Partitions = bus.DefaultPartitions
+	}
+	if t.Namespace == "" {
+		t.Namespace = "default"
+	}
+	if t.ProbeHost == "" {
+		t.ProbeHost = "127.0.0.1"
+	}
+	if t.Timeout == 0 {
+		t.Timeout = 20 * time.Second
+	}
+	return t
+}
+
+// Option changes which cases a suite runs.
+type Option func(*options)
+
+type options struct {
+	skip map[string]bool
+}
+
+// Skip leaves out the named cases (the subtest names, such as
+// "httpGet/status500"); use it for what an implementation documents it does
+// not do. A skipped case is reported as skipped, never as passed.
+func Skip(cases ...string) Option {
+	return func(o *options) {
+		for _, c := range cases {
+			o.skip[c] = true
+		}
+	}
+}
+
+// TCPOnly runs only the prober cases of tcpSocket probes (and the cases
+// every prober must pass whatever its handlers).
+func TCPOnly() Option {
+	return Skip(proberNonTCPCases...)
+}
+
+func collect(opts []Option) *options {
+	o := &options{skip: map[string]bool{}}
+	for _, f := range opts {
+		f(o)
+	}
+	return o
+}
