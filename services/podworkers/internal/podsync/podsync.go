@@ -6,8 +6,10 @@ package podsync
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"sync"
 	"time"
 
@@ -69,6 +71,10 @@ type Syncer struct {
 	startTime map[types.UID]metav1.Time
 	// livenessFailed holds container IDs the prober found dead.
 	livenessFailed map[string]bool
+	// specs holds, per pod, the spec hash each container instance started with.
+	specs map[types.UID]map[string]uint64
+	// final holds the status a kill asked a pod to end with.
+	final map[types.UID]*podworkers.KillOptions
 }
 
 // New returns a Syncer.
@@ -81,6 +87,8 @@ func New(rt runtime.Runtime, sink StatusSink, opts ...Option) *Syncer {
 		backOff:        flowcontrol.NewBackOff(DefaultBackOffBase, DefaultBackOffMax),
 		startTime:      map[types.UID]metav1.Time{},
 		livenessFailed: map[string]bool{},
+		specs:          map[types.UID]map[string]uint64{},
+		final:          map[types.UID]*podworkers.KillOptions{},
 	}
 	for _, o := range opts {
 		o(s)
@@ -112,7 +120,37 @@ func (s *Syncer) takeLivenessFailure(id string) bool {
 func (s *Syncer) Forget(uid types.UID) {
 	s.mu.Lock()
 	delete(s.startTime, uid)
+	delete(s.specs, uid)
+	delete(s.final, uid)
 	s.mu.Unlock()
+}
+
+// specHash identifies a container's definition (kubelet: the container hash
+// that decides whether a running container still matches its spec).
+func specHash(c *corev1.Container) uint64 {
+	data, _ := json.Marshal(c)
+	h := fnv.New64a()
+	_, _ = h.Write(data)
+	return h.Sum64()
+}
+
+func (s *Syncer) recordSpec(uid types.UID, id string, c *corev1.Container) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.specs[uid]
+	if m == nil {
+		m = map[string]uint64{}
+		s.specs[uid] = m
+	}
+	m[id] = specHash(c)
+}
+
+// specChanged: the running instance id was started from another definition.
+func (s *Syncer) specChanged(uid types.UID, id string, c *corev1.Container) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.specs[uid][id]
+	return ok && h != specHash(c)
 }
 
 // instances groups a pod's container instances by name, oldest first.
@@ -163,7 +201,10 @@ func (s *Syncer) start(ctx context.Context, pod *corev1.Pod, c *corev1.Container
 		attempt = prev.Attempt + 1
 		s.backOff.Next(backOffKey(pod, c), prev.FinishedAt)
 	}
-	_, err := s.rt.StartContainer(ctx, pod, c, attempt)
+	st, err := s.rt.StartContainer(ctx, pod, c, attempt)
+	if st.ID != "" {
+		s.recordSpec(pod.UID, st.ID, c)
+	}
 	if err != nil && ctx.Err() == nil {
 		return fmt.Errorf("start container %s: %w", c.Name, err)
 	}
@@ -177,6 +218,49 @@ func (s *Syncer) SyncPod(ctx context.Context, _ podworkers.UpdateType, pod *core
 		s.startTime[pod.UID] = metav1.Now()
 	}
 	s.mu.Unlock()
+	if d, exceeded := s.activeDeadline(pod); exceeded {
+		// kubelet: activeDeadlineHandler.ShouldEvict fails the pod, which
+		// is then torn down as any pod in a terminal phase.
+		s.mu.Lock()
+		s.final[pod.UID] = &podworkers.KillOptions{Phase: corev1.PodFailed, Reason: ReasonDeadlineExceeded,
+			Message: "Pod was active on the node longer than the specified deadline"}
+		s.mu.Unlock()
+		st := s.status(pod, false, false)
+		s.mu.Lock()
+		applyKill(st, s.final[pod.UID])
+		s.mu.Unlock()
+		s.sink.Set(st)
+		return podworkers.SyncResult{Terminal: true}, nil
+	} else if d > 0 {
+		res, err := s.syncAndReport(ctx, pod)
+		if res.RequeueAfter == 0 || d < res.RequeueAfter {
+			res.RequeueAfter = d
+		}
+		return res, err
+	}
+	return s.syncAndReport(ctx, pod)
+}
+
+// ReasonDeadlineExceeded fails a pod past spec.activeDeadlineSeconds.
+const ReasonDeadlineExceeded = "DeadlineExceeded"
+
+// activeDeadline reports the time left before the pod's active deadline, or
+// that it has passed.
+func (s *Syncer) activeDeadline(pod *corev1.Pod) (time.Duration, bool) {
+	if pod.Spec.ActiveDeadlineSeconds == nil {
+		return 0, false
+	}
+	s.mu.Lock()
+	start := s.startTime[pod.UID]
+	s.mu.Unlock()
+	left := time.Until(start.Add(time.Duration(*pod.Spec.ActiveDeadlineSeconds) * time.Second))
+	if left <= 0 {
+		return 0, true
+	}
+	return left, false
+}
+
+func (s *Syncer) syncAndReport(ctx context.Context, pod *corev1.Pod) (podworkers.SyncResult, error) {
 	res, err := s.syncContainers(ctx, pod)
 	if ctx.Err() != nil {
 		return res, ctx.Err()
@@ -235,6 +319,26 @@ func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker
 			continue
 		}
 		if last.State == runtime.StateRunning || last.State == runtime.StateCreated {
+			if s.specChanged(pod.UID, last.ID, c) {
+				// kubelet: a container whose definition changed is killed
+				// and started again whatever the restart policy, with no
+				// back-off (the back-off key includes the definition).
+				allDone = false
+				s.log.Info("container definition changed, restarting", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)), zap.String("container", c.Name))...)
+				if err := s.rt.StopContainer(ctx, last.ID, graceOf(pod)); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				s.backOff.Reset(backOffKey(pod, c))
+				st, err := s.rt.StartContainer(ctx, pod, c, last.Attempt+1)
+				if st.ID != "" {
+					s.recordSpec(pod.UID, st.ID, c)
+				}
+				if err != nil {
+					errs = append(errs, err)
+				}
+				continue
+			}
 			if !s.takeLivenessFailure(last.ID) {
 				allDone = false
 				continue
@@ -283,6 +387,16 @@ func graceOf(pod *corev1.Pod) time.Duration {
 
 // SyncTerminatingPod stops every container of the pod within grace seconds.
 func (s *Syncer) SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, grace int64, kill *podworkers.KillOptions) error {
+	if kill != nil && kill.Phase != "" {
+		s.mu.Lock()
+		s.final[pod.UID] = kill
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	if kill == nil || kill.Phase == "" {
+		kill = s.final[pod.UID]
+	}
+	s.mu.Unlock()
 	st := s.status(pod, true, false)
 	applyKill(st, kill)
 	s.sink.Set(st)
@@ -327,6 +441,9 @@ func (s *Syncer) SyncTerminatedPod(ctx context.Context, pod *corev1.Pod) error {
 		}
 	}
 	st := s.status(pod, true, true)
+	s.mu.Lock()
+	applyKill(st, s.final[pod.UID])
+	s.mu.Unlock()
 	s.sink.Set(st)
 	return nil
 }

@@ -210,3 +210,50 @@ func TestLivenessFailureRestartsContainer(t *testing.T) {
 		t.Fatalf("last state %+v", c.LastTerminationState)
 	}
 }
+
+func TestChangedDefinitionRestartsContainer(t *testing.T) {
+	r := newRig(t)
+	p := pod("7", corev1.RestartPolicyNever, "app", "side")
+	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p})
+	eventually(t, "running", func() bool { return running(r.sk.get("7"), "app") && running(r.sk.get("7"), "side") })
+	side, _ := containerState(r.sk.get("7"), "side")
+	q := p.DeepCopy()
+	q.Spec.Containers[0].Image = "img:v2"
+	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateUpdate, Pod: q})
+	// restarted even under restartPolicy Never; the other container is untouched.
+	eventually(t, "app restarted with the new image", func() bool {
+		c, _ := containerState(r.sk.get("7"), "app")
+		return c.State.Running != nil && c.RestartCount == 1 && c.Image == "img:v2"
+	})
+	if c, _ := containerState(r.sk.get("7"), "side"); c.ContainerID != side.ContainerID {
+		t.Fatal("an unchanged container was restarted")
+	}
+}
+
+func TestKillFinalStatusKept(t *testing.T) {
+	r := newRig(t)
+	p := pod("8", corev1.RestartPolicyAlways, "app")
+	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p})
+	eventually(t, "running", func() bool { return running(r.sk.get("8"), "app") })
+	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateKill, Pod: p, Kill: &podworkers.KillOptions{Evict: true, Phase: corev1.PodFailed, Reason: "Evicted", Message: "The node was low on resource"}})
+	eventually(t, "terminated", func() bool { st := r.sk.get("8"); return st != nil && st.Terminated })
+	if st := r.sk.get("8"); st.Phase != corev1.PodFailed || st.Reason != "Evicted" {
+		t.Fatalf("final status %+v", st)
+	}
+}
+
+func TestActiveDeadlineFailsPod(t *testing.T) {
+	r := newRig(t)
+	p := pod("9", corev1.RestartPolicyAlways, "app")
+	one := int64(1)
+	p.Spec.ActiveDeadlineSeconds = &one
+	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p})
+	eventually(t, "running", func() bool { return running(r.sk.get("9"), "app") })
+	eventually(t, "failed past its deadline and torn down", func() bool {
+		st := r.sk.get("9")
+		return st.Terminated && st.Phase == corev1.PodFailed && st.Reason == ReasonDeadlineExceeded
+	})
+	if r.rt.Running() != 0 {
+		t.Fatal("containers still running")
+	}
+}
