@@ -173,6 +173,18 @@ func backOffKey(pod *corev1.Pod, c *corev1.Container) string {
 	return string(pod.UID) + "/" + c.Name
 }
 
+func isSidecar(c *corev1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+}
+
+// policyOf is the restart policy that applies to c.
+func policyOf(pod *corev1.Pod, c *corev1.Container) corev1.RestartPolicy {
+	if isSidecar(c) {
+		return corev1.RestartPolicyAlways
+	}
+	return pod.Spec.RestartPolicy
+}
+
 // shouldRestart applies the pod's restart policy to an exited container.
 func shouldRestart(policy corev1.RestartPolicy, exitCode int) bool {
 	switch policy {
@@ -285,6 +297,30 @@ func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
 		last := latest(byName[c.Name])
+		if isSidecar(c) {
+			// kubelet: a sidecar (restartPolicy Always on an init container)
+			// lets the next init container start once it runs, and is kept
+			// running, restarted with back-off, for the pod's whole life.
+			switch {
+			case last == nil:
+				if err := s.start(ctx, pod, c, nil); err != nil {
+					return res, err
+				}
+			case last.State == runtime.StateExited:
+				// a sidecar that ran once does not hold the others back
+				// while it waits out its back-off.
+				if wait, d := s.inBackOff(pod, c, last); wait {
+					requeue(d)
+				} else if err := s.start(ctx, pod, c, last); err != nil {
+					return res, err
+				}
+			case s.takeLivenessFailure(last.ID):
+				_ = s.rt.StopContainer(ctx, last.ID, graceOf(pod))
+				requeue(time.Millisecond)
+				return res, nil
+			}
+			continue
+		}
 		switch {
 		case last == nil:
 			return res, s.start(ctx, pod, c, nil)
@@ -466,7 +502,11 @@ func (s *Syncer) status(pod *corev1.Pod, terminating, terminated bool) *bus.PodR
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
 		cs := s.containerStatus(pod, c, byName[c.Name], ReasonPodInitializing)
-		if cs.State.Terminated == nil || cs.State.Terminated.ExitCode != 0 {
+		if isSidecar(c) {
+			if cs.State.Running == nil {
+				initDone = false
+			}
+		} else if cs.State.Terminated == nil || cs.State.Terminated.ExitCode != 0 {
 			initDone = false
 		}
 		if i == 0 && cs.State.Waiting != nil && cs.State.Waiting.Reason == ReasonPodInitializing {
@@ -518,7 +558,7 @@ func (s *Syncer) containerStatus(pod *corev1.Pod, c *corev1.Container, list []ru
 	case runtime.StateCreated:
 		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: ReasonContainerCreating}
 	default:
-		if shouldRestart(pod.Spec.RestartPolicy, last.ExitCode) && pod.DeletionTimestamp == nil {
+		if shouldRestart(policyOf(pod, c), last.ExitCode) && pod.DeletionTimestamp == nil {
 			if wait, _ := s.inBackOff(pod, c, last); wait {
 				// kubelet: the waiting container shows CrashLoopBackOff, the
 				// exit it waits after is the last state.

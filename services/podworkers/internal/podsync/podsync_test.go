@@ -257,3 +257,30 @@ func TestActiveDeadlineFailsPod(t *testing.T) {
 		t.Fatal("containers still running")
 	}
 }
+
+func TestSidecarInitContainer(t *testing.T) {
+	r := newRig(t, WithBackOff(20*time.Millisecond, 100*time.Millisecond))
+	always := corev1.ContainerRestartPolicyAlways
+	p := pod("10", corev1.RestartPolicyNever, "app")
+	p.Spec.InitContainers = []corev1.Container{{Name: "proxy", RestartPolicy: &always}, {Name: "setup"}}
+	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p})
+	// the sidecar runs, then the next init container starts beside it.
+	eventually(t, "setup running beside the sidecar", func() bool {
+		st := r.sk.get("10")
+		return running(st, "proxy") && running(st, "setup")
+	})
+	r.rt.Exit("10", "setup", 0)
+	eventually(t, "app running", func() bool { return running(r.sk.get("10"), "app") })
+	// a sidecar that exits is restarted even under restartPolicy Never.
+	r.rt.Exit("10", "proxy", 1)
+	eventually(t, "sidecar restarted", func() bool {
+		c, _ := containerState(r.sk.get("10"), "proxy")
+		return c.State.Running != nil && c.RestartCount == 1
+	})
+	// the pod is done when its app container is, whatever the sidecar does.
+	r.rt.Exit("10", "app", 0)
+	eventually(t, "terminated", func() bool { st := r.sk.get("10"); return st.Terminated })
+	if r.rt.Running() != 0 {
+		t.Fatal("sidecar still running after the pod finished")
+	}
+}
