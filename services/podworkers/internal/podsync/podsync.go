@@ -436,26 +436,41 @@ func (s *Syncer) SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, grace 
 	st := s.status(pod, true, false)
 	applyKill(st, kill)
 	s.sink.Set(st)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var errs []error
-	for _, c := range s.rt.PodContainers(pod.UID) {
-		if c.State == runtime.StateExited {
-			continue
+	sidecars := map[string]bool{}
+	for i := range pod.Spec.InitContainers {
+		if isSidecar(&pod.Spec.InitContainers[i]) {
+			sidecars[pod.Spec.InitContainers[i].Name] = true
 		}
-		wg.Add(1)
-		go func(id string) {
-			defer wg.Done()
-			if err := s.rt.StopContainer(ctx, id, time.Duration(grace)*time.Second); err != nil && !errors.Is(err, runtime.ErrNotFound) {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-		}(c.ID)
 	}
-	wg.Wait()
-	if ctx.Err() != nil {
-		return ctx.Err()
+	deadline := time.Now().Add(time.Duration(grace) * time.Second)
+	var errs []error
+	// kubelet: the app containers stop first, the sidecars after them,
+	// within the same grace period.
+	for _, sidecarPhase := range []bool{false, true} {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for _, c := range s.rt.PodContainers(pod.UID) {
+			if c.State == runtime.StateExited || sidecars[c.Name] != sidecarPhase {
+				continue
+			}
+			left := time.Until(deadline)
+			if left < time.Second {
+				left = time.Second
+			}
+			wg.Add(1)
+			go func(id string) {
+				defer wg.Done()
+				if err := s.rt.StopContainer(ctx, id, left); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}(c.ID)
+		}
+		wg.Wait()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 	}
 	st = s.status(pod, true, false)
 	applyKill(st, kill)
