@@ -498,6 +498,10 @@ func (c *Controller) Admitted() []*corev1.Pod {
 	return out
 }
 
+// HandoverGracePeriod bounds the grace of pods stopped because their
+// partition moves to another replica (they start again there at once).
+var HandoverGracePeriod int64 = 2
+
 // ReleasePartition hands a partition over: its pods are stopped here
 // without being reported (the next owner reports them), then forgotten.
 // It returns once they stopped or ctx ends.
@@ -515,10 +519,12 @@ func (c *Controller) ReleasePartition(ctx context.Context, partition int) error 
 	}
 	c.mu.Unlock()
 	var chans []chan struct{}
+	grace := HandoverGracePeriod
 	for _, p := range pods {
 		ch := make(chan struct{})
 		chans = append(chans, ch)
-		c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateKill, Pod: p, StartTime: time.Now(), Kill: &podworkers.KillOptions{CompletedCh: ch}})
+		c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateKill, Pod: p, StartTime: time.Now(),
+			Kill: &podworkers.KillOptions{CompletedCh: ch, GracePeriodOverride: &grace}})
 	}
 	for _, ch := range chans {
 		select {

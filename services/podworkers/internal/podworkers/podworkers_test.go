@@ -394,3 +394,64 @@ func TestKillUnknownAfterStopClosesChannel(t *testing.T) {
 	w.UpdatePod(UpdateOptions{Type: UpdateKill, Pod: newPod("u", "a"), Kill: &KillOptions{CompletedCh: done}})
 	<-done
 }
+
+// Many pods updated concurrently: every pod's worker ends up having synced
+// its newest version (kubelet: TestUpdatePodParallel).
+func TestUpdatePodParallel(t *testing.T) {
+	f := newFake()
+	w := start(t, f)
+	const pods, updates = 50, 20
+	var wg sync.WaitGroup
+	for i := 0; i < pods; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			for j := 0; j < updates; j++ {
+				p := newPod(fmt.Sprintf("u%d", i), "a")
+				p.ResourceVersion = fmt.Sprint(j)
+				w.UpdatePod(UpdateOptions{Type: UpdateUpdate, Pod: p})
+			}
+		}(i)
+	}
+	wg.Wait()
+	for i := 0; i < pods; i++ {
+		uid := types.UID(fmt.Sprintf("u%d", i))
+		eventually(t, "newest version synced", func() bool {
+			cs := f.callsOf(uid)
+			return len(cs) > 0 && cs[len(cs)-1].pod.ResourceVersion == fmt.Sprint(updates-1)
+		})
+		if n := len(f.callsOf(uid)); n > updates {
+			t.Fatalf("pod %s synced %d times for %d updates", uid, n, updates)
+		}
+	}
+}
+
+// SyncKnownPods forgets only finished workers, and only those no longer
+// desired (kubelet: TestSyncKnownPods, removeTerminatedWorker).
+func TestSyncKnownPodsForgetsOnlyFinishedOrphans(t *testing.T) {
+	f := newFake()
+	release := make(chan struct{})
+	f.block["running"] = release
+	w := start(t, f)
+	running, doneWanted, doneOrphan := newPod("running", "a"), newPod("done-wanted", "b"), newPod("done-orphan", "c")
+	w.UpdatePod(UpdateOptions{Type: UpdateCreate, Pod: running})
+	w.UpdatePod(UpdateOptions{Type: UpdateKill, Pod: doneWanted})
+	w.UpdatePod(UpdateOptions{Type: UpdateKill, Pod: doneOrphan})
+	eventually(t, "two finished", func() bool {
+		return w.IsPodKnownTerminated("done-wanted") && w.IsPodKnownTerminated("done-orphan") &&
+			len(f.callsOf("done-wanted")) == 2 && len(f.callsOf("done-orphan")) == 2
+	})
+	eventually(t, "both finished", func() bool {
+		states := w.SyncKnownPods([]*corev1.Pod{doneWanted})
+		_, orphanKept := states["done-orphan"]
+		return !orphanKept
+	})
+	states := w.SyncKnownPods([]*corev1.Pod{doneWanted})
+	if states["running"] != SyncPodWork {
+		t.Fatalf("a running worker not desired any more must stay until killed: %v", states)
+	}
+	if states["done-wanted"] != TerminatedPodWork {
+		t.Fatalf("a finished but desired worker must stay: %v", states)
+	}
+	close(release)
+}
