@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -125,6 +126,37 @@ func result(pod *corev1.Pod, containerID string, probe bus.ProbeType, outcome bu
 	}
 }
 
+// checkFailure asserts what a Failure that a probe run decided must hold:
+// the checks of checkResult, and a message (docs/bus.md: message carries
+// the failure's text). The initial readiness Failure of a new container is
+// not a run's, so it is not checked with this.
+func (h *harness) checkFailure(t *testing.T, pod *corev1.Pod, r received) {
+	t.Helper()
+	if p := h.checkResult(t, pod, r); p.Message == "" {
+		t.Errorf("a Failure result carries no message (docs/bus.md: message carries the failure's text)")
+	}
+}
+
+// failedRuns checks a probe that fails on every run: once the target has
+// been asked `runs` times, the pod's readiness is Failure and was never
+// Success.
+func (h *harness) failedRuns(t *testing.T, probes *watcher, pod *corev1.Pod, id string, from int, asked func() int) {
+	t.Helper()
+	const runs = 3
+	deadline := time.Now().Add(h.tg.Timeout)
+	for asked() < runs {
+		if time.Now().After(deadline) {
+			t.Fatalf("the probe ran %d times within %v, want %d (period 1 s)", asked(), h.tg.Timeout, runs)
+		}
+		<-time.After(50 * time.Millisecond) // polling the kit's own counter
+	}
+	_, r := probes.waitFor(t, from, "a readiness Failure", result(pod, id, bus.ProbeReadiness, bus.ProbeFailure))
+	h.checkResult(t, pod, r)
+	if i, _ := probes.find(from, result(pod, "", bus.ProbeReadiness, bus.ProbeSuccess)); i >= 0 {
+		t.Fatalf("readiness Success for a probe that fails on every run")
+	}
+}
+
 // checkResult asserts what every ProbeResult of the pod must hold.
 func (h *harness) checkResult(t *testing.T, pod *corev1.Pod, r received) *bus.ProbeResult {
 	t.Helper()
@@ -141,9 +173,6 @@ func (h *harness) checkResult(t *testing.T, pod *corev1.Pod, r received) *bus.Pr
 	if p.Namespace != pod.Namespace || p.Name != pod.Name {
 		t.Errorf("ProbeResult names %s/%s, want %s/%s", p.Namespace, p.Name, pod.Namespace, pod.Name)
 	}
-	if p.Result == bus.ProbeFailure && p.Message == "" {
-		t.Errorf("a Failure result carries no message (docs/bus.md: message carries the failure's text)")
-	}
 	return p
 }
 
@@ -157,7 +186,7 @@ func (h *harness) proberReadinessFollowsPort(t *testing.T, probes *watcher) {
 	h.checkResult(t, pod, r)
 	l.close()
 	i, r = probes.waitFor(t, i+1, "readiness Failure after the port closed", result(pod, id, bus.ProbeReadiness, bus.ProbeFailure))
-	h.checkResult(t, pod, r)
+	h.checkFailure(t, pod, r)
 	l.reopen(t)
 	_, r = probes.waitFor(t, i+1, "readiness Success after the port reopened", result(pod, id, bus.ProbeReadiness, bus.ProbeSuccess))
 	h.checkResult(t, pod, r)
@@ -185,7 +214,7 @@ func (h *harness) proberLiveness(t *testing.T, probes *watcher) {
 	probes.never(t, from, quiet, "liveness Failure while the port listens", result(pod, id, bus.ProbeLiveness, bus.ProbeFailure))
 	l.close()
 	_, r := probes.waitFor(t, from, "liveness Failure after the port closed", result(pod, id, bus.ProbeLiveness, bus.ProbeFailure))
-	h.checkResult(t, pod, r)
+	h.checkFailure(t, pod, r)
 }
 
 func (h *harness) proberStartup(t *testing.T, probes *watcher) {
@@ -268,7 +297,9 @@ func (h *harness) proberMalformed(t *testing.T, probes *watcher) {
 }
 
 func (h *harness) proberHTTP(t *testing.T, probes *watcher, code int, want bus.ProbeOutcome) {
+	var served atomic.Int32
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Add(1)
 		if r.URL.Path != "/healthz" {
 			http.NotFound(w, r)
 			return
@@ -286,13 +317,17 @@ func (h *harness) proberHTTP(t *testing.T, probes *watcher, code int, want bus.P
 	u, _ := url.Parse(srv.URL)
 	port, _ := strconv.Atoi(u.Port())
 	pod := h.newPod("http", corev1.Container{Name: "app", Image: "busybox", ReadinessProbe: &corev1.Probe{
-		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(int32(port))}},
+		ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(int32(port))}},
 		PeriodSeconds: 1, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: 1,
 	}})
 	from := probes.count()
 	st := h.startPod(t, pod)
-	_, r := probes.waitFor(t, from, fmt.Sprintf("readiness %s for HTTP %d", want, code),
-		result(pod, st.ContainerStatuses[0].ContainerID, bus.ProbeReadiness, want))
+	id := st.ContainerStatuses[0].ContainerID
+	if want == bus.ProbeFailure {
+		h.failedRuns(t, probes, pod, id, from, func() int { return int(served.Load()) })
+		return
+	}
+	_, r := probes.waitFor(t, from, fmt.Sprintf("readiness %s for HTTP %d", want, code), result(pod, id, bus.ProbeReadiness, want))
 	h.checkResult(t, pod, r)
 }
 
@@ -302,6 +337,7 @@ func (h *harness) proberExec(t *testing.T, probes *watcher, exit int, want bus.P
 		PeriodSeconds: 1, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: 1,
 	}})
 	asked := make(chan *bus.ExecRequest, 16)
+	var answered atomic.Int32
 	sub, err := h.nc.Subscribe(h.subjects.Exec(h.partition(string(pod.UID))), func(m *nats.Msg) {
 		e, err := bus.Decode(m.Data)
 		if err != nil {
@@ -316,6 +352,7 @@ func (h *harness) proberExec(t *testing.T, probes *watcher, exit int, want bus.P
 		default:
 		}
 		_ = h.workers.Send(m.Reply, bus.KindExecResult, &bus.ExecResult{ExitCode: exit, Stdout: []byte("checked\n")})
+		answered.Add(1)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -323,9 +360,13 @@ func (h *harness) proberExec(t *testing.T, probes *watcher, exit int, want bus.P
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	from := probes.count()
 	st := h.startPod(t, pod)
-	_, r := probes.waitFor(t, from, fmt.Sprintf("readiness %s for exit code %d", want, exit),
-		result(pod, st.ContainerStatuses[0].ContainerID, bus.ProbeReadiness, want))
-	h.checkResult(t, pod, r)
+	id := st.ContainerStatuses[0].ContainerID
+	if want == bus.ProbeFailure {
+		h.failedRuns(t, probes, pod, id, from, func() int { return int(answered.Load()) })
+	} else {
+		_, r := probes.waitFor(t, from, fmt.Sprintf("readiness %s for exit code %d", want, exit), result(pod, id, bus.ProbeReadiness, want))
+		h.checkResult(t, pod, r)
+	}
 	select {
 	case req := <-asked:
 		if req.Container != "app" || len(req.Command) != 2 || req.Command[0] != "check" {

@@ -1,0 +1,29 @@
+package selftest_test
+
+import (
+	"testing"
+
+	"github.com/splitlet/splitlet/examples/internal/stagerun"
+	"github.com/splitlet/splitlet/libs/conformance"
+	"github.com/splitlet/splitlet/libs/testenv"
+	"github.com/splitlet/splitlet/services/prober"
+)
+
+// TestSplitletStages: each of Splitlet's stages passes its conformance
+// suite. One API server for all; each stage has its own NATS server and
+// node name.
+func TestSplitletStages(t *testing.T) {
+	cp := testenv.ControlPlaneForTest(t)
+	stage := func(t *testing.T, node string) conformance.Target {
+		nats := testenv.NATSForTest(t)
+		return conformance.Target{NATSURL: nats.URL, Node: node, Partitions: 4, Config: cp.Config}
+	}
+	common := func(tg conformance.Target) []string {
+		return []string{"--nats-url=" + tg.NATSURL, "--node-name=" + tg.Node, "--partitions=4", "--kubeconfig=" + cp.Kubeconfig}
+	}
+	t.Run("prober", func(t *testing.T) {
+		tg := stage(t, "selftest-prober")
+		stagerun.Start(t, "prober", common(tg), prober.Service())
+		conformance.Prober(t, tg)
+	})
+}
