@@ -6,6 +6,7 @@ import (
 	"github.com/splitlet/splitlet/examples/internal/stagerun"
 	"github.com/splitlet/splitlet/libs/conformance"
 	"github.com/splitlet/splitlet/libs/testenv"
+	"github.com/splitlet/splitlet/services/podworkers"
 	"github.com/splitlet/splitlet/services/prober"
 )
 
@@ -25,5 +26,10 @@ func TestSplitletStages(t *testing.T) {
 		tg := stage(t, "selftest-prober")
 		stagerun.Start(t, "prober", common(tg), prober.Service())
 		conformance.Prober(t, tg)
+	})
+	t.Run("podworkers", func(t *testing.T) {
+		tg := stage(t, "selftest-podworkers")
+		stagerun.Start(t, "podworkers", common(tg), podworkers.Service())
+		conformance.PodWorkers(t, tg)
 	})
 }

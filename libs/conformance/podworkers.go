@@ -1,0 +1,231 @@
+package conformance
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/splitlet/splitlet/libs/bus"
+)
+
+// PodWorkers checks a pod workers stage (one or more replicas). What it must
+// do (docs/bus.md, agreement 3): consume podupdates.<p> and probes.<p> of the
+// partitions it owns, run the pods, publish PodRuntimeStatus on podstatus.<p>
+// on every change, AgentReadiness on state.agent, and answer
+// runtime.exec/logs/stats.<p>. The pods the kit sends have one container,
+// image busybox, command `sleep 3600`, so any runtime can run them.
+//
+// Cases:
+//   - agent-readiness: the last AgentReadiness on state.agent is ready,
+//     with the target's partition count.
+//   - add-runs-pod: ADD → a status with the container running, a
+//     container ID (`<runtime>://<id>`), a start time, on the pod's partition.
+//   - remove-terminates: REMOVE → terminated: true, no container running.
+//   - delete-terminates: DELETE (deletionTimestamp, grace 1 s) → terminated.
+//   - rejected-at-admission: a pod asking for more CPU than any node has →
+//     phase Failed, reason OutOfcpu, terminated: true.
+//   - liveness-failure-restarts: a liveness Failure on probes.<p> for the
+//     running container → the container runs again with a new ID or a
+//     higher restart count.
+//   - exec-answered, stats-answered, logs-answered: the request/reply
+//     subjects of the pod's partition answer.
+func PodWorkers(t *testing.T, tg Target, opts ...Option) {
+	h := newHarness(t, tg, opts)
+	status := h.watch(t, h.subjects.PodStatusAll())
+	// The kit is podconfig: its one source, api, is seen in full.
+	h.publish(t, h.config, h.subjects.SourcesReady(), bus.KindSourcesReady, "",
+		&bus.SourcesReady{Sources: []string{SourceAPI}, Ready: []string{SourceAPI}, AllReady: true})
+	h.run(t, "agent-readiness", false, h.workersReadiness)
+	t.Run("concurrent", func(t *testing.T) {
+		h.run(t, "add-runs-pod", true, func(t *testing.T) { h.runPod(t, status, "add") })
+		h.run(t, "remove-terminates", true, func(t *testing.T) {
+			pod, _ := h.runPod(t, status, "remove")
+			from := status.count()
+			h.sendPods(t, bus.OpRemove, pod)
+			h.waitTerminated(t, status, pod, from)
+		})
+		h.run(t, "delete-terminates", true, func(t *testing.T) {
+			pod, _ := h.runPod(t, status, "delete")
+			from := status.count()
+			pod = pod.DeepCopy()
+			pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = &metav1.Time{Time: time.Now()}, ptr(int64(1))
+			h.sendPods(t, bus.OpDelete, pod)
+			h.waitTerminated(t, status, pod, from)
+		})
+		h.run(t, "rejected-at-admission", true, func(t *testing.T) {
+			pod := h.newPod("too-big", sleeper())
+			pod.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100000")}
+			from := status.count()
+			h.sendPods(t, bus.OpAdd, pod)
+			_, r := status.waitFor(t, from, "phase Failed, reason OutOfcpu, terminated", podStatus(pod, func(st *bus.PodRuntimeStatus) bool {
+				return st.Phase == corev1.PodFailed && st.Terminated
+			}))
+			st, _ := bus.DecodePodRuntimeStatus(r.env)
+			if st.Reason != "OutOfcpu" {
+				t.Errorf("rejection reason %q, want OutOfcpu (kubelet: Out<resource>)", st.Reason)
+			}
+			if st.Message == "" {
+				t.Errorf("a rejection without a message")
+			}
+		})
+		h.run(t, "liveness-failure-restarts", true, func(t *testing.T) {
+			pod, first := h.runPod(t, status, "liveness")
+			c := first.ContainerStatuses[0]
+			from := status.count()
+			h.publish(t, h.prober, h.subjects.ProbeResults(h.partition(string(pod.UID))), bus.KindProbeResult, "", &bus.ProbeResult{
+				PodUID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, Container: c.Name, ContainerID: c.ContainerID,
+				Probe: bus.ProbeLiveness, Result: bus.ProbeFailure, Message: "conformance: liveness failed",
+			})
+			status.waitFor(t, from, "the container running again after a liveness Failure", podStatus(pod, func(st *bus.PodRuntimeStatus) bool {
+				for _, cs := range st.ContainerStatuses {
+					if cs.Name == c.Name && cs.State.Running != nil && (cs.ContainerID != c.ContainerID || cs.RestartCount > c.RestartCount) {
+						return true
+					}
+				}
+				return false
+			}))
+		})
+		h.run(t, "exec-answered", true, func(t *testing.T) {
+			pod, _ := h.runPod(t, status, "exec")
+			ctx, cancel := context.WithTimeout(context.Background(), h.tg.Timeout)
+			defer cancel()
+			e, err := h.prober.Request(ctx, h.subjects.Exec(h.partition(string(pod.UID))), bus.KindExecRequest, &bus.ExecRequest{
+				ContainerRef: bus.ContainerRef{PodUID: pod.UID, Namespace: pod.Namespace, Pod: pod.Name, Container: "app"},
+				Command:      []string{"echo", "conformance"}, TimeoutSeconds: 5,
+			})
+			if err != nil {
+				t.Fatalf("no answer on runtime.exec: %v", err)
+			}
+			if _, err := bus.DecodeExecResult(e); err != nil {
+				t.Fatalf("the answer is not an ExecResult: %v", err)
+			}
+		})
+		h.run(t, "stats-answered", true, func(t *testing.T) {
+			pod, _ := h.runPod(t, status, "stats")
+			ctx, cancel := context.WithTimeout(context.Background(), h.tg.Timeout)
+			defer cancel()
+			e, err := h.prober.Request(ctx, h.subjects.Stats(h.partition(string(pod.UID))), bus.KindStatsRequest, &bus.StatsRequest{})
+			if err != nil {
+				t.Fatalf("no answer on runtime.stats: %v", err)
+			}
+			res, err := bus.DecodeStatsResult(e)
+			if err != nil {
+				t.Fatalf("the answer is not a StatsResult: %v", err)
+			}
+			for _, p := range res.Pods {
+				if p.UID == pod.UID {
+					return
+				}
+			}
+			t.Errorf("StatsResult of partition %d does not list the running pod %s (error %q)", h.partition(string(pod.UID)), pod.UID, res.Error)
+		})
+		h.run(t, "logs-answered", true, func(t *testing.T) {
+			pod, _ := h.runPod(t, status, "logs")
+			ctx, cancel := context.WithTimeout(context.Background(), h.tg.Timeout)
+			defer cancel()
+			err := h.prober.RequestLogs(ctx, h.subjects.Logs(h.partition(string(pod.UID))), &bus.LogsRequest{
+				ContainerRef: bus.ContainerRef{PodUID: pod.UID, Namespace: pod.Namespace, Pod: pod.Name, Container: "app"},
+			}, io.Discard)
+			if err != nil {
+				t.Fatalf("logs request: %v", err)
+			}
+		})
+	})
+}
+
+func sleeper() corev1.Container {
+	return corev1.Container{Name: "app", Image: "busybox", Command: []string{"sleep", "3600"}}
+}
+
+// podStatus matches a PodRuntimeStatus of the pod for which ok holds.
+func podStatus(pod *corev1.Pod, ok func(*bus.PodRuntimeStatus) bool) func(received) bool {
+	return func(r received) bool {
+		if r.env.Kind != bus.KindPodRuntimeStatus {
+			return false
+		}
+		st, err := bus.DecodePodRuntimeStatus(r.env)
+		return err == nil && st.UID == pod.UID && ok(st)
+	}
+}
+
+func (h *harness) workersReadiness(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), h.tg.Timeout)
+	defer cancel()
+	stream, err := h.js.Stream(ctx, bus.StreamName(h.tg.Node, bus.StreamState))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last string
+	for {
+		msg, err := stream.GetLastMsgForSubject(ctx, h.subjects.AgentReady())
+		if err == nil {
+			e, err := bus.Decode(msg.Data)
+			if err != nil {
+				t.Fatalf("AgentReadiness does not decode: %v", err)
+			}
+			a, err := bus.DecodeAgentReadiness(e)
+			if err != nil {
+				t.Fatalf("AgentReadiness does not decode: %v", err)
+			}
+			if a.Ready && a.Partitions == h.tg.Partitions {
+				if len(a.Replicas) == 0 || e.Node != h.tg.Node {
+					t.Errorf("AgentReadiness lists no replicas or names node %q: %s", e.Node, e.Payload)
+				}
+				return
+			}
+			last = string(e.Payload)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no ready AgentReadiness with %d partitions on %s within %v (last: %s)", h.tg.Partitions, h.subjects.AgentReady(), h.tg.Timeout, last)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// runPod sends a pod (ADD) and waits for its running status, which it checks.
+func (h *harness) runPod(t *testing.T, status *watcher, name string) (*corev1.Pod, *bus.PodRuntimeStatus) {
+	t.Helper()
+	pod := h.newPod(name, sleeper())
+	from := status.count()
+	h.sendPods(t, bus.OpAdd, pod)
+	_, r := status.waitFor(t, from, "the pod's container running", podStatus(pod, func(st *bus.PodRuntimeStatus) bool {
+		return len(st.ContainerStatuses) == 1 && st.ContainerStatuses[0].State.Running != nil
+	}))
+	st, _ := bus.DecodePodRuntimeStatus(r.env)
+	if want := h.subjects.PodStatus(h.partition(string(pod.UID))); r.subject != want {
+		t.Errorf("PodRuntimeStatus on %s, want %s", r.subject, want)
+	}
+	if r.env.Node != h.tg.Node || !strings.HasPrefix(r.env.Source, "podworkers-") {
+		t.Errorf("envelope node %q source %q, want node %q and a source podworkers-<replica>", r.env.Node, r.env.Source, h.tg.Node)
+	}
+	c := st.ContainerStatuses[0]
+	if st.Namespace != pod.Namespace || st.Name != pod.Name {
+		t.Errorf("status names %s/%s, want %s/%s", st.Namespace, st.Name, pod.Namespace, pod.Name)
+	}
+	if c.Name != "app" || !strings.Contains(c.ContainerID, "://") {
+		t.Errorf("container %q with ID %q, want app with an ID <runtime>://<id>", c.Name, c.ContainerID)
+	}
+	if st.StartTime == nil || st.Terminated {
+		t.Errorf("a running pod with start time %v, terminated %v", st.StartTime, st.Terminated)
+	}
+	return pod, st
+}
+
+// waitTerminated waits for terminated: true with no container running.
+func (h *harness) waitTerminated(t *testing.T, status *watcher, pod *corev1.Pod, from int) {
+	t.Helper()
+	_, r := status.waitFor(t, from, "terminated: true", podStatus(pod, func(st *bus.PodRuntimeStatus) bool { return st.Terminated }))
+	st, _ := bus.DecodePodRuntimeStatus(r.env)
+	for _, c := range st.ContainerStatuses {
+		if c.State.Running != nil {
+			t.Errorf("terminated: true while container %s runs", c.Name)
+		}
+	}
+}
