@@ -1,0 +1,32 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestComposeStack: the split stack (compose.yaml) with three podworkers
+// replicas passes the whole scenario of checkPodsOnStack.
+func TestComposeStack(t *testing.T) {
+	s := upStack(t, map[string]string{"SPLITLET_PODWORKERS": "3"}, "compose.yaml")
+	checkPodsOnStack(t, s, 3)
+}
+
+// TestComposeStackTCPProber: the same stack with the prober replaced by
+// examples/tcpprober (compose.tcpprober.yaml) passes the same scenario.
+func TestComposeStackTCPProber(t *testing.T) {
+	override := filepath.Join(composeDir(t), "compose.tcpprober.yaml")
+	if _, err := os.Stat(override); err != nil {
+		t.Skipf("%s not there yet", override)
+	}
+	s := upStack(t, map[string]string{"SPLITLET_PODWORKERS": "3"}, "compose.yaml", "compose.tcpprober.yaml")
+	checkPodsOnStack(t, s, 3)
+}
+
+// TestComposeAllInOne: compose.allinone.yaml (one splitlet process with
+// every stage, embedded NATS) runs pods with probes, logs and deletion.
+func TestComposeAllInOne(t *testing.T) {
+	s := upStack(t, nil, "compose.yaml", "compose.allinone.yaml")
+	checkPodsOnStack(t, s, 1)
+}

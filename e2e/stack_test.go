@@ -1,0 +1,167 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	tccompose "github.com/testcontainers/testcontainers-go/modules/compose"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Fixed addresses of the stack (deploy/compose/compose.yaml).
+const (
+	nodeName   = "splitlet-node"
+	natsURL    = "nats://splitlet:splitlet@127.0.0.1:14222"
+	partitions = 16
+)
+
+// images the stacks run; `make images` builds them.
+var images = []string{"controlplane", "nats", "nodehb", "podconfig", "podworkers", "prober", "statussync", "splitlet"}
+
+func TestMain(m *testing.M) {
+	if os.Getenv("SPLITLET_E2E") == "skip" {
+		fmt.Println("e2e: skipped (SPLITLET_E2E=skip)")
+		os.Exit(0)
+	}
+	// No reaper container: it would have to be pulled. Every test takes
+	// its stack down itself.
+	os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
+	if out, err := exec.Command("docker", "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: no Docker engine answers (%v: %s); start dockerd, or set SPLITLET_E2E=skip\n", err, bytes.TrimSpace(out))
+		os.Exit(1)
+	}
+	for _, img := range images {
+		if err := exec.Command("docker", "image", "inspect", "splitlet/"+img+":dev").Run(); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: image splitlet/%s:dev missing; run `make images`\n", img)
+			os.Exit(1)
+		}
+	}
+	os.Exit(m.Run())
+}
+
+// composeDir is deploy/compose of this checkout.
+func composeDir(t *testing.T) string {
+	_, file, _, _ := runtime.Caller(0)
+	dir := filepath.Join(filepath.Dir(file), "..", "deploy", "compose")
+	if _, err := os.Stat(filepath.Join(dir, "compose.yaml")); err != nil {
+		t.Fatalf("compose file: %v", err)
+	}
+	return dir
+}
+
+// stack is one running compose project.
+type stack struct {
+	project    string
+	kubeconfig string
+	cs         kubernetes.Interface
+}
+
+// upStack brings the stack of the given files (relative to deploy/compose)
+// up and waits until every service is healthy; it takes it down, volumes
+// and all, when the test ends (printing the containers' logs first when the
+// test failed).
+func upStack(t *testing.T, env map[string]string, files ...string) *stack {
+	t.Helper()
+	dir := composeDir(t)
+	paths := make([]string, len(files))
+	for i, f := range files {
+		paths[i] = filepath.Join(dir, f)
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	s := &stack{project: "splitlet-e2e-" + hex.EncodeToString(b)}
+	state := t.TempDir()
+	s.kubeconfig = filepath.Join(state, "kubeconfig")
+	all := map[string]string{"SPLITLET_STATE_DIR": state}
+	for k, v := range env {
+		all[k] = v
+	}
+	dc, err := tccompose.NewDockerComposeWith(tccompose.WithStackFiles(paths...), tccompose.StackIdentifier(s.project))
+	if err != nil {
+		t.Fatalf("compose: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			s.dumpLogs(t)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := dc.Down(ctx, tccompose.RemoveOrphans(true), tccompose.RemoveVolumes(true)); err != nil {
+			t.Errorf("compose down: %v", err)
+		}
+		_ = dc.Close()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	start := time.Now()
+	if err := dc.WithEnv(all).Up(ctx, tccompose.Wait(true)); err != nil {
+		t.Fatalf("compose up: %v", err)
+	}
+	t.Logf("stack %s up and healthy in %v", s.project, time.Since(start).Round(time.Second))
+	cfg, err := clientcmd.BuildConfigFromFlags("", s.kubeconfig)
+	if err != nil {
+		t.Fatalf("kubeconfig written by the stack: %v", err)
+	}
+	s.cs = kubernetes.NewForConfigOrDie(cfg)
+	return s
+}
+
+// containers lists the IDs of a service's containers (running or not).
+func (s *stack) containers(t *testing.T, service string) []string {
+	t.Helper()
+	out, err := exec.Command("docker", "ps", "-a", "-q", "--no-trunc",
+		"--filter", "label=com.docker.compose.project="+s.project,
+		"--filter", "label=com.docker.compose.service="+service).Output()
+	if err != nil {
+		t.Fatalf("docker ps: %v", err)
+	}
+	return strings.Fields(string(out))
+}
+
+func (s *stack) dumpLogs(t *testing.T) {
+	out, err := exec.Command("docker", "ps", "-a", "--format", "{{.ID}} {{.Label \"com.docker.compose.service\"}} {{.Status}}",
+		"--filter", "label=com.docker.compose.project="+s.project).Output()
+	if err != nil {
+		t.Logf("docker ps: %v", err)
+		return
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		logs, _ := exec.Command("docker", "logs", "--tail", "60", f[0]).CombinedOutput()
+		t.Logf("=== %s ===\n%s", line, logs)
+	}
+}
+
+// replicaID reads the replica id a podworkers container logged at start
+// ("pod workers running", field replica).
+func replicaID(container string) (string, error) {
+	out, err := exec.Command("docker", "logs", container).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("docker logs %s: %v", container, err)
+	}
+	for _, line := range bytes.Split(out, []byte("\n")) {
+		var entry struct {
+			Msg     string `json:"msg"`
+			Replica string `json:"replica"`
+		}
+		if json.Unmarshal(line, &entry) == nil && entry.Msg == "pod workers running" && entry.Replica != "" {
+			return entry.Replica, nil
+		}
+	}
+	return "", fmt.Errorf("container %s has not logged its replica id yet", container)
+}
