@@ -325,8 +325,19 @@ func TestBadInputAndTCP(t *testing.T) {
 	}()
 	tcpOK := newPod("tcp-ok", &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
 		TCPSocket: &corev1.TCPSocketAction{Port: intOrStr(l.Addr().(*net.TCPAddr).Port), Host: "127.0.0.1"}}}, nil, nil)
-	e.publishPods(bus.OpAdd, badName, noHost, tcpOK)
-	for _, p := range []*corev1.Pod{badName, noHost, tcpOK} {
+	hanging := make(chan struct{})
+	slowSrv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-hanging:
+		case <-r.Context().Done():
+		}
+	})
+	t.Cleanup(func() { close(hanging) })
+	slowProbe := httpProbe(portOf(slowSrv.URL), "/slow")
+	slowProbe.FailureThreshold = 1
+	slow := newPod("slow", nil, slowProbe, nil)
+	e.publishPods(bus.OpAdd, badName, noHost, tcpOK, slow)
+	for _, p := range []*corev1.Pod{badName, noHost, tcpOK, slow} {
 		e.publishStatus(running(p, "sim://"+p.Name, time.Now()))
 	}
 	r := e.waitResult(badName.UID, bus.ProbeLiveness, bus.ProbeFailure, "", 5*time.Second)
@@ -338,6 +349,10 @@ func TestBadInputAndTCP(t *testing.T) {
 		t.Errorf("unreachable message %q", r.Message)
 	}
 	e.waitResult(tcpOK.UID, bus.ProbeReadiness, bus.ProbeSuccess, "", 5*time.Second)
+	r = e.waitResult(slow.UID, bus.ProbeLiveness, bus.ProbeFailure, "", 10*time.Second)
+	if !strings.Contains(r.Message, "Client.Timeout exceeded") {
+		t.Errorf("hanging handler message %q", r.Message)
+	}
 }
 
 // Deletion: liveness and startup report Success and stop; REMOVE ends the

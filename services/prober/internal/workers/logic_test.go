@@ -3,6 +3,7 @@ package workers
 import (
 	"reflect"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -46,5 +47,30 @@ func TestWillRestart(t *testing.T) {
 		if got := willRestart(&corev1.Container{RestartPolicy: tc.c}, pod, tc.exit); got != tc.want {
 			t.Errorf("pod %s container %v exit %d: %v, want %v", tc.pod, tc.c, tc.exit, got, tc.want)
 		}
+	}
+}
+
+// The first run of a worker waits a random part of a period only while the
+// prober is younger than one period (kubelet rule).
+func TestInitialDelaySpread(t *testing.T) {
+	m, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	period := 10 * time.Second
+	distinct := map[time.Duration]bool{}
+	for range 20 {
+		d := m.initialDelay(period)
+		if d < 0 || d >= period {
+			t.Fatalf("delay %v outside [0, %v)", d, period)
+		}
+		distinct[d] = true
+	}
+	if len(distinct) < 2 {
+		t.Errorf("delays not random: %v", distinct)
+	}
+	m.start = time.Now().Add(-time.Minute)
+	if d := m.initialDelay(period); d != 0 {
+		t.Errorf("delay %v for a prober running for a minute, want 0", d)
 	}
 }
