@@ -8,6 +8,7 @@ import (
 	"github.com/splitlet/splitlet/libs/testenv"
 	"github.com/splitlet/splitlet/services/podworkers"
 	"github.com/splitlet/splitlet/services/prober"
+	"github.com/splitlet/splitlet/services/statussync"
 )
 
 // TestSplitletStages: each of Splitlet's stages passes its conformance
@@ -31,5 +32,10 @@ func TestSplitletStages(t *testing.T) {
 		tg := stage(t, "selftest-podworkers")
 		stagerun.Start(t, "podworkers", common(tg), podworkers.Service())
 		conformance.PodWorkers(t, tg)
+	})
+	t.Run("statussync", func(t *testing.T) {
+		tg := stage(t, "selftest-statussync")
+		stagerun.Start(t, "statussync", common(tg), statussync.Service())
+		conformance.StatusSync(t, tg)
 	})
 }
