@@ -6,15 +6,18 @@ BIN := $(CURDIR)/bin
 export SPLITLET_BIN_DIR := $(BIN)
 
 # Workspace modules (go.work); `make test` runs the tests of every one.
-MODULES := libs services/nodehb services/podconfig services/podworkers services/prober services/statussync cmd/splitlet tools bench
+MODULES := libs services/nodehb services/podconfig services/podworkers services/prober services/statussync cmd/splitlet tools bench e2e
 PKGS := $(foreach m,$(MODULES),./$(m)/...)
+# The end-to-end tests (e2e/, the compose stack on a real Docker engine) run
+# after the others, on their own: they use fixed ports and much of the machine.
+E2E_PKGS := ./e2e/...
 SERVICES := nodehb podconfig podworkers prober statussync
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.1.0-dev)
 LDFLAGS := -s -w -X github.com/splitlet/splitlet/libs/app.Version=$(VERSION)
 FUZZTIME ?= 10s
 TESTFLAGS ?=
 
-.PHONY: help build test run bench bench-go bench-tools nats-server images testenv vet fuzz clean
+.PHONY: help build test e2e run bench bench-go bench-tools nats-server images testenv vet fuzz clean
 
 # Peers and parts of the benchmark, installed with `go install` into bin/.
 NATS_SERVER_VERSION := v2.15.2
@@ -26,7 +29,8 @@ help:
 	@echo "make test     every module's tests (builds the test control plane first if missing)"
 	@echo "make run      local control plane + splitlet (all services) + a demo pod; Ctrl-C stops all"
 	@echo "make bench    benchmarks"
-	@echo "make images   FROM scratch images of the binaries (needs a Docker engine)"
+	@echo "make images   FROM scratch images of the binaries (needs a Docker engine and busybox-static)"
+	@echo "make e2e      the images, then the end-to-end tests on the compose stack (deploy/compose)"
 	@echo "make testenv  build etcd and kube-apiserver into bin/ (skipped when the pinned versions are there)"
 	@echo "make vet      go vet and gofmt"
 
@@ -42,8 +46,13 @@ testenv:
 	@hack/testenv/build.sh $(BIN)
 
 test: testenv
-	$(GO) test -count=1 $(TESTFLAGS) $(PKGS)
+	$(GO) test -count=1 $(TESTFLAGS) $(filter-out $(E2E_PKGS),$(PKGS))
 	$(MAKE) fuzz
+	$(MAKE) e2e
+
+# make e2e: the images, then the end-to-end tests (needs a Docker engine).
+e2e: images
+	$(GO) test -count=1 -timeout 20m $(TESTFLAGS) $(E2E_PKGS)
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./libs/bus

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 )
@@ -19,6 +20,9 @@ func TestComposeStackTCPProber(t *testing.T) {
 	override := filepath.Join(composeDir(t), "compose.tcpprober.yaml")
 	if _, err := os.Stat(override); err != nil {
 		t.Skipf("%s not there yet", override)
+	}
+	if err := exec.Command("docker", "image", "inspect", "splitlet/tcpprober:dev").Run(); err != nil {
+		t.Fatal("image splitlet/tcpprober:dev missing; run `make images`")
 	}
 	s := upStack(t, map[string]string{"SPLITLET_PODWORKERS": "3"}, "compose.yaml", "compose.tcpprober.yaml")
 	checkPodsOnStack(t, s, 3)

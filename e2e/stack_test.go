@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,17 +39,33 @@ func TestMain(m *testing.M) {
 	// No reaper container: it would have to be pulled. Every test takes
 	// its stack down itself.
 	os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
-	if out, err := exec.Command("docker", "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: no Docker engine answers (%v: %s); start dockerd, or set SPLITLET_E2E=skip\n", err, bytes.TrimSpace(out))
-		os.Exit(1)
-	}
-	for _, img := range images {
-		if err := exec.Command("docker", "image", "inspect", "splitlet/"+img+":dev").Run(); err != nil {
-			fmt.Fprintf(os.Stderr, "e2e: image splitlet/%s:dev missing; run `make images`\n", img)
-			os.Exit(1)
-		}
-	}
 	os.Exit(m.Run())
+}
+
+var (
+	preflightOnce sync.Once
+	preflightErr  error
+)
+
+// preflight checks once that a Docker engine answers and the images are
+// there (so that `go test -run '^$' -bench .` needs neither).
+func preflight(t *testing.T) {
+	t.Helper()
+	preflightOnce.Do(func() {
+		if out, err := exec.Command("docker", "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
+			preflightErr = fmt.Errorf("no Docker engine answers (%v: %s); start dockerd, or set SPLITLET_E2E=skip", err, bytes.TrimSpace(out))
+			return
+		}
+		for _, img := range images {
+			if err := exec.Command("docker", "image", "inspect", "splitlet/"+img+":dev").Run(); err != nil {
+				preflightErr = fmt.Errorf("image splitlet/%s:dev missing; run `make images`", img)
+				return
+			}
+		}
+	})
+	if preflightErr != nil {
+		t.Fatalf("e2e: %v", preflightErr)
+	}
 }
 
 // composeDir is deploy/compose of this checkout.
@@ -74,6 +91,7 @@ type stack struct {
 // test failed).
 func upStack(t *testing.T, env map[string]string, files ...string) *stack {
 	t.Helper()
+	preflight(t)
 	dir := composeDir(t)
 	paths := make([]string, len(files))
 	for i, f := range files {
