@@ -254,7 +254,7 @@ func (m *Manager) refresh(ctx context.Context) {
 		if _, still := m.owned[p]; still && m.owned[p] == rev {
 			if err == nil {
 				m.owned[p] = nrev
-			} else if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyNotFound) {
+			} else if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyNotFound) {
 				// someone else holds it now: stop working on it.
 				m.o.Log.Warn("partition lease lost", zap.Int("partition", p), zap.Error(err))
 				delete(m.owned, p)

@@ -1,0 +1,126 @@
+package ownership
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/splitlet/splitlet/libs/testenv"
+)
+
+// replica is one Manager with hooks that record what it holds.
+type replica struct {
+	m      *Manager
+	mu     sync.Mutex
+	active   map[int]bool
+	released map[int]int
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (r *replica) holds() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []int
+	for p, on := range r.active {
+		if on {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func startReplica(t *testing.T, kv jetstream.KeyValue, id string, partitions int) *replica {
+	r := &replica{active: map[int]bool{}, released: map[int]int{}, done: make(chan struct{})}
+	r.m = New(Options{KV: kv, ID: id, Partitions: partitions, Refresh: 100 * time.Millisecond, TTL: 600 * time.Millisecond,
+		Hooks: Hooks{
+			Acquire: func(_ context.Context, p int) error { r.mu.Lock(); r.active[p] = true; r.mu.Unlock(); return nil },
+			Release: func(_ context.Context, p int) { r.mu.Lock(); r.active[p] = false; r.released[p]++; r.mu.Unlock() },
+		}})
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() { defer close(r.done); r.m.Run(ctx) }()
+	t.Cleanup(r.stop)
+	return r
+}
+
+func (r *replica) stop() {
+	r.cancel()
+	<-r.done
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// exclusive: every partition held by exactly one replica.
+func exclusive(partitions int, rs ...*replica) bool {
+	count := make([]int, partitions)
+	for _, r := range rs {
+		for _, p := range r.holds() {
+			count[p]++
+		}
+	}
+	for _, c := range count {
+		if c != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+func TestPartitionsSharedAndMoved(t *testing.T) {
+	n := testenv.NATSForTest(t)
+	_, js := n.Connect(t)
+	kv, err := CreateBucket(context.Background(), js, "own-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const parts = 8
+	a := startReplica(t, kv, "a", parts)
+	eventually(t, "a owns everything", func() bool { return len(a.holds()) == parts })
+	b := startReplica(t, kv, "b", parts)
+	c := startReplica(t, kv, "c", parts)
+	eventually(t, "three-way split", func() bool {
+		return exclusive(parts, a, b, c) && len(a.holds()) >= 2 && len(b.holds()) >= 2 && len(c.holds()) >= 2
+	})
+	if unowned, live := a.m.Status(); len(unowned) != 0 || len(live) != 3 {
+		t.Fatalf("status: unowned %v live %v", unowned, live)
+	}
+	// graceful leave: the others take its share.
+	c.stop()
+	eventually(t, "two-way split after c left", func() bool { return exclusive(parts, a, b) && len(c.holds()) == 0 })
+	// a lease taken behind a replica's back (it paused past the TTL) is
+	// noticed at its next heartbeat, and the work on it stops.
+	p := a.holds()[0]
+	a.mu.Lock()
+	before := a.released[p]
+	a.mu.Unlock()
+	e, err := kv.Get(context.Background(), partKey(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Update(context.Background(), partKey(p), []byte(fmt.Sprintf("intruder %d", time.Now().UnixMilli())), e.Revision()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a lets the stolen partition go", func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.released[p] > before
+	})
+	// the thief is no live replica: its lease is dead, and a (preferred) takes p back.
+	eventually(t, "a owns the partition again", func() bool { return slices.Contains(a.holds(), p) && exclusive(parts, a, b) })
+}
