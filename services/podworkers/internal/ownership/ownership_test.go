@@ -15,12 +15,12 @@ import (
 
 // replica is one Manager with hooks that record what it holds.
 type replica struct {
-	m      *Manager
-	mu     sync.Mutex
+	m        *Manager
+	mu       sync.Mutex
 	active   map[int]bool
 	released map[int]int
-	cancel context.CancelFunc
-	done   chan struct{}
+	cancel   context.CancelFunc
+	done     chan struct{}
 }
 
 func (r *replica) holds() []int {
