@@ -43,6 +43,7 @@ type env struct {
 	statPub  *bus.Publisher
 	runner   *stage.Runner
 	start    func()
+	execSub  *nats.Subscription
 	events   *events
 	reg      *prometheus.Registry
 
@@ -133,6 +134,7 @@ func newEnvWith(t *testing.T, build builder) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = esub.Unsubscribe() })
+	e.execSub = esub
 
 	common := &config.Common{NodeName: node, Partitions: partitions}
 	if build == nil {

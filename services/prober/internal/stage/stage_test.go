@@ -438,3 +438,31 @@ func TestRestartReplaysTheStreams(t *testing.T) {
 		}
 	}
 }
+
+// With no pod worker answering exec requests (no responders), an exec
+// probe's run does not count: liveness stays Success instead of having
+// every container restarted once the pod workers come back.
+func TestExecWithoutRuntimeDoesNotCount(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	if err := e.execSub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	lp := execProbe("true")
+	lp.FailureThreshold = 1
+	pod := newPod("no-runtime", nil, lp, nil)
+	e.publishPods(bus.OpAdd, pod)
+	e.publishStatus(running(pod, "sim://n1", time.Now()))
+	e.waitResult(pod.UID, bus.ProbeLiveness, bus.ProbeSuccess, "sim://n1", 5*time.Second)
+	e.eventually("three uncounted runs", 10*time.Second, func() bool {
+		return probeTotals(t, e, string(pod.UID))["Liveness/unknown"] >= 3
+	})
+	for _, r := range e.resultsOf(pod.UID) {
+		if r.Result != bus.ProbeSuccess {
+			t.Errorf("result %+v without a runtime", r)
+		}
+	}
+	if !e.events.find("Warning Unhealthy Liveness probe errored: no pod worker answers for partition") {
+		t.Errorf("no errored event: %v", e.events.all)
+	}
+}
