@@ -17,7 +17,7 @@ LDFLAGS := -s -w -X github.com/splitlet/splitlet/libs/app.Version=$(VERSION)
 FUZZTIME ?= 10s
 TESTFLAGS ?=
 
-.PHONY: help build test e2e run bench bench-go bench-tools nats-server images testenv vet fuzz clean
+.PHONY: help build test e2e up down run bench bench-go bench-tools nats-server images testenv vet fuzz clean
 
 # Peers and parts of the benchmark, installed with `go install` into bin/.
 NATS_SERVER_VERSION := v2.15.2
@@ -31,6 +31,7 @@ help:
 	@echo "make bench    benchmarks"
 	@echo "make images   FROM scratch images of the binaries (needs a Docker engine and busybox-static)"
 	@echo "make e2e      the images, then the end-to-end tests on the compose stack (deploy/compose)"
+	@echo "make up       the compose stack (STACKFLAGS=\"--podworkers=3 --tcpprober|--allinone\"); make down"
 	@echo "make testenv  build etcd and kube-apiserver into bin/ (skipped when the pinned versions are there)"
 	@echo "make vet      go vet and gofmt"
 
@@ -49,6 +50,15 @@ test: testenv
 	$(GO) test -count=1 $(TESTFLAGS) $(filter-out $(E2E_PKGS),$(PKGS))
 	$(MAKE) fuzz
 	$(MAKE) e2e
+
+# make up / make down: the compose stack (deploy/compose) without the docker
+# compose CLI; STACKFLAGS="--podworkers=3", "--tcpprober" or "--allinone".
+STACKFLAGS ?=
+up: images
+	$(GO) run ./e2e/cmd/stack up $(STACKFLAGS)
+
+down:
+	$(GO) run ./e2e/cmd/stack down
 
 # make e2e: the images, then the end-to-end tests (needs a Docker engine).
 e2e: images

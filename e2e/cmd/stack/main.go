@@ -1,0 +1,99 @@
+// Command stack runs the compose stack of deploy/compose without the docker
+// compose CLI (Debian's docker.io has none): it drives the same files through
+// the compose library that the end-to-end tests use. `make up`, `make down`.
+//
+//	go run ./e2e/cmd/stack up [--podworkers=N] [--tcpprober | --allinone]
+//	go run ./e2e/cmd/stack down
+//
+// With the docker compose CLI (v2.20 or later) the same files work directly;
+// README.md shows both.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"syscall"
+	"time"
+
+	tccompose "github.com/testcontainers/testcontainers-go/modules/compose"
+)
+
+func main() {
+	if len(os.Args) < 2 || (os.Args[1] != "up" && os.Args[1] != "down") {
+		fmt.Fprintln(os.Stderr, "usage: stack up [--podworkers=N] [--tcpprober | --allinone] | stack down")
+		os.Exit(2)
+	}
+	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
+	dir := fs.String("dir", defaultDir(), "the compose directory (deploy/compose)")
+	project := fs.String("project", "splitlet", "compose project name")
+	podworkers := fs.Int("podworkers", 1, "podworkers replicas (up)")
+	tcpprober := fs.Bool("tcpprober", false, "swap the prober for examples/tcpprober (compose.tcpprober.yaml)")
+	allinone := fs.Bool("allinone", false, "the all-in-one binary instead of the five stages (compose.allinone.yaml)")
+	timeout := fs.Duration("timeout", 5*time.Minute, "how long up may wait for every service to be healthy")
+	_ = fs.Parse(os.Args[2:])
+	if *tcpprober && *allinone {
+		fmt.Fprintln(os.Stderr, "stack: --tcpprober and --allinone exclude each other")
+		os.Exit(2)
+	}
+	// No reaper container: it would have to be pulled; `stack down` cleans up.
+	_ = os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
+	files := []string{filepath.Join(*dir, "compose.yaml")}
+	if *tcpprober {
+		files = append(files, filepath.Join(*dir, "compose.tcpprober.yaml"))
+	}
+	if *allinone {
+		files = append(files, filepath.Join(*dir, "compose.allinone.yaml"))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1], *project, files, *podworkers, *timeout, *dir); err != nil {
+		fmt.Fprintf(os.Stderr, "stack %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, cmd, project string, files []string, podworkers int, timeout time.Duration, dir string) error {
+	dc, err := tccompose.NewDockerComposeWith(tccompose.WithStackFiles(files...), tccompose.StackIdentifier(project))
+	if err != nil {
+		return err
+	}
+	defer dc.Close()
+	if cmd == "down" {
+		if err := dc.Down(ctx, tccompose.RemoveOrphans(true), tccompose.RemoveVolumes(true)); err != nil {
+			return err
+		}
+		fmt.Printf("stack %s: down, volumes removed\n", project)
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	env := map[string]string{"SPLITLET_PODWORKERS": strconv.Itoa(podworkers)}
+	if err := dc.WithEnv(env).Up(ctx, tccompose.Wait(true), tccompose.RemoveOrphans(true)); err != nil {
+		return err
+	}
+	kubeconfig := filepath.Join(dir, ".state", "kubeconfig")
+	if v := os.Getenv("SPLITLET_STATE_DIR"); v != "" {
+		kubeconfig = filepath.Join(v, "kubeconfig")
+	}
+	fmt.Printf("stack %s: up and healthy in %v\n  kubectl --kubeconfig %s get nodes\n", project, time.Since(start).Round(time.Second), kubeconfig)
+	return nil
+}
+
+// defaultDir is deploy/compose of the checkout this file is in, when it is
+// there (go run), else of the working directory.
+func defaultDir() string {
+	if _, file, _, ok := runtime.Caller(0); ok {
+		d := filepath.Join(filepath.Dir(file), "..", "..", "..", "deploy", "compose")
+		if _, err := os.Stat(filepath.Join(d, "compose.yaml")); err == nil {
+			return filepath.Clean(d)
+		}
+	}
+	return filepath.Join("deploy", "compose")
+}
