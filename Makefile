@@ -61,8 +61,14 @@ down:
 	$(GO) run ./e2e/cmd/stack down
 
 # make e2e: the images, then the end-to-end tests (needs a Docker engine).
+# SPLITLET_E2E=skip skips them (and the images).
+ifeq ($(SPLITLET_E2E),skip)
+e2e:
+	@echo "e2e: skipped (SPLITLET_E2E=skip)"
+else
 e2e: images
 	$(GO) test -count=1 -timeout 20m $(TESTFLAGS) $(E2E_PKGS)
+endif
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./libs/bus
