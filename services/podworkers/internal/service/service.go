@@ -361,6 +361,7 @@ func (r *Runner) run(ctx context.Context) error {
 	stopOwner()
 	<-ownerDone
 	<-readyDone
+	r.lastWord(owner, pub)
 	stopCtrl()
 	wg.Wait()
 	stopSink()
@@ -445,6 +446,30 @@ func (r *Runner) readinessLoop(ctx context.Context, owner *ownership.Manager, pu
 		case <-t.C:
 		case <-r.kick:
 		}
+	}
+}
+
+// lastWord tells nodehb at once when the last replica stops, instead of
+// letting the readiness heartbeat lapse; with others alive, they speak.
+func (r *Runner) lastWord(owner *ownership.Manager, pub *bus.Publisher) {
+	_, replicas := owner.Status()
+	for _, id := range replicas {
+		if id != r.id {
+			return
+		}
+	}
+	all := make([]int, r.common.Partitions)
+	for i := range all {
+		all[i] = i
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := pub.Publish(ctx, r.subjects.AgentReady(), bus.KindAgentReadiness, "", &bus.AgentReadiness{
+		Ready: false, Partitions: r.common.Partitions, Unowned: all,
+		Reason: "PodWorkersStopped", Message: "the last pod worker replica of the node stopped",
+	})
+	if err != nil {
+		r.log.Warn("cannot publish the final agent readiness", zap.Error(err))
 	}
 }
 

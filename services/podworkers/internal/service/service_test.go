@@ -423,6 +423,10 @@ func TestTwoReplicasShareAndHandOver(t *testing.T) {
 	eventually(t, 15*time.Second, "the survivor owns every partition", func() bool {
 		return slices.Equal(b.OwnedPartitions(), []int{0, 1, 2, 3})
 	})
+	eventually(t, 30*time.Second, "agent ready with one replica", func() bool {
+		ar := e.lastReadiness(t, js)
+		return ar != nil && ar.Ready && len(ar.Replicas) == 1 && ar.Replicas[0] == b.Source()
+	})
 	eventually(t, 30*time.Second, "every pod running on the survivor", func() bool {
 		for _, p := range pods {
 			st, src := e.get(p.UID)
@@ -438,6 +442,11 @@ func TestTwoReplicasShareAndHandOver(t *testing.T) {
 		st, src := e.get(pods[0].UID)
 		return st.Terminated && src == b.Source()
 	})
+	// the last replica leaving says so at once.
+	stopReplica(t, b)
+	if ar := e.lastReadiness(t, js); ar == nil || ar.Ready || ar.Reason != "PodWorkersStopped" || len(ar.Unowned) != partitions {
+		t.Fatalf("readiness after the last replica stopped: %+v", ar)
+	}
 }
 
 func TestProcessIgnoringSIGTERMIsKilledAfterGrace(t *testing.T) {
