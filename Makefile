@@ -77,10 +77,10 @@ run: testenv build
 	$(GO) run ./tools/localup
 
 # make bench: the side-by-side run (Splitlet split and all-in-one, kwok, an
-# ideal agent; bench/) and then every stage's Go benchmarks.
+# ideal agent), the scaling case and the stage cases, in one run (bench/).
+# make bench-go: every Go benchmark of every module.
 bench: testenv build bench-tools
 	$(GO) run ./bench $(BENCHFLAGS)
-	$(MAKE) bench-go
 
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)

@@ -34,6 +34,7 @@ func main() {
 		which       = flag.String("agents", "split,allinone,kwok,ideal", "agents to run, in order")
 		outDir      = flag.String("out", "bench/out", "where the JSON figures go")
 		scalePods   = flag.Int("scale-pods", 2000, "pods of the scaling case (0: skip it)")
+		stages      = flag.Bool("stages", true, "also run the stage cases (each stage's own benchmark)")
 		scaleLat    = flag.Duration("scale-start-latency", 200*time.Millisecond, "sim start latency of the scaling case")
 		scaleConc   = flag.Int("scale-max-concurrent-starts", 20, "per-replica concurrent starts of the scaling case")
 		ideal       = flag.Bool("ideal-agent", false, "run as the ideal agent (internal)")
@@ -50,13 +51,13 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Stdout, *which, *pods, *concurrency, *outDir, scaleOptions{startLatency: *scaleLat, maxConcurrent: *scaleConc}, *scalePods); err != nil {
+	if err := run(ctx, os.Stdout, *which, *pods, *concurrency, *outDir, scaleOptions{startLatency: *scaleLat, maxConcurrent: *scaleConc}, *scalePods, *stages); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, out io.Writer, which string, pods, concurrency int, outDir string, scale scaleOptions, scalePods int) error {
+func run(ctx context.Context, out io.Writer, which string, pods, concurrency int, outDir string, scale scaleOptions, scalePods int, stages bool) error {
 	binDir, err := testenv.BinDir()
 	if err != nil {
 		return err
@@ -122,6 +123,14 @@ func run(ctx context.Context, out io.Writer, which string, pods, concurrency int
 			scalePods, scale.startLatency, scale.maxConcurrent)
 		fmt.Fprintf(out, "| throughput (pods/s) | %.1f | %.1f | %.2f |\n", one.ThroughputPPS, three.ThroughputPPS, three.ThroughputPPS/one.ThroughputPPS)
 		report["scaling"] = scaleRes
+	}
+	if stages {
+		cp.Stop()
+		stageRes, err := runStageCases(ctx, out, repoRoot(binDir))
+		report["stages"] = stageRes
+		if err != nil {
+			return err
+		}
 	}
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return err
