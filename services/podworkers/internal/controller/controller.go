@@ -49,6 +49,8 @@ type Config struct {
 	Housekeeping time.Duration
 	WorkerOpts   []podworkers.Option
 	SyncOpts     []podsync.Option
+	// ObserveSync, if set, is told how long each sync step took.
+	ObserveSync func(work string, d time.Duration, err error)
 }
 
 type entry struct {
@@ -89,7 +91,7 @@ func New(cfg Config) *Controller {
 	}
 	c := &Controller{cfg: cfg, log: cfg.Log, pods: map[types.UID]*entry{}, tracked: map[types.UID]struct{}{}, used: corev1.ResourceList{}}
 	c.syncer = podsync.New(cfg.Runtime, cfg.Sink, append([]podsync.Option{podsync.WithLogger(cfg.Log)}, cfg.SyncOpts...)...)
-	c.workers = podworkers.New(safeHandler{c.syncer, cfg.Log}, append([]podworkers.Option{podworkers.WithLogger(cfg.Log)}, cfg.WorkerOpts...)...)
+	c.workers = podworkers.New(safeHandler{h: c.syncer, log: cfg.Log, observe: cfg.ObserveSync}, append([]podworkers.Option{podworkers.WithLogger(cfg.Log)}, cfg.WorkerOpts...)...)
 	return c
 }
 
@@ -539,8 +541,15 @@ func (c *Controller) ReleasePartition(ctx context.Context, partition int) error 
 // safeHandler keeps a panic in one pod's sync from crashing the process:
 // the panic becomes that sync's error, and the pod is retried.
 type safeHandler struct {
-	h   podworkers.SyncHandler
-	log *zap.Logger
+	h       podworkers.SyncHandler
+	log     *zap.Logger
+	observe func(work string, d time.Duration, err error)
+}
+
+func (s safeHandler) timed(work string, start time.Time, err *error) {
+	if s.observe != nil {
+		s.observe(work, time.Since(start), *err)
+	}
 }
 
 func (s safeHandler) recover(pod *corev1.Pod, err *error) {
@@ -551,16 +560,19 @@ func (s safeHandler) recover(pod *corev1.Pod, err *error) {
 }
 
 func (s safeHandler) SyncPod(ctx context.Context, t podworkers.UpdateType, pod *corev1.Pod) (res podworkers.SyncResult, err error) {
+	defer s.timed("sync", time.Now(), &err)
 	defer s.recover(pod, &err)
 	return s.h.SyncPod(ctx, t, pod)
 }
 
 func (s safeHandler) SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, grace int64, kill *podworkers.KillOptions) (err error) {
+	defer s.timed("terminating", time.Now(), &err)
 	defer s.recover(pod, &err)
 	return s.h.SyncTerminatingPod(ctx, pod, grace, kill)
 }
 
 func (s safeHandler) SyncTerminatedPod(ctx context.Context, pod *corev1.Pod) (err error) {
+	defer s.timed("terminated", time.Now(), &err)
 	defer s.recover(pod, &err)
 	return s.h.SyncTerminatedPod(ctx, pod)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
@@ -128,8 +129,9 @@ type Runner struct {
 	// gates[p] orders message handling against the release of p: a
 	// message is applied only while p is active, never after its pods were
 	// handed over.
-	gates []sync.RWMutex
-	kick  chan struct{}
+	gates   []sync.RWMutex
+	kick    chan struct{}
+	metrics *metrics
 }
 
 // partition is what runs for one owned partition.
@@ -141,7 +143,7 @@ type partition struct {
 }
 
 // New builds the stage.
-func New(cfg *Config, common *config.Common, log *zap.Logger, conn *messaging.Conn, cs kubernetes.Interface) (*Runner, error) {
+func New(cfg *Config, common *config.Common, log *zap.Logger, conn *messaging.Conn, cs kubernetes.Interface, reg prometheus.Registerer) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -151,7 +153,7 @@ func New(cfg *Config, common *config.Common, log *zap.Logger, conn *messaging.Co
 		_, _ = rand.Read(b)
 		id = hex.EncodeToString(b)
 	}
-	return &Runner{
+	r := &Runner{
 		cfg: cfg, common: common, conn: conn, cs: cs, id: id,
 		log:      log.Named("podworkers").With(zap.String("replica", id)),
 		subjects: bus.For(common.NodeName),
@@ -160,7 +162,13 @@ func New(cfg *Config, common *config.Common, log *zap.Logger, conn *messaging.Co
 		active:   map[int]bool{},
 		gates:    make([]sync.RWMutex, common.Partitions),
 		kick:     make(chan struct{}, 1),
-	}, nil
+	}
+	m, err := newMetrics(reg, r)
+	if err != nil {
+		return nil, fmt.Errorf("podworkers metrics: %w", err)
+	}
+	r.metrics = m
+	return r, nil
 }
 
 // ID is the replica's name.
@@ -309,6 +317,7 @@ func (r *Runner) run(ctx context.Context) error {
 		Log:          r.log,
 		OtherPods:    func(except types.UID) []*corev1.Pod { return otherPods(podLister, except) },
 		Housekeeping: r.cfg.Housekeeping,
+		ObserveSync:  r.metrics.observe,
 		WorkerOpts:   []podworkers.Option{podworkers.WithResyncInterval(r.cfg.ResyncInterval), podworkers.WithBackOffPeriod(r.cfg.BackOffPeriod)},
 		SyncOpts:     []podsync.Option{podsync.WithBackOff(r.cfg.ContainerBackOff, r.cfg.ContainerBackOffMax), podsync.WithHostIP(r.cfg.HostIP)},
 	})

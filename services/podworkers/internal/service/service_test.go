@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
@@ -178,7 +179,7 @@ func (e *env) startReplicaConn(t *testing.T, runtimeName string, mod func(*Confi
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(cfg, common, log, conn, controlPlane(t).Clientset())
+	r, err := New(cfg, common, log, conn, controlPlane(t).Clientset(), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
