@@ -1,11 +1,14 @@
 package selftest_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/splitlet/splitlet/examples/internal/stagerun"
 	"github.com/splitlet/splitlet/libs/conformance"
 	"github.com/splitlet/splitlet/libs/testenv"
+	"github.com/splitlet/splitlet/services/nodehb"
+	"github.com/splitlet/splitlet/services/podconfig"
 	"github.com/splitlet/splitlet/services/podworkers"
 	"github.com/splitlet/splitlet/services/prober"
 	"github.com/splitlet/splitlet/services/statussync"
@@ -37,5 +40,20 @@ func TestSplitletStages(t *testing.T) {
 		tg := stage(t, "selftest-statussync")
 		stagerun.Start(t, "statussync", common(tg), statussync.Service())
 		conformance.StatusSync(t, tg)
+	})
+	t.Run("nodehb", func(t *testing.T) {
+		tg := stage(t, "selftest-nodehb")
+		port, err := testenv.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stagerun.Start(t, "nodehb", append(common(tg), fmt.Sprintf("--nodehb.port=%d", port),
+			"--nodehb.client-ca-file="+cp.CAFile, "--nodehb.node-status-update-frequency=1s"), nodehb.Service())
+		conformance.NodeHB(t, tg)
+	})
+	t.Run("podconfig", func(t *testing.T) {
+		tg := stage(t, "selftest-podconfig")
+		stagerun.Start(t, "podconfig", common(tg), podconfig.Service())
+		conformance.PodConfig(t, tg)
 	})
 }

@@ -172,11 +172,14 @@ type watcher struct {
 }
 
 // watch subscribes to a subject (wildcards allowed) until t ends. Messages
-// from the kit's own sources are left out.
-func (h *harness) watch(t testing.TB, subject string) *watcher {
+// from the sources named in skip (the kit's own) are left out.
+func (h *harness) watch(t testing.TB, subject string, skip ...string) *watcher {
 	t.Helper()
 	w := &watcher{h: h, what: subject, notify: make(chan struct{}, 1)}
-	own := map[string]bool{SourceAPI: true, SourcePodWorkers: true, SourceProber: true, SourcePodConfig: true}
+	own := map[string]bool{}
+	for _, s := range skip {
+		own[s] = true
+	}
 	sub, err := h.nc.Subscribe(subject, func(m *nats.Msg) {
 		e, err := bus.Decode(m.Data)
 		w.mu.Lock()

@@ -37,7 +37,7 @@ import (
 //     subjects of the pod's partition answer.
 func PodWorkers(t *testing.T, tg Target, opts ...Option) {
 	h := newHarness(t, tg, opts)
-	status := h.watch(t, h.subjects.PodStatusAll())
+	status := h.watch(t, h.subjects.PodStatusAll(), SourcePodWorkers)
 	// The kit is podconfig: its one source, api, is seen in full.
 	h.publish(t, h.config, h.subjects.SourcesReady(), bus.KindSourcesReady, "",
 		&bus.SourcesReady{Sources: []string{SourceAPI}, Ready: []string{SourceAPI}, AllReady: true})

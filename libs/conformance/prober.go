@@ -51,7 +51,7 @@ const quiet = 2500 * time.Millisecond
 //     answers as the pod workers); exit code 0 is Success, 1 Failure.
 func Prober(t *testing.T, tg Target, opts ...Option) {
 	h := newHarness(t, tg, opts)
-	probes := h.watch(t, h.subjects.ProbeResultsAll())
+	probes := h.watch(t, h.subjects.ProbeResultsAll(), SourceProber)
 	t.Run("concurrent", func(t *testing.T) {
 		h.run(t, "tcpSocket/readiness-follows-port", true, func(t *testing.T) { h.proberReadinessFollowsPort(t, probes) })
 		h.run(t, "tcpSocket/named-port", true, func(t *testing.T) { h.proberNamedPort(t, probes) })

@@ -1,0 +1,262 @@
+package conformance
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/splitlet/splitlet/libs/bus"
+)
+
+// NodeHB checks a node heartbeat stage against the API server of
+// Target.Config. What it must do (docs/bus.md, agreement 6): register the
+// Node, renew its Lease in kube-node-lease, and hold the Node's Ready
+// condition to the pod workers' AgentReadiness on state.agent.
+//
+// Cases (run in order: the kit is the one pod workers of the node):
+//   - registers-node-and-lease: the Node exists with an InternalIP address;
+//     Lease kube-node-lease/<node> is held by the node.
+//   - ready-follows-agent: AgentReadiness ready → Ready True; not ready →
+//     Ready False; ready again → Ready True.
+func NodeHB(t *testing.T, tg Target, opts ...Option) {
+	h := newHarness(t, tg, opts)
+	if h.tg.Config == nil {
+		t.Fatal("conformance: NodeHB needs Target.Config (the stage's API server)")
+	}
+	cs, err := kubernetes.NewForConfig(h.tg.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := func(t *testing.T, ready bool) {
+		a := &bus.AgentReadiness{Ready: ready, Partitions: h.tg.Partitions, Replicas: []string{SourcePodWorkers}}
+		if !ready {
+			a.Reason, a.Message = "PartitionsUnowned", "conformance: 1 partition has no live pod worker"
+			a.Unowned = []int{0}
+		}
+		h.publish(t, h.workers, h.subjects.AgentReady(), bus.KindAgentReadiness, "", a)
+	}
+	h.run(t, "registers-node-and-lease", false, func(t *testing.T) {
+		agent(t, true)
+		h.waitObject(t, "Node "+h.tg.Node+" with an InternalIP", func(ctx context.Context) (any, bool, error) {
+			n, err := cs.CoreV1().Nodes().Get(ctx, h.tg.Node, metav1.GetOptions{})
+			if err != nil {
+				return nil, false, err
+			}
+			for _, a := range n.Status.Addresses {
+				if a.Type == corev1.NodeInternalIP && a.Address != "" {
+					return n.Status, true, nil
+				}
+			}
+			return n.Status, false, nil
+		})
+		h.waitObject(t, "Lease kube-node-lease/"+h.tg.Node+" held by the node", func(ctx context.Context) (any, bool, error) {
+			l, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, h.tg.Node, metav1.GetOptions{})
+			if err != nil {
+				return nil, false, err
+			}
+			return l.Spec, holder(l) == h.tg.Node && l.Spec.RenewTime != nil, nil
+		})
+	})
+	nodeReady := func(want corev1.ConditionStatus) func(ctx context.Context) (any, bool, error) {
+		return func(ctx context.Context) (any, bool, error) {
+			n, err := cs.CoreV1().Nodes().Get(ctx, h.tg.Node, metav1.GetOptions{})
+			if err != nil {
+				return nil, false, err
+			}
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady {
+					return c, c.Status == want, nil
+				}
+			}
+			return n.Status.Conditions, false, nil
+		}
+	}
+	h.run(t, "ready-follows-agent", false, func(t *testing.T) {
+		agent(t, true)
+		h.waitObject(t, "Node Ready True after a ready AgentReadiness", nodeReady(corev1.ConditionTrue))
+		agent(t, false)
+		h.waitObject(t, "Node Ready False after a not-ready AgentReadiness", nodeReady(corev1.ConditionFalse))
+		agent(t, true)
+		h.waitObject(t, "Node Ready True again", nodeReady(corev1.ConditionTrue))
+	})
+}
+
+func holder(l *coordinationv1.Lease) string {
+	if l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// waitObject polls get until it reports done, failing at the timeout with
+// the last value seen.
+func (h *harness) waitObject(t *testing.T, what string, get func(context.Context) (any, bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(h.tg.Timeout)
+	var last string
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		v, done, err := get(ctx)
+		cancel()
+		if err == nil && done {
+			return
+		}
+		if err != nil {
+			last = err.Error()
+		} else {
+			b, _ := json.Marshal(v)
+			last = string(b)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s; last: %s", h.tg.Timeout, what, last)
+		}
+		<-time.After(100 * time.Millisecond)
+	}
+}
+
+// PodConfig checks a pod config stage against the API server of
+// Target.Config. What it must do (docs/bus.md, agreement 2): publish the
+// node's API pods as PodUpdate messages (source api) on
+// podupdates.<partition(uid)>, and SourcesReady on state.sources.
+//
+// Cases:
+//   - api-pod-added: a pod created for the node arrives (ADD, or a SET that
+//     lists it) on its partition; a pod of another node never does.
+//   - sources-ready: the last SourcesReady lists api as ready.
+//   - graceful-delete: a pod deleted with a grace period arrives again with
+//     its deletionTimestamp (DELETE, UPDATE or SET).
+//   - removed: once the pod is gone from the API server, a REMOVE (or a SET
+//     of its partition without it) follows.
+func PodConfig(t *testing.T, tg Target, opts ...Option) {
+	h := newHarness(t, tg, opts)
+	if h.tg.Config == nil {
+		t.Fatal("conformance: PodConfig needs Target.Config (the stage's API server)")
+	}
+	cs, err := kubernetes.NewForConfig(h.tg.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	updates := h.watch(t, h.subjects.PodUpdatesAll())
+	ctx := context.Background()
+	// Pods live through several cases, so they go when the suite ends.
+	suite := t
+	create := func(t *testing.T, name, node string) *corev1.Pod {
+		p := h.newPod(name, sleeper())
+		p.UID, p.ResourceVersion, p.CreationTimestamp = "", "", metav1.Time{}
+		p.Spec.NodeName = node
+		got, err := cs.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		suite.Cleanup(func() {
+			_ = cs.CoreV1().Pods(got.Namespace).Delete(ctx, got.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+		})
+		return got
+	}
+	lists := func(pod *corev1.Pod, ops []bus.Op, ok func(*corev1.Pod) bool) func(received) bool {
+		return func(r received) bool {
+			u, err := bus.DecodePodUpdate(r.env)
+			if err != nil || r.env.Source != SourceAPI || r.subject != h.subjects.PodUpdates(h.partition(string(pod.UID))) {
+				return false
+			}
+			opOK := false
+			for _, op := range ops {
+				opOK = opOK || r.env.Op == op
+			}
+			if !opOK {
+				return false
+			}
+			for i := range u.Pods {
+				if u.Pods[i].UID == pod.UID {
+					return ok(&u.Pods[i])
+				}
+			}
+			return false
+		}
+	}
+	anyPod := func(*corev1.Pod) bool { return true }
+	var pod *corev1.Pod
+	h.run(t, "api-pod-added", false, func(t *testing.T) {
+		other := create(t, "elsewhere", h.tg.Node+"-other")
+		pod = create(t, "mine", h.tg.Node)
+		updates.waitFor(t, 0, "the node's new pod (ADD or SET)", lists(pod, []bus.Op{bus.OpAdd, bus.OpSet}, anyPod))
+		if i, _ := updates.find(0, func(r received) bool {
+			u, err := bus.DecodePodUpdate(r.env)
+			if err != nil {
+				return false
+			}
+			for _, p := range u.Pods {
+				if p.UID == other.UID {
+					return true
+				}
+			}
+			return false
+		}); i >= 0 {
+			t.Errorf("a pod bound to another node was published")
+		}
+	})
+	h.run(t, "sources-ready", false, func(t *testing.T) {
+		stream, err := h.js.Stream(ctx, bus.StreamName(h.tg.Node, bus.StreamState))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.waitObject(t, "SourcesReady with api ready on "+h.subjects.SourcesReady(), func(ctx context.Context) (any, bool, error) {
+			msg, err := stream.GetLastMsgForSubject(ctx, h.subjects.SourcesReady())
+			if err != nil {
+				return nil, false, err
+			}
+			e, err := bus.Decode(msg.Data)
+			if err != nil {
+				t.Fatalf("SourcesReady does not decode: %v", err)
+			}
+			s, err := bus.DecodeSourcesReady(e)
+			if err != nil {
+				t.Fatalf("SourcesReady does not decode: %v", err)
+			}
+			for _, r := range s.Ready {
+				if r == SourceAPI {
+					return s, true, nil
+				}
+			}
+			return s, false, nil
+		})
+	})
+	if pod == nil {
+		return
+	}
+	h.run(t, "graceful-delete", false, func(t *testing.T) {
+		from := updates.count()
+		if err := cs.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(30))}); err != nil {
+			t.Fatal(err)
+		}
+		updates.waitFor(t, from, "the pod with its deletionTimestamp (DELETE, UPDATE or SET)",
+			lists(pod, []bus.Op{bus.OpDelete, bus.OpUpdate, bus.OpSet}, func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil }))
+	})
+	h.run(t, "removed", false, func(t *testing.T) {
+		from := updates.count()
+		err := cs.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		part := h.subjects.PodUpdates(h.partition(string(pod.UID)))
+		updates.waitFor(t, from, "REMOVE of the pod, or a SET of its partition without it", func(r received) bool {
+			if r.subject != part || r.env.Source != SourceAPI {
+				return false
+			}
+			if r.env.Op == bus.OpRemove {
+				return lists(pod, []bus.Op{bus.OpRemove}, anyPod)(r)
+			}
+			if r.env.Op != bus.OpSet {
+				return false
+			}
+			return !lists(pod, []bus.Op{bus.OpSet}, anyPod)(r)
+		})
+	})
+}
