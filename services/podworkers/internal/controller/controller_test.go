@@ -61,6 +61,12 @@ func isRunning(st *bus.PodRuntimeStatus) bool {
 }
 
 func start(t testing.TB, rt runtime.Runtime, s *sink, alloc string) *Controller {
+	c, stop := startStoppable(t, rt, s, alloc)
+	t.Cleanup(stop)
+	return c
+}
+
+func startStoppable(t testing.TB, rt runtime.Runtime, s *sink, alloc string) (*Controller, func()) {
 	a, err := admission.ParseResourceList(alloc)
 	if err != nil {
 		t.Fatal(err)
@@ -73,8 +79,7 @@ func start(t testing.TB, rt runtime.Runtime, s *sink, alloc string) *Controller 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); c.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return c
+	return c, func() { cancel(); <-done }
 }
 
 func pod(uid string, cpu string) corev1.Pod {
@@ -203,7 +208,7 @@ func BenchmarkPodsThroughWorkers(b *testing.B) {
 		goruntime.GC()
 		var before goruntime.MemStats
 		goruntime.ReadMemStats(&before)
-		c := start(b, rt, s, fmt.Sprintf("cpu=1000,memory=1Ti,pods=%d", n))
+		c, stop := startStoppable(b, rt, s, fmt.Sprintf("cpu=1000,memory=1Ti,pods=%d", n))
 		pods := make([]corev1.Pod, n)
 		for j := range pods {
 			pods[j] = pod(fmt.Sprintf("bench-%d-%d", i, j), "10m")
@@ -223,6 +228,7 @@ func BenchmarkPodsThroughWorkers(b *testing.B) {
 		goruntime.ReadMemStats(&after)
 		b.ReportMetric(float64(n)/elapsed.Seconds(), "pods/s")
 		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/n, "bytes/pod")
+		stop()
 		_ = rt.Close()
 	}
 }
