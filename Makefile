@@ -6,7 +6,7 @@ BIN := $(CURDIR)/bin
 export SPLITLET_BIN_DIR := $(BIN)
 
 # Workspace modules (go.work); `make test` runs the tests of every one.
-MODULES := libs services/nodehb services/podconfig services/podworkers services/prober services/statussync cmd/splitlet tools bench e2e
+MODULES := libs services/nodehb services/podconfig services/podworkers services/prober services/statussync cmd/splitlet tools bench e2e examples
 PKGS := $(foreach m,$(MODULES),./$(m)/...)
 # The end-to-end tests (e2e/, the compose stack on a real Docker engine) run
 # after the others, on their own: they use fixed ports and much of the machine.
