@@ -225,23 +225,19 @@ func owners(ctx context.Context) (map[int]string, error) {
 }
 
 // replicaIDs maps the running podworkers containers to their replica ids.
-func (s *stack) replicaIDs(t *testing.T) map[string]string {
-	t.Helper()
+func (s *stack) replicaIDs(t *testing.T) (map[string]string, error) {
 	ids := map[string]string{}
-	eventually(t, 30*time.Second, "replica ids in the podworkers' logs", func() (bool, string) {
-		for _, c := range s.containers(t, "podworkers") {
-			if state, _ := exec.Command("docker", "inspect", "--format", "{{.State.Running}}", c).Output(); strings.TrimSpace(string(state)) != "true" {
-				continue
-			}
-			id, err := replicaID(c)
-			if err != nil {
-				return false, err.Error()
-			}
-			ids[c] = id
+	for _, c := range s.containers(t, "podworkers") {
+		if state, _ := exec.Command("docker", "inspect", "--format", "{{.State.Running}}", c).Output(); strings.TrimSpace(string(state)) != "true" {
+			continue
 		}
-		return true, ""
-	})
-	return ids
+		id, err := replicaID(c)
+		if err != nil {
+			return nil, err
+		}
+		ids[c] = id
+	}
+	return ids, nil
 }
 
 // holders maps each replica id to the pods whose partitions it owns.
@@ -301,15 +297,20 @@ func checkPodsOnStack(t *testing.T, s *stack, replicas int) {
 	s.logsContain(t, "flaky", "flaky", "flaky up")
 
 	if replicas > 1 {
-		ids := s.replicaIDs(t)
-		if len(ids) != replicas {
-			t.Fatalf("%d podworkers containers running, want %d", len(ids), replicas)
+		ids, err := s.replicaIDs(t)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ids) < replicas {
+			// docker compose up --scale podworkers=N on the running stack:
+			// the new replicas take their share of the partitions, and the
+			// pods of those partitions start again on them.
+			pods, ids = s.converge(t, names, fmt.Sprintf("scaled from %d to %d replicas", len(ids), replicas), replicas, "", func() { s.scale(t, replicas) })
 		}
 		// Each replica owns some pods: more pods until it does.
 		var byReplica map[string][]string
 		for {
-			var err error
-			if byReplica, _, err = holders(ctx, pods); err != nil {
+			if byReplica, _, err = holders(context.Background(), pods); err != nil {
 				t.Fatalf("owners bucket: %v", err)
 			}
 			missing := 0
@@ -331,7 +332,7 @@ func checkPodsOnStack(t *testing.T, s *stack, replicas int) {
 			t.Logf("replica %s (container %.12s) owns %v", id, c, byReplica[id])
 		}
 
-		// Kill the replica holding the most pods.
+		// Kill the replica holding the most pods: they move to the others.
 		var victim, victimID string
 		for c, id := range ids {
 			if victim == "" || len(byReplica[id]) > len(byReplica[victimID]) {
@@ -339,33 +340,12 @@ func checkPodsOnStack(t *testing.T, s *stack, replicas int) {
 			}
 		}
 		moved := byReplica[victimID]
-		before := map[string]string{}
-		for _, n := range moved {
-			before[n] = containerID(pods[n])
-		}
-		if out, err := exec.Command("docker", "kill", victim).CombinedOutput(); err != nil {
-			t.Fatalf("docker kill: %v: %s", err, out)
-		}
-		t.Logf("killed replica %s (container %.12s) with pods %v", victimID, victim, moved)
-		eventually(t, 90*time.Second, "the killed replica's partitions taken over", func() (bool, string) {
-			by, _, err := holders(ctx, pods)
-			if err != nil {
-				return false, err.Error()
+		pods, _ = s.converge(t, names, fmt.Sprintf("pods %v of the killed replica %s running on the others", moved, victimID), 0, victimID, func() {
+			if out, err := exec.Command("docker", "kill", victim).CombinedOutput(); err != nil {
+				t.Fatalf("docker kill: %v: %s", err, out)
 			}
-			return len(by[victimID]) == 0, fmt.Sprintf("still %v", by[victimID])
 		})
-		s.waitAllReady(t, "moved pods running again on the other replicas", names, 2*time.Minute, func(p *corev1.Pod) bool {
-			old, ok := before[p.Name]
-			return !ok || (containerID(p) != "" && containerID(p) != old)
-		})
-		by, _, err := holders(ctx, pods)
-		if err != nil {
-			t.Fatal(err)
-		}
 		for _, n := range moved {
-			if o := ownerOf(by, n); o == victimID || o == "" {
-				t.Fatalf("pod %s owned by %q after the kill", n, o)
-			}
 			s.logsContain(t, n, "web", "hello from "+n)
 		}
 	}
@@ -386,6 +366,76 @@ func checkPodsOnStack(t *testing.T, s *stack, replicas int) {
 		}
 		return len(left) == 0, strings.Join(left, " ")
 	})
+}
+
+// converge runs action (a scale or a kill) and waits until the pods settle:
+// every pod's partition is owned by a running replica (never by gone, the
+// killed one), with want replicas running when want > 0, each holding some
+// partition; every pod is Running and Ready, and every pod whose owner
+// changed has a new container (it really started again on its new owner).
+func (s *stack) converge(t *testing.T, names []string, what string, want int, gone string, action func()) (map[string]*corev1.Pod, map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	before, err := s.pods(t, "e2e=web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	byBefore, _, err := holders(ctx, before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	action()
+	var pods map[string]*corev1.Pod
+	var ids map[string]string
+	eventually(t, 3*time.Minute, what, func() (bool, string) {
+		var err error
+		if ids, err = s.replicaIDs(t); err != nil {
+			return false, err.Error()
+		}
+		live := map[string]bool{}
+		for _, id := range ids {
+			live[id] = id != gone
+		}
+		if want > 0 && len(ids) != want {
+			return false, fmt.Sprintf("%d replicas running", len(ids))
+		}
+		if pods, err = s.pods(t, "e2e=web"); err != nil {
+			return false, err.Error()
+		}
+		by, own, err := holders(ctx, pods)
+		if err != nil {
+			return false, err.Error()
+		}
+		holding := map[string]bool{}
+		for p := 0; p < partitions; p++ {
+			if !live[own[p]] {
+				return false, fmt.Sprintf("partition %d owned by %q (live %v)", p, own[p], ids)
+			}
+			holding[own[p]] = true
+		}
+		if want > 0 && len(holding) != want {
+			return false, fmt.Sprintf("partitions held by %d replicas", len(holding))
+		}
+		var waiting []string
+		for _, n := range names {
+			p := pods[n]
+			if p == nil || !runningReady(p) {
+				waiting = append(waiting, n+" not ready")
+				continue
+			}
+			if o := ownerOf(by, n); o != ownerOf(byBefore, n) && containerID(p) == containerID(before[n]) {
+				waiting = append(waiting, fmt.Sprintf("%s moved to %s, still container %s", n, o, containerID(p)))
+			}
+		}
+		return len(waiting) == 0, strings.Join(waiting, "; ")
+	})
+	by, _, _ := holders(ctx, pods)
+	for n := range pods {
+		if o, b := ownerOf(by, n), ownerOf(byBefore, n); o != b {
+			t.Logf("%s moved from %s to %s", n, b, o)
+		}
+	}
+	return pods, ids
 }
 
 func ownerOf(by map[string][]string, pod string) string {

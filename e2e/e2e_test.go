@@ -7,15 +7,17 @@ import (
 	"testing"
 )
 
-// TestComposeStack: the split stack (compose.yaml) with three podworkers
-// replicas passes the whole scenario of checkPodsOnStack.
+// TestComposeStack: the split stack (compose.yaml), brought up with one
+// pod worker and scaled to three while pods run, passes the whole scenario
+// of checkPodsOnStack.
 func TestComposeStack(t *testing.T) {
-	s := upStack(t, map[string]string{"SPLITLET_PODWORKERS": "3"}, "compose.yaml")
+	s := upStack(t, map[string]string{"SPLITLET_PODWORKERS": "1"}, "compose.yaml")
 	checkPodsOnStack(t, s, 3)
 }
 
 // TestComposeStackTCPProber: the same stack with the prober replaced by
-// examples/tcpprober (compose.tcpprober.yaml) passes the same scenario.
+// examples/tcpprober (compose.tcpprober.yaml), with three pod workers from
+// the start, passes the same scenario.
 func TestComposeStackTCPProber(t *testing.T) {
 	override := filepath.Join(composeDir(t), "compose.tcpprober.yaml")
 	if _, err := os.Stat(override); err != nil {

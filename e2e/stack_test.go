@@ -81,6 +81,8 @@ func composeDir(t *testing.T) string {
 // stack is one running compose project.
 type stack struct {
 	project    string
+	paths      []string
+	env        map[string]string
 	kubeconfig string
 	cs         kubernetes.Interface
 }
@@ -93,47 +95,65 @@ func upStack(t *testing.T, env map[string]string, files ...string) *stack {
 	t.Helper()
 	preflight(t)
 	dir := composeDir(t)
-	paths := make([]string, len(files))
-	for i, f := range files {
-		paths[i] = filepath.Join(dir, f)
-	}
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
-	s := &stack{project: "splitlet-e2e-" + hex.EncodeToString(b)}
+	s := &stack{project: "splitlet-e2e-" + hex.EncodeToString(b), env: map[string]string{}}
+	for _, f := range files {
+		s.paths = append(s.paths, filepath.Join(dir, f))
+	}
 	state := t.TempDir()
 	s.kubeconfig = filepath.Join(state, "kubeconfig")
-	all := map[string]string{"SPLITLET_STATE_DIR": state}
+	s.env["SPLITLET_STATE_DIR"] = state
 	for k, v := range env {
-		all[k] = v
-	}
-	dc, err := tccompose.NewDockerComposeWith(tccompose.WithStackFiles(paths...), tccompose.StackIdentifier(s.project))
-	if err != nil {
-		t.Fatalf("compose: %v", err)
+		s.env[k] = v
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			s.dumpLogs(t)
 		}
+		dc, err := tccompose.NewDockerComposeWith(tccompose.WithStackFiles(s.paths...), tccompose.StackIdentifier(s.project))
+		if err != nil {
+			t.Errorf("compose: %v", err)
+			return
+		}
+		defer dc.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		if err := dc.Down(ctx, tccompose.RemoveOrphans(true), tccompose.RemoveVolumes(true)); err != nil {
 			t.Errorf("compose down: %v", err)
 		}
-		_ = dc.Close()
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	start := time.Now()
-	if err := dc.WithEnv(all).Up(ctx, tccompose.Wait(true)); err != nil {
-		t.Fatalf("compose up: %v", err)
-	}
-	t.Logf("stack %s up and healthy in %v", s.project, time.Since(start).Round(time.Second))
+	s.up(t)
 	cfg, err := clientcmd.BuildConfigFromFlags("", s.kubeconfig)
 	if err != nil {
 		t.Fatalf("kubeconfig written by the stack: %v", err)
 	}
 	s.cs = kubernetes.NewForConfigOrDie(cfg)
 	return s
+}
+
+// up runs compose up with the stack's environment and waits for health.
+func (s *stack) up(t *testing.T) {
+	t.Helper()
+	dc, err := tccompose.NewDockerComposeWith(tccompose.WithStackFiles(s.paths...), tccompose.StackIdentifier(s.project))
+	if err != nil {
+		t.Fatalf("compose: %v", err)
+	}
+	defer dc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	start := time.Now()
+	if err := dc.WithEnv(s.env).Up(ctx, tccompose.Wait(true)); err != nil {
+		t.Fatalf("compose up: %v", err)
+	}
+	t.Logf("stack %s (podworkers=%s) up and healthy in %v", s.project, s.env["SPLITLET_PODWORKERS"], time.Since(start).Round(time.Second))
+}
+
+// scale is `docker compose up --scale podworkers=n` on the running stack.
+func (s *stack) scale(t *testing.T, n int) {
+	t.Helper()
+	s.env["SPLITLET_PODWORKERS"] = fmt.Sprint(n)
+	s.up(t)
 }
 
 // containers lists the IDs of a service's containers (running or not).
