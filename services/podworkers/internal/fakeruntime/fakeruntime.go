@@ -26,11 +26,13 @@ type Runtime struct {
 	ExitOnStart map[string]int
 	// Starts counts StartContainer calls per container name.
 	Starts map[string]int
+	// StopExitCode is the exit code StopContainer gives (default 137).
+	StopExitCode int
 }
 
 // New returns an empty runtime.
 func New() *Runtime {
-	return &Runtime{pods: map[types.UID][]runtime.ContainerStatus{}, events: make(chan runtime.Event, 1024), ExitOnStart: map[string]int{}, Starts: map[string]int{}}
+	return &Runtime{pods: map[types.UID][]runtime.ContainerStatus{}, events: make(chan runtime.Event, 1024), ExitOnStart: map[string]int{}, Starts: map[string]int{}, StopExitCode: 137}
 }
 
 func (r *Runtime) Type() string                 { return "fake" }
@@ -102,7 +104,7 @@ func (r *Runtime) StopContainer(ctx context.Context, id string, grace time.Durat
 		for i := range list {
 			if list[i].ID == id {
 				if list[i].State == runtime.StateRunning {
-					list[i].State, list[i].ExitCode, list[i].FinishedAt, list[i].Reason = runtime.StateExited, 137, time.Now(), "Error"
+					list[i].State, list[i].ExitCode, list[i].FinishedAt, list[i].Reason = runtime.StateExited, r.StopExitCode, time.Now(), "Error"
 				}
 				return nil
 			}

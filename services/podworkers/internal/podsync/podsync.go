@@ -69,8 +69,10 @@ type Syncer struct {
 
 	mu        sync.Mutex
 	startTime map[types.UID]metav1.Time
-	// livenessFailed holds container IDs the prober found dead.
+	// livenessFailed holds container IDs the prober found dead;
+	// livenessKilled those killed for it (they restart unless Never).
 	livenessFailed map[string]bool
+	livenessKilled map[string]bool
 	// specs holds, per pod, the spec hash each container instance started with.
 	specs map[types.UID]map[string]uint64
 	// final holds the status a kill asked a pod to end with.
@@ -87,6 +89,7 @@ func New(rt runtime.Runtime, sink StatusSink, opts ...Option) *Syncer {
 		backOff:        flowcontrol.NewBackOff(DefaultBackOffBase, DefaultBackOffMax),
 		startTime:      map[types.UID]metav1.Time{},
 		livenessFailed: map[string]bool{},
+		livenessKilled: map[string]bool{},
 		specs:          map[types.UID]map[string]uint64{},
 		final:          map[types.UID]*podworkers.KillOptions{},
 	}
@@ -111,9 +114,16 @@ func (s *Syncer) takeLivenessFailure(id string) bool {
 	defer s.mu.Unlock()
 	if s.livenessFailed[id] {
 		delete(s.livenessFailed, id)
+		s.livenessKilled[id] = true
 		return true
 	}
 	return false
+}
+
+func (s *Syncer) wasLivenessKilled(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.livenessKilled[id]
 }
 
 // Forget drops what the syncer keeps of a pod.
@@ -210,6 +220,9 @@ func (s *Syncer) inBackOff(pod *corev1.Pod, c *corev1.Container, last *runtime.C
 func (s *Syncer) start(ctx context.Context, pod *corev1.Pod, c *corev1.Container, prev *runtime.ContainerStatus) error {
 	attempt := 0
 	if prev != nil {
+		s.mu.Lock()
+		delete(s.livenessKilled, prev.ID)
+		s.mu.Unlock()
 		attempt = prev.Attempt + 1
 		s.backOff.Next(backOffKey(pod, c), prev.FinishedAt)
 	}
@@ -393,8 +406,12 @@ func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker
 					last = &cp
 				}
 			}
-		}
-		if !shouldRestart(policy, last.ExitCode) {
+			// kubelet: after a liveness kill the container restarts unless
+			// the policy is Never, whatever its exit code.
+			if policy == corev1.RestartPolicyNever {
+				continue
+			}
+		} else if !shouldRestart(policy, last.ExitCode) && (policy == corev1.RestartPolicyNever || !s.wasLivenessKilled(last.ID)) {
 			continue
 		}
 		allDone = false

@@ -284,3 +284,25 @@ func TestSidecarInitContainer(t *testing.T) {
 		t.Fatal("sidecar still running after the pod finished")
 	}
 }
+
+// A liveness kill restarts the container under OnFailure even when it exits
+// cleanly on SIGTERM, and never under Never.
+func TestLivenessKillFollowsPolicyNotExitCode(t *testing.T) {
+	r := newRig(t)
+	r.rt.StopExitCode = 0
+	for uid, policy := range map[string]corev1.RestartPolicy{"11": corev1.RestartPolicyOnFailure, "12": corev1.RestartPolicyNever} {
+		p := pod(uid, policy, "app")
+		r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p})
+		eventually(t, "running", func() bool { return running(r.sk.get(types.UID(uid)), "app") })
+		r.sy.LivenessFailed(r.rt.PodContainers(types.UID(uid))[0].ID)
+		r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateSync, Pod: p})
+	}
+	eventually(t, "OnFailure pod restarted", func() bool {
+		c, _ := containerState(r.sk.get("11"), "app")
+		return c.State.Running != nil && c.RestartCount == 1
+	})
+	eventually(t, "Never pod finished", func() bool { st := r.sk.get("12"); return st != nil && st.Terminated })
+	if n := len(r.rt.PodContainers("12")); n != 1 {
+		t.Fatalf("Never pod has %d container instances", n)
+	}
+}
