@@ -130,6 +130,10 @@ func (s *Syncer) wasLivenessKilled(id string) bool {
 func (s *Syncer) Forget(uid types.UID) {
 	s.mu.Lock()
 	delete(s.startTime, uid)
+	for id := range s.specs[uid] {
+		delete(s.livenessKilled, id)
+		delete(s.livenessFailed, id)
+	}
 	delete(s.specs, uid)
 	delete(s.final, uid)
 	s.mu.Unlock()
