@@ -48,7 +48,7 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 	pctx, cancel := context.WithCancel(context.Background())
 	part := &partition{cancel: cancel}
 	fail := func(err error) error {
-		r.stopPartition(part)
+		r.stopPartition(p, part)
 		r.setActive(p, false)
 		return err
 	}
@@ -130,14 +130,18 @@ func (r *Runner) gated(p int, apply func()) error {
 	return nil
 }
 
-func (r *Runner) stopPartition(part *partition) {
+// stopPartition stops a partition's consumers and request handlers. The
+// consumers drain first, with the gate still open, so that every message
+// already delivered to this replica is applied here (and covered by the
+// handover) rather than refused and overtaken by newer ones at the next
+// owner. A drain that hangs is abandoned after a while: the closed gate then
+// refuses what it still delivers, and the stream redelivers it.
+func (r *Runner) stopPartition(p int, part *partition) {
 	for _, s := range part.subs {
 		_ = s.Unsubscribe()
 	}
-	// the gate already refuses the partition's messages (they go back to
-	// the stream for the next owner), so draining the consumers need not
-	// hold the handover up.
 	stopped := make(chan struct{})
+	start := time.Now()
 	go func() {
 		for _, stop := range part.stops {
 			stop()
@@ -146,26 +150,34 @@ func (r *Runner) stopPartition(part *partition) {
 	}()
 	select {
 	case <-stopped:
-	case <-time.After(2 * time.Second):
+		r.log.Debug("partition consumers drained", zap.Int("partition", p), zap.Duration("took", time.Since(start)))
+	case <-time.After(consumerDrainTimeout):
+		r.log.Warn("partition consumers still draining, handing over anyway", zap.Int("partition", p))
 	}
+	r.gates[p].Lock()
+	r.setActive(p, false)
+	r.gates[p].Unlock()
 	part.cancel()
 	part.reqs.Wait()
 }
 
+// consumerDrainTimeout bounds how long a handover waits for the consumers.
+const consumerDrainTimeout = 5 * time.Second
+
 // release stops consuming a partition and stops its pods here.
 func (r *Runner) release(ctx context.Context, p int) {
-	// from now on the next owner speaks for the partition's pods.
-	r.gates[p].Lock()
-	r.setActive(p, false)
-	r.gates[p].Unlock()
 	r.mu.Lock()
 	part := r.parts[p]
 	delete(r.parts, p)
 	ctrl := r.ctrl
 	r.mu.Unlock()
 	if part != nil {
-		r.stopPartition(part)
+		r.stopPartition(p, part)
 	}
+	// from now on the next owner speaks for the partition's pods.
+	r.gates[p].Lock()
+	r.setActive(p, false)
+	r.gates[p].Unlock()
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if err := ctrl.ReleasePartition(rctx, p); err != nil {
