@@ -512,6 +512,14 @@ func TestDeadReplicaPartitionsTakenOver(t *testing.T) {
 		}
 		return true
 	})
+	// updates after the takeover apply on top of the rebuilt state.
+	e.send(bus.OpDelete, markDeleted(pods[1]))
+	e.send(bus.OpRemove, pods[2])
+	eventually(t, 30*time.Second, "deleted and removed pods torn down by the survivor", func() bool {
+		s1, src1 := e.get(pods[1].UID)
+		s2, src2 := e.get(pods[2].UID)
+		return s1.Terminated && s2.Terminated && src1 == b.Source() && src2 == b.Source()
+	})
 }
 
 // checkRuntimeRequests asks the owner of the pod's partition for logs, exec
