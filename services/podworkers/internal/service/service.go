@@ -55,6 +55,7 @@ type Config struct {
 	LeaseRefresh        time.Duration
 	StatusWindow        time.Duration
 	SimStartLatency     time.Duration
+	SimMaxStarts        int
 	HostIP              string
 	ReadinessInterval   time.Duration
 }
@@ -72,6 +73,7 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.LeaseRefresh, "podworkers.lease-refresh", ownership.DefaultRefresh, "how often a replica heartbeats its partition leases")
 	fs.DurationVar(&c.StatusWindow, "podworkers.status-window", statuspub.DefaultWindow, "changes of pod status gathered this long go out as one message per pod")
 	fs.DurationVar(&c.SimStartLatency, "podworkers.sim-start-latency", 0, "start latency of a simulated container (runtime sim)")
+	fs.IntVar(&c.SimMaxStarts, "podworkers.sim-max-concurrent-starts", 0, "containers this replica starts at once (runtime sim); 0: no limit")
 	fs.StringVar(&c.HostIP, "podworkers.host-ip", "127.0.0.1", "host IP reported in pod status")
 	fs.DurationVar(&c.ReadinessInterval, "podworkers.readiness-interval", 10*time.Second, "heartbeat interval of AgentReadiness on state.agent")
 }
@@ -88,6 +90,9 @@ func (c *Config) Validate() error {
 		if d <= 0 {
 			return fmt.Errorf("invalid value %v for %s: must be positive", d, key)
 		}
+	}
+	if c.SimMaxStarts < 0 {
+		return fmt.Errorf("invalid value %d for podworkers.sim-max-concurrent-starts: negative", c.SimMaxStarts)
 	}
 	if c.SimStartLatency < 0 {
 		return fmt.Errorf("invalid value %v for podworkers.sim-start-latency: negative", c.SimStartLatency)
@@ -257,7 +262,11 @@ func (r *Runner) newRuntime() (runtime.Runtime, error) {
 	case config.RuntimeProcess:
 		return process.New(process.WithRootDir(filepath.Join(r.common.DataDir, "podworkers-"+r.id)), process.WithHostIP(r.cfg.HostIP), process.WithLogger(r.log.Named("process")))
 	default:
-		return sim.New(sim.WithStartLatency(r.cfg.SimStartLatency)), nil
+		opts := []sim.Option{sim.WithStartLatency(r.cfg.SimStartLatency)}
+		if r.cfg.SimMaxStarts > 0 {
+			opts = append(opts, sim.WithMaxConcurrentStarts(r.cfg.SimMaxStarts))
+		}
+		return sim.New(opts...), nil
 	}
 }
 
