@@ -364,3 +364,46 @@ func (l *listener) close() {
 		<-done
 	}
 }
+
+// consumed names the last message the kit published on a subject, and the
+// durable consumer of the stage that must take it in.
+type consumed struct {
+	stream, durable, subject string
+}
+
+// waitConsumed waits until the stage's durable consumer has acknowledged
+// the last message on c.subject: over the bus, that is the one sign that a
+// stage has taken a message in. It also checks that the stage consumes
+// with the durable name the contract gives it.
+func (h *harness) waitConsumed(t testing.TB, c consumed) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), h.tg.Timeout)
+	defer cancel()
+	stream, err := h.js.Stream(ctx, bus.StreamName(h.tg.Node, c.stream))
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := stream.GetLastMsgForSubject(ctx, c.subject)
+	if err != nil {
+		t.Fatalf("last message on %s: %v", c.subject, err)
+	}
+	var floor uint64
+	for {
+		cons, err := stream.Consumer(ctx, c.durable)
+		if err == nil {
+			info, err := cons.Info(ctx)
+			if err == nil {
+				floor = info.AckFloor.Stream
+				if floor >= last.Sequence {
+					return
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("durable consumer %s of stream %s did not acknowledge message %d within %v (ack floor %d, err %v)",
+				c.durable, c.stream, last.Sequence, h.tg.Timeout, floor, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

@@ -18,6 +18,12 @@ import (
 	"github.com/splitlet/splitlet/libs/bus"
 )
 
+// The durable consumer names of a prober (docs/bus.md, agreement 4).
+const (
+	DurableProberPodUpdates = "prober"
+	DurableProberPodStatus  = "prober-status"
+)
+
 // proberNonTCPCases are the prober cases of other handlers than tcpSocket.
 var proberNonTCPCases = []string{"httpGet/status200", "httpGet/status500", "exec/exit0", "exec/exit1"}
 
@@ -59,10 +65,13 @@ func Prober(t *testing.T, tg Target, opts ...Option) {
 		h.run(t, "tcpSocket/startup-gates-readiness", true, func(t *testing.T) { h.proberStartup(t, probes) })
 		h.run(t, "lifecycle/new-container-id", true, func(t *testing.T) { h.proberNewContainer(t, probes) })
 		h.run(t, "lifecycle/remove-stops-probing", true, func(t *testing.T) {
-			h.proberStops(t, probes, func(t *testing.T, pod *corev1.Pod, st *bus.PodRuntimeStatus) { h.sendPods(t, bus.OpRemove, pod) })
+			h.proberStops(t, probes, func(t *testing.T, pod *corev1.Pod, st *bus.PodRuntimeStatus) consumed {
+				h.sendPods(t, bus.OpRemove, pod)
+				return consumed{bus.StreamPodUpdates, DurableProberPodUpdates, h.subjects.PodUpdates(h.partition(string(pod.UID)))}
+			})
 		})
 		h.run(t, "lifecycle/terminated-stops-probing", true, func(t *testing.T) {
-			h.proberStops(t, probes, func(t *testing.T, pod *corev1.Pod, st *bus.PodRuntimeStatus) {
+			h.proberStops(t, probes, func(t *testing.T, pod *corev1.Pod, st *bus.PodRuntimeStatus) consumed {
 				for i := range st.ContainerStatuses {
 					c := &st.ContainerStatuses[i]
 					c.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
@@ -72,6 +81,7 @@ func Prober(t *testing.T, tg Target, opts ...Option) {
 				}
 				st.Terminating, st.Terminated = true, true
 				h.sendStatus(t, st)
+				return consumed{bus.StreamPodStatus, DurableProberPodStatus, h.subjects.PodStatus(h.partition(string(pod.UID)))}
 			})
 		})
 		h.run(t, "lifecycle/malformed-input", true, func(t *testing.T) { h.proberMalformed(t, probes) })
@@ -84,8 +94,10 @@ func Prober(t *testing.T, tg Target, opts ...Option) {
 	})
 	// A SET replaces every api pod of its partition, so it runs alone.
 	h.run(t, "lifecycle/set-without-pod-stops-probing", false, func(t *testing.T) {
-		h.proberStops(t, probes, func(t *testing.T, pod *corev1.Pod, st *bus.PodRuntimeStatus) {
-			h.publish(t, h.api, h.subjects.PodUpdates(h.partition(string(pod.UID))), bus.KindPodUpdate, bus.OpSet, &bus.PodUpdate{Pods: []corev1.Pod{}})
+		h.proberStops(t, probes, func(t *testing.T, pod *corev1.Pod, st *bus.PodRuntimeStatus) consumed {
+			subject := h.subjects.PodUpdates(h.partition(string(pod.UID)))
+			h.publish(t, h.api, subject, bus.KindPodUpdate, bus.OpSet, &bus.PodUpdate{Pods: []corev1.Pod{}})
+			return consumed{bus.StreamPodUpdates, DurableProberPodUpdates, subject}
 		})
 	})
 }
@@ -250,28 +262,21 @@ func (h *harness) proberNewContainer(t *testing.T, probes *watcher) {
 	h.checkResult(t, pod, r)
 }
 
-// proberStops: once stop has told the prober the pod is gone, the pod's
-// port closing brings no result.
-func (h *harness) proberStops(t *testing.T, probes *watcher, stop func(*testing.T, *corev1.Pod, *bus.PodRuntimeStatus)) {
+// proberStops: once stop has told the prober the pod is gone, and the
+// prober's durable consumer has acknowledged that message, the pod's port
+// closing brings no result.
+func (h *harness) proberStops(t *testing.T, probes *watcher, stop func(*testing.T, *corev1.Pod, *bus.PodRuntimeStatus) consumed) {
 	l := newListener(t, h.tg.ProbeHost)
 	pod := h.newPod("tcp-stop", corev1.Container{Name: "app", Image: "busybox", ReadinessProbe: tcpProbe(l.port, 1)})
 	from := probes.count()
 	st := h.startPod(t, pod)
 	id := st.ContainerStatuses[0].ContainerID
 	i, _ := probes.waitFor(t, from, "readiness Success", result(pod, id, bus.ProbeReadiness, bus.ProbeSuccess))
-	stop(t, pod, st)
-	// The prober may have had a run in flight when stop was published; give
-	// it one period to take the message in before the port closes.
-	waitQuiet(time.Second)
+	h.waitConsumed(t, stop(t, pod, st))
 	l.close()
 	probes.never(t, i+1, quiet, "a readiness Failure for a pod the prober was told is gone",
 		result(pod, "", bus.ProbeReadiness, bus.ProbeFailure))
 }
-
-// waitQuiet lets the stage under test take in a message it cannot
-// acknowledge: over a bus, a stage's consumption of a message is not
-// observable, so this is the one bounded pause of the kit.
-func waitQuiet(d time.Duration) { <-time.After(d) }
 
 func (h *harness) proberMalformed(t *testing.T, probes *watcher) {
 	l := newListener(t, h.tg.ProbeHost)
