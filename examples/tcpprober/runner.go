@@ -112,6 +112,9 @@ func (r *Runner) Ready(context.Context) error {
 
 // Stop stops the consumers, then every worker, and waits for them.
 func (r *Runner) Stop(context.Context) error {
+	if r.cancel == nil {
+		return nil // never started
+	}
 	r.cancel()
 	r.mu.Lock()
 	stops := r.stops
