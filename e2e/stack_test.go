@@ -168,6 +168,8 @@ func (s *stack) containers(t *testing.T, service string) []string {
 	return strings.Fields(string(out))
 }
 
+// dumpLogs prints the end of every container's log and keeps the whole of
+// each in <tmp>/<project>/ for a closer look.
 func (s *stack) dumpLogs(t *testing.T) {
 	out, err := exec.Command("docker", "ps", "-a", "--format", "{{.ID}} {{.Label \"com.docker.compose.service\"}} {{.Status}}",
 		"--filter", "label=com.docker.compose.project="+s.project).Output()
@@ -175,14 +177,21 @@ func (s *stack) dumpLogs(t *testing.T) {
 		t.Logf("docker ps: %v", err)
 		return
 	}
+	dir := filepath.Join(os.TempDir(), s.project)
+	_ = os.MkdirAll(dir, 0o755)
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		f := strings.Fields(line)
 		if len(f) < 2 {
 			continue
 		}
-		logs, _ := exec.Command("docker", "logs", "--tail", "60", f[0]).CombinedOutput()
+		logs, _ := exec.Command("docker", "logs", f[0]).CombinedOutput()
+		_ = os.WriteFile(filepath.Join(dir, f[1]+"-"+f[0]+".log"), logs, 0o644)
+		if lines := bytes.Split(logs, []byte("\n")); len(lines) > 40 {
+			logs = bytes.Join(lines[len(lines)-40:], []byte("\n"))
+		}
 		t.Logf("=== %s ===\n%s", line, logs)
 	}
+	t.Logf("whole container logs in %s", dir)
 }
 
 // replicaID reads the replica id a podworkers container logged at start
