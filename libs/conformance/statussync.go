@@ -30,6 +30,9 @@ import (
 //   - startup-from-probe-results: started only after a startup Success.
 //   - rejected: a runtime status with phase Failed, reason OutOfcpu and no
 //     containers → API phase Failed, that reason, "Pod was rejected: ...".
+//   - static-pod-status-to-mirror: the status of a static pod (source file,
+//     UID = its config hash) goes to its mirror pod (annotation
+//     kubernetes.io/config.mirror = the hash).
 //   - delete-once-terminated: a pod deleted with a grace period is removed
 //     from the API server once its runtime status says terminated.
 func StatusSync(t *testing.T, tg Target, opts ...Option) {
@@ -96,6 +99,35 @@ func StatusSync(t *testing.T, tg Target, opts ...Option) {
 				Terminated: true})
 			h.waitAPIStatus(t, cs, pod, "phase Failed, reason OutOfcpu, message Pod was rejected: ...", func(s *corev1.PodStatus) bool {
 				return s.Phase == corev1.PodFailed && s.Reason == "OutOfcpu" && strings.HasPrefix(s.Message, "Pod was rejected: ")
+			})
+		})
+		h.run(t, "static-pod-status-to-mirror", true, func(t *testing.T) {
+			// Agreement 1: a static pod's bus UID is its config hash; its
+			// mirror pod carries the hash in kubernetes.io/config.mirror.
+			static := h.newPod("static", corev1.Container{Name: "app", Image: "busybox"})
+			hash := string(static.UID)
+			static.Annotations = map[string]string{
+				"kubernetes.io/config.source": "file", "kubernetes.io/config.hash": hash,
+				"kubernetes.io/config.seen": time.Now().UTC().Format(time.RFC3339Nano),
+			}
+			mirror := static.DeepCopy()
+			mirror.UID, mirror.ResourceVersion, mirror.CreationTimestamp = "", "", metav1.Time{}
+			mirror.Annotations = map[string]string{"kubernetes.io/config.source": "file", "kubernetes.io/config.hash": hash,
+				"kubernetes.io/config.mirror": hash}
+			created, err := cs.CoreV1().Pods(mirror.Namespace).Create(context.Background(), mirror, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatalf("create mirror pod: %v", err)
+			}
+			t.Cleanup(func() {
+				_ = cs.CoreV1().Pods(created.Namespace).Delete(context.Background(), created.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+			})
+			n := h.partition(hash)
+			fileSource := bus.NewPublisher(h.nc, h.js, h.tg.Node, "file")
+			h.publish(t, fileSource, h.subjects.PodUpdates(n), bus.KindPodUpdate, bus.OpSet, &bus.PodUpdate{Pods: []corev1.Pod{*static}})
+			h.sendStatus(t, h.runningStatus(static, map[string]string{"app": "sim://static-1"}, time.Now()))
+			h.waitAPIStatus(t, cs, created, "the mirror pod Running with the static pod's container", func(s *corev1.PodStatus) bool {
+				c := containerStatus(s, "app")
+				return s.Phase == corev1.PodRunning && c != nil && c.ContainerID == "sim://static-1"
 			})
 		})
 		h.run(t, "delete-once-terminated", true, func(t *testing.T) {
