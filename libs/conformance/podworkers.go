@@ -35,6 +35,8 @@ import (
 //     higher restart count.
 //   - exec-answered, stats-answered, logs-answered: the request/reply
 //     subjects of the pod's partition answer.
+//   - set-without-pod-terminates: a SET of the pod's source and partition
+//     that does not list it → terminated: true (once sources are ready).
 func PodWorkers(t *testing.T, tg Target, opts ...Option) {
 	h := newHarness(t, tg, opts)
 	status := h.watch(t, h.subjects.PodStatusAll(), SourcePodWorkers)
@@ -136,6 +138,13 @@ func PodWorkers(t *testing.T, tg Target, opts ...Option) {
 				t.Fatalf("logs request: %v", err)
 			}
 		})
+	})
+	// A SET replaces every api pod of its partition, so it runs alone.
+	h.run(t, "set-without-pod-terminates", false, func(t *testing.T) {
+		pod, _ := h.runPod(t, status, "set")
+		from := status.count()
+		h.publish(t, h.api, h.subjects.PodUpdates(h.partition(string(pod.UID))), bus.KindPodUpdate, bus.OpSet, &bus.PodUpdate{Pods: []corev1.Pod{}})
+		h.waitTerminated(t, status, pod, from)
 	})
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/splitlet/splitlet/libs/bus"
@@ -50,6 +51,8 @@ const quiet = 2500 * time.Millisecond
 //   - lifecycle/remove-stops-probing, lifecycle/terminated-stops-probing,
 //     lifecycle/set-without-pod-stops-probing: no results for a pod that is
 //     gone (REMOVE, terminated: true, absent from its source's SET).
+//   - lifecycle/deleting-stops-liveness: no liveness Failure for a pod
+//     being deleted (DELETE with deletionTimestamp).
 //   - lifecycle/malformed-input: messages that do not decode are dropped
 //     and later pods are still probed.
 //   - httpGet/status200, httpGet/status500: 200 is Success, 500 Failure.
@@ -84,6 +87,7 @@ func Prober(t *testing.T, tg Target, opts ...Option) {
 				return consumed{bus.StreamPodStatus, DurableProberPodStatus, h.subjects.PodStatus(h.partition(string(pod.UID)))}
 			})
 		})
+		h.run(t, "lifecycle/deleting-stops-liveness", true, func(t *testing.T) { h.proberDeleting(t, probes) })
 		h.run(t, "lifecycle/malformed-input", true, func(t *testing.T) { h.proberMalformed(t, probes) })
 		h.run(t, "httpGet/status200", true, func(t *testing.T) { h.proberHTTP(t, probes, http.StatusOK, bus.ProbeSuccess) })
 		h.run(t, "httpGet/status500", true, func(t *testing.T) {
@@ -276,6 +280,23 @@ func (h *harness) proberStops(t *testing.T, probes *watcher, stop func(*testing.
 	l.close()
 	probes.never(t, i+1, quiet, "a readiness Failure for a pod the prober was told is gone",
 		result(pod, "", bus.ProbeReadiness, bus.ProbeFailure))
+}
+
+// proberDeleting: while a pod is being deleted, a liveness probe does not
+// fail (kubelet: liveness reports Success during termination, so the
+// container is not restarted while it stops).
+func (h *harness) proberDeleting(t *testing.T, probes *watcher) {
+	l := newListener(t, h.tg.ProbeHost)
+	pod := h.newPod("tcp-deleting", corev1.Container{Name: "app", Image: "busybox", LivenessProbe: tcpProbe(l.port, 1)})
+	from := probes.count()
+	st := h.startPod(t, pod)
+	id := st.ContainerStatuses[0].ContainerID
+	deleting := pod.DeepCopy()
+	deleting.DeletionTimestamp, deleting.DeletionGracePeriodSeconds = &metav1.Time{Time: time.Now()}, ptr(int64(30))
+	h.sendPods(t, bus.OpDelete, deleting)
+	h.waitConsumed(t, consumed{bus.StreamPodUpdates, DurableProberPodUpdates, h.subjects.PodUpdates(h.partition(string(pod.UID)))})
+	l.close()
+	probes.never(t, from, quiet, "a liveness Failure for a pod being deleted", result(pod, id, bus.ProbeLiveness, bus.ProbeFailure))
 }
 
 func (h *harness) proberMalformed(t *testing.T, probes *watcher) {
