@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -66,7 +67,18 @@ func preflight(t *testing.T) {
 	if preflightErr != nil {
 		t.Fatalf("e2e: %v", preflightErr)
 	}
+	// The stack's fixed ports must be free (a stack left up, `make up`).
+	for _, port := range stackPorts {
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			t.Fatalf("e2e: port %d of the stack is taken (a stack still up? make down): %v", port, err)
+		}
+		ln.Close()
+	}
 }
+
+// stackPorts are the fixed ports of deploy/compose/compose.yaml.
+var stackPorts = []int{16443, 12379, 12380, 14222, 18222, 20250}
 
 // composeDir is deploy/compose of this checkout.
 func composeDir(t *testing.T) string {
@@ -146,7 +158,7 @@ func (s *stack) up(t *testing.T) {
 	if err := dc.WithEnv(s.env).Up(ctx, tccompose.Wait(true)); err != nil {
 		t.Fatalf("compose up: %v", err)
 	}
-	t.Logf("stack %s (podworkers=%s) up and healthy in %v", s.project, s.env["SPLITLET_PODWORKERS"], time.Since(start).Round(time.Second))
+	t.Logf("stack %s up and healthy in %v (%v)", s.project, time.Since(start).Round(time.Second), s.env)
 }
 
 // scale is `docker compose up --scale podworkers=n` on the running stack.
