@@ -10,6 +10,7 @@ package runtime
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"time"
 
@@ -133,3 +134,27 @@ var ErrNotFound = notFound{}
 type notFound struct{}
 
 func (notFound) Error() string { return "runtime: container not found" }
+
+// FindInstance picks, from a pod's container instances (oldest first), the
+// newest instance of the named container, or with previous the one before it
+// (kubelet: the "previous terminated container" of `kubectl logs -p`).
+func FindInstance[C any](uid types.UID, instances []C, nameOf func(C) string, name string, previous bool) (C, error) {
+	skip := 0
+	if previous {
+		skip = 1
+	}
+	for i := len(instances) - 1; i >= 0; i-- {
+		if nameOf(instances[i]) != name {
+			continue
+		}
+		if skip == 0 {
+			return instances[i], nil
+		}
+		skip--
+	}
+	var zero C
+	if previous {
+		return zero, fmt.Errorf("%w: previous terminated container %q in pod %s", ErrNotFound, name, uid)
+	}
+	return zero, fmt.Errorf("%w: container %q in pod %s", ErrNotFound, name, uid)
+}

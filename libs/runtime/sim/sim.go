@@ -447,23 +447,7 @@ func (r *Runtime) instance(uid types.UID, name string, previous bool) (*containe
 	if pd == nil {
 		return nil, fmt.Errorf("%w: pod %s", runtime.ErrNotFound, uid)
 	}
-	skip := 0
-	if previous {
-		skip = 1
-	}
-	for i := len(pd.containers) - 1; i >= 0; i-- {
-		if pd.containers[i].status.Name != name {
-			continue
-		}
-		if skip == 0 {
-			return pd.containers[i], nil
-		}
-		skip--
-	}
-	if previous {
-		return nil, fmt.Errorf("%w: previous terminated container %q in pod %s", runtime.ErrNotFound, name, uid)
-	}
-	return nil, fmt.Errorf("%w: container %q in pod %s", runtime.ErrNotFound, name, uid)
+	return runtime.FindInstance(uid, pd.containers, func(c *container) string { return c.status.Name }, name, previous)
 }
 
 // Logs implements runtime.Runtime with the synthetic lines.
