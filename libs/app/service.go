@@ -54,3 +54,37 @@ func RunService(name string, newRunner any) fx.Option {
 		}, fx.ParamTags(``, `name:"`+name+`"`))),
 	)
 }
+
+// Background runs a service's main loop from Start until Stop, for Runners
+// whose work is one long function: Start returns at once, Stop cancels the
+// loop and waits until it has drained and returned (or ctx ends).
+type Background struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Start runs loop in a goroutine; an error it returns before Stop is logged.
+func (b *Background) Start(log *zap.Logger, loop func(ctx context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	b.cancel, b.done = cancel, make(chan struct{})
+	go func() {
+		defer close(b.done)
+		if err := loop(ctx); err != nil && ctx.Err() == nil {
+			log.Error("service loop stopped on error", zap.Error(err))
+		}
+	}()
+}
+
+// Stop cancels the loop and waits for it to return.
+func (b *Background) Stop(ctx context.Context) error {
+	if b.cancel == nil {
+		return nil
+	}
+	b.cancel()
+	select {
+	case <-b.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 
+	"github.com/splitlet/splitlet/libs/app"
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/config"
 	"github.com/splitlet/splitlet/libs/kube"
@@ -118,8 +119,7 @@ type Runner struct {
 
 	id       string
 	subjects bus.Subjects
-	cancel   context.CancelFunc
-	done     chan struct{}
+	loop     app.Background
 	ready    chan struct{}
 
 	mu    sync.Mutex
@@ -184,30 +184,13 @@ func (r *Runner) Source() string { return "podworkers-" + r.id }
 
 // Start returns at once; the stage's loops run in the background.
 func (r *Runner) Start(context.Context) error {
-	ctx, cancel := context.WithCancel(context.Background())
-	r.cancel = cancel
-	r.done = make(chan struct{})
-	go func() {
-		defer close(r.done)
-		if err := r.run(ctx); err != nil && ctx.Err() == nil {
-			r.log.Error("podworkers stopped on error", zap.Error(err))
-		}
-	}()
+	r.loop.Start(r.log, r.run)
 	return nil
 }
 
 // Stop hands the partitions over, stops the workers and waits.
 func (r *Runner) Stop(ctx context.Context) error {
-	if r.cancel == nil {
-		return nil
-	}
-	r.cancel()
-	select {
-	case <-r.done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("podworkers: stop: %w", ctx.Err())
-	}
+	return r.loop.Stop(ctx)
 }
 
 // Ready is the readiness check: the replica runs and holds its leases.

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/splitlet/splitlet/libs/app"
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/config"
 	"github.com/splitlet/splitlet/libs/kube"
@@ -79,8 +80,7 @@ type Runner struct {
 	// crash: stop without writing pending statuses (tests).
 	crash   bool
 	ready   atomic.Bool
-	cancel  context.CancelFunc
-	done    chan struct{}
+	loop    app.Background
 	mu      sync.Mutex
 	manager *statusmanager.Manager
 }
@@ -95,30 +95,13 @@ func New(cfg *Config, common *config.Common, log *zap.Logger, kube kubernetes.In
 
 // Start returns at once; the stage's loops run in the background.
 func (r *Runner) Start(context.Context) error {
-	ctx, cancel := context.WithCancel(context.Background())
-	r.cancel = cancel
-	r.done = make(chan struct{})
-	go func() {
-		defer close(r.done)
-		if err := r.run(ctx); err != nil && ctx.Err() == nil {
-			r.log.Error("statussync stopped", zap.Error(err))
-		}
-	}()
+	r.loop.Start(r.log, r.run)
 	return nil
 }
 
 // Stop stops consuming, lets the writes in hand finish, and returns.
 func (r *Runner) Stop(ctx context.Context) error {
-	if r.cancel == nil {
-		return nil
-	}
-	r.cancel()
-	select {
-	case <-r.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return r.loop.Stop(ctx)
 }
 
 // Ready is true once the informer is synced and the consumers run.
