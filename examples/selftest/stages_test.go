@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/splitlet/splitlet/examples/internal/stagerun"
+	"github.com/splitlet/splitlet/libs/app/apptest"
 	"github.com/splitlet/splitlet/libs/conformance"
 	"github.com/splitlet/splitlet/libs/testenv"
 	"github.com/splitlet/splitlet/services/nodehb"
@@ -28,17 +28,17 @@ func TestSplitletStages(t *testing.T) {
 	}
 	t.Run("prober", func(t *testing.T) {
 		tg := stage(t, "selftest-prober")
-		stagerun.Start(t, "prober", common(tg), prober.Service())
+		apptest.Start(t, "prober", common(tg), prober.Service())
 		conformance.Prober(t, tg)
 	})
 	t.Run("podworkers", func(t *testing.T) {
 		tg := stage(t, "selftest-podworkers")
-		stagerun.Start(t, "podworkers", common(tg), podworkers.Service())
+		apptest.Start(t, "podworkers", common(tg), podworkers.Service())
 		conformance.PodWorkers(t, tg)
 	})
 	t.Run("statussync", func(t *testing.T) {
 		tg := stage(t, "selftest-statussync")
-		stagerun.Start(t, "statussync", common(tg), statussync.Service())
+		apptest.Start(t, "statussync", common(tg), statussync.Service())
 		conformance.StatusSync(t, tg)
 	})
 	t.Run("nodehb", func(t *testing.T) {
@@ -47,13 +47,13 @@ func TestSplitletStages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		stagerun.Start(t, "nodehb", append(common(tg), fmt.Sprintf("--nodehb.port=%d", port),
+		apptest.Start(t, "nodehb", append(common(tg), fmt.Sprintf("--nodehb.port=%d", port),
 			"--nodehb.client-ca-file="+cp.CAFile, "--nodehb.node-status-update-frequency=1s"), nodehb.Service())
 		conformance.NodeHB(t, tg)
 	})
 	t.Run("podconfig", func(t *testing.T) {
 		tg := stage(t, "selftest-podconfig")
-		stagerun.Start(t, "podconfig", common(tg), podconfig.Service())
+		apptest.Start(t, "podconfig", common(tg), podconfig.Service())
 		conformance.PodConfig(t, tg)
 	})
 }

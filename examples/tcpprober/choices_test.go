@@ -15,8 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/splitlet/splitlet/examples/internal/stagerun"
 	"github.com/splitlet/splitlet/examples/tcpprober"
+	"github.com/splitlet/splitlet/libs/app/apptest"
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
@@ -35,7 +35,7 @@ func TestDocumentedChoices(t *testing.T) {
 
 	n := testenv.NATSForTest(t)
 	const node = "tcpprober-choices"
-	stagerun.Start(t, "tcpprober", []string{"--nats-url=" + n.URL, "--node-name=" + node, "--partitions=1"}, tcpprober.Service())
+	apptest.Start(t, "tcpprober", []string{"--nats-url=" + n.URL, "--node-name=" + node, "--partitions=1"}, tcpprober.Service())
 	nc, js := n.Connect(t)
 	subjects := bus.For(node)
 	got := make(chan *bus.ProbeResult, 64)

@@ -3,8 +3,8 @@ package tcpprober_test
 import (
 	"testing"
 
-	"github.com/splitlet/splitlet/examples/internal/stagerun"
 	"github.com/splitlet/splitlet/examples/tcpprober"
+	"github.com/splitlet/splitlet/libs/app/apptest"
 	"github.com/splitlet/splitlet/libs/conformance"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
@@ -16,6 +16,6 @@ import (
 func TestConformance(t *testing.T) {
 	nats := testenv.NATSForTest(t)
 	const node = "tcpprober-node"
-	stagerun.Start(t, "tcpprober", []string{"--nats-url=" + nats.URL, "--node-name=" + node, "--partitions=4"}, tcpprober.Service())
+	apptest.Start(t, "tcpprober", []string{"--nats-url=" + nats.URL, "--node-name=" + node, "--partitions=4"}, tcpprober.Service())
 	conformance.Prober(t, conformance.Target{NATSURL: nats.URL, Node: node, Partitions: 4}, conformance.TCPOnly())
 }

@@ -1,15 +1,10 @@
 package statussync_test
 
 import (
-	"bytes"
-	"context"
-	"fmt"
-	"net/http"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/splitlet/splitlet/libs/app"
+	"github.com/splitlet/splitlet/libs/app/apptest"
 	"github.com/splitlet/splitlet/libs/testenv"
 	"github.com/splitlet/splitlet/services/statussync"
 )
@@ -18,52 +13,12 @@ import (
 // real API server, reports ready, and stops cleanly; a bad key value stops
 // it at once with a message that names the key.
 func TestServiceRunsAlone(t *testing.T) {
-	var stderr bytes.Buffer
-	code := app.Run(context.Background(), "statussync", []string{"--statussync.workers=0", "--kubeconfig=/nonexistent"}, &stderr, statussync.Service())
-	if code == 0 || !strings.Contains(stderr.String(), "statussync.workers") {
-		t.Fatalf("a bad worker count was accepted (code %d): %s", code, stderr.String())
+	code, out := apptest.RunBad("statussync", []string{"--statussync.workers=0", "--kubeconfig=/nonexistent"}, statussync.Service())
+	if code == 0 || !strings.Contains(out, "statussync.workers") {
+		t.Fatalf("a bad worker count was accepted (code %d): %s", code, out)
 	}
-
 	cp := testenv.ControlPlaneForTest(t)
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan int, 1)
-	stderr.Reset()
-	go func() {
-		done <- app.Run(ctx, "statussync", []string{"--kubeconfig=" + cp.Kubeconfig, "--node-name=module-node",
-			"--data-dir=" + t.TempDir(), "--http-addr=" + addr, "--log-level=warn",
-			"--statussync.batch-period=1s"}, &stderr, statussync.Service())
-	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get("http://" + addr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not ready in 30 s (last error %v): %s", err, stderr.String())
-		}
-		select {
-		case code := <-done:
-			t.Fatalf("exited early with %d: %s", code, stderr.String())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	cancel()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Fatalf("exit code %d: %s", code, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("did not stop in 30 s")
-	}
+	s := apptest.Start(t, "statussync", []string{"--kubeconfig=" + cp.Kubeconfig, "--node-name=module-node",
+		"--statussync.batch-period=1s"}, statussync.Service())
+	s.Stop(t)
 }
