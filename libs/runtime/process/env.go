@@ -11,6 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/splitlet/splitlet/libs/kube"
 )
 
 // containerEnv builds a container's environment: the base environment,
@@ -51,7 +53,7 @@ func (r *Runtime) containerEnv(pod *corev1.Pod, c *corev1.Container) ([]string, 
 			return nil, errors.New("env: a variable has no name")
 		}
 		if e.ValueFrom == nil {
-			set(e.Name, Expand(e.Value, lookup))
+			set(e.Name, kube.Expand(e.Value, lookup))
 			continue
 		}
 		v, skip, err := r.valueFrom(pod, c, e.ValueFrom)
@@ -157,43 +159,6 @@ func resourceValue(c *corev1.Container, ref *corev1.ResourceFieldSelector) (stri
 		return strconv.FormatInt(int64(math.Ceil(float64(q.MilliValue())/float64(divisor.MilliValue()))), 10), nil
 	}
 	return strconv.FormatInt(int64(math.Ceil(float64(q.Value())/float64(divisor.Value()))), 10), nil
-}
-
-// Expand replaces $(NAME) in s with the value lookup finds, as the kubelet
-// expands command, args and env values: $$ is a literal $, and a reference
-// that lookup does not know, or that is not closed, stays as written.
-func Expand(s string, lookup func(string) (string, bool)) string {
-	if !strings.Contains(s, "$") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] != '$' || i+1 == len(s) {
-			b.WriteByte(s[i])
-			continue
-		}
-		switch s[i+1] {
-		case '$':
-			b.WriteByte('$')
-			i++
-		case '(':
-			end := strings.IndexByte(s[i+2:], ')')
-			if end < 0 {
-				b.WriteString(s[i:])
-				return b.String()
-			}
-			name := s[i+2 : i+2+end]
-			if v, ok := lookup(name); ok && name != "" {
-				b.WriteString(v)
-			} else {
-				b.WriteString(s[i : i+3+end])
-			}
-			i += 2 + end
-		default:
-			b.WriteByte('$')
-		}
-	}
-	return b.String()
 }
 
 // envValue returns the value of key in env (the last one wins).

@@ -23,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/logging"
 	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/libs/runtime/crilog"
@@ -274,10 +275,10 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 	// image, the first word of either is the program.
 	argv := make([]string, 0, len(c.Command)+len(c.Args))
 	for _, a := range c.Command {
-		argv = append(argv, Expand(a, lookup))
+		argv = append(argv, kube.Expand(a, lookup))
 	}
 	for _, a := range c.Args {
-		argv = append(argv, Expand(a, lookup))
+		argv = append(argv, kube.Expand(a, lookup))
 	}
 	if len(argv) == 0 {
 		return r.failStart(p, ct, st, errors.New("no command: the process runtime has no image entrypoint, so the container needs command or args"))

@@ -583,27 +583,6 @@ func TestExec(t *testing.T) {
 	}
 }
 
-func TestExpand(t *testing.T) {
-	vars := map[string]string{"A": "1", "B": "two"}
-	lookup := func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
-	for in, want := range map[string]string{
-		"plain":       "plain",
-		"$(A)":        "1",
-		"x$(A)y$(B)z": "x1ytwoz",
-		"$$(A)":       "$(A)",
-		"$(C)":        "$(C)",
-		"$(A":         "$(A",
-		"$":           "$",
-		"a$b":         "a$b",
-		"$()":         "$()",
-		"$$$(A)":      "$1",
-	} {
-		if got := Expand(in, lookup); got != want {
-			t.Errorf("Expand(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestParseProcStat(t *testing.T) {
 	s, err := parseProcStat([]byte("42 (a (weird) name) S 1 42 42 0 -1 4194560 100 0 0 0 7 3 2 1 20 0 1 0 100 1000 250 18446744073709551615"))
 	if err != nil {

@@ -1,9 +1,9 @@
 package workers
 
 import (
-	"strings"
-
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/splitlet/splitlet/libs/kube"
 )
 
 // expandCommand replaces $(NAME) in each argument with the value of the
@@ -28,35 +28,5 @@ func expandCommand(cmd []string, env []corev1.EnvVar) []string {
 }
 
 func expandOne(s string, vars map[string]string) string {
-	if !strings.Contains(s, "$") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] != '$' || i+1 >= len(s) {
-			b.WriteByte(s[i])
-			continue
-		}
-		switch s[i+1] {
-		case '$':
-			b.WriteByte('$')
-			i++
-		case '(':
-			end := strings.IndexByte(s[i+2:], ')')
-			if end < 0 {
-				b.WriteString(s[i:])
-				return b.String()
-			}
-			name := s[i+2 : i+2+end]
-			if v, ok := vars[name]; ok {
-				b.WriteString(v)
-			} else {
-				b.WriteString(s[i : i+3+end])
-			}
-			i += 2 + end
-		default:
-			b.WriteByte('$')
-		}
-	}
-	return b.String()
+	return kube.Expand(s, func(name string) (string, bool) { v, ok := vars[name]; return v, ok })
 }
