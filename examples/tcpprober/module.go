@@ -10,7 +10,6 @@ package tcpprober
 
 import (
 	"github.com/spf13/pflag"
-	"go.uber.org/fx"
 
 	"github.com/splitlet/splitlet/libs/app"
 )
@@ -30,13 +29,4 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 }
 
 // Service returns the stage, ready for app.Run.
-func Service() app.Service {
-	cfg := &Config{}
-	return app.Service{
-		Name:  Name,
-		Flags: cfg.RegisterFlags,
-		Module: func() fx.Option {
-			return fx.Module(Name, fx.Supply(cfg), app.RunService(Name, New))
-		},
-	}
-}
+func Service() app.Service { return app.NewService(Name, &Config{}, New) }

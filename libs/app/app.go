@@ -39,6 +39,9 @@ type Service struct {
 	// Module returns the service's fx module; it is called after the keys
 	// are loaded, so it may read them.
 	Module func() fx.Option
+	// Validate, if set, checks the service's keys once they are loaded; an
+	// error stops the process (exit 2) before anything starts.
+	Validate func() error
 }
 
 // Main runs the binary and exits with Run's code.
@@ -100,6 +103,15 @@ func Run(ctx context.Context, binary string, args []string, stderr io.Writer, se
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", binary, err)
 		return 2
+	}
+	for _, s := range run {
+		if s.Validate == nil {
+			continue
+		}
+		if err := s.Validate(); err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", binary, err)
+			return 2
+		}
 	}
 	log, err := logging.New(common.LogLevel, common.LogFormat)
 	if err != nil {

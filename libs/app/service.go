@@ -6,6 +6,8 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/zap"
 
+	"github.com/spf13/pflag"
+
 	"github.com/splitlet/splitlet/libs/health"
 	"github.com/splitlet/splitlet/libs/logging"
 	"github.com/splitlet/splitlet/libs/messaging"
@@ -87,4 +89,27 @@ func (b *Background) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Keys are a service's own configuration keys.
+type Keys interface {
+	RegisterFlags(fs *pflag.FlagSet)
+}
+
+// NewService is the Service of a stage whose work is one Runner: keys are
+// its own keys (checked by their Validate method, if they have one, before
+// anything starts, so that a bad value stops the process naming the key),
+// and newRunner is the Runner's fx constructor, which may take keys.
+func NewService[K Keys](name string, keys K, newRunner any) Service {
+	s := Service{
+		Name:  name,
+		Flags: keys.RegisterFlags,
+		Module: func() fx.Option {
+			return fx.Module(name, fx.Supply(keys), RunService(name, newRunner))
+		},
+	}
+	if v, ok := any(keys).(interface{ Validate() error }); ok {
+		s.Validate = v.Validate
+	}
+	return s
 }

@@ -5,8 +5,6 @@
 package podconfig
 
 import (
-	"go.uber.org/fx"
-
 	"github.com/splitlet/splitlet/libs/app"
 	"github.com/splitlet/splitlet/services/podconfig/internal/service"
 )
@@ -15,13 +13,4 @@ import (
 const Name = "podconfig"
 
 // Service returns the podconfig stage, ready for app.Run.
-func Service() app.Service {
-	cfg := &service.Config{}
-	return app.Service{
-		Name:  Name,
-		Flags: cfg.RegisterFlags,
-		Module: func() fx.Option {
-			return fx.Module(Name, fx.Supply(cfg), app.RunService(Name, service.New))
-		},
-	}
-}
+func Service() app.Service { return app.NewService(Name, &service.Config{}, service.New) }

@@ -12,7 +12,7 @@ import (
 // a real API server, reports ready once the API source synced, and stops
 // cleanly; a bad key value stops it at once with exit code 2.
 func TestServiceRunsAlone(t *testing.T) {
-	if code, out := apptest.RunBad("podconfig", []string{"--podconfig.notification-mode=bogus"}, podconfig.Service()); code == 0 {
+	if code, out := apptest.RunBad("podconfig", []string{"--podconfig.notification-mode=bogus"}, podconfig.Service()); code != 2 {
 		t.Fatalf("a bad notification mode was accepted (code %d): %s", code, out)
 	}
 	cp := testenv.ControlPlaneForTest(t)

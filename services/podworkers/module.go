@@ -5,8 +5,6 @@
 package podworkers
 
 import (
-	"go.uber.org/fx"
-
 	"github.com/splitlet/splitlet/libs/app"
 	"github.com/splitlet/splitlet/services/podworkers/internal/service"
 )
@@ -15,13 +13,4 @@ import (
 const Name = "podworkers"
 
 // Service returns the podworkers stage, ready for app.Run.
-func Service() app.Service {
-	cfg := &service.Config{}
-	return app.Service{
-		Name:  Name,
-		Flags: cfg.RegisterFlags,
-		Module: func() fx.Option {
-			return fx.Module(Name, fx.Supply(cfg), app.RunService(Name, service.New))
-		},
-	}
-}
+func Service() app.Service { return app.NewService(Name, &service.Config{}, service.New) }

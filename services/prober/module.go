@@ -5,8 +5,6 @@
 package prober
 
 import (
-	"go.uber.org/fx"
-
 	"github.com/splitlet/splitlet/libs/app"
 	"github.com/splitlet/splitlet/services/prober/internal/stage"
 )
@@ -15,13 +13,4 @@ import (
 const Name = "prober"
 
 // Service returns the prober stage, ready for app.Run.
-func Service() app.Service {
-	cfg := &stage.Config{}
-	return app.Service{
-		Name:  Name,
-		Flags: cfg.RegisterFlags,
-		Module: func() fx.Option {
-			return fx.Module(Name, fx.Supply(cfg), app.RunService(Name, stage.New))
-		},
-	}
-}
+func Service() app.Service { return app.NewService(Name, &stage.Config{}, stage.New) }

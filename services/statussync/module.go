@@ -5,8 +5,6 @@
 package statussync
 
 import (
-	"go.uber.org/fx"
-
 	"github.com/splitlet/splitlet/libs/app"
 	"github.com/splitlet/splitlet/services/statussync/internal/service"
 )
@@ -15,18 +13,4 @@ import (
 const Name = "statussync"
 
 // Service returns the statussync stage, ready for app.Run.
-func Service() app.Service {
-	cfg := &service.Config{}
-	return app.Service{
-		Name:  Name,
-		Flags: cfg.RegisterFlags,
-		Module: func() fx.Option {
-			// The keys are loaded by now: a bad value stops the process
-			// before anything starts, naming the key.
-			if err := cfg.Validate(); err != nil {
-				return fx.Error(err)
-			}
-			return fx.Module(Name, fx.Supply(cfg), app.RunService(Name, service.New))
-		},
-	}
-}
+func Service() app.Service { return app.NewService(Name, &service.Config{}, service.New) }
