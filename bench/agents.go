@@ -25,6 +25,7 @@ type agent struct {
 // agentRun is a running agent: its processes, stopped by stop.
 type agentRun struct {
 	procs []*exec.Cmd
+	names []string
 	dir   string
 }
 
@@ -59,29 +60,33 @@ func (r *agentRun) spawn(env *benchEnv, name, bin string, args ...string) error 
 	}
 	go func() { _ = cmd.Wait(); f.Close() }()
 	r.procs = append(r.procs, cmd)
+	r.names = append(r.names, name)
 	return nil
 }
 
-// peakRSS sums the peak resident set (VmHWM) of the agent's processes.
-func (r *agentRun) peakRSS() (int64, error) {
+// peakRSS sums the peak resident set (VmHWM) of the agent's processes and
+// returns each process's share too.
+func (r *agentRun) peakRSS() (int64, map[string]int64, error) {
 	var total int64
-	for _, p := range r.procs {
+	each := map[string]int64{}
+	for i, p := range r.procs {
 		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Process.Pid))
 		if err != nil {
-			return 0, fmt.Errorf("pid %d: %w", p.Process.Pid, err)
+			return 0, nil, fmt.Errorf("pid %d: %w", p.Process.Pid, err)
 		}
 		for _, line := range strings.Split(string(data), "\n") {
 			if strings.HasPrefix(line, "VmHWM:") {
 				f := strings.Fields(line)
 				kb, err := strconv.ParseInt(f[1], 10, 64)
 				if err != nil {
-					return 0, err
+					return 0, nil, err
 				}
 				total += kb * 1024
+				each[r.names[i]] += kb * 1024
 			}
 		}
 	}
-	return total, nil
+	return total, each, nil
 }
 
 // alive reports an agent process that has exited.

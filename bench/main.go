@@ -15,9 +15,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -96,7 +98,11 @@ func run(ctx context.Context, out io.Writer, which string, pods, concurrency int
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		fmt.Fprintf(out, "%s: all Ready in %.2fs, all gone in %.2fs\n", name, res.AllReadySec, res.AllGoneSec)
+		fmt.Fprintf(out, "%s: all Ready in %.2fs, all gone in %.2fs, peak RSS by process (MiB):", name, res.AllReadySec, res.AllGoneSec)
+		for _, p := range slices.Sorted(maps.Keys(res.PeakRSSEach)) {
+			fmt.Fprintf(out, " %s %.0f", p, float64(res.PeakRSSEach[p])/(1<<20))
+		}
+		fmt.Fprintln(out)
 		results[name] = res
 		order = append(order, name)
 	}

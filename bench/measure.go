@@ -21,18 +21,19 @@ import (
 
 // result holds one agent's figures.
 type result struct {
-	Agent         string  `json:"agent"`
-	Pods          int     `json:"pods"`
-	AllReadySec   float64 `json:"allReadySeconds"`
-	P50Ms         float64 `json:"p50Ms"`
-	P90Ms         float64 `json:"p90Ms"`
-	P99Ms         float64 `json:"p99Ms"`
-	MaxMs         float64 `json:"maxMs"`
-	AllGoneSec    float64 `json:"allGoneSeconds"`
-	PodWritesPer  float64 `json:"podWritesPerPod"`
-	AllWritesPer  float64 `json:"allWritesPerPod"`
-	PeakRSSBytes  int64   `json:"peakRSSBytes"`
-	ThroughputPPS float64 `json:"podsPerSecond"`
+	Agent         string           `json:"agent"`
+	Pods          int              `json:"pods"`
+	AllReadySec   float64          `json:"allReadySeconds"`
+	P50Ms         float64          `json:"p50Ms"`
+	P90Ms         float64          `json:"p90Ms"`
+	P99Ms         float64          `json:"p99Ms"`
+	MaxMs         float64          `json:"maxMs"`
+	AllGoneSec    float64          `json:"allGoneSeconds"`
+	PodWritesPer  float64          `json:"podWritesPerPod"`
+	AllWritesPer  float64          `json:"allWritesPerPod"`
+	PeakRSSBytes  int64            `json:"peakRSSBytes"`
+	PeakRSSEach   map[string]int64 `json:"peakRSSBytesByProcess"`
+	ThroughputPPS float64          `json:"podsPerSecond"`
 }
 
 // tracker follows the run's pods through a watch and records, by pod name,
@@ -177,7 +178,7 @@ func runCase(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a agen
 	}
 	tr.mu.Unlock()
 	res.AllGoneSec = lastGone.Sub(delStart).Seconds()
-	if res.PeakRSSBytes, err = run.peakRSS(); err != nil {
+	if res.PeakRSSBytes, res.PeakRSSEach, err = run.peakRSS(); err != nil {
 		return nil, err
 	}
 	return res, nil
