@@ -56,15 +56,6 @@ func NewAPI(cs kubernetes.Interface, node string, sink Sink, log *zap.Logger) (*
 	factory := kube.NodePodsFactory(cs, node, 0)
 	inf := factory.Core().V1().Pods()
 	a := &API{node: node, sink: sink, log: log, pods: inf.Informer(), lister: inf.Lister(), stop: factory.Shutdown}
-	// Managed fields are of no use downstream and weigh most of a pod.
-	if err := a.pods.SetTransform(func(obj any) (any, error) {
-		if p, ok := obj.(*corev1.Pod); ok {
-			p.ManagedFields = nil
-		}
-		return obj, nil
-	}); err != nil {
-		return nil, err
-	}
 	reg, err := a.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { a.onAdd(obj) },
 		UpdateFunc: func(old, cur any) { a.onUpdate(old, cur) },
