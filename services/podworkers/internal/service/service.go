@@ -11,7 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -25,7 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/splitlet/splitlet/libs/app"
 	"github.com/splitlet/splitlet/libs/bus"
@@ -271,7 +273,10 @@ func (r *Runner) run(ctx context.Context) error {
 	}))
 	nodeLister := nodeFactory.Core().V1().Nodes().Lister()
 	podFactory := kube.NodePodsFactory(r.cs, node, 0)
-	podLister := podFactory.Core().V1().Pods().Lister()
+	podInformer := podFactory.Core().V1().Pods().Informer()
+	if err := podInformer.AddIndexers(cache.Indexers{partitionIndex: partitionIndexFunc(r.common.Partitions)}); err != nil {
+		return err
+	}
 	nodeFactory.Start(ctx.Done())
 	podFactory.Start(ctx.Done())
 	defer nodeFactory.Shutdown()
@@ -298,21 +303,25 @@ func (r *Runner) run(ctx context.Context) error {
 		return err
 	}
 	var owner *ownership.Manager
+	var owned atomic.Pointer[ownership.Manager] // for admission, read before owner is set
 	sink := statuspub.New(pub, r.common.Partitions, r.isActive, r.log.Named("status"))
 	sink.SetWindow(r.cfg.StatusWindow)
 	ctrl := controller.New(controller.Config{
-		Runtime:      rt,
-		Sink:         sink,
-		Admit:        admission.Chain{admission.Validate(), admission.ResourceFit(allocatable)},
-		Recorder:     recorder,
-		Partitions:   r.common.Partitions,
-		Log:          r.log,
-		OtherPods:    func(except types.UID) []*corev1.Pod { return otherPods(podLister, except) },
+		Runtime:    rt,
+		Sink:       sink,
+		Admit:      admission.Chain{admission.Validate(), admission.ResourceFit(allocatable)},
+		Recorder:   recorder,
+		Partitions: r.common.Partitions,
+		Log:        r.log,
+		OtherPods: func(except types.UID) []*corev1.Pod {
+			return otherPods(podInformer.GetIndexer(), r.common.Partitions, owned.Load(), except)
+		},
 		Housekeeping: r.cfg.Housekeeping,
 		ObserveSync:  r.metrics.observe,
 		WorkerOpts:   []podworkers.Option{podworkers.WithResyncInterval(r.cfg.ResyncInterval), podworkers.WithBackOffPeriod(r.cfg.BackOffPeriod)},
 		SyncOpts:     []podsync.Option{podsync.WithBackOff(r.cfg.ContainerBackOff, r.cfg.ContainerBackOffMax), podsync.WithHostIP(r.cfg.HostIP)},
 	})
+	defer owned.Store(nil)
 	owner = ownership.New(ownership.Options{
 		KV: kv, ID: r.id, Partitions: r.common.Partitions, Refresh: r.cfg.LeaseRefresh, TTL: r.cfg.LeaseTTL,
 		Log: r.log.Named("ownership"),
@@ -327,6 +336,8 @@ func (r *Runner) run(ctx context.Context) error {
 			},
 		},
 	})
+	owned.Store(owner)
+
 	r.mu.Lock()
 	r.rt, r.ctrl, r.owner, r.pub = rt, ctrl, owner, pub
 	r.mu.Unlock()
@@ -370,19 +381,47 @@ func (r *Runner) run(ctx context.Context) error {
 	return nil
 }
 
-// otherPods lists the node's pods in the API server that hold resources:
-// not finished, for admission across replicas.
-func otherPods(l corelisters.PodLister, except types.UID) []*corev1.Pod {
-	all, err := l.List(labelsEverything())
-	if err != nil {
-		return nil
+// partitionIndex indexes the node's pods by bus partition.
+const partitionIndex = "partition"
+
+func partitionIndexFunc(partitions int) cache.IndexFunc {
+	return func(obj any) ([]string, error) {
+		p, ok := obj.(*corev1.Pod)
+		if !ok {
+			return nil, nil
+		}
+		uid := string(p.UID)
+		if h := p.Annotations[mirrorAnnotation]; h != "" {
+			uid = h // a mirror pod stands for its static pod's bus UID
+		}
+		return []string{strconv.Itoa(bus.Partition(uid, partitions))}, nil
 	}
-	out := make([]*corev1.Pod, 0, len(all))
-	for _, p := range all {
-		if p.UID == except || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+}
+
+const mirrorAnnotation = "kubernetes.io/config.mirror"
+
+// otherPods lists the node's pods in the API server that hold resources and
+// belong to partitions other replicas own (before ownership is known: all
+// of them). Pods of this replica's partitions are counted by the running sum
+// as they arrive, so a partition index keeps admission from walking every pod
+// of the node for every pod it admits.
+func otherPods(idx cache.Indexer, partitions int, owner *ownership.Manager, except types.UID) []*corev1.Pod {
+	var out []*corev1.Pod
+	for p := 0; p < partitions; p++ {
+		if owner != nil && owner.Owned(p) {
 			continue
 		}
-		out = append(out, p)
+		objs, err := idx.ByIndex(partitionIndex, strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
+		for _, o := range objs {
+			pod, ok := o.(*corev1.Pod)
+			if !ok || pod.UID == except || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+				continue
+			}
+			out = append(out, pod)
+		}
 	}
 	return out
 }
