@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +29,31 @@ type agentRun struct {
 	procs []*exec.Cmd
 	names []string
 	dir   string
+	// health is the health/pprof address of each Splitlet process.
+	health map[string]string
+}
+
+// saveHeapProfiles writes each Splitlet process's heap profile to dir, for
+// `go tool pprof`.
+func (r *agentRun) saveHeapProfiles(dir, prefix string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for proc, addr := range r.health {
+		resp, err := http.Get("http://" + addr + "/debug/pprof/heap")
+		if err != nil {
+			return err
+		}
+		data, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, prefix+"-"+proc+".heap.pb.gz"), data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // benchEnv is what every agent runs against.
@@ -37,6 +64,9 @@ type benchEnv struct {
 	workDir    string
 	self       string
 	scale      scaleOptions
+	// profileDir, when set, receives the heap profiles of the Splitlet
+	// processes taken when all pods are Ready.
+	profileDir string
 }
 
 type scaleOptions struct {
@@ -121,7 +151,7 @@ func newRun(env *benchEnv, name string) (*agentRun, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	return &agentRun{dir: dir}, nil
+	return &agentRun{dir: dir, health: map[string]string{}}, nil
 }
 
 func freeAddr() (string, int, error) {
@@ -130,11 +160,12 @@ func freeAddr() (string, int, error) {
 }
 
 // splitletArgs are the keys every Splitlet process of a run shares.
-func splitletArgs(env *benchEnv, node, dataDir string) ([]string, error) {
+func (r *agentRun) splitletArgs(env *benchEnv, node, dataDir, proc string) ([]string, error) {
 	addr, _, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
+	r.health[proc] = addr
 	return []string{
 		"--kubeconfig=" + env.kubeconfig,
 		"--node-name=" + node,
@@ -159,7 +190,7 @@ func startAllInOne(_ context.Context, env *benchEnv, node string) (*agentRun, er
 	if err != nil {
 		return nil, err
 	}
-	args, err := splitletArgs(env, node, filepath.Join(r.dir, "data"))
+	args, err := r.splitletArgs(env, node, filepath.Join(r.dir, "data"), "splitlet")
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +224,7 @@ func startSplit(_ context.Context, env *benchEnv, node string) (*agentRun, error
 		services = append(services, "podworkers")
 	}
 	for i, svc := range services {
-		args, err := splitletArgs(env, node, filepath.Join(r.dir, fmt.Sprintf("%s-%d", svc, i)))
+		args, err := r.splitletArgs(env, node, filepath.Join(r.dir, fmt.Sprintf("%s-%d", svc, i)), fmt.Sprintf("%s-%d", svc, i))
 		if err != nil {
 			return nil, err
 		}

@@ -37,6 +37,7 @@ func main() {
 		outDir      = flag.String("out", "bench/out", "where the JSON figures go")
 		scalePods   = flag.Int("scale-pods", 2000, "pods of the scaling case (0: skip it)")
 		stages      = flag.Bool("stages", true, "also run the stage cases (each stage's own benchmark)")
+		profiles    = flag.Bool("profiles", false, "save the Splitlet processes' heap profiles under -out when all pods are Ready")
 		scaleLat    = flag.Duration("scale-start-latency", 200*time.Millisecond, "sim start latency of the scaling case")
 		scaleConc   = flag.Int("scale-max-concurrent-starts", 20, "per-replica concurrent starts of the scaling case")
 		ideal       = flag.Bool("ideal-agent", false, "run as the ideal agent (internal)")
@@ -53,13 +54,13 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Stdout, *which, *pods, *concurrency, *outDir, scaleOptions{startLatency: *scaleLat, maxConcurrent: *scaleConc}, *scalePods, *stages); err != nil {
+	if err := run(ctx, os.Stdout, *which, *pods, *concurrency, *outDir, scaleOptions{startLatency: *scaleLat, maxConcurrent: *scaleConc}, *scalePods, *stages, *profiles); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, out io.Writer, which string, pods, concurrency int, outDir string, scale scaleOptions, scalePods int, stages bool) error {
+func run(ctx context.Context, out io.Writer, which string, pods, concurrency int, outDir string, scale scaleOptions, scalePods int, stages, profiles bool) error {
 	binDir, err := testenv.BinDir()
 	if err != nil {
 		return err
@@ -85,6 +86,9 @@ func run(ctx context.Context, out io.Writer, which string, pods, concurrency int
 	cfg.QPS, cfg.Burst = 100000, 100000
 	cs := kubernetes.NewForConfigOrDie(cfg)
 	env := &benchEnv{kubeconfig: cp.Kubeconfig, caFile: cp.CAFile, binDir: binDir, workDir: work, self: self}
+	if profiles {
+		env.profileDir = outDir
+	}
 
 	results := map[string]*result{}
 	var order []string

@@ -139,6 +139,11 @@ func runCase(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a agen
 	if err := waitFor(ctx, 15*time.Minute, run, fmt.Sprintf("%d pods Ready", n), func() bool { return tr.ready.Load() >= int64(n) }); err != nil {
 		return nil, fmt.Errorf("%w: %d of %d Ready (logs in %s)", err, tr.ready.Load(), n, run.dir)
 	}
+	if env.profileDir != "" {
+		if err := run.saveHeapProfiles(env.profileDir, a.name); err != nil {
+			return nil, fmt.Errorf("heap profiles: %w", err)
+		}
+	}
 	after, err := writeCounts(ctx, cs)
 	if err != nil {
 		return nil, err
