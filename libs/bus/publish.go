@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,6 +18,10 @@ import (
 // a message, so it keeps increasing across restarts of the source without any
 // stored state, and receivers can drop what they have already seen.
 type Publisher struct {
+	// mu keeps sealing and sending one step, so that messages leave in
+	// sequence order even when goroutines share the publisher; receivers
+	// drop a message whose seq is not above the last (docs/bus.md).
+	mu     sync.Mutex
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	node   string
@@ -61,19 +66,25 @@ func (p *Publisher) msgID(e *Envelope) string {
 // Publish sends a message to a stream subject and waits for the stream's
 // acknowledgement. The message ID makes a retried publish a no-op.
 func (p *Publisher) Publish(ctx context.Context, subject string, kind Kind, op Op, payload any) error {
-	data, e, err := p.Seal(kind, op, payload)
+	f, err := p.PublishAsync(subject, kind, op, payload)
 	if err != nil {
 		return err
 	}
-	if _, err := p.js.Publish(ctx, subject, data, jetstream.WithMsgID(p.msgID(e))); err != nil {
+	select {
+	case <-f.Ok():
+		return nil
+	case err := <-f.Err():
 		return fmt.Errorf("bus: publish %s to %s: %w", kind, subject, err)
+	case <-ctx.Done():
+		return fmt.Errorf("bus: publish %s to %s: %w", kind, subject, ctx.Err())
 	}
-	return nil
 }
 
 // PublishAsync sends a message to a stream subject without waiting; call
 // Flush to wait for every outstanding acknowledgement.
 func (p *Publisher) PublishAsync(subject string, kind Kind, op Op, payload any) (jetstream.PubAckFuture, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	data, e, err := p.Seal(kind, op, payload)
 	if err != nil {
 		return nil, err
@@ -98,6 +109,8 @@ func (p *Publisher) Flush(ctx context.Context) error {
 // Send publishes on plain NATS, for request/reply answers and other messages
 // that are not kept in a stream.
 func (p *Publisher) Send(subject string, kind Kind, payload any) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	data, _, err := p.Seal(kind, "", payload)
 	if err != nil {
 		return err

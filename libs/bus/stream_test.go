@@ -176,3 +176,49 @@ func TestHandlerErrorRedelivers(t *testing.T) {
 		t.Fatal("message not redelivered after a handler error")
 	}
 }
+
+// TestConcurrentPublishKeepsSequenceOrder: goroutines sharing one publisher
+// on one subject lose nothing to the receivers' stale-message rule, because
+// messages leave in sequence order.
+func TestConcurrentPublishKeepsSequenceOrder(t *testing.T) {
+	ctx := context.Background()
+	n := testenv.NATSForTest(t)
+	nc, js := n.Connect(t)
+	if err := bus.EnsureStreams(ctx, js, "n"); err != nil {
+		t.Fatal(err)
+	}
+	pub := bus.NewPublisher(nc, js, "n", "prober-1")
+	var got collected
+	stop, err := bus.Consume(ctx, js, bus.ConsumerOptions{Stream: bus.StreamName("n", bus.StreamProbes), Durable: "order"}, got.handler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	const goroutines, each = 8, 200
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				r := &bus.ProbeResult{PodUID: "u", Container: "c", Probe: bus.ProbeReadiness, Result: bus.ProbeSuccess, Message: string(rune('a'+g)) + string(rune('0'+i%10))}
+				if _, err := pub.PublishAsync(bus.For("n").ProbeResults(1), bus.KindProbeResult, "", r); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := pub.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitLen(t, &got, goroutines*each)
+	got.mu.Lock()
+	defer got.mu.Unlock()
+	for i := 1; i < len(got.seqs); i++ {
+		if got.seqs[i] <= got.seqs[i-1] {
+			t.Fatalf("message %d has seq %d after %d", i, got.seqs[i], got.seqs[i-1])
+		}
+	}
+}
