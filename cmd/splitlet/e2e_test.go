@@ -15,12 +15,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/splitlet/splitlet/libs/app/apptest"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // startAgent runs splitlet --services=all against the control plane and
 // stops it (SIGTERM) when the test ends.
-func startAgent(t *testing.T, cp *testenv.ControlPlane, node string, args ...string) *syncBuffer {
+func startAgent(t *testing.T, cp *testenv.ControlPlane, node string, args ...string) *apptest.Buffer {
 	t.Helper()
 	bin := buildBinary(t)
 	healthPort, err := testenv.FreePort()
@@ -31,7 +32,7 @@ func startAgent(t *testing.T, cp *testenv.ControlPlane, node string, args ...str
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &apptest.Buffer{}
 	cmd := exec.Command(bin, append([]string{"--services=all", "--kubeconfig=" + cp.Kubeconfig, "--node-name=" + node,
 		"--data-dir=" + t.TempDir(), fmt.Sprintf("--http-addr=127.0.0.1:%d", healthPort),
 		fmt.Sprintf("--nodehb.port=%d", kubeletPort), "--nodehb.client-ca-file=" + cp.CAFile}, args...)...)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -10,11 +9,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/splitlet/splitlet/libs/app/apptest"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
 
@@ -27,24 +26,6 @@ func buildBinary(t *testing.T) string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
-}
-
-// syncBuffer is a bytes.Buffer safe to read while a process writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func get(url string) (int, string, error) {
@@ -68,7 +49,7 @@ func TestAllServicesAgainstControlPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	var logs syncBuffer
+	var logs apptest.Buffer
 	cmd := exec.Command(bin, "--services=all", "--kubeconfig="+cp.Kubeconfig, "--node-name=test-node",
 		"--data-dir="+t.TempDir(), "--http-addr="+addr)
 	cmd.Stdout, cmd.Stderr = &logs, &logs

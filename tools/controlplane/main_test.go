@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,25 +16,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/splitlet/splitlet/libs/app/apptest"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // startEtcd runs bin/etcd on free ports for the test.
 func startEtcd(t *testing.T) string {
@@ -98,7 +81,7 @@ func TestRunAgainstExternalEtcd(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	logs := &syncBuffer{}
+	logs := &apptest.Buffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- runCmd(ctx, []string{"--state-dir=" + state, fmt.Sprintf("--port=%d", port), "--etcd-url=" + etcdURL,

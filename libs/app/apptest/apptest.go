@@ -22,7 +22,7 @@ type Stage struct {
 	binary string
 	cancel context.CancelFunc
 	done   chan int
-	out    *buffer
+	out    *Buffer
 	once   sync.Once
 }
 
@@ -36,7 +36,7 @@ func Start(t testing.TB, binary string, args []string, services ...app.Service) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Stage{Addr: fmt.Sprintf("127.0.0.1:%d", port), binary: binary, done: make(chan int, 1), out: &buffer{}}
+	s := &Stage{Addr: fmt.Sprintf("127.0.0.1:%d", port), binary: binary, done: make(chan int, 1), out: &Buffer{}}
 	args = append([]string{"--http-addr=" + s.Addr, "--data-dir=" + t.TempDir(), "--log-level=warn"}, args...)
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
@@ -87,19 +87,19 @@ func RunBad(binary string, args []string, services ...app.Service) (int, string)
 	return code, out.String()
 }
 
-// buffer is a writer safe to read while the services write it.
-type buffer struct {
+// Buffer is a writer safe to read while a process or services write it.
+type Buffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (b *buffer) Write(p []byte) (int, error) {
+func (b *Buffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.Write(p)
 }
 
-func (b *buffer) String() string {
+func (b *Buffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()

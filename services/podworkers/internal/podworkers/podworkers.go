@@ -699,37 +699,34 @@ func (w *Workers) IsPodTerminationRequested(uid types.UID) bool {
 	return ok && s.terminationRequested()
 }
 
-// ShouldPodContainersBeTerminating: termination was requested, or the pod is
-// unknown after the first SyncKnownPods.
-func (w *Workers) ShouldPodContainersBeTerminating(uid types.UID) bool {
+// knownOr answers pred for a pod the workers know; for one they do not, it
+// answers whether SyncKnownPods has run (after it, an unknown pod is one to
+// clean up).
+func (w *Workers) knownOr(uid types.UID, pred func(*podState) bool) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if s, ok := w.pods[uid]; ok {
-		return s.terminationRequested()
+		return pred(s)
 	}
 	return w.podsSynced
+}
+
+// ShouldPodContainersBeTerminating: termination was requested, or the pod is
+// unknown after the first SyncKnownPods.
+func (w *Workers) ShouldPodContainersBeTerminating(uid types.UID) bool {
+	return w.knownOr(uid, func(s *podState) bool { return s.terminationRequested() })
 }
 
 // ShouldPodRuntimeBeRemoved: every container stopped, or the pod is unknown
 // after the first SyncKnownPods.
 func (w *Workers) ShouldPodRuntimeBeRemoved(uid types.UID) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if s, ok := w.pods[uid]; ok {
-		return s.terminated()
-	}
-	return w.podsSynced
+	return w.knownOr(uid, func(s *podState) bool { return s.terminated() })
 }
 
 // ShouldPodContentBeRemoved: the pod was evicted, or deleted and stopped, or
 // is unknown after the first SyncKnownPods.
 func (w *Workers) ShouldPodContentBeRemoved(uid types.UID) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if s, ok := w.pods[uid]; ok {
-		return s.evicted || (s.deleted && s.terminated())
-	}
-	return w.podsSynced
+	return w.knownOr(uid, func(s *podState) bool { return s.evicted || (s.deleted && s.terminated()) })
 }
 
 // IsPodForMirrorPodTerminatingByFullName: a pod of that name_namespace is
