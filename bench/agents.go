@@ -39,8 +39,9 @@ func (r *agentRun) saveHeapProfiles(dir, prefix string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	client := &http.Client{Timeout: time.Minute}
 	for proc, addr := range r.health {
-		resp, err := http.Get("http://" + addr + "/debug/pprof/heap")
+		resp, err := client.Get("http://" + addr + "/debug/pprof/heap")
 		if err != nil {
 			return err
 		}

@@ -29,7 +29,7 @@ func buildBinary(t *testing.T) string {
 }
 
 func get(url string) (int, string, error) {
-	resp, err := http.Get(url)
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(url)
 	if err != nil {
 		return 0, "", err
 	}

@@ -200,7 +200,7 @@ func (cp *ControlPlane) startEtcd(ctx context.Context, bin string) (string, erro
 	if err != nil {
 		return "", err
 	}
-	if err := cp.etcd.waitFor(ctx, "etcd health", func() error { return httpOK(http.DefaultClient, etcdURL+"/health", "") }); err != nil {
+	if err := cp.etcd.waitFor(ctx, "etcd health", func() error { return httpOK(probeClient, etcdURL+"/health", "") }); err != nil {
 		return "", err
 	}
 	return etcdURL, nil
@@ -268,6 +268,10 @@ func ControlPlaneForTest(t testing.TB, opts ...ControlPlaneOptions) *ControlPlan
 	t.Cleanup(cp.Stop)
 	return cp
 }
+
+// probeClient is for health checks: a port that accepts and never answers
+// must not stall a wait past its deadline.
+var probeClient = &http.Client{Timeout: 5 * time.Second}
 
 func httpOK(c *http.Client, url, token string) error {
 	req, err := http.NewRequest(http.MethodGet, url, nil)

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -77,11 +78,12 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 
-	port, err := testenv.FreePort()
-	if err != nil {
-		return err
-	}
-	healthAddr := fmt.Sprintf("127.0.0.1:%d", port)
+	// Port 0: splitlet picks a free port and writes it to
+	// <data-dir>/splitlet.http-addr, so no other process can take it between
+	// a choice made here and splitlet's bind.
+	dataDir := filepath.Join(state, "data")
+	addrFile := filepath.Join(dataDir, "splitlet.http-addr")
+	_ = os.Remove(addrFile)
 	logPath := filepath.Join(state, "splitlet.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -94,8 +96,8 @@ func run(ctx context.Context, o options) error {
 		"--kubeconfig="+kubeconfig,
 		"--node-name="+o.node,
 		"--runtime="+o.runtime,
-		"--data-dir="+filepath.Join(state, "data"),
-		"--http-addr="+healthAddr,
+		"--data-dir="+dataDir,
+		"--http-addr=127.0.0.1:0",
 		"--log-format=console",
 	)
 	agent.Stdout, agent.Stderr = logFile, logFile
@@ -120,7 +122,8 @@ func run(ctx context.Context, o options) error {
 			<-exited
 		}
 	}()
-	if err := waitReady(ctx, "http://"+healthAddr+"/readyz", exited, logPath); err != nil {
+	healthAddr, err := waitReady(ctx, addrFile, exited, logPath)
+	if err != nil {
 		return err
 	}
 
@@ -154,22 +157,28 @@ Ctrl-C stops everything.
 	}
 }
 
-func waitReady(ctx context.Context, url string, exited <-chan error, logPath string) error {
+// waitReady waits until splitlet has written its health address and its
+// /readyz answers 200, and returns the address.
+func waitReady(ctx context.Context, addrFile string, exited <-chan error, logPath string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
+	client := &http.Client{Timeout: 5 * time.Second}
 	for {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
+		if data, err := os.ReadFile(addrFile); err == nil {
+			addr := strings.TrimSpace(string(data))
+			resp, err := client.Get("http://" + addr + "/readyz")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return addr, nil
+				}
 			}
 		}
 		select {
 		case err := <-exited:
-			return fmt.Errorf("splitlet exited before it was ready: %v (see %s)", err, logPath)
+			return "", fmt.Errorf("splitlet exited before it was ready: %v (see %s)", err, logPath)
 		case <-ctx.Done():
-			return fmt.Errorf("splitlet not ready: %w (see %s)", ctx.Err(), logPath)
+			return "", fmt.Errorf("splitlet not ready: %w (see %s)", ctx.Err(), logPath)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

@@ -7,12 +7,14 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/splitlet/splitlet/libs/app"
-	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // Stage is a running app.Run.
@@ -32,23 +34,37 @@ type Stage struct {
 // exit code 0, or t fails.
 func Start(t testing.TB, binary string, args []string, services ...app.Service) *Stage {
 	t.Helper()
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
+	s := &Stage{binary: binary, done: make(chan int, 1), out: &Buffer{}}
+	// Port 0: the stage binds a free port and writes it to
+	// <data-dir>/<binary>.http-addr, so no other test can take it first.
+	dataDir := t.TempDir()
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--data-dir="); ok {
+			dataDir = v
+		}
 	}
-	s := &Stage{Addr: fmt.Sprintf("127.0.0.1:%d", port), binary: binary, done: make(chan int, 1), out: &Buffer{}}
-	args = append([]string{"--http-addr=" + s.Addr, "--data-dir=" + t.TempDir(), "--log-level=warn"}, args...)
+	addrFile := filepath.Join(dataDir, binary+".http-addr")
+	args = append([]string{"--http-addr=127.0.0.1:0", "--data-dir=" + dataDir, "--log-level=warn"}, args...)
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	go func() { s.done <- app.Run(ctx, binary, args, s.out, services...) }()
 	t.Cleanup(func() { s.Stop(t) })
 	deadline := time.Now().Add(30 * time.Second)
+	client := &http.Client{Timeout: 5 * time.Second}
 	for {
-		resp, err := http.Get("http://" + s.Addr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return s
+		var err error
+		if data, rerr := os.ReadFile(addrFile); rerr != nil {
+			err = rerr
+		} else {
+			addr := strings.TrimSpace(string(data))
+			var resp *http.Response
+			if resp, err = client.Get("http://" + addr + "/readyz"); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					s.Addr = addr
+					return s
+				}
+				err = fmt.Errorf("/readyz: %s", resp.Status)
 			}
 		}
 		if time.Now().After(deadline) {
