@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -31,30 +33,92 @@ type agentRun struct {
 	dir   string
 	// health is the health/pprof address of each Splitlet process.
 	health map[string]string
+	// natsMonitor is the nats-server's monitoring address (split runs).
+	natsMonitor string
 }
 
-// saveHeapProfiles writes each Splitlet process's heap profile to dir, for
-// `go tool pprof`.
-func (r *agentRun) saveHeapProfiles(dir, prefix string) error {
+// busTraffic is what the nats-server counted: messages and bytes in (published)
+// and out (delivered to subscribers).
+type busTraffic struct {
+	InMsgs   int64 `json:"in_msgs"`
+	OutMsgs  int64 `json:"out_msgs"`
+	InBytes  int64 `json:"in_bytes"`
+	OutBytes int64 `json:"out_bytes"`
+	// Streams: messages stored by each JetStream stream.
+	Streams map[string]uint64 `json:"-"`
+}
+
+// busTraffic reads the nats-server's /varz; zero when the run has none.
+func (r *agentRun) busTraffic() (busTraffic, error) {
+	var t busTraffic
+	if r.natsMonitor == "" {
+		return t, nil
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get("http://" + r.natsMonitor + "/varz")
+	if err != nil {
+		return t, err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&t); err != nil {
+		return t, err
+	}
+	resp, err = (&http.Client{Timeout: 10 * time.Second}).Get("http://" + r.natsMonitor + "/jsz?streams=true")
+	if err != nil {
+		return t, err
+	}
+	defer resp.Body.Close()
+	var jsz struct {
+		Accounts []struct {
+			Streams []struct {
+				Name  string `json:"name"`
+				State struct {
+					LastSeq uint64 `json:"last_seq"`
+				} `json:"state"`
+			} `json:"stream_detail"`
+		} `json:"account_details"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&jsz); err != nil {
+		return t, err
+	}
+	t.Streams = map[string]uint64{}
+	for _, a := range jsz.Accounts {
+		for _, st := range a.Streams {
+			t.Streams[st.Name] += st.State.LastSeq
+		}
+	}
+	return t, nil
+}
+
+// saveProfile writes each Splitlet process's profile of the kind (heap,
+// or profile?seconds=N for CPU) to dir, for `go tool pprof`.
+func (r *agentRun) saveProfile(dir, prefix, kind string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	client := &http.Client{Timeout: time.Minute}
+	client := &http.Client{Timeout: 2 * time.Minute}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(r.health))
 	for proc, addr := range r.health {
-		resp, err := client.Get("http://" + addr + "/debug/pprof/heap")
-		if err != nil {
-			return err
-		}
-		data, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(dir, prefix+"-"+proc+".heap.pb.gz"), data, 0o644); err != nil {
-			return err
-		}
+		wg.Go(func() {
+			resp, err := client.Get("http://" + addr + "/debug/pprof/" + kind)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer resp.Body.Close()
+			data, err := io.ReadAll(resp.Body)
+			if err == nil {
+				name := strings.SplitN(kind, "?", 2)[0]
+				err = os.WriteFile(filepath.Join(dir, prefix+"-"+proc+"."+name+".pb.gz"), data, 0o644)
+			}
+			if err != nil {
+				errs <- err
+			}
+		})
 	}
-	return nil
+	wg.Wait()
+	close(errs)
+	return <-errs
 }
 
 // benchEnv is what every agent runs against.
@@ -65,9 +129,11 @@ type benchEnv struct {
 	workDir    string
 	self       string
 	scale      scaleOptions
-	// profileDir, when set, receives the heap profiles of the Splitlet
-	// processes taken when all pods are Ready.
+	// profileDir, when set, receives the profiles of the Splitlet
+	// processes: CPU from the first create for cpuProfile, heap when all
+	// pods are Ready.
 	profileDir string
+	cpuProfile time.Duration
 }
 
 type scaleOptions struct {
@@ -118,6 +184,15 @@ func (r *agentRun) peakRSS() (int64, map[string]int64, error) {
 		}
 	}
 	return total, each, nil
+}
+
+// pids of the agent's processes.
+func (r *agentRun) pids() []int {
+	out := make([]int, len(r.procs))
+	for i, p := range r.procs {
+		out[i] = p.Process.Pid
+	}
+	return out
 }
 
 // alive reports an agent process that has exited.
@@ -214,10 +289,23 @@ func startSplit(_ context.Context, env *benchEnv, node string) (*agentRun, error
 	if err != nil {
 		return nil, err
 	}
-	if err := r.spawn(env, "nats-server", filepath.Join(env.binDir, "nats-server"),
-		"-a", "127.0.0.1", "-p", strconv.Itoa(natsPort), "-js", "-sd", filepath.Join(r.dir, "nats")); err != nil {
+	monAddr, monPort, err := freeAddr()
+	if err != nil {
 		return nil, err
 	}
+	natsArgs := []string{"-a", "127.0.0.1", "-p", strconv.Itoa(natsPort), "-m", strconv.Itoa(monPort), "-js", "-sd", filepath.Join(r.dir, "nats")}
+	if env.profileDir != "" {
+		profAddr, profPort, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		natsArgs = append(natsArgs, "--profile", strconv.Itoa(profPort))
+		r.health["nats-server"] = profAddr
+	}
+	if err := r.spawn(env, "nats-server", filepath.Join(env.binDir, "nats-server"), natsArgs...); err != nil {
+		return nil, err
+	}
+	r.natsMonitor = monAddr
 	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
 	replicas := max(env.scale.replicas, 1)
 	services := []string{"podconfig", "statussync", "prober", "nodehb"}

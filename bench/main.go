@@ -24,8 +24,6 @@ import (
 	"syscall"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
-
 	"github.com/splitlet/splitlet/libs/testenv"
 )
 
@@ -37,7 +35,9 @@ func main() {
 		outDir      = flag.String("out", "bench/out", "where the JSON figures go")
 		scalePods   = flag.Int("scale-pods", 2000, "pods of the scaling case (0: skip it)")
 		stages      = flag.Bool("stages", true, "also run the stage cases (each stage's own benchmark)")
-		profiles    = flag.Bool("profiles", false, "save the Splitlet processes' heap profiles under -out when all pods are Ready")
+		profiles    = flag.Bool("profiles", false, "save the Splitlet processes' CPU profiles (from the first create) and heap profiles (when all pods are Ready) under -out")
+		rounds      = flag.Int("rounds", 1, "rounds over the agents (alternating their order); each figure is the median")
+		cpuProfile  = flag.Duration("cpu-profile", 20*time.Second, "with -profiles: how long the CPU profiles run")
 		scaleLat    = flag.Duration("scale-start-latency", 200*time.Millisecond, "sim start latency of the scaling case")
 		scaleConc   = flag.Int("scale-max-concurrent-starts", 20, "per-replica concurrent starts of the scaling case")
 		ideal       = flag.Bool("ideal-agent", false, "run as the ideal agent (internal)")
@@ -54,13 +54,13 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Stdout, *which, *pods, *concurrency, *outDir, scaleOptions{startLatency: *scaleLat, maxConcurrent: *scaleConc}, *scalePods, *stages, *profiles); err != nil {
+	if err := run(ctx, os.Stdout, *which, *pods, *concurrency, *outDir, scaleOptions{startLatency: *scaleLat, maxConcurrent: *scaleConc}, *scalePods, *stages, *profiles, *cpuProfile, *rounds); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, out io.Writer, which string, pods, concurrency int, outDir string, scale scaleOptions, scalePods int, stages, profiles bool) error {
+func run(ctx context.Context, out io.Writer, which string, pods, concurrency int, outDir string, scale scaleOptions, scalePods int, stages, profiles bool, cpuProfile time.Duration, nrounds int) error {
 	binDir, err := testenv.BinDir()
 	if err != nil {
 		return err
@@ -74,43 +74,43 @@ func run(ctx context.Context, out io.Writer, which string, pods, concurrency int
 		return err
 	}
 	defer os.RemoveAll(work)
-	fmt.Fprintln(out, "starting the control plane ...")
-	cp, err := testenv.StartControlPlane(ctx, testenv.ControlPlaneOptions{APIServerArgs: []string{
-		"--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000",
-	}})
-	if err != nil {
-		return err
-	}
-	defer cp.Stop()
-	cfg := cp.ConfigFor(testenv.AdminUser)
-	cfg.QPS, cfg.Burst = 100000, 100000
-	cs := kubernetes.NewForConfigOrDie(cfg)
-	env := &benchEnv{kubeconfig: cp.Kubeconfig, caFile: cp.CAFile, binDir: binDir, workDir: work, self: self}
+	env := &benchEnv{binDir: binDir, workDir: work, self: self}
 	if profiles {
-		env.profileDir = outDir
+		env.profileDir, env.cpuProfile = outDir, cpuProfile
 	}
 
-	results := map[string]*result{}
 	var order []string
 	for _, name := range strings.Split(which, ",") {
-		a, ok := findAgent(name)
-		if !ok {
+		if _, ok := findAgent(name); !ok {
 			return fmt.Errorf("unknown agent %q", name)
 		}
-		fmt.Fprintf(out, "%s: %d pods ...\n", name, pods)
-		res, err := runCase(ctx, cs, env, a, "bench-"+name, pods, concurrency)
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		fmt.Fprintf(out, "%s: all Ready in %.2fs, all gone in %.2fs, peak RSS by process (MiB):", name, res.AllReadySec, res.AllGoneSec)
-		for _, p := range slices.Sorted(maps.Keys(res.PeakRSSEach)) {
-			fmt.Fprintf(out, " %s %.0f", p, float64(res.PeakRSSEach[p])/(1<<20))
-		}
-		fmt.Fprintln(out)
-		results[name] = res
 		order = append(order, name)
 	}
-	report := map[string]any{"pods": pods, "concurrency": concurrency, "results": results, "at": time.Now().UTC()}
+	// Rounds alternate the order of the agents, so that neither end of a
+	// run (a machine warming up, a page cache filling) favours one agent;
+	// each figure is the median over the rounds.
+	rounds := map[string][]*result{}
+	for round := range max(nrounds, 1) {
+		seq := slices.Clone(order)
+		if round%2 == 1 {
+			slices.Reverse(seq)
+		}
+		for _, name := range seq {
+			a, _ := findAgent(name)
+			fmt.Fprintf(out, "%s: %d pods (round %d of %d) ...\n", name, pods, round+1, max(nrounds, 1))
+			res, err := runCase(ctx, env, a, "bench-"+name, pods, concurrency)
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			printCase(out, name, res)
+			rounds[name] = append(rounds[name], res)
+		}
+	}
+	results := map[string]*result{}
+	for name, rs := range rounds {
+		results[name] = median(rs)
+	}
+	report := map[string]any{"pods": pods, "concurrency": concurrency, "rounds": max(nrounds, 1), "results": results, "byRound": rounds, "at": time.Now().UTC()}
 	fmt.Fprintln(out)
 	printTable(out, order, results)
 
@@ -122,7 +122,7 @@ func run(ctx context.Context, out io.Writer, which string, pods, concurrency int
 			name := fmt.Sprintf("split-%dpw", replicas)
 			fmt.Fprintf(out, "scaling case: %s, %d pods ...\n", name, scalePods)
 			a, _ := findAgent("split")
-			res, err := runCase(ctx, cs, env, a, "bench-"+name, scalePods, concurrency)
+			res, err := runCase(ctx, env, a, "bench-"+name, scalePods, concurrency)
 			if err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
@@ -135,7 +135,6 @@ func run(ctx context.Context, out io.Writer, which string, pods, concurrency int
 		report["scaling"] = scaleRes
 	}
 	if stages {
-		cp.Stop()
 		stageRes, err := runStageCases(ctx, out, repoRoot(binDir))
 		report["stages"] = stageRes
 		if err != nil {
@@ -152,6 +151,20 @@ func run(ctx context.Context, out io.Writer, which string, pods, concurrency int
 	}
 	fmt.Fprintf(out, "\nraw figures: %s\n", path)
 	return nil
+}
+
+// printCase prints one case's headline figures and its processes' shares.
+func printCase(out io.Writer, name string, res *result) {
+	fmt.Fprintf(out, "%s: all Ready in %.2fs, all gone in %.2fs, CPU %.1fs (control plane %.1fs), peak RSS by process (MiB):",
+		name, res.AllReadySec, res.AllGoneSec, res.CPUSec, res.ControlPlaneCPUSec)
+	for _, p := range slices.Sorted(maps.Keys(res.PeakRSSEach)) {
+		fmt.Fprintf(out, " %s %.0f", p, float64(res.PeakRSSEach[p])/(1<<20))
+	}
+	fmt.Fprint(out, "; CPU by process (s):")
+	for _, p := range slices.Sorted(maps.Keys(res.CPUEach)) {
+		fmt.Fprintf(out, " %s %.1f", p, res.CPUEach[p])
+	}
+	fmt.Fprintln(out)
 }
 
 func findAgent(name string) (agent, bool) {
@@ -179,6 +192,10 @@ func printTable(out io.Writer, order []string, r map[string]*result) {
 		{"API writes per pod, pods (create→Ready)", func(x *result) float64 { return x.PodWritesPer }},
 		{"API writes per pod, all resources", func(x *result) float64 { return x.AllWritesPer }},
 		{"peak RSS, summed (MiB)", func(x *result) float64 { return float64(x.PeakRSSBytes) / (1 << 20) }},
+		{"agent CPU, create → all gone (s)", func(x *result) float64 { return x.CPUSec }},
+		{"control plane CPU, create → all gone (s)", func(x *result) float64 { return x.ControlPlaneCPUSec }},
+		{"bus messages delivered per pod (split)", func(x *result) float64 { return x.BusMsgsPerPod }},
+		{"bus KiB delivered per pod (split)", func(x *result) float64 { return x.BusKiBPerPod }},
 	}
 	head := "| figure |"
 	sep := "|---|"

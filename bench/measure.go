@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +21,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // result holds one agent's figures.
@@ -34,6 +40,18 @@ type result struct {
 	PeakRSSBytes  int64            `json:"peakRSSBytes"`
 	PeakRSSEach   map[string]int64 `json:"peakRSSBytesByProcess"`
 	ThroughputPPS float64          `json:"podsPerSecond"`
+	// CPUSec is the agent's CPU time (user+system, all its processes) from
+	// its start until all pods are gone; ControlPlaneCPUSec is etcd's and
+	// kube-apiserver's over the same span.
+	CPUSec             float64            `json:"cpuSeconds"`
+	CPUEach            map[string]float64 `json:"cpuSecondsByProcess"`
+	ControlPlaneCPUSec float64            `json:"controlPlaneCPUSeconds"`
+	// BusMsgsPerPod and BusKiBPerPod: what the nats-server delivered over
+	// the whole case, per pod (split runs only).
+	BusMsgsPerPod float64 `json:"busMessagesDeliveredPerPod,omitempty"`
+	BusKiBPerPod  float64 `json:"busKiBDeliveredPerPod,omitempty"`
+	// BusPublishedPerPod: messages each stream stored, per pod.
+	BusPublishedPerPod map[string]float64 `json:"busMessagesPublishedPerPodByStream,omitempty"`
 }
 
 // tracker follows the run's pods through a watch and records, by pod name,
@@ -91,25 +109,80 @@ func (t *tracker) deleted(obj any) {
 	}
 }
 
-// runCase runs one agent through the create → Ready → delete cycle of n pods.
-func runCase(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a agent, node string, n, concurrency int) (*result, error) {
-	if !a.registersNode {
-		if err := createNode(ctx, cs, node); err != nil {
-			return nil, err
-		}
-	}
-	defer func() { _ = cs.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) }()
-	run, err := a.start(ctx, env, node)
+// runCase runs one agent through the create → Ready → delete cycle of n pods
+// on a control plane of its own, so that no case runs against another's
+// history (etcd's size and compactions, the watch cache).
+func runCase(ctx context.Context, env *benchEnv, a agent, node string, n, concurrency int) (*result, error) {
+	cp, err := testenv.StartControlPlane(ctx, testenv.ControlPlaneOptions{
+		Dir: filepath.Join(env.workDir, node+"-controlplane"),
+		APIServerArgs: []string{
+			"--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000",
+		},
+	})
 	if err != nil {
-		if run != nil {
-			run.stop()
-		}
 		return nil, err
 	}
-	defer run.stop()
+	defer cp.Stop()
+	cfg := cp.ConfigFor(testenv.AdminUser)
+	cfg.QPS, cfg.Burst = 100000, 100000
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	caseEnv := *env
+	caseEnv.kubeconfig, caseEnv.caFile = cp.Kubeconfig, cp.CAFile
+	cpCPUStart, err := cpuSeconds(cp.PIDs())
+	if err != nil {
+		return nil, err
+	}
+	res, run, err := measureCase(ctx, cs, &caseEnv, a, node, n, concurrency)
+	if run != nil {
+		defer run.stop()
+	}
+	if err != nil {
+		return nil, err
+	}
+	res.CPUEach = map[string]float64{}
+	for i, pid := range run.pids() {
+		sec, err := cpuSeconds([]int{pid})
+		if err != nil {
+			return nil, err
+		}
+		res.CPUEach[run.names[i]] += sec
+		res.CPUSec += sec
+	}
+	bus, err := run.busTraffic()
+	if err != nil {
+		return nil, fmt.Errorf("bus figures: %w", err)
+	}
+	res.BusMsgsPerPod = float64(bus.OutMsgs) / float64(n)
+	res.BusKiBPerPod = float64(bus.OutBytes) / 1024 / float64(n)
+	for name, msgs := range bus.Streams {
+		if res.BusPublishedPerPod == nil {
+			res.BusPublishedPerPod = map[string]float64{}
+		}
+		res.BusPublishedPerPod[name] = float64(msgs) / float64(n)
+	}
+	cpCPU, err := cpuSeconds(cp.PIDs())
+	if err != nil {
+		return nil, err
+	}
+	res.ControlPlaneCPUSec = cpCPU - cpCPUStart
+	return res, nil
+}
+
+// measureCase starts the agent on the control plane behind cs and measures
+// it; the caller stops the returned run.
+func measureCase(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a agent, node string, n, concurrency int) (*result, *agentRun, error) {
+	if !a.registersNode {
+		if err := createNode(ctx, cs, node); err != nil {
+			return nil, nil, err
+		}
+	}
+	run, err := a.start(ctx, env, node)
+	if err != nil {
+		return nil, run, err
+	}
 	if a.name != "ideal" {
 		if err := waitFor(ctx, 90*time.Second, run, "node "+node+" Ready", func() bool { return nodeReady(ctx, cs, node) }); err != nil {
-			return nil, fmt.Errorf("%w (logs in %s)", err, run.dir)
+			return nil, run, fmt.Errorf("%w (logs in %s)", err, run.dir)
 		}
 	}
 
@@ -120,7 +193,7 @@ func runCase(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a agen
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: tr.observe, UpdateFunc: func(_, o any) { tr.observe(o) }, DeleteFunc: tr.deleted,
 	}); err != nil {
-		return nil, err
+		return nil, run, err
 	}
 	stopCh := make(chan struct{})
 	defer close(stopCh)
@@ -129,24 +202,32 @@ func runCase(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a agen
 
 	before, err := writeCounts(ctx, cs)
 	if err != nil {
-		return nil, err
+		return nil, run, err
 	}
 	created := make([]time.Time, n)
+	cpuProfiled := make(chan error, 1)
+	if env.profileDir != "" && len(run.health) > 0 {
+		go func() {
+			cpuProfiled <- run.saveProfile(env.profileDir, a.name, fmt.Sprintf("profile?seconds=%d", int(env.cpuProfile.Seconds())))
+		}()
+	} else {
+		cpuProfiled <- nil
+	}
 	start := time.Now()
 	if err := createPods(ctx, cs, a.name, node, n, concurrency, created); err != nil {
-		return nil, err
+		return nil, run, err
 	}
 	if err := waitFor(ctx, 15*time.Minute, run, fmt.Sprintf("%d pods Ready", n), func() bool { return tr.ready.Load() >= int64(n) }); err != nil {
-		return nil, fmt.Errorf("%w: %d of %d Ready (logs in %s)", err, tr.ready.Load(), n, run.dir)
+		return nil, run, fmt.Errorf("%w: %d of %d Ready (logs in %s)", err, tr.ready.Load(), n, run.dir)
 	}
 	if env.profileDir != "" {
-		if err := run.saveHeapProfiles(env.profileDir, a.name); err != nil {
-			return nil, fmt.Errorf("heap profiles: %w", err)
+		if err := run.saveProfile(env.profileDir, a.name, "heap"); err != nil {
+			return nil, run, fmt.Errorf("heap profiles: %w", err)
 		}
 	}
 	after, err := writeCounts(ctx, cs)
 	if err != nil {
-		return nil, err
+		return nil, run, err
 	}
 	res := &result{Agent: a.name, Pods: n}
 	tr.mu.Lock()
@@ -167,12 +248,15 @@ func runCase(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a agen
 	res.PodWritesPer = float64(after.pods-before.pods-float64(n)) / float64(n)
 	res.AllWritesPer = float64(after.all-before.all-float64(n)) / float64(n)
 
+	if err := <-cpuProfiled; err != nil {
+		return nil, run, fmt.Errorf("CPU profiles: %w", err)
+	}
 	delStart := time.Now()
 	if err := cs.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: label}); err != nil {
-		return nil, err
+		return nil, run, err
 	}
 	if err := waitFor(ctx, 10*time.Minute, run, fmt.Sprintf("%d pods gone", n), func() bool { return tr.gone.Load() >= int64(n) }); err != nil {
-		return nil, fmt.Errorf("%w: %d of %d gone (logs in %s)", err, tr.gone.Load(), n, run.dir)
+		return nil, run, fmt.Errorf("%w: %d of %d gone (logs in %s)", err, tr.gone.Load(), n, run.dir)
 	}
 	tr.mu.Lock()
 	lastGone := delStart
@@ -184,9 +268,9 @@ func runCase(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a agen
 	tr.mu.Unlock()
 	res.AllGoneSec = lastGone.Sub(delStart).Seconds()
 	if res.PeakRSSBytes, res.PeakRSSEach, err = run.peakRSS(); err != nil {
-		return nil, err
+		return nil, run, err
 	}
-	return res, nil
+	return res, run, nil
 }
 
 func pct(sorted []float64, p int) float64 {
@@ -311,4 +395,73 @@ func writeCounts(ctx context.Context, cs kubernetes.Interface) (writes, error) {
 		}
 	}
 	return w, nil
+}
+
+// cpuSeconds sums the user and system CPU time of the processes so far.
+func cpuSeconds(pids []int) (float64, error) {
+	var ticks int64
+	for _, pid := range pids {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return 0, fmt.Errorf("pid %d: %w", pid, err)
+		}
+		// Fields after the command name (which may hold spaces) in ")".
+		rest := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+		// utime and stime are fields 14 and 15 of stat: 12 and 13 of rest.
+		for _, f := range rest[11:13] {
+			v, err := strconv.ParseInt(f, 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("pid %d stat: %w", pid, err)
+			}
+			ticks += v
+		}
+	}
+	return float64(ticks) / clockTicks, nil
+}
+
+// clockTicks is USER_HZ, 100 on every Linux platform Go supports.
+const clockTicks = 100
+
+// median is a result whose every figure is the median of the rounds' (the
+// per-process breakdowns are the first round's).
+func median(rs []*result) *result {
+	if len(rs) == 1 {
+		return rs[0]
+	}
+	out := *rs[0]
+	for _, f := range []func(*result) *float64{
+		func(r *result) *float64 { return &r.AllReadySec },
+		func(r *result) *float64 { return &r.P50Ms },
+		func(r *result) *float64 { return &r.P90Ms },
+		func(r *result) *float64 { return &r.P99Ms },
+		func(r *result) *float64 { return &r.MaxMs },
+		func(r *result) *float64 { return &r.AllGoneSec },
+		func(r *result) *float64 { return &r.PodWritesPer },
+		func(r *result) *float64 { return &r.AllWritesPer },
+		func(r *result) *float64 { return &r.ThroughputPPS },
+		func(r *result) *float64 { return &r.CPUSec },
+		func(r *result) *float64 { return &r.ControlPlaneCPUSec },
+		func(r *result) *float64 { return &r.BusMsgsPerPod },
+		func(r *result) *float64 { return &r.BusKiBPerPod },
+	} {
+		vals := make([]float64, len(rs))
+		for i, r := range rs {
+			vals[i] = *f(r)
+		}
+		*f(&out) = medianOf(vals)
+	}
+	rss := make([]float64, len(rs))
+	for i, r := range rs {
+		rss[i] = float64(r.PeakRSSBytes)
+	}
+	out.PeakRSSBytes = int64(medianOf(rss))
+	return &out
+}
+
+func medianOf(v []float64) float64 {
+	s := slices.Sorted(slices.Values(v))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }

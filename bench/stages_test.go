@@ -19,3 +19,17 @@ func TestPercentile(t *testing.T) {
 		t.Fatalf("p50 %v p90 %v p99 %v", pct(s, 50), pct(s, 90), pct(s, 99))
 	}
 }
+
+func TestMedian(t *testing.T) {
+	rs := []*result{{AllReadySec: 3, P99Ms: 10, PeakRSSBytes: 300}, {AllReadySec: 1, P99Ms: 30, PeakRSSBytes: 100}, {AllReadySec: 2, P99Ms: 20, PeakRSSBytes: 200}}
+	m := median(rs)
+	if m.AllReadySec != 2 || m.P99Ms != 20 || m.PeakRSSBytes != 200 {
+		t.Fatalf("median of three: %+v", m)
+	}
+	if m := median(rs[:2]); m.AllReadySec != 2 || m.P99Ms != 20 {
+		t.Fatalf("median of two: %+v", m)
+	}
+	if rs[0].AllReadySec != 3 {
+		t.Fatal("median changed a round's figures")
+	}
+}

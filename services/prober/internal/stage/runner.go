@@ -251,6 +251,11 @@ func (r *Runner) Stop(ctx context.Context) error {
 }
 
 func (r *Runner) onPodUpdate(_ context.Context, subject string, e *bus.Envelope) error {
+	if e.Op == bus.OpReconcile {
+		// A status-only change; the kubelet's HandlePodReconcile leaves the
+		// probe manager alone, so the payload is not even decoded.
+		return nil
+	}
 	u, err := bus.DecodePodUpdate(e)
 	if err != nil {
 		// A payload that does not decode will not decode next time either.

@@ -466,3 +466,4 @@ func TestExecWithoutRuntimeDoesNotCount(t *testing.T) {
 		t.Errorf("no errored event: %v", e.events.all)
 	}
 }
+

@@ -224,6 +224,12 @@ func (r *Runner) consume(ctx context.Context, node string, m *statusmanager.Mana
 		handle          bus.Handler
 	}{
 		{bus.StreamPodUpdates, DurablePodUpdates, func(_ context.Context, subject string, e *bus.Envelope) error {
+			if e.Op == bus.OpReconcile {
+				// A status-only change: the spec is the same, and the API
+				// status (readiness gates: NeedToReconcilePodReadiness)
+				// reaches the manager through its own pod informer.
+				return nil
+			}
 			u, err := bus.DecodePodUpdate(e)
 			if err != nil {
 				log.Warn("dropping malformed pod update", zap.String(logging.FieldSubject, subject), zap.Error(err))

@@ -330,7 +330,11 @@ func (m *Manager) PodUpdate(op bus.Op, source string, partition int, pods []core
 		p := &pods[i]
 		present[p.UID] = true
 		e := m.entry(p.UID)
-		e.spec = p.DeepCopy()
+		// A shallow copy: the decoded message is this manager's alone and
+		// nothing writes to it, so the copy only stops one entry from
+		// holding the whole message's array.
+		spec := *p
+		e.spec = &spec
 		e.source = source
 		if e.runtime != nil {
 			m.regenerate(e)
