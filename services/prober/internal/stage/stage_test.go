@@ -466,4 +466,3 @@ func TestExecWithoutRuntimeDoesNotCount(t *testing.T) {
 		t.Errorf("no errored event: %v", e.events.all)
 	}
 }
-
