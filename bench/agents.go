@@ -134,6 +134,11 @@ type benchEnv struct {
 	// pods are Ready.
 	profileDir string
 	cpuProfile time.Duration
+	// agentCPUs and controlPlaneCPUs, when set, are taskset CPU lists: the
+	// agent's processes run on the first, the control plane and the bench's
+	// own client on the second, so that the agents compete with the API
+	// server for nothing and each gets the same CPU.
+	agentCPUs, controlPlaneCPUs string
 }
 
 type scaleOptions struct {
@@ -149,6 +154,11 @@ func (r *agentRun) spawn(env *benchEnv, name, bin string, args ...string) error 
 		return err
 	}
 	cmd := exec.Command(bin, args...)
+	if env.agentCPUs != "" {
+		// taskset before exec: every thread inherits the mask, and the Go
+		// runtime sizes GOMAXPROCS from it.
+		cmd = exec.Command("taskset", append([]string{"-c", env.agentCPUs, bin}, args...)...)
+	}
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

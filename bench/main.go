@@ -19,7 +19,9 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -36,7 +38,8 @@ func main() {
 		scalePods   = flag.Int("scale-pods", 2000, "pods of the scaling case (0: skip it)")
 		stages      = flag.Bool("stages", true, "also run the stage cases (each stage's own benchmark)")
 		profiles    = flag.Bool("profiles", false, "save the Splitlet processes' CPU profiles (from the first create) and heap profiles (when all pods are Ready) under -out")
-		rounds      = flag.Int("rounds", 1, "rounds over the agents (alternating their order); each figure is the median")
+		pinCPUs     = flag.Bool("pin", runtime.NumCPU() >= 2, "run each agent on the last CPU and the control plane and the bench's client on the others (taskset), so that agents are measured on equal CPU and apart from the API server")
+		rounds      = flag.Int("rounds", 3, "rounds over the agents (alternating their order); each figure is the median")
 		cpuProfile  = flag.Duration("cpu-profile", 20*time.Second, "with -profiles: how long the CPU profiles run")
 		scaleLat    = flag.Duration("scale-start-latency", 200*time.Millisecond, "sim start latency of the scaling case")
 		scaleConc   = flag.Int("scale-max-concurrent-starts", 20, "per-replica concurrent starts of the scaling case")
@@ -54,13 +57,13 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Stdout, *which, *pods, *concurrency, *outDir, scaleOptions{startLatency: *scaleLat, maxConcurrent: *scaleConc}, *scalePods, *stages, *profiles, *cpuProfile, *rounds); err != nil {
+	if err := run(ctx, os.Stdout, *which, *pods, *concurrency, *outDir, scaleOptions{startLatency: *scaleLat, maxConcurrent: *scaleConc}, *scalePods, *stages, *profiles, *cpuProfile, *rounds, *pinCPUs); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, out io.Writer, which string, pods, concurrency int, outDir string, scale scaleOptions, scalePods int, stages, profiles bool, cpuProfile time.Duration, nrounds int) error {
+func run(ctx context.Context, out io.Writer, which string, pods, concurrency int, outDir string, scale scaleOptions, scalePods int, stages, profiles bool, cpuProfile time.Duration, nrounds int, pinCPUs bool) error {
 	binDir, err := testenv.BinDir()
 	if err != nil {
 		return err
@@ -77,6 +80,15 @@ func run(ctx context.Context, out io.Writer, which string, pods, concurrency int
 	env := &benchEnv{binDir: binDir, workDir: work, self: self}
 	if profiles {
 		env.profileDir, env.cpuProfile = outDir, cpuProfile
+	}
+	if pinCPUs {
+		n := runtime.NumCPU()
+		env.agentCPUs = strconv.Itoa(n - 1)
+		env.controlPlaneCPUs = fmt.Sprintf("0-%d", max(n-2, 0))
+		if err := pin(env.controlPlaneCPUs, os.Getpid()); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "agents on CPU %s, control plane and bench client on CPUs %s\n", env.agentCPUs, env.controlPlaneCPUs)
 	}
 
 	var order []string
@@ -116,6 +128,14 @@ func run(ctx context.Context, out io.Writer, which string, pods, concurrency int
 
 	if scalePods > 0 {
 		scaleRes := map[string]*result{}
+		// The scaling case is about replicas, not one CPU: it gets the
+		// whole machine.
+		if env.agentCPUs != "" {
+			env.agentCPUs, env.controlPlaneCPUs = "", ""
+			if err := pin(fmt.Sprintf("0-%d", runtime.NumCPU()-1), os.Getpid()); err != nil {
+				return err
+			}
+		}
 		for _, replicas := range []int{1, 3} {
 			env.scale = scale
 			env.scale.replicas = replicas

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -123,6 +124,11 @@ func runCase(ctx context.Context, env *benchEnv, a agent, node string, n, concur
 		return nil, err
 	}
 	defer cp.Stop()
+	if env.controlPlaneCPUs != "" {
+		if err := pin(env.controlPlaneCPUs, cp.PIDs()...); err != nil {
+			return nil, err
+		}
+	}
 	cfg := cp.ConfigFor(testenv.AdminUser)
 	cfg.QPS, cfg.Burst = 100000, 100000
 	cs := kubernetes.NewForConfigOrDie(cfg)
@@ -464,4 +470,14 @@ func medianOf(v []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// pin moves every thread of the processes to the CPU list (taskset -a).
+func pin(cpus string, pids ...int) error {
+	for _, pid := range pids {
+		if out, err := exec.Command("taskset", "-a", "-cp", cpus, strconv.Itoa(pid)).CombinedOutput(); err != nil {
+			return fmt.Errorf("taskset %s %d: %v: %s", cpus, pid, err, out)
+		}
+	}
+	return nil
 }
