@@ -616,6 +616,19 @@ func (m *Manager) sync(ctx context.Context, uid types.UID) error {
 	written := m.written[uid]
 	m.mu.Unlock()
 	log := m.log.With(podLog(st.namespace, st.name, uid)...)
+	if target == nil && !static {
+		// The informer may lag the bus (a pod created a moment ago), and its
+		// event comes too late when the stage is stopping: ask the API
+		// server, as the kubelet does before every write.
+		p, err := m.client.CoreV1().Pods(st.namespace).Get(ctx, st.name, metav1.GetOptions{})
+		switch {
+		case err == nil && p.UID == uid:
+			target = p
+		case err != nil && !apierrors.IsNotFound(err):
+			log.Warn("reading the pod failed, will retry", zap.Error(err))
+			return err
+		}
+	}
 	if target == nil {
 		// Not in the API (yet): a mirror pod still to be created, or a pod
 		// already gone. The informer's event brings the pod back here.
