@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -25,7 +26,7 @@ import (
 func runIdealAgent(node, kubeconfig string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	cfg, err := kube.RESTConfig(kubeconfig, 5000, 10000, "ideal-agent")
+	cfg, err := kube.RESTConfig(kubeconfig, 5000, 10000, "ideal-agent", runtime.ContentTypeProtobuf)
 	if err != nil {
 		return err
 	}

@@ -55,7 +55,7 @@ func newMessaging(lc fx.Lifecycle, c *config.Common, log *zap.Logger, bin Binary
 }
 
 func newRESTConfig(c *config.Common, bin Binary) (*rest.Config, error) {
-	return kube.RESTConfig(c.Kubeconfig, c.KubeAPIQPS, c.KubeAPIBurst, fmt.Sprintf("splitlet-%s/%s", bin, Version))
+	return kube.RESTConfig(c.Kubeconfig, c.KubeAPIQPS, c.KubeAPIBurst, fmt.Sprintf("splitlet-%s/%s", bin, Version), c.KubeAPIContent)
 }
 
 // newClientset builds the client and has /readyz ask the API server's own /readyz.

@@ -17,6 +17,12 @@ const (
 	RuntimeProcess = "process"
 )
 
+// Encodings of the API server client (kube-api-content-type).
+const (
+	ContentProtobuf = "application/vnd.kubernetes.protobuf"
+	ContentJSON     = "application/json"
+)
+
 // Common holds the keys every Splitlet binary takes.
 type Common struct {
 	ConfigFile      string
@@ -24,6 +30,7 @@ type Common struct {
 	Kubeconfig      string
 	KubeAPIQPS      float32
 	KubeAPIBurst    int
+	KubeAPIContent  string
 	NATSURL         string
 	NATSListen      string
 	Runtime         string
@@ -42,6 +49,7 @@ func (c *Common) RegisterFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: KUBECONFIG, in-cluster, then ~/.kube/config, as kubectl does")
 	fs.Float32Var(&c.KubeAPIQPS, "kube-api-qps", 50, "queries per second to the API server (kubelet default)")
 	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", 100, "burst of queries to the API server (kubelet default)")
+	fs.Var(newEnum(&c.KubeAPIContent, ContentProtobuf, ContentProtobuf, ContentJSON), "kube-api-content-type", "encoding of requests to the API server: "+ContentProtobuf+" (kubelet default) or "+ContentJSON)
 	fs.StringVar(&c.NATSURL, "nats-url", "", "NATS server URL(s), comma separated, credentials in the URL; empty: run an embedded server")
 	fs.StringVar(&c.NATSListen, "nats-listen", "", "with an embedded server: also listen for other processes on this host:port (empty: in-process only)")
 	fs.Var(newEnum(&c.Runtime, RuntimeSim, RuntimeSim, RuntimeProcess), "runtime", "container runtime of the pod workers: sim or process")
