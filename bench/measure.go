@@ -114,8 +114,14 @@ func (t *tracker) deleted(obj any) {
 // on a control plane of its own, so that no case runs against another's
 // history (etcd's size and compactions, the watch cache).
 func runCase(ctx context.Context, env *benchEnv, a agent, node string, n, concurrency int) (*result, error) {
+	dir := filepath.Join(env.workDir, node+"-controlplane")
+	// A later round of the same agent must not start on the etcd data of an
+	// earlier one.
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, err
+	}
 	cp, err := testenv.StartControlPlane(ctx, testenv.ControlPlaneOptions{
-		Dir: filepath.Join(env.workDir, node+"-controlplane"),
+		Dir: dir,
 		APIServerArgs: []string{
 			"--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000",
 		},
