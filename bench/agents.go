@@ -234,6 +234,11 @@ func (r *agentRun) stop() {
 
 func newRun(env *benchEnv, name string) (*agentRun, error) {
 	dir := filepath.Join(env.workDir, name)
+	// Each round starts empty: a NATS store or data dir left by an earlier
+	// round would be replayed and measured again.
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
