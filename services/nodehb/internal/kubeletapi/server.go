@@ -24,15 +24,17 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/splitlet/splitlet/libs/bus"
 )
 
-// PodSource gives the pods bound to the node (an informer's lister).
+// PodSource gives the pods bound to the node. GetPod returns an error for
+// which apierrors.IsNotFound holds when the node has no such pod.
 type PodSource interface {
-	ListPods() ([]*corev1.Pod, error)
-	GetPod(namespace, name string) (*corev1.Pod, bool)
+	ListPods(ctx context.Context) ([]corev1.Pod, error)
+	GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
 }
 
 // Config of a Server.
@@ -231,17 +233,17 @@ func writeJSON(w http.ResponseWriter, v any) {
 	}
 }
 
-func (s *Server) handlePods(w http.ResponseWriter, _ *http.Request) {
-	pods, err := s.cfg.Pods.ListPods()
+func (s *Server) handlePods(w http.ResponseWriter, r *http.Request) {
+	pods, err := s.cfg.Pods.ListPods(r.Context())
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
+		s.cfg.Log.Warn("listing the node's pods", zap.String("node", s.cfg.Node), zap.Error(err))
+		http.Error(w, "listing the node's pods: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
-	list := corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}, Items: make([]corev1.Pod, 0, len(pods))}
-	for _, p := range pods {
-		list.Items = append(list.Items, *p)
+	if pods == nil {
+		pods = []corev1.Pod{}
 	}
-	writeJSON(w, &list)
+	writeJSON(w, &corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}, Items: pods})
 }
 
 // MirrorAnnotation on a mirror pod holds the static pod's UID, its identity
@@ -279,9 +281,14 @@ func hasContainer(p *corev1.Pod, name string) bool {
 // error when ok is false.
 func (s *Server) lookup(w http.ResponseWriter, r *http.Request) (*corev1.Pod, string, bool) {
 	ns, name, container := r.PathValue("namespace"), r.PathValue("pod"), r.PathValue("container")
-	pod, found := s.cfg.Pods.GetPod(ns, name)
-	if !found {
+	pod, err := s.cfg.Pods.GetPod(r.Context(), ns, name)
+	if apierrors.IsNotFound(err) {
 		http.Error(w, fmt.Sprintf("pod %q not found on node %q", ns+"/"+name, s.cfg.Node), http.StatusNotFound)
+		return nil, "", false
+	}
+	if err != nil {
+		s.cfg.Log.Warn("looking up a pod", zap.String("pod", ns+"/"+name), zap.String("node", s.cfg.Node), zap.Error(err))
+		http.Error(w, fmt.Sprintf("looking up pod %q: %v", ns+"/"+name, err), http.StatusServiceUnavailable)
 		return nil, "", false
 	}
 	if uid := r.PathValue("uid"); uid != "" && uid != string(pod.UID) {

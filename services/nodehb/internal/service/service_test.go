@@ -406,6 +406,7 @@ func createPod(t *testing.T, cs kubernetes.Interface, node, name string, annotat
 func TestKubeletAPIAuthentication(t *testing.T) {
 	s := startStack(t, "api-node")
 	pod := createPod(t, s.cs, s.node, "api-pod", nil)
+	foreign := createPod(t, s.cs, "api-node-elsewhere", "api-foreign-pod", nil)
 	base := fmt.Sprintf("https://127.0.0.1:%d", s.port)
 	c := apiClient(t, nil)
 	if code, body := get(t, c, base+"/pods", ""); code != http.StatusUnauthorized {
@@ -427,6 +428,17 @@ func TestKubeletAPIAuthentication(t *testing.T) {
 		}
 		return nil
 	})
+	// Only the node's own pods are served: another node's pod is neither
+	// listed nor found.
+	if code, body := get(t, c, base+"/pods", cp.Tokens[testenv.AdminUser]); code != http.StatusOK || strings.Contains(body, string(foreign.UID)) {
+		t.Errorf("/pods lists another node's pod: %d %s", code, body)
+	}
+	if code, body := get(t, c, base+"/containerLogs/default/api-foreign-pod/hello", cp.Tokens[testenv.AdminUser]); code != http.StatusNotFound {
+		t.Errorf("logs of another node's pod: %d %s, want 404", code, body)
+	}
+	if code, body := get(t, c, base+"/containerLogs/default/no-such-pod/hello", cp.Tokens[testenv.AdminUser]); code != http.StatusNotFound {
+		t.Errorf("logs of a missing pod: %d %s, want 404", code, body)
+	}
 	if code, body := get(t, c, base+"/healthz", cp.Tokens[testenv.AdminUser]); code != http.StatusOK || body != "ok" {
 		t.Errorf("/healthz: %d %s", code, body)
 	}
