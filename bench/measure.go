@@ -264,7 +264,7 @@ func measureCase(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a 
 		return nil, run, fmt.Errorf("CPU profiles: %w", err)
 	}
 	delStart := time.Now()
-	if err := cs.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: label}); err != nil {
+	if err := deleteCollection(ctx, cs, label); err != nil {
 		return nil, run, err
 	}
 	if err := waitFor(ctx, 10*time.Minute, run, fmt.Sprintf("%d pods gone", n), func() bool { return tr.gone.Load() >= int64(n) }); err != nil {
@@ -486,4 +486,20 @@ func pin(cpus string, pids ...int) error {
 		}
 	}
 	return nil
+}
+
+// deleteCollection deletes the labelled pods in one DeleteCollection. On a
+// slow machine the API server can run past its request timeout on thousands
+// of graceful deletes and reset the stream halfway; the call is idempotent,
+// so it is repeated (a few times) for what is left.
+func deleteCollection(ctx context.Context, cs kubernetes.Interface, label string) error {
+	var err error
+	for attempt := 1; attempt <= 5; attempt++ {
+		err = cs.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: label})
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "bench: DeleteCollection (attempt %d): %v; repeating for the pods left\n", attempt, err)
+	}
+	return fmt.Errorf("DeleteCollection: %w", err)
 }
