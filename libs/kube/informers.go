@@ -15,10 +15,15 @@ import (
 // sends nothing else, as the kubelet's own watch does. Managed fields, of no
 // use to an agent and much of a pod's weight, are dropped before caching.
 func NodePodsFactory(cs kubernetes.Interface, node string, resync time.Duration) informers.SharedInformerFactory {
-	selector := fields.OneTermEqualSelector("spec.nodeName", node).String()
+	selector := NodePodsSelector(node)
 	return informers.NewSharedInformerFactoryWithOptions(cs, resync,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = selector }),
 		informers.WithTransform(StripManagedFields))
+}
+
+// NodePodsSelector is the field selector of the pods bound to the node.
+func NodePodsSelector(node string) string {
+	return fields.OneTermEqualSelector("spec.nodeName", node).String()
 }
 
 // StripManagedFields is an informer transform that drops an object's managed

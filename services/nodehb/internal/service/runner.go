@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/splitlet/splitlet/libs/app"
@@ -190,7 +189,7 @@ type apiPods struct {
 
 func (a apiPods) ListPods(ctx context.Context) ([]corev1.Pod, error) {
 	list, err := a.cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
-		FieldSelector:   fields.OneTermEqualSelector("spec.nodeName", a.node).String(),
+		FieldSelector:   kube.NodePodsSelector(a.node),
 		ResourceVersion: "0",
 	})
 	if err != nil {

@@ -11,11 +11,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
 
@@ -122,7 +122,7 @@ func BenchmarkAPI5000Pods(b *testing.B) {
 		_ = r.Stop(ctx)
 		zero := int64(0)
 		_ = cs.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero},
-			metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()})
+			metav1.ListOptions{FieldSelector: kube.NodePodsSelector(node)})
 		b.StartTimer()
 	}
 }
