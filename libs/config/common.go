@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -17,10 +18,11 @@ const (
 	RuntimeProcess = "process"
 )
 
-// Encodings of the API server client (kube-api-content-type).
+// Encodings of the API server client (kube-api-content-type), as
+// apimachinery names them.
 const (
-	ContentProtobuf = "application/vnd.kubernetes.protobuf"
-	ContentJSON     = "application/json"
+	ContentProtobuf = runtime.ContentTypeProtobuf
+	ContentJSON     = runtime.ContentTypeJSON
 )
 
 // Common holds the keys every Splitlet binary takes.
