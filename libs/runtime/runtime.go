@@ -10,7 +10,9 @@ package runtime
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"time"
 
@@ -36,7 +38,11 @@ type ContainerStatus struct {
 	PodUID  types.UID
 	Name    string
 	Attempt int
-	State   State
+	// Hash is ContainerHash of the spec the instance was started from: a
+	// pod worker that adopts the instance later compares it with the spec
+	// it has now (kubelet: the container hash label).
+	Hash  uint64
+	State State
 	// Image as the spec names it; ImageID as the runtime resolves it.
 	Image      string
 	ImageID    string
@@ -157,4 +163,15 @@ func FindInstance[C any](uid types.UID, instances []C, nameOf func(C) string, na
 		return zero, fmt.Errorf("%w: previous terminated container %q in pod %s", ErrNotFound, name, uid)
 	}
 	return zero, fmt.Errorf("%w: container %q in pod %s", ErrNotFound, name, uid)
+}
+
+// ContainerHash identifies a container's definition: an instance started
+// from a spec with another hash no longer matches it and is replaced
+// (kubelet: the container hash that decides whether a running container
+// still matches its spec).
+func ContainerHash(c *corev1.Container) uint64 {
+	data, _ := json.Marshal(c)
+	h := fnv.New64a()
+	_, _ = h.Write(data)
+	return h.Sum64()
 }

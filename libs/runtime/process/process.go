@@ -227,7 +227,7 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 	if p == nil || c == nil {
 		return runtime.ContainerStatus{State: runtime.StateUnknown}, errors.New("process: StartContainer needs a pod and a container")
 	}
-	st := runtime.ContainerStatus{PodUID: p.UID, Name: c.Name, Attempt: attempt, Image: c.Image, ImageID: c.Image}
+	st := runtime.ContainerStatus{PodUID: p.UID, Name: c.Name, Attempt: attempt, Hash: runtime.ContainerHash(c), Image: c.Image, ImageID: c.Image}
 	configErr := func(err error) (runtime.ContainerStatus, error) {
 		st.State, st.Reason, st.Message = runtime.StateExited, ReasonConfigError, err.Error()
 		return st, fmt.Errorf("process: container %q of pod %s: %w", c.Name, p.UID, err)

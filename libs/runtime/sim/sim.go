@@ -249,7 +249,7 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 	if p == nil || c == nil {
 		return runtime.ContainerStatus{State: runtime.StateUnknown}, errors.New("sim: StartContainer needs a pod and a container")
 	}
-	st := runtime.ContainerStatus{PodUID: p.UID, Name: c.Name, Attempt: attempt, Image: c.Image, ImageID: c.Image}
+	st := runtime.ContainerStatus{PodUID: p.UID, Name: c.Name, Attempt: attempt, Hash: runtime.ContainerHash(c), Image: c.Image, ImageID: c.Image}
 	pl, err := planFor(p, c.Name)
 	if err != nil {
 		st.State, st.Reason, st.Message = runtime.StateExited, ReasonConfigError, err.Error()

@@ -46,7 +46,7 @@ func (r *Runtime) StartContainer(ctx context.Context, pod *corev1.Pod, c *corev1
 	defer r.mu.Unlock()
 	r.next++
 	now := time.Now()
-	st := runtime.ContainerStatus{ID: fmt.Sprintf("fake://%d", r.next), PodUID: pod.UID, Name: c.Name, Attempt: attempt,
+	st := runtime.ContainerStatus{ID: fmt.Sprintf("fake://%d", r.next), PodUID: pod.UID, Name: c.Name, Attempt: attempt, Hash: runtime.ContainerHash(c),
 		State: runtime.StateRunning, Image: c.Image, ImageID: "fake://" + c.Image, CreatedAt: now, StartedAt: now}
 	r.Starts[c.Name]++
 	if code, ok := r.ExitOnStart[c.Name]; ok {

@@ -6,10 +6,8 @@ package podsync
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"sync"
 	"time"
 
@@ -73,8 +71,9 @@ type Syncer struct {
 	// livenessKilled those killed for it (they restart unless Never).
 	livenessFailed map[string]bool
 	livenessKilled map[string]bool
-	// specs holds, per pod, the spec hash each container instance started with.
-	specs map[types.UID]map[string]uint64
+	// ids holds, per pod, the container instances this syncer has seen
+	// (to forget their liveness marks with the pod).
+	ids map[types.UID]map[string]bool
 	// final holds the status a kill asked a pod to end with.
 	final map[types.UID]*podworkers.KillOptions
 }
@@ -90,7 +89,7 @@ func New(rt runtime.Runtime, sink StatusSink, opts ...Option) *Syncer {
 		startTime:      map[types.UID]metav1.Time{},
 		livenessFailed: map[string]bool{},
 		livenessKilled: map[string]bool{},
-		specs:          map[types.UID]map[string]uint64{},
+		ids:            map[types.UID]map[string]bool{},
 		final:          map[types.UID]*podworkers.KillOptions{},
 	}
 	for _, o := range opts {
@@ -130,41 +129,30 @@ func (s *Syncer) wasLivenessKilled(id string) bool {
 func (s *Syncer) Forget(uid types.UID) {
 	s.mu.Lock()
 	delete(s.startTime, uid)
-	for id := range s.specs[uid] {
+	for id := range s.ids[uid] {
 		delete(s.livenessKilled, id)
 		delete(s.livenessFailed, id)
 	}
-	delete(s.specs, uid)
+	delete(s.ids, uid)
 	delete(s.final, uid)
 	s.mu.Unlock()
 }
 
-// specHash identifies a container's definition (kubelet: the container hash
-// that decides whether a running container still matches its spec).
-func specHash(c *corev1.Container) uint64 {
-	data, _ := json.Marshal(c)
-	h := fnv.New64a()
-	_, _ = h.Write(data)
-	return h.Sum64()
-}
-
-func (s *Syncer) recordSpec(uid types.UID, id string, c *corev1.Container) {
+func (s *Syncer) recordID(uid types.UID, id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m := s.specs[uid]
+	m := s.ids[uid]
 	if m == nil {
-		m = map[string]uint64{}
-		s.specs[uid] = m
+		m = map[string]bool{}
+		s.ids[uid] = m
 	}
-	m[id] = specHash(c)
+	m[id] = true
 }
 
-// specChanged: the running instance id was started from another definition.
-func (s *Syncer) specChanged(uid types.UID, id string, c *corev1.Container) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	h, ok := s.specs[uid][id]
-	return ok && h != specHash(c)
+// specChanged: the instance was started from another definition of c. An
+// instance with no hash (a runtime that could not say) is taken as matching.
+func specChanged(inst *runtime.ContainerStatus, c *corev1.Container) bool {
+	return inst.Hash != 0 && inst.Hash != runtime.ContainerHash(c)
 }
 
 // instances groups a pod's container instances by name, oldest first.
@@ -232,7 +220,7 @@ func (s *Syncer) start(ctx context.Context, pod *corev1.Pod, c *corev1.Container
 	}
 	st, err := s.rt.StartContainer(ctx, pod, c, attempt)
 	if st.ID != "" {
-		s.recordSpec(pod.UID, st.ID, c)
+		s.recordID(pod.UID, st.ID)
 	}
 	if err != nil && ctx.Err() == nil {
 		return fmt.Errorf("start container %s: %w", c.Name, err)
@@ -372,7 +360,7 @@ func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker
 			continue
 		}
 		if last.State == runtime.StateRunning || last.State == runtime.StateCreated {
-			if s.specChanged(pod.UID, last.ID, c) {
+			if specChanged(last, c) {
 				// kubelet: a container whose definition changed is killed
 				// and started again whatever the restart policy, with no
 				// back-off (the back-off key includes the definition).
@@ -385,7 +373,7 @@ func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker
 				s.backOff.Reset(backOffKey(pod, c))
 				st, err := s.rt.StartContainer(ctx, pod, c, last.Attempt+1)
 				if st.ID != "" {
-					s.recordSpec(pod.UID, st.ID, c)
+					s.recordID(pod.UID, st.ID)
 				}
 				if err != nil {
 					errs = append(errs, err)
