@@ -73,8 +73,12 @@ endif
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./libs/bus
 
+# make run: localup is built and run as a binary of its own (not `go run`,
+# which turns a Ctrl-C into exit status 1): Ctrl-C stops everything with 0.
+RUNTIME ?= process
 run: testenv build
-	$(GO) run ./tools/localup
+	@CGO_ENABLED=0 $(GO) build -o $(BIN)/localup ./tools/localup
+	$(BIN)/localup --runtime=$(RUNTIME)
 
 # make bench: the side-by-side run (Splitlet split and all-in-one, kwok, an
 # ideal agent), the scaling case and the stage cases, in one run (bench/).

@@ -8,10 +8,12 @@ import (
 )
 
 // TestComposeStack: the split stack (compose.yaml), brought up with one
-// pod worker and scaled to three while pods run, passes the whole scenario
-// of checkPodsOnStack.
+// pod worker as `make up` does, first walks README.md's quick start with
+// the real kubectl, then, scaled to three while pods run, passes the whole
+// scenario of checkPodsOnStack.
 func TestComposeStack(t *testing.T) {
 	s := upStack(t, map[string]string{"SPLITLET_PODWORKERS": "1"}, "compose.yaml")
+	walkQuickStart(t, s)
 	checkPodsOnStack(t, s, 3)
 }
 

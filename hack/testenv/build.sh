@@ -8,6 +8,7 @@ set -euo pipefail
 bin=${1:?usage: build.sh BIN_DIR}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$bin"
+bin=$(cd "$bin" && pwd) # the builds run in the modules' directories
 kube_version=$(awk '$1=="require" && $2=="k8s.io/kubernetes" {print $3}' "$here/kube/go.mod")
 etcd_version=$(awk '$1=="require" && $2=="go.etcd.io/etcd/server/v3" {print $3}' "$here/etcd/go.mod")
 minor=${kube_version#v1.}; minor=${minor%%.*}
@@ -15,28 +16,66 @@ minor=${kube_version#v1.}; minor=${minor%%.*}
 # The build-only modules stand outside the workspace.
 export GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0
 
-build_kube() { # name
+# progress NAME PID: a line every 30 s while a build runs, so that a first
+# `make run` or `make test` (several minutes on 2 cores) shows it is alive.
+progress() {
+	local name=$1 pid=$2 start=$SECONDS
+	while kill -0 "$pid" 2>/dev/null; do
+		for _ in $(seq 1 30); do
+			kill -0 "$pid" 2>/dev/null || return 0
+			sleep 1
+		done
+		echo "testenv: still building $name ($((SECONDS - start)) s so far; about 5 minutes on 2 cores the first time)"
+	done
+}
+
+# built NAME CMD...: runs a build command with progress lines, and fails as it does.
+built() {
 	local name=$1
-	if [[ -x "$bin/$name" ]] && "$bin/$name" --version 2>/dev/null | grep -qx "Kubernetes $kube_version"; then
-		echo "testenv: $name $kube_version already built"
-		return
-	fi
-	echo "testenv: building $name $kube_version (a few minutes the first time) ..."
-	(cd "$here/kube" && go build -trimpath -ldflags "-s -w \
+	shift
+	"$@" &
+	local pid=$!
+	progress "$name" "$pid" &
+	local ticker=$!
+	local rc=0
+	wait "$pid" || rc=$?
+	kill "$ticker" 2>/dev/null || true
+	wait "$ticker" 2>/dev/null || true
+	return "$rc"
+}
+
+go_build_kube() { # name
+	cd "$here/kube" && go build -trimpath -ldflags "-s -w \
 		-X k8s.io/component-base/version.gitVersion=$kube_version \
 		-X k8s.io/component-base/version.gitMajor=1 \
 		-X k8s.io/component-base/version.gitMinor=$minor \
 		-X k8s.io/component-base/version.gitTreeState=clean" \
-		-o "$bin/$name" "k8s.io/kubernetes/cmd/$name")
+		-o "$bin/$1" "k8s.io/kubernetes/cmd/$1"
+}
+
+go_build_etcd() {
+	cd "$here/etcd" && go build -trimpath -ldflags "-s -w" -o "$bin/etcd" go.etcd.io/etcd/server/v3
+}
+
+build_kube() { # name
+	local name=$1
+	# (the version is read whole first: grep -q closing the pipe early would
+	# fail the check under pipefail)
+	if [[ -x "$bin/$name" ]] && [[ "$("$bin/$name" --version 2>/dev/null)" == "Kubernetes $kube_version" ]]; then
+		echo "testenv: $name $kube_version already built"
+		return
+	fi
+	echo "testenv: building $name $kube_version (a few minutes the first time) ..."
+	built "$name" go_build_kube "$name"
 }
 
 build_etcd() {
-	if [[ -x "$bin/etcd" ]] && "$bin/etcd" --version 2>/dev/null | grep -q "etcd Version: ${etcd_version#v}$"; then
+	if [[ -x "$bin/etcd" ]] && [[ "$("$bin/etcd" --version 2>/dev/null)" == *"etcd Version: ${etcd_version#v}"$'\n'* ]]; then
 		echo "testenv: etcd $etcd_version already built"
 		return
 	fi
 	echo "testenv: building etcd $etcd_version ..."
-	(cd "$here/etcd" && go build -trimpath -ldflags "-s -w" -o "$bin/etcd" go.etcd.io/etcd/server/v3)
+	built etcd go_build_etcd
 }
 
 build_etcd

@@ -1,7 +1,9 @@
 // Command localup is `make run`: it starts a local control plane (etcd and
-// kube-apiserver from bin/), runs bin/splitlet with every service against it,
-// applies a demo pod bound to the node, prints the kubectl commands to try,
-// and on Ctrl-C stops everything it started.
+// kube-apiserver from bin/), runs bin/splitlet with every service against it
+// and with what a control plane gives a kubelet (the CA that verifies the
+// API server's client certificate, so that logs and exec work), applies a
+// demo pod bound to the node, prints the kubectl commands to try, and on
+// Ctrl-C stops everything it started and exits 0.
 package main
 
 import (
@@ -28,11 +30,15 @@ import (
 )
 
 type options struct {
-	stateDir string
-	node     string
-	runtime  string
-	once     bool
-	out      io.Writer
+	stateDir    string
+	node        string
+	runtime     string
+	kubeletPort int
+	once        bool
+	out         io.Writer
+	// up, when set, runs once everything is up and the hints are printed,
+	// with the kubeconfig's path (a test walks the hints there).
+	up func(ctx context.Context, kubeconfig string) error
 }
 
 func main() {
@@ -40,12 +46,19 @@ func main() {
 	flag.StringVar(&o.stateDir, "state-dir", ".splitlet", "where the kubeconfig, logs and data go")
 	flag.StringVar(&o.node, "node-name", "splitlet-node", "the node's name")
 	flag.StringVar(&o.runtime, "runtime", "process", "pod runtime: sim or process")
+	flag.IntVar(&o.kubeletPort, "kubelet-port", 10250, "port of the node's kubelet API (kube-apiserver reaches it there for logs and exec)")
 	flag.BoolVar(&o.once, "once", false, "stop as soon as everything is up (a smoke test)")
 	flag.Parse()
 	o.out = os.Stdout
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, o); err != nil {
+	err := run(ctx, o)
+	switch {
+	case ctx.Err() != nil:
+		// Ctrl-C is how make run is meant to end: not an error, even when
+		// it came before everything was up.
+		fmt.Fprintln(o.out, "stopped: the control plane and splitlet are down")
+	case err != nil:
 		fmt.Fprintf(os.Stderr, "localup: %v\n", err)
 		os.Exit(1)
 	}
@@ -99,6 +112,11 @@ func run(ctx context.Context, o options) error {
 		"--data-dir="+dataDir,
 		"--http-addr=127.0.0.1:0",
 		"--log-format=console",
+		// What a control plane gives its kubelets: the kubelet API's port
+		// and the CA of the client certificate kube-apiserver presents
+		// when it proxies logs, exec and port-forward to the node.
+		fmt.Sprintf("--nodehb.port=%d", o.kubeletPort),
+		"--nodehb.client-ca-file="+cp.CAFile,
 	)
 	agent.Stdout, agent.Stderr = logFile, logFile
 	agent.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
@@ -141,10 +159,17 @@ Try:
   kubectl get pods -o wide
   kubectl describe pod demo
   kubectl logs demo
+  kubectl logs -f demo
+  kubectl exec demo -- sh -c 'echo hello from exec'
   kubectl delete pod demo
 
 Ctrl-C stops everything.
 `, o.node, cp.URL, healthAddr, logPath, kubeconfig)
+	if o.up != nil {
+		if err := o.up(ctx, kubeconfig); err != nil {
+			return err
+		}
+	}
 	if o.once {
 		return nil
 	}
