@@ -257,7 +257,7 @@ func (r *agentRun) splitletArgs(env *benchEnv, node, dataDir, proc string) ([]st
 		return nil, err
 	}
 	r.health[proc] = addr
-	return []string{
+	args := []string{
 		"--kubeconfig=" + env.kubeconfig,
 		"--node-name=" + node,
 		"--runtime=sim",
@@ -266,7 +266,12 @@ func (r *agentRun) splitletArgs(env *benchEnv, node, dataDir, proc string) ([]st
 		"--kube-api-qps=1000",
 		"--kube-api-burst=2000",
 		"--log-level=warn",
-	}, nil
+	}
+	if env.profileDir != "" {
+		// -profiles reads them from /debug/pprof, which is off by default.
+		args = append(args, "--debug-pprof")
+	}
+	return args, nil
 }
 
 var agents = []agent{

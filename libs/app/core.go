@@ -72,6 +72,9 @@ func newClientset(cfg *rest.Config, checks *health.Checks) (kubernetes.Interface
 
 func runHealth(lc fx.Lifecycle, s *health.Server, c *config.Common, checks *health.Checks, bin Binary) {
 	checks.AddLiveness("ping", func(context.Context) error { return nil })
+	if c.DebugPprof {
+		s.EnablePprof()
+	}
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error { return s.Start(c.HTTPAddr, HTTPAddrFile(c, string(bin))) },
 		OnStop:  s.Stop,

@@ -38,6 +38,7 @@ type Common struct {
 	Runtime         string
 	DataDir         string
 	HTTPAddr        string
+	DebugPprof      bool
 	LogLevel        string
 	LogFormat       string
 	Partitions      int
@@ -56,7 +57,8 @@ func (c *Common) RegisterFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.NATSListen, "nats-listen", "", "with an embedded server: also listen for other processes on this host:port (empty: in-process only)")
 	fs.Var(newEnum(&c.Runtime, RuntimeSim, RuntimeSim, RuntimeProcess), "runtime", "container runtime of the pod workers: sim or process")
 	fs.StringVar(&c.DataDir, "data-dir", "", "directory for state (embedded NATS store, logs); empty: <tmp>/splitlet/<node-name>")
-	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:0", "address of /healthz, /readyz, /metrics and /debug/pprof; port 0 picks a free one")
+	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:0", "address of /healthz, /readyz, /metrics (and /debug/pprof with debug-pprof); port 0 picks a free one")
+	fs.BoolVar(&c.DebugPprof, "debug-pprof", false, "serve /debug/pprof on http-addr (unauthenticated: keep http-addr on loopback when on)")
 	fs.Var(newEnum(&c.LogLevel, "info", "debug", "info", "warn", "error"), "log-level", "debug, info, warn or error")
 	fs.Var(newEnum(&c.LogFormat, "json", "json", "console"), "log-format", "json or console")
 	fs.IntVar(&c.Partitions, "partitions", 16, "bus partitions of the node's pods; every stage of a node must agree")

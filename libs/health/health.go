@@ -1,5 +1,5 @@
 // Package health serves a process's /healthz, /readyz, Prometheus /metrics
-// and /debug/pprof on one configurable address.
+// and, when asked, /debug/pprof on one configurable address.
 package health
 
 import (
@@ -86,6 +86,7 @@ type Server struct {
 	checks   *Checks
 	registry *prometheus.Registry
 	log      *zap.Logger
+	mux      *http.ServeMux
 	srv      *http.Server
 	ln       net.Listener
 	addrFile string
@@ -98,7 +99,8 @@ func NewRegistry() *prometheus.Registry {
 	return r
 }
 
-// NewServer builds the server; Start binds it.
+// NewServer builds the server; Start binds it. It serves no /debug/pprof:
+// EnablePprof adds it.
 func NewServer(checks *Checks, registry *prometheus.Registry, log *zap.Logger) *Server {
 	s := &Server{checks: checks, registry: registry, log: log}
 	mux := http.NewServeMux()
@@ -106,13 +108,20 @@ func NewServer(checks *Checks, registry *prometheus.Registry, log *zap.Logger) *
 	mux.HandleFunc("/livez", s.handle(false))
 	mux.HandleFunc("/readyz", s.handle(true))
 	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{Registry: registry}))
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	s.mux = mux
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	return s
+}
+
+// EnablePprof serves the Go profiles under /debug/pprof (not cmdline: a
+// process's command line is none of a profiler's business). They have no
+// authentication, so they are off unless an operator asks (key
+// debug-pprof). Call it before Start.
+func (s *Server) EnablePprof() {
+	s.mux.HandleFunc("/debug/pprof/", pprof.Index)
+	s.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	s.mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	s.mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 }
 
 func (s *Server) handle(readiness bool) http.HandlerFunc {

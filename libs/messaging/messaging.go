@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/logging"
 )
 
 // Options for Connect.
@@ -99,7 +100,7 @@ func Connect(opts Options) (*Conn, error) {
 	nc, err := nats.Connect(url, natsOpts...)
 	if err != nil {
 		c.shutdownServer()
-		return nil, fmt.Errorf("nats-url %s: %w", url, err)
+		return nil, fmt.Errorf("nats-url %s: %w", logging.RedactURL(url), err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {

@@ -11,12 +11,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/splitlet/splitlet/libs/app/apptest"
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
@@ -49,6 +51,8 @@ type env struct {
 	nc   *nats.Conn
 	js   jetstream.JetStream
 	bus  *busLog
+	// logs holds every line the runner logged, as JSON.
+	logs apptest.Buffer
 }
 
 func newEnv(t *testing.T, node string, registerNode bool) *env {
@@ -88,7 +92,11 @@ func testConfig() *Config {
 
 func (e *env) start(cfg *Config) *Runner {
 	e.t.Helper()
-	r, err := Build(cfg, e.node, partitions, zaptest.NewLogger(e.t, zaptest.Level(zap.InfoLevel)), e.cs, e.nc, nil, nil)
+	toBuffer := zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(&e.logs), zap.DebugLevel)
+	log := zaptest.NewLogger(e.t, zaptest.Level(zap.InfoLevel), zaptest.WrapOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+		return zapcore.NewTee(c, toBuffer)
+	})))
+	r, err := Build(cfg, e.node, partitions, log, e.cs, e.nc, nil, nil)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -1,13 +1,17 @@
 package service
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/splitlet/splitlet/libs/bus"
@@ -54,7 +58,8 @@ const onePodYAML = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: alpha\nspec:\n
 
 // TestHTTPSource: a PodList and then a single pod from a manifest URL give
 // ADDs (the configured header sent) and a REMOVE; while the URL fails or serves garbage, the last good
-// state stays (no REMOVE) and polling goes on; mirror pods follow.
+// state stays (no REMOVE) and polling goes on; mirror pods follow. The
+// token in the URL's query shows in no log line and no Event.
 func TestHTTPSource(t *testing.T) {
 	e := newEnv(t, "node-http", true)
 	srv := &manifestServer{status: http.StatusOK, body: podListJSON}
@@ -62,7 +67,8 @@ func TestHTTPSource(t *testing.T) {
 	t.Cleanup(hs.Close)
 
 	cfg := testConfig()
-	cfg.ManifestURL = hs.URL + "/pods"
+	const token = "s3cret-in-query"
+	cfg.ManifestURL = hs.URL + "/pods?token=" + token
 	cfg.ManifestURLHeader = []string{"X-Token:secret"}
 	e.start(cfg)
 	e.waitAllReady()
@@ -87,6 +93,31 @@ func TestHTTPSource(t *testing.T) {
 	eventually(t, 10*time.Second, "polls while garbage", func() bool { return srv.hitCount() >= h+3 })
 	if got := fmt.Sprint(e.bus.ops(alpha), e.bus.ops(beta)); got != "[ADD] [ADD]" {
 		t.Fatalf("a failing URL changed the pods: %s", got)
+	}
+	// The failures were logged and recorded as Node Events, the URL in them
+	// redacted.
+	var shown []string
+	eventually(t, 10*time.Second, "Events about the failing manifest URL", func() bool {
+		list, err := e.cs.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{
+			FieldSelector: fields.Set{"involvedObject.kind": "Node", "involvedObject.name": e.node}.String()})
+		if err != nil {
+			return false
+		}
+		shown = shown[:0]
+		for _, ev := range list.Items {
+			if strings.HasPrefix(ev.Message, "Manifest URL ") {
+				shown = append(shown, ev.Message)
+			}
+		}
+		return len(shown) >= 2
+	})
+	for _, msg := range append(shown, e.logs.String()) {
+		if strings.Contains(msg, token) {
+			t.Errorf("the manifest URL's token shows in %q", msg)
+		}
+	}
+	if !strings.Contains(shown[0], "token=REDACTED") || !strings.Contains(e.logs.String(), "token=REDACTED") {
+		t.Errorf("the redacted URL is not in the Events or logs: %q", shown)
 	}
 
 	// One pod now (alpha unchanged, so same UID): beta goes.

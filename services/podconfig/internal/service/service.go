@@ -21,6 +21,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/config"
 	"github.com/splitlet/splitlet/libs/kube"
+	"github.com/splitlet/splitlet/libs/logging"
 	"github.com/splitlet/splitlet/libs/messaging"
 	"github.com/splitlet/splitlet/services/podconfig/internal/controller"
 	"github.com/splitlet/splitlet/services/podconfig/internal/merge"
@@ -71,7 +72,7 @@ func (c *Config) Validate() error {
 	if c.ManifestURL != "" {
 		u, err := url.Parse(c.ManifestURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("invalid value %q for podconfig.manifest-url: want an http or https URL", c.ManifestURL)
+			return fmt.Errorf("invalid value %q for podconfig.manifest-url: want an http or https URL", logging.RedactURL(c.ManifestURL))
 		}
 	}
 	if _, err := c.headers(); err != nil {
@@ -85,10 +86,11 @@ func (c *Config) Validate() error {
 
 func (c *Config) headers() (http.Header, error) {
 	h := http.Header{}
-	for _, kv := range c.ManifestURLHeader {
+	for i, kv := range c.ManifestURLHeader {
 		k, v, ok := strings.Cut(kv, ":")
 		if !ok || strings.TrimSpace(k) == "" {
-			return nil, fmt.Errorf("invalid value %q for podconfig.manifest-url-header: want Name:value", kv)
+			// The value is not shown: a header may carry a credential.
+			return nil, fmt.Errorf("invalid value for podconfig.manifest-url-header (entry %d): want Name:value", i+1)
 		}
 		h.Add(strings.TrimSpace(k), strings.TrimSpace(v))
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/kube"
+	"github.com/splitlet/splitlet/libs/logging"
 	"github.com/splitlet/splitlet/services/podconfig/internal/manifest"
 	"github.com/splitlet/splitlet/services/podconfig/internal/merge"
 )
@@ -23,7 +24,9 @@ import (
 // reached or serves something unusable, the last good state stays and the
 // next period tries again (kubelet: sourceURL).
 type HTTP struct {
-	url      string
+	url string
+	// shown is url as logs, Events and errors show it (logging.RedactURL).
+	shown    string
 	header   http.Header
 	node     string
 	period   time.Duration
@@ -38,7 +41,7 @@ type HTTP struct {
 
 // NewHTTP builds the source; Run runs it.
 func NewHTTP(url string, header http.Header, node string, period time.Duration, sink Sink, recorder record.EventRecorder, log *zap.Logger) *HTTP {
-	return &HTTP{url: url, header: header, node: node, period: period, sink: sink, log: log, recorder: recorder,
+	return &HTTP{url: url, shown: logging.RedactURL(url), header: header, node: node, period: period, sink: sink, log: log, recorder: recorder,
 		client: &http.Client{Timeout: 10 * time.Second}}
 }
 
@@ -51,7 +54,7 @@ func (h *HTTP) Run(ctx context.Context) {
 			h.failed(err)
 		} else if err == nil {
 			if h.failures > 0 {
-				h.log.Info("manifest URL readable again", zap.String("url", h.url))
+				h.log.Info("manifest URL readable again", zap.String("url", h.shown))
 			}
 			h.failures, h.lastErr = 0, ""
 		}
@@ -67,15 +70,15 @@ func (h *HTTP) failed(err error) {
 	h.failures++
 	// kubelet: say it a few times, then more quietly.
 	if h.failures <= 3 {
-		h.log.Warn("cannot read pods from the manifest URL, keeping the last good state", zap.String("url", h.url), zap.Error(err))
+		h.log.Warn("cannot read pods from the manifest URL, keeping the last good state", zap.String("url", h.shown), zap.Error(err))
 	} else {
-		h.log.Debug("cannot read pods from the manifest URL, keeping the last good state", zap.String("url", h.url), zap.Error(err))
+		h.log.Debug("cannot read pods from the manifest URL, keeping the last good state", zap.String("url", h.shown), zap.Error(err))
 	}
 	if msg := err.Error(); msg != h.lastErr {
 		h.lastErr = msg
 		if h.recorder != nil {
 			h.recorder.Eventf(kube.NodeRef(h.node), corev1.EventTypeWarning, ReasonInvalidManifest,
-				"Manifest URL %s: %s", h.url, msg)
+				"Manifest URL %s: %s", h.shown, msg)
 		}
 	}
 }
@@ -92,7 +95,7 @@ func (h *HTTP) fetch(ctx context.Context) error {
 	}
 	resp, err := h.client.Do(req)
 	if err != nil {
-		return err
+		return logging.RedactURLError(err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, manifest.MaxSize+1))
@@ -100,7 +103,7 @@ func (h *HTTP) fetch(ctx context.Context) error {
 		return err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", h.url, resp.Status)
+		return fmt.Errorf("%s: %s", h.shown, resp.Status)
 	}
 	if len(data) == 0 {
 		// kubelet: an empty answer is an empty source, so it can be seen.
@@ -113,7 +116,7 @@ func (h *HTTP) fetch(ctx context.Context) error {
 	}
 	pods, err := manifest.Decode(data, manifest.Origin{Node: h.node, URL: h.url}, false)
 	if err != nil {
-		return fmt.Errorf("%s: %w", h.url, err)
+		return fmt.Errorf("%s: %w", h.shown, err)
 	}
 	h.last = data
 	h.sink.Submit(merge.Update{Source: merge.SourceHTTP, Op: bus.OpSet, Pods: pods})
