@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/config"
 	"github.com/splitlet/splitlet/libs/health"
 	"github.com/splitlet/splitlet/libs/kube"
@@ -34,6 +35,7 @@ var Core = fx.Module("core",
 		func(r *prometheus.Registry) prometheus.Registerer { return r },
 		health.NewServer,
 	),
+	fx.Invoke(func(r *prometheus.Registry) { r.MustRegister(bus.HandlerPanics) }),
 	fx.Invoke(runHealth),
 )
 

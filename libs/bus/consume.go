@@ -4,12 +4,28 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 )
+
+// MaxPanicDeliveries bounds how often a message whose handler panicked is
+// delivered: after that many panics it is terminated, so one poisonous
+// message can neither crash a stage nor hold its consumer forever. (A
+// handler that returns an error is retried without bound: its cause, an API
+// server away, say, passes.)
+const MaxPanicDeliveries = 5
+
+// HandlerPanics counts the handler panics Consume recovered, by consumer.
+// Register it where the process's metrics are served.
+var HandlerPanics = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "splitlet_bus_handler_panics_total",
+	Help: "Bus message handlers that panicked; the message was retried, then terminated after " + fmt.Sprint(MaxPanicDeliveries) + " deliveries.",
+}, []string{"consumer"})
 
 // Handler processes one decoded message. Returning nil acknowledges it; an
 // error has it delivered again after a delay.
@@ -41,7 +57,10 @@ type ConsumerOptions struct {
 // Consume runs handler on every new message of a durable consumer, one at a
 // time, in stream order. Messages that do not decode are logged and
 // terminated (never redelivered); messages seen before (by Seq) are
-// acknowledged without calling the handler. Stop it with the returned
+// acknowledged without calling the handler. A handler that panics does not
+// take the process down: the panic is logged with the subject and sequence,
+// counted (HandlerPanics), and the message retried, then terminated after
+// MaxPanicDeliveries deliveries. Stop it with the returned
 // function, which waits for the message in hand.
 func Consume(ctx context.Context, js jetstream.JetStream, opts ConsumerOptions, handler Handler) (stop func(), err error) {
 	if opts.Stream == "" || opts.Durable == "" {
@@ -83,7 +102,24 @@ func Consume(ctx context.Context, js jetstream.JetStream, opts ConsumerOptions, 
 			_ = m.Ack()
 			return
 		}
-		if err := handler(hctx, subject, e); err != nil {
+		if panicked, err := safely(hctx, handler, subject, e); panicked {
+			dedup.Forget(subject, e)
+			HandlerPanics.WithLabelValues(opts.Durable).Inc()
+			var seq, delivered uint64
+			if md, merr := m.Metadata(); merr == nil {
+				seq, delivered = md.Sequence.Stream, md.NumDelivered
+			}
+			f := []zap.Field{zap.String("subject", subject), zap.Uint64("streamSeq", seq), zap.String("source", e.Source),
+				zap.Uint64("seq", e.Seq), zap.Uint64("delivered", delivered), zap.Error(err)}
+			if delivered >= MaxPanicDeliveries {
+				log.Error("message handler panicked; terminating the message", f...)
+				_ = m.Term()
+				return
+			}
+			log.Error("message handler panicked; will retry", f...)
+			_ = m.NakWithDelay(retry)
+			return
+		} else if err != nil {
 			dedup.Forget(subject, e)
 			if hctx.Err() == nil {
 				log.Warn("message handling failed, will retry", zap.String("subject", subject), zap.Error(err))
@@ -107,6 +143,18 @@ func Consume(ctx context.Context, js jetstream.JetStream, opts ConsumerOptions, 
 		cancel()
 		inflight.Wait()
 	}, nil
+}
+
+// safely runs the handler, turning a panic into an error (with the panic's
+// value and stack) and panicked = true.
+func safely(ctx context.Context, h Handler, subject string, e *Envelope) (panicked bool, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			panicked = true
+			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return false, h(ctx, subject, e)
 }
 
 func or[T comparable](v, def T) T {

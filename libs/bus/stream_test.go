@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/splitlet/splitlet/libs/bus"
@@ -220,5 +221,102 @@ func TestConcurrentPublishKeepsSequenceOrder(t *testing.T) {
 		if got.seqs[i] <= got.seqs[i-1] {
 			t.Fatalf("message %d has seq %d after %d", i, got.seqs[i], got.seqs[i-1])
 		}
+	}
+}
+
+// TestHandlerPanicIsBounded: a handler that panics on one message does not
+// crash the process; the message is delivered MaxPanicDeliveries times, then
+// terminated, the panics are counted, and the next message is handled.
+func TestHandlerPanicIsBounded(t *testing.T) {
+	ctx := context.Background()
+	n := testenv.NATSForTest(t)
+	nc, js := n.Connect(t)
+	if err := bus.EnsureStreams(ctx, js, "n"); err != nil {
+		t.Fatal(err)
+	}
+	pub := bus.NewPublisher(nc, js, "n", "worker-1")
+	var mu sync.Mutex
+	poisoned, good := 0, 0
+	const durable = "panics"
+	before := testutil.ToFloat64(bus.HandlerPanics.WithLabelValues(durable))
+	stop, err := bus.Consume(ctx, js, bus.ConsumerOptions{
+		Stream: bus.StreamName("n", bus.StreamProbes), Durable: durable, RetryDelay: 20 * time.Millisecond,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	}, func(_ context.Context, _ string, e *bus.Envelope) error {
+		r, err := bus.DecodeProbeResult(e)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if r.Container == "poison" {
+			poisoned++
+			var m map[string]int
+			m["boom"]++ // a nil map write: a real runtime panic
+		}
+		good++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	publish := func(p int, container string) {
+		t.Helper()
+		if err := pub.Publish(ctx, bus.For("n").ProbeResults(p), bus.KindProbeResult, "", &bus.ProbeResult{PodUID: "u", Container: container, Probe: bus.ProbeLiveness, Result: bus.ProbeFailure}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			mu.Lock()
+			ok := cond()
+			mu.Unlock()
+			if ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				mu.Lock()
+				defer mu.Unlock()
+				t.Fatalf("%s: poisoned message handled %d times, good ones %d", what, poisoned, good)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	publish(0, "poison")
+	waitFor("retries", func() bool { return poisoned >= bus.MaxPanicDeliveries })
+	// Another subject (a newer message on the same one would make the
+	// poisoned one stale): handled while the poisoned one is retried.
+	publish(1, "fine")
+	waitFor("the other message", func() bool { return good == 1 })
+	// Terminated: nothing left pending or waiting for an ack (a message
+	// still retried would stay there).
+	cons, err := js.Consumer(ctx, bus.StreamName("n", bus.StreamProbes), durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumAckPending == 0 && info.NumPending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the poisoned message is still pending: %d waiting for an ack, %d pending", info.NumAckPending, info.NumPending)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if poisoned != bus.MaxPanicDeliveries {
+		t.Errorf("poisoned message delivered %d times, want %d", poisoned, bus.MaxPanicDeliveries)
+	}
+	if got := testutil.ToFloat64(bus.HandlerPanics.WithLabelValues(durable)) - before; got != bus.MaxPanicDeliveries {
+		t.Errorf("panics counted: %v, want %d", got, bus.MaxPanicDeliveries)
 	}
 }
