@@ -70,8 +70,16 @@ e2e: images
 	$(GO) test -count=1 -timeout 20m $(TESTFLAGS) $(E2E_PKGS)
 endif
 
+# make fuzz: every decoder of outside input, FUZZTIME each (part of make
+# test): bus messages, static pod files and manifest URLs, the --config
+# YAML, the kubelet API's logs and exec queries.
+FUZZ_TARGETS := FuzzDecode:./libs/bus FuzzDecode:./services/podconfig/internal/manifest \
+	FuzzLoad:./libs/config FuzzQueries:./services/nodehb/internal/kubeletapi
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./libs/bus
+	@for t in $(FUZZ_TARGETS); do \
+		echo "$(GO) test -run '^$$' -fuzz '^$${t%%:*}$$' -fuzztime $(FUZZTIME) $${t#*:}"; \
+		$(GO) test -run '^$$' -fuzz "^$${t%%:*}\$$" -fuzztime $(FUZZTIME) "$${t#*:}" || exit 1; \
+	done
 
 # make run: localup is built and run as a binary of its own (not `go run`,
 # which turns a Ctrl-C into exit status 1): Ctrl-C stops everything with 0.
