@@ -48,7 +48,9 @@ func TestSplitletStages(t *testing.T) {
 			t.Fatal(err)
 		}
 		apptest.Start(t, "nodehb", append(common(tg), fmt.Sprintf("--nodehb.port=%d", port),
-			"--nodehb.client-ca-file="+cp.CAFile, "--nodehb.node-status-update-frequency=1s"), nodehb.Service())
+			"--nodehb.client-ca-file="+cp.CAFile, "--nodehb.node-status-update-frequency=1s",
+			// the kit's not-ready case waits its timeout, not nodehb's 20 s default grace
+			"--nodehb.agent-not-ready-grace=1s"), nodehb.Service())
 		conformance.NodeHB(t, tg)
 	})
 	t.Run("podconfig", func(t *testing.T) {

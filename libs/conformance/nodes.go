@@ -24,7 +24,8 @@ import (
 //   - registers-node-and-lease: the Node exists with an InternalIP address;
 //     Lease kube-node-lease/<node> is held by the node.
 //   - ready-follows-agent: AgentReadiness ready → Ready True; not ready →
-//     Ready False; ready again → Ready True.
+//     Ready False (once the stage's not-ready grace has passed: run it with
+//     a grace well below the kit's timeout); ready again → Ready True.
 func NodeHB(t *testing.T, tg Target, opts ...Option) {
 	h := newHarness(t, tg, opts)
 	if h.tg.Config == nil {

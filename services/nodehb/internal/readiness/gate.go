@@ -8,6 +8,13 @@
 //	announced  last AgentReadiness heard < timeout ago -> its ready flag
 //	silent     last AgentReadiness heard >= timeout ago -> not ready
 //
+// Grace: once the agent has been ready, a not-ready announcement is held
+// back for the grace period (default 20 s) and the Node stays Ready: a pod
+// worker restarting or handing partitions over for a few seconds is not an
+// outage, as a kubelet restarting within the node monitor's grace period
+// leaves its Node Ready. Not-ready that lasts the grace, and silence
+// (timeout), still make the Node NotReady.
+//
 // The pod workers re-send AgentReadiness every 10 s on state.agent (the
 // state stream keeps its last value); silence for the timeout (40 s) means
 // the workers are gone. The time a message was heard is its sentAt, capped at
@@ -37,21 +44,29 @@ const (
 // DefaultTimeout is how long the gate trusts an announcement without a heartbeat.
 const DefaultTimeout = 40 * time.Second
 
+// DefaultGrace is how long a not-ready announcement after readiness is held back.
+const DefaultGrace = 20 * time.Second
+
 // Gate tracks the agent's readiness.
 type Gate struct {
 	timeout time.Duration
+	grace   time.Duration
 	now     func() time.Time
 	log     *zap.Logger
 
-	mu       sync.Mutex
-	heard    time.Time
-	last     *bus.AgentReadiness
-	lastSeq  map[string]uint64
-	reported bool   // the readiness last evaluated
-	answer   string // the reason and message last evaluated
-	waiters  chan struct{}
-	changed  chan struct{}
-	renewed  chan struct{}
+	mu      sync.Mutex
+	heard   time.Time
+	last    *bus.AgentReadiness
+	lastSeq map[string]uint64
+	// wasReady: some announcement said ready; notReadySince: when the
+	// not-ready announcements that follow a ready one began (zero: none).
+	wasReady      bool
+	notReadySince time.Time
+	reported      bool   // the readiness last evaluated
+	answer        string // the reason and message last evaluated
+	waiters       chan struct{}
+	changed       chan struct{}
+	renewed       chan struct{}
 }
 
 // Option tunes a Gate.
@@ -59,6 +74,10 @@ type Option func(*Gate)
 
 // WithTimeout sets how long silence is tolerated.
 func WithTimeout(d time.Duration) Option { return func(g *Gate) { g.timeout = d } }
+
+// WithGrace sets how long a not-ready announcement that follows readiness
+// is held back (0: none).
+func WithGrace(d time.Duration) Option { return func(g *Gate) { g.grace = d } }
 
 // WithLogger sets the logger.
 func WithLogger(l *zap.Logger) Option { return func(g *Gate) { g.log = l } }
@@ -70,6 +89,7 @@ func WithClock(now func() time.Time) Option { return func(g *Gate) { g.now = now
 func New(opts ...Option) *Gate {
 	g := &Gate{
 		timeout: DefaultTimeout,
+		grace:   DefaultGrace,
 		now:     time.Now,
 		log:     zap.NewNop(),
 		lastSeq: map[string]uint64{},
@@ -104,6 +124,12 @@ func (g *Gate) NotifyAgentReady(at time.Time, r *bus.AgentReadiness) {
 		return
 	}
 	g.heard = at
+	switch {
+	case r.Ready:
+		g.wasReady, g.notReadySince = true, time.Time{}
+	case g.wasReady && g.notReadySince.IsZero():
+		g.notReadySince = at
+	}
 	cp := *r
 	g.last = &cp
 	g.mu.Unlock()
@@ -140,6 +166,8 @@ func (g *Gate) stateLocked(now time.Time) (bool, string, string) {
 		return false, ReasonNotAnnounced, "pod workers have not announced readiness yet"
 	case now.Sub(g.heard) >= g.timeout:
 		return false, ReasonHeartbeatLost, fmt.Sprintf("no pod worker readiness heartbeat for %s (last at %s)", g.timeout, g.heard.UTC().Format(time.RFC3339))
+	case !g.last.Ready && g.inGraceLocked(now):
+		return true, "", ""
 	case !g.last.Ready:
 		reason, msg := g.last.Reason, g.last.Message
 		if reason == "" {
@@ -151,6 +179,12 @@ func (g *Gate) stateLocked(now time.Time) (bool, string, string) {
 		return false, reason, msg
 	}
 	return true, "", ""
+}
+
+// inGraceLocked: a not-ready announcement that followed readiness is still
+// within its grace.
+func (g *Gate) inGraceLocked(now time.Time) bool {
+	return !g.notReadySince.IsZero() && now.Sub(g.notReadySince) < g.grace
 }
 
 // evaluate wakes the waiters when the agent became ready, and signals a
@@ -195,14 +229,22 @@ func (g *Gate) WaitAgentReady(ctx context.Context) error {
 	}
 }
 
-// expiry is when the current announcement goes stale, zero if none.
+// expiry is when the answer may next change by itself: the current
+// announcement goes stale, or a held-back not-ready one ends its grace; zero
+// if nothing was heard.
 func (g *Gate) expiry() time.Time {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.last == nil {
 		return time.Time{}
 	}
-	return g.heard.Add(g.timeout)
+	exp := g.heard.Add(g.timeout)
+	if now := g.now(); g.inGraceLocked(now) {
+		if end := g.notReadySince.Add(g.grace); end.Before(exp) {
+			exp = end
+		}
+	}
+	return exp
 }
 
 // Run consumes state.agent of the node from the state stream with an

@@ -92,7 +92,7 @@ func TestWaitAgentReady(t *testing.T) {
 // TestChangedOnlyOnChange: a heartbeat that repeats the answer does not
 // wake the status controller; a new answer does.
 func TestChangedOnlyOnChange(t *testing.T) {
-	g := New()
+	g := New(WithGrace(0))
 	drain := func() bool {
 		select {
 		case <-g.Changed():
@@ -112,5 +112,59 @@ func TestChangedOnlyOnChange(t *testing.T) {
 	g.Observe(env("pw", 3, time.Now()), &bus.AgentReadiness{Ready: false, Partitions: 1, Reason: "PartitionsUnowned"})
 	if !drain() {
 		t.Fatal("becoming not ready not signalled")
+	}
+}
+
+// TestNotReadyGrace: after readiness, a not-ready announcement (a pod
+// worker restarting, partitions handed over) keeps the answer ready for the
+// grace; one that lasts past it, and silence, make it not ready. Before the
+// first readiness there is no grace.
+func TestNotReadyGrace(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)}
+	g := New(WithTimeout(40*time.Second), WithGrace(20*time.Second), WithClock(clk.now))
+	notReady := &bus.AgentReadiness{Ready: false, Partitions: 4, Reason: "PartitionsUnowned", Message: "1 of 4"}
+	g.Observe(env("pw", 1, clk.now()), notReady)
+	if ok, reason, _ := g.AgentReady(); ok || reason != "PartitionsUnowned" {
+		t.Fatalf("not ready before any readiness was held back: %v %s", ok, reason)
+	}
+	g.Observe(env("pw", 2, clk.now()), &bus.AgentReadiness{Ready: true, Partitions: 4})
+	clk.add(time.Second)
+	g.Observe(env("pw", 3, clk.now()), notReady)
+	if exp := g.expiry(); !exp.Equal(clk.now().Add(20 * time.Second)) {
+		t.Errorf("expiry %v, want the end of the grace %v", exp, clk.now().Add(20*time.Second))
+	}
+	clk.add(10 * time.Second)
+	g.Observe(env("pw", 4, clk.now()), notReady) // a heartbeat does not restart the grace
+	if ok, _, _ := g.AgentReady(); !ok {
+		t.Fatal("not ready within the grace")
+	}
+	clk.add(9 * time.Second)
+	if ok, _, _ := g.AgentReady(); !ok {
+		t.Fatal("not ready 19 s into a 20 s grace")
+	}
+	clk.add(time.Second)
+	if ok, reason, msg := g.AgentReady(); ok || reason != "PartitionsUnowned" || msg != "1 of 4" {
+		t.Fatalf("still ready after the grace: %v %s %q", ok, reason, msg)
+	}
+	// Ready again: a later not-ready gets a new grace.
+	g.Observe(env("pw", 5, clk.now()), &bus.AgentReadiness{Ready: true, Partitions: 4})
+	g.Observe(env("pw", 6, clk.now()), notReady)
+	if ok, _, _ := g.AgentReady(); !ok {
+		t.Fatal("a new not-ready after readiness had no grace")
+	}
+	// Silence is not held back by the grace.
+	clk.add(40 * time.Second)
+	if ok, reason, _ := g.AgentReady(); ok || reason != ReasonHeartbeatLost {
+		t.Fatalf("silence: %v %s", ok, reason)
+	}
+}
+
+// TestNoGrace: grace 0 reports not-ready at once.
+func TestNoGrace(t *testing.T) {
+	g := New(WithGrace(0))
+	g.Observe(env("pw", 1, time.Now()), &bus.AgentReadiness{Ready: true, Partitions: 4})
+	g.Observe(env("pw", 2, time.Now()), &bus.AgentReadiness{Ready: false, Partitions: 4, Reason: "X"})
+	if ok, reason, _ := g.AgentReady(); ok || reason != "X" {
+		t.Fatalf("grace 0: %v %s", ok, reason)
 	}
 }

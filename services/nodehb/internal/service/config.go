@@ -17,6 +17,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/config"
 	"github.com/splitlet/splitlet/services/nodehb/internal/nodestatus"
+	"github.com/splitlet/splitlet/services/nodehb/internal/readiness"
 )
 
 // Authorization modes of the kubelet API.
@@ -48,6 +49,7 @@ type Config struct {
 	LeaseDuration    time.Duration
 	LeaseRenew       time.Duration
 	AgentTimeout     time.Duration
+	AgentGrace       time.Duration
 	RequestTimeout   time.Duration
 }
 
@@ -74,6 +76,7 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.LeaseDuration, "nodehb.lease-duration", 40*time.Second, "the Lease's leaseDurationSeconds")
 	fs.DurationVar(&c.LeaseRenew, "nodehb.lease-renew-interval", 10*time.Second, "how often the Lease is renewed")
 	fs.DurationVar(&c.AgentTimeout, "nodehb.agent-ready-timeout", 40*time.Second, "silence of the pod workers' readiness heartbeat after which the Node is NotReady")
+	fs.DurationVar(&c.AgentGrace, "nodehb.agent-not-ready-grace", readiness.DefaultGrace, "once the agent was ready, how long it may report not ready (a pod worker restarting, partitions handed over) before the Node is NotReady; 0: at once")
 	fs.DurationVar(&c.RequestTimeout, "nodehb.runtime-request-timeout", 10*time.Second, "timeout of exec and stats requests to the pod workers")
 }
 
@@ -109,6 +112,9 @@ func (c *Config) desired(common *config.Common, nodeInfo corev1.NodeSystemInfo) 
 		if d.v <= 0 {
 			return nil, fmt.Errorf("invalid value %v for %s: must be positive", d.v, d.key)
 		}
+	}
+	if c.AgentGrace < 0 {
+		return nil, fmt.Errorf("invalid value %v for nodehb.agent-not-ready-grace: must not be negative", c.AgentGrace)
 	}
 	if c.LeaseDuration < time.Second {
 		return nil, fmt.Errorf("invalid value %v for nodehb.lease-duration: at least 1s", c.LeaseDuration)

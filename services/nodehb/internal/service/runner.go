@@ -62,7 +62,7 @@ func Build(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.In
 		return nil, err
 	}
 	r := &Runner{log: log, node: common.NodeName, js: js, streamsReady: streamsReady}
-	r.Gate = readiness.New(readiness.WithTimeout(cfg.AgentTimeout), readiness.WithLogger(log.Named("readiness")))
+	r.Gate = readiness.New(readiness.WithTimeout(cfg.AgentTimeout), readiness.WithGrace(cfg.AgentGrace), readiness.WithLogger(log.Named("readiness")))
 	recorder, stopEvents := kube.NewRecorder(cs, common.NodeName)
 	r.stopEvents = stopEvents
 	r.Status = nodestatus.New(cs, desired, r.Gate,
