@@ -150,7 +150,7 @@ func (c *Config) desired(common *config.Common, nodeInfo corev1.NodeSystemInfo) 
 // capacity: the configured figures over the runtime's defaults.
 func (c *Config) capacity(common *config.Common) (corev1.ResourceList, error) {
 	var out corev1.ResourceList
-	if common.Runtime == config.RuntimeProcess {
+	if common.Runtime == config.RuntimeProcess || common.Runtime == config.RuntimeCRI {
 		out = nodestatus.HostCapacity(common.DataDir)
 		out[corev1.ResourcePods] = resource.MustParse("110")
 	} else {
