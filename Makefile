@@ -27,7 +27,7 @@ BENCHFLAGS ?=
 help:
 	@echo "make build    static binaries of splitlet and each service into bin/"
 	@echo "make test     every module's tests (builds the test control plane first if missing)"
-	@echo "make run      local control plane + splitlet (all services) + a demo pod; Ctrl-C stops all"
+	@echo "make run      local control plane + splitlet (all services) + a demo pod; Ctrl-C stops all (RUNTIME=process|sim|cri)"
 	@echo "make bench    benchmarks"
 	@echo "make images   FROM scratch images of the binaries (needs a Docker engine and busybox-static)"
 	@echo "make e2e      the images, then the end-to-end tests on the compose stack (deploy/compose)"
@@ -73,8 +73,13 @@ endif
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./libs/bus
 
+# make run: RUNTIME=process (default: pods are local processes), sim
+# (simulated containers) or cri (real containers of containerd: the one on
+# /run/containerd/containerd.sock, or one started under .splitlet/containerd
+# when none answers, as root; busybox and pause images built locally).
+RUNTIME ?= process
 run: testenv build
-	$(GO) run ./tools/localup
+	$(GO) run ./tools/localup --runtime=$(RUNTIME)
 
 # make bench: the side-by-side run (Splitlet split and all-in-one, kwok, an
 # ideal agent), the scaling case and the stage cases, in one run (bench/).

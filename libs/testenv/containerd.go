@@ -274,7 +274,7 @@ func (c *Containerd) Stop() {
 	}
 	if !c.proc.exited() {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		if err := RemoveAllSandboxes(ctx, c.Endpoint); err != nil {
+		if err := RemoveAllSandboxes(ctx, c.Endpoint, PodLogRoot); err != nil {
 			fmt.Fprintf(os.Stderr, "testenv: containerd: %v\n", err)
 		}
 		cancel()
@@ -285,9 +285,14 @@ func (c *Containerd) Stop() {
 	}
 }
 
+// PodLogRoot is where the kubelet, and the CRI runtime by default, keep pod
+// logs.
+const PodLogRoot = "/var/log/pods"
+
 // RemoveAllSandboxes stops and removes every pod sandbox of the CRI runtime
-// at endpoint, with their containers.
-func RemoveAllSandboxes(ctx context.Context, endpoint string) error {
+// at endpoint, with their containers and their pods' log directories
+// <logRoot>/<namespace>_<name>_<uid> (none when logRoot is empty).
+func RemoveAllSandboxes(ctx context.Context, endpoint, logRoot string) error {
 	rs, err := remote.NewRemoteRuntimeService(ctx, endpoint, 30*time.Second, nil, false)
 	if err != nil {
 		return err
@@ -304,6 +309,10 @@ func RemoveAllSandboxes(ctx context.Context, endpoint string) error {
 		}
 		if err := rs.RemovePodSandbox(ctx, sb.Id); err != nil {
 			errs = append(errs, err)
+			continue
+		}
+		if m := sb.GetMetadata(); logRoot != "" && m.GetUid() != "" && !strings.ContainsAny(m.GetNamespace()+m.GetName()+m.GetUid(), "/\x00") {
+			_ = os.RemoveAll(filepath.Join(logRoot, m.GetNamespace()+"_"+m.GetName()+"_"+m.GetUid()))
 		}
 	}
 	return errors.Join(errs...)

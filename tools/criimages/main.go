@@ -4,10 +4,15 @@
 // applet) as docker.io/library/busybox:latest, and the sandbox ("pause")
 // image as containerd's sandbox_image. It writes them as docker archives
 // and, with --import, imports them into containerd's k8s.io namespace
-// (`ctr images import`) of the containerd at --address.
+// (`ctr images import`) of the containerd at --address. With --serve it
+// readies a containerd for tests (.ci/run): the one at --address when it
+// answers, else one started with its state, socket and log under --dir
+// (testenv.EnsureContainerd), imports the images, prints "ready <socket>",
+// and runs until SIGTERM or SIGINT, when it stops the containerd it started.
 //
 //	go run ./tools/criimages --out .splitlet/images                # archives only
 //	go run ./tools/criimages --import                              # into /run/containerd/containerd.sock
+//	criimages --serve --dir /tmp/splitlet-containerd               # what .ci/run does
 package main
 
 import (
@@ -27,9 +32,24 @@ func main() {
 	doImport := flag.Bool("import", false, "import the archives into the containerd at --address")
 	address := flag.String("address", testenv.DefaultContainerdAddress, "containerd socket")
 	sandbox := flag.String("sandbox-image", testenv.PauseImage, "name of the sandbox image (containerd's sandbox_image)")
+	serve := flag.Bool("serve", false, "ready a containerd (started under --dir when none answers at --address) with the images, and run until signalled")
+	dir := flag.String("dir", "", "with --serve: where a started containerd keeps its state, socket and log")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *serve {
+		if *dir == "" {
+			fail(fmt.Errorf("--serve needs --dir"))
+		}
+		cd, err := testenv.EnsureContainerd(ctx, testenv.ContainerdOptions{Address: *address, Dir: *dir})
+		if err != nil {
+			fail(err)
+		}
+		fmt.Printf("ready %s (started here: %v)\n", cd.Address, cd.Started)
+		<-ctx.Done()
+		cd.Stop()
+		return
+	}
 	paths, err := testenv.BuildCRIImages(*out, *sandbox)
 	if err != nil {
 		fail(err)

@@ -29,6 +29,9 @@ func TestCRIPodRunsAndIsTornDown(t *testing.T) {
 		t.Fatalf("--runtime=cri needs a containerd: %v", err)
 	}
 	t.Cleanup(cd.Stop)
+	// registered before the replica: it runs once the replica has stopped.
+	var pods []*corev1.Pod
+	t.Cleanup(func() { removePods(t, cd.Endpoint, pods...) })
 	criEndpoint = cd.Endpoint
 	t.Cleanup(func() { criEndpoint = config.DefaultCRIEndpoint })
 
@@ -47,7 +50,7 @@ func TestCRIPodRunsAndIsTornDown(t *testing.T) {
 		busybox(p)
 		p.Spec.Containers[0].Image = "127.0.0.1:1/nonexistent:v1"
 	})
-	t.Cleanup(func() { removePods(t, cd.Endpoint, p, bad) })
+	pods = append(pods, p, bad)
 	e.send(bus.OpAdd, p, bad)
 	eventually(t, time.Minute, "the busybox container running", func() bool { st, _ := e.get(p.UID); return containerRunning(st) })
 	st, _ := e.get(p.UID)
