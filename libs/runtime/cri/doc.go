@@ -31,7 +31,8 @@
 // containers' statuses; New fills it, StartContainer and StopContainer
 // update it, and a relist every poll interval (default 1 s, as the kubelet's
 // generic PLEG) refreshes it: ListContainers, then ContainerStatus only for
-// containers whose state changed. A container seen going from running to
+// containers whose state changed. (containerd 1.6 has no
+// GetContainerEvents, the evented PLEG's stream; 1.7 added it.) A container seen going from running to
 // exited is announced on Events once. Exit codes and reasons are
 // containerd's (Completed, Error, OOMKilled, StartError...); with
 // terminationMessagePolicy FallbackToLogsOnError a failed container's
@@ -61,6 +62,8 @@
 // polls the file until the container has exited. Exec runs ExecSync
 // (probes, kubectl exec without stdin); a command given stdin goes through
 // the streaming Exec endpoint of the runtime (SPDY), without a terminal.
+// RemovePod keeps the interface's contract: it refuses while a container
+// runs, then stops and removes the sandboxes.
 // Stats come from ListContainerStats; CPU usage in nano cores is computed
 // from two samples when the runtime does not report it.
 package cri
