@@ -27,7 +27,7 @@ BENCHFLAGS ?=
 help:
 	@echo "make build    static binaries of splitlet and each service into bin/"
 	@echo "make test     every module's tests (builds the test control plane first if missing)"
-	@echo "make run      local control plane + splitlet (all services) + a demo pod; Ctrl-C stops all"
+	@echo "make run      local control plane + splitlet (all services) + a demo pod; Ctrl-C stops all (RUNTIME=process|sim|cri)"
 	@echo "make bench    benchmarks"
 	@echo "make images   FROM scratch images of the binaries (needs a Docker engine and busybox-static)"
 	@echo "make e2e      the images, then the end-to-end tests on the compose stack (deploy/compose)"
@@ -81,8 +81,12 @@ fuzz:
 		$(GO) test -run '^$$' -fuzz "^$${t%%:*}\$$" -fuzztime $(FUZZTIME) "$${t#*:}" || exit 1; \
 	done
 
-# make run: localup is built and run as a binary of its own (not `go run`,
-# which turns a Ctrl-C into exit status 1): Ctrl-C stops everything with 0.
+# make run: RUNTIME=process (default: pods are local processes), sim
+# (simulated containers) or cri (real containers of containerd: the one on
+# /run/containerd/containerd.sock, or one started under .splitlet/containerd
+# when none answers, as root; busybox and pause images built locally).
+# localup is built and run as a binary of its own (not `go run`, which turns
+# a Ctrl-C into exit status 1): Ctrl-C stops everything with 0.
 RUNTIME ?= process
 run: testenv build
 	@CGO_ENABLED=0 $(GO) build -o $(BIN)/localup ./tools/localup

@@ -16,7 +16,11 @@ import (
 const (
 	RuntimeSim     = "sim"
 	RuntimeProcess = "process"
+	RuntimeCRI     = "cri"
 )
+
+// DefaultCRIEndpoint is containerd's CRI socket.
+const DefaultCRIEndpoint = "unix:///run/containerd/containerd.sock"
 
 // Encodings of the API server client (kube-api-content-type), as
 // apimachinery names them.
@@ -36,6 +40,7 @@ type Common struct {
 	NATSURL         string
 	NATSListen      string
 	Runtime         string
+	CRIEndpoint     string
 	DataDir         string
 	HTTPAddr        string
 	DebugPprof      bool
@@ -55,7 +60,8 @@ func (c *Common) RegisterFlags(fs *pflag.FlagSet) {
 	fs.Var(newEnum(&c.KubeAPIContent, ContentProtobuf, ContentProtobuf, ContentJSON), "kube-api-content-type", "encoding of requests to the API server: "+ContentProtobuf+" (kubelet default) or "+ContentJSON)
 	fs.StringVar(&c.NATSURL, "nats-url", "", "NATS server URL(s), comma separated, credentials in the URL; empty: run an embedded server")
 	fs.StringVar(&c.NATSListen, "nats-listen", "", "with an embedded server: also listen for other processes on this host:port (empty: in-process only)")
-	fs.Var(newEnum(&c.Runtime, RuntimeSim, RuntimeSim, RuntimeProcess), "runtime", "container runtime of the pod workers: sim or process")
+	fs.Var(newEnum(&c.Runtime, RuntimeSim, RuntimeSim, RuntimeProcess, RuntimeCRI), "runtime", "container runtime of the pod workers: sim (simulated containers), process (local child processes; they die with their pod worker) or cri (real containers of a CRI runtime such as containerd, read back by a restarted pod worker)")
+	fs.StringVar(&c.CRIEndpoint, "cri-endpoint", DefaultCRIEndpoint, "CRI runtime endpoint of --runtime=cri (unix:// socket)")
 	fs.StringVar(&c.DataDir, "data-dir", "", "directory for state (embedded NATS store, logs); empty: <tmp>/splitlet/<node-name>")
 	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:0", "address of /healthz, /readyz, /metrics (and /debug/pprof with debug-pprof); port 0 picks a free one")
 	fs.BoolVar(&c.DebugPprof, "debug-pprof", false, "serve /debug/pprof on http-addr (unauthenticated: keep http-addr on loopback when on)")
@@ -78,6 +84,9 @@ func (c *Common) Complete() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("invalid value %v for shutdown-timeout: must be positive", c.ShutdownTimeout)
+	}
+	if c.Runtime == RuntimeCRI && !strings.HasPrefix(c.CRIEndpoint, "unix://") && !strings.HasPrefix(c.CRIEndpoint, "/") {
+		return fmt.Errorf("invalid value %q for cri-endpoint: must be a unix:// socket", c.CRIEndpoint)
 	}
 	if c.DataDir == "" {
 		c.DataDir = filepath.Join(os.TempDir(), "splitlet", c.NodeName)

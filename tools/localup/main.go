@@ -45,7 +45,7 @@ func main() {
 	var o options
 	flag.StringVar(&o.stateDir, "state-dir", ".splitlet", "where the kubeconfig, logs and data go")
 	flag.StringVar(&o.node, "node-name", "splitlet-node", "the node's name")
-	flag.StringVar(&o.runtime, "runtime", "process", "pod runtime: sim or process")
+	flag.StringVar(&o.runtime, "runtime", "process", "pod runtime: sim, process or cri (containerd; started when none answers)")
 	flag.IntVar(&o.kubeletPort, "kubelet-port", 10250, "port of the node's kubelet API (kube-apiserver reaches it there for logs and exec)")
 	flag.BoolVar(&o.once, "once", false, "stop as soon as everything is up (a smoke test)")
 	flag.Parse()
@@ -118,6 +118,12 @@ func run(ctx context.Context, o options) error {
 		fmt.Sprintf("--nodehb.port=%d", o.kubeletPort),
 		"--nodehb.client-ca-file="+cp.CAFile,
 	)
+	criArgs, stopCRI, err := criRuntime(ctx, o.runtime, state, o.out)
+	if err != nil {
+		return err
+	}
+	defer stopCRI()
+	agent.Args = append(agent.Args, criArgs...)
 	agent.Stdout, agent.Stderr = logFile, logFile
 	agent.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := agent.Start(); err != nil {
@@ -225,6 +231,9 @@ func applyDemoPod(ctx context.Context, cs kubernetes.Interface, node string) err
 				Name:    "hello",
 				Image:   "busybox",
 				Command: []string{"sh", "-c", `i=0; while true; do echo "hello from splitlet $i"; i=$((i+1)); sleep 5; done`},
+
+				// no registry is reachable here: the imported image (cri).
+				ImagePullPolicy: corev1.PullIfNotPresent,
 			}},
 		},
 	}

@@ -2,6 +2,10 @@
 // processes (Linux). The image is ignored; the rest of the container spec is
 // followed the way the kubelet and a CRI runtime would.
 //
+// The containers are children of the pod worker's process and die with it:
+// a restarted pod worker finds none and starts them again (the cri runtime's
+// containers outlive it).
+//
 // # Command
 //
 // command replaces the image's entrypoint and args its cmd, as in the

@@ -23,9 +23,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/logging"
 	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/runtime/containerenv"
 	"github.com/splitlet/splitlet/libs/runtime/crilog"
 	"github.com/splitlet/splitlet/libs/runtime/internal/eventq"
 )
@@ -265,21 +265,9 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 	ct := &container{env: env, log: lf, done: make(chan struct{}),
 		fallbackToLogs: c.TerminationMessagePolicy == corev1.TerminationMessageFallbackToLogsOnError}
 
-	vars := make(map[string]string, len(env))
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		vars[k] = v
-	}
-	lookup := func(name string) (string, bool) { v, ok := vars[name]; return v, ok }
 	// kubelet: command replaces the entrypoint, args the cmd; with no
 	// image, the first word of either is the program.
-	argv := make([]string, 0, len(c.Command)+len(c.Args))
-	for _, a := range c.Command {
-		argv = append(argv, kube.Expand(a, lookup))
-	}
-	for _, a := range c.Args {
-		argv = append(argv, kube.Expand(a, lookup))
-	}
+	argv := append(containerenv.Expand(c.Command, env), containerenv.Expand(c.Args, env)...)
 	if len(argv) == 0 {
 		return r.failStart(p, ct, st, errors.New("no command: the process runtime has no image entrypoint, so the container needs command or args"))
 	}

@@ -57,10 +57,10 @@ type Config struct {
 func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	fs.StringToStringVar(&c.Labels, "nodehb.labels", nil, "extra Node labels, key=value[,key=value...] (kubelet --node-labels)")
 	fs.StringSliceVar(&c.Taints, "nodehb.taints", nil, "Node taints at registration, key[=value]:Effect[,...] (kubelet --register-with-taints)")
-	fs.StringVar(&c.CPU, "nodehb.cpu", "", "Node cpu capacity; empty: 1000 with the sim runtime, the host's CPUs with process")
-	fs.StringVar(&c.Memory, "nodehb.memory", "", "Node memory capacity; empty: 4Ti with sim, the host's memory with process")
-	fs.StringVar(&c.EphemeralStorage, "nodehb.ephemeral-storage", "", "Node ephemeral-storage capacity; empty: 10Ti with sim, the data dir's file system with process")
-	fs.StringVar(&c.Pods, "nodehb.pods", "", "Node pods capacity; empty: 10000 with sim, 110 with process")
+	fs.StringVar(&c.CPU, "nodehb.cpu", "", "Node cpu capacity; empty: 1000 with the sim runtime, the host's CPUs with process or cri")
+	fs.StringVar(&c.Memory, "nodehb.memory", "", "Node memory capacity; empty: 4Ti with sim, the host's memory with process or cri")
+	fs.StringVar(&c.EphemeralStorage, "nodehb.ephemeral-storage", "", "Node ephemeral-storage capacity; empty: 10Ti with sim, the data dir's file system with process or cri")
+	fs.StringVar(&c.Pods, "nodehb.pods", "", "Node pods capacity; empty: 10000 with sim, 110 with process or cri")
 	fs.StringVar(&c.Address, "nodehb.address", "127.0.0.1", "the Node's InternalIP, where kube-apiserver reaches the kubelet API")
 	fs.StringVar(&c.Hostname, "nodehb.hostname", "", "the Node's Hostname address and kubernetes.io/hostname label; empty: the node name")
 	fs.IntVar(&c.Port, "nodehb.port", 10250, "HTTPS port of the kubelet API (daemonEndpoints.kubeletEndpoint.Port)")
@@ -156,7 +156,7 @@ func (c *Config) desired(common *config.Common, nodeInfo corev1.NodeSystemInfo) 
 // capacity: the configured figures over the runtime's defaults.
 func (c *Config) capacity(common *config.Common) (corev1.ResourceList, error) {
 	var out corev1.ResourceList
-	if common.Runtime == config.RuntimeProcess {
+	if common.Runtime == config.RuntimeProcess || common.Runtime == config.RuntimeCRI {
 		out = nodestatus.HostCapacity(common.DataDir)
 		out[corev1.ResourcePods] = resource.MustParse("110")
 	} else {

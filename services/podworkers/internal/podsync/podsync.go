@@ -76,6 +76,12 @@ type Syncer struct {
 	ids map[types.UID]map[string]bool
 	// final holds the status a kill asked a pod to end with.
 	final map[types.UID]*podworkers.KillOptions
+	// startFailed holds, per pod and container name, why the last start
+	// left no instance behind (a runtime's ErrImagePull, ImagePullBackOff,
+	// CreateContainerConfigError...): the container shows it as its waiting
+	// reason until a start succeeds (kubelet: the reason SyncPod's start
+	// result gives the waiting container).
+	startFailed map[types.UID]map[string]*corev1.ContainerStateWaiting
 }
 
 // New returns a Syncer.
@@ -91,6 +97,7 @@ func New(rt runtime.Runtime, sink StatusSink, opts ...Option) *Syncer {
 		livenessKilled: map[string]bool{},
 		ids:            map[types.UID]map[string]bool{},
 		final:          map[types.UID]*podworkers.KillOptions{},
+		startFailed:    map[types.UID]map[string]*corev1.ContainerStateWaiting{},
 	}
 	for _, o := range opts {
 		o(s)
@@ -135,7 +142,34 @@ func (s *Syncer) Forget(uid types.UID) {
 	}
 	delete(s.ids, uid)
 	delete(s.final, uid)
+	delete(s.startFailed, uid)
 	s.mu.Unlock()
+}
+
+// noteStart records why a start left no instance, or forgets it once a
+// start made one.
+func (s *Syncer) noteStart(uid types.UID, name string, st runtime.ContainerStatus, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case err != nil && st.ID == "" && st.Reason != "":
+		if s.startFailed[uid] == nil {
+			s.startFailed[uid] = map[string]*corev1.ContainerStateWaiting{}
+		}
+		s.startFailed[uid][name] = &corev1.ContainerStateWaiting{Reason: st.Reason, Message: st.Message}
+	case st.ID != "":
+		delete(s.startFailed[uid], name)
+	}
+}
+
+func (s *Syncer) startFailure(uid types.UID, name string) *corev1.ContainerStateWaiting {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w := s.startFailed[uid][name]; w != nil {
+		cp := *w
+		return &cp
+	}
+	return nil
 }
 
 func (s *Syncer) recordID(uid types.UID, id string) {
@@ -219,6 +253,7 @@ func (s *Syncer) start(ctx context.Context, pod *corev1.Pod, c *corev1.Container
 		s.backOff.Next(backOffKey(pod, c), prev.FinishedAt)
 	}
 	st, err := s.rt.StartContainer(ctx, pod, c, attempt)
+	s.noteStart(pod.UID, c.Name, st, err)
 	if st.ID != "" {
 		s.recordID(pod.UID, st.ID)
 	}
@@ -372,6 +407,7 @@ func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker
 				}
 				s.backOff.Reset(backOffKey(pod, c))
 				st, err := s.rt.StartContainer(ctx, pod, c, last.Attempt+1)
+				s.noteStart(pod.UID, c.Name, st, err)
 				if st.ID != "" {
 					s.recordID(pod.UID, st.ID)
 				}
@@ -563,6 +599,18 @@ func terminatedState(c *runtime.ContainerStatus) *corev1.ContainerStateTerminate
 func (s *Syncer) containerStatus(pod *corev1.Pod, c *corev1.Container, list []runtime.ContainerStatus, waitingReason string) corev1.ContainerStatus {
 	cs := corev1.ContainerStatus{Name: c.Name, Image: c.Image}
 	last := latest(list)
+	if w := s.startFailure(pod.UID, c.Name); w != nil {
+		// kubelet: a container whose start failed before it existed waits
+		// with the failure's reason; an earlier exit is its last state.
+		cs.State.Waiting = w
+		if last != nil && last.State == runtime.StateExited {
+			cs.RestartCount = int32(last.Attempt)
+			cs.LastTerminationState.Terminated = terminatedState(last)
+		}
+		f := false
+		cs.Started = &f
+		return cs
+	}
 	if last == nil {
 		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: waitingReason}
 		return cs

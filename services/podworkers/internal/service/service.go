@@ -35,6 +35,7 @@ import (
 	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/messaging"
 	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/runtime/cri"
 	"github.com/splitlet/splitlet/libs/runtime/process"
 	"github.com/splitlet/splitlet/libs/runtime/sim"
 	"github.com/splitlet/splitlet/services/podworkers/internal/admission"
@@ -239,11 +240,13 @@ func (r *Runner) setActive(p int, on bool) {
 	}
 }
 
-func (r *Runner) newRuntime() (runtime.Runtime, error) {
+func (r *Runner) newRuntime(ctx context.Context) (runtime.Runtime, error) {
 	if r.Runtime != nil {
 		return r.Runtime, nil
 	}
 	switch r.common.Runtime {
+	case config.RuntimeCRI:
+		return cri.New(ctx, cri.WithEndpoint(r.common.CRIEndpoint), cri.WithHostIP(r.cfg.HostIP), cri.WithLogger(r.log.Named("cri")))
 	case config.RuntimeProcess:
 		return process.New(process.WithRootDir(filepath.Join(r.common.DataDir, "podworkers-"+r.id)), process.WithHostIP(r.cfg.HostIP), process.WithLogger(r.log.Named("process")))
 	default:
@@ -260,7 +263,7 @@ func (r *Runner) run(ctx context.Context) error {
 		return err
 	}
 	node := r.common.NodeName
-	rt, err := r.newRuntime()
+	rt, err := r.newRuntime(ctx)
 	if err != nil {
 		return fmt.Errorf("runtime %s: %w", r.common.Runtime, err)
 	}

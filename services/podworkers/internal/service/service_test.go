@@ -174,7 +174,7 @@ func (e *env) startReplicaConn(t *testing.T, runtimeName string, mod func(*Confi
 		mod(cfg)
 	}
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
-	common := &config.Common{NodeName: e.node, Partitions: partitions, Runtime: runtimeName, DataDir: t.TempDir()}
+	common := &config.Common{NodeName: e.node, Partitions: partitions, Runtime: runtimeName, DataDir: t.TempDir(), CRIEndpoint: criEndpoint}
 	conn, err := messaging.Connect(messaging.Options{URL: e.nats.URL, Node: e.node, Name: "podworkers-test", Log: log})
 	if err != nil {
 		t.Fatal(err)

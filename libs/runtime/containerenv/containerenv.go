@@ -1,0 +1,198 @@
+// Package containerenv builds a container's environment from its spec the
+// way the kubelet does (GenerateRunContainerOptions' env part): envFrom, then
+// env in order, later entries winning, $(VAR) references expanded against
+// what is defined before them, and the downward API. The runtimes here
+// cannot read ConfigMaps or Secrets: a reference to one is an error unless
+// it is optional.
+package containerenv
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/splitlet/splitlet/libs/kube"
+)
+
+// Options are what the environment depends on besides the spec.
+type Options struct {
+	// Base is the environment the container starts from, as "KEY=value".
+	Base []string
+	// Hostname sets HOSTNAME to the pod's hostname (a CRI runtime sets it
+	// itself).
+	Hostname bool
+	// PodIP and HostIP are status.podIP(s) and status.hostIP(s).
+	PodIP, HostIP string
+	// Runtime names the runtime in errors ("process").
+	Runtime string
+}
+
+// Build returns the container's environment as "KEY=value", in order.
+func Build(pod *corev1.Pod, c *corev1.Container, o Options) ([]string, error) {
+	vars := map[string]string{}
+	var order []string
+	set := func(k, v string) {
+		if _, ok := vars[k]; !ok {
+			order = append(order, k)
+		}
+		vars[k] = v
+	}
+	for _, kv := range o.Base {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+			set(k, v)
+		}
+	}
+	if o.Hostname {
+		// kubelet: a container's hostname is the pod's (spec.hostname or name).
+		host := pod.Spec.Hostname
+		if host == "" {
+			host = pod.Name
+		}
+		set("HOSTNAME", host)
+	}
+	for _, src := range c.EnvFrom {
+		switch {
+		case src.ConfigMapRef != nil && src.ConfigMapRef.Optional != nil && *src.ConfigMapRef.Optional,
+			src.SecretRef != nil && src.SecretRef.Optional != nil && *src.SecretRef.Optional:
+			// Optional: the runtime sees no ConfigMap or Secret, as if absent.
+		default:
+			return nil, fmt.Errorf("envFrom: the %s runtime cannot read ConfigMaps or Secrets", o.Runtime)
+		}
+	}
+	lookup := func(name string) (string, bool) { v, ok := vars[name]; return v, ok }
+	for _, e := range c.Env {
+		if e.Name == "" {
+			return nil, errors.New("env: a variable has no name")
+		}
+		if e.ValueFrom == nil {
+			set(e.Name, kube.Expand(e.Value, lookup))
+			continue
+		}
+		v, skip, err := valueFrom(pod, c, e.ValueFrom, o)
+		if err != nil {
+			return nil, fmt.Errorf("env %s: %w", e.Name, err)
+		}
+		if !skip {
+			set(e.Name, v)
+		}
+	}
+	env := make([]string, 0, len(order))
+	for _, k := range order {
+		env = append(env, k+"="+vars[k])
+	}
+	return env, nil
+}
+
+// Expand expands $(VAR) references in command or args against env
+// ("KEY=value", the last one wins), as the kubelet does.
+func Expand(args []string, env []string) []string {
+	vars := make(map[string]string, len(env))
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		vars[k] = v
+	}
+	lookup := func(name string) (string, bool) { v, ok := vars[name]; return v, ok }
+	if args == nil {
+		return nil
+	}
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = kube.Expand(a, lookup)
+	}
+	return out
+}
+
+// valueFrom resolves an env var source: the downward API fields that make
+// sense here and resource fields of the container's own requests and
+// limits.
+func valueFrom(pod *corev1.Pod, c *corev1.Container, src *corev1.EnvVarSource, o Options) (string, bool, error) {
+	switch {
+	case src.FieldRef != nil:
+		v, err := fieldValue(pod, src.FieldRef.FieldPath, o)
+		return v, false, err
+	case src.ResourceFieldRef != nil:
+		v, err := resourceValue(c, src.ResourceFieldRef, o)
+		return v, false, err
+	case src.ConfigMapKeyRef != nil:
+		if src.ConfigMapKeyRef.Optional != nil && *src.ConfigMapKeyRef.Optional {
+			return "", true, nil
+		}
+		return "", false, fmt.Errorf("configMapKeyRef: the %s runtime cannot read ConfigMaps", o.Runtime)
+	case src.SecretKeyRef != nil:
+		if src.SecretKeyRef.Optional != nil && *src.SecretKeyRef.Optional {
+			return "", true, nil
+		}
+		return "", false, fmt.Errorf("secretKeyRef: the %s runtime cannot read Secrets", o.Runtime)
+	}
+	return "", false, errors.New("valueFrom names no source")
+}
+
+func fieldValue(pod *corev1.Pod, path string, o Options) (string, error) {
+	if k, ok := subscript(path, "metadata.labels"); ok {
+		return pod.Labels[k], nil
+	}
+	if k, ok := subscript(path, "metadata.annotations"); ok {
+		return pod.Annotations[k], nil
+	}
+	switch path {
+	case "metadata.name":
+		return pod.Name, nil
+	case "metadata.namespace":
+		return pod.Namespace, nil
+	case "metadata.uid":
+		return string(pod.UID), nil
+	case "spec.nodeName":
+		return pod.Spec.NodeName, nil
+	case "spec.serviceAccountName":
+		return pod.Spec.ServiceAccountName, nil
+	case "status.podIP", "status.podIPs":
+		return o.PodIP, nil
+	case "status.hostIP", "status.hostIPs":
+		return o.HostIP, nil
+	}
+	return "", fmt.Errorf("fieldRef %q is not supported by the %s runtime", path, o.Runtime)
+}
+
+// subscript parses `prefix['key']`.
+func subscript(path, prefix string) (string, bool) {
+	rest, ok := strings.CutPrefix(path, prefix+"['")
+	if !ok {
+		return "", false
+	}
+	return strings.CutSuffix(rest, "']")
+}
+
+// resourceValue follows the kubelet's rule for resourceFieldRef: the value
+// divided by the divisor, rounded up; it needs the container's own value
+// (the kubelet falls back to the node's allocatable, which the runtime
+// does not know).
+func resourceValue(c *corev1.Container, ref *corev1.ResourceFieldSelector, o Options) (string, error) {
+	kind, name, ok := strings.Cut(ref.Resource, ".")
+	if !ok || (kind != "limits" && kind != "requests") {
+		return "", fmt.Errorf("resourceFieldRef %q: unknown resource", ref.Resource)
+	}
+	if ref.ContainerName != "" && ref.ContainerName != c.Name {
+		return "", fmt.Errorf("resourceFieldRef %q: another container's resources are not supported by the %s runtime", ref.Resource, o.Runtime)
+	}
+	list := c.Resources.Limits
+	if kind == "requests" {
+		list = c.Resources.Requests
+	}
+	q, ok := list[corev1.ResourceName(name)]
+	if !ok {
+		return "", fmt.Errorf("resourceFieldRef %q: the container sets no value and the %s runtime does not know the node's allocatable", ref.Resource, o.Runtime)
+	}
+	divisor := ref.Divisor
+	if divisor.IsZero() {
+		divisor = resource.MustParse("1")
+	}
+	if name == string(corev1.ResourceCPU) {
+		return strconv.FormatInt(int64(math.Ceil(float64(q.MilliValue())/float64(divisor.MilliValue()))), 10), nil
+	}
+	return strconv.FormatInt(int64(math.Ceil(float64(q.Value())/float64(divisor.Value()))), 10), nil
+}

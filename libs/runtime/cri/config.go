@@ -1,0 +1,316 @@
+package cri
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/runtime/containerenv"
+)
+
+// The kubelet's labels and annotations on sandboxes and containers
+// (kuberuntime/labels.go and k8s.io/kubelet/pkg/types): what a restarted
+// agent reads its pods back from.
+const (
+	labelPodName       = "io.kubernetes.pod.name"
+	labelPodNamespace  = "io.kubernetes.pod.namespace"
+	labelPodUID        = "io.kubernetes.pod.uid"
+	labelContainerName = "io.kubernetes.container.name"
+
+	annotationHash                     = "io.kubernetes.container.hash"
+	annotationRestartCount             = "io.kubernetes.container.restartCount"
+	annotationTerminationMessagePath   = "io.kubernetes.container.terminationMessagePath"
+	annotationTerminationMessagePolicy = "io.kubernetes.container.terminationMessagePolicy"
+	annotationDeletionGracePeriod      = "io.kubernetes.pod.deletionGracePeriod"
+	annotationTerminationGracePeriod   = "io.kubernetes.pod.terminationGracePeriod"
+)
+
+// kubelet's CPU share and quota arithmetic (cm: MilliCPUToShares/Quota).
+const (
+	minShares     = 2
+	maxShares     = 262144
+	sharesPerCPU  = 1024
+	milliPerCPU   = 1000
+	quotaPeriodUs = 100000
+	minQuotaUs    = 1000
+)
+
+// PodLogDir is a pod's log directory under root (kubelet:
+// BuildPodLogsDirectory).
+func PodLogDir(root string, p *corev1.Pod) string {
+	return filepath.Join(root, p.Namespace+"_"+p.Name+"_"+string(p.UID))
+}
+
+// namespaces are the pod's Linux namespace modes (kubelet:
+// NamespacesForPod).
+func namespaces(p *corev1.Pod) *runtimeapi.NamespaceOption {
+	ns := &runtimeapi.NamespaceOption{
+		Network: runtimeapi.NamespaceMode_POD,
+		Pid:     runtimeapi.NamespaceMode_CONTAINER,
+		Ipc:     runtimeapi.NamespaceMode_POD,
+	}
+	if p.Spec.HostNetwork {
+		ns.Network = runtimeapi.NamespaceMode_NODE
+	}
+	if p.Spec.HostIPC {
+		ns.Ipc = runtimeapi.NamespaceMode_NODE
+	}
+	switch {
+	case p.Spec.HostPID:
+		ns.Pid = runtimeapi.NamespaceMode_NODE
+	case p.Spec.ShareProcessNamespace != nil && *p.Spec.ShareProcessNamespace:
+		ns.Pid = runtimeapi.NamespaceMode_POD
+	}
+	return ns
+}
+
+func privileged(c *corev1.Container) bool {
+	return c.SecurityContext != nil && c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged
+}
+
+// sandboxConfig is the pod's PodSandboxConfig (kubelet:
+// generatePodSandboxConfig, without DNS from a cluster, port mappings or
+// pod-level resources).
+func (r *Runtime) sandboxConfig(p *corev1.Pod, attempt uint32) *runtimeapi.PodSandboxConfig {
+	labels := make(map[string]string, len(p.Labels)+3)
+	for k, v := range p.Labels {
+		labels[k] = v
+	}
+	labels[labelPodName], labels[labelPodNamespace], labels[labelPodUID] = p.Name, p.Namespace, string(p.UID)
+	anyPrivileged := false
+	for i := range p.Spec.InitContainers {
+		anyPrivileged = anyPrivileged || privileged(&p.Spec.InitContainers[i])
+	}
+	for i := range p.Spec.Containers {
+		anyPrivileged = anyPrivileged || privileged(&p.Spec.Containers[i])
+	}
+	cfg := &runtimeapi.PodSandboxConfig{
+		Metadata:     &runtimeapi.PodSandboxMetadata{Name: p.Name, Namespace: p.Namespace, Uid: string(p.UID), Attempt: attempt},
+		Labels:       labels,
+		Annotations:  p.Annotations,
+		LogDirectory: PodLogDir(r.opts.logRoot, p),
+		Linux: &runtimeapi.LinuxPodSandboxConfig{
+			CgroupParent: r.opts.cgroupParent,
+			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
+				NamespaceOptions: namespaces(p),
+				Privileged:       anyPrivileged,
+			},
+		},
+	}
+	if !p.Spec.HostNetwork {
+		// kubelet: a pod's hostname is spec.hostname or its name, at most
+		// 63 characters.
+		host := p.Spec.Hostname
+		if host == "" {
+			host = p.Name
+		}
+		if len(host) > 63 {
+			host = host[:63]
+		}
+		cfg.Hostname = host
+	}
+	if sc := p.Spec.SecurityContext; sc != nil {
+		if sc.RunAsUser != nil {
+			cfg.Linux.SecurityContext.RunAsUser = &runtimeapi.Int64Value{Value: *sc.RunAsUser}
+		}
+		if sc.RunAsGroup != nil {
+			cfg.Linux.SecurityContext.RunAsGroup = &runtimeapi.Int64Value{Value: *sc.RunAsGroup}
+		}
+		if len(sc.Sysctls) > 0 {
+			cfg.Linux.Sysctls = map[string]string{}
+			for _, s := range sc.Sysctls {
+				cfg.Linux.Sysctls[s.Name] = s.Value
+			}
+		}
+	}
+	// With no DNS config the runtime gives the pod the host's resolv.conf
+	// (the kubelet's dnsPolicy Default; there is no cluster DNS here).
+	if d := p.Spec.DNSConfig; d != nil {
+		cfg.DnsConfig = &runtimeapi.DNSConfig{Servers: d.Nameservers, Searches: d.Searches}
+		for _, o := range d.Options {
+			opt := o.Name
+			if o.Value != nil {
+				opt += ":" + *o.Value
+			}
+			cfg.DnsConfig.Options = append(cfg.DnsConfig.Options, opt)
+		}
+	}
+	return cfg
+}
+
+// sandbox is a pod's ready sandbox.
+type sandbox struct {
+	id     string
+	config *runtimeapi.PodSandboxConfig
+	ip     string
+}
+
+// ensureSandbox returns the pod's ready sandbox, creating one when it has
+// none (kubelet: createPodSandbox, a new attempt after a sandbox that
+// stopped).
+func (r *Runtime) ensureSandbox(ctx context.Context, p *corev1.Pod, pd *pod) (*sandbox, error) {
+	pd.sandboxMu.Lock()
+	defer pd.sandboxMu.Unlock()
+	r.mu.Lock()
+	id, had, attempt := pd.sandboxID, pd.hasSandbox, pd.sandboxAttempt
+	r.mu.Unlock()
+	if id != "" {
+		resp, err := r.rs.PodSandboxStatus(ctx, id, false)
+		switch {
+		case err == nil && resp.GetStatus().GetState() == runtimeapi.PodSandboxState_SANDBOX_READY:
+			ip := resp.GetStatus().GetNetwork().GetIp()
+			r.mu.Lock()
+			r.sandboxIPs[id] = ip
+			r.mu.Unlock()
+			return &sandbox{id: id, config: r.sandboxConfig(p, resp.GetStatus().GetMetadata().GetAttempt()), ip: ip}, nil
+		case err != nil && !isNotFound(err):
+			return nil, err
+		}
+	}
+	if had || id != "" {
+		attempt++
+	}
+	cfg := r.sandboxConfig(p, attempt)
+	if err := os.MkdirAll(cfg.LogDirectory, 0o755); err != nil {
+		return nil, fmt.Errorf("create the pod's log directory: %w", err)
+	}
+	id, err := r.rs.RunPodSandbox(ctx, cfg, "")
+	if err != nil {
+		return nil, err
+	}
+	ip := ""
+	if resp, err := r.rs.PodSandboxStatus(ctx, id, false); err == nil {
+		ip = resp.GetStatus().GetNetwork().GetIp()
+	}
+	r.mu.Lock()
+	pd.sandboxID, pd.sandboxAt, pd.hasSandbox, pd.sandboxAttempt = id, time.Now(), true, attempt
+	r.sandboxIPs[id] = ip
+	r.mu.Unlock()
+	r.log.Debug("pod sandbox created", podFields(p, "sandbox", id)...)
+	return &sandbox{id: id, config: cfg, ip: ip}, nil
+}
+
+// containerConfig is the ContainerConfig of attempt n of c (kubelet:
+// generateContainerConfig, without volumes and devices).
+func (r *Runtime) containerConfig(p *corev1.Pod, c *corev1.Container, attempt int, imageRef, podIP string) (*runtimeapi.ContainerConfig, error) {
+	if podIP == "" || p.Spec.HostNetwork {
+		podIP = r.PodIP(p)
+	}
+	env, err := containerenv.Build(p, c, containerenv.Options{PodIP: podIP, HostIP: r.opts.hostIP, Runtime: Type})
+	if err != nil {
+		return nil, err
+	}
+	ann := map[string]string{
+		annotationHash:                     strconv.FormatUint(runtime.ContainerHash(c), 16),
+		annotationRestartCount:             strconv.Itoa(attempt),
+		annotationTerminationMessagePath:   c.TerminationMessagePath,
+		annotationTerminationMessagePolicy: string(c.TerminationMessagePolicy),
+	}
+	if p.DeletionGracePeriodSeconds != nil {
+		ann[annotationDeletionGracePeriod] = strconv.FormatInt(*p.DeletionGracePeriodSeconds, 10)
+	}
+	if p.Spec.TerminationGracePeriodSeconds != nil {
+		ann[annotationTerminationGracePeriod] = strconv.FormatInt(*p.Spec.TerminationGracePeriodSeconds, 10)
+	}
+	cfg := &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: uint32(attempt)},
+		Image:    &runtimeapi.ImageSpec{Image: imageRef, UserSpecifiedImage: c.Image},
+		// kubelet: $(VAR) in command and args expand against the env.
+		Command:    containerenv.Expand(c.Command, env),
+		Args:       containerenv.Expand(c.Args, env),
+		WorkingDir: c.WorkingDir,
+		Labels: map[string]string{
+			labelPodName: p.Name, labelPodNamespace: p.Namespace, labelPodUID: string(p.UID), labelContainerName: c.Name,
+		},
+		Annotations: ann,
+		LogPath:     filepath.Join(c.Name, strconv.Itoa(attempt)+".log"),
+		Stdin:       c.Stdin,
+		StdinOnce:   c.StdinOnce,
+		Tty:         c.TTY,
+		Linux: &runtimeapi.LinuxContainerConfig{
+			Resources:       resources(c),
+			SecurityContext: securityContext(p, c),
+		},
+	}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		cfg.Envs = append(cfg.Envs, &runtimeapi.KeyValue{Key: k, Value: []byte(v)})
+	}
+	return cfg, nil
+}
+
+// resources are the container's CPU and memory limits (kubelet:
+// calculateLinuxResources).
+func resources(c *corev1.Container) *runtimeapi.LinuxContainerResources {
+	res := &runtimeapi.LinuxContainerResources{}
+	cpuReq, cpuLim := c.Resources.Requests.Cpu(), c.Resources.Limits.Cpu()
+	milli := cpuReq.MilliValue()
+	if cpuReq.IsZero() && !cpuLim.IsZero() {
+		milli = cpuLim.MilliValue()
+	}
+	shares := milli * sharesPerCPU / milliPerCPU
+	if shares < minShares {
+		shares = minShares
+	}
+	if shares > maxShares {
+		shares = maxShares
+	}
+	res.CpuShares = shares
+	if !cpuLim.IsZero() {
+		quota := cpuLim.MilliValue() * quotaPeriodUs / milliPerCPU
+		if quota < minQuotaUs {
+			quota = minQuotaUs
+		}
+		res.CpuQuota, res.CpuPeriod = quota, quotaPeriodUs
+	}
+	if mem := c.Resources.Limits.Memory(); !mem.IsZero() {
+		res.MemoryLimitInBytes = mem.Value()
+	}
+	return res
+}
+
+// securityContext is the part of the container's security context a
+// runtime here applies (kubelet: determineEffectiveSecurityContext).
+func securityContext(p *corev1.Pod, c *corev1.Container) *runtimeapi.LinuxContainerSecurityContext {
+	sc := &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: namespaces(p), Privileged: privileged(c)}
+	if ps := p.Spec.SecurityContext; ps != nil {
+		if ps.RunAsUser != nil {
+			sc.RunAsUser = &runtimeapi.Int64Value{Value: *ps.RunAsUser}
+		}
+		if ps.RunAsGroup != nil {
+			sc.RunAsGroup = &runtimeapi.Int64Value{Value: *ps.RunAsGroup}
+		}
+		for _, g := range ps.SupplementalGroups {
+			sc.SupplementalGroups = append(sc.SupplementalGroups, g)
+		}
+	}
+	if cs := c.SecurityContext; cs != nil {
+		if cs.RunAsUser != nil {
+			sc.RunAsUser = &runtimeapi.Int64Value{Value: *cs.RunAsUser}
+		}
+		if cs.RunAsGroup != nil {
+			sc.RunAsGroup = &runtimeapi.Int64Value{Value: *cs.RunAsGroup}
+		}
+		if cs.ReadOnlyRootFilesystem != nil {
+			sc.ReadonlyRootfs = *cs.ReadOnlyRootFilesystem
+		}
+		if caps := cs.Capabilities; caps != nil {
+			sc.Capabilities = &runtimeapi.Capability{}
+			for _, a := range caps.Add {
+				sc.Capabilities.AddCapabilities = append(sc.Capabilities.AddCapabilities, string(a))
+			}
+			for _, d := range caps.Drop {
+				sc.Capabilities.DropCapabilities = append(sc.Capabilities.DropCapabilities, string(d))
+			}
+		}
+	}
+	return sc
+}

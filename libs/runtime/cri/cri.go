@@ -1,0 +1,619 @@
+package cri
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/flowcontrol"
+	criapi "k8s.io/cri-api/pkg/apis"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	remote "k8s.io/cri-client/pkg"
+
+	"github.com/splitlet/splitlet/libs/logging"
+	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/runtime/internal/eventq"
+)
+
+// Type is the runtime's name in Splitlet's configuration (--runtime=cri).
+// Container IDs carry the CRI runtime's own name instead
+// ("containerd://<id>").
+const Type = "cri"
+
+// DefaultEndpoint is containerd's CRI socket.
+const DefaultEndpoint = "unix:///run/containerd/containerd.sock"
+
+// DefaultLogRoot is where the kubelet keeps pod logs.
+const DefaultLogRoot = "/var/log/pods"
+
+// Start failure reasons (the kubelet's).
+const (
+	ReasonErrImagePull      = "ErrImagePull"
+	ReasonImagePullBackOff  = "ImagePullBackOff"
+	ReasonErrImageNeverPull = "ErrImageNeverPull"
+	ReasonInvalidImageName  = "InvalidImageName"
+	ReasonImageInspectError = "ImageInspectError"
+	ReasonCreateConfigError = "CreateContainerConfigError"
+	ReasonCreateError       = "CreateContainerError"
+	ReasonContainerCreating = "ContainerCreating"
+	ReasonRunContainerError = "RunContainerError"
+	instancesKept           = 2
+	maxTerminationLogLines  = 80
+	maxTerminationLogBytes  = 2048
+)
+
+// Option configures a Runtime.
+type Option func(*options)
+
+type options struct {
+	endpoint       string
+	logRoot        string
+	hostIP         string
+	log            *zap.Logger
+	poll           time.Duration
+	connTimeout    time.Duration
+	imageBackOff   time.Duration
+	imageBackOffMx time.Duration
+	cgroupParent   string
+}
+
+// WithEndpoint sets the CRI endpoint (default DefaultEndpoint; an empty
+// value keeps it, as for the other string options).
+func WithEndpoint(e string) Option { return func(o *options) { o.endpoint = or(e, o.endpoint) } }
+
+// WithLogRoot sets the directory of the pods' log directories (default
+// DefaultLogRoot).
+func WithLogRoot(dir string) Option { return func(o *options) { o.logRoot = or(dir, o.logRoot) } }
+
+// WithHostIP sets the host's IP: a hostNetwork pod's IP (default
+// 127.0.0.1).
+func WithHostIP(ip string) Option { return func(o *options) { o.hostIP = or(ip, o.hostIP) } }
+
+// WithLogger sets the logger (default: none).
+func WithLogger(l *zap.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithPollInterval sets the relist period (default 1 s, the kubelet's PLEG).
+func WithPollInterval(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.poll = d
+		}
+	}
+}
+
+// WithImageBackOff sets the image pull back-off (default 10 s doubling to
+// 5 min, the kubelet's).
+func WithImageBackOff(base, max time.Duration) Option {
+	return func(o *options) {
+		if base > 0 && max >= base {
+			o.imageBackOff, o.imageBackOffMx = base, max
+		}
+	}
+}
+
+// WithCgroupParent sets the cgroup parent of the sandboxes (default: the
+// CRI runtime's own default).
+func WithCgroupParent(p string) Option { return func(o *options) { o.cgroupParent = p } }
+
+func or(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// Runtime runs pods as CRI sandboxes and containers. It implements
+// runtime.Runtime.
+type Runtime struct {
+	opts    options
+	log     *zap.Logger
+	rs      criapi.RuntimeService
+	is      criapi.ImageManagerService
+	name    string
+	version string
+	events  *eventq.Queue
+
+	imageBackOff *flowcontrol.Backoff
+	pullMu       sync.Mutex
+	pullErrs     map[string]string
+
+	mu   sync.Mutex
+	pods map[types.UID]*pod
+	byID map[string]*instance
+	// sandboxIPs caches each sandbox's IP (it does not change).
+	sandboxIPs map[string]string
+	cpu        map[string]cpuSample
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// pod is what the runtime knows of one pod. The fields are guarded by
+// Runtime.mu; sandboxMu serialises the creation of the pod's sandbox.
+type pod struct {
+	sandboxMu sync.Mutex
+	// sandboxID is the pod's ready sandbox ("" when it has none);
+	// sandboxAt when StartContainer set it (a relist begun earlier leaves
+	// it); hasSandbox says whether any sandbox of the pod was seen, and
+	// sandboxAttempt the highest attempt of them.
+	sandboxID      string
+	sandboxAt      time.Time
+	hasSandbox     bool
+	sandboxAttempt uint32
+	// busy counts StartContainer calls under way for the pod.
+	busy      int
+	instances map[string]*instance
+}
+
+// instance is one container of a pod, as last read from the runtime.
+type instance struct {
+	id     string // the CRI runtime's ID
+	status runtime.ContainerStatus
+	// seen is when the relist that found (or the call that made) the
+	// instance started: a relist that began earlier cannot drop it.
+	seen time.Time
+	// failedStart: StartContainer failed for it, which StartContainer
+	// reports; its exit is not announced.
+	failedStart bool
+}
+
+// New connects to the CRI runtime, reads what it runs, and starts the
+// relist loop.
+func New(ctx context.Context, opts ...Option) (*Runtime, error) {
+	o := options{
+		endpoint:       DefaultEndpoint,
+		logRoot:        DefaultLogRoot,
+		hostIP:         "127.0.0.1",
+		poll:           time.Second,
+		connTimeout:    2 * time.Minute,
+		imageBackOff:   10 * time.Second,
+		imageBackOffMx: 300 * time.Second,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.log == nil {
+		o.log = zap.NewNop()
+	}
+	root, err := filepath.Abs(o.logRoot)
+	if err != nil {
+		return nil, fmt.Errorf("cri runtime: log root: %w", err)
+	}
+	o.logRoot = root
+	dialCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	rs, err := remote.NewRemoteRuntimeService(dialCtx, o.endpoint, o.connTimeout, nil, false)
+	if err != nil {
+		return nil, fmt.Errorf("cri runtime: connect to %s: %w", o.endpoint, err)
+	}
+	is, err := remote.NewRemoteImageService(dialCtx, o.endpoint, o.connTimeout, nil, false)
+	if err != nil {
+		_ = rs.Close(ctx)
+		return nil, fmt.Errorf("cri runtime: connect to the image service at %s: %w", o.endpoint, err)
+	}
+	v, err := rs.Version(dialCtx, "")
+	if err != nil {
+		_ = rs.Close(ctx)
+		_ = is.Close(ctx)
+		return nil, fmt.Errorf("cri runtime: version of %s: %w", o.endpoint, err)
+	}
+	r := &Runtime{
+		opts:         o,
+		log:          o.log,
+		rs:           rs,
+		is:           is,
+		name:         v.RuntimeName,
+		version:      v.RuntimeVersion,
+		events:       eventq.New(),
+		imageBackOff: flowcontrol.NewBackOff(o.imageBackOff, o.imageBackOffMx),
+		pullErrs:     map[string]string{},
+		pods:         map[types.UID]*pod{},
+		byID:         map[string]*instance{},
+		sandboxIPs:   map[string]string{},
+		cpu:          map[string]cpuSample{},
+		stop:         make(chan struct{}),
+		done:         make(chan struct{}),
+	}
+	if err := r.relist(dialCtx); err != nil {
+		_ = r.closeConns()
+		r.events.Close()
+		return nil, fmt.Errorf("cri runtime: read the pods of %s: %w", o.endpoint, err)
+	}
+	go r.loop()
+	r.log.Info("cri runtime connected", zap.String("endpoint", o.endpoint), zap.String("runtime", r.name),
+		zap.String("version", r.version), zap.Int("containers", len(r.byID)))
+	return r, nil
+}
+
+// Type implements runtime.Runtime.
+func (r *Runtime) Type() string { return Type }
+
+// Version implements runtime.Runtime: the CRI runtime's name and version.
+func (r *Runtime) Version() string { return r.name + " " + r.version }
+
+// RuntimeName is the CRI runtime's name, the scheme of container IDs.
+func (r *Runtime) RuntimeName() string { return r.name }
+
+// Events implements runtime.Runtime.
+func (r *Runtime) Events() <-chan runtime.Event { return r.events.C() }
+
+// Close implements runtime.Runtime: it stops the relist loop and the event
+// queue and closes the connections. Sandboxes and containers run on.
+func (r *Runtime) Close() error {
+	select {
+	case <-r.stop:
+	default:
+		close(r.stop)
+	}
+	<-r.done
+	r.events.Close()
+	return r.closeConns()
+}
+
+func (r *Runtime) closeConns() error {
+	ctx := context.Background()
+	return errors.Join(r.rs.Close(ctx), r.is.Close(ctx))
+}
+
+// PodIP implements runtime.Runtime.
+func (r *Runtime) PodIP(p *corev1.Pod) string {
+	if p == nil || p.Spec.HostNetwork {
+		return r.opts.hostIP
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if pd := r.pods[p.UID]; pd != nil && pd.sandboxID != "" {
+		if ip := r.sandboxIPs[pd.sandboxID]; ip != "" {
+			return ip
+		}
+	}
+	return r.opts.hostIP
+}
+
+// containerID is the ID the pod workers see.
+func (r *Runtime) containerID(id string) string { return r.name + "://" + id }
+
+// rawID strips the runtime's scheme from an ID.
+func (r *Runtime) rawID(id string) string {
+	if _, rest, ok := strings.Cut(id, "://"); ok {
+		return rest
+	}
+	return id
+}
+
+func isNotFound(err error) bool { return status.Code(err) == codes.NotFound }
+
+// grpcMessage is the message of a gRPC error, without the code.
+func grpcMessage(err error) string {
+	if s, ok := status.FromError(err); ok {
+		return s.Message()
+	}
+	return err.Error()
+}
+
+func (r *Runtime) podLocked(uid types.UID) *pod {
+	pd := r.pods[uid]
+	if pd == nil {
+		pd = &pod{instances: map[string]*instance{}}
+		r.pods[uid] = pd
+	}
+	return pd
+}
+
+// StartContainer implements runtime.Runtime.
+func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.Container, attempt int) (runtime.ContainerStatus, error) {
+	if p == nil || c == nil {
+		return runtime.ContainerStatus{State: runtime.StateUnknown}, errors.New("cri: StartContainer needs a pod and a container")
+	}
+	st := runtime.ContainerStatus{PodUID: p.UID, Name: c.Name, Attempt: attempt, Hash: runtime.ContainerHash(c), Image: c.Image}
+	fail := func(reason, message string, err error) (runtime.ContainerStatus, error) {
+		st.State, st.Reason, st.Message = runtime.StateExited, reason, message
+		r.log.Info("container cannot start", append(logging.Pod(p.Namespace, p.Name, string(p.UID)),
+			zap.String("container", c.Name), zap.String("reason", reason), zap.String("message", message))...)
+		return st, fmt.Errorf("cri: container %q of pod %s: %s: %w", c.Name, p.UID, reason, err)
+	}
+	if attempt < 0 {
+		err := fmt.Errorf("attempt %d < 0", attempt)
+		return fail(ReasonCreateConfigError, err.Error(), err)
+	}
+	if err := ctx.Err(); err != nil {
+		st.State = runtime.StateUnknown
+		return st, err
+	}
+	r.mu.Lock()
+	pd := r.podLocked(p.UID)
+	pd.busy++
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		pd.busy--
+		r.mu.Unlock()
+	}()
+	// kubelet: the sandbox comes first (SyncPod), then each container's
+	// image, config, create and start (startContainer).
+	sb, err := r.ensureSandbox(ctx, p, pd)
+	if err != nil {
+		if ctx.Err() != nil {
+			st.State = runtime.StateUnknown
+			return st, ctx.Err()
+		}
+		return fail(ReasonContainerCreating, fmt.Sprintf("Failed to create pod sandbox: %v", grpcMessage(err)), err)
+	}
+	imageRef, reason, msg, err := r.ensureImage(ctx, p, c, sb.config)
+	if err != nil {
+		if ctx.Err() != nil {
+			st.State = runtime.StateUnknown
+			return st, ctx.Err()
+		}
+		return fail(reason, msg, err)
+	}
+	cfg, err := r.containerConfig(p, c, attempt, imageRef, sb.ip)
+	if err != nil {
+		return fail(ReasonCreateConfigError, err.Error(), err)
+	}
+	if err := os.MkdirAll(filepath.Join(sb.config.LogDirectory, c.Name), 0o755); err != nil {
+		return fail(ReasonCreateConfigError, err.Error(), err)
+	}
+	begun := time.Now()
+	id, err := r.rs.CreateContainer(ctx, sb.id, cfg, sb.config)
+	if err != nil {
+		return fail(ReasonCreateError, grpcMessage(err), err)
+	}
+	st.ID = r.containerID(id)
+	st.CreatedAt = begun
+	st.LogPath = filepath.Join(sb.config.LogDirectory, cfg.LogPath)
+	created := st
+	created.State = runtime.StateCreated
+	r.apply(id, created, begun)
+	if err := r.rs.StartContainer(ctx, id); err != nil {
+		// The container exists and tells why it did not run (containerd:
+		// StartError, exit code 128); it is an instance like any other,
+		// whose failure this call reports (no event).
+		r.mu.Lock()
+		if in := r.byID[id]; in != nil {
+			in.failedStart = true
+		}
+		r.mu.Unlock()
+		got, serr := r.refresh(ctx, id, begun)
+		if serr != nil {
+			got = created
+			got.State, got.Reason, got.Message = runtime.StateExited, ReasonRunContainerError, grpcMessage(err)
+		}
+		r.log.Info("container cannot run", append(logging.Pod(p.Namespace, p.Name, string(p.UID)),
+			zap.String("container", c.Name), zap.String("id", got.ID), zap.Error(err))...)
+		return got, fmt.Errorf("cri: start container %q of pod %s: %w", c.Name, p.UID, err)
+	}
+	// It ran: record it running first, so that an exit already over by the
+	// time its status is read is announced like any other.
+	running := created
+	running.State, running.StartedAt = runtime.StateRunning, time.Now()
+	r.apply(id, running, begun)
+	got, err := r.refresh(ctx, id, begun)
+	if err != nil {
+		got = running
+	}
+	r.log.Debug("container started", append(logging.Pod(p.Namespace, p.Name, string(p.UID)),
+		zap.String("container", c.Name), zap.String("id", got.ID), zap.Int("attempt", attempt))...)
+	r.prune(ctx, p.UID, c.Name)
+	return got, nil
+}
+
+// refresh reads one container's status from the runtime into the cache.
+func (r *Runtime) refresh(ctx context.Context, id string, seen time.Time) (runtime.ContainerStatus, error) {
+	resp, err := r.rs.ContainerStatus(ctx, id, false)
+	if err != nil {
+		return runtime.ContainerStatus{}, err
+	}
+	if resp.GetStatus() == nil {
+		return runtime.ContainerStatus{}, remote.ErrContainerStatusNil
+	}
+	st, ok := r.convert(ctx, resp.GetStatus())
+	if !ok {
+		return runtime.ContainerStatus{}, fmt.Errorf("cri: container %s has no pod labels", id)
+	}
+	return r.apply(id, st, seen), nil
+}
+
+// prune removes the exited instances of a container name beyond the newest
+// ones kept, with their logs (kubelet: container GC, which keeps the
+// newest dead instances per container).
+func (r *Runtime) prune(ctx context.Context, uid types.UID, name string) {
+	r.mu.Lock()
+	pd := r.pods[uid]
+	if pd == nil {
+		r.mu.Unlock()
+		return
+	}
+	var same []*instance
+	for _, in := range pd.instances {
+		if in.status.Name == name {
+			same = append(same, in)
+		}
+	}
+	sortInstances(same)
+	var drop []*instance
+	for i := 0; i < len(same)-instancesKept; i++ {
+		if same[i].status.State == runtime.StateExited {
+			drop = append(drop, same[i])
+		}
+	}
+	r.mu.Unlock()
+	for _, in := range drop {
+		if err := r.rs.RemoveContainer(ctx, in.id); err != nil && !isNotFound(err) {
+			r.log.Debug("cannot remove an old container", zap.String("id", in.id), zap.Error(err))
+			continue
+		}
+		if in.status.LogPath != "" {
+			_ = os.Remove(in.status.LogPath)
+		}
+		r.forget(uid, in.id)
+	}
+}
+
+func (r *Runtime) forget(uid types.UID, id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.byID, id)
+	delete(r.cpu, id)
+	if pd := r.pods[uid]; pd != nil {
+		delete(pd.instances, id)
+	}
+}
+
+func sortInstances(list []*instance) {
+	sort.SliceStable(list, func(i, j int) bool {
+		a, b := list[i].status, list[j].status
+		if !a.CreatedAt.Equal(b.CreatedAt) {
+			return a.CreatedAt.Before(b.CreatedAt)
+		}
+		if a.Attempt != b.Attempt {
+			return a.Attempt < b.Attempt
+		}
+		return a.ID < b.ID
+	})
+}
+
+// StopContainer implements runtime.Runtime: CRI StopContainer with the
+// grace as its timeout (whole seconds, rounded up), then the status is
+// read back.
+func (r *Runtime) StopContainer(ctx context.Context, id string, grace time.Duration) error {
+	raw := r.rawID(id)
+	r.mu.Lock()
+	in := r.byID[raw]
+	r.mu.Unlock()
+	if in == nil {
+		return fmt.Errorf("cri: stop %s: %w", id, runtime.ErrNotFound)
+	}
+	timeout := int64(0)
+	if grace > 0 {
+		timeout = int64((grace + time.Second - 1) / time.Second)
+	}
+	if err := r.rs.StopContainer(ctx, raw, timeout); err != nil {
+		if isNotFound(err) {
+			r.gone(in.status.PodUID, raw)
+			return fmt.Errorf("cri: stop %s: %w", id, runtime.ErrNotFound)
+		}
+		return fmt.Errorf("cri: stop %s: %w", id, err)
+	}
+	if _, err := r.refresh(ctx, raw, time.Now()); err != nil {
+		if isNotFound(err) {
+			r.gone(in.status.PodUID, raw)
+			return nil
+		}
+		return fmt.Errorf("cri: status of %s after stop: %w", id, err)
+	}
+	return nil
+}
+
+// gone drops an instance the runtime no longer has, announcing it if it
+// was running.
+func (r *Runtime) gone(uid types.UID, id string) {
+	r.mu.Lock()
+	in := r.byID[id]
+	r.mu.Unlock()
+	if in == nil {
+		return
+	}
+	r.forget(uid, id)
+	if in.status.State == runtime.StateRunning {
+		r.events.Push(runtime.Event{PodUID: uid, ContainerID: in.status.ID, State: runtime.StateExited})
+	}
+}
+
+// PodContainers implements runtime.Runtime: the cached instances, oldest
+// first.
+func (r *Runtime) PodContainers(uid types.UID) []runtime.ContainerStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pd := r.pods[uid]
+	if pd == nil || len(pd.instances) == 0 {
+		return nil
+	}
+	list := make([]*instance, 0, len(pd.instances))
+	for _, in := range pd.instances {
+		list = append(list, in)
+	}
+	sortInstances(list)
+	out := make([]runtime.ContainerStatus, len(list))
+	for i, in := range list {
+		out[i] = in.status
+	}
+	return out
+}
+
+// RemovePod implements runtime.Runtime: it refuses while a container of the
+// pod runs; otherwise it stops and removes the pod's sandboxes (and with
+// them their containers), removes any container left, and deletes the
+// pod's log directory.
+func (r *Runtime) RemovePod(ctx context.Context, uid types.UID) error {
+	if uid == "" || strings.ContainsAny(string(uid), "/\x00") {
+		return fmt.Errorf("cri: remove pod: UID %q cannot name a pod", uid)
+	}
+	for _, c := range r.PodContainers(uid) {
+		if c.State == runtime.StateRunning {
+			return fmt.Errorf("cri: remove pod %s: container %q (%s) still runs", uid, c.Name, c.ID)
+		}
+	}
+	sel := map[string]string{labelPodUID: string(uid)}
+	sbs, err := r.rs.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: sel})
+	if err != nil {
+		return fmt.Errorf("cri: remove pod %s: %w", uid, err)
+	}
+	var errs []error
+	for _, sb := range sbs {
+		if err := r.rs.StopPodSandbox(ctx, sb.Id); err != nil && !isNotFound(err) {
+			errs = append(errs, err)
+			continue
+		}
+		if err := r.rs.RemovePodSandbox(ctx, sb.Id); err != nil && !isNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	cs, err := r.rs.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: sel})
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, c := range cs {
+		if err := r.rs.RemoveContainer(ctx, c.Id); err != nil && !isNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("cri: remove pod %s: %w", uid, errors.Join(errs...))
+	}
+	dirs, _ := filepath.Glob(filepath.Join(r.opts.logRoot, "*_"+string(uid)))
+	for _, d := range dirs {
+		if err := os.RemoveAll(d); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	r.mu.Lock()
+	if pd := r.pods[uid]; pd != nil {
+		for id := range pd.instances {
+			delete(r.byID, id)
+			delete(r.cpu, id)
+		}
+		if pd.sandboxID != "" {
+			delete(r.sandboxIPs, pd.sandboxID)
+		}
+		delete(r.pods, uid)
+	}
+	r.mu.Unlock()
+	if len(errs) > 0 {
+		return fmt.Errorf("cri: remove pod %s: %w", uid, errors.Join(errs...))
+	}
+	return nil
+}

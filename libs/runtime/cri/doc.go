@@ -1,0 +1,69 @@
+// Package cri is the runtime whose containers are real containers of a
+// Container Runtime Interface runtime (containerd's CRI plugin), driven
+// through k8s.io/cri-client the way the kubelet's kuberuntime manager drives
+// it.
+//
+// # Sandboxes and containers
+//
+// Each pod gets one sandbox (RunPodSandbox) at the first StartContainer of
+// the pod; later containers join it. The sandbox has the pod's name,
+// namespace and UID as metadata and labels, the host's network namespace
+// for hostNetwork pods (NamespaceMode NODE) and a network namespace of its
+// own otherwise (set up by the runtime's CNI configuration), and the log
+// directory <log-root>/<namespace>_<name>_<uid>. A sandbox that is no longer
+// ready is replaced by a new one (next attempt) at the next start. A
+// container is created from the image with command, args, env (package
+// containerenv; $(VAR) references expanded), working directory, CPU and
+// memory limits, and its log at <container>/<attempt>.log in the sandbox's
+// log directory, then started. Its labels and annotations are the
+// kubelet's: io.kubernetes.pod.{uid,name,namespace} and
+// io.kubernetes.container.name as labels; io.kubernetes.container.hash
+// (runtime.ContainerHash), io.kubernetes.container.restartCount (the
+// attempt), the termination message path and policy and the pod's grace
+// periods as annotations. Volumes are not mounted.
+//
+// # Reading back
+//
+// Everything the runtime reports is read from the CRI runtime, so that a
+// new Runtime on the same containerd (a restarted pod worker) sees the
+// containers an earlier one started, with the same IDs
+// ("containerd://<id>"), attempts and hashes. A cache per pod holds the
+// containers' statuses; New fills it, StartContainer and StopContainer
+// update it, and a relist every poll interval (default 1 s, as the kubelet's
+// generic PLEG) refreshes it: ListContainers, then ContainerStatus only for
+// containers whose state changed. (containerd 1.6 has no
+// GetContainerEvents, the evented PLEG's stream; 1.7 added it.) A container seen going from running to
+// exited is announced on Events once. Exit codes and reasons are
+// containerd's (Completed, Error, OOMKilled, StartError...); with
+// terminationMessagePolicy FallbackToLogsOnError a failed container's
+// message is the end of its log. Of each container name the newest two
+// instances are kept (the current one and the previous, for `logs -p`);
+// older exited ones are removed with their logs.
+//
+// # Images
+//
+// imagePullPolicy is honoured, defaulted as the API server does (Always for
+// the tag latest or no tag, else IfNotPresent). An image that is absent
+// under Never fails the start with ErrImageNeverPull; a failed pull with
+// ErrImagePull, and a start within the pull back-off after it (10 s
+// doubling to 5 min per pod and image, the kubelet's) with
+// ImagePullBackOff. Those failures leave no container instance: the
+// returned status has no ID, its Reason and Message say why.
+//
+// # Pod IP
+//
+// A hostNetwork pod has the host IP (WithHostIP). Another pod has the IP
+// PodSandboxStatus reports for its sandbox, or the host IP when it reports
+// none (a loopback-only network namespace has no address of its own).
+//
+// # Logs, exec, stats
+//
+// Logs read the CRI log files containerd writes (package crilog); Follow
+// polls the file until the container has exited. Exec runs ExecSync
+// (probes, kubectl exec without stdin); a command given stdin goes through
+// the streaming Exec endpoint of the runtime (SPDY), without a terminal.
+// RemovePod keeps the interface's contract: it refuses while a container
+// runs, then stops and removes the sandboxes.
+// Stats come from ListContainerStats; CPU usage in nano cores is computed
+// from two samples when the runtime does not report it.
+package cri

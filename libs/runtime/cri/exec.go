@@ -1,0 +1,127 @@
+package cri
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/splitlet/splitlet/libs/runtime"
+)
+
+// execOutputLimit bounds what Exec keeps of each stream.
+const execOutputLimit = 16 << 20
+
+// exitStatus is what the exec errors of cri-client and client-go carry
+// for a command that ran and failed.
+type exitStatus interface{ ExitStatus() int }
+
+// Exec implements runtime.Runtime: ExecSync, or with stdin the streaming
+// Exec endpoint of the runtime (no terminal). A command that ran reports
+// its exit code; one that could not run or timed out is an error.
+func (r *Runtime) Exec(ctx context.Context, uid types.UID, name string, cmd []string, stdin io.Reader, timeout time.Duration) (runtime.ExecResult, error) {
+	if len(cmd) == 0 {
+		return runtime.ExecResult{}, errors.New("cri: exec needs a command")
+	}
+	c, err := r.find(uid, name, false)
+	if err != nil {
+		return runtime.ExecResult{}, err
+	}
+	if c.State != runtime.StateRunning {
+		return runtime.ExecResult{}, fmt.Errorf("cri: exec: container %q of pod %s is not running", name, uid)
+	}
+	var in []byte
+	if stdin != nil {
+		if in, err = io.ReadAll(io.LimitReader(stdin, execOutputLimit)); err != nil {
+			return runtime.ExecResult{}, fmt.Errorf("cri: exec: read stdin: %w", err)
+		}
+	}
+	if len(in) > 0 {
+		return r.execStream(ctx, r.rawID(c.ID), cmd, bytes.NewReader(in), timeout)
+	}
+	// CRI's timeout is in whole seconds; 0 would mean none.
+	if timeout > 0 && timeout < time.Second {
+		timeout = time.Second
+	}
+	stdout, stderr, err := r.rs.ExecSync(ctx, r.rawID(c.ID), cmd, timeout)
+	res := runtime.ExecResult{Stdout: stdout, Stderr: stderr}
+	if err != nil {
+		var es exitStatus
+		if errors.As(err, &es) {
+			res.ExitCode = es.ExitStatus()
+			return res, nil
+		}
+		return res, fmt.Errorf("cri: exec %q in container %q: %w", cmd[0], name, err)
+	}
+	return res, nil
+}
+
+// execStream runs cmd through the runtime's streaming server (SPDY), stdin
+// attached, stdout and stderr apart.
+func (r *Runtime) execStream(ctx context.Context, id string, cmd []string, stdin io.Reader, timeout time.Duration) (runtime.ExecResult, error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	resp, err := r.rs.Exec(ctx, &runtimeapi.ExecRequest{ContainerId: id, Cmd: cmd, Stdin: true, Stdout: true, Stderr: true})
+	if err != nil {
+		return runtime.ExecResult{}, fmt.Errorf("cri: exec %q: %w", cmd[0], err)
+	}
+	u, err := url.Parse(resp.GetUrl())
+	if err != nil {
+		return runtime.ExecResult{}, fmt.Errorf("cri: exec %q: the runtime's stream URL: %w", cmd[0], err)
+	}
+	ex, err := remotecommand.NewSPDYExecutor(&rest.Config{}, "POST", u)
+	if err != nil {
+		return runtime.ExecResult{}, fmt.Errorf("cri: exec %q: %w", cmd[0], err)
+	}
+	var stdout, stderr capped
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: &stdout, Stderr: &stderr})
+	res := runtime.ExecResult{Stdout: stdout.bytes(), Stderr: stderr.bytes()}
+	if err != nil {
+		var es exitStatus
+		if errors.As(err, &es) {
+			res.ExitCode = es.ExitStatus()
+			return res, nil
+		}
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return res, fmt.Errorf("cri: exec %q: timed out after %s", cmd[0], timeout)
+		}
+		return res, fmt.Errorf("cri: exec %q: %w", cmd[0], err)
+	}
+	return res, nil
+}
+
+// capped keeps the first execOutputLimit bytes written to it.
+type capped struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if room := execOutputLimit - len(c.buf); room > 0 {
+		if len(p) > room {
+			p = p[:room]
+		}
+		c.buf = append(c.buf, p...)
+	}
+	return len(p), nil
+}
+
+func (c *capped) bytes() []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.buf
+}

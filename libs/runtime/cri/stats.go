@@ -1,0 +1,54 @@
+package cri
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/splitlet/splitlet/libs/runtime"
+)
+
+// cpuSample is a container's CPU time at a moment, to compute a rate.
+type cpuSample struct {
+	at    time.Time
+	usage uint64
+}
+
+// Stats implements runtime.Runtime: ListContainerStats of the pod's
+// running containers.
+func (r *Runtime) Stats(uid types.UID) []runtime.ContainerStats {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	list, err := r.rs.ListContainerStats(ctx, &runtimeapi.ContainerStatsFilter{LabelSelector: map[string]string{labelPodUID: string(uid)}})
+	if err != nil {
+		return nil
+	}
+	var out []runtime.ContainerStats
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range list {
+		id := s.GetAttributes().GetId()
+		in := r.byID[id]
+		if in == nil || in.status.State != runtime.StateRunning {
+			continue
+		}
+		cs := runtime.ContainerStats{
+			ContainerID:           in.status.ID,
+			Name:                  in.status.Name,
+			StartedAt:             in.status.StartedAt,
+			CPUUsageCoreNanoSecs:  s.GetCpu().GetUsageCoreNanoSeconds().GetValue(),
+			MemoryWorkingSetBytes: s.GetMemory().GetWorkingSetBytes().GetValue(),
+		}
+		if nc := s.GetCpu().GetUsageNanoCores(); nc != nil {
+			cs.CPUUsageNanoCores = nc.GetValue()
+		} else if prev, ok := r.cpu[id]; ok && now.After(prev.at) && cs.CPUUsageCoreNanoSecs >= prev.usage {
+			cs.CPUUsageNanoCores = uint64(float64(cs.CPUUsageCoreNanoSecs-prev.usage) / now.Sub(prev.at).Seconds())
+		}
+		r.cpu[id] = cpuSample{at: now, usage: cs.CPUUsageCoreNanoSecs}
+		out = append(out, cs)
+	}
+	return out
+}

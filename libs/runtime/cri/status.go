@@ -1,0 +1,299 @@
+package cri
+
+import (
+	"bytes"
+	"context"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/runtime/crilog"
+)
+
+// stateOf maps a CRI container state.
+func stateOf(s runtimeapi.ContainerState) runtime.State {
+	switch s {
+	case runtimeapi.ContainerState_CONTAINER_CREATED:
+		return runtime.StateCreated
+	case runtimeapi.ContainerState_CONTAINER_RUNNING:
+		return runtime.StateRunning
+	case runtimeapi.ContainerState_CONTAINER_EXITED:
+		return runtime.StateExited
+	}
+	return runtime.StateUnknown
+}
+
+// rank orders states: a container only moves forward (an exited container
+// never runs again), so an older reading never replaces a newer one.
+func rank(s runtime.State) int {
+	switch s {
+	case runtime.StateCreated:
+		return 0
+	case runtime.StateExited:
+		return 2
+	}
+	return 1
+}
+
+// convert turns a CRI container status into the runtime's, from the
+// kubelet's labels and annotations; ok is false for a container that is
+// not a pod's.
+func (r *Runtime) convert(ctx context.Context, s *runtimeapi.ContainerStatus) (runtime.ContainerStatus, bool) {
+	uid := s.GetLabels()[labelPodUID]
+	if uid == "" {
+		return runtime.ContainerStatus{}, false
+	}
+	ann := s.GetAnnotations()
+	st := runtime.ContainerStatus{
+		ID:      r.containerID(s.GetId()),
+		PodUID:  types.UID(uid),
+		Name:    s.GetLabels()[labelContainerName],
+		Attempt: int(s.GetMetadata().GetAttempt()),
+		State:   stateOf(s.GetState()),
+		Image:   s.GetImage().GetUserSpecifiedImage(),
+		ImageID: s.GetImageId(),
+		LogPath: s.GetLogPath(),
+	}
+	if st.Name == "" {
+		st.Name = s.GetMetadata().GetName()
+	}
+	if st.Image == "" {
+		st.Image = s.GetImage().GetImage()
+	}
+	if st.ImageID == "" {
+		// kubelet: ImageId is newer; older runtimes report only ImageRef.
+		st.ImageID = s.GetImageRef()
+	}
+	if n, err := strconv.Atoi(ann[annotationRestartCount]); err == nil {
+		st.Attempt = n
+	}
+	if h, err := strconv.ParseUint(ann[annotationHash], 16, 64); err == nil {
+		st.Hash = h
+	}
+	if s.GetCreatedAt() > 0 {
+		st.CreatedAt = time.Unix(0, s.GetCreatedAt())
+	}
+	if s.GetState() != runtimeapi.ContainerState_CONTAINER_CREATED && s.GetStartedAt() > 0 {
+		st.StartedAt = time.Unix(0, s.GetStartedAt())
+	}
+	if st.State == runtime.StateExited {
+		st.ExitCode = int(s.GetExitCode())
+		st.Reason, st.Message = s.GetReason(), s.GetMessage()
+		if s.GetFinishedAt() > 0 {
+			st.FinishedAt = time.Unix(0, s.GetFinishedAt())
+		}
+		// kubelet: with FallbackToLogsOnError a failed container that
+		// wrote no termination message has the end of its log as message
+		// (not one that never ran: it has no log).
+		if corev1.TerminationMessagePolicy(ann[annotationTerminationMessagePolicy]) == corev1.TerminationMessageFallbackToLogsOnError &&
+			st.ExitCode != 0 && st.Reason != "ContainerCannotRun" && st.LogPath != "" {
+			if tail := lastLog(ctx, st.LogPath); tail != "" {
+				if st.Message != "" {
+					st.Message += ": "
+				}
+				st.Message += tail
+			}
+		}
+	}
+	return st, true
+}
+
+// lastLog is the end of a log: 80 lines, 2 KiB at most (kubelet's limits for
+// a termination message taken from the log).
+func lastLog(ctx context.Context, path string) string {
+	var b bytes.Buffer
+	_ = crilog.ReadFile(ctx, path, runtime.LogOptions{TailLines: maxTerminationLogLines}, nil, &b)
+	msg := b.Bytes()
+	if len(msg) > maxTerminationLogBytes {
+		msg = msg[len(msg)-maxTerminationLogBytes:]
+	}
+	return string(msg)
+}
+
+// apply records a reading of instance id taken at seen, unless the cache
+// holds a later state already, and announces a container that exited. It
+// returns what the cache holds then.
+func (r *Runtime) apply(id string, st runtime.ContainerStatus, seen time.Time) runtime.ContainerStatus {
+	r.mu.Lock()
+	in := r.byID[id]
+	announce := false
+	switch {
+	case in == nil:
+		in = &instance{id: id, status: st, seen: seen}
+		r.byID[id] = in
+		r.podLocked(st.PodUID).instances[id] = in
+	case rank(st.State) < rank(in.status.State):
+		// an older reading
+	default:
+		announce = in.status.State != runtime.StateExited && st.State == runtime.StateExited && !in.failedStart
+		in.status = st
+		if seen.After(in.seen) {
+			in.seen = seen
+		}
+	}
+	out := in.status
+	r.mu.Unlock()
+	if announce {
+		r.events.Push(runtime.Event{PodUID: out.PodUID, ContainerID: out.ID, State: runtime.StateExited})
+		r.log.Debug("container exited", zap.String("uid", string(out.PodUID)), zap.String("container", out.Name),
+			zap.String("id", out.ID), zap.Int("exitCode", out.ExitCode), zap.String("reason", out.Reason))
+	}
+	return out
+}
+
+// loop relists every poll interval until Close.
+func (r *Runtime) loop() {
+	defer close(r.done)
+	t := time.NewTicker(r.opts.poll)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		go func() {
+			select {
+			case <-r.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		err := r.relist(ctx)
+		cancel()
+		switch {
+		case err != nil && !failing:
+			r.log.Warn("cannot relist the CRI runtime's containers", zap.Error(err))
+			failing = true
+		case err == nil && failing:
+			r.log.Info("relisting the CRI runtime's containers again")
+			failing = false
+		}
+	}
+}
+
+// relist reads the runtime's sandboxes and containers into the cache
+// (kubelet: the generic PLEG's relist): ContainerStatus only for a
+// container that is new or whose state changed.
+func (r *Runtime) relist(ctx context.Context) error {
+	begun := time.Now()
+	sbs, err := r.rs.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{})
+	if err != nil {
+		return err
+	}
+	cs, err := r.rs.ListContainers(ctx, &runtimeapi.ContainerFilter{})
+	if err != nil {
+		return err
+	}
+	// the newest ready sandbox of each pod, and the highest attempt.
+	type choice struct {
+		id      string
+		created int64
+		attempt uint32
+	}
+	chosen := map[types.UID]*choice{}
+	for _, sb := range sbs {
+		uid := types.UID(sb.GetLabels()[labelPodUID])
+		if uid == "" {
+			continue
+		}
+		ch := chosen[uid]
+		if ch == nil {
+			ch = &choice{}
+			chosen[uid] = ch
+		}
+		if a := sb.GetMetadata().GetAttempt(); a > ch.attempt {
+			ch.attempt = a
+		}
+		if sb.GetState() == runtimeapi.PodSandboxState_SANDBOX_READY && sb.GetCreatedAt() >= ch.created {
+			ch.id, ch.created = sb.GetId(), sb.GetCreatedAt()
+		}
+	}
+	var needIP []string
+	r.mu.Lock()
+	for uid, ch := range chosen {
+		pd := r.podLocked(uid)
+		pd.hasSandbox = true
+		if pd.sandboxAt.Before(begun) {
+			pd.sandboxID = ch.id
+		}
+		if ch.attempt > pd.sandboxAttempt {
+			pd.sandboxAttempt = ch.attempt
+		}
+		if _, ok := r.sandboxIPs[ch.id]; ch.id != "" && !ok {
+			needIP = append(needIP, ch.id)
+		}
+	}
+	for uid, pd := range r.pods {
+		if _, ok := chosen[uid]; !ok && pd.sandboxAt.Before(begun) {
+			pd.sandboxID = ""
+		}
+	}
+	r.mu.Unlock()
+	for _, id := range needIP {
+		if resp, err := r.rs.PodSandboxStatus(ctx, id, false); err == nil {
+			r.mu.Lock()
+			r.sandboxIPs[id] = resp.GetStatus().GetNetwork().GetIp()
+			r.mu.Unlock()
+		}
+	}
+
+	listed := make(map[string]bool, len(cs))
+	for _, c := range cs {
+		if c.GetLabels()[labelPodUID] == "" {
+			continue
+		}
+		listed[c.GetId()] = true
+		r.mu.Lock()
+		in := r.byID[c.GetId()]
+		same := in != nil && in.status.State == stateOf(c.GetState())
+		r.mu.Unlock()
+		if same {
+			continue
+		}
+		if _, err := r.refresh(ctx, c.GetId(), begun); err != nil && !isNotFound(err) {
+			return err
+		}
+	}
+	type gone struct {
+		uid types.UID
+		id  string
+	}
+	var drop []gone
+	r.mu.Lock()
+	for id, in := range r.byID {
+		if !listed[id] && in.seen.Before(begun) {
+			drop = append(drop, gone{in.status.PodUID, id})
+		}
+	}
+	r.mu.Unlock()
+	for _, g := range drop {
+		r.gone(g.uid, g.id)
+	}
+	r.mu.Lock()
+	for uid, pd := range r.pods {
+		if len(pd.instances) == 0 && pd.sandboxID == "" && pd.busy == 0 {
+			if _, ok := chosen[uid]; !ok {
+				delete(r.pods, uid)
+			}
+		}
+	}
+	inUse := map[string]bool{}
+	for _, pd := range r.pods {
+		inUse[pd.sandboxID] = true
+	}
+	for id := range r.sandboxIPs {
+		if !inUse[id] {
+			delete(r.sandboxIPs, id)
+		}
+	}
+	r.mu.Unlock()
+	return nil
+}

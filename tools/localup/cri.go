@@ -1,0 +1,38 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"github.com/splitlet/splitlet/libs/testenv"
+)
+
+// criRuntime readies `make run RUNTIME=cri`: the containerd that answers at
+// /run/containerd/containerd.sock, or one started with its state under
+// <state>/containerd when none does (root only), with the busybox and
+// sandbox images imported (nothing is pulled). It returns splitlet's extra
+// arguments and what undoes it (a containerd started here is stopped, its
+// pods removed). Other runtimes need nothing.
+func criRuntime(ctx context.Context, runtime, state string, out io.Writer) ([]string, func(), error) {
+	if runtime != "cri" {
+		return nil, func() {}, nil
+	}
+	fmt.Fprintln(out, "readying containerd and the busybox and pause images ...")
+	cd, err := testenv.EnsureContainerd(ctx, testenv.ContainerdOptions{Dir: filepath.Join(state, "containerd")})
+	if err != nil {
+		return nil, nil, err
+	}
+	if cd.Started {
+		fmt.Fprintf(out, "started containerd on %s (log: %s)\n", cd.Address, filepath.Join(cd.Dir, "containerd.log"))
+	} else {
+		fmt.Fprintf(out, "using the containerd on %s\n", cd.Address)
+	}
+	return []string{"--cri-endpoint=" + cd.Endpoint}, func() {
+		if cd.Started {
+			fmt.Fprintln(out, "stopping containerd ...")
+		}
+		cd.Stop()
+	}, nil
+}
