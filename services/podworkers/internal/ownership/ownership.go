@@ -44,10 +44,12 @@ func BucketName(nodeToken string) string { return "splitlet_v1_" + nodeToken + "
 
 // Hooks are called when this replica gains or loses a partition. Acquire
 // runs before the lease is announced as usable; an error gives the lease
-// back. Release must stop all work on the partition before it returns.
+// back. Release must stop all work on the partition before it returns; lost
+// says the lease is no longer this replica's (another may hold it soon), so
+// nothing more may be said for the partition.
 type Hooks struct {
 	Acquire func(ctx context.Context, p int) error
-	Release func(ctx context.Context, p int)
+	Release func(ctx context.Context, p int, lost bool)
 	// Changed is called after any change of the ownership view.
 	Changed func()
 }
@@ -260,7 +262,7 @@ func (m *Manager) refresh(ctx context.Context) {
 				delete(m.owned, p)
 				m.busy[p] = true
 				go func(p int) {
-					m.o.Hooks.Release(context.Background(), p)
+					m.o.Hooks.Release(context.Background(), p, true)
 					m.mu.Lock()
 					delete(m.busy, p)
 					m.mu.Unlock()
@@ -381,7 +383,7 @@ func (m *Manager) acquire(ctx context.Context, p int, staleRev uint64) {
 		rev := m.owned[p]
 		delete(m.owned, p)
 		m.mu.Unlock()
-		m.o.Hooks.Release(context.Background(), p)
+		m.o.Hooks.Release(context.Background(), p, false)
 		m.deleteLease(context.Background(), p, rev)
 		return
 	}
@@ -396,7 +398,7 @@ func (m *Manager) release(ctx context.Context, p int) {
 		m.changed()
 	}()
 	// the lease stays refreshed while the partition drains.
-	m.o.Hooks.Release(ctx, p)
+	m.o.Hooks.Release(ctx, p, false)
 	m.mu.Lock()
 	rev, ok := m.owned[p]
 	delete(m.owned, p)

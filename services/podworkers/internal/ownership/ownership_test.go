@@ -41,7 +41,12 @@ func startReplica(t *testing.T, kv jetstream.KeyValue, id string, partitions int
 	r.m = New(Options{KV: kv, ID: id, Partitions: partitions, Refresh: 100 * time.Millisecond, TTL: 600 * time.Millisecond,
 		Hooks: Hooks{
 			Acquire: func(_ context.Context, p int) error { r.mu.Lock(); r.active[p] = true; r.mu.Unlock(); return nil },
-			Release: func(_ context.Context, p int) { r.mu.Lock(); r.active[p] = false; r.released[p]++; r.mu.Unlock() },
+			Release: func(_ context.Context, p int, _ bool) {
+				r.mu.Lock()
+				r.active[p] = false
+				r.released[p]++
+				r.mu.Unlock()
+			},
 		}})
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel

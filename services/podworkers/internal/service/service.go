@@ -129,6 +129,7 @@ type Runner struct {
 	ctrl  *controller.Controller
 	owner *ownership.Manager
 	pub   *bus.Publisher
+	sink  *statuspub.Publisher
 	parts map[int]*partition
 	// active partitions: owned and not being released; only their pods'
 	// statuses are published.
@@ -318,6 +319,8 @@ func (r *Runner) run(ctx context.Context) error {
 		},
 		Housekeeping: r.cfg.Housekeeping,
 		ObserveSync:  r.metrics.observe,
+		Active:       r.isActive,
+		CaughtUp:     r.caughtUp,
 		WorkerOpts:   []podworkers.Option{podworkers.WithResyncInterval(r.cfg.ResyncInterval), podworkers.WithBackOffPeriod(r.cfg.BackOffPeriod)},
 		SyncOpts:     []podsync.Option{podsync.WithBackOff(r.cfg.ContainerBackOff, r.cfg.ContainerBackOffMax), podsync.WithHostIP(r.cfg.HostIP)},
 	})
@@ -339,7 +342,7 @@ func (r *Runner) run(ctx context.Context) error {
 	owned.Store(owner)
 
 	r.mu.Lock()
-	r.rt, r.ctrl, r.owner, r.pub = rt, ctrl, owner, pub
+	r.rt, r.ctrl, r.owner, r.pub, r.sink = rt, ctrl, owner, pub, sink
 	r.mu.Unlock()
 
 	var wg sync.WaitGroup

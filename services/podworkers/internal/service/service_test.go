@@ -25,6 +25,7 @@ import (
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/config"
 	"github.com/splitlet/splitlet/libs/messaging"
+	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/libs/runtime/sim"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
@@ -169,6 +170,12 @@ func (e *env) startReplica(t *testing.T, runtimeName string, mod func(*Config)) 
 
 func (e *env) startReplicaConn(t *testing.T, runtimeName string, mod func(*Config)) (*Runner, *messaging.Conn) {
 	t.Helper()
+	return e.startReplicaRuntime(t, runtimeName, mod, nil)
+}
+
+// startReplicaRuntime runs a replica; rt, if set, is its runtime.
+func (e *env) startReplicaRuntime(t *testing.T, runtimeName string, mod func(*Config), rt runtime.Runtime) (*Runner, *messaging.Conn) {
+	t.Helper()
 	cfg := defaults(t)
 	if mod != nil {
 		mod(cfg)
@@ -183,6 +190,7 @@ func (e *env) startReplicaConn(t *testing.T, runtimeName string, mod func(*Confi
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.Runtime = rt
 	if err := r.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
