@@ -68,6 +68,8 @@ type env struct {
 	status map[types.UID]*bus.PodRuntimeStatus
 	source map[types.UID]string
 	seen   []*bus.PodRuntimeStatus
+	// seenFrom[i] is the source of seen[i].
+	seenFrom []string
 }
 
 func newEnv(t *testing.T, node string) *env {
@@ -99,6 +101,7 @@ func newEnv(t *testing.T, node string) *env {
 		e.status[st.UID] = st
 		e.source[st.UID] = env.Source
 		e.seen = append(e.seen, st)
+		e.seenFrom = append(e.seenFrom, env.Source)
 		e.mu.Unlock()
 	})
 	if err != nil {
