@@ -73,8 +73,12 @@ type env struct {
 }
 
 func newEnv(t *testing.T, node string) *env {
+	return newEnvOn(t, node, testenv.NATSForTest(t))
+}
+
+// newEnvOn is newEnv on a given NATS server.
+func newEnvOn(t *testing.T, node string, n *testenv.NATS) *env {
 	c := controlPlane(t)
-	n := testenv.NATSForTest(t)
 	nc, js := n.Connect(t)
 	ctx := context.Background()
 	if err := bus.EnsureStreams(ctx, js, node); err != nil {
