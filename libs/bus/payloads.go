@@ -56,6 +56,11 @@ type PodRuntimeStatus struct {
 
 	InitContainerStatuses []corev1.ContainerStatus `json:"initContainerStatuses,omitempty"`
 	ContainerStatuses     []corev1.ContainerStatus `json:"containerStatuses,omitempty"`
+	// ContainerHashes maps the ID of each container instance the statuses
+	// name (current and last state) to the hash of the spec it was started
+	// from, 16 hex digits (kubelet: the container hash label). Optional: a
+	// pod worker that adopts the instances compares it with the spec it has.
+	ContainerHashes map[string]string `json:"containerHashes,omitempty"`
 
 	// Terminating: the worker has begun tearing the pod down.
 	Terminating bool `json:"terminating,omitempty"`

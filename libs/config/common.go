@@ -60,7 +60,7 @@ func (c *Common) RegisterFlags(fs *pflag.FlagSet) {
 	fs.Var(newEnum(&c.KubeAPIContent, ContentProtobuf, ContentProtobuf, ContentJSON), "kube-api-content-type", "encoding of requests to the API server: "+ContentProtobuf+" (kubelet default) or "+ContentJSON)
 	fs.StringVar(&c.NATSURL, "nats-url", "", "NATS server URL(s), comma separated, credentials in the URL; empty: run an embedded server")
 	fs.StringVar(&c.NATSListen, "nats-listen", "", "with an embedded server: also listen for other processes on this host:port (empty: in-process only)")
-	fs.Var(newEnum(&c.Runtime, RuntimeSim, RuntimeSim, RuntimeProcess, RuntimeCRI), "runtime", "container runtime of the pod workers: sim (simulated containers), process (local child processes; they die with their pod worker) or cri (real containers of a CRI runtime such as containerd, read back by a restarted pod worker)")
+	fs.Var(newEnum(&c.Runtime, RuntimeSim, RuntimeSim, RuntimeProcess, RuntimeCRI), "runtime", "container runtime of the pod workers: sim (simulated containers; pods outlive a pod worker restart or handover, restored from the bus), process (local child processes; they die with the replica and restart when their partition moves) or cri (real containers of a CRI runtime such as containerd, read back by a restarted pod worker)")
 	fs.StringVar(&c.CRIEndpoint, "cri-endpoint", DefaultCRIEndpoint, "CRI runtime endpoint of --runtime=cri (unix:// socket)")
 	fs.StringVar(&c.DataDir, "data-dir", "", "directory for state (embedded NATS store, logs); empty: <tmp>/splitlet/<node-name>")
 	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:0", "address of /healthz, /readyz, /metrics (and /debug/pprof with debug-pprof); port 0 picks a free one")

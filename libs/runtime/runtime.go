@@ -6,6 +6,24 @@
 // kuberuntime manager drives CRI: start, stop, inspect, clean up. Container
 // exits are announced on Events, the way PLEG wakes the kubelet's pod
 // workers.
+//
+// # Containers outlive their pod worker
+//
+// A container belongs to the runtime, not to the pod worker that started
+// it: a replica that stops, crashes or hands a partition over leaves its
+// containers running, and the next owner of the pods adopts what
+// PodContainers reports (kubelet: a restarted kubelet reads its containers
+// back from CRI). Three optional interfaces say how a runtime takes part:
+//
+//   - PodLister: the runtime can list the pods it holds, so that pods no
+//     source wants any more (deleted while no replica owned them) are found
+//     and removed.
+//   - Restorer: the runtime keeps nothing outside the process (sim); the pod
+//     workers tell it what ran, from the last status on the bus, when they
+//     take pods over, and let it forget the pods they hand over.
+//   - ProcessLocal: the containers are the process's own and die with it
+//     (process): they cannot be adopted, so the pod workers stop them when
+//     they hand their pods over.
 package runtime
 
 import (
@@ -132,6 +150,43 @@ type Runtime interface {
 	Stats(uid types.UID) []ContainerStats
 	// Close stops the runtime's own loops (not the containers).
 	Close() error
+}
+
+// PodRef names a pod the runtime holds.
+type PodRef struct {
+	UID       types.UID
+	Namespace string
+	Name      string
+}
+
+// PodLister is implemented by a runtime that can list the pods it holds
+// (containers running or exited), whoever started them (kubelet: the
+// runtime's pods that HandlePodCleanups compares with the desired ones).
+type PodLister interface {
+	Pods() []PodRef
+}
+
+// Restorer is implemented by a runtime that cannot read its containers back
+// by itself after its process restarted (sim). Before the first sync of the
+// pods it takes over, the pod worker hands it what the pods last ran.
+type Restorer interface {
+	// Restore makes the runtime hold the pod's container instances (oldest
+	// first) as they were reported, IDs, attempts, states, exit codes, times
+	// and hashes kept, as if it had run them. Running instances go on
+	// running. A pod the runtime already holds is left as it is. pod may
+	// carry only its UID, namespace and name when its spec is gone.
+	Restore(pod *corev1.Pod, instances []ContainerStatus) error
+	// Forget drops a pod the pod worker hands over to another replica,
+	// stopping nothing: the next owner restores it from what was reported.
+	Forget(uid types.UID)
+}
+
+// ProcessLocal is implemented by a runtime whose containers live and die
+// with the process that runs it (process: its children). Another replica
+// cannot adopt them, so a replica that hands pods over stops their
+// containers first.
+type ProcessLocal interface {
+	ProcessLocal()
 }
 
 // ErrNotFound is returned for a container or pod the runtime does not hold.

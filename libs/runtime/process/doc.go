@@ -54,6 +54,16 @@
 // Message is the end of its log (80 lines, 2 KiB at most); there is no
 // termination message file. Every exit is announced on Events.
 //
+// # Containers die with the replica
+//
+// Unlike sim and CRI containers, which outlive the pod worker that started
+// them, a process container is a child of the replica: it dies when the
+// replica's process ends, however it ends, and no other replica can adopt
+// it. The runtime is a runtime.ProcessLocal: a replica that hands a
+// partition over (scale-out, scale-in, shutdown) stops the partition's
+// containers with a short grace, and the next owner starts them again with
+// new IDs and restart counts from 0.
+//
 // # Exec and stats
 //
 // Exec runs the command as a child process with the container's environment

@@ -118,7 +118,14 @@ type Runtime struct {
 	byID map[string]*container
 }
 
-var _ runtime.Runtime = (*Runtime)(nil)
+var (
+	_ runtime.Runtime      = (*Runtime)(nil)
+	_ runtime.ProcessLocal = (*Runtime)(nil)
+)
+
+// ProcessLocal implements runtime.ProcessLocal: the containers are the
+// process's children (see the package documentation).
+func (r *Runtime) ProcessLocal() {}
 
 type pod struct {
 	containers []*container // oldest first

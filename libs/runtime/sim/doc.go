@@ -27,6 +27,18 @@
 // answers what the exec annotations say (default: exit code 0, no output).
 // Stats report running containers with zero CPU and memory.
 //
+// # Restore
+//
+// The simulated containers live in the replica's memory only. So that pods
+// outlive their pod worker as they would in a real runtime, the runtime is
+// a runtime.Restorer: when a replica takes pods over (its own start after a
+// crash, or a handover) the pod workers restore each pod from the last
+// status it reported on the bus, and the instances go on with their IDs,
+// attempts, states, exit codes, times and spec hashes; a planned exit keeps
+// its time counted from the instance's start. A replica that hands pods over
+// forgets them (Forget) without stopping them. It is also a
+// runtime.PodLister.
+//
 // # Annotations
 //
 // Each annotation exists in two forms: "<name>.<container>" applies to one

@@ -94,11 +94,16 @@ type Runtime struct {
 	byID map[string]*container
 }
 
-var _ runtime.Runtime = (*Runtime)(nil)
+var (
+	_ runtime.Runtime   = (*Runtime)(nil)
+	_ runtime.Restorer  = (*Runtime)(nil)
+	_ runtime.PodLister = (*Runtime)(nil)
+)
 
 // pod holds a pod's container instances, oldest first.
 type pod struct {
-	containers []*container
+	namespace, name string
+	containers      []*container
 }
 
 // container is one container instance. Its fields are guarded by
@@ -276,7 +281,7 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 	r.mu.Lock()
 	pd := r.pods[p.UID]
 	if pd == nil {
-		pd = &pod{}
+		pd = &pod{namespace: p.Namespace, name: p.Name}
 		r.pods[p.UID] = pd
 	}
 	pd.containers = append(pd.containers, ct)
@@ -438,6 +443,114 @@ func (r *Runtime) RemovePod(_ context.Context, uid types.UID) error {
 	}
 	delete(r.pods, uid)
 	return nil
+}
+
+// Pods implements runtime.PodLister.
+func (r *Runtime) Pods() []runtime.PodRef {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]runtime.PodRef, 0, len(r.pods))
+	for uid, pd := range r.pods {
+		out = append(out, runtime.PodRef{UID: uid, Namespace: pd.namespace, Name: pd.name})
+	}
+	return out
+}
+
+// Restore implements runtime.Restorer: the instances are held as reported.
+// The pod's annotations (when its spec is known) apply to the restored
+// running instances as they would have at their start: a planned exit
+// happens at its time counted from the instance's start (at once if that has
+// passed), and exec and SIGTERM behave as planned.
+func (r *Runtime) Restore(p *corev1.Pod, instances []runtime.ContainerStatus) error {
+	if p == nil || p.UID == "" {
+		return errors.New("sim: Restore needs a pod with a UID")
+	}
+	type exit struct {
+		c    *container
+		code int
+	}
+	var due []exit
+	r.mu.Lock()
+	if _, held := r.pods[p.UID]; held || len(instances) == 0 {
+		r.mu.Unlock()
+		return nil
+	}
+	pd := &pod{namespace: p.Namespace, name: p.Name}
+	now := time.Now()
+	for _, st := range instances {
+		if st.ID == "" || st.Name == "" || r.byID[st.ID] != nil {
+			continue
+		}
+		st.PodUID = p.UID
+		if st.State != runtime.StateRunning && st.State != runtime.StateExited {
+			// a container caught between create and start, or unknown:
+			// taken as ended, so the pod worker decides what follows.
+			st.State, st.Reason = runtime.StateExited, ReasonError
+			if st.FinishedAt.IsZero() {
+				st.FinishedAt = now
+			}
+		}
+		ct := &container{status: st}
+		if st.State == runtime.StateRunning {
+			// a bad annotation failed no start back then (it would not run):
+			// it plans nothing now.
+			if pl, err := planFor(p, st.Name); err == nil {
+				ct.exec, ct.ignoreTerm = pl.exec, pl.ignoreTerm
+				if pl.exits {
+					code := pl.exitCode
+					if left := time.Until(st.StartedAt.Add(pl.exitAfter)); left > 0 {
+						ct.timer = time.AfterFunc(left, func() { r.exit(ct, code) })
+					} else {
+						due = append(due, exit{ct, code})
+					}
+				}
+			}
+		}
+		pd.containers = append(pd.containers, ct)
+		r.byID[st.ID] = ct
+	}
+	if len(pd.containers) > 0 {
+		r.pods[p.UID] = pd
+		for _, name := range containerNames(pd) {
+			r.forgetOld(pd, name)
+		}
+	}
+	r.mu.Unlock()
+	for _, d := range due {
+		r.exit(d.c, d.code)
+	}
+	return nil
+}
+
+func containerNames(pd *pod) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, c := range pd.containers {
+		if !seen[c.status.Name] {
+			seen[c.status.Name] = true
+			out = append(out, c.status.Name)
+		}
+	}
+	return out
+}
+
+// Forget implements runtime.Restorer: the pod's instances are dropped as
+// they are, with their planned exits (the next owner restores them).
+func (r *Runtime) Forget(uid types.UID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pd := r.pods[uid]
+	if pd == nil {
+		return
+	}
+	for _, c := range pd.containers {
+		if c.timer != nil {
+			c.timer.Stop()
+			c.timer = nil
+		}
+		delete(r.byID, c.status.ID)
+	}
+	delete(r.pods, uid)
 }
 
 // instance finds the newest instance of the named container, or the one

@@ -348,3 +348,84 @@ func heap() uint64 {
 	goruntime.ReadMemStats(&m)
 	return m.HeapAlloc
 }
+
+// A replica's sim runtime is handed what another one ran: the instances
+// carry on as they were, a planned exit keeps its time, the runtime's own
+// view of a pod it holds wins, and Forget drops a pod without stopping it.
+func TestRestoreAndForget(t *testing.T) {
+	old := newRuntime(t)
+	p := newPod("u-restore", map[string]string{AnnotationExitCode + ".job": "4", AnnotationExitAfter + ".job": "50ms"}, "app", "job", "done")
+	app := start(t, old, p, 0, 0)
+	if err := old.StopContainer(context.Background(), app.ID, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, old)
+	app = start(t, old, p, 0, 1)
+	done := start(t, old, p, 2, 0)
+	if err := old.StopContainer(context.Background(), done.ID, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, old)
+	reported := old.PodContainers(p.UID)
+	if len(reported) != 3 {
+		t.Fatalf("old runtime holds %d instances, want 3", len(reported))
+	}
+	// the job started a second ago: its planned exit (50 ms after its start) is due.
+	job := runtime.ContainerStatus{ID: "sim://0ff1ce1", PodUID: p.UID, Name: "job", Hash: runtime.ContainerHash(&p.Spec.Containers[1]),
+		State: runtime.StateRunning, Image: "busybox", ImageID: "busybox", CreatedAt: time.Now().Add(-time.Second), StartedAt: time.Now().Add(-time.Second)}
+	reported = append(reported, job)
+
+	r := newRuntime(t)
+	if err := r.Restore(p, reported); err != nil {
+		t.Fatal(err)
+	}
+	got := r.PodContainers(p.UID)
+	for i := range got {
+		if got[i].Name == "job" && got[i].State == runtime.StateExited {
+			got[i] = reported[i] // the planned exit may already have happened
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(reported) {
+		t.Fatalf("restored\n%v\nwant\n%v", got, reported)
+	}
+	// the job's planned exit happens in the new runtime.
+	ev := waitEvent(t, r)
+	if ev.ContainerID != job.ID {
+		t.Fatalf("event %+v, want the exit of %s", ev, job.ID)
+	}
+	for _, c := range r.PodContainers(p.UID) {
+		if c.ID == job.ID && (c.State != runtime.StateExited || c.ExitCode != 4) {
+			t.Fatalf("job after its planned exit: %+v", c)
+		}
+	}
+	// a running restored container stops as any other; the next attempt gets a new ID.
+	if err := r.StopContainer(context.Background(), app.ID, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, r)
+	next := start(t, r, p, 0, 2)
+	if next.ID == app.ID || next.Attempt != 2 {
+		t.Fatalf("next instance %+v", next)
+	}
+	// what the runtime holds wins over a later Restore.
+	if err := r.Restore(p, reported); err != nil {
+		t.Fatal(err)
+	}
+	if c := r.PodContainers(p.UID); c[len(c)-1].ID != next.ID {
+		t.Fatalf("Restore replaced a held pod: %v", c)
+	}
+	refs := r.Pods()
+	if len(refs) != 1 || refs[0] != (runtime.PodRef{UID: p.UID, Namespace: "default", Name: p.Name}) {
+		t.Fatalf("Pods() = %v", refs)
+	}
+	r.Forget(p.UID)
+	if len(r.PodContainers(p.UID)) != 0 || len(r.Pods()) != 0 {
+		t.Fatal("Forget kept the pod")
+	}
+	if err := r.StopContainer(context.Background(), next.ID, time.Second); !errors.Is(err, runtime.ErrNotFound) {
+		t.Fatalf("stop of a forgotten container: %v", err)
+	}
+	if err := r.Restore(nil, reported); err == nil {
+		t.Fatal("Restore without a pod: no error")
+	}
+}

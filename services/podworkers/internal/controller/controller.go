@@ -3,6 +3,15 @@
 // turns PodUpdate operations into pod worker updates, admits new pods, wakes
 // workers on runtime events and liveness failures, and runs housekeeping.
 // It holds the pods of the partitions this replica owns.
+//
+// Pods outlive their worker: handing a partition over (ReleasePartition)
+// detaches the workers of its pods and leaves their containers running for
+// the next owner to adopt, unless the runtime is runtime.ProcessLocal (its
+// containers cannot outlive this process; they are stopped). Housekeeping
+// removes what the runtime holds for pods no source wants any more (deleted
+// while no replica owned them), on owned partitions only, once the sources
+// are ready and the partition's updates are caught up (kubelet: the runtime
+// pods HandlePodCleanups kills).
 package controller
 
 import (
@@ -51,6 +60,13 @@ type Config struct {
 	SyncOpts     []podsync.Option
 	// ObserveSync, if set, is told how long each sync step took.
 	ObserveSync func(work string, d time.Duration, err error)
+	// Active says whether this replica owns partition p and acts on it now
+	// (orphans are looked for only there); nil: every partition.
+	Active func(p int) bool
+	// CaughtUp says whether every pod update of partition p published so
+	// far has reached this replica, so that a pod the runtime holds and no
+	// update names is really unwanted; nil: always.
+	CaughtUp func(ctx context.Context, p int) bool
 }
 
 type entry struct {
@@ -76,6 +92,9 @@ type Controller struct {
 	tracked      map[types.UID]struct{}
 	// used sums the requests of the admitted pods not yet terminated.
 	used corev1.ResourceList
+	// orphans are runtime pods no source wants, being removed: their
+	// statuses are not reported (no API object waits for them).
+	orphans map[types.UID]bool
 }
 
 // New builds a controller.
@@ -89,8 +108,8 @@ func New(cfg Config) *Controller {
 	if cfg.Recorder == nil {
 		cfg.Recorder = &record.FakeRecorder{}
 	}
-	c := &Controller{cfg: cfg, log: cfg.Log, pods: map[types.UID]*entry{}, tracked: map[types.UID]struct{}{}, used: corev1.ResourceList{}}
-	c.syncer = podsync.New(cfg.Runtime, cfg.Sink, append([]podsync.Option{podsync.WithLogger(cfg.Log)}, cfg.SyncOpts...)...)
+	c := &Controller{cfg: cfg, log: cfg.Log, pods: map[types.UID]*entry{}, tracked: map[types.UID]struct{}{}, used: corev1.ResourceList{}, orphans: map[types.UID]bool{}}
+	c.syncer = podsync.New(cfg.Runtime, orphanFilter{c}, append([]podsync.Option{podsync.WithLogger(cfg.Log)}, cfg.SyncOpts...)...)
 	c.workers = podworkers.New(safeHandler{h: c.syncer, log: cfg.Log, observe: cfg.ObserveSync}, append([]podworkers.Option{podworkers.WithLogger(cfg.Log)}, cfg.WorkerOpts...)...)
 	return c
 }
@@ -135,6 +154,18 @@ func (c *Controller) pumpEvents(ctx context.Context) {
 			}
 			c.HandlePodSyncByUID(ev.PodUID)
 		}
+	}
+}
+
+// orphanFilter passes statuses to the sink except those of orphans.
+type orphanFilter struct{ c *Controller }
+
+func (f orphanFilter) Set(st *bus.PodRuntimeStatus) {
+	f.c.mu.Lock()
+	orphan := f.c.orphans[st.UID]
+	f.c.mu.Unlock()
+	if !orphan {
+		f.c.cfg.Sink.Set(st)
 	}
 }
 
@@ -445,6 +476,7 @@ func (c *Controller) HandlePodCleanups() {
 		}
 		c.mu.Lock()
 		_, still := c.pods[uid]
+		delete(c.orphans, uid)
 		c.mu.Unlock()
 		if !still {
 			c.cfg.Sink.Forget(uid)
@@ -454,6 +486,7 @@ func (c *Controller) HandlePodCleanups() {
 		c.log.Info("killing orphaned pod worker", podLog(p)...)
 		c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateKill, Pod: p, StartTime: time.Now()})
 	}
+	c.killRuntimeOrphans(states)
 	for _, p := range restart {
 		c.log.Info("restarting pod created again after termination", podLog(p)...)
 		if r := c.admit(p); !r.Admit {
@@ -461,6 +494,62 @@ func (c *Controller) HandlePodCleanups() {
 			continue
 		}
 		c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p, StartTime: time.Now()})
+	}
+}
+
+// orphanGrace is the grace of a runtime pod no source wants (kubelet: such
+// pods are killed with a one-second grace period override).
+var orphanGrace int64 = 1
+
+// killRuntimeOrphans kills, through a worker of their own, the pods the
+// runtime holds on active partitions that no source wants and no worker
+// knows (deleted while no replica owned their partition). states are the
+// workers after this round's SyncKnownPods.
+func (c *Controller) killRuntimeOrphans(states map[types.UID]podworkers.WorkType) {
+	lister, ok := c.cfg.Runtime.(runtime.PodLister)
+	if !ok {
+		return
+	}
+	var candidates []runtime.PodRef
+	c.mu.Lock()
+	for _, ref := range lister.Pods() {
+		if _, want := c.pods[ref.UID]; want || c.orphans[ref.UID] {
+			continue
+		}
+		if _, known := states[ref.UID]; known {
+			continue
+		}
+		if c.cfg.Active != nil && !c.cfg.Active(bus.Partition(string(ref.UID), c.cfg.Partitions)) {
+			continue
+		}
+		candidates = append(candidates, ref)
+	}
+	c.mu.Unlock()
+	caughtUp := map[int]bool{}
+	for _, ref := range candidates {
+		p := bus.Partition(string(ref.UID), c.cfg.Partitions)
+		ok, asked := caughtUp[p]
+		if !asked {
+			ok = c.cfg.CaughtUp == nil || c.cfg.CaughtUp(context.Background(), p)
+			caughtUp[p] = ok
+		}
+		if !ok {
+			continue
+		}
+		c.mu.Lock()
+		_, want := c.pods[ref.UID]
+		if !want {
+			c.orphans[ref.UID] = true
+		}
+		c.mu.Unlock()
+		if want || c.workerKnows(ref.UID) {
+			continue
+		}
+		pod := &corev1.Pod{}
+		pod.UID, pod.Namespace, pod.Name = ref.UID, ref.Namespace, ref.Name
+		c.log.Info("killing pod no source wants (found in the runtime)", podLog(pod)...)
+		c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateKill, Pod: pod, StartTime: time.Now(),
+			Kill: &podworkers.KillOptions{GracePeriodOverride: &orphanGrace}})
 	}
 }
 
@@ -500,14 +589,76 @@ func (c *Controller) Admitted() []*corev1.Pod {
 	return out
 }
 
-// HandoverGracePeriod bounds the grace of pods stopped because their
-// partition moves to another replica (they start again there at once).
+// HandoverGracePeriod bounds the grace of the pods of a process-local
+// runtime stopped because their partition moves to another replica (they
+// start again there at once).
 var HandoverGracePeriod int64 = 2
 
-// ReleasePartition hands a partition over: its pods are stopped here
-// without being reported (the next owner reports them), then forgotten.
-// It returns once they stopped or ctx ends.
+// ReleasePartition hands a partition over. The workers of its pods (and of
+// pods of it still terminating) stop where they are, without terminating
+// anything: the containers go on running, the next owner adopts them and
+// finishes any termination under way. A running pod's status as the
+// runtime holds it now goes to the sink, to be its last word from this
+// replica. Only with a process-local runtime are the pods stopped (with a
+// grace of at most HandoverGracePeriod), without being reported. It returns
+// once the workers have returned, or ctx ends.
 func (c *Controller) ReleasePartition(ctx context.Context, partition int) error {
+	if _, local := c.cfg.Runtime.(runtime.ProcessLocal); local {
+		return c.stopPartition(ctx, partition)
+	}
+	c.mu.Lock()
+	pods := map[types.UID]*corev1.Pod{}
+	for uid, e := range c.pods {
+		if e.partition == partition {
+			c.uncount(e)
+			delete(c.pods, uid)
+			if !e.rejected {
+				pods[uid] = e.pod
+			}
+		}
+	}
+	c.mu.Unlock()
+	var uids []types.UID
+	for _, uid := range c.workers.Known() {
+		if bus.Partition(string(uid), c.cfg.Partitions) == partition {
+			uids = append(uids, uid)
+		}
+	}
+	syncing := map[types.UID]*corev1.Pod{}
+	var dones []<-chan struct{}
+	for _, uid := range uids {
+		if p, ok := c.workers.Pod(uid); ok && !c.workers.IsPodTerminationRequested(uid) {
+			syncing[uid] = p
+		}
+		dones = append(dones, c.workers.Detach(uid))
+	}
+	for _, done := range dones {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return fmt.Errorf("partition %d: pod workers still stopping: %w", partition, ctx.Err())
+		}
+	}
+	c.mu.Lock()
+	for _, uid := range uids {
+		delete(c.tracked, uid)
+		delete(c.orphans, uid)
+	}
+	c.mu.Unlock()
+	for uid, p := range syncing {
+		if _, wanted := pods[uid]; wanted {
+			c.cfg.Sink.Set(c.syncer.CurrentStatus(p))
+		}
+	}
+	for _, uid := range uids {
+		c.syncer.Forget(uid)
+	}
+	return nil
+}
+
+// stopPartition is the hand-over of a process-local runtime: the
+// partition's pods are stopped here, then forgotten.
+func (c *Controller) stopPartition(ctx context.Context, partition int) error {
 	c.mu.Lock()
 	var pods []*corev1.Pod
 	for uid, e := range c.pods {

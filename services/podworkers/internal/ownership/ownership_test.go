@@ -19,6 +19,7 @@ type replica struct {
 	mu       sync.Mutex
 	active   map[int]bool
 	released map[int]int
+	lost     map[int]int
 	cancel   context.CancelFunc
 	done     chan struct{}
 }
@@ -37,11 +38,32 @@ func (r *replica) holds() []int {
 }
 
 func startReplica(t *testing.T, kv jetstream.KeyValue, id string, partitions int) *replica {
-	r := &replica{active: map[int]bool{}, released: map[int]int{}, done: make(chan struct{})}
-	r.m = New(Options{KV: kv, ID: id, Partitions: partitions, Refresh: 100 * time.Millisecond, TTL: 600 * time.Millisecond,
+	return startReplicaTTL(t, kv, id, partitions, 600*time.Millisecond, nil)
+}
+
+// startReplicaTTL starts a replica; onAcquire, if set, runs in its Acquire hook.
+func startReplicaTTL(t *testing.T, kv jetstream.KeyValue, id string, partitions int, ttl time.Duration, onAcquire func(p int)) *replica {
+	r := &replica{active: map[int]bool{}, released: map[int]int{}, lost: map[int]int{}, done: make(chan struct{})}
+	r.m = New(Options{KV: kv, ID: id, Partitions: partitions, Refresh: 100 * time.Millisecond, TTL: ttl,
 		Hooks: Hooks{
-			Acquire: func(_ context.Context, p int) error { r.mu.Lock(); r.active[p] = true; r.mu.Unlock(); return nil },
-			Release: func(_ context.Context, p int) { r.mu.Lock(); r.active[p] = false; r.released[p]++; r.mu.Unlock() },
+			Acquire: func(_ context.Context, p int) error {
+				if onAcquire != nil {
+					onAcquire(p)
+				}
+				r.mu.Lock()
+				r.active[p] = true
+				r.mu.Unlock()
+				return nil
+			},
+			Release: func(_ context.Context, p int, lost bool) {
+				r.mu.Lock()
+				r.active[p] = false
+				r.released[p]++
+				if lost {
+					r.lost[p]++
+				}
+				r.mu.Unlock()
+			},
 		}})
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel

@@ -2,12 +2,23 @@
 // it starts init containers in order, then the app containers, restarts them
 // by the pod's restart policy with the kubelet's crash-loop back-off, stops
 // them on termination, and reports each pod's runtime status.
+//
+// Nothing here assumes this syncer started the containers it finds: the
+// first sync of a pod adopts what the runtime holds (a replica that restarted
+// or took the pod over from another). A running instance whose spec hash
+// still matches is kept, an exited one is judged by the restart policy as
+// any other, its attempt goes on from the runtime's count, and the crash-loop
+// back-off is rebuilt from the restart count and the runtime's timestamps
+// (kubelet: a restarted kubelet computes its pod actions from the containers
+// CRI reports). Instances turns a reported status back into the instances
+// it describes, for runtimes that must be told what ran (runtime.Restorer).
 package podsync
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -48,7 +59,7 @@ type Option func(*Syncer)
 // WithBackOff sets the crash-loop back-off: base doubling up to max; the
 // back-off resets after 2*max of no restarts (kubelet: 10 s, 5 min, 10 min).
 func WithBackOff(base, max time.Duration) Option {
-	return func(s *Syncer) { s.backOff = flowcontrol.NewBackOff(base, max) }
+	return func(s *Syncer) { s.backOff, s.maxBackOff = flowcontrol.NewBackOff(base, max), max }
 }
 
 // WithHostIP sets the host IP reported for pods.
@@ -64,6 +75,8 @@ type Syncer struct {
 	log     *zap.Logger
 	hostIP  string
 	backOff *flowcontrol.Backoff
+	// maxBackOff is the back-off's cap.
+	maxBackOff time.Duration
 
 	mu        sync.Mutex
 	startTime map[types.UID]metav1.Time
@@ -92,6 +105,7 @@ func New(rt runtime.Runtime, sink StatusSink, opts ...Option) *Syncer {
 		log:            zap.NewNop(),
 		hostIP:         "127.0.0.1",
 		backOff:        flowcontrol.NewBackOff(DefaultBackOffBase, DefaultBackOffMax),
+		maxBackOff:     DefaultBackOffMax,
 		startTime:      map[types.UID]metav1.Time{},
 		livenessFailed: map[string]bool{},
 		livenessKilled: map[string]bool{},
@@ -266,10 +280,19 @@ func (s *Syncer) start(ctx context.Context, pod *corev1.Pod, c *corev1.Container
 // SyncPod brings the pod's containers towards its spec and reports status.
 func (s *Syncer) SyncPod(ctx context.Context, _ podworkers.UpdateType, pod *corev1.Pod) (podworkers.SyncResult, error) {
 	s.mu.Lock()
-	if _, ok := s.startTime[pod.UID]; !ok {
-		s.startTime[pod.UID] = metav1.Now()
+	_, seen := s.startTime[pod.UID]
+	if !seen {
+		// kubelet: a pod that already started keeps its start time.
+		if pod.Status.StartTime != nil && !pod.Status.StartTime.IsZero() {
+			s.startTime[pod.UID] = *pod.Status.StartTime
+		} else {
+			s.startTime[pod.UID] = metav1.Now()
+		}
 	}
 	s.mu.Unlock()
+	if !seen {
+		s.adopt(pod)
+	}
 	if d, exceeded := s.activeDeadline(pod); exceeded {
 		// kubelet: activeDeadlineHandler.ShouldEvict fails the pod, which
 		// is then torn down as any pod in a terminal phase.
@@ -291,6 +314,38 @@ func (s *Syncer) SyncPod(ctx context.Context, _ podworkers.UpdateType, pod *core
 		return res, err
 	}
 	return s.syncAndReport(ctx, pod)
+}
+
+// adopt rebuilds the crash-loop back-off of the containers of a pod this
+// syncer sees for the first time, from what the runtime holds: a container
+// restarted n times has waited n back-offs (the first restart is
+// immediate), unless its newest instance ran long enough to reset it.
+func (s *Syncer) adopt(pod *corev1.Pod) {
+	byName := instances(s.rt.PodContainers(pod.UID))
+	if len(byName) == 0 {
+		return
+	}
+	all := append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...)
+	for i := range all {
+		c := &all[i]
+		last := latest(byName[c.Name])
+		if last == nil {
+			continue
+		}
+		for _, inst := range byName[c.Name] {
+			s.recordID(pod.UID, inst.ID)
+		}
+		key := backOffKey(pod, c)
+		if last.Attempt == 0 || s.backOff.Get(key) != 0 {
+			continue
+		}
+		if last.State == runtime.StateExited && !last.StartedAt.IsZero() && last.FinishedAt.Sub(last.StartedAt) > 2*s.maxBackOff {
+			continue // kubelet: stable for twice the longest back-off resets it
+		}
+		for n := 0; n < last.Attempt && s.backOff.Get(key) < s.maxBackOff; n++ {
+			s.backOff.Next(key, last.StartedAt)
+		}
+	}
 }
 
 // ReasonDeadlineExceeded fails a pod past spec.activeDeadlineSeconds.
@@ -582,7 +637,107 @@ func (s *Syncer) status(pod *corev1.Pod, terminating, terminated bool) *bus.PodR
 		c := &pod.Spec.Containers[i]
 		st.ContainerStatuses = append(st.ContainerStatuses, s.containerStatus(pod, c, byName[c.Name], waiting))
 	}
+	st.ContainerHashes = hashesOf(byName, st)
 	return st
+}
+
+// hashesOf maps the instance IDs the statuses name to their spec hashes.
+func hashesOf(byName map[string][]runtime.ContainerStatus, st *bus.PodRuntimeStatus) map[string]string {
+	var out map[string]string
+	add := func(id string) {
+		if id == "" {
+			return
+		}
+		for _, list := range byName {
+			for _, inst := range list {
+				if inst.ID == id && inst.Hash != 0 {
+					if out == nil {
+						out = map[string]string{}
+					}
+					out[id] = fmt.Sprintf("%016x", inst.Hash)
+					return
+				}
+			}
+		}
+	}
+	for _, list := range [][]corev1.ContainerStatus{st.InitContainerStatuses, st.ContainerStatuses} {
+		for _, cs := range list {
+			add(cs.ContainerID)
+			if t := cs.LastTerminationState.Terminated; t != nil {
+				add(t.ContainerID)
+			}
+		}
+	}
+	return out
+}
+
+// Instances turns a reported pod status back into the container instances
+// it describes, oldest first: the last terminated instance of each
+// container, then its current one (which, while it waits out a crash-loop
+// back-off, is that same exited instance). IDs, attempts, exit codes,
+// reasons, times and spec hashes are kept; what the status does not say
+// (the attempt of the instance before the current one) is inferred.
+func Instances(st *bus.PodRuntimeStatus) []runtime.ContainerStatus {
+	if st == nil {
+		return nil
+	}
+	hash := func(id string) uint64 {
+		h, err := strconv.ParseUint(st.ContainerHashes[id], 16, 64)
+		if err != nil {
+			return 0
+		}
+		return h
+	}
+	exited := func(cs *corev1.ContainerStatus, t *corev1.ContainerStateTerminated, attempt int) runtime.ContainerStatus {
+		return runtime.ContainerStatus{
+			ID: t.ContainerID, PodUID: st.UID, Name: cs.Name, Attempt: attempt, Hash: hash(t.ContainerID),
+			State: runtime.StateExited, Image: cs.Image, ImageID: cs.ImageID,
+			CreatedAt: t.StartedAt.Time, StartedAt: t.StartedAt.Time, FinishedAt: t.FinishedAt.Time,
+			ExitCode: int(t.ExitCode), Reason: t.Reason, Message: t.Message,
+		}
+	}
+	var out []runtime.ContainerStatus
+	for _, list := range [][]corev1.ContainerStatus{st.InitContainerStatuses, st.ContainerStatuses} {
+		for i := range list {
+			cs := &list[i]
+			if cs.ContainerID == "" {
+				continue // never started
+			}
+			attempt := int(cs.RestartCount)
+			last := cs.LastTerminationState.Terminated
+			if last != nil && last.ContainerID != "" && last.ContainerID != cs.ContainerID {
+				out = append(out, exited(cs, last, max(attempt-1, 0)))
+			}
+			switch {
+			case cs.State.Running != nil:
+				out = append(out, runtime.ContainerStatus{
+					ID: cs.ContainerID, PodUID: st.UID, Name: cs.Name, Attempt: attempt, Hash: hash(cs.ContainerID),
+					State: runtime.StateRunning, Image: cs.Image, ImageID: cs.ImageID,
+					CreatedAt: cs.State.Running.StartedAt.Time, StartedAt: cs.State.Running.StartedAt.Time,
+				})
+			case cs.State.Terminated != nil:
+				t := *cs.State.Terminated
+				t.ContainerID = cs.ContainerID
+				out = append(out, exited(cs, &t, attempt))
+			case last != nil && last.ContainerID == cs.ContainerID:
+				// waiting out a back-off after this very exit.
+				out = append(out, exited(cs, last, attempt))
+			default:
+				// created, not yet running.
+				out = append(out, runtime.ContainerStatus{
+					ID: cs.ContainerID, PodUID: st.UID, Name: cs.Name, Attempt: attempt, Hash: hash(cs.ContainerID),
+					State: runtime.StateCreated, Image: cs.Image, ImageID: cs.ImageID,
+				})
+			}
+		}
+	}
+	return out
+}
+
+// CurrentStatus is the pod's runtime status as the runtime holds it now, as
+// a running pod reports it (a replica handing the pod over says it last).
+func (s *Syncer) CurrentStatus(pod *corev1.Pod) *bus.PodRuntimeStatus {
+	return s.status(pod, false, false)
 }
 
 func terminatedState(c *runtime.ContainerStatus) *corev1.ContainerStateTerminated {

@@ -41,6 +41,14 @@
 //     may ask to come back sooner (a container's crash-loop back-off ends).
 //   - Before the first SyncKnownPods an unknown pod may still have running
 //     containers (the worker set is not yet complete); after it, it cannot.
+//   - A worker ends in one of two ways: the pod finished (TerminatedPod ran),
+//     or the pod was handed over (Detach): the sync in flight is cancelled,
+//     nothing is stopped, and the pod's containers go on running in the
+//     runtime for the next owner to adopt. A detached pod ignores every
+//     update until its goroutine has returned; then it is forgotten, and a
+//     later update for its UID starts a new worker that adopts what the
+//     runtime holds (kubelet: a restarted kubelet's workers start from the
+//     containers CRI reports).
 package podworkers
 
 import (
@@ -191,7 +199,9 @@ type podState struct {
 	pod      *corev1.Pod // newest pod seen
 
 	// signal wakes the worker goroutine; nil once it has exited.
-	signal  chan struct{}
+	signal chan struct{}
+	// done is closed when the worker goroutine returns.
+	done    chan struct{}
 	working bool
 	pending *work
 	active  *work
@@ -205,6 +215,8 @@ type podState struct {
 	finalStatus   *KillOptions
 
 	deleted, evicted, finished, restartRequested bool
+	// detached: handed over; forgotten once the goroutine returns.
+	detached bool
 }
 
 type work struct {
@@ -364,7 +376,7 @@ func (w *Workers) UpdatePod(opts UpdateOptions) {
 		closeKill(opts.Kill)
 		return
 	}
-	if s.finished {
+	if s.finished || s.detached {
 		closeKill(opts.Kill)
 		return
 	}
@@ -422,8 +434,9 @@ func (w *Workers) UpdatePod(opts UpdateOptions) {
 	s.pending = &work{kind: s.workType(), opts: opts}
 	if s.signal == nil {
 		s.signal = make(chan struct{}, 1)
+		s.done = make(chan struct{})
 		w.running.Add(1)
-		go w.loop(uid, s.signal)
+		go w.loop(uid, s.signal, s.done)
 	}
 	select {
 	case s.signal <- struct{}{}:
@@ -446,8 +459,10 @@ func closeKill(k *KillOptions) {
 }
 
 // loop is the worker goroutine of one pod.
-func (w *Workers) loop(uid types.UID, signal <-chan struct{}) {
+func (w *Workers) loop(uid types.UID, signal <-chan struct{}, done chan struct{}) {
 	defer w.running.Done()
+	defer close(done)
+	defer w.forgetDetached(uid, done)
 	for range signal {
 		ctx, wk, ok := w.take(uid)
 		if !ok {
@@ -622,6 +637,52 @@ func (w *Workers) completeTerminated(uid types.UID) {
 	}
 }
 
+// Detach stops the worker of a pod without terminating the pod (its
+// partition moves to another replica): the sync in flight is cancelled,
+// pending work is dropped, waiters of a kill are released, and the pod is
+// forgotten once its goroutine has returned, which the returned channel
+// tells. The containers are not touched.
+func (w *Workers) Detach(uid types.UID) <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s, ok := w.pods[uid]
+	if !ok || s.done == nil {
+		// no goroutine ever ran (or a finished one is gone): nothing to wait for.
+		if ok && !s.working {
+			delete(w.pods, uid)
+		}
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	s.detached = true
+	s.pending = nil
+	for _, ch := range s.notify {
+		close(ch)
+	}
+	s.notify = nil
+	if s.cancel != nil {
+		s.cancel()
+	}
+	if s.signal != nil {
+		close(s.signal)
+		s.signal = nil
+	} else {
+		// the goroutine has returned already (a finished pod).
+		delete(w.pods, uid)
+	}
+	return s.done
+}
+
+// forgetDetached drops a detached pod's state as its goroutine returns.
+func (w *Workers) forgetDetached(uid types.UID, done chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if s, ok := w.pods[uid]; ok && s.detached && s.done == done {
+		delete(w.pods, uid)
+	}
+}
+
 // SyncKnownPods forgets the finished workers of pods that are no longer
 // desired, or that were created again; after the first call an unknown pod
 // is taken as not running. It returns the state of every worker left, plus
@@ -636,6 +697,9 @@ func (w *Workers) SyncKnownPods(desired []*corev1.Pod) map[types.UID]WorkType {
 	w.podsSynced = true
 	out := make(map[types.UID]WorkType, len(w.pods))
 	for uid, s := range w.pods {
+		if s.detached {
+			continue
+		}
 		_, known := want[uid]
 		if s.finished && (s.restartRequested || !known) {
 			delete(w.pods, uid)
@@ -665,8 +729,10 @@ func (w *Workers) Known() []types.UID {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	out := make([]types.UID, 0, len(w.pods))
-	for uid := range w.pods {
-		out = append(out, uid)
+	for uid, s := range w.pods {
+		if !s.detached {
+			out = append(out, uid)
+		}
 	}
 	return out
 }

@@ -455,3 +455,50 @@ func TestSyncKnownPodsForgetsOnlyFinishedOrphans(t *testing.T) {
 	}
 	close(release)
 }
+
+// Detach hands a pod over: the sync in flight is cancelled, nothing is
+// terminated, updates are ignored until the goroutine returned, and then
+// the UID is free for a new worker.
+func TestDetachStopsWithoutTerminating(t *testing.T) {
+	h := newFake()
+	w := start(t, h)
+	p := newPod("d1", "detached")
+	h.mu.Lock()
+	h.block[p.UID] = make(chan struct{}) // the sync hangs until cancelled
+	h.mu.Unlock()
+	w.UpdatePod(UpdateOptions{Type: UpdateCreate, Pod: p})
+	<-h.started
+	done := w.Detach(p.UID)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("detached worker did not return")
+	}
+	if _, ok := w.Pod(p.UID); ok {
+		t.Fatal("detached pod still known")
+	}
+	for _, c := range h.callsOf(p.UID) {
+		if c.kind != SyncPodWork {
+			t.Fatalf("detach ran %v", c.kind)
+		}
+	}
+	if len(w.Known()) != 0 {
+		t.Fatalf("known after detach: %v", w.Known())
+	}
+	// a finished pod detaches at once too.
+	q := newPod("d2", "finished")
+	h.mu.Lock()
+	h.terminal[q.UID] = true
+	h.mu.Unlock()
+	w.UpdatePod(UpdateOptions{Type: UpdateCreate, Pod: q})
+	eventually(t, "q terminated", func() bool { return w.IsPodKnownTerminated(q.UID) && len(h.callsOf(q.UID)) == 3 })
+	<-w.Detach(q.UID)
+	// the UID starts afresh with a new worker.
+	h.mu.Lock()
+	delete(h.block, p.UID)
+	h.mu.Unlock()
+	before := len(h.callsOf(p.UID))
+	w.UpdatePod(UpdateOptions{Type: UpdateCreate, Pod: p})
+	eventually(t, "a new worker syncs the pod", func() bool { return len(h.callsOf(p.UID)) > before })
+	<-w.Detach("unknown")
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/logging"
 	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/services/podworkers/internal/podsync"
 )
 
 func labelsEverything() labels.Selector { return labels.Everything() }
@@ -33,22 +34,30 @@ func probesDurable(p int) string  { return fmt.Sprintf("podworkers-probes-p%d", 
 const consumerAckWait = 5 * time.Second
 
 // acquire takes a partition over: it rebuilds the partition's desired pods
-// from the stream up to where the previous owner stopped, then resumes the
-// shared durable consumers and answers the partition's runtime requests.
+// from the stream up to where the previous owner stopped, tells a runtime
+// that must be told (runtime.Restorer) what the partition's pods last ran,
+// hands the pods to the controller (their workers adopt what the runtime
+// holds: nothing that runs is restarted), then resumes the shared durable
+// consumers and answers the partition's runtime requests.
 func (r *Runner) acquire(ctx context.Context, p int) error {
 	r.mu.Lock()
 	ctrl, rt, pub := r.ctrl, r.rt, r.pub
 	r.mu.Unlock()
 	log := r.log.With(zap.Int("partition", p))
 	r.setActive(p, true)
-	if err := r.replay(ctx, p); err != nil {
+	state, err := r.replay(ctx, p)
+	if err == nil {
+		err = r.restore(ctx, p, state)
+	}
+	if err != nil {
 		r.setActive(p, false)
 		return err
 	}
+	r.handDesired(p, state)
 	pctx, cancel := context.WithCancel(context.Background())
 	part := &partition{cancel: cancel}
 	fail := func(err error) error {
-		r.stopPartition(p, part)
+		r.stopPartition(p, part, false)
 		r.setActive(p, false)
 		return err
 	}
@@ -135,8 +144,15 @@ func (r *Runner) gated(p int, apply func()) error {
 // already delivered to this replica is applied here (and covered by the
 // handover) rather than refused and overtaken by newer ones at the next
 // owner. A drain that hangs is abandoned after a while: the closed gate then
-// refuses what it still delivers, and the stream redelivers it.
-func (r *Runner) stopPartition(p int, part *partition) {
+// refuses what it still delivers, and the stream redelivers it. With fence
+// (the lease is lost: another replica may own the partition soon) the gate
+// closes first, and nothing more is applied here.
+func (r *Runner) stopPartition(p int, part *partition, fence bool) {
+	if fence {
+		r.gates[p].Lock()
+		r.setActive(p, false)
+		r.gates[p].Unlock()
+	}
 	for _, s := range part.subs {
 		_ = s.Unsubscribe()
 	}
@@ -164,15 +180,20 @@ func (r *Runner) stopPartition(p int, part *partition) {
 // consumerDrainTimeout bounds how long a handover waits for the consumers.
 const consumerDrainTimeout = 5 * time.Second
 
-// release stops consuming a partition and stops its pods here.
-func (r *Runner) release(ctx context.Context, p int) {
+// release stops consuming a partition and hands its pods over: their
+// workers stop, their containers go on running (a process-local runtime's
+// are stopped), and, unless the lease is lost, their current statuses go
+// out as this replica's last word. A runtime that was told what ran
+// (runtime.Restorer) forgets the partition's pods: the next owner restores
+// them from those statuses.
+func (r *Runner) release(ctx context.Context, p int, lost bool) {
 	r.mu.Lock()
 	part := r.parts[p]
 	delete(r.parts, p)
-	ctrl := r.ctrl
+	ctrl, rt, sink := r.ctrl, r.rt, r.sink
 	r.mu.Unlock()
 	if part != nil {
-		r.stopPartition(p, part)
+		r.stopPartition(p, part, lost)
 	}
 	// from now on the next owner speaks for the partition's pods.
 	r.gates[p].Lock()
@@ -181,7 +202,119 @@ func (r *Runner) release(ctx context.Context, p int) {
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if err := ctrl.ReleasePartition(rctx, p); err != nil {
-		r.log.Warn("partition released with pods still stopping", zap.Int("partition", p), zap.Error(err))
+		r.log.Warn("partition released with pod workers still stopping", zap.Int("partition", p), zap.Error(err))
+	}
+	_, local := rt.(runtime.ProcessLocal)
+	if err := sink.HandOver(rctx, p, !lost && !local); err != nil {
+		r.log.Warn("cannot publish the last statuses of a released partition", zap.Int("partition", p), zap.Error(err))
+	}
+	if rs, ok := rt.(runtime.Restorer); ok {
+		if lister, ok := rt.(runtime.PodLister); ok {
+			for _, ref := range lister.Pods() {
+				if bus.Partition(string(ref.UID), r.common.Partitions) == p {
+					rs.Forget(ref.UID)
+				}
+			}
+		}
+	}
+}
+
+// handDesired gives the controller the desired pods replay rebuilt.
+func (r *Runner) handDesired(p int, state map[string]map[types.UID]corev1.Pod) {
+	for source, pods := range state {
+		list := make([]corev1.Pod, 0, len(pods))
+		for _, pod := range pods {
+			list = append(list, pod)
+		}
+		if len(list) > 0 {
+			r.ctrl.HandleUpdate(source, bus.OpAdd, p, list)
+		}
+	}
+}
+
+// restore tells a runtime that keeps nothing of its own (runtime.Restorer)
+// what the partition's pods last ran, from the last status of each pod on
+// the podstatus stream, before any of them syncs. Pods reported terminated
+// that no source wants are gone and stay so; pods no source wants that
+// still ran are restored too, and housekeeping removes them.
+func (r *Runner) restore(ctx context.Context, p int, state map[string]map[types.UID]corev1.Pod) error {
+	rs, ok := r.rt.(runtime.Restorer)
+	if !ok {
+		return nil
+	}
+	statuses, err := r.lastStatuses(ctx, p)
+	if err != nil {
+		return fmt.Errorf("partition %d: last pod statuses: %w", p, err)
+	}
+	desired := map[types.UID]*corev1.Pod{}
+	for _, pods := range state {
+		for uid := range pods {
+			pod := pods[uid]
+			desired[uid] = &pod
+		}
+	}
+	n := 0
+	for uid, st := range statuses {
+		pod, want := desired[uid]
+		if !want {
+			if st.Terminated {
+				continue
+			}
+			pod = &corev1.Pod{}
+			pod.UID, pod.Namespace, pod.Name = uid, st.Namespace, st.Name
+		}
+		if err := rs.Restore(pod, podsync.Instances(st)); err != nil {
+			r.log.Warn("cannot restore pod into the runtime", append(logging.Pod(st.Namespace, st.Name, string(uid)), zap.Error(err))...)
+			continue
+		}
+		n++
+	}
+	r.log.Info("partition's pods restored into the runtime from their last statuses", zap.Int("partition", p), zap.Int("pods", n))
+	return nil
+}
+
+// lastStatuses reads the partition's podstatus subject and keeps the last
+// status of each pod.
+func (r *Runner) lastStatuses(ctx context.Context, p int) (map[types.UID]*bus.PodRuntimeStatus, error) {
+	out := map[types.UID]*bus.PodRuntimeStatus{}
+	subject := r.subjects.PodStatus(p)
+	stream, err := r.conn.JS.Stream(ctx, bus.StreamName(r.common.NodeName, bus.StreamPodStatus))
+	if err != nil {
+		return nil, err
+	}
+	last, err := stream.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	oc, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}, DeliverPolicy: jetstream.DeliverAllPolicy})
+	if err != nil {
+		return nil, err
+	}
+	for {
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		m, err := oc.Next(jetstream.FetchContext(fctx))
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("reading %s: %w", subject, err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return nil, err
+		}
+		if e, err := bus.Decode(m.Data()); err == nil {
+			if st, err := bus.DecodePodRuntimeStatus(e); err == nil {
+				out[st.UID] = st
+			}
+		}
+		if md.Sequence.Stream >= last.Sequence {
+			return out, nil
+		}
 	}
 }
 
@@ -189,32 +322,32 @@ func (r *Runner) release(ctx context.Context, p int) {
 // acknowledged into the desired pods, and hands them to the controller, so
 // that the next message the durable consumer delivers applies on top of
 // the state it was sent after (per-pod order across a handover).
-func (r *Runner) replay(ctx context.Context, p int) error {
+func (r *Runner) replay(ctx context.Context, p int) (map[string]map[types.UID]corev1.Pod, error) {
+	// per source, the pods it wants.
+	state := map[string]map[types.UID]corev1.Pod{}
 	stream := bus.StreamName(r.common.NodeName, bus.StreamPodUpdates)
 	c, err := r.conn.JS.Consumer(ctx, stream, updatesDurable(p))
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return nil // first owner ever: the durable consumer starts at the beginning
+		return state, nil // first owner ever: the durable consumer starts at the beginning
 	}
 	if err != nil {
-		return fmt.Errorf("partition %d: consumer info: %w", p, err)
+		return nil, fmt.Errorf("partition %d: consumer info: %w", p, err)
 	}
 	info, err := c.Info(ctx)
 	if err != nil {
-		return fmt.Errorf("partition %d: consumer info: %w", p, err)
+		return nil, fmt.Errorf("partition %d: consumer info: %w", p, err)
 	}
 	floor := info.AckFloor.Stream
 	if floor == 0 {
-		return nil
+		return state, nil
 	}
 	oc, err := r.conn.JS.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{r.subjects.PodUpdates(p)},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
-		return fmt.Errorf("partition %d: replay: %w", p, err)
+		return nil, fmt.Errorf("partition %d: replay: %w", p, err)
 	}
-	// per source, the pods it wants.
-	state := map[string]map[types.UID]corev1.Pod{}
 	n := 0
 	for {
 		fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -222,7 +355,7 @@ func (r *Runner) replay(ctx context.Context, p int) error {
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return nil, ctx.Err()
 			}
 			// nothing left below the floor (older messages aged out).
 			break
@@ -261,18 +394,24 @@ func (r *Runner) replay(ctx context.Context, p int) error {
 		}
 	}
 	total := 0
-	for source, pods := range state {
-		list := make([]corev1.Pod, 0, len(pods))
-		for _, pod := range pods {
-			list = append(list, pod)
-		}
-		total += len(list)
-		if len(list) > 0 {
-			r.ctrl.HandleUpdate(source, bus.OpAdd, p, list)
-		}
+	for _, pods := range state {
+		total += len(pods)
 	}
 	r.log.Info("partition state rebuilt from the stream", zap.Int("partition", p), zap.Int("messages", n), zap.Int("pods", total), zap.Uint64("ackFloor", floor))
-	return nil
+	return state, nil
+}
+
+// caughtUp says whether the partition's durable consumer has delivered and
+// seen acknowledged every pod update published so far.
+func (r *Runner) caughtUp(ctx context.Context, p int) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c, err := r.conn.JS.Consumer(ctx, bus.StreamName(r.common.NodeName, bus.StreamPodUpdates), updatesDurable(p))
+	if err != nil {
+		return false
+	}
+	info, err := c.Info(ctx)
+	return err == nil && info.NumPending == 0 && info.NumAckPending == 0
 }
 
 func (r *Runner) serveLogs(ctx context.Context, rt runtime.Runtime, pub *bus.Publisher, m *nats.Msg) {

@@ -10,8 +10,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,7 +68,7 @@ type Config struct {
 
 // RegisterFlags adds the podworkers keys ("podworkers.<key>") to fs.
 func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&c.ReplicaID, "podworkers.replica-id", "", "this replica's name in the partition leases; empty: random (replicas need no configuration of their own)")
+	fs.StringVar(&c.ReplicaID, "podworkers.replica-id", DefaultReplicaID(), "this replica's name in the partition leases, stable across restarts so that a restarted replica resumes its own leases at once (letters, digits, '-', '_', '.'); default: $POD_NAME, else the host name; a replica that finds its id held by another live replica takes the id with a random suffix; empty: random")
 	fs.DurationVar(&c.ResyncInterval, "podworkers.resync-interval", podworkers.DefaultResyncInterval, "interval between syncs of a healthy pod (jittered)")
 	fs.DurationVar(&c.BackOffPeriod, "podworkers.backoff-period", podworkers.DefaultBackOffPeriod, "delay before a failed pod sync is retried (jittered)")
 	fs.DurationVar(&c.ContainerBackOff, "podworkers.container-backoff", podsync.DefaultBackOffBase, "first crash-loop back-off of a restarting container; it doubles on each restart")
@@ -101,13 +103,40 @@ func (c *Config) Validate() error {
 	if c.SimStartLatency < 0 {
 		return fmt.Errorf("invalid value %v for podworkers.sim-start-latency: negative", c.SimStartLatency)
 	}
-	if c.LeaseRefresh*2 > c.LeaseTTL {
-		return fmt.Errorf("invalid value %v for podworkers.lease-ttl: must be at least twice podworkers.lease-refresh (%v)", c.LeaseTTL, c.LeaseRefresh)
+	if c.LeaseRefresh*ownership.MinTTLRefreshes > c.LeaseTTL {
+		return fmt.Errorf("invalid value %v for podworkers.lease-ttl: must be at least %d times podworkers.lease-refresh (%v)", c.LeaseTTL, ownership.MinTTLRefreshes, c.LeaseRefresh)
+	}
+	if c.ReplicaID != "" {
+		if err := ownership.ValidID(c.ReplicaID); err != nil {
+			return fmt.Errorf("invalid value for podworkers.replica-id: %w", err)
+		}
 	}
 	if _, err := admission.ParseResourceList(c.FallbackAllocatable); err != nil {
 		return fmt.Errorf("invalid value for podworkers.fallback-allocatable: %w", err)
 	}
 	return nil
+}
+
+// DefaultReplicaID is the replica id a replica takes unless told: the
+// POD_NAME environment variable (a Kubernetes pod's name, stable across
+// container restarts), else the host name, with any character a lease key
+// cannot hold replaced by '-'.
+func DefaultReplicaID() string {
+	name := os.Getenv("POD_NAME")
+	if name == "" {
+		name, _ = os.Hostname()
+	}
+	b := []byte(strings.Trim(name, "."))
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			b[i] = '-'
+		}
+	}
+	id := strings.ReplaceAll(string(b), "..", ".")
+	if ownership.ValidID(id) != nil {
+		return ""
+	}
+	return id
 }
 
 // Runner is the running stage.
@@ -120,7 +149,9 @@ type Runner struct {
 	// Runtime, if set before Start, replaces the one --runtime names (tests).
 	Runtime runtime.Runtime
 
+	// id is guarded by mu: the id asked for until run claimed one (ClaimID).
 	id       string
+	baseLog  *zap.Logger
 	subjects bus.Subjects
 	loop     app.Background
 	ready    chan struct{}
@@ -130,6 +161,7 @@ type Runner struct {
 	ctrl  *controller.Controller
 	owner *ownership.Manager
 	pub   *bus.Publisher
+	sink  *statuspub.Publisher
 	parts map[int]*partition
 	// active partitions: owned and not being released; only their pods'
 	// statuses are published.
@@ -164,6 +196,7 @@ func New(cfg *Config, common *config.Common, log *zap.Logger, conn *messaging.Co
 	r := &Runner{
 		cfg: cfg, common: common, conn: conn, cs: cs, id: id,
 		log:      log.Named("podworkers").With(zap.String("replica", id)),
+		baseLog:  log.Named("podworkers"),
 		subjects: bus.For(common.NodeName),
 		ready:    make(chan struct{}),
 		parts:    map[int]*partition{},
@@ -180,10 +213,14 @@ func New(cfg *Config, common *config.Common, log *zap.Logger, conn *messaging.Co
 }
 
 // ID is the replica's name.
-func (r *Runner) ID() string { return r.id }
+func (r *Runner) ID() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.id
+}
 
 // Source is the replica's source name on the bus.
-func (r *Runner) Source() string { return "podworkers-" + r.id }
+func (r *Runner) Source() string { return "podworkers-" + r.ID() }
 
 // Start returns at once; the stage's loops run in the background.
 func (r *Runner) Start(context.Context) error {
@@ -248,7 +285,13 @@ func (r *Runner) newRuntime(ctx context.Context) (runtime.Runtime, error) {
 	case config.RuntimeCRI:
 		return cri.New(ctx, cri.WithEndpoint(r.common.CRIEndpoint), cri.WithHostIP(r.cfg.HostIP), cri.WithLogger(r.log.Named("cri")))
 	case config.RuntimeProcess:
-		return process.New(process.WithRootDir(filepath.Join(r.common.DataDir, "podworkers-"+r.id)), process.WithHostIP(r.cfg.HostIP), process.WithLogger(r.log.Named("process")))
+		// the containers of a previous incarnation died with it: their
+		// files are left over.
+		root := filepath.Join(r.common.DataDir, "podworkers-"+r.ID())
+		if err := os.RemoveAll(root); err != nil {
+			return nil, fmt.Errorf("clearing %s: %w", root, err)
+		}
+		return process.New(process.WithRootDir(root), process.WithHostIP(r.cfg.HostIP), process.WithLogger(r.log.Named("process")))
 	default:
 		opts := []sim.Option{sim.WithStartLatency(r.cfg.SimStartLatency)}
 		if r.cfg.SimMaxStarts > 0 {
@@ -263,6 +306,28 @@ func (r *Runner) run(ctx context.Context) error {
 		return err
 	}
 	node := r.common.NodeName
+	kv, err := ownership.CreateBucket(ctx, r.conn.JS, bus.NodeToken(node))
+	if err != nil {
+		return err
+	}
+	// a live replica with the same id (replicas sharing a host name) makes
+	// this one take another.
+	id, stopClaim, err := ownership.ClaimID(ctx, kv, r.ID(), r.cfg.LeaseRefresh, r.cfg.LeaseTTL, r.log)
+	if err != nil {
+		return err
+	}
+	claimHeld := true
+	defer func() {
+		if claimHeld {
+			stopClaim()
+		}
+	}()
+	if id != r.ID() {
+		r.mu.Lock()
+		r.id = id
+		r.mu.Unlock()
+		r.log = r.baseLog.With(zap.String("replica", id))
+	}
 	rt, err := r.newRuntime(ctx)
 	if err != nil {
 		return fmt.Errorf("runtime %s: %w", r.common.Runtime, err)
@@ -301,10 +366,6 @@ func (r *Runner) run(ctx context.Context) error {
 	defer stopRecorder()
 	pub := bus.NewPublisher(r.conn.NC, r.conn.JS, node, r.Source())
 
-	kv, err := ownership.CreateBucket(ctx, r.conn.JS, bus.NodeToken(node))
-	if err != nil {
-		return err
-	}
 	var owner *ownership.Manager
 	var owned atomic.Pointer[ownership.Manager] // for admission, read before owner is set
 	sink := statuspub.New(pub, r.common.Partitions, r.isActive, r.log.Named("status"))
@@ -321,12 +382,14 @@ func (r *Runner) run(ctx context.Context) error {
 		},
 		Housekeeping: r.cfg.Housekeeping,
 		ObserveSync:  r.metrics.observe,
+		Active:       r.isActive,
+		CaughtUp:     r.caughtUp,
 		WorkerOpts:   []podworkers.Option{podworkers.WithResyncInterval(r.cfg.ResyncInterval), podworkers.WithBackOffPeriod(r.cfg.BackOffPeriod)},
 		SyncOpts:     []podsync.Option{podsync.WithBackOff(r.cfg.ContainerBackOff, r.cfg.ContainerBackOffMax), podsync.WithHostIP(r.cfg.HostIP)},
 	})
 	defer owned.Store(nil)
 	owner = ownership.New(ownership.Options{
-		KV: kv, ID: r.id, Partitions: r.common.Partitions, Refresh: r.cfg.LeaseRefresh, TTL: r.cfg.LeaseTTL,
+		KV: kv, ID: id, Partitions: r.common.Partitions, Refresh: r.cfg.LeaseRefresh, TTL: r.cfg.LeaseTTL,
 		Log: r.log.Named("ownership"),
 		Hooks: ownership.Hooks{
 			Acquire: r.acquire,
@@ -342,7 +405,7 @@ func (r *Runner) run(ctx context.Context) error {
 	owned.Store(owner)
 
 	r.mu.Lock()
-	r.rt, r.ctrl, r.owner, r.pub = rt, ctrl, owner, pub
+	r.rt, r.ctrl, r.owner, r.pub, r.sink = rt, ctrl, owner, pub, sink
 	r.mu.Unlock()
 
 	var wg sync.WaitGroup
@@ -365,6 +428,9 @@ func (r *Runner) run(ctx context.Context) error {
 	ownerCtx, stopOwner := context.WithCancel(context.Background())
 	ownerDone := make(chan struct{})
 	go func() { defer close(ownerDone); owner.Run(ownerCtx) }()
+	// the manager heartbeats the replica's key from its first round.
+	stopClaim()
+	claimHeld = false
 	readyDone := make(chan struct{})
 	go func() { defer close(readyDone); r.readinessLoop(ctx, owner, pub) }()
 	close(r.ready)
@@ -497,7 +563,7 @@ func (r *Runner) readinessLoop(ctx context.Context, owner *ownership.Manager, pu
 func (r *Runner) lastWord(owner *ownership.Manager, pub *bus.Publisher) {
 	_, replicas := owner.Status()
 	for _, id := range replicas {
-		if id != r.id {
+		if id != r.ID() {
 			return
 		}
 	}

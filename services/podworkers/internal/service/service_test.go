@@ -25,6 +25,7 @@ import (
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/config"
 	"github.com/splitlet/splitlet/libs/messaging"
+	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/libs/runtime/sim"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
@@ -67,11 +68,17 @@ type env struct {
 	status map[types.UID]*bus.PodRuntimeStatus
 	source map[types.UID]string
 	seen   []*bus.PodRuntimeStatus
+	// seenFrom[i] is the source of seen[i].
+	seenFrom []string
 }
 
 func newEnv(t *testing.T, node string) *env {
+	return newEnvOn(t, node, testenv.NATSForTest(t))
+}
+
+// newEnvOn is newEnv on a given NATS server.
+func newEnvOn(t *testing.T, node string, n *testenv.NATS) *env {
 	c := controlPlane(t)
-	n := testenv.NATSForTest(t)
 	nc, js := n.Connect(t)
 	ctx := context.Background()
 	if err := bus.EnsureStreams(ctx, js, node); err != nil {
@@ -98,6 +105,7 @@ func newEnv(t *testing.T, node string) *env {
 		e.status[st.UID] = st
 		e.source[st.UID] = env.Source
 		e.seen = append(e.seen, st)
+		e.seenFrom = append(e.seenFrom, env.Source)
 		e.mu.Unlock()
 	})
 	if err != nil {
@@ -169,6 +177,12 @@ func (e *env) startReplica(t *testing.T, runtimeName string, mod func(*Config)) 
 
 func (e *env) startReplicaConn(t *testing.T, runtimeName string, mod func(*Config)) (*Runner, *messaging.Conn) {
 	t.Helper()
+	return e.startReplicaRuntime(t, runtimeName, mod, nil)
+}
+
+// startReplicaRuntime runs a replica; rt, if set, is its runtime.
+func (e *env) startReplicaRuntime(t *testing.T, runtimeName string, mod func(*Config), rt runtime.Runtime) (*Runner, *messaging.Conn) {
+	t.Helper()
 	cfg := defaults(t)
 	if mod != nil {
 		mod(cfg)
@@ -183,6 +197,7 @@ func (e *env) startReplicaConn(t *testing.T, runtimeName string, mod func(*Confi
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.Runtime = rt
 	if err := r.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ package statuspub
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -110,6 +111,44 @@ func (p *Publisher) Resend(part int) {
 	p.mu.Unlock()
 }
 
+// HandOver ends this publisher's part in partition part: with publish, the
+// statuses of its pods not yet sent go out now (the replica still holds the
+// lease, and the next owner starts from them); then every status of the
+// partition is dropped.
+func (p *Publisher) HandOver(ctx context.Context, part int, publish bool) error {
+	p.mu.Lock()
+	var batch []*bus.PodRuntimeStatus
+	for uid, st := range p.latest {
+		if bus.Partition(string(uid), p.partitions) != part {
+			continue
+		}
+		if _, dirty := p.dirty[uid]; dirty && publish {
+			if old, ok := p.sent[uid]; !ok || !apiequality.Semantic.DeepEqual(old, st) {
+				batch = append(batch, st)
+			}
+		}
+		p.drop(uid)
+	}
+	p.mu.Unlock()
+	if len(batch) == 0 {
+		return nil
+	}
+	var errs []error
+	for _, st := range batch {
+		subj := p.subjects.PodStatus(part)
+		if _, err := p.pub.PublishAsync(subj, bus.KindPodRuntimeStatus, "", st); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := p.pub.Flush(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	p.mu.Lock()
+	p.sentN += len(batch)
+	p.mu.Unlock()
+	return errors.Join(errs...)
+}
+
 // Sent counts the messages published.
 func (p *Publisher) Sent() int {
 	p.mu.Lock()
@@ -141,6 +180,7 @@ func (p *Publisher) Run(ctx context.Context) {
 func (p *Publisher) flush(ctx context.Context) {
 	p.mu.Lock()
 	var batch []*bus.PodRuntimeStatus
+	var skipped []types.UID
 	for uid := range p.dirty {
 		st := p.latest[uid]
 		delete(p.dirty, uid)
@@ -152,10 +192,14 @@ func (p *Publisher) flush(ctx context.Context) {
 			continue
 		}
 		if !p.owned(bus.Partition(string(uid), p.partitions)) {
-			p.dropIfForgotten(uid)
+			// kept until the partition is acquired or handed over.
+			skipped = append(skipped, uid)
 			continue
 		}
 		batch = append(batch, st)
+	}
+	for _, uid := range skipped {
+		p.dirty[uid] = struct{}{}
 	}
 	p.mu.Unlock()
 	if len(batch) == 0 {

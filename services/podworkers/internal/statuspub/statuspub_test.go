@@ -99,4 +99,48 @@ func TestBurstIsCoalesced(t *testing.T) {
 			break
 		}
 	}
+	// a hand-over says the partition's pending statuses while the replica
+	// still holds the lease (even though it no longer acts on it), then
+	// drops them; a lost lease drops them unsaid.
+	owned.Store(false)
+	p.Set(&bus.PodRuntimeStatus{UID: "u3", Namespace: "ns", Name: "c", Message: "last word"})
+	if err := p.HandOver(context.Background(), 0, true); err != nil {
+		t.Fatal(err)
+	}
+	for deadline = time.Now().Add(10 * time.Second); ; {
+		if time.Now().After(deadline) {
+			t.Fatal("the hand-over did not publish the pending status")
+		}
+		m, err := cons.Next(jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			continue
+		}
+		e, _ := bus.Decode(m.Data())
+		if st, err := bus.DecodePodRuntimeStatus(e); err == nil && st.UID == "u3" && st.Message == "last word" {
+			break
+		}
+	}
+	p.Set(&bus.PodRuntimeStatus{UID: "u4", Namespace: "ns", Name: "d", Message: "lost"})
+	if err := p.HandOver(context.Background(), 0, false); err != nil {
+		t.Fatal(err)
+	}
+	owned.Store(true)
+	p.Set(&bus.PodRuntimeStatus{UID: "u5", Namespace: "ns", Name: "e", Message: "after"})
+	for deadline = time.Now().Add(10 * time.Second); ; {
+		if time.Now().After(deadline) {
+			t.Fatal("no status after the hand-over")
+		}
+		m, err := cons.Next(jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			continue
+		}
+		e, _ := bus.Decode(m.Data())
+		st, err := bus.DecodePodRuntimeStatus(e)
+		if err == nil && st.UID == "u4" {
+			t.Fatal("a status dropped by a lost lease was published")
+		}
+		if err == nil && st.UID == "u5" {
+			break
+		}
+	}
 }

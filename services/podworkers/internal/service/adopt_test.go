@@ -1,0 +1,223 @@
+package service
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
+
+	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/config"
+	"github.com/splitlet/splitlet/libs/messaging"
+	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/runtime/sim"
+)
+
+// busPod is a pod as podconfig would send it (it need not exist in the API
+// server: the pod workers read it from the bus).
+func (e *env) busPod(name string, mod func(*corev1.Pod)) *corev1.Pod {
+	grace := int64(1)
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: uuid.NewUUID(), CreationTimestamp: metav1.Now()},
+		Spec: corev1.PodSpec{NodeName: e.node, TerminationGracePeriodSeconds: &grace, RestartPolicy: corev1.RestartPolicyAlways,
+			Containers: []corev1.Container{{Name: "app", Image: "busybox", Command: []string{"sleep", "3600"}}}},
+	}
+	if mod != nil {
+		mod(p)
+	}
+	return p
+}
+
+// instance is what a status says of one container: which instance runs (or
+// ran last) and how often it restarted.
+type instance struct {
+	id       string
+	restarts int32
+}
+
+func instancesOf(st *bus.PodRuntimeStatus) map[string]instance {
+	out := map[string]instance{}
+	for _, list := range [][]corev1.ContainerStatus{st.InitContainerStatuses, st.ContainerStatuses} {
+		for _, c := range list {
+			out[c.Name] = instance{c.ContainerID, c.RestartCount}
+		}
+	}
+	return out
+}
+
+// settled: every container of the pod has an instance, running or (for a
+// finished container) terminated.
+func settled(st *bus.PodRuntimeStatus) bool {
+	if st == nil || len(st.ContainerStatuses) == 0 {
+		return false
+	}
+	for _, list := range [][]corev1.ContainerStatus{st.InitContainerStatuses, st.ContainerStatuses} {
+		for _, c := range list {
+			if c.ContainerID == "" || (c.State.Running == nil && c.State.Terminated == nil) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// kill ends a replica as kill -9 would for the bus: its connection goes
+// first, so it neither hands anything over nor says anything more; its
+// runtime goes with it.
+func kill(t *testing.T, r *Runner, conn *messaging.Conn) {
+	t.Helper()
+	conn.NC.Close()
+	stopReplica(t, r)
+}
+
+// snapshot is every pod's instances as last reported, and how many status
+// messages had arrived.
+func (e *env) snapshot(pods []*corev1.Pod) (map[types.UID]map[string]instance, int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := map[types.UID]map[string]instance{}
+	for _, p := range pods {
+		out[p.UID] = instancesOf(e.status[p.UID])
+	}
+	return out, len(e.seen)
+}
+
+// reportedSince: every pod has a status message after the first n.
+func (e *env) reportedSince(n int, pods []*corev1.Pod) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	seen := map[types.UID]bool{}
+	for _, st := range e.seen[n:] {
+		seen[st.UID] = true
+	}
+	for _, p := range pods {
+		if !seen[p.UID] {
+			return false
+		}
+	}
+	return true
+}
+
+// noRestartSince fails the test for every status message after the first n
+// that names another instance, or a restart count other than before.
+func (e *env) noRestartSince(t *testing.T, n int, before map[types.UID]map[string]instance, except ...types.UID) {
+	t.Helper()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, st := range e.seen[n:] {
+		want, ok := before[st.UID]
+		if !ok || slices.Contains(except, st.UID) {
+			continue
+		}
+		for name, got := range instancesOf(st) {
+			if got != want[name] {
+				t.Errorf("pod %s/%s container %s: %+v after, %+v before", st.Namespace, st.Name, name, got, want[name])
+			}
+		}
+	}
+}
+
+func tuned(id string) func(*Config) {
+	return func(c *Config) {
+		c.ReplicaID = id
+		c.LeaseRefresh = 100 * time.Millisecond
+		c.LeaseTTL = time.Second
+		c.FallbackAllocatable = "cpu=64,memory=256Gi,ephemeral-storage=1Ti,pods=5000"
+	}
+}
+
+// kill -9 of the only replica while its pods run, then a new replica with
+// the same id and a fresh sim runtime: it resumes its leases at once,
+// restores the pods from their last statuses on the bus and adopts them.
+// No container is started again, restart counts stay, the completed init
+// container does not run again, the Succeeded restartPolicy Never pod keeps
+// its exit code 0, and a pod no source wants any more is removed.
+func TestRestartAdoptsPods(t *testing.T) {
+	e := newEnv(t, "pw-restart")
+	a, connA := e.startReplicaConn(t, config.RuntimeSim, tuned("r1"))
+	var pods []*corev1.Pod
+	for i := 0; i < 300; i++ {
+		pods = append(pods, e.busPod(fmt.Sprintf("many-%d", i), nil))
+	}
+	done := e.busPod("done", func(p *corev1.Pod) {
+		p.Spec.RestartPolicy = corev1.RestartPolicyNever
+		p.Annotations = map[string]string{sim.AnnotationExitCode: "0", sim.AnnotationExitAfter: "10ms"}
+	})
+	withInit := e.busPod("with-init", func(p *corev1.Pod) {
+		p.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "busybox", Command: []string{"true"}}}
+		p.Annotations = map[string]string{sim.AnnotationExitCode + ".init": "0"}
+	})
+	restarted := e.busPod("restarted", nil)
+	pods = append(pods, done, withInit, restarted)
+	e.send(bus.OpAdd, pods...)
+	eventually(t, 60*time.Second, "every pod running (or finished)", func() bool {
+		for _, p := range pods {
+			if st, _ := e.get(p.UID); !settled(st) {
+				return false
+			}
+		}
+		st, _ := e.get(done.UID)
+		return st.Terminated
+	})
+	// one container with a restart behind it (liveness failure).
+	st, _ := e.get(restarted.UID)
+	e.publish(bus.For(e.node).ProbeResults(bus.Partition(string(restarted.UID), partitions)), bus.KindProbeResult, "", &bus.ProbeResult{
+		PodUID: restarted.UID, Namespace: restarted.Namespace, Name: restarted.Name, Container: "app",
+		ContainerID: st.ContainerStatuses[0].ContainerID, Probe: bus.ProbeLiveness, Result: bus.ProbeFailure})
+	eventually(t, 30*time.Second, "restarted once", func() bool {
+		st, _ := e.get(restarted.UID)
+		return st.ContainerStatuses[0].RestartCount == 1 && st.ContainerStatuses[0].State.Running != nil
+	})
+	// a pod that ran but that no source wants (it was deleted while no
+	// replica owned it): only its status is left on the bus.
+	orphan := e.busPod("orphan", nil)
+	e.publish(bus.For(e.node).PodStatus(bus.Partition(string(orphan.UID), partitions)), bus.KindPodRuntimeStatus, "", &bus.PodRuntimeStatus{
+		UID: orphan.UID, Namespace: orphan.Namespace, Name: orphan.Name,
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "app", ContainerID: "sim://0ff0ff", Image: "busybox",
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}})
+	eventually(t, 30*time.Second, "the orphan's status on the bus", func() bool { st, _ := e.get(orphan.UID); return st != nil })
+	before, n := e.snapshot(pods)
+	if got := before[withInit.UID]["init"]; got.id == "" {
+		t.Fatalf("init container never reported: %+v", before[withInit.UID])
+	}
+
+	kill(t, a, connA)
+	rt := sim.New()
+	b, _ := e.startReplicaRuntime(t, config.RuntimeSim, tuned("r1"), rt)
+	eventually(t, 10*time.Second, "the restarted replica owns every partition", func() bool {
+		return slices.Equal(b.OwnedPartitions(), []int{0, 1, 2, 3})
+	})
+	eventually(t, 60*time.Second, "every pod reported again by the restarted replica", func() bool { return e.reportedSince(n, pods) })
+	e.noRestartSince(t, n, before)
+	after, _ := e.snapshot(pods)
+	for _, p := range pods {
+		if fmt.Sprint(after[p.UID]) != fmt.Sprint(before[p.UID]) {
+			t.Errorf("pod %s: %v after the restart, %v before", p.Name, after[p.UID], before[p.UID])
+		}
+	}
+	if after[restarted.UID]["app"].restarts != 1 {
+		t.Errorf("restart count of the restarted container: %+v", after[restarted.UID])
+	}
+	sd, _ := e.get(done.UID)
+	if term := sd.ContainerStatuses[0].State.Terminated; !sd.Terminated || term == nil || term.ExitCode != 0 || term.Reason != sim.ReasonCompleted {
+		t.Errorf("Succeeded pod after the restart: %+v", sd.ContainerStatuses[0].State)
+	}
+	// the orphan was restored, then killed and removed by housekeeping.
+	eventually(t, 30*time.Second, "the orphan removed from the runtime", func() bool {
+		return len(rt.PodContainers(orphan.UID)) == 0 && !slices.ContainsFunc(rt.Pods(), func(r runtime.PodRef) bool { return r.UID == orphan.UID })
+	})
+	if st, _ := e.get(orphan.UID); st == nil || st.ContainerStatuses[0].ContainerID != "sim://0ff0ff" || st.Terminating {
+		t.Errorf("a status of the orphan was published: %+v", st)
+	}
+	// the adopted pods are driven as before: a DELETE stops one.
+	e.send(bus.OpDelete, markDeleted(pods[0]))
+	eventually(t, 30*time.Second, "deleted pod terminated", func() bool {
+		st, _ := e.get(pods[0].UID)
+		return st.Terminated && st.ContainerStatuses[0].ContainerID == before[pods[0].UID]["app"].id
+	})
+}

@@ -1,0 +1,186 @@
+package service
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/config"
+	"github.com/splitlet/splitlet/services/podworkers/internal/ownership"
+)
+
+// spreadIDs picks three replica ids that each win at least one of the
+// test's partitions (with few partitions some sets of names leave one
+// replica idle, which would prove nothing).
+func spreadIDs(t *testing.T, prefix string) []string {
+	t.Helper()
+	for i := 0; i < 100; i++ {
+		ids := []string{fmt.Sprintf("%s-a%d", prefix, i), fmt.Sprintf("%s-b%d", prefix, i), fmt.Sprintf("%s-c%d", prefix, i)}
+		wins := map[string]bool{}
+		for p := 0; p < partitions; p++ {
+			wins[ownership.Preferred(p, ids)] = true
+		}
+		if len(wins) == 3 {
+			return ids
+		}
+	}
+	t.Fatal("no three ids share the partitions")
+	return nil
+}
+
+// ownersAre: each replica owns exactly the partitions rendezvous gives it
+// among the live ids.
+func ownersAre(live []string, rs map[string]*Runner) bool {
+	for id, r := range rs {
+		var want []int
+		for p := 0; p < partitions; p++ {
+			if ownership.Preferred(p, live) == id {
+				want = append(want, p)
+			}
+		}
+		if !slices.Equal(r.OwnedPartitions(), want) {
+			return false
+		}
+	}
+	return true
+}
+
+// movedPods are the pods whose partition rendezvous gives to another
+// replica among after than among before.
+func movedPods(pods []*corev1.Pod, before, after []string) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, p := range pods {
+		part := bus.Partition(string(p.UID), partitions)
+		if ownership.Preferred(part, before) != ownership.Preferred(part, after) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// reportedByOwners: after the first n status messages, every pod has a
+// status from the replica rendezvous gives its partition among live.
+func (e *env) reportedByOwners(n int, pods []*corev1.Pod, live []string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	from := map[string]bool{}
+	for i := n; i < len(e.seen); i++ {
+		from[string(e.seen[i].UID)+" "+e.seenFrom[i]] = true
+	}
+	for _, p := range pods {
+		owner := ownership.Preferred(bus.Partition(string(p.UID), partitions), live)
+		if !from[string(p.UID)+" podworkers-"+owner] {
+			return false
+		}
+	}
+	return true
+}
+
+func (e *env) runningPods(t *testing.T, prefix string, n int) []*corev1.Pod {
+	t.Helper()
+	var pods []*corev1.Pod
+	for i := 0; i < n; i++ {
+		pods = append(pods, e.busPod(fmt.Sprintf("%s-%d", prefix, i), nil))
+	}
+	e.send(bus.OpAdd, pods...)
+	eventually(t, 60*time.Second, "every pod running", func() bool {
+		for _, p := range pods {
+			if st, _ := e.get(p.UID); !containerRunning(st) {
+				return false
+			}
+		}
+		return true
+	})
+	return pods
+}
+
+// Three replicas, one killed: only its partitions move, to the replicas
+// rendezvous names; the survivors keep theirs throughout, and the moved
+// pods keep their containers.
+func TestKilledReplicaOnlyItsPartitionsMove(t *testing.T) {
+	e := newEnv(t, "pw-three")
+	ids := spreadIDs(t, "k")
+	rs := map[string]*Runner{}
+	a := e.startReplica(t, config.RuntimeSim, tuned(ids[0]))
+	b := e.startReplica(t, config.RuntimeSim, tuned(ids[1]))
+	c, connC := e.startReplicaConn(t, config.RuntimeSim, tuned(ids[2]))
+	rs[ids[0]], rs[ids[1]], rs[ids[2]] = a, b, c
+	eventually(t, 30*time.Second, "partitions owned as rendezvous says", func() bool { return ownersAre(ids, rs) })
+	pods := e.runningPods(t, "three", 60)
+	eventually(t, 30*time.Second, "every pod reported by its owner", func() bool { return e.reportedByOwners(0, pods, ids) })
+	before, n := e.snapshot(pods)
+	keptA, keptB := a.OwnedPartitions(), b.OwnedPartitions()
+
+	kill(t, c, connC)
+	delete(rs, ids[2])
+	survivors := ids[:2]
+	eventually(t, 30*time.Second, "the dead replica's partitions taken by the survivors", func() bool {
+		// the survivors never let go of what they had.
+		for _, p := range keptA {
+			if !slices.Contains(a.OwnedPartitions(), p) {
+				t.Fatalf("%s lost partition %d", ids[0], p)
+			}
+		}
+		for _, p := range keptB {
+			if !slices.Contains(b.OwnedPartitions(), p) {
+				t.Fatalf("%s lost partition %d", ids[1], p)
+			}
+		}
+		return ownersAre(survivors, rs)
+	})
+	moved := movedPods(pods, ids, survivors)
+	if len(moved) == 0 {
+		t.Fatal("no pod in the dead replica's partitions: the test would prove nothing")
+	}
+	eventually(t, 60*time.Second, "the moved pods reported by their new owners", func() bool { return e.reportedByOwners(n, moved, survivors) })
+	e.noRestartSince(t, n, before)
+	// pods of partitions that did not move were not handed over at all.
+	e.mu.Lock()
+	for i := n; i < len(e.seen); i++ {
+		p := bus.Partition(string(e.seen[i].UID), partitions)
+		if ownership.Preferred(p, ids) != ids[2] {
+			t.Errorf("pod %s of partition %d (not moved) reported again after the kill", e.seen[i].Name, p)
+		}
+	}
+	e.mu.Unlock()
+}
+
+// Scale 1 -> 3 -> 1 with pods running: each hand-over moves only what the
+// joining or leaving replicas win or held, and no container restarts.
+func TestScaleOutAndInKeepsContainers(t *testing.T) {
+	e := newEnv(t, "pw-scale-out")
+	ids := spreadIDs(t, "s")
+	a := e.startReplica(t, config.RuntimeSim, tuned(ids[0]))
+	eventually(t, 30*time.Second, "one replica owns everything", func() bool { return len(a.OwnedPartitions()) == partitions })
+	pods := e.runningPods(t, "scale", 60)
+	before, n := e.snapshot(pods)
+
+	b := e.startReplica(t, config.RuntimeSim, tuned(ids[1]))
+	c := e.startReplica(t, config.RuntimeSim, tuned(ids[2]))
+	eventually(t, 30*time.Second, "three replicas own as rendezvous says", func() bool {
+		return ownersAre(ids, map[string]*Runner{ids[0]: a, ids[1]: b, ids[2]: c})
+	})
+	moved := movedPods(pods, ids[:1], ids)
+	if len(moved) == 0 || len(moved) == len(pods) {
+		t.Fatalf("%d of %d pods moved: the test would prove nothing", len(moved), len(pods))
+	}
+	eventually(t, 60*time.Second, "the moved pods reported by their new owners", func() bool { return e.reportedByOwners(n, moved, ids) })
+	e.noRestartSince(t, n, before)
+
+	_, n2 := e.snapshot(pods)
+	stopReplica(t, b)
+	stopReplica(t, c)
+	eventually(t, 30*time.Second, "the first replica owns everything again", func() bool { return len(a.OwnedPartitions()) == partitions })
+	eventually(t, 60*time.Second, "every moved pod reported by the first replica", func() bool { return e.reportedByOwners(n2, moved, ids[:1]) })
+	e.noRestartSince(t, n, before)
+	after, _ := e.snapshot(pods)
+	for _, p := range pods {
+		if fmt.Sprint(after[p.UID]) != fmt.Sprint(before[p.UID]) {
+			t.Errorf("pod %s: %v after scaling, %v before", p.Name, after[p.UID], before[p.UID])
+		}
+	}
+}
