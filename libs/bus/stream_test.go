@@ -45,6 +45,32 @@ func waitLen(t *testing.T, c *collected, n int) {
 	}
 }
 
+// waitDrained waits until the durable consumer has nothing pending and
+// nothing waiting for an acknowledgement (a message still being retried
+// stays there).
+func waitDrained(t *testing.T, js jetstream.JetStream, stream, durable string) {
+	t.Helper()
+	ctx := context.Background()
+	cons, err := js.Consumer(ctx, stream, durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumPending == 0 && info.NumAckPending == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("consumer %s still has pending=%d ackPending=%d", durable, info.NumPending, info.NumAckPending)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // TestDurableDeliveryAndDedup: messages published while a consumer is away
 // reach it when it comes back under the same durable name; a message sent
 // twice (same seq, as after a lost ack) is handled once; a malformed message
@@ -116,24 +142,7 @@ func TestDurableDeliveryAndDedup(t *testing.T) {
 	}
 	// Nothing more arrives: the duplicate was dropped, the malformed one
 	// terminated. The consumer has acknowledged everything.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		cons, err := js.Consumer(ctx, opts.Stream, opts.Durable)
-		if err != nil {
-			t.Fatal(err)
-		}
-		info, err := cons.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if info.NumPending == 0 && info.NumAckPending == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("consumer still has pending=%d ackPending=%d", info.NumPending, info.NumAckPending)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitDrained(t, js, opts.Stream, opts.Durable)
 	if n := got.len(); n != 5 {
 		t.Fatalf("handled %d messages, want 5 (duplicate not dropped?)", n)
 	}
@@ -293,24 +302,7 @@ func TestHandlerPanicIsBounded(t *testing.T) {
 	waitFor("the other message", func() bool { return good == 1 })
 	// Terminated: nothing left pending or waiting for an ack (a message
 	// still retried would stay there).
-	cons, err := js.Consumer(ctx, bus.StreamName("n", bus.StreamProbes), durable)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		info, err := cons.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if info.NumAckPending == 0 && info.NumPending == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the poisoned message is still pending: %d waiting for an ack, %d pending", info.NumAckPending, info.NumPending)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitDrained(t, js, bus.StreamName("n", bus.StreamProbes), durable)
 	mu.Lock()
 	defer mu.Unlock()
 	if poisoned != bus.MaxPanicDeliveries {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -16,10 +15,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/runtime/internal/capped"
 )
-
-// execOutputLimit bounds what Exec keeps of each stream.
-const execOutputLimit = 16 << 20
 
 // exitStatus is what the exec errors of cri-client and client-go carry
 // for a command that ran and failed.
@@ -41,7 +38,7 @@ func (r *Runtime) Exec(ctx context.Context, uid types.UID, name string, cmd []st
 	}
 	var in []byte
 	if stdin != nil {
-		if in, err = io.ReadAll(io.LimitReader(stdin, execOutputLimit)); err != nil {
+		if in, err = io.ReadAll(io.LimitReader(stdin, capped.Limit)); err != nil {
 			return runtime.ExecResult{}, fmt.Errorf("cri: exec: read stdin: %w", err)
 		}
 	}
@@ -85,9 +82,9 @@ func (r *Runtime) execStream(ctx context.Context, id string, cmd []string, stdin
 	if err != nil {
 		return runtime.ExecResult{}, fmt.Errorf("cri: exec %q: %w", cmd[0], err)
 	}
-	var stdout, stderr capped
+	var stdout, stderr capped.Buffer
 	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: &stdout, Stderr: &stderr})
-	res := runtime.ExecResult{Stdout: stdout.bytes(), Stderr: stderr.bytes()}
+	res := runtime.ExecResult{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
 	if err != nil {
 		var es exitStatus
 		if errors.As(err, &es) {
@@ -100,28 +97,4 @@ func (r *Runtime) execStream(ctx context.Context, id string, cmd []string, stdin
 		return res, fmt.Errorf("cri: exec %q: %w", cmd[0], err)
 	}
 	return res, nil
-}
-
-// capped keeps the first execOutputLimit bytes written to it.
-type capped struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (c *capped) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if room := execOutputLimit - len(c.buf); room > 0 {
-		if len(p) > room {
-			p = p[:room]
-		}
-		c.buf = append(c.buf, p...)
-	}
-	return len(p), nil
-}
-
-func (c *capped) bytes() []byte {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf
 }

@@ -6,17 +6,14 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
-	"sync"
 	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/runtime/internal/capped"
 )
-
-// execOutputLimit bounds what Exec keeps of each stream.
-const execOutputLimit = 16 << 20
 
 // Exec implements runtime.Runtime: cmd runs as a child with the running
 // container's environment and working directory, in a process group of its
@@ -46,7 +43,7 @@ func (r *Runtime) Exec(ctx context.Context, uid types.UID, name string, cmd []st
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	var stdout, stderr capped
+	var stdout, stderr capped.Buffer
 	ec := exec.CommandContext(ctx, path)
 	ec.Args = cmd
 	ec.Env = env
@@ -66,7 +63,7 @@ func (r *Runtime) Exec(ctx context.Context, uid types.UID, name string, cmd []st
 		_ = syscall.Kill(-ec.Process.Pid, syscall.SIGKILL)
 		r.reapGroup(ec.Process.Pid)
 	}
-	res := runtime.ExecResult{Stdout: stdout.bytes(), Stderr: stderr.bytes()}
+	res := runtime.ExecResult{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
 	if err := ctx.Err(); err != nil && runErr != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			return res, fmt.Errorf("process: exec %q: timed out after %s: %w", cmd[0], timeout, err)
@@ -82,30 +79,4 @@ func (r *Runtime) Exec(ctx context.Context, uid types.UID, name string, cmd []st
 	}
 	res.ExitCode = exitCode(ec.ProcessState)
 	return res, nil
-}
-
-// capped keeps the first execOutputLimit bytes written to it and drops the
-// rest, so a chatty command cannot exhaust memory nor block on a full pipe.
-type capped struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (c *capped) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if room := execOutputLimit - len(c.buf); room > 0 {
-		if len(p) > room {
-			c.buf = append(c.buf, p[:room]...)
-		} else {
-			c.buf = append(c.buf, p...)
-		}
-	}
-	return len(p), nil
-}
-
-func (c *capped) bytes() []byte {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf
 }
