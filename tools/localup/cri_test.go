@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,26 +13,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/splitlet/splitlet/libs/app/apptest"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
-
-// syncBuffer is an output several goroutines may write and read.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // `make run RUNTIME=cri`: containerd is readied (started when none
 // answers), and the demo pod runs as a real busybox container and logs.
@@ -49,13 +31,19 @@ func TestLocalUpCRI(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", filepath.Join(bin, "splitlet"), filepath.Join(root, "cmd", "splitlet")).CombinedOutput(); err != nil {
 		t.Fatalf("build splitlet: %v\n%s", err, out)
 	}
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
 	state := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	runCtx, stop := context.WithCancel(ctx)
-	out := &syncBuffer{}
+	out := &apptest.Buffer{}
 	done := make(chan error, 1)
-	go func() { done <- run(runCtx, options{stateDir: state, node: "splitlet-node", runtime: "cri", out: out}) }()
+	go func() {
+		done <- run(runCtx, options{stateDir: state, node: "splitlet-node", runtime: "cri", kubeletPort: port, out: out})
+	}()
 	defer func() {
 		stop()
 		if err := <-done; err != nil {

@@ -69,6 +69,9 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	if o.kubeletPort == 0 {
+		o.kubeletPort = 10250
+	}
 	splitletBin, err := testenv.Binary("splitlet")
 	if err != nil {
 		return fmt.Errorf("%w (run `make build`)", err)
@@ -129,8 +132,11 @@ func run(ctx context.Context, o options) error {
 	if err := agent.Start(); err != nil {
 		return err
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- agent.Wait() }()
+	// exited is closed when splitlet has exited, with its error in
+	// exitErr: every waiter sees it, however many there are.
+	exited := make(chan struct{})
+	var exitErr error
+	go func() { exitErr = agent.Wait(); close(exited) }()
 	defer func() {
 		select {
 		case <-exited:
@@ -146,7 +152,7 @@ func run(ctx context.Context, o options) error {
 			<-exited
 		}
 	}()
-	healthAddr, err := waitReady(ctx, addrFile, exited, logPath)
+	healthAddr, err := waitReady(ctx, addrFile, exited, &exitErr, logPath)
 	if err != nil {
 		return err
 	}
@@ -183,14 +189,14 @@ Ctrl-C stops everything.
 	case <-ctx.Done():
 		fmt.Fprintln(o.out)
 		return nil
-	case err := <-exited:
-		return fmt.Errorf("splitlet exited: %v (see %s)", err, logPath)
+	case <-exited:
+		return fmt.Errorf("splitlet exited: %v (see %s)", exitErr, logPath)
 	}
 }
 
 // waitReady waits until splitlet has written its health address and its
 // /readyz answers 200, and returns the address.
-func waitReady(ctx context.Context, addrFile string, exited <-chan error, logPath string) (string, error) {
+func waitReady(ctx context.Context, addrFile string, exited <-chan struct{}, exitErr *error, logPath string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	client := &http.Client{Timeout: 5 * time.Second}
@@ -206,8 +212,8 @@ func waitReady(ctx context.Context, addrFile string, exited <-chan error, logPat
 			}
 		}
 		select {
-		case err := <-exited:
-			return "", fmt.Errorf("splitlet exited before it was ready: %v (see %s)", err, logPath)
+		case <-exited:
+			return "", fmt.Errorf("splitlet exited before it was ready: %v (see %s)", *exitErr, logPath)
 		case <-ctx.Done():
 			return "", fmt.Errorf("splitlet not ready: %w (see %s)", ctx.Err(), logPath)
 		case <-time.After(200 * time.Millisecond):
