@@ -16,19 +16,25 @@ import (
 // spreadIDs picks three replica ids that each win at least one of the
 // test's partitions (with few partitions some sets of names leave one
 // replica idle, which would prove nothing).
-func spreadIDs(t *testing.T, prefix string) []string {
+func spreadIDs(t *testing.T, prefix string) []string { return spreadN(t, prefix, 3) }
+
+// spreadN picks n replica ids that each win at least one partition.
+func spreadN(t *testing.T, prefix string, n int) []string {
 	t.Helper()
 	for i := 0; i < 100; i++ {
-		ids := []string{fmt.Sprintf("%s-a%d", prefix, i), fmt.Sprintf("%s-b%d", prefix, i), fmt.Sprintf("%s-c%d", prefix, i)}
+		var ids []string
+		for k := 0; k < n; k++ {
+			ids = append(ids, fmt.Sprintf("%s-%c%d", prefix, 'a'+k, i))
+		}
 		wins := map[string]bool{}
 		for p := 0; p < partitions; p++ {
 			wins[ownership.Preferred(p, ids)] = true
 		}
-		if len(wins) == 3 {
+		if len(wins) == n {
 			return ids
 		}
 	}
-	t.Fatal("no three ids share the partitions")
+	t.Fatalf("no %d ids share the partitions", n)
 	return nil
 }
 

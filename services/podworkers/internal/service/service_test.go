@@ -212,6 +212,9 @@ func (e *env) startReplicaRuntime(t *testing.T, runtimeName string, mod func(*Co
 	return r, conn
 }
 
+// withID sets the replica id and leaves the rest at the test defaults.
+func withID(id string) func(*Config) { return func(c *Config) { c.ReplicaID = id } }
+
 func stopReplica(t *testing.T, r *Runner) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -401,8 +404,11 @@ func TestAdmissionRejectsOversizedPod(t *testing.T) {
 
 func TestTwoReplicasShareAndHandOver(t *testing.T) {
 	e := newEnv(t, "pw-scale")
-	a := e.startReplica(t, config.RuntimeSim, nil)
-	b := e.startReplica(t, config.RuntimeSim, nil)
+	// ids that split the partitions (two default ids, the host name and a
+	// suffixed one, may leave one replica none of four partitions)
+	ids := spreadN(t, "scale", 2)
+	a := e.startReplica(t, config.RuntimeSim, withID(ids[0]))
+	b := e.startReplica(t, config.RuntimeSim, withID(ids[1]))
 	eventually(t, 30*time.Second, "partitions split between both replicas", func() bool {
 		oa, ob := a.OwnedPartitions(), b.OwnedPartitions()
 		all := append(append([]int{}, oa...), ob...)
@@ -496,8 +502,9 @@ func TestProcessIgnoringSIGTERMIsKilledAfterGrace(t *testing.T) {
 // partitions to the survivor within 15 s.
 func TestDeadReplicaPartitionsTakenOver(t *testing.T) {
 	e := newEnv(t, "pw-dead")
-	a, connA := e.startReplicaConn(t, config.RuntimeSim, nil)
-	b := e.startReplica(t, config.RuntimeSim, nil)
+	ids := spreadN(t, "dead", 2)
+	a, connA := e.startReplicaConn(t, config.RuntimeSim, withID(ids[0]))
+	b := e.startReplica(t, config.RuntimeSim, withID(ids[1]))
 	eventually(t, 30*time.Second, "partitions split between both replicas", func() bool {
 		oa, ob := a.OwnedPartitions(), b.OwnedPartitions()
 		return len(oa) > 0 && len(ob) > 0 && len(oa)+len(ob) == partitions
