@@ -420,9 +420,23 @@ func TestTwoReplicasShareAndHandOver(t *testing.T) {
 		ar := e.lastReadiness(t, js)
 		return ar != nil && ar.Ready && ar.Partitions == partitions && len(ar.Replicas) == 2 && len(ar.Unowned) == 0
 	})
+	// pods (their UIDs, so their partitions, come from the API server)
+	// until each replica has at least one
 	var pods []*corev1.Pod
-	for i := 0; i < 8; i++ {
-		pods = append(pods, newPod(t, e.cs, fmt.Sprintf("scale-%d", i), func(p *corev1.Pod) { p.Spec.NodeName = e.node }))
+	owner := map[int]*Runner{}
+	for _, r := range []*Runner{a, b} {
+		for _, p := range r.OwnedPartitions() {
+			owner[p] = r
+		}
+	}
+	has := map[*Runner]bool{}
+	for i := 0; i < 8 || len(has) < 2; i++ {
+		if i == 64 {
+			t.Fatal("64 pods and still one replica has none of them")
+		}
+		p := newPod(t, e.cs, fmt.Sprintf("scale-%d", i), func(p *corev1.Pod) { p.Spec.NodeName = e.node })
+		has[owner[bus.Partition(string(p.UID), partitions)]] = true
+		pods = append(pods, p)
 	}
 	e.send(bus.OpAdd, pods...)
 	sources := map[string]bool{}
