@@ -62,6 +62,39 @@ func (r *Runtime) Exec(ctx context.Context, uid types.UID, name string, cmd []st
 	return res, nil
 }
 
+// ExecURL implements runtime.Streamer: the runtime's Exec call, whose answer
+// is a one-time URL of its streaming server. containerd serves it on
+// 127.0.0.1 by default (stream_server_address), so whoever proxies a client
+// to it must run on the node's host.
+func (r *Runtime) ExecURL(ctx context.Context, uid types.UID, name string, cmd []string, tty, stdin, stdout, stderr bool) (string, error) {
+	if len(cmd) == 0 {
+		return "", errors.New("cri: exec needs a command")
+	}
+	c, err := r.find(uid, name, false)
+	if err != nil {
+		return "", err
+	}
+	if c.State != runtime.StateRunning {
+		return "", fmt.Errorf("cri: exec: container %q of pod %s is not running", name, uid)
+	}
+	// kubelet: with a terminal, stderr is part of it (remotecommand's
+	// NewOptions drops stderr when tty is set).
+	if tty {
+		stderr = false
+	}
+	if !stdin && !stdout && !stderr {
+		return "", errors.New("cri: exec: you must specify at least 1 of stdin, stdout, stderr")
+	}
+	resp, err := r.rs.Exec(ctx, &runtimeapi.ExecRequest{ContainerId: r.rawID(c.ID), Cmd: cmd, Tty: tty, Stdin: stdin, Stdout: stdout, Stderr: stderr})
+	if err != nil {
+		return "", fmt.Errorf("cri: exec %q: %w", cmd[0], err)
+	}
+	if resp.GetUrl() == "" {
+		return "", fmt.Errorf("cri: exec %q: the runtime answered no stream URL", cmd[0])
+	}
+	return resp.GetUrl(), nil
+}
+
 // execStream runs cmd through the runtime's streaming server (SPDY), stdin
 // attached, stdout and stderr apart.
 func (r *Runtime) execStream(ctx context.Context, id string, cmd []string, stdin io.Reader, timeout time.Duration) (runtime.ExecResult, error) {
@@ -98,3 +131,5 @@ func (r *Runtime) execStream(ctx context.Context, id string, cmd []string, stdin
 	}
 	return res, nil
 }
+
+var _ runtime.Streamer = (*Runtime)(nil)
