@@ -165,6 +165,10 @@ func TestEndToEndProcessPod(t *testing.T) {
 		!strings.Contains(err.Error(), "tty: not supported by the process runtime") {
 		t.Errorf("exec -it on the process runtime: %v, want tty: not supported by the process runtime", err)
 	}
+	if _, err := attachTTY(ctx, cp, "default", "hello", "hello", "", "never shown"); err == nil ||
+		!strings.Contains(err.Error(), "attach: not supported by the process runtime") {
+		t.Errorf("attach on the process runtime: %v, want attach: not supported by the process runtime", err)
+	}
 
 	// Readiness flips: the file goes, Ready goes False.
 	if err := exec.Command("rm", dir+"/ready").Run(); err != nil {

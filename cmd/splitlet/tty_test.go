@@ -82,11 +82,60 @@ func execTTY(ctx context.Context, cp *testenv.ControlPlane, namespace, pod, cont
 	return out.String(), err
 }
 
+// attachTTY runs `kubectl attach -it` through the API server, types input
+// and returns what the terminal showed once it shows want (or the deadline
+// passes), with the executor's error when it ended before.
+func attachTTY(ctx context.Context, cp *testenv.ControlPlane, namespace, pod, container, input, want string) (string, error) {
+	req := cp.Clientset().CoreV1().RESTClient().Post().Resource("pods").Namespace(namespace).Name(pod).SubResource("attach").
+		VersionedParams(&corev1.PodAttachOptions{Container: container, Stdin: true, Stdout: true, TTY: true}, scheme.ParameterCodec)
+	ex, err := remotecommand.NewSPDYExecutor(cp.Config, "POST", req.URL())
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	in, typist := io.Pipe()
+	defer typist.Close()
+	go func() { _, _ = io.WriteString(typist, input) }()
+	out := &watchBuffer{want: want, seen: cancel}
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: in, Stdout: out, Tty: true})
+	if out.found() {
+		return out.String(), nil
+	}
+	return out.String(), err
+}
+
+// watchBuffer calls seen once what it holds contains want.
+type watchBuffer struct {
+	syncBuffer
+	want string
+	seen func()
+	hit  bool
+}
+
+func (b *watchBuffer) Write(p []byte) (int, error) {
+	n, err := b.syncBuffer.Write(p)
+	if strings.Contains(b.String(), b.want) {
+		b.mu.Lock()
+		b.hit = true
+		b.mu.Unlock()
+		b.seen()
+	}
+	return n, err
+}
+
+func (b *watchBuffer) found() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.hit
+}
+
 // TestEndToEndCRIExecWithTTY: with every stage in one process on the CRI
 // runtime (containerd), `kubectl exec -it` goes API server → nodehb →
 // containerd's stream server: what is typed reaches busybox's shell as it
 // is typed, its terminal has the size the client set, its output comes
-// back, and its exit code is the exec's.
+// back, and its exit code is the exec's. `kubectl attach -it` reaches the
+// shell a container with stdin and tty runs.
 func TestEndToEndCRIExecWithTTY(t *testing.T) {
 	ctx := context.Background()
 	cd, err := testenv.EnsureContainerd(ctx, testenv.ContainerdOptions{})
@@ -108,6 +157,9 @@ func TestEndToEndCRIExecWithTTY(t *testing.T) {
 			Containers: []corev1.Container{{
 				Name: "main", Image: testenv.BusyboxImage, ImagePullPolicy: corev1.PullIfNotPresent,
 				Command: []string{"sh", "-c", "while true; do sleep 0.2; done"},
+			}, {
+				Name: "console", Image: testenv.BusyboxImage, ImagePullPolicy: corev1.PullIfNotPresent,
+				Command: []string{"sh"}, Stdin: true, TTY: true,
 			}},
 		},
 	}
@@ -128,7 +180,13 @@ func TestEndToEndCRIExecWithTTY(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		return p.Status.Phase == corev1.PodRunning, string(p.Status.Phase)
+		running := 0
+		for _, c := range p.Status.ContainerStatuses {
+			if c.State.Running != nil {
+				running++
+			}
+		}
+		return p.Status.Phase == corev1.PodRunning && running == 2, fmt.Sprintf("%s, %d running", p.Status.Phase, running)
 	})
 
 	// The resize travels on its own stream: the shell waits (up to 10 s)
@@ -161,5 +219,11 @@ func TestEndToEndCRIExecWithTTY(t *testing.T) {
 	err = ex.StreamWithContext(sctx, remotecommand.StreamOptions{Stdin: strings.NewReader("from stdin\n"), Stdout: &stdout, Stderr: &stderr})
 	if !errors.As(err, &exit) || exit.ExitStatus() != 4 || stdout.String() != "from stdin\n" || stderr.String() != "err\n" {
 		t.Errorf("exec without a terminal: %v, stdout %q, stderr %q; want exit 4, the input back, err", err, stdout.String(), stderr.String())
+	}
+
+	// kubectl attach -it: the console's shell reads what is typed. The
+	// product is told apart from the echoed line by its own line.
+	if out, err := attachTTY(ctx, cp, "default", "shell", "console", "echo $((6*7))\n", "\n42\r\n"); !strings.Contains(out, "\n42\r\n") {
+		t.Errorf("attach -it: %v; terminal:\n%q", err, out)
 	}
 }

@@ -284,12 +284,15 @@ func DecodeExecResult(e *Envelope) (*ExecResult, error) {
 
 // StreamRequest asks the replica that owns a partition for a URL of the
 // runtime's streaming server that runs Command in the container with the
-// streams asked for (kubelet: the CRI Exec call behind `kubectl exec`). The
-// requester proxies its client's connection to that URL, so the URL must be
-// reachable from where the requester runs.
+// streams asked for (kubelet: the CRI Exec call behind `kubectl exec`), or
+// with Attach and no Command, that attaches to the container's own process
+// (CRI Attach, `kubectl attach`). The requester proxies its client's
+// connection to that URL, so the URL must be reachable from where the
+// requester runs.
 type StreamRequest struct {
 	ContainerRef
-	Command []string `json:"command"`
+	Command []string `json:"command,omitempty"`
+	Attach  bool     `json:"attach,omitempty"`
 	Stdin   bool     `json:"stdin,omitempty"`
 	Stdout  bool     `json:"stdout,omitempty"`
 	Stderr  bool     `json:"stderr,omitempty"`
@@ -300,7 +303,10 @@ func (p *StreamRequest) validate(*Envelope) error {
 	if err := p.ContainerRef.validate(); err != nil {
 		return err
 	}
-	if len(p.Command) == 0 {
+	switch {
+	case p.Attach && len(p.Command) > 0:
+		return fieldErr("payload.command", "must be empty with attach")
+	case !p.Attach && len(p.Command) == 0:
 		return fieldErr("payload.command", "required")
 	}
 	if !p.Stdin && !p.Stdout && !p.Stderr {

@@ -201,6 +201,9 @@ type Streamer interface {
 	// one-time URL that serves it (the remote command protocol over SPDY).
 	// With tty, stderr is merged into stdout and not asked for.
 	ExecURL(ctx context.Context, uid types.UID, container string, cmd []string, tty, stdin, stdout, stderr bool) (string, error)
+	// AttachURL is the same for the container's own process (`kubectl
+	// attach`); tty must be what the container was started with.
+	AttachURL(ctx context.Context, uid types.UID, container string, tty, stdin, stdout, stderr bool) (string, error)
 }
 
 // ErrNotFound is returned for a container or pod the runtime does not hold.

@@ -38,6 +38,8 @@ import (
 const streamCreationTimeout = 30 * time.Second
 
 type execOptions struct {
+	// attach: to the container's own process, no command.
+	attach                 bool
 	command                []string
 	stdin, stdout, stderr  bool
 	tty                    bool
@@ -54,15 +56,22 @@ func queryBool(q map[string][]string, key string) bool {
 }
 
 func parseExecOptions(r *http.Request) (*execOptions, error) {
+	return parseStreamOptions(r, false)
+}
+
+func parseStreamOptions(r *http.Request, attach bool) (*execOptions, error) {
 	q := r.URL.Query()
 	o := &execOptions{
+		attach:  attach,
 		command: q["command"],
 		stdin:   queryBool(q, "stdin") || queryBool(q, "input"),
 		stdout:  queryBool(q, "stdout") || queryBool(q, "output"),
 		stderr:  queryBool(q, "stderr") || queryBool(q, "error"),
 		tty:     queryBool(q, "tty"),
 	}
-	if len(o.command) == 0 {
+	if attach {
+		o.command = nil
+	} else if len(o.command) == 0 {
 		return nil, fmt.Errorf("command: required")
 	}
 	if !o.stdin && !o.stdout && !o.stderr {
@@ -80,6 +89,38 @@ type execStreams struct {
 	stdin  httpstream.Stream
 	stdout httpstream.Stream
 	stderr httpstream.Stream
+}
+
+// handleAttach serves /attach/{namespace}/{pod}[/{uid}]/{container}
+// (`kubectl attach`): only through the runtime's streaming server, as there
+// is no way to attach over the bus.
+func (s *Server) handleAttach(w http.ResponseWriter, r *http.Request) {
+	opts, err := parseStreamOptions(r, true)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	pod, container, ok := s.lookup(w, r)
+	if !ok {
+		return
+	}
+	// kubelet: an attach has the terminal the container was started with,
+	// whatever the client asks, since a running process cannot change it.
+	opts.tty = containerTTY(pod, container)
+	if opts.tty {
+		opts.stderr = false
+	}
+	uid := busUID(pod)
+	target, why, err := s.streamURL(r.Context(), uid, pod.Namespace, pod.Name, container, opts)
+	switch {
+	case err != nil:
+		s.log.Info("attach to container failed", append(logging.Pod(pod.Namespace, pod.Name, uid), zap.String("container", container), zap.Error(err))...)
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	case target != nil:
+		s.proxyStream(w, r, target)
+	default:
+		http.Error(w, why, http.StatusBadRequest)
+	}
 }
 
 // handleExec serves /exec/{namespace}/{pod}[/{uid}]/{container}.

@@ -26,6 +26,7 @@ func (s *Server) streamURL(ctx context.Context, uid, namespace, pod, container s
 	req := &bus.StreamRequest{
 		ContainerRef: bus.ContainerRef{PodUID: types.UID(uid), Namespace: namespace, Pod: pod, Container: container},
 		Command:      o.command,
+		Attach:       o.attach,
 		Stdin:        o.stdin, Stdout: o.stdout, Stderr: o.stderr, TTY: o.tty,
 	}
 	rctx, cancel := context.WithTimeout(ctx, s.reqTTL+2*time.Second)
@@ -33,7 +34,11 @@ func (s *Server) streamURL(ctx context.Context, uid, namespace, pod, container s
 	subject := s.subj.Stream(s.partition(uid))
 	e, err := s.cfg.Bus.Request(rctx, subject, bus.KindStreamRequest, req)
 	if errors.Is(err, nats.ErrNoResponders) {
-		return nil, fmt.Sprintf("tty: not supported by this agent: no pod worker serves interactive exec on %s", subject), nil
+		what := "tty"
+		if o.attach {
+			what = "attach"
+		}
+		return nil, fmt.Sprintf("%s: not supported by this agent: no pod worker serves streams on %s", what, subject), nil
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("no answer from the pod worker on %s: %w", subject, err)

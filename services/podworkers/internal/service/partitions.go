@@ -498,10 +498,18 @@ func (r *Runner) serveStream(ctx context.Context, rt runtime.Runtime, pub *bus.P
 		out.Error = err.Error()
 	} else if st, ok := rt.(runtime.Streamer); !ok {
 		out.Unsupported = true
-		out.Error = fmt.Sprintf("tty: not supported by the %s runtime", rt.Type())
+		what := "tty"
+		if req.Attach {
+			what = "attach"
+		}
+		out.Error = fmt.Sprintf("%s: not supported by the %s runtime", what, rt.Type())
 	} else {
 		rctx, cancel := context.WithTimeout(ctx, streamURLTimeout)
-		out.URL, err = st.ExecURL(rctx, req.PodUID, req.Container, req.Command, req.TTY, req.Stdin, req.Stdout, req.Stderr)
+		if req.Attach {
+			out.URL, err = st.AttachURL(rctx, req.PodUID, req.Container, req.TTY, req.Stdin, req.Stdout, req.Stderr)
+		} else {
+			out.URL, err = st.ExecURL(rctx, req.PodUID, req.Container, req.Command, req.TTY, req.Stdin, req.Stdout, req.Stderr)
+		}
 		cancel()
 		if err != nil {
 			out.Error = err.Error()
