@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/splitlet/splitlet/libs/app/apptest"
 	"github.com/splitlet/splitlet/libs/testenv"
@@ -158,6 +159,16 @@ func TestEndToEndProcessPod(t *testing.T) {
 		}
 		return strings.Contains(out, "hello 1"), out
 	})
+
+	// No terminal on the process runtime: the runtime's reason, as before.
+	if _, err := execTTY(ctx, cp, "default", "hello", "hello", []string{"sh"}, "exit\n", remotecommand.TerminalSize{Width: 80, Height: 24}); err == nil ||
+		!strings.Contains(err.Error(), "tty: not supported by the process runtime") {
+		t.Errorf("exec -it on the process runtime: %v, want tty: not supported by the process runtime", err)
+	}
+	if _, err := attachTTY(ctx, cp, "default", "hello", "hello", "", "never shown"); err == nil ||
+		!strings.Contains(err.Error(), "attach: not supported by the process runtime") {
+		t.Errorf("attach on the process runtime: %v, want attach: not supported by the process runtime", err)
+	}
 
 	// Readiness flips: the file goes, Ready goes False.
 	if err := exec.Command("rm", dir+"/ready").Run(); err != nil {

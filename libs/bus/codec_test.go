@@ -71,6 +71,10 @@ func TestRoundTrips(t *testing.T) {
 			func(e *bus.Envelope) (any, error) { return bus.DecodeExecRequest(e) }},
 		{bus.KindExecResult, "", &bus.ExecResult{Stdout: []byte("x"), ExitCode: 3},
 			func(e *bus.Envelope) (any, error) { return bus.DecodeExecResult(e) }},
+		{bus.KindStreamRequest, "", &bus.StreamRequest{ContainerRef: bus.ContainerRef{PodUID: "u", Container: "c"}, Command: []string{"sh"}, Stdin: true, Stdout: true, TTY: true},
+			func(e *bus.Envelope) (any, error) { return bus.DecodeStreamRequest(e) }},
+		{bus.KindStreamResult, "", &bus.StreamResult{URL: "http://127.0.0.1:35001/exec/Xy7Qz"},
+			func(e *bus.Envelope) (any, error) { return bus.DecodeStreamResult(e) }},
 		{bus.KindStatsResult, "", &bus.StatsResult{Pods: []bus.PodStats{{UID: "u", Name: "a", Namespace: "default", StartTime: now, Containers: []bus.ContainerStats{{Name: "c", StartTime: now, MemoryWorkingSetBytes: 42}}}}},
 			func(e *bus.Envelope) (any, error) { return bus.DecodeStatsResult(e) }},
 	}

@@ -27,6 +27,8 @@ const (
 	KindExecResult       Kind = "ExecResult"
 	KindStatsRequest     Kind = "StatsRequest"
 	KindStatsResult      Kind = "StatsResult"
+	KindStreamRequest    Kind = "StreamRequest"
+	KindStreamResult     Kind = "StreamResult"
 )
 
 var knownKinds = map[Kind]bool{
@@ -34,6 +36,7 @@ var knownKinds = map[Kind]bool{
 	KindSourcesReady: true, KindAgentReadiness: true,
 	KindLogsRequest: true, KindLogsChunk: true, KindExecRequest: true, KindExecResult: true,
 	KindStatsRequest: true, KindStatsResult: true,
+	KindStreamRequest: true, KindStreamResult: true,
 }
 
 // Op is the operation of a PodUpdate, as the kubelet's config package names them.

@@ -40,7 +40,8 @@ func TestDocExamplesDecode(t *testing.T) {
 		kinds[e.Kind] = true
 	}
 	for _, k := range []bus.Kind{bus.KindPodUpdate, bus.KindPodRuntimeStatus, bus.KindProbeResult, bus.KindSourcesReady,
-		bus.KindAgentReadiness, bus.KindLogsRequest, bus.KindLogsChunk, bus.KindExecRequest, bus.KindExecResult} {
+		bus.KindAgentReadiness, bus.KindLogsRequest, bus.KindLogsChunk, bus.KindExecRequest, bus.KindExecResult,
+		bus.KindStreamRequest, bus.KindStreamResult} {
 		if !kinds[k] {
 			t.Errorf("docs/bus.md has no example of %s", k)
 		}
@@ -70,6 +71,10 @@ func decodeAny(e *bus.Envelope) error {
 		_, err = bus.DecodeExecResult(e)
 	case bus.KindStatsRequest:
 		_, err = bus.DecodeStatsRequest(e)
+	case bus.KindStreamRequest:
+		_, err = bus.DecodeStreamRequest(e)
+	case bus.KindStreamResult:
+		_, err = bus.DecodeStreamResult(e)
 	case bus.KindStatsResult:
 		_, err = bus.DecodeStatsResult(e)
 	}

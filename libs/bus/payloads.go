@@ -282,6 +282,65 @@ func DecodeExecResult(e *Envelope) (*ExecResult, error) {
 	return DecodePayload[ExecResult](e, KindExecResult)
 }
 
+// StreamRequest asks the replica that owns a partition for a URL of the
+// runtime's streaming server that runs Command in the container with the
+// streams asked for (kubelet: the CRI Exec call behind `kubectl exec`), or
+// with Attach and no Command, that attaches to the container's own process
+// (CRI Attach, `kubectl attach`). The requester proxies its client's
+// connection to that URL, so the URL must be reachable from where the
+// requester runs.
+type StreamRequest struct {
+	ContainerRef
+	Command []string `json:"command,omitempty"`
+	Attach  bool     `json:"attach,omitempty"`
+	Stdin   bool     `json:"stdin,omitempty"`
+	Stdout  bool     `json:"stdout,omitempty"`
+	Stderr  bool     `json:"stderr,omitempty"`
+	TTY     bool     `json:"tty,omitempty"`
+}
+
+func (p *StreamRequest) validate(*Envelope) error {
+	if err := p.ContainerRef.validate(); err != nil {
+		return err
+	}
+	switch {
+	case p.Attach && len(p.Command) > 0:
+		return fieldErr("payload.command", "must be empty with attach")
+	case !p.Attach && len(p.Command) == 0:
+		return fieldErr("payload.command", "required")
+	}
+	if !p.Stdin && !p.Stdout && !p.Stderr {
+		return fieldErr("payload.stdin", "one of stdin, stdout, stderr required")
+	}
+	return nil
+}
+
+// DecodeStreamRequest decodes and checks a StreamRequest payload.
+func DecodeStreamRequest(e *Envelope) (*StreamRequest, error) {
+	return DecodePayload[StreamRequest](e, KindStreamRequest)
+}
+
+// StreamResult answers a StreamRequest: the URL, or Error. Unsupported says
+// the runtime has no streaming server (sim, process): the requester may run
+// a command without a terminal through ExecRequest instead.
+type StreamResult struct {
+	URL         string `json:"url,omitempty"`
+	Unsupported bool   `json:"unsupported,omitempty"`
+	Error       string `json:"error,omitempty"`
+}
+
+func (p *StreamResult) validate(*Envelope) error {
+	if p.URL == "" && p.Error == "" {
+		return fieldErr("payload.url", "required without error")
+	}
+	return nil
+}
+
+// DecodeStreamResult decodes and checks a StreamResult payload.
+func DecodeStreamResult(e *Envelope) (*StreamResult, error) {
+	return DecodePayload[StreamResult](e, KindStreamResult)
+}
+
 // StatsRequest asks the replica that owns a partition for the resource
 // figures of its pods.
 type StatsRequest struct{}

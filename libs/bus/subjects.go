@@ -88,6 +88,13 @@ func (s Subjects) Exec(partition int) string { return s.part(tokRuntime+".exec",
 // (stats summary) of pods in the partition.
 func (s Subjects) Stats(partition int) string { return s.part(tokRuntime+".stats", partition) }
 
+// Stream is the request/reply subject that asks for the URL of the
+// runtime's streaming server for an interactive exec (TTY, stdin as typed,
+// output as written) in a container of a pod in the partition. Added within
+// v1: a pod worker that does not serve it leaves the request unanswered, and
+// the requester falls back to Exec.
+func (s Subjects) Stream(partition int) string { return s.part(tokRuntime+".stream", partition) }
+
 const (
 	tokPodUpdates = "podupdates"
 	tokPodStatus  = "podstatus"

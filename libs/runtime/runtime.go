@@ -13,7 +13,8 @@
 // it: a replica that stops, crashes or hands a partition over leaves its
 // containers running, and the next owner of the pods adopts what
 // PodContainers reports (kubelet: a restarted kubelet reads its containers
-// back from CRI). Three optional interfaces say how a runtime takes part:
+// back from CRI). Three optional interfaces say how a runtime takes part
+// (a fourth, Streamer, is for interactive exec):
 //
 //   - PodLister: the runtime can list the pods it holds, so that pods no
 //     source wants any more (deleted while no replica owned them) are found
@@ -187,6 +188,22 @@ type Restorer interface {
 // containers first.
 type ProcessLocal interface {
 	ProcessLocal()
+}
+
+// Streamer is implemented by a runtime with a streaming server of its own
+// (CRI), through which a client runs an interactive command: a terminal,
+// stdin as typed, output as written, terminal resizes (kubelet: the CRI Exec
+// call whose URL the kubelet's server proxies `kubectl exec` to). A runtime
+// without one (sim, process) runs commands only through Exec.
+type Streamer interface {
+	// ExecURL prepares cmd in the newest instance of the named container,
+	// which must be running, with the streams asked for, and returns the
+	// one-time URL that serves it (the remote command protocol over SPDY).
+	// With tty, stderr is merged into stdout and not asked for.
+	ExecURL(ctx context.Context, uid types.UID, container string, cmd []string, tty, stdin, stdout, stderr bool) (string, error)
+	// AttachURL is the same for the container's own process (`kubectl
+	// attach`); tty must be what the container was started with.
+	AttachURL(ctx context.Context, uid types.UID, container string, tty, stdin, stdout, stderr bool) (string, error)
 }
 
 // ErrNotFound is returned for a container or pod the runtime does not hold.

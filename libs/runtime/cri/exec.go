@@ -62,6 +62,65 @@ func (r *Runtime) Exec(ctx context.Context, uid types.UID, name string, cmd []st
 	return res, nil
 }
 
+// ExecURL implements runtime.Streamer: the runtime's Exec call, whose answer
+// is a one-time URL of its streaming server. containerd serves it on
+// 127.0.0.1 by default (stream_server_address), so whoever proxies a client
+// to it must run on the node's host.
+func (r *Runtime) ExecURL(ctx context.Context, uid types.UID, name string, cmd []string, tty, stdin, stdout, stderr bool) (string, error) {
+	if len(cmd) == 0 {
+		return "", errors.New("cri: exec needs a command")
+	}
+	id, stderr, err := r.streamTarget(uid, name, "exec", tty, stdin, stdout, stderr)
+	if err != nil {
+		return "", err
+	}
+	resp, err := r.rs.Exec(ctx, &runtimeapi.ExecRequest{ContainerId: id, Cmd: cmd, Tty: tty, Stdin: stdin, Stdout: stdout, Stderr: stderr})
+	if err != nil {
+		return "", fmt.Errorf("cri: exec %q: %w", cmd[0], err)
+	}
+	if resp.GetUrl() == "" {
+		return "", fmt.Errorf("cri: exec %q: the runtime answered no stream URL", cmd[0])
+	}
+	return resp.GetUrl(), nil
+}
+
+// AttachURL implements runtime.Streamer: the runtime's Attach call.
+func (r *Runtime) AttachURL(ctx context.Context, uid types.UID, name string, tty, stdin, stdout, stderr bool) (string, error) {
+	id, stderr, err := r.streamTarget(uid, name, "attach", tty, stdin, stdout, stderr)
+	if err != nil {
+		return "", err
+	}
+	resp, err := r.rs.Attach(ctx, &runtimeapi.AttachRequest{ContainerId: id, Tty: tty, Stdin: stdin, Stdout: stdout, Stderr: stderr})
+	if err != nil {
+		return "", fmt.Errorf("cri: attach to %q: %w", name, err)
+	}
+	if resp.GetUrl() == "" {
+		return "", fmt.Errorf("cri: attach to %q: the runtime answered no stream URL", name)
+	}
+	return resp.GetUrl(), nil
+}
+
+// streamTarget is the runtime's ID of the running container a stream goes
+// to, and whether stderr is asked for.
+func (r *Runtime) streamTarget(uid types.UID, name, what string, tty, stdin, stdout, stderr bool) (string, bool, error) {
+	c, err := r.find(uid, name, false)
+	if err != nil {
+		return "", false, err
+	}
+	if c.State != runtime.StateRunning {
+		return "", false, fmt.Errorf("cri: %s: container %q of pod %s is not running", what, name, uid)
+	}
+	// kubelet: with a terminal, stderr is part of it (remotecommand's
+	// NewOptions drops stderr when tty is set).
+	if tty {
+		stderr = false
+	}
+	if !stdin && !stdout && !stderr {
+		return "", false, fmt.Errorf("cri: %s: you must specify at least 1 of stdin, stdout, stderr", what)
+	}
+	return r.rawID(c.ID), stderr, nil
+}
+
 // execStream runs cmd through the runtime's streaming server (SPDY), stdin
 // attached, stdout and stderr apart.
 func (r *Runtime) execStream(ctx context.Context, id string, cmd []string, stdin io.Reader, timeout time.Duration) (runtime.ExecResult, error) {
@@ -98,3 +157,5 @@ func (r *Runtime) execStream(ctx context.Context, id string, cmd []string, stdin
 	}
 	return res, nil
 }
+
+var _ runtime.Streamer = (*Runtime)(nil)

@@ -3,9 +3,18 @@ package kubeletapi
 // /exec speaks the kubelet's remote command protocol over SPDY (the
 // channel.k8s.io family, v1 to v4), the way kube-apiserver talks to a kubelet
 // for `kubectl exec` (a WebSocket client is translated to SPDY by the API
-// server). The command runs through runtime.exec.<p>, which is not
-// interactive: stdin, when asked for, is read to its end before the command
-// runs, its output is sent when it ends, and a TTY is refused.
+// server). Two ways, tried in order:
+//
+//   - Streamed (runtime.stream.<p>): when the runtime behind the pod worker
+//     has a streaming server of its own (CRI), the pod worker answers with a
+//     one-time URL of it and the client's connection is proxied there, as
+//     the kubelet does: a terminal, stdin as typed, output as written,
+//     resizes. containerd serves that URL on 127.0.0.1 by default, so nodehb
+//     must run on the node's host (or in its network namespace) to reach it.
+//   - Over the bus (runtime.exec.<p>), for runtimes without one (sim,
+//     process): not interactive. Stdin, when asked for, is read to its end
+//     before the command runs, its output is sent when it ends, and a TTY is
+//     refused.
 
 import (
 	"encoding/json"
@@ -29,6 +38,8 @@ import (
 const streamCreationTimeout = 30 * time.Second
 
 type execOptions struct {
+	// attach: to the container's own process, no command.
+	attach                 bool
 	command                []string
 	stdin, stdout, stderr  bool
 	tty                    bool
@@ -45,22 +56,30 @@ func queryBool(q map[string][]string, key string) bool {
 }
 
 func parseExecOptions(r *http.Request) (*execOptions, error) {
+	return parseStreamOptions(r, false)
+}
+
+func parseStreamOptions(r *http.Request, attach bool) (*execOptions, error) {
 	q := r.URL.Query()
 	o := &execOptions{
+		attach:  attach,
 		command: q["command"],
 		stdin:   queryBool(q, "stdin") || queryBool(q, "input"),
 		stdout:  queryBool(q, "stdout") || queryBool(q, "output"),
 		stderr:  queryBool(q, "stderr") || queryBool(q, "error"),
 		tty:     queryBool(q, "tty"),
 	}
-	if len(o.command) == 0 {
+	if attach {
+		o.command = nil
+	} else if len(o.command) == 0 {
 		return nil, fmt.Errorf("command: required")
 	}
 	if !o.stdin && !o.stdout && !o.stderr {
 		return nil, fmt.Errorf("you must specify at least 1 of stdin, stdout, stderr")
 	}
-	if o.tty {
-		return nil, fmt.Errorf("tty: not supported by this agent (commands run without a terminal)")
+	if o.tty && o.stderr {
+		// kubelet: remotecommand's NewOptions drops stderr under a terminal.
+		o.stderr = false
 	}
 	return o, nil
 }
@@ -72,6 +91,38 @@ type execStreams struct {
 	stderr httpstream.Stream
 }
 
+// handleAttach serves /attach/{namespace}/{pod}[/{uid}]/{container}
+// (`kubectl attach`): only through the runtime's streaming server, as there
+// is no way to attach over the bus.
+func (s *Server) handleAttach(w http.ResponseWriter, r *http.Request) {
+	opts, err := parseStreamOptions(r, true)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	pod, container, ok := s.lookup(w, r)
+	if !ok {
+		return
+	}
+	// kubelet: an attach has the terminal the container was started with,
+	// whatever the client asks, since a running process cannot change it.
+	opts.tty = containerTTY(pod, container)
+	if opts.tty {
+		opts.stderr = false
+	}
+	uid := busUID(pod)
+	target, why, err := s.streamURL(r.Context(), uid, pod.Namespace, pod.Name, container, opts)
+	switch {
+	case err != nil:
+		s.log.Info("attach to container failed", append(logging.Pod(pod.Namespace, pod.Name, uid), zap.String("container", container), zap.Error(err))...)
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	case target != nil:
+		s.proxyStream(w, r, target)
+	default:
+		http.Error(w, why, http.StatusBadRequest)
+	}
+}
+
 // handleExec serves /exec/{namespace}/{pod}[/{uid}]/{container}.
 func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	opts, err := parseExecOptions(r)
@@ -81,6 +132,20 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	}
 	pod, container, ok := s.lookup(w, r)
 	if !ok {
+		return
+	}
+	uid := busUID(pod)
+	target, why, err := s.streamURL(r.Context(), uid, pod.Namespace, pod.Name, container, opts)
+	switch {
+	case err != nil:
+		s.log.Info("exec in container failed", append(logging.Pod(pod.Namespace, pod.Name, uid), zap.String("container", container), zap.Error(err))...)
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	case target != nil:
+		s.proxyStream(w, r, target)
+		return
+	case opts.tty:
+		http.Error(w, why, http.StatusBadRequest)
 		return
 	}
 	protocol, err := httpstream.Handshake(r, w, []string{
@@ -157,7 +222,6 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	uid := busUID(pod)
 	res, err := s.execOnBus(r.Context(), uid, pod.Namespace, pod.Name, container, opts.command, stdin)
 	if err != nil {
 		s.log.Info("exec in container failed", append(logging.Pod(pod.Namespace, pod.Name, uid), zap.String("container", container), zap.Error(err))...)

@@ -1,8 +1,10 @@
 // Package kubeletapi serves the kubelet's HTTPS API (port 10250) for the
-// agent: /healthz, /pods, /containerLogs, /run, /exec, /stats/summary and
-// /metrics/resource, with the kubelet's webhook authentication and
-// authorization. Logs, exec and stats are answered by the pod workers over
-// the bus (runtime.logs|exec|stats.<p>).
+// agent: /healthz, /pods, /containerLogs, /run, /exec, /attach,
+// /stats/summary and /metrics/resource, with the kubelet's webhook
+// authentication and authorization. Logs, exec and stats are answered by the
+// pod workers over the bus (runtime.logs|exec|stats.<p>); interactive exec
+// and attach are proxied to the runtime's streaming server, whose URL the
+// pod workers give (runtime.stream.<p>).
 package kubeletapi
 
 import (
@@ -221,6 +223,8 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /run/{namespace}/{pod}/{uid}/{container}", s.handleRun)
 	s.mux.HandleFunc("/exec/{namespace}/{pod}/{container}", s.handleExec)
 	s.mux.HandleFunc("/exec/{namespace}/{pod}/{uid}/{container}", s.handleExec)
+	s.mux.HandleFunc("/attach/{namespace}/{pod}/{container}", s.handleAttach)
+	s.mux.HandleFunc("/attach/{namespace}/{pod}/{uid}/{container}", s.handleAttach)
 	s.mux.HandleFunc("GET /stats/summary", s.handleSummary)
 	s.mux.HandleFunc("GET /metrics/resource", s.handleResourceMetrics)
 }
@@ -256,6 +260,26 @@ func busUID(p *corev1.Pod) string {
 		return v
 	}
 	return string(p.UID)
+}
+
+// containerTTY is the tty of the named container's spec.
+func containerTTY(p *corev1.Pod, name string) bool {
+	for _, c := range p.Spec.Containers {
+		if c.Name == name {
+			return c.TTY
+		}
+	}
+	for _, c := range p.Spec.InitContainers {
+		if c.Name == name {
+			return c.TTY
+		}
+	}
+	for _, c := range p.Spec.EphemeralContainers {
+		if c.Name == name {
+			return c.TTY
+		}
+	}
+	return false
 }
 
 func hasContainer(p *corev1.Pod, name string) bool {

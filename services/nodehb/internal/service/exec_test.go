@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -164,5 +165,102 @@ func TestExecRunAndStats(t *testing.T) {
 	}
 	if code, body := get(t, c, base+"/stats/summary", cp.Tokens[testenv.NobodyUser]); code != http.StatusForbidden {
 		t.Errorf("nobody /stats/summary: %d %s", code, body)
+	}
+}
+
+// streamResponder answers runtime.stream.<p> with res, as a pod worker on a
+// runtime without a streaming server (or a failing one) would.
+func streamResponder(t *testing.T, s *stack, res *bus.StreamResult) {
+	t.Helper()
+	pub := bus.NewPublisher(s.nc, nil, s.node, "podworkers-test")
+	sub, err := s.nc.Subscribe(bus.For(s.node).Prefix()+".runtime.stream.*", func(m *nats.Msg) {
+		e, err := bus.Decode(m.Data)
+		if err == nil {
+			_, err = bus.DecodeStreamRequest(e)
+		}
+		if err != nil {
+			t.Errorf("decode stream request: %v", err)
+			return
+		}
+		if err := pub.Send(m.Reply, bus.KindStreamResult, res); err != nil {
+			t.Errorf("stream reply: %v", err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+}
+
+// The ways an exec goes when the runtime cannot stream: a pod worker that
+// does not serve runtime.stream (nobody answers) or says its runtime cannot
+// stream: the command runs over the bus, and a TTY is refused with the
+// reason; a runtime that refuses the stream: its error, and nothing runs.
+func TestExecWithoutStreamingRuntime(t *testing.T) {
+	s := startStack(t, "exec-fallback-node")
+	pod := createPod(t, s.cs, s.node, "fallback-pod", nil)
+	runtimeResponder(t, s, []*corev1.Pod{pod})
+	exec := func(tty bool) (string, error) {
+		req := s.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod.Name).SubResource("exec").
+			VersionedParams(&corev1.PodExecOptions{Container: "hello", Command: []string{"echo", "hi"}, Stdout: true, TTY: tty}, scheme.ParameterCodec)
+		ex, err := remotecommand.NewSPDYExecutor(cp.Config, "POST", req.URL())
+		if err != nil {
+			return "", err
+		}
+		var out bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Tty: tty})
+		return out.String(), err
+	}
+	eventually(t, 20*time.Second, "exec over the bus when nobody serves runtime.stream", func() error {
+		out, err := exec(false)
+		if err == nil && out != "echo hi\n" {
+			err = fmt.Errorf("stdout %q", out)
+		}
+		return err
+	})
+	if _, err := exec(true); err == nil || !strings.Contains(err.Error(), "tty: not supported by this agent") {
+		t.Errorf("exec -t with nobody serving runtime.stream: %v", err)
+	}
+
+	streamResponder(t, s, &bus.StreamResult{Unsupported: true, Error: "tty: not supported by the process runtime"})
+	if out, err := exec(false); err != nil || out != "echo hi\n" {
+		t.Errorf("exec on a runtime that cannot stream: %q %v", out, err)
+	}
+	if _, err := exec(true); err == nil || !strings.Contains(err.Error(), "tty: not supported by the process runtime") {
+		t.Errorf("exec -t on a runtime that cannot stream: %v", err)
+	}
+}
+
+// A runtime that refuses the stream: its error reaches the client, and the
+// command is not run over the bus instead.
+func TestExecStreamRefused(t *testing.T) {
+	s := startStack(t, "exec-refused-node")
+	pod := createPod(t, s.cs, s.node, "refused-pod", nil)
+	var ran atomic.Bool
+	sub, err := s.nc.Subscribe(bus.For(s.node).Prefix()+".runtime.exec.*", func(*nats.Msg) { ran.Store(true) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	streamResponder(t, s, &bus.StreamResult{Error: `cri: exec: container "hello" of pod x is not running`})
+	req := s.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod.Name).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: "hello", Command: []string{"sh"}, Stdin: true, Stdout: true, TTY: true}, scheme.ParameterCodec)
+	ex, err := remotecommand.NewSPDYExecutor(cp.Config, "POST", req.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the runtime's refusal", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: strings.NewReader(""), Stdout: io.Discard, Tty: true})
+		if err == nil || !strings.Contains(err.Error(), "is not running") {
+			return fmt.Errorf("exec: %v", err)
+		}
+		return nil
+	})
+	if ran.Load() {
+		t.Error("the command ran over the bus after the runtime refused the stream")
 	}
 }

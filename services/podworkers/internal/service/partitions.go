@@ -111,9 +111,10 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 		return nil
 	}
 	for subject, h := range map[string]func(context.Context, *nats.Msg){
-		r.subjects.Logs(p):  func(ctx context.Context, m *nats.Msg) { r.serveLogs(ctx, rt, pub, m) },
-		r.subjects.Exec(p):  func(ctx context.Context, m *nats.Msg) { r.serveExec(ctx, rt, pub, m) },
-		r.subjects.Stats(p): func(ctx context.Context, m *nats.Msg) { r.serveStats(rt, pub, p, m) },
+		r.subjects.Logs(p):   func(ctx context.Context, m *nats.Msg) { r.serveLogs(ctx, rt, pub, m) },
+		r.subjects.Exec(p):   func(ctx context.Context, m *nats.Msg) { r.serveExec(ctx, rt, pub, m) },
+		r.subjects.Stats(p):  func(ctx context.Context, m *nats.Msg) { r.serveStats(rt, pub, p, m) },
+		r.subjects.Stream(p): func(ctx context.Context, m *nats.Msg) { r.serveStream(ctx, rt, pub, m) },
 	} {
 		if err := serve(subject, h); err != nil {
 			return fail(err)
@@ -479,6 +480,48 @@ func (r *Runner) serveExec(ctx context.Context, rt runtime.Runtime, pub *bus.Pub
 		r.log.Warn("cannot answer exec", zap.Error(err))
 	}
 }
+
+// serveStream answers a StreamRequest with the URL of the runtime's
+// streaming server (kubelet: GetExec asks the CRI runtime for it), or says
+// that the runtime has none.
+func (r *Runner) serveStream(ctx context.Context, rt runtime.Runtime, pub *bus.Publisher, m *nats.Msg) {
+	if m.Reply == "" {
+		return
+	}
+	e, err := bus.Decode(m.Data)
+	var req *bus.StreamRequest
+	if err == nil {
+		req, err = bus.DecodeStreamRequest(e)
+	}
+	out := &bus.StreamResult{}
+	if err != nil {
+		out.Error = err.Error()
+	} else if st, ok := rt.(runtime.Streamer); !ok {
+		out.Unsupported = true
+		what := "tty"
+		if req.Attach {
+			what = "attach"
+		}
+		out.Error = fmt.Sprintf("%s: not supported by the %s runtime", what, rt.Type())
+	} else {
+		rctx, cancel := context.WithTimeout(ctx, streamURLTimeout)
+		if req.Attach {
+			out.URL, err = st.AttachURL(rctx, req.PodUID, req.Container, req.TTY, req.Stdin, req.Stdout, req.Stderr)
+		} else {
+			out.URL, err = st.ExecURL(rctx, req.PodUID, req.Container, req.Command, req.TTY, req.Stdin, req.Stdout, req.Stderr)
+		}
+		cancel()
+		if err != nil {
+			out.Error = err.Error()
+		}
+	}
+	if err := pub.Send(m.Reply, bus.KindStreamResult, out); err != nil {
+		r.log.Warn("cannot answer a stream request", zap.Error(err))
+	}
+}
+
+// streamURLTimeout bounds the runtime's Exec call (it only hands out a URL).
+const streamURLTimeout = 10 * time.Second
 
 func (r *Runner) serveStats(rt runtime.Runtime, pub *bus.Publisher, p int, m *nats.Msg) {
 	if m.Reply == "" {

@@ -587,6 +587,7 @@ func (e *env) checkRuntimeRequests(t *testing.T, p *corev1.Pod) {
 	if err != nil || res.Error != "" || res.ExitCode != 0 {
 		t.Fatalf("exec result %+v, %v", res, err)
 	}
+	e.checkStream(ctx, t, p)
 	env, err = e.pub.Request(ctx, subj.Stats(part), bus.KindStatsRequest, &bus.StatsRequest{})
 	if err != nil {
 		t.Fatalf("stats: %v", err)
