@@ -47,6 +47,9 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 	r.setActive(p, true)
 	state, err := r.replay(ctx, p)
 	if err == nil {
+		err = r.relist(ctx, p, rt)
+	}
+	if err == nil {
 		err = r.restore(ctx, p, state)
 	}
 	if err != nil {
@@ -54,6 +57,7 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 		return err
 	}
 	r.handDesired(p, state)
+	r.setAdopted(p)
 	pctx, cancel := context.WithCancel(context.Background())
 	part := &partition{cancel: cancel}
 	fail := func(err error) error {
@@ -217,6 +221,21 @@ func (r *Runner) release(ctx context.Context, p int, lost bool) {
 			}
 		}
 	}
+}
+
+// relist makes a runtime that polls for its containers (runtime.Relister)
+// read them now, so that the partition's pods adopt the containers and
+// sandboxes the previous owner started since the runtime's last poll
+// instead of starting them again.
+func (r *Runner) relist(ctx context.Context, p int, rt runtime.Runtime) error {
+	rl, ok := rt.(runtime.Relister)
+	if !ok {
+		return nil
+	}
+	if err := rl.Relist(ctx); err != nil {
+		return fmt.Errorf("partition %d: read the runtime's containers: %w", p, err)
+	}
+	return nil
 }
 
 // handDesired gives the controller the desired pods replay rebuilt.

@@ -70,6 +70,17 @@ type env struct {
 	seen   []*bus.PodRuntimeStatus
 	// seenFrom[i] is the source of seen[i].
 	seenFrom []string
+	// podDefaults, if set, shapes every pod busPod makes (a runtime's
+	// needs); onTrack is told of the pods a test runs (to clean them up).
+	podDefaults func(*corev1.Pod)
+	onTrack     func(...*corev1.Pod)
+}
+
+// track names pods the test runs, for the runtime's cleanup.
+func (e *env) track(pods ...*corev1.Pod) {
+	if e.onTrack != nil {
+		e.onTrack(pods...)
+	}
 }
 
 func newEnv(t *testing.T, node string) *env {
