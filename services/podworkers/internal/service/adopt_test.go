@@ -141,9 +141,9 @@ type flavour struct {
 	// tests start.
 	runtime string
 	pods    int
-	// fresh is the runtime of a replica started again (nil: the replica
-	// makes its own).
-	fresh func() runtime.Runtime
+	// fresh, if set, makes the runtime of each replica the test starts
+	// (else the replica makes its own).
+	fresh func(t *testing.T) runtime.Runtime
 	// orphan leaves a running pod in the runtime that no source wants
 	// (deleted while no replica ran), and says how to tell it is gone.
 	orphan func(t *testing.T, e *env) (*corev1.Pod, func() bool)
@@ -154,10 +154,20 @@ type flavour struct {
 	check func(t *testing.T, pods []*corev1.Pod, before map[types.UID]map[string]instance, since time.Time) []string
 }
 
+// replica starts a replica with the given id on the flavour's runtime.
+func (f *flavour) replica(t *testing.T, e *env, id string) (*Runner, *messaging.Conn) {
+	t.Helper()
+	var rt runtime.Runtime
+	if f.fresh != nil {
+		rt = f.fresh(t)
+	}
+	return e.startReplicaRuntime(t, f.runtime, tuned(id), rt)
+}
+
 func simFlavour() *flavour {
 	f := &flavour{runtime: config.RuntimeSim, pods: 300}
 	var rt *sim.Runtime
-	f.fresh = func() runtime.Runtime { rt = sim.New(); return rt }
+	f.fresh = func(*testing.T) runtime.Runtime { rt = sim.New(); return rt }
 	// a pod that ran but only its status is left on the bus: the restarted
 	// replica restores it, then finds no source wants it.
 	f.orphan = func(t *testing.T, e *env) (*corev1.Pod, func() bool) {
@@ -188,7 +198,7 @@ func TestRestartAdoptsPods(t *testing.T) {
 // restartPolicy Never pod keeps its exit code 0, and a pod no source wants
 // any more is removed.
 func restartAdoptsPods(t *testing.T, e *env, f *flavour) {
-	a, connA := e.startReplicaConn(t, f.runtime, tuned("r1"))
+	a, connA := f.replica(t, e, "r1")
 	var pods []*corev1.Pod
 	for i := 0; i < f.pods; i++ {
 		pods = append(pods, e.busPod(fmt.Sprintf("many-%d", i), nil))
@@ -236,11 +246,7 @@ func restartAdoptsPods(t *testing.T, e *env, f *flavour) {
 	killed := time.Now()
 	orphan, orphanGone := f.orphan(t, e)
 	_, n := e.snapshot(pods)
-	var rt runtime.Runtime
-	if f.fresh != nil {
-		rt = f.fresh()
-	}
-	b, _ := e.startReplicaRuntime(t, f.runtime, tuned("r1"), rt)
+	b, _ := f.replica(t, e, "r1")
 	eventually(t, 10*time.Second, "the restarted replica owns every partition", func() bool {
 		return slices.Equal(b.OwnedPartitions(), []int{0, 1, 2, 3})
 	})

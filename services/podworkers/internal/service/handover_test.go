@@ -109,9 +109,9 @@ func TestKilledReplicaOnlyItsPartitionsMove(t *testing.T) {
 func killedReplicaOnlyItsPartitionsMove(t *testing.T, e *env, f *flavour) {
 	ids := spreadIDs(t, "k")
 	rs := map[string]*Runner{}
-	a := e.startReplica(t, f.runtime, tuned(ids[0]))
-	b := e.startReplica(t, f.runtime, tuned(ids[1]))
-	c, connC := e.startReplicaConn(t, f.runtime, tuned(ids[2]))
+	a, _ := f.replica(t, e, ids[0])
+	b, _ := f.replica(t, e, ids[1])
+	c, connC := f.replica(t, e, ids[2])
 	rs[ids[0]], rs[ids[1]], rs[ids[2]] = a, b, c
 	eventually(t, 30*time.Second, "partitions owned as rendezvous says", func() bool { return ownersAre(ids, rs) })
 	pods := e.runningPods(t, "three", f.pods)
@@ -176,14 +176,14 @@ func TestScaleOutAndInKeepsContainers(t *testing.T) {
 
 func scaleOutAndInKeepsContainers(t *testing.T, e *env, f *flavour) {
 	ids := spreadIDs(t, "s")
-	a := e.startReplica(t, f.runtime, tuned(ids[0]))
+	a, _ := f.replica(t, e, ids[0])
 	eventually(t, 30*time.Second, "one replica owns everything", func() bool { return len(a.OwnedPartitions()) == partitions })
 	pods := e.runningPods(t, "scale", f.pods)
 	before, n := e.snapshot(pods)
 	scaled := time.Now()
 
-	b := e.startReplica(t, f.runtime, tuned(ids[1]))
-	c := e.startReplica(t, f.runtime, tuned(ids[2]))
+	b, _ := f.replica(t, e, ids[1])
+	c, _ := f.replica(t, e, ids[2])
 	eventually(t, 30*time.Second, "three replicas own as rendezvous says", func() bool {
 		return ownersAre(ids, map[string]*Runner{ids[0]: a, ids[1]: b, ids[2]: c})
 	})

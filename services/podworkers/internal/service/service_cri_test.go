@@ -15,6 +15,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/config"
+	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/libs/runtime/cri"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
@@ -122,8 +123,10 @@ func criEnv(t *testing.T, node string) (*env, *testenv.Containerd) {
 }
 
 // criFlavour runs the adoption tests on containerd, asking containerd
-// itself what it holds.
-func criFlavour(t *testing.T, e *env, cd *testenv.Containerd, pods int) *flavour {
+// itself what it holds. With poll > 0 each replica's CRI runtime relists
+// that rarely: a replica then knows only what it read when it started, what
+// it started itself, and what it reads when it takes a partition over.
+func criFlavour(t *testing.T, e *env, cd *testenv.Containerd, pods int, poll time.Duration) *flavour {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -133,6 +136,17 @@ func criFlavour(t *testing.T, e *env, cd *testenv.Containerd, pods int) *flavour
 	}
 	t.Cleanup(func() { _ = rs.Close(context.Background()) })
 	f := &flavour{runtime: config.RuntimeCRI, pods: pods}
+	if poll > 0 {
+		f.fresh = func(t *testing.T) runtime.Runtime {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			r, err := cri.New(ctx, cri.WithEndpoint(cd.Endpoint), cri.WithPollInterval(poll))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+	}
 	// a pod started straight through CRI, as a replica would have before
 	// its source deleted it while no replica ran.
 	f.orphan = func(t *testing.T, e *env) (*corev1.Pod, func() bool) {
@@ -213,19 +227,22 @@ const criPodUID = "io.kubernetes.pod.uid"
 // restarted replica adopts them; no container or sandbox is created again.
 func TestCRIRestartAdoptsPods(t *testing.T) {
 	e, cd := criEnv(t, "pw-cri-restart")
-	restartAdoptsPods(t, e, criFlavour(t, e, cd, 20))
+	restartAdoptsPods(t, e, criFlavour(t, e, cd, 20, 0))
 }
 
 // Three replicas on one containerd, one killed: only its partitions move,
-// their pods keep their containers.
+// their pods keep their containers. The replicas' runtimes do not poll:
+// the survivors see the dead one's containers only by reading containerd
+// when they take its partitions.
 func TestCRIKilledReplicaOnlyItsPartitionsMove(t *testing.T) {
 	e, cd := criEnv(t, "pw-cri-three")
-	killedReplicaOnlyItsPartitionsMove(t, e, criFlavour(t, e, cd, 16))
+	killedReplicaOnlyItsPartitionsMove(t, e, criFlavour(t, e, cd, 16, time.Hour))
 }
 
 // Scale 1 -> 3 -> 1 replicas on one containerd with pods running: no
-// container restarts, nothing is created again.
+// container restarts, nothing is created again (the runtimes do not poll,
+// as above).
 func TestCRIScaleOutAndInKeepsContainers(t *testing.T) {
 	e, cd := criEnv(t, "pw-cri-scale")
-	scaleOutAndInKeepsContainers(t, e, criFlavour(t, e, cd, 16))
+	scaleOutAndInKeepsContainers(t, e, criFlavour(t, e, cd, 16, time.Hour))
 }
