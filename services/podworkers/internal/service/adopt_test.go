@@ -1,8 +1,10 @@
 package service
 
 import (
+	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -286,6 +288,97 @@ func (e *env) noStatusSince(t *testing.T, n int, p *corev1.Pod) {
 	for _, st := range e.seen[n:] {
 		if st.UID == p.UID {
 			t.Errorf("a status of %s was published: %+v", p.Name, st)
+		}
+	}
+}
+
+// slowTakeover is a sim runtime whose relist, which a replica runs when it
+// takes a partition over, lasts two housekeeping rounds (each lists the
+// runtime's pods): the partition is active then, its pods are in the
+// runtime, and not yet in the controller.
+type slowTakeover struct {
+	*sim.Runtime
+	mu       sync.Mutex
+	lists    int
+	relists  int
+	timedOut bool
+}
+
+func (s *slowTakeover) Pods() []runtime.PodRef {
+	s.mu.Lock()
+	s.lists++
+	s.mu.Unlock()
+	return s.Runtime.Pods()
+}
+
+func (s *slowTakeover) Relist(ctx context.Context) error {
+	s.mu.Lock()
+	from := s.lists
+	s.relists++
+	s.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.mu.Lock()
+		n := s.lists
+		if n < from+2 && time.Now().After(deadline) {
+			s.timedOut = true
+		}
+		done := n >= from+2 || s.timedOut
+		s.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// Housekeeping that runs while a replica takes partitions over (replayed,
+// restored into the runtime, not yet handed to the controller) takes none
+// of their pods for orphans: the restarted replica restarts nothing.
+func TestTakeoverIsNoOrphanHunt(t *testing.T) {
+	e := newEnv(t, "pw-takeover-orphans")
+	a, connA := e.startReplicaConn(t, config.RuntimeSim, tuned("r1"))
+	pods := e.runningPods(t, "kept", 12)
+	before, _ := e.snapshot(pods)
+	kill(t, a, connA)
+	_, n := e.snapshot(pods)
+	rt := &slowTakeover{Runtime: sim.New()}
+	b, _ := e.startReplicaRuntime(t, config.RuntimeSim, tuned("r1"), rt)
+	eventually(t, 30*time.Second, "the restarted replica owns every partition", func() bool {
+		return slices.Equal(b.OwnedPartitions(), []int{0, 1, 2, 3})
+	})
+	eventually(t, 60*time.Second, "every pod reported again", func() bool { return e.reportedSince(n, pods) })
+	rt.mu.Lock()
+	relists, timedOut := rt.relists, rt.timedOut
+	rt.mu.Unlock()
+	if relists < partitions || timedOut {
+		t.Fatalf("%d takeovers relisted, housekeeping ran during each: %v; the test proves nothing", relists, !timedOut)
+	}
+	// a few more rounds of housekeeping.
+	_, n2 := e.snapshot(pods)
+	rt.mu.Lock()
+	lists := rt.lists
+	rt.mu.Unlock()
+	eventually(t, 30*time.Second, "housekeeping after the takeover", func() bool {
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		return rt.lists >= lists+3
+	})
+	e.noRestartSince(t, n, before)
+	e.mu.Lock()
+	for _, st := range e.seen[n2:] {
+		if st.Terminating || st.Terminated {
+			t.Errorf("pod %s terminating after the takeover", st.Name)
+		}
+	}
+	e.mu.Unlock()
+	for _, p := range pods {
+		if st, _ := e.get(p.UID); !containerRunning(st) || st.Terminating {
+			t.Errorf("pod %s after the takeover: %+v", p.Name, st)
 		}
 	}
 }

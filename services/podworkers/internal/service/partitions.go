@@ -36,8 +36,10 @@ const consumerAckWait = 5 * time.Second
 // acquire takes a partition over: it rebuilds the partition's desired pods
 // from the stream up to where the previous owner stopped, tells a runtime
 // that must be told (runtime.Restorer) what the partition's pods last ran,
+// makes a runtime that polls (runtime.Relister) read its containers now,
 // hands the pods to the controller (their workers adopt what the runtime
-// holds: nothing that runs is restarted), then resumes the shared durable
+// holds: nothing that runs is restarted), from then on lets housekeeping
+// look for the partition's runtime orphans, then resumes the shared durable
 // consumers and answers the partition's runtime requests.
 func (r *Runner) acquire(ctx context.Context, p int) error {
 	r.mu.Lock()
@@ -47,10 +49,10 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 	r.setActive(p, true)
 	state, err := r.replay(ctx, p)
 	if err == nil {
-		err = r.relist(ctx, p, rt)
+		err = r.restore(ctx, p, state)
 	}
 	if err == nil {
-		err = r.restore(ctx, p, state)
+		err = r.relist(ctx, p, rt)
 	}
 	if err != nil {
 		r.setActive(p, false)
