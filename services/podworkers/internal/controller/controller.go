@@ -86,6 +86,11 @@ type Controller struct {
 	workers *podworkers.Workers
 	syncer  *podsync.Syncer
 
+	// handover serialises housekeeping with the release of a partition:
+	// a pod being handed over is neither desired here any more nor known
+	// to a worker, yet it is no orphan, and nothing may kill or remove it.
+	handover sync.Mutex
+
 	mu           sync.Mutex
 	pods         map[types.UID]*entry
 	sourcesReady bool
@@ -421,6 +426,8 @@ func (c *Controller) HandleProbe(r *bus.ProbeResult) {
 // gone, reclaims forgotten pods from the runtime and restarts pods that were
 // created again under a UID that was terminating.
 func (c *Controller) HandlePodCleanups() {
+	c.handover.Lock()
+	defer c.handover.Unlock()
 	c.mu.Lock()
 	if !c.sourcesReady {
 		c.mu.Unlock()
@@ -603,6 +610,8 @@ var HandoverGracePeriod int64 = 2
 // grace of at most HandoverGracePeriod), without being reported. It returns
 // once the workers have returned, or ctx ends.
 func (c *Controller) ReleasePartition(ctx context.Context, partition int) error {
+	c.handover.Lock()
+	defer c.handover.Unlock()
 	if _, local := c.cfg.Runtime.(runtime.ProcessLocal); local {
 		return c.stopPartition(ctx, partition)
 	}
