@@ -154,6 +154,9 @@ type flavour struct {
 	// (none may be when pods are adopted), or an instance of before it
 	// does not hold.
 	check func(t *testing.T, pods []*corev1.Pod, before map[types.UID]map[string]instance, since time.Time) []string
+	// leaseTTL, if set, replaces the tests' short lease TTL (a slower
+	// runtime on a loaded machine needs more slack before it fences).
+	leaseTTL time.Duration
 }
 
 // replica starts a replica with the given id on the flavour's runtime.
@@ -163,7 +166,14 @@ func (f *flavour) replica(t *testing.T, e *env, id string) (*Runner, *messaging.
 	if f.fresh != nil {
 		rt = f.fresh(t)
 	}
-	return e.startReplicaRuntime(t, f.runtime, tuned(id), rt)
+	tune := tuned(id)
+	if f.leaseTTL > 0 {
+		tune = func(c *Config) {
+			tuned(id)(c)
+			c.LeaseTTL, c.LeaseRefresh = f.leaseTTL, f.leaseTTL/10
+		}
+	}
+	return e.startReplicaRuntime(t, f.runtime, tune, rt)
 }
 
 func simFlavour() *flavour {

@@ -13,22 +13,25 @@ import (
 	"github.com/splitlet/splitlet/services/podworkers/internal/ownership"
 )
 
-// spreadIDs picks three replica ids that each win at least one of the
-// test's partitions (with few partitions some sets of names leave one
-// replica idle, which would prove nothing).
-func spreadIDs(t *testing.T, prefix string) []string {
+// spreadIDs picks n replica ids that each win at least one of the test's
+// partitions (with few partitions some sets of names leave one replica
+// idle, which would prove nothing).
+func spreadIDs(t *testing.T, prefix string, n int) []string {
 	t.Helper()
 	for i := 0; i < 100; i++ {
-		ids := []string{fmt.Sprintf("%s-a%d", prefix, i), fmt.Sprintf("%s-b%d", prefix, i), fmt.Sprintf("%s-c%d", prefix, i)}
+		var ids []string
+		for r := 0; r < n; r++ {
+			ids = append(ids, fmt.Sprintf("%s-%c%d", prefix, 'a'+r, i))
+		}
 		wins := map[string]bool{}
 		for p := 0; p < partitions; p++ {
 			wins[ownership.Preferred(p, ids)] = true
 		}
-		if len(wins) == 3 {
+		if len(wins) == n {
 			return ids
 		}
 	}
-	t.Fatal("no three ids share the partitions")
+	t.Fatalf("no %d ids share the partitions", n)
 	return nil
 }
 
@@ -107,7 +110,7 @@ func TestKilledReplicaOnlyItsPartitionsMove(t *testing.T) {
 }
 
 func killedReplicaOnlyItsPartitionsMove(t *testing.T, e *env, f *flavour) {
-	ids := spreadIDs(t, "k")
+	ids := spreadIDs(t, "k", 3)
 	rs := map[string]*Runner{}
 	a, _ := f.replica(t, e, ids[0])
 	b, _ := f.replica(t, e, ids[1])
@@ -175,7 +178,7 @@ func TestScaleOutAndInKeepsContainers(t *testing.T) {
 }
 
 func scaleOutAndInKeepsContainers(t *testing.T, e *env, f *flavour) {
-	ids := spreadIDs(t, "s")
+	ids := spreadIDs(t, "s", 3)
 	a, _ := f.replica(t, e, ids[0])
 	eventually(t, 30*time.Second, "one replica owns everything", func() bool { return len(a.OwnedPartitions()) == partitions })
 	pods := e.runningPods(t, "scale", f.pods)

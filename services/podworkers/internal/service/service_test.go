@@ -412,8 +412,11 @@ func TestAdmissionRejectsOversizedPod(t *testing.T) {
 
 func TestTwoReplicasShareAndHandOver(t *testing.T) {
 	e := newEnv(t, "pw-scale")
-	a := e.startReplica(t, config.RuntimeSim, nil)
-	b := e.startReplica(t, config.RuntimeSim, nil)
+	// two ids that share the partitions (replicas left to their default id,
+	// the host's name, would be one replica and an impostor).
+	ids := spreadIDs(t, "two", 2)
+	a := e.startReplica(t, config.RuntimeSim, func(c *Config) { c.ReplicaID = ids[0] })
+	b := e.startReplica(t, config.RuntimeSim, func(c *Config) { c.ReplicaID = ids[1] })
 	eventually(t, 30*time.Second, "partitions split between both replicas", func() bool {
 		oa, ob := a.OwnedPartitions(), b.OwnedPartitions()
 		all := append(append([]int{}, oa...), ob...)
