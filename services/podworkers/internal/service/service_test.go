@@ -412,8 +412,9 @@ func TestAdmissionRejectsOversizedPod(t *testing.T) {
 
 func TestTwoReplicasShareAndHandOver(t *testing.T) {
 	e := newEnv(t, "pw-scale")
-	// two ids that share the partitions (replicas left to their default id,
-	// the host's name, would be one replica and an impostor).
+	// two ids that share the partitions (left to their default, the host's
+	// name and a random one, rendezvous gives one of them every partition
+	// one time in eight).
 	ids := spreadIDs(t, "two", 2)
 	a := e.startReplica(t, config.RuntimeSim, func(c *Config) { c.ReplicaID = ids[0] })
 	b := e.startReplica(t, config.RuntimeSim, func(c *Config) { c.ReplicaID = ids[1] })
@@ -510,8 +511,9 @@ func TestProcessIgnoringSIGTERMIsKilledAfterGrace(t *testing.T) {
 // partitions to the survivor within 15 s.
 func TestDeadReplicaPartitionsTakenOver(t *testing.T) {
 	e := newEnv(t, "pw-dead")
-	a, connA := e.startReplicaConn(t, config.RuntimeSim, nil)
-	b := e.startReplica(t, config.RuntimeSim, nil)
+	ids := spreadIDs(t, "dead", 2)
+	a, connA := e.startReplicaConn(t, config.RuntimeSim, func(c *Config) { c.ReplicaID = ids[0] })
+	b := e.startReplica(t, config.RuntimeSim, func(c *Config) { c.ReplicaID = ids[1] })
 	eventually(t, 30*time.Second, "partitions split between both replicas", func() bool {
 		oa, ob := a.OwnedPartitions(), b.OwnedPartitions()
 		return len(oa) > 0 && len(ob) > 0 && len(oa)+len(ob) == partitions
