@@ -429,9 +429,17 @@ func TestTwoReplicasShareAndHandOver(t *testing.T) {
 		ar := e.lastReadiness(t, js)
 		return ar != nil && ar.Ready && ar.Partitions == partitions && len(ar.Replicas) == 2 && len(ar.Unowned) == 0
 	})
+	// at least 8 pods, and as many more as it takes for each replica to
+	// own one of them (pods land in partitions by UID).
 	var pods []*corev1.Pod
-	for i := 0; i < 8; i++ {
-		pods = append(pods, newPod(t, e.cs, fmt.Sprintf("scale-%d", i), func(p *corev1.Pod) { p.Spec.NodeName = e.node }))
+	owners := map[bool]bool{}
+	for i := 0; i < 8 || len(owners) < 2; i++ {
+		if i == 100 {
+			t.Fatal("100 pods and one replica owns them all")
+		}
+		p := newPod(t, e.cs, fmt.Sprintf("scale-%d", i), func(p *corev1.Pod) { p.Spec.NodeName = e.node })
+		pods = append(pods, p)
+		owners[slices.Contains(a.OwnedPartitions(), bus.Partition(string(p.UID), partitions))] = true
 	}
 	e.send(bus.OpAdd, pods...)
 	sources := map[string]bool{}
