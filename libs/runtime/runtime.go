@@ -13,8 +13,8 @@
 // it: a replica that stops, crashes or hands a partition over leaves its
 // containers running, and the next owner of the pods adopts what
 // PodContainers reports (kubelet: a restarted kubelet reads its containers
-// back from CRI). Three optional interfaces say how a runtime takes part
-// (a fourth, Streamer, is for interactive exec):
+// back from CRI). Four optional interfaces say how a runtime takes part
+// (a fifth, Streamer, is for interactive exec):
 //
 //   - PodLister: the runtime can list the pods it holds, so that pods no
 //     source wants any more (deleted while no replica owned them) are found
@@ -25,6 +25,9 @@
 //   - ProcessLocal: the containers are the process's own and die with it
 //     (process): they cannot be adopted, so the pod workers stop them when
 //     they hand their pods over.
+//   - Relister: the runtime polls another process for its containers (cri);
+//     the pod workers make it read them afresh before they adopt pods
+//     another replica may have just started containers for.
 package runtime
 
 import (
@@ -165,6 +168,14 @@ type PodRef struct {
 // runtime's pods that HandlePodCleanups compares with the desired ones).
 type PodLister interface {
 	Pods() []PodRef
+}
+
+// Relister is implemented by a runtime that learns what its containers do
+// by polling another process (cri: the CRI runtime's relist). Relist reads
+// them now: the pod workers call it before they adopt pods taken over from
+// another replica, which may have started containers since the last poll.
+type Relister interface {
+	Relist(ctx context.Context) error
 }
 
 // Restorer is implemented by a runtime that cannot read its containers back

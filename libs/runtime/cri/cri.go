@@ -135,11 +135,18 @@ type Runtime struct {
 	sandboxIPs map[string]string
 	cpu        map[string]cpuSample
 
+	// relistMu serialises relists (the loop's and Relist's).
+	relistMu sync.Mutex
+
 	stop chan struct{}
 	done chan struct{}
 }
 
-var _ runtime.Runtime = (*Runtime)(nil)
+var (
+	_ runtime.Runtime   = (*Runtime)(nil)
+	_ runtime.PodLister = (*Runtime)(nil)
+	_ runtime.Relister  = (*Runtime)(nil)
+)
 
 // pod is what the runtime knows of one pod. The fields are guarded by
 // Runtime.mu; sandboxMu serialises the creation of the pod's sandbox.
@@ -156,6 +163,9 @@ type pod struct {
 	// busy counts StartContainer calls under way for the pod.
 	busy      int
 	instances map[string]*instance
+	// namespace and name, from the pod or its sandbox's and containers'
+	// labels.
+	namespace, name string
 }
 
 // instance is one container of a pod, as last read from the runtime.
@@ -336,6 +346,7 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 	r.mu.Lock()
 	pd := r.podLocked(p.UID)
 	pd.busy++
+	pd.namespace, pd.name = p.Namespace, p.Name
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
@@ -532,6 +543,27 @@ func (r *Runtime) gone(uid types.UID, id string) {
 		r.events.Push(runtime.Event{PodUID: uid, ContainerID: in.status.ID, State: runtime.StateExited})
 	}
 }
+
+// Pods implements runtime.PodLister: every pod with a sandbox or a
+// container in the runtime, whoever made them (kubelet: the runtime's pods,
+// from the sandboxes' and containers' labels), by UID.
+func (r *Runtime) Pods() []runtime.PodRef {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]runtime.PodRef, 0, len(r.pods))
+	for uid, pd := range r.pods {
+		if len(pd.instances) == 0 && !pd.hasSandbox {
+			continue // a first start under way
+		}
+		out = append(out, runtime.PodRef{UID: uid, Namespace: pd.namespace, Name: pd.name})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].UID < out[j].UID })
+	return out
+}
+
+// Relist implements runtime.Relister: it reads the runtime's sandboxes and
+// containers now, as the relist loop does every poll interval.
+func (r *Runtime) Relist(ctx context.Context) error { return r.relist(ctx) }
 
 // PodContainers implements runtime.Runtime: the cached instances, oldest
 // first.

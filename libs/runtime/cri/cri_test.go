@@ -492,3 +492,66 @@ func TestRemovePod(t *testing.T) {
 }
 
 func mustQuantity(s string) resource.Quantity { return resource.MustParse(s) }
+
+func hasPod(list []runtime.PodRef, p *corev1.Pod) bool {
+	for _, ref := range list {
+		if ref.UID == p.UID {
+			return ref.Namespace == p.Namespace && ref.Name == p.Name
+		}
+	}
+	return false
+}
+
+// Pods lists the pods of every sandbox and container in the runtime, with
+// namespace and name, whoever made them; a runtime that polls rarely sees a
+// pod another one just made once it relists, and a removed pod is no
+// longer listed.
+func TestPodsAndRelist(t *testing.T) {
+	first := newRuntime(t)
+	// second polls rarely: only Relist shows it what first does meanwhile.
+	second := newRuntime(t, WithPollInterval(time.Hour))
+	p := newPod("listed", true, shell("c", `sleep 3600`))
+	p.Namespace = "other"
+	cleanupPod(t, p)
+	if hasPod(second.Pods(), p) {
+		t.Fatal("pod listed before it exists")
+	}
+	st := start(t, first, p, 0, 0)
+	if !hasPod(first.Pods(), p) {
+		t.Errorf("the runtime that made the pod does not list it: %+v", first.Pods())
+	}
+	if hasPod(second.Pods(), p) || len(second.PodContainers(p.UID)) != 0 {
+		t.Fatal("second runtime saw the pod without relisting: the test would prove nothing")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := second.Relist(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !hasPod(second.Pods(), p) {
+		t.Errorf("after Relist the pod is not listed as %s/%s: %+v", p.Namespace, p.Name, second.Pods())
+	}
+	if got := second.PodContainers(p.UID); len(got) != 1 || got[0].ID != st.ID || got[0].State != runtime.StateRunning {
+		t.Errorf("after Relist: %+v, want %s running", got, st.ID)
+	}
+	// a runtime started afresh lists it from the sandbox's labels.
+	third := newRuntime(t)
+	if !hasPod(third.Pods(), p) {
+		t.Errorf("a new runtime does not list the pod: %+v", third.Pods())
+	}
+	if err := first.StopContainer(ctx, st.ID, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.RemovePod(ctx, p.UID); err != nil {
+		t.Fatal(err)
+	}
+	if hasPod(first.Pods(), p) {
+		t.Error("removed pod still listed")
+	}
+	if err := second.Relist(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if hasPod(second.Pods(), p) {
+		t.Error("removed pod still listed by the other runtime after Relist")
+	}
+}

@@ -40,6 +40,13 @@
 // instances are kept (the current one and the previous, for `logs -p`);
 // older exited ones are removed with their logs.
 //
+// Relist (runtime.Relister) reads the CRI runtime at once: a pod worker
+// that takes pods over from another replica calls it first, so that it
+// adopts the containers and the sandbox the other one made since the last
+// poll instead of making them again. Pods (runtime.PodLister) lists every
+// pod with a sandbox or a container, with the namespace and name of their
+// labels, whoever made them: the pod workers remove those no source wants.
+//
 // # Images
 //
 // imagePullPolicy is honoured, defaulted as the API server does (Always for

@@ -183,6 +183,8 @@ func (r *Runtime) loop() {
 // (kubelet: the generic PLEG's relist): ContainerStatus only for a
 // container that is new or whose state changed.
 func (r *Runtime) relist(ctx context.Context) error {
+	r.relistMu.Lock()
+	defer r.relistMu.Unlock()
 	begun := time.Now()
 	sbs, err := r.rs.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{})
 	if err != nil {
@@ -194,9 +196,10 @@ func (r *Runtime) relist(ctx context.Context) error {
 	}
 	// the newest ready sandbox of each pod, and the highest attempt.
 	type choice struct {
-		id      string
-		created int64
-		attempt uint32
+		id              string
+		created         int64
+		attempt         uint32
+		namespace, name string
 	}
 	chosen := map[types.UID]*choice{}
 	for _, sb := range sbs {
@@ -212,6 +215,7 @@ func (r *Runtime) relist(ctx context.Context) error {
 		if a := sb.GetMetadata().GetAttempt(); a > ch.attempt {
 			ch.attempt = a
 		}
+		ch.namespace, ch.name = sb.GetMetadata().GetNamespace(), sb.GetMetadata().GetName()
 		if sb.GetState() == runtimeapi.PodSandboxState_SANDBOX_READY && sb.GetCreatedAt() >= ch.created {
 			ch.id, ch.created = sb.GetId(), sb.GetCreatedAt()
 		}
@@ -221,6 +225,9 @@ func (r *Runtime) relist(ctx context.Context) error {
 	for uid, ch := range chosen {
 		pd := r.podLocked(uid)
 		pd.hasSandbox = true
+		if pd.name == "" {
+			pd.namespace, pd.name = ch.namespace, ch.name
+		}
 		if pd.sandboxAt.Before(begun) {
 			pd.sandboxID = ch.id
 		}
@@ -247,11 +254,15 @@ func (r *Runtime) relist(ctx context.Context) error {
 
 	listed := make(map[string]bool, len(cs))
 	for _, c := range cs {
-		if c.GetLabels()[labelPodUID] == "" {
+		uid := types.UID(c.GetLabels()[labelPodUID])
+		if uid == "" {
 			continue
 		}
 		listed[c.GetId()] = true
 		r.mu.Lock()
+		if pd := r.pods[uid]; pd != nil && pd.name == "" {
+			pd.namespace, pd.name = c.GetLabels()[labelPodNamespace], c.GetLabels()[labelPodName]
+		}
 		in := r.byID[c.GetId()]
 		same := in != nil && in.status.State == stateOf(c.GetState())
 		r.mu.Unlock()

@@ -86,6 +86,11 @@ type Controller struct {
 	workers *podworkers.Workers
 	syncer  *podsync.Syncer
 
+	// handover serialises housekeeping with the release of a partition:
+	// a pod being handed over is neither desired here any more nor known
+	// to a worker, yet it is no orphan, and nothing may kill or remove it.
+	handover sync.Mutex
+
 	mu           sync.Mutex
 	pods         map[types.UID]*entry
 	sourcesReady bool
@@ -421,10 +426,22 @@ func (c *Controller) HandleProbe(r *bus.ProbeResult) {
 // gone, reclaims forgotten pods from the runtime and restarts pods that were
 // created again under a UID that was terminating.
 func (c *Controller) HandlePodCleanups() {
+	if states, ok := c.cleanupWorkers(); ok {
+		// runtime orphans are looked for on active partitions only, which
+		// a release makes inactive first: no need to hold the release up.
+		c.killRuntimeOrphans(states)
+	}
+}
+
+// cleanupWorkers is the part of housekeeping that acts on the workers; it
+// returns their states, or false before the sources are ready.
+func (c *Controller) cleanupWorkers() (map[types.UID]podworkers.WorkType, bool) {
+	c.handover.Lock()
+	defer c.handover.Unlock()
 	c.mu.Lock()
 	if !c.sourcesReady {
 		c.mu.Unlock()
-		return
+		return nil, false
 	}
 	desired := make([]*corev1.Pod, 0, len(c.pods))
 	for _, e := range c.pods {
@@ -486,7 +503,6 @@ func (c *Controller) HandlePodCleanups() {
 		c.log.Info("killing orphaned pod worker", podLog(p)...)
 		c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateKill, Pod: p, StartTime: time.Now()})
 	}
-	c.killRuntimeOrphans(states)
 	for _, p := range restart {
 		c.log.Info("restarting pod created again after termination", podLog(p)...)
 		if r := c.admit(p); !r.Admit {
@@ -495,6 +511,7 @@ func (c *Controller) HandlePodCleanups() {
 		}
 		c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p, StartTime: time.Now()})
 	}
+	return states, true
 }
 
 // orphanGrace is the grace of a runtime pod no source wants (kubelet: such
@@ -603,6 +620,8 @@ var HandoverGracePeriod int64 = 2
 // grace of at most HandoverGracePeriod), without being reported. It returns
 // once the workers have returned, or ctx ends.
 func (c *Controller) ReleasePartition(ctx context.Context, partition int) error {
+	c.handover.Lock()
+	defer c.handover.Unlock()
 	if _, local := c.cfg.Runtime.(runtime.ProcessLocal); local {
 		return c.stopPartition(ctx, partition)
 	}

@@ -232,3 +232,67 @@ func BenchmarkPodsThroughWorkers(b *testing.B) {
 		_ = rt.Close()
 	}
 }
+
+// A partition released while housekeeping runs: housekeeping neither kills
+// nor removes from the runtime any pod being handed over (no longer desired
+// here and its worker gone, it is still no orphan): the next owner adopts
+// the running containers and the finished pod's exit.
+func TestReleaseDuringHousekeepingKillsAndRemovesNothing(t *testing.T) {
+	rt := fakeruntime.New()
+	rt.ExitOnStart["done"] = 0
+	s := newSink()
+	c := start(t, rt, s, "cpu=64,pods=1000")
+	c.SetSourcesReady(true)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				c.HandlePodCleanups()
+			}
+		}
+	}()
+	defer func() { close(stop); wg.Wait() }()
+	for round := 0; round < 40; round++ {
+		var pods []corev1.Pod
+		for i := 0; i < 4; i++ {
+			pods = append(pods, pod(fmt.Sprintf("r%d-%d", round, i), ""))
+		}
+		done := pod(fmt.Sprintf("r%d-done", round), "")
+		done.Spec.RestartPolicy = corev1.RestartPolicyNever
+		done.Spec.Containers[0].Name = "done"
+		pods = append(pods, done)
+		c.HandleUpdate("api", bus.OpAdd, 0, pods)
+		eventually(t, "pods running, the finished one terminated", func() bool {
+			for _, p := range pods[:len(pods)-1] {
+				if !isRunning(s.get(p.UID)) {
+					return false
+				}
+			}
+			st := s.get(done.UID)
+			return st != nil && st.Terminated
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := c.ReleasePartition(ctx, 0)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods {
+			cs := rt.PodContainers(p.UID)
+			switch {
+			case len(cs) != 1:
+				t.Fatalf("round %d: pod %s: the runtime holds %+v after the release", round, p.Name, cs)
+			case p.UID != done.UID && cs[0].State != runtime.StateRunning:
+				t.Fatalf("round %d: pod %s: container stopped by the release: %+v", round, p.Name, cs[0])
+			case p.UID == done.UID && cs[0].ExitCode != 0:
+				t.Fatalf("round %d: finished pod: %+v", round, cs[0])
+			}
+		}
+	}
+}

@@ -7,24 +7,21 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/splitlet/splitlet/libs/bus"
-	"github.com/splitlet/splitlet/libs/config"
 	"github.com/splitlet/splitlet/services/podworkers/internal/ownership"
 )
 
-// spreadIDs picks three replica ids that each win at least one of the
-// test's partitions (with few partitions some sets of names leave one
-// replica idle, which would prove nothing).
-func spreadIDs(t *testing.T, prefix string) []string { return spreadN(t, prefix, 3) }
-
-// spreadN picks n replica ids that each win at least one partition.
-func spreadN(t *testing.T, prefix string, n int) []string {
+// spreadIDs picks n replica ids that each win at least one of the test's
+// partitions (with few partitions some sets of names leave one replica
+// idle, which would prove nothing).
+func spreadIDs(t *testing.T, prefix string, n int) []string {
 	t.Helper()
 	for i := 0; i < 100; i++ {
 		var ids []string
-		for k := 0; k < n; k++ {
-			ids = append(ids, fmt.Sprintf("%s-%c%d", prefix, 'a'+k, i))
+		for r := 0; r < n; r++ {
+			ids = append(ids, fmt.Sprintf("%s-%c%d", prefix, 'a'+r, i))
 		}
 		wins := map[string]bool{}
 		for p := 0; p < partitions; p++ {
@@ -92,8 +89,9 @@ func (e *env) runningPods(t *testing.T, prefix string, n int) []*corev1.Pod {
 	for i := 0; i < n; i++ {
 		pods = append(pods, e.busPod(fmt.Sprintf("%s-%d", prefix, i), nil))
 	}
+	e.track(pods...)
 	e.send(bus.OpAdd, pods...)
-	eventually(t, 60*time.Second, "every pod running", func() bool {
+	eventually(t, 120*time.Second, "every pod running", func() bool {
 		for _, p := range pods {
 			if st, _ := e.get(p.UID); !containerRunning(st) {
 				return false
@@ -108,19 +106,23 @@ func (e *env) runningPods(t *testing.T, prefix string, n int) []*corev1.Pod {
 // rendezvous names; the survivors keep theirs throughout, and the moved
 // pods keep their containers.
 func TestKilledReplicaOnlyItsPartitionsMove(t *testing.T) {
-	e := newEnv(t, "pw-three")
-	ids := spreadIDs(t, "k")
+	killedReplicaOnlyItsPartitionsMove(t, newEnv(t, "pw-three"), simFlavour())
+}
+
+func killedReplicaOnlyItsPartitionsMove(t *testing.T, e *env, f *flavour) {
+	ids := spreadIDs(t, "k", 3)
 	rs := map[string]*Runner{}
-	a := e.startReplica(t, config.RuntimeSim, tuned(ids[0]))
-	b := e.startReplica(t, config.RuntimeSim, tuned(ids[1]))
-	c, connC := e.startReplicaConn(t, config.RuntimeSim, tuned(ids[2]))
+	a, _ := f.replica(t, e, ids[0])
+	b, _ := f.replica(t, e, ids[1])
+	c, connC := f.replica(t, e, ids[2])
 	rs[ids[0]], rs[ids[1]], rs[ids[2]] = a, b, c
 	eventually(t, 30*time.Second, "partitions owned as rendezvous says", func() bool { return ownersAre(ids, rs) })
-	pods := e.runningPods(t, "three", 60)
+	pods := e.runningPods(t, "three", f.pods)
 	eventually(t, 30*time.Second, "every pod reported by its owner", func() bool { return e.reportedByOwners(0, pods, ids) })
 	before, n := e.snapshot(pods)
 	keptA, keptB := a.OwnedPartitions(), b.OwnedPartitions()
 
+	killed := time.Now()
 	kill(t, c, connC)
 	delete(rs, ids[2])
 	survivors := ids[:2]
@@ -153,20 +155,38 @@ func TestKilledReplicaOnlyItsPartitionsMove(t *testing.T) {
 		}
 	}
 	e.mu.Unlock()
+	e.checkRuntime(t, f, pods, before, killed)
+}
+
+// checkRuntime fails the test for what the runtime itself (where the
+// flavour can ask it) shows wrong with the pods: a sandbox or container
+// created at since or later, or an instance of before it does not hold.
+func (e *env) checkRuntime(t *testing.T, f *flavour, pods []*corev1.Pod, before map[types.UID]map[string]instance, since time.Time) {
+	t.Helper()
+	if f.check == nil {
+		return
+	}
+	for _, problem := range f.check(t, pods, before, since) {
+		t.Error(problem)
+	}
 }
 
 // Scale 1 -> 3 -> 1 with pods running: each hand-over moves only what the
 // joining or leaving replicas win or held, and no container restarts.
 func TestScaleOutAndInKeepsContainers(t *testing.T) {
-	e := newEnv(t, "pw-scale-out")
-	ids := spreadIDs(t, "s")
-	a := e.startReplica(t, config.RuntimeSim, tuned(ids[0]))
-	eventually(t, 30*time.Second, "one replica owns everything", func() bool { return len(a.OwnedPartitions()) == partitions })
-	pods := e.runningPods(t, "scale", 60)
-	before, n := e.snapshot(pods)
+	scaleOutAndInKeepsContainers(t, newEnv(t, "pw-scale-out"), simFlavour())
+}
 
-	b := e.startReplica(t, config.RuntimeSim, tuned(ids[1]))
-	c := e.startReplica(t, config.RuntimeSim, tuned(ids[2]))
+func scaleOutAndInKeepsContainers(t *testing.T, e *env, f *flavour) {
+	ids := spreadIDs(t, "s", 3)
+	a, _ := f.replica(t, e, ids[0])
+	eventually(t, 30*time.Second, "one replica owns everything", func() bool { return len(a.OwnedPartitions()) == partitions })
+	pods := e.runningPods(t, "scale", f.pods)
+	before, n := e.snapshot(pods)
+	scaled := time.Now()
+
+	b, _ := f.replica(t, e, ids[1])
+	c, _ := f.replica(t, e, ids[2])
 	eventually(t, 30*time.Second, "three replicas own as rendezvous says", func() bool {
 		return ownersAre(ids, map[string]*Runner{ids[0]: a, ids[1]: b, ids[2]: c})
 	})
@@ -189,4 +209,5 @@ func TestScaleOutAndInKeepsContainers(t *testing.T) {
 			t.Errorf("pod %s: %v after scaling, %v before", p.Name, after[p.UID], before[p.UID])
 		}
 	}
+	e.checkRuntime(t, f, pods, before, scaled)
 }

@@ -36,8 +36,10 @@ const consumerAckWait = 5 * time.Second
 // acquire takes a partition over: it rebuilds the partition's desired pods
 // from the stream up to where the previous owner stopped, tells a runtime
 // that must be told (runtime.Restorer) what the partition's pods last ran,
+// makes a runtime that polls (runtime.Relister) read its containers now,
 // hands the pods to the controller (their workers adopt what the runtime
-// holds: nothing that runs is restarted), then resumes the shared durable
+// holds: nothing that runs is restarted), from then on lets housekeeping
+// look for the partition's runtime orphans, then resumes the shared durable
 // consumers and answers the partition's runtime requests.
 func (r *Runner) acquire(ctx context.Context, p int) error {
 	r.mu.Lock()
@@ -49,11 +51,15 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 	if err == nil {
 		err = r.restore(ctx, p, state)
 	}
+	if err == nil {
+		err = r.relist(ctx, p, rt)
+	}
 	if err != nil {
 		r.setActive(p, false)
 		return err
 	}
 	r.handDesired(p, state)
+	r.setAdopted(p)
 	pctx, cancel := context.WithCancel(context.Background())
 	part := &partition{cancel: cancel}
 	fail := func(err error) error {
@@ -218,6 +224,21 @@ func (r *Runner) release(ctx context.Context, p int, lost bool) {
 			}
 		}
 	}
+}
+
+// relist makes a runtime that polls for its containers (runtime.Relister)
+// read them now, so that the partition's pods adopt the containers and
+// sandboxes the previous owner started since the runtime's last poll
+// instead of starting them again.
+func (r *Runner) relist(ctx context.Context, p int, rt runtime.Runtime) error {
+	rl, ok := rt.(runtime.Relister)
+	if !ok {
+		return nil
+	}
+	if err := rl.Relist(ctx); err != nil {
+		return fmt.Errorf("partition %d: read the runtime's containers: %w", p, err)
+	}
+	return nil
 }
 
 // handDesired gives the controller the desired pods replay rebuilt.

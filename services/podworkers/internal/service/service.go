@@ -166,6 +166,9 @@ type Runner struct {
 	// active partitions: owned and not being released; only their pods'
 	// statuses are published.
 	active map[int]bool
+	// adopted partitions: active, and their desired pods handed to the
+	// controller; only there may a pod the runtime holds be an orphan.
+	adopted map[int]bool
 	// gates[p] orders message handling against the release of p: a
 	// message is applied only while p is active, never after its pods were
 	// handed over.
@@ -201,6 +204,7 @@ func New(cfg *Config, common *config.Common, log *zap.Logger, conn *messaging.Co
 		ready:    make(chan struct{}),
 		parts:    map[int]*partition{},
 		active:   map[int]bool{},
+		adopted:  map[int]bool{},
 		gates:    make([]sync.RWMutex, common.Partitions),
 		kick:     make(chan struct{}, 1),
 	}
@@ -274,7 +278,28 @@ func (r *Runner) setActive(p int, on bool) {
 		r.active[p] = true
 	} else {
 		delete(r.active, p)
+		delete(r.adopted, p)
 	}
+}
+
+// setAdopted marks an active partition whose desired pods the controller
+// now holds.
+func (r *Runner) setAdopted(p int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.active[p] {
+		r.adopted[p] = true
+	}
+}
+
+// isAdopted says whether the pods the runtime holds in partition p and the
+// controller does not are unwanted: p is active and its desired pods were
+// handed over. Before that (a takeover replaying the partition) every pod
+// of p is in the runtime and none in the controller yet.
+func (r *Runner) isAdopted(p int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.adopted[p]
 }
 
 func (r *Runner) newRuntime(ctx context.Context) (runtime.Runtime, error) {
@@ -382,7 +407,7 @@ func (r *Runner) run(ctx context.Context) error {
 		},
 		Housekeeping: r.cfg.Housekeeping,
 		ObserveSync:  r.metrics.observe,
-		Active:       r.isActive,
+		Active:       r.isAdopted,
 		CaughtUp:     r.caughtUp,
 		WorkerOpts:   []podworkers.Option{podworkers.WithResyncInterval(r.cfg.ResyncInterval), podworkers.WithBackOffPeriod(r.cfg.BackOffPeriod)},
 		SyncOpts:     []podsync.Option{podsync.WithBackOff(r.cfg.ContainerBackOff, r.cfg.ContainerBackOffMax), podsync.WithHostIP(r.cfg.HostIP)},

@@ -70,6 +70,17 @@ type env struct {
 	seen   []*bus.PodRuntimeStatus
 	// seenFrom[i] is the source of seen[i].
 	seenFrom []string
+	// podDefaults, if set, shapes every pod busPod makes (a runtime's
+	// needs); onTrack is told of the pods a test runs (to clean them up).
+	podDefaults func(*corev1.Pod)
+	onTrack     func(...*corev1.Pod)
+}
+
+// track names pods the test runs, for the runtime's cleanup.
+func (e *env) track(pods ...*corev1.Pod) {
+	if e.onTrack != nil {
+		e.onTrack(pods...)
+	}
 }
 
 func newEnv(t *testing.T, node string) *env {
@@ -211,9 +222,6 @@ func (e *env) startReplicaRuntime(t *testing.T, runtimeName string, mod func(*Co
 	})
 	return r, conn
 }
-
-// withID sets the replica id and leaves the rest at the test defaults.
-func withID(id string) func(*Config) { return func(c *Config) { c.ReplicaID = id } }
 
 func stopReplica(t *testing.T, r *Runner) {
 	t.Helper()
@@ -404,11 +412,12 @@ func TestAdmissionRejectsOversizedPod(t *testing.T) {
 
 func TestTwoReplicasShareAndHandOver(t *testing.T) {
 	e := newEnv(t, "pw-scale")
-	// ids that split the partitions (two default ids, the host name and a
-	// suffixed one, may leave one replica none of four partitions)
-	ids := spreadN(t, "scale", 2)
-	a := e.startReplica(t, config.RuntimeSim, withID(ids[0]))
-	b := e.startReplica(t, config.RuntimeSim, withID(ids[1]))
+	// two ids that share the partitions (left to their default, the host's
+	// name and a random one, rendezvous gives one of them every partition
+	// one time in eight).
+	ids := spreadIDs(t, "two", 2)
+	a := e.startReplica(t, config.RuntimeSim, func(c *Config) { c.ReplicaID = ids[0] })
+	b := e.startReplica(t, config.RuntimeSim, func(c *Config) { c.ReplicaID = ids[1] })
 	eventually(t, 30*time.Second, "partitions split between both replicas", func() bool {
 		oa, ob := a.OwnedPartitions(), b.OwnedPartitions()
 		all := append(append([]int{}, oa...), ob...)
@@ -420,23 +429,17 @@ func TestTwoReplicasShareAndHandOver(t *testing.T) {
 		ar := e.lastReadiness(t, js)
 		return ar != nil && ar.Ready && ar.Partitions == partitions && len(ar.Replicas) == 2 && len(ar.Unowned) == 0
 	})
-	// pods (their UIDs, so their partitions, come from the API server)
-	// until each replica has at least one
+	// at least 8 pods, and as many more as it takes for each replica to
+	// own one of them (pods land in partitions by UID).
 	var pods []*corev1.Pod
-	owner := map[int]*Runner{}
-	for _, r := range []*Runner{a, b} {
-		for _, p := range r.OwnedPartitions() {
-			owner[p] = r
-		}
-	}
-	has := map[*Runner]bool{}
-	for i := 0; i < 8 || len(has) < 2; i++ {
-		if i == 64 {
-			t.Fatal("64 pods and still one replica has none of them")
+	owners := map[bool]bool{}
+	for i := 0; i < 8 || len(owners) < 2; i++ {
+		if i == 100 {
+			t.Fatal("100 pods and one replica owns them all")
 		}
 		p := newPod(t, e.cs, fmt.Sprintf("scale-%d", i), func(p *corev1.Pod) { p.Spec.NodeName = e.node })
-		has[owner[bus.Partition(string(p.UID), partitions)]] = true
 		pods = append(pods, p)
+		owners[slices.Contains(a.OwnedPartitions(), bus.Partition(string(p.UID), partitions))] = true
 	}
 	e.send(bus.OpAdd, pods...)
 	sources := map[string]bool{}
@@ -516,9 +519,9 @@ func TestProcessIgnoringSIGTERMIsKilledAfterGrace(t *testing.T) {
 // partitions to the survivor within 15 s.
 func TestDeadReplicaPartitionsTakenOver(t *testing.T) {
 	e := newEnv(t, "pw-dead")
-	ids := spreadN(t, "dead", 2)
-	a, connA := e.startReplicaConn(t, config.RuntimeSim, withID(ids[0]))
-	b := e.startReplica(t, config.RuntimeSim, withID(ids[1]))
+	ids := spreadIDs(t, "dead", 2)
+	a, connA := e.startReplicaConn(t, config.RuntimeSim, func(c *Config) { c.ReplicaID = ids[0] })
+	b := e.startReplica(t, config.RuntimeSim, func(c *Config) { c.ReplicaID = ids[1] })
 	eventually(t, 30*time.Second, "partitions split between both replicas", func() bool {
 		oa, ob := a.OwnedPartitions(), b.OwnedPartitions()
 		return len(oa) > 0 && len(ob) > 0 && len(oa)+len(ob) == partitions
