@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,27 +16,9 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 
+	"github.com/splitlet/splitlet/libs/app/apptest"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
-
-// syncBuffer is written by the executor's copy goroutine and read by the
-// test while the exec runs.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // oneSize is a terminal that is resized once, then keeps its size until
 // the exec ends.
@@ -74,7 +55,7 @@ func execTTY(ctx context.Context, cp *testenv.ControlPlane, namespace, pod, cont
 	in, typist := io.Pipe()
 	defer typist.Close()
 	go func() { _, _ = io.WriteString(typist, input) }()
-	var out syncBuffer
+	var out apptest.Buffer
 	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{
 		Stdin: in, Stdout: &out, Tty: true,
 		TerminalSizeQueue: &oneSize{size: size, done: ctx.Done()},
@@ -107,14 +88,15 @@ func attachTTY(ctx context.Context, cp *testenv.ControlPlane, namespace, pod, co
 
 // watchBuffer calls seen once what it holds contains want.
 type watchBuffer struct {
-	syncBuffer
+	apptest.Buffer
 	want string
 	seen func()
+	mu   sync.Mutex
 	hit  bool
 }
 
 func (b *watchBuffer) Write(p []byte) (int, error) {
-	n, err := b.syncBuffer.Write(p)
+	n, err := b.Buffer.Write(p)
 	if strings.Contains(b.String(), b.want) {
 		b.mu.Lock()
 		b.hit = true
@@ -213,7 +195,7 @@ func TestEndToEndCRIExecWithTTY(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stdout, stderr syncBuffer
+	var stdout, stderr apptest.Buffer
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	err = ex.StreamWithContext(sctx, remotecommand.StreamOptions{Stdin: strings.NewReader("from stdin\n"), Stdout: &stdout, Stderr: &stderr})
