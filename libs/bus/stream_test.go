@@ -45,6 +45,17 @@ func waitLen(t *testing.T, c *collected, n int) {
 	}
 }
 
+// nodeN gives a test NATS server with the streams of node "n" and a
+// publisher of the given source on it.
+func nodeN(t *testing.T, source string) (jetstream.JetStream, *bus.Publisher) {
+	t.Helper()
+	nc, js := testenv.NATSForTest(t).Connect(t)
+	if err := bus.EnsureStreams(context.Background(), js, "n"); err != nil {
+		t.Fatal(err)
+	}
+	return js, bus.NewPublisher(nc, js, "n", source)
+}
+
 // waitDrained waits until the durable consumer has nothing pending and
 // nothing waiting for an acknowledgement (a message still being retried
 // stays there).
@@ -151,12 +162,7 @@ func TestDurableDeliveryAndDedup(t *testing.T) {
 // TestHandlerErrorRedelivers: a failing handler gets the message again.
 func TestHandlerErrorRedelivers(t *testing.T) {
 	ctx := context.Background()
-	n := testenv.NATSForTest(t)
-	nc, js := n.Connect(t)
-	if err := bus.EnsureStreams(ctx, js, "n"); err != nil {
-		t.Fatal(err)
-	}
-	pub := bus.NewPublisher(nc, js, "n", "worker-1")
+	js, pub := nodeN(t, "worker-1")
 	var mu sync.Mutex
 	calls := 0
 	done := make(chan struct{})
@@ -192,12 +198,7 @@ func TestHandlerErrorRedelivers(t *testing.T) {
 // messages leave in sequence order.
 func TestConcurrentPublishKeepsSequenceOrder(t *testing.T) {
 	ctx := context.Background()
-	n := testenv.NATSForTest(t)
-	nc, js := n.Connect(t)
-	if err := bus.EnsureStreams(ctx, js, "n"); err != nil {
-		t.Fatal(err)
-	}
-	pub := bus.NewPublisher(nc, js, "n", "prober-1")
+	js, pub := nodeN(t, "prober-1")
 	var got collected
 	stop, err := bus.Consume(ctx, js, bus.ConsumerOptions{Stream: bus.StreamName("n", bus.StreamProbes), Durable: "order"}, got.handler)
 	if err != nil {
@@ -238,12 +239,7 @@ func TestConcurrentPublishKeepsSequenceOrder(t *testing.T) {
 // terminated, the panics are counted, and the next message is handled.
 func TestHandlerPanicIsBounded(t *testing.T) {
 	ctx := context.Background()
-	n := testenv.NATSForTest(t)
-	nc, js := n.Connect(t)
-	if err := bus.EnsureStreams(ctx, js, "n"); err != nil {
-		t.Fatal(err)
-	}
-	pub := bus.NewPublisher(nc, js, "n", "worker-1")
+	js, pub := nodeN(t, "worker-1")
 	var mu sync.Mutex
 	poisoned, good := 0, 0
 	const durable = "panics"

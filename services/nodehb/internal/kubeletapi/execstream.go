@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/remotecommand"
 	"k8s.io/streaming/pkg/httpstream"
@@ -110,17 +111,28 @@ func (s *Server) handleAttach(w http.ResponseWriter, r *http.Request) {
 	if opts.tty {
 		opts.stderr = false
 	}
+	if handled, why := s.streamed(w, r, pod, container, opts, "attach to container failed"); !handled {
+		http.Error(w, why, http.StatusBadRequest)
+	}
+}
+
+// streamed asks the pod's worker for the runtime's stream URL and, when
+// there is one, proxies the request there; a refusal is answered with the
+// runtime's error. handled is false when the runtime has no streaming
+// server, and why says so.
+func (s *Server) streamed(w http.ResponseWriter, r *http.Request, pod *corev1.Pod, container string, opts *execOptions, failed string) (handled bool, why string) {
 	uid := busUID(pod)
 	target, why, err := s.streamURL(r.Context(), uid, pod.Namespace, pod.Name, container, opts)
 	switch {
 	case err != nil:
-		s.log.Info("attach to container failed", append(logging.Pod(pod.Namespace, pod.Name, uid), zap.String("container", container), zap.Error(err))...)
+		s.log.Info(failed, append(logging.Pod(pod.Namespace, pod.Name, uid), zap.String("container", container), zap.Error(err))...)
 		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return true, ""
 	case target != nil:
 		s.proxyStream(w, r, target)
-	default:
-		http.Error(w, why, http.StatusBadRequest)
+		return true, ""
 	}
+	return false, why
 }
 
 // handleExec serves /exec/{namespace}/{pod}[/{uid}]/{container}.
@@ -134,17 +146,11 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	uid := busUID(pod)
-	target, why, err := s.streamURL(r.Context(), uid, pod.Namespace, pod.Name, container, opts)
-	switch {
-	case err != nil:
-		s.log.Info("exec in container failed", append(logging.Pod(pod.Namespace, pod.Name, uid), zap.String("container", container), zap.Error(err))...)
-		http.Error(w, err.Error(), http.StatusInternalServerError)
+	handled, why := s.streamed(w, r, pod, container, opts, "exec in container failed")
+	if handled {
 		return
-	case target != nil:
-		s.proxyStream(w, r, target)
-		return
-	case opts.tty:
+	}
+	if opts.tty {
 		http.Error(w, why, http.StatusBadRequest)
 		return
 	}
@@ -222,6 +228,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	uid := busUID(pod)
 	res, err := s.execOnBus(r.Context(), uid, pod.Namespace, pod.Name, container, opts.command, stdin)
 	if err != nil {
 		s.log.Info("exec in container failed", append(logging.Pod(pod.Namespace, pod.Name, uid), zap.String("container", container), zap.Error(err))...)
