@@ -55,8 +55,9 @@ func TestNATSOutageRestartsNoContainer(t *testing.T) {
 
 	first.Stop()
 	stopped = true
-	// longer than the TTL (1 s): every lease is fenced.
-	time.Sleep(3 * time.Second)
+	// down until the replica has fenced every lease (its renewals fail
+	// for longer than the TTL allows)
+	eventually(t, 15*time.Second, "every lease fenced while NATS is down", func() bool { return len(a.OwnedPartitions()) == 0 })
 	second := natsAt(t, dir, port)
 	t.Cleanup(second.Stop) // runs before the replica's own clean-up: stop it first
 	defer stopReplica(t, a)
