@@ -172,6 +172,9 @@ type AgentReadiness struct {
 	Replicas   []string `json:"replicas,omitempty"`
 	Reason     string   `json:"reason,omitempty"`
 	Message    string   `json:"message,omitempty"`
+	// Runtime is the container runtime's name and version as the Node's
+	// nodeInfo.containerRuntimeVersion shows it ("containerd://1.6.20").
+	Runtime string `json:"runtime,omitempty"`
 }
 
 func (p *AgentReadiness) validate(*Envelope) error {

@@ -217,6 +217,25 @@ type Streamer interface {
 	AttachURL(ctx context.Context, uid types.UID, container string, tty, stdin, stdout, stderr bool) (string, error)
 }
 
+// Named is implemented by a runtime that reports a name and version of its
+// own, apart from its type (CRI: the runtime behind the endpoint, such as
+// containerd 1.6.20).
+type Named interface {
+	RuntimeName() string
+	RuntimeVersion() string
+}
+
+// NodeVersion is how node.status.nodeInfo.containerRuntimeVersion shows
+// the runtime (kubelet: "<runtime name>://<runtime version>" from the CRI
+// Version call); a runtime without a name of its own shows its type and
+// version.
+func NodeVersion(rt Runtime) string {
+	if n, ok := rt.(Named); ok && n.RuntimeName() != "" {
+		return n.RuntimeName() + "://" + n.RuntimeVersion()
+	}
+	return rt.Type() + "://" + rt.Version()
+}
+
 // ErrNotFound is returned for a container or pod the runtime does not hold.
 var ErrNotFound = notFound{}
 

@@ -257,6 +257,9 @@ func (r *Runtime) Version() string { return r.name + " " + r.version }
 // RuntimeName is the CRI runtime's name, the scheme of container IDs.
 func (r *Runtime) RuntimeName() string { return r.name }
 
+// RuntimeVersion is the version the CRI runtime reports (Version).
+func (r *Runtime) RuntimeVersion() string { return r.version }
+
 // Events implements runtime.Runtime.
 func (r *Runtime) Events() <-chan runtime.Event { return r.events.C() }
 
@@ -363,6 +366,10 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 		}
 		return fail(ReasonContainerCreating, fmt.Sprintf("Failed to create pod sandbox: %v", grpcMessage(err)), err)
 	}
+	if got, ok := r.settleCreated(ctx, p.UID, c.Name); ok {
+		// the start that was cut short went through after all.
+		return got, nil
+	}
 	imageRef, reason, msg, err := r.ensureImage(ctx, p, c, sb.config)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -398,7 +405,11 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 			in.failedStart = true
 		}
 		r.mu.Unlock()
-		got, serr := r.refresh(ctx, id, begun)
+		// The caller's context may be what cut the start short; the
+		// status is read back all the same.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		got, serr := r.refresh(rctx, id, begun)
+		cancel()
 		if serr != nil {
 			got = created
 			got.State, got.Reason, got.Message = runtime.StateExited, ReasonRunContainerError, grpcMessage(err)
@@ -420,6 +431,46 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 		zap.String("container", c.Name), zap.String("id", got.ID), zap.Int("attempt", attempt))...)
 	r.prune(ctx, p.UID, c.Name)
 	return got, nil
+}
+
+// settleCreated deals with the instances of a container that the cache
+// holds as Created, left by a start that was cut short: each is read back
+// from the runtime; one that runs after all is returned (ok) and no new
+// instance is made; one still Created is removed, so that it holds no
+// shim or log (kubelet: container GC removes created containers that are
+// not running).
+func (r *Runtime) settleCreated(ctx context.Context, uid types.UID, name string) (runtime.ContainerStatus, bool) {
+	r.mu.Lock()
+	var ids []string
+	if pd := r.pods[uid]; pd != nil {
+		for id, in := range pd.instances {
+			if in.status.Name == name && in.status.State == runtime.StateCreated {
+				ids = append(ids, id)
+			}
+		}
+	}
+	r.mu.Unlock()
+	for _, id := range ids {
+		st, err := r.refresh(ctx, id, time.Now())
+		switch {
+		case err != nil && isNotFound(err):
+			r.gone(uid, id)
+			continue
+		case err != nil:
+			r.log.Debug("cannot read a created container back", zap.String("id", id), zap.Error(err))
+			continue
+		case st.State == runtime.StateRunning:
+			return st, true
+		case st.State != runtime.StateCreated:
+			continue
+		}
+		if err := r.rs.RemoveContainer(ctx, id); err != nil && !isNotFound(err) {
+			r.log.Debug("cannot remove a created container", zap.String("id", id), zap.Error(err))
+			continue
+		}
+		r.forget(uid, id)
+	}
+	return runtime.ContainerStatus{}, false
 }
 
 // refresh reads one container's status from the runtime into the cache.

@@ -48,6 +48,13 @@ type Readiness interface {
 	Changed() <-chan struct{}
 }
 
+// RuntimeVersioner is a Readiness that also knows the container runtime
+// behind the agent; its answer, when not empty, is the Node's
+// nodeInfo.containerRuntimeVersion (signalled through Changed).
+type RuntimeVersioner interface {
+	RuntimeVersion() string
+}
+
 // Controller registers the Node and reports its status.
 type Controller struct {
 	cs        kubernetes.Interface
@@ -259,6 +266,13 @@ func (c *Controller) setStatus(n *corev1.Node, now time.Time) {
 	n.Status.Addresses = append([]corev1.NodeAddress(nil), d.Addresses...)
 	n.Status.DaemonEndpoints.KubeletEndpoint.Port = d.Port
 	n.Status.NodeInfo = d.NodeInfo
+	if rv, ok := c.ready.(RuntimeVersioner); ok {
+		// kubelet: containerRuntimeVersion is what the runtime itself
+		// reports; here the pod workers name it in their readiness.
+		if v := rv.RuntimeVersion(); v != "" {
+			n.Status.NodeInfo.ContainerRuntimeVersion = v
+		}
+	}
 	n.Status.Phase = ""
 
 	ready, reason, message := c.ready.AgentReady()

@@ -57,6 +57,7 @@ type Gate struct {
 	mu      sync.Mutex
 	heard   time.Time
 	last    *bus.AgentReadiness
+	runtime string // the runtime the announcements name
 	lastSeq map[string]uint64
 	// wasReady: some announcement said ready; notReadySince: when the
 	// not-ready announcements that follow a ready one began (zero: none).
@@ -131,13 +132,28 @@ func (g *Gate) NotifyAgentReady(at time.Time, r *bus.AgentReadiness) {
 		g.notReadySince = at
 	}
 	cp := *r
+	newRuntime := cp.Runtime != "" && cp.Runtime != g.runtime
+	if cp.Runtime != "" {
+		g.runtime = cp.Runtime
+	}
 	g.last = &cp
 	g.mu.Unlock()
 	select {
 	case g.renewed <- struct{}{}:
 	default:
 	}
+	if newRuntime {
+		g.signal()
+	}
 	g.evaluate()
+}
+
+// RuntimeVersion is the container runtime the pod workers last named
+// ("containerd://1.6.20"), empty before any did.
+func (g *Gate) RuntimeVersion() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.runtime
 }
 
 // Observe takes a decoded AgentReadiness message from the bus; a message

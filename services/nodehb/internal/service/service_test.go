@@ -232,6 +232,21 @@ func TestNodeRegisteredWithConfiguredFigures(t *testing.T) {
 	if info.KubeletVersion == "" || info.ContainerRuntimeVersion != "sim://"+info.KubeletVersion || info.OperatingSystem != "linux" {
 		t.Errorf("nodeInfo = %+v", info)
 	}
+	// The runtime the pod workers name in their readiness becomes the
+	// Node's containerRuntimeVersion.
+	pctx, pcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	err := s.pub.Publish(pctx, bus.For(s.node).AgentReady(), bus.KindAgentReadiness, "",
+		&bus.AgentReadiness{Ready: true, Partitions: 4, Runtime: "containerd://1.6.20"})
+	pcancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "containerRuntimeVersion from the pod workers", func() error {
+		if v := s.node_(t).Status.NodeInfo.ContainerRuntimeVersion; v != "containerd://1.6.20" {
+			return fmt.Errorf("containerRuntimeVersion %q", v)
+		}
+		return nil
+	})
 	types := map[corev1.NodeConditionType]corev1.ConditionStatus{}
 	for _, c := range n.Status.Conditions {
 		types[c.Type] = c.Status

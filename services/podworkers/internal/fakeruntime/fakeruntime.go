@@ -28,11 +28,14 @@ type Runtime struct {
 	Starts map[string]int
 	// StopExitCode is the exit code StopContainer gives (default 137).
 	StopExitCode int
+	// CutShort, per container name, is how many of its starts leave the
+	// container Created and fail (a start cut short after the create).
+	CutShort map[string]int
 }
 
 // New returns an empty runtime.
 func New() *Runtime {
-	return &Runtime{pods: map[types.UID][]runtime.ContainerStatus{}, events: make(chan runtime.Event, 1024), ExitOnStart: map[string]int{}, Starts: map[string]int{}, StopExitCode: 137}
+	return &Runtime{pods: map[types.UID][]runtime.ContainerStatus{}, events: make(chan runtime.Event, 1024), ExitOnStart: map[string]int{}, Starts: map[string]int{}, CutShort: map[string]int{}, StopExitCode: 137}
 }
 
 func (r *Runtime) Type() string                 { return "fake" }
@@ -49,6 +52,12 @@ func (r *Runtime) StartContainer(ctx context.Context, pod *corev1.Pod, c *corev1
 	st := runtime.ContainerStatus{ID: fmt.Sprintf("fake://%d", r.next), PodUID: pod.UID, Name: c.Name, Attempt: attempt, Hash: runtime.ContainerHash(c),
 		State: runtime.StateRunning, Image: c.Image, ImageID: "fake://" + c.Image, CreatedAt: now, StartedAt: now}
 	r.Starts[c.Name]++
+	if r.CutShort[c.Name] > 0 {
+		r.CutShort[c.Name]--
+		st.State, st.StartedAt = runtime.StateCreated, time.Time{}
+		r.pods[pod.UID] = append(r.pods[pod.UID], st)
+		return st, fmt.Errorf("fake: start of %s cut short", c.Name)
+	}
 	if code, ok := r.ExitOnStart[c.Name]; ok {
 		st.State, st.ExitCode, st.FinishedAt = runtime.StateExited, code, now
 		st.Reason = "Completed"

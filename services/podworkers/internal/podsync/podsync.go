@@ -264,7 +264,11 @@ func (s *Syncer) start(ctx context.Context, pod *corev1.Pod, c *corev1.Container
 		delete(s.livenessKilled, prev.ID)
 		s.mu.Unlock()
 		attempt = prev.Attempt + 1
-		s.backOff.Next(backOffKey(pod, c), prev.FinishedAt)
+		// kubelet: only an exit counts towards the back-off (doBackOff
+		// looks at exited containers); a start cut short does not.
+		if prev.State == runtime.StateExited {
+			s.backOff.Next(backOffKey(pod, c), prev.FinishedAt)
+		}
 	}
 	st, err := s.rt.StartContainer(ctx, pod, c, attempt)
 	s.noteStart(pod.UID, c.Name, st, err)
@@ -401,6 +405,12 @@ func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker
 				if err := s.start(ctx, pod, c, nil); err != nil {
 					return res, err
 				}
+			case last.State == runtime.StateCreated:
+				// kubelet: a container stuck in Created (its start was cut
+				// short) is started again (computeInitContainerActions).
+				if err := s.start(ctx, pod, c, last); err != nil {
+					return res, err
+				}
 			case last.State == runtime.StateExited:
 				// a sidecar that ran once does not hold the others back
 				// while it waits out its back-off.
@@ -419,7 +429,11 @@ func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker
 		switch {
 		case last == nil:
 			return res, s.start(ctx, pod, c, nil)
-		case last.State == runtime.StateRunning || last.State == runtime.StateCreated:
+		case last.State == runtime.StateCreated:
+			// kubelet: an init container stuck in Created is started again
+			// (computeInitContainerActions).
+			return res, s.start(ctx, pod, c, last)
+		case last.State == runtime.StateRunning:
 			if s.takeLivenessFailure(last.ID) {
 				_ = s.rt.StopContainer(ctx, last.ID, graceOf(pod))
 			}
@@ -449,7 +463,15 @@ func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker
 			errs = append(errs, s.start(ctx, pod, c, nil))
 			continue
 		}
-		if last.State == runtime.StateRunning || last.State == runtime.StateCreated {
+		if last.State == runtime.StateCreated {
+			// kubelet: a container stuck in Created (its start was cut
+			// short) is always started again, whatever the restart policy
+			// (ShouldContainerBeRestarted), with no back-off.
+			allDone = false
+			errs = append(errs, s.start(ctx, pod, c, last))
+			continue
+		}
+		if last.State == runtime.StateRunning {
 			if specChanged(last, c) {
 				// kubelet: a container whose definition changed is killed
 				// and started again whatever the restart policy, with no

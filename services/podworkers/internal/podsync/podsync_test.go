@@ -306,3 +306,26 @@ func TestLivenessKillFollowsPolicyNotExitCode(t *testing.T) {
 		t.Fatalf("Never pod has %d container instances", n)
 	}
 }
+
+// A container left Created by a start cut short is started again as a new
+// instance (restart count one up), under any restart policy and without
+// waiting out a back-off; init containers alike.
+func TestCreatedContainerStartedAgain(t *testing.T) {
+	r := newRig(t, WithBackOff(time.Hour, time.Hour))
+	r.rt.CutShort["init"] = 1
+	r.rt.CutShort["app"] = 1
+	p := pod("c1", corev1.RestartPolicyNever, "app")
+	p.Spec.InitContainers = []corev1.Container{{Name: "init"}}
+	r.rt.ExitOnStart["init"] = 0
+	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p})
+	eventually(t, "app running", func() bool { return running(r.sk.get("c1"), "app") })
+	for _, name := range []string{"init", "app"} {
+		if n := r.rt.StartsOf(name); n != 2 {
+			t.Errorf("%s: %d starts, want 2 (one cut short, one that ran)", name, n)
+		}
+		c, _ := containerState(r.sk.get("c1"), name)
+		if c.RestartCount != 1 {
+			t.Errorf("%s: restartCount %d, want 1", name, c.RestartCount)
+		}
+	}
+}

@@ -554,11 +554,12 @@ func (r *Runner) watchSources(ctx context.Context, ctrl *controller.Controller) 
 func (r *Runner) readinessLoop(ctx context.Context, owner *ownership.Manager, pub *bus.Publisher) {
 	var last string
 	var lastSent time.Time
+	runtimeVersion := runtime.NodeVersion(r.rt)
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
 		unowned, replicas := owner.Status()
-		ar := &bus.AgentReadiness{Ready: len(unowned) == 0, Partitions: r.common.Partitions, Unowned: unowned, Replicas: prefixed(replicas)}
+		ar := &bus.AgentReadiness{Ready: len(unowned) == 0, Partitions: r.common.Partitions, Unowned: unowned, Replicas: prefixed(replicas), Runtime: runtimeVersion}
 		if !ar.Ready {
 			ar.Reason = "PartitionsUnowned"
 			ar.Message = fmt.Sprintf("%d of %d partitions have no live pod worker", len(unowned), r.common.Partitions)

@@ -51,6 +51,10 @@ func TestCRIPodRunsAndIsTornDown(t *testing.T) {
 		t.Errorf("container ID %q", id)
 	}
 	e.checkRuntimeRequests(t, p)
+	_, js := e.nats.Connect(t)
+	if ar := e.lastReadiness(t, js); ar == nil || !strings.HasPrefix(ar.Runtime, "containerd://1.") {
+		t.Errorf("AgentReadiness %+v: want the runtime named containerd://<version>", ar)
+	}
 	eventually(t, time.Minute, "the bad image's container waiting with ErrImagePull", func() bool {
 		st, _ := e.get(bad.UID)
 		return st != nil && len(st.ContainerStatuses) == 1 && st.ContainerStatuses[0].State.Waiting != nil &&
