@@ -64,6 +64,17 @@
 // containers with a short grace, and the next owner starts them again with
 // new IDs and restart counts from 0.
 //
+// Pdeathsig reaches only a group's leader: what the leader started (a
+// background child in its group) would outlive a replica killed with
+// SIGKILL. With WithRecordDir, each group is written down (its ID, its
+// leader's start time, the owning process) while it lives, and every
+// runtime on the same directory sweeps it at start and every few seconds:
+// the groups of an owner that is no longer alive are killed. podworkers
+// uses one directory per node and host (key podworkers.process-records-dir),
+// so a restarted replica or a surviving one cleans up. A process that
+// leaves its group (setsid, a daemon) escapes this, as it would escape a
+// kubelet without cgroups.
+//
 // # Exec and stats
 //
 // Exec runs the command as a child process with the container's environment

@@ -56,12 +56,14 @@ func (r *Runtime) Exec(ctx context.Context, uid types.UID, name string, cmd []st
 	ec.WaitDelay = time.Second
 	runErr := start(ec)
 	if runErr == nil {
+		r.record(ec.Process.Pid, string(uid), name)
 		runErr = ec.Wait()
 	}
 	if ec.Process != nil {
 		// What the command left behind in its group goes with it.
 		_ = syscall.Kill(-ec.Process.Pid, syscall.SIGKILL)
 		r.reapGroup(ec.Process.Pid)
+		r.unrecord(ec.Process.Pid)
 	}
 	res := runtime.ExecResult{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
 	if err := ctx.Err(); err != nil && runErr != nil {

@@ -19,6 +19,7 @@ type procStat struct {
 	pid, ppid, pgrp              int
 	state                        byte
 	utime, stime, cutime, cstime uint64 // clock ticks
+	start                        uint64 // clock ticks after boot
 	rssPages                     uint64
 }
 
@@ -57,6 +58,7 @@ func parseProcStat(b []byte) (procStat, error) {
 	s.ppid = int(num(1))
 	s.pgrp = int(num(2))
 	s.utime, s.stime, s.cutime, s.cstime = num(11), num(12), num(13), num(14)
+	s.start = num(19)
 	s.rssPages = num(21)
 	return s, nil
 }

@@ -64,6 +64,8 @@ type options struct {
 	subreaper    bool
 	drainTimeout time.Duration
 	reapTimeout  time.Duration
+	recordDir    string
+	sweepEvery   time.Duration
 }
 
 // WithRootDir sets the directory under which pods/<uid>/<container>/ hold
@@ -116,6 +118,13 @@ type Runtime struct {
 	mu   sync.Mutex
 	pods map[types.UID]*pod
 	byID map[string]*container
+
+	// group records (records.go)
+	boot                 string
+	ownerPID             int
+	ownerStart           uint64
+	stopSweep, sweepDone chan struct{}
+	closeOnce            sync.Once
 }
 
 var (
@@ -156,6 +165,7 @@ func New(opts ...Option) (*Runtime, error) {
 		hostIP:       "127.0.0.1",
 		drainTimeout: 2 * time.Second,
 		reapTimeout:  5 * time.Second,
+		sweepEvery:   DefaultSweepInterval,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -183,16 +193,33 @@ func New(opts ...Option) (*Runtime, error) {
 			return nil, fmt.Errorf("process runtime: become a subreaper: %w", err)
 		}
 	}
+	if o.recordDir != "" {
+		if o.recordDir, err = openRecordDir(o.recordDir); err != nil {
+			return nil, fmt.Errorf("process runtime: group records: %w", err)
+		}
+		if o.sweepEvery <= 0 {
+			o.sweepEvery = DefaultSweepInterval
+		}
+	}
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	return &Runtime{
+	r := &Runtime{
 		opts:   o,
 		log:    o.log,
 		events: eventq.New(),
 		prefix: Type + "://" + hex.EncodeToString(b[:]),
 		pods:   make(map[types.UID]*pod),
 		byID:   make(map[string]*container),
-	}, nil
+		boot:   bootID(),
+	}
+	r.ownerPID, r.ownerStart = selfIdentity()
+	if o.recordDir != "" {
+		// what a dead predecessor left goes before anything starts.
+		r.Sweep()
+		r.stopSweep, r.sweepDone = make(chan struct{}), make(chan struct{})
+		go r.sweepLoop()
+	}
+	return r, nil
 }
 
 // Type implements runtime.Runtime.
@@ -210,7 +237,13 @@ func (r *Runtime) Events() <-chan runtime.Event { return r.events.C() }
 // Close implements runtime.Runtime: it stops the event queue. Containers run
 // on (they die with the process).
 func (r *Runtime) Close() error {
-	r.events.Close()
+	r.closeOnce.Do(func() {
+		r.events.Close()
+		if r.stopSweep != nil {
+			close(r.stopSweep)
+			<-r.sweepDone
+		}
+	})
 	return nil
 }
 
@@ -320,6 +353,7 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 		return r.failStart(p, ct, st, err)
 	}
 	ct.pid = cmd.Process.Pid
+	r.record(ct.pid, string(p.UID), c.Name)
 	st.State = runtime.StateRunning
 	st.StartedAt = time.Now()
 	ct.status = st
@@ -398,6 +432,7 @@ func (r *Runtime) watch(c *container, cmd *exec.Cmd, outR, errR *os.File) {
 	c.procMu.Unlock()
 	code := exitCode(cmd.ProcessState)
 	r.reapGroup(c.pid)
+	r.unrecord(c.pid)
 
 	drained := make(chan struct{})
 	go func() { copiers.Wait(); close(drained) }()

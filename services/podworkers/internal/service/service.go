@@ -64,6 +64,7 @@ type Config struct {
 	SimMaxStarts        int
 	HostIP              string
 	ReadinessInterval   time.Duration
+	ProcessRecordsDir   string
 }
 
 // RegisterFlags adds the podworkers keys ("podworkers.<key>") to fs.
@@ -82,6 +83,7 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.SimMaxStarts, "podworkers.sim-max-concurrent-starts", 0, "containers this replica starts at once (runtime sim); 0: no limit")
 	fs.StringVar(&c.HostIP, "podworkers.host-ip", "127.0.0.1", "host IP reported in pod status")
 	fs.DurationVar(&c.ReadinessInterval, "podworkers.readiness-interval", 10*time.Second, "heartbeat interval of AgentReadiness on state.agent")
+	fs.StringVar(&c.ProcessRecordsDir, "podworkers.process-records-dir", "", "runtime process: where the replicas of this node on this host write down their containers' process groups, so that what a replica killed with SIGKILL leaves is killed by the next one (mode 0700, this user's); default <tmp>/splitlet-process-groups/<node>")
 }
 
 // Validate checks the values and names the key at fault.
@@ -316,7 +318,16 @@ func (r *Runner) newRuntime(ctx context.Context) (runtime.Runtime, error) {
 		if err := os.RemoveAll(root); err != nil {
 			return nil, fmt.Errorf("clearing %s: %w", root, err)
 		}
-		return process.New(process.WithRootDir(root), process.WithHostIP(r.cfg.HostIP), process.WithLogger(r.log.Named("process")))
+		records := r.cfg.ProcessRecordsDir
+		if records == "" {
+			records = filepath.Join(os.TempDir(), "splitlet-process-groups", r.common.NodeName)
+		}
+		rt, err := process.New(process.WithRootDir(root), process.WithHostIP(r.cfg.HostIP), process.WithLogger(r.log.Named("process")),
+			process.WithRecordDir(records))
+		if err != nil {
+			return nil, fmt.Errorf("%w (key podworkers.process-records-dir)", err)
+		}
+		return rt, nil
 	default:
 		opts := []sim.Option{sim.WithStartLatency(r.cfg.SimStartLatency)}
 		if r.cfg.SimMaxStarts > 0 {
