@@ -7,9 +7,11 @@ package statuspub
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
@@ -133,20 +135,52 @@ func (p *Publisher) HandOver(ctx context.Context, part int, publish bool) error 
 	if len(batch) == 0 {
 		return nil
 	}
-	var errs []error
-	for _, st := range batch {
-		subj := p.subjects.PodStatus(part)
-		if _, err := p.pub.PublishAsync(subj, bus.KindPodRuntimeStatus, "", st); err != nil {
-			errs = append(errs, err)
+	acked, errs := p.publish(ctx, batch)
+	p.mu.Lock()
+	for _, ok := range acked {
+		if ok {
+			p.sentN++
 		}
 	}
-	if err := p.pub.Flush(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	p.mu.Lock()
-	p.sentN += len(batch)
 	p.mu.Unlock()
 	return errors.Join(errs...)
+}
+
+// publish sends a batch of statuses and waits (within ctx) for the
+// stream's acknowledgements; acked[i] says whether batch[i] was stored.
+// Each status counts as sent only when its own publish was acknowledged:
+// completion of the batch says nothing of a publish that failed (a
+// timeout, a stream error).
+func (p *Publisher) publish(ctx context.Context, batch []*bus.PodRuntimeStatus) (acked []bool, errs []error) {
+	acks := make([]jetstream.PubAckFuture, len(batch))
+	for i, st := range batch {
+		subj := p.subjects.PodStatus(bus.Partition(string(st.UID), p.partitions))
+		f, err := p.pub.PublishAsync(subj, bus.KindPodRuntimeStatus, "", st)
+		if err != nil {
+			p.log.Warn("cannot publish pod status", append(logging.Pod(st.Namespace, st.Name, string(st.UID)), zap.String(logging.FieldSubject, subj), zap.Error(err))...)
+			errs = append(errs, err)
+			continue
+		}
+		acks[i] = f
+	}
+	_ = p.pub.Flush(ctx)
+	acked = make([]bool, len(batch))
+	for i, f := range acks {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+			acked[i] = true
+		case err := <-f.Err():
+			st := batch[i]
+			p.log.Warn("pod status not acknowledged", append(logging.Pod(st.Namespace, st.Name, string(st.UID)), zap.String(logging.FieldSubject, f.Msg().Subject), zap.Error(err))...)
+			errs = append(errs, err)
+		default:
+			errs = append(errs, fmt.Errorf("status of pod %s: no acknowledgement: %w", batch[i].UID, context.DeadlineExceeded))
+		}
+	}
+	return acked, errs
 }
 
 // Sent counts the messages published.
@@ -205,26 +239,13 @@ func (p *Publisher) flush(ctx context.Context) {
 	if len(batch) == 0 {
 		return
 	}
-	var failed []*bus.PodRuntimeStatus
-	for _, st := range batch {
-		subj := p.subjects.PodStatus(bus.Partition(string(st.UID), p.partitions))
-		if _, err := p.pub.PublishAsync(subj, bus.KindPodRuntimeStatus, "", st); err != nil {
-			p.log.Warn("cannot publish pod status, will retry", append(logging.Pod(st.Namespace, st.Name, string(st.UID)), zap.String(logging.FieldSubject, subj), zap.Error(err))...)
-			failed = append(failed, st)
-		}
-	}
 	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	err := p.pub.Flush(fctx)
+	acked, errs := p.publish(fctx, batch)
 	cancel()
+	failures := len(errs) // each is retried with the next flush
 	p.mu.Lock()
-	for _, st := range batch {
-		ok := err == nil
-		for _, f := range failed {
-			if f == st {
-				ok = false
-			}
-		}
-		if ok {
+	for i, st := range batch {
+		if acked[i] {
 			p.sent[st.UID] = st
 			p.sentN++
 			if _, again := p.dirty[st.UID]; !again {
@@ -235,7 +256,7 @@ func (p *Publisher) flush(ctx context.Context) {
 		}
 	}
 	p.mu.Unlock()
-	if err != nil || len(failed) > 0 {
+	if failures > 0 {
 		select {
 		case p.kick <- struct{}{}:
 		default:

@@ -144,3 +144,72 @@ func TestBurstIsCoalesced(t *testing.T) {
 		}
 	}
 }
+
+// A status the stream refuses is not counted as sent and goes out again
+// once the stream takes it, although the batch it was in completed.
+func TestRefusedPublishIsRetried(t *testing.T) {
+	const node = "refused"
+	n := testenv.NATSForTest(t)
+	nc, js := n.Connect(t)
+	ctx := context.Background()
+	if err := bus.EnsureStreams(ctx, js, node); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(ctx, bus.StreamName(node, bus.StreamPodStatus))
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := func(size int32) {
+		t.Helper()
+		cfg := stream.CachedInfo().Config
+		cfg.MaxMsgSize = size
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// a small status fits, a big one is refused by the stream (its
+	// acknowledgement is an error; the client-side publish succeeds).
+	limit(4096)
+	p := New(bus.NewPublisher(nc, js, node, "podworkers-test"), 1, func(int) bool { return true }, zap.NewNop())
+	p.SetWindow(20 * time.Millisecond)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); p.Run(rctx) }()
+	defer func() { cancel(); <-done }()
+	big := make([]byte, 8192)
+	for i := range big {
+		big[i] = 'x'
+	}
+	p.Set(&bus.PodRuntimeStatus{UID: "small", Namespace: "ns", Name: "s"})
+	p.Set(&bus.PodRuntimeStatus{UID: "big", Namespace: "ns", Name: "b", Message: string(big)})
+	subject := bus.For(node).PodStatus(0)
+	lastOf := func() int {
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subject))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int(info.State.Msgs)
+	}
+	for wait := time.Now().Add(10 * time.Second); p.Sent() < 1 || lastOf() < 1; {
+		if time.Now().After(wait) {
+			t.Fatalf("the small status was not sent (sent %d)", p.Sent())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// several flushes later the refused one is still not counted.
+	for wait := time.Now().Add(300 * time.Millisecond); time.Now().Before(wait); time.Sleep(20 * time.Millisecond) {
+		if p.Sent() != 1 {
+			t.Fatalf("sent count %d with the big status refused by the stream", p.Sent())
+		}
+	}
+	limit(64 * 1024)
+	for wait := time.Now().Add(15 * time.Second); p.Sent() < 2; {
+		if time.Now().After(wait) {
+			t.Fatalf("the refused status was never sent again (sent %d, stream holds %d)", p.Sent(), lastOf())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := lastOf(); got != 2 {
+		t.Fatalf("stream holds %d statuses, want 2", got)
+	}
+}
