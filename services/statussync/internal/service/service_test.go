@@ -513,3 +513,42 @@ func TestDeleteFinishedPod(t *testing.T) {
 	}
 	h.waitGone(p.Name)
 }
+
+// A stage restarted long after the pod workers last spoke of a pod (their
+// status is beyond the replay window) still applies a probe result that
+// arrives then: the runtime status and the readiness of the other
+// containers are rebuilt from the API object, not reset.
+func TestRestartAppliesLateProbeResult(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	p := h.createPod("late-probe", func(p *corev1.Pod) {
+		probe := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}
+		p.Spec.Containers[0].ReadinessProbe = probe
+		side := p.Spec.Containers[0]
+		side.Name = "side"
+		p.Spec.Containers = append(p.Spec.Containers, side)
+	})
+	h.publishStatus(runtimeStatus(p, runningC("app", "sim://late-a", 0), runningC("side", "sim://late-s", 0)))
+	h.publishProbe(p, "app", "sim://late-a", bus.ProbeReadiness, bus.ProbeSuccess)
+	h.publishProbe(p, "side", "sim://late-s", bus.ProbeReadiness, bus.ProbeSuccess)
+	h.waitPod(p.Name, "ready", func(p *corev1.Pod) error { return wantCondition(p, corev1.PodReady, corev1.ConditionTrue) })
+	if err := h.runner.Stop(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	// No replay: as if the pod's status were older than the window.
+	r := h.startRunner(harnessOptions{replayWindow: -1})
+	h.runner = r
+	h.publishProbe(p, "app", "sim://late-a", bus.ProbeReadiness, bus.ProbeFailure)
+	got := h.waitPod(p.Name, "not ready after the late probe result", func(p *corev1.Pod) error {
+		return wantCondition(p, corev1.PodReady, corev1.ConditionFalse)
+	})
+	for _, c := range got.Status.ContainerStatuses {
+		want := c.Name == "side"
+		if c.Ready != want || c.State.Running == nil || c.RestartCount != 0 {
+			t.Errorf("container %s after the restart: ready %v running %v restarts %d (want ready %v, running, 0)",
+				c.Name, c.Ready, c.State.Running != nil, c.RestartCount, want)
+		}
+	}
+	if got.Status.Phase != corev1.PodRunning {
+		t.Errorf("phase %s", got.Status.Phase)
+	}
+}

@@ -138,6 +138,60 @@ func (p probeResults) Result(id string, t bus.ProbeType) (bus.ProbeOutcome, bool
 	return r, ok
 }
 
+// withAPI answers a probe the manager has no result for from what the API
+// object says of the same container instance (ready, started): what this
+// stage wrote before it restarted, or what it would have had to hear again.
+// A new instance is not in the API object and waits for its probes.
+type withAPI struct {
+	own probeResults
+	api *corev1.PodStatus
+}
+
+func (w withAPI) Result(id string, t bus.ProbeType) (bus.ProbeOutcome, bool) {
+	if r, ok := w.own.Result(id, t); ok {
+		return r, true
+	}
+	for _, list := range [][]corev1.ContainerStatus{w.api.InitContainerStatuses, w.api.ContainerStatuses} {
+		for i := range list {
+			c := &list[i]
+			if c.ContainerID != id || id == "" || c.State.Running == nil {
+				continue
+			}
+			switch t {
+			case bus.ProbeReadiness:
+				return outcome(c.Ready), true
+			case bus.ProbeStartup:
+				return outcome(c.Started != nil && *c.Started), true
+			}
+		}
+	}
+	return "", false
+}
+
+func outcome(ok bool) bus.ProbeOutcome {
+	if ok {
+		return bus.ProbeSuccess
+	}
+	return bus.ProbeFailure
+}
+
+// runtimeFromAPI rebuilds a pod's runtime status from its API object, for
+// a stage that restarted after the pod workers last spoke of the pod
+// (their status is older than the replay window): the container instances
+// and states the API object shows are what the runtime last reported.
+// A terminal pod is not rebuilt.
+func runtimeFromAPI(api *corev1.Pod, uid types.UID) *bus.PodRuntimeStatus {
+	if api.Status.Phase == corev1.PodSucceeded || api.Status.Phase == corev1.PodFailed {
+		return nil
+	}
+	return &bus.PodRuntimeStatus{
+		UID: uid, Namespace: api.Namespace, Name: api.Name,
+		PodIP: api.Status.PodIP, HostIP: api.Status.HostIP, StartTime: api.Status.StartTime.DeepCopy(),
+		InitContainerStatuses: append([]corev1.ContainerStatus(nil), api.Status.InitContainerStatuses...),
+		ContainerStatuses:     append([]corev1.ContainerStatus(nil), api.Status.ContainerStatuses...),
+	}
+}
+
 type entry struct {
 	uid     types.UID
 	spec    *corev1.Pod
@@ -394,8 +448,49 @@ func (m *Manager) ProbeResult(pr *bus.ProbeResult) {
 		return
 	}
 	e.probes[k] = pr.Result
+	if e.runtime == nil {
+		m.seedFromAPI(e, pr.ContainerID)
+	}
 	if e.runtime != nil {
 		m.regenerate(e)
+	}
+}
+
+// seedFromAPI gives an entry without a runtime status the one its API
+// object shows, when that object names the probed container instance
+// (a restart of this stage after the pod workers last spoke of the pod).
+// Call with m.mu held.
+func (m *Manager) seedFromAPI(e *entry, containerID string) {
+	objs, _ := m.indexer.ByIndex(indexUID, string(e.uid))
+	if len(objs) == 0 {
+		objs, _ = m.indexer.ByIndex(indexMirror, string(e.uid))
+	}
+	for _, o := range objs {
+		api, ok := o.(*corev1.Pod)
+		if !ok {
+			continue
+		}
+		for _, list := range [][]corev1.ContainerStatus{api.Status.InitContainerStatuses, api.Status.ContainerStatuses} {
+			for _, c := range list {
+				if c.ContainerID != containerID {
+					continue
+				}
+				if rs := runtimeFromAPI(api, e.uid); rs != nil {
+					m.log.Info("runtime status rebuilt from the API object for a probe result",
+						podLog(api.Namespace, api.Name, e.uid)...)
+					e.runtime = rs
+					e.liveIDs = map[string]bool{}
+					for _, l := range [][]corev1.ContainerStatus{rs.InitContainerStatuses, rs.ContainerStatuses} {
+						for _, c := range l {
+							if c.ContainerID != "" {
+								e.liveIDs[c.ContainerID] = true
+							}
+						}
+					}
+				}
+				return
+			}
+		}
 	}
 }
 
@@ -469,7 +564,7 @@ func (m *Manager) regenerate(e *entry) {
 		old = e.status.status
 	}
 	next := apistatus.Generate(apistatus.Input{
-		Pod: pod, Runtime: rs, Probes: e.probes, Old: old, API: apiStatus, Static: static,
+		Pod: pod, Runtime: rs, Probes: withAPI{own: e.probes, api: &apiStatus}, Old: old, API: apiStatus, Static: static,
 	})
 	finished := rs.Terminated || (e.status != nil && e.status.finished && !static)
 	// The rejection Event (kubelet: rejectPod) is the pod workers': they
