@@ -19,12 +19,14 @@
 //   - PodLister: the runtime can list the pods it holds, so that pods no
 //     source wants any more (deleted while no replica owned them) are found
 //     and removed.
-//   - Restorer: the runtime keeps nothing outside the process (sim); the pod
-//     workers tell it what ran, from the last status on the bus, when they
-//     take pods over, and let it forget the pods they hand over.
+//   - Restorer: the runtime keeps nothing outside the process (sim,
+//     process); the pod workers tell it what ran, from the last status on
+//     the bus, when they take pods over, and let it forget the pods they
+//     hand over.
 //   - ProcessLocal: the containers are the process's own and die with it
 //     (process): they cannot be adopted, so the pod workers stop them when
-//     they hand their pods over.
+//     they hand their pods over, and the next owner, told what ran, starts
+//     them again as visible restarts.
 //   - Relister: the runtime polls another process for its containers (cri);
 //     the pod workers make it read them afresh before they adopt pods
 //     another replica may have just started containers for.

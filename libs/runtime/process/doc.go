@@ -61,8 +61,14 @@
 // replica's process ends, however it ends, and no other replica can adopt
 // it. The runtime is a runtime.ProcessLocal: a replica that hands a
 // partition over (scale-out, scale-in, shutdown) stops the partition's
-// containers with a short grace, and the next owner starts them again with
-// new IDs and restart counts from 0.
+// containers with a short grace. It is also a runtime.Restorer: the next
+// owner is told what the pods last ran and holds it as a record, so that
+// no restart is hidden. An instance that had exited keeps its exit code
+// and is not run again; one that was running is over, with exit code 137
+// and reason ContainerStatusUnknown (the kubelet's, for a container that
+// can no longer be found), and is restarted as the restart policy says:
+// new ID, restart count one higher, the lost instance as its last state.
+// Under restartPolicy Never it is not run again, and the pod fails.
 //
 // Pdeathsig reaches only a group's leader: what the leader started (a
 // background child in its group) would outlive a replica killed with

@@ -130,6 +130,8 @@ type Runtime struct {
 var (
 	_ runtime.Runtime      = (*Runtime)(nil)
 	_ runtime.ProcessLocal = (*Runtime)(nil)
+	_ runtime.Restorer     = (*Runtime)(nil)
+	_ runtime.PodLister    = (*Runtime)(nil)
 )
 
 // ProcessLocal implements runtime.ProcessLocal: the containers are the
@@ -137,7 +139,8 @@ var (
 func (r *Runtime) ProcessLocal() {}
 
 type pod struct {
-	containers []*container // oldest first
+	namespace, name string
+	containers      []*container // oldest first
 }
 
 // container is one instance. status and cpu are guarded by Runtime.mu; pid
@@ -357,7 +360,7 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 	st.State = runtime.StateRunning
 	st.StartedAt = time.Now()
 	ct.status = st
-	r.store(ct)
+	r.store(p, ct)
 	go r.watch(ct, cmd, outR, errR)
 	r.log.Debug("container started", append(logging.Pod(p.Namespace, p.Name, string(p.UID)),
 		zap.String("container", c.Name), zap.String("id", st.ID), zap.Int("pid", ct.pid), zap.Int("attempt", attempt))...)
@@ -372,7 +375,7 @@ func (r *Runtime) failStart(p *corev1.Pod, ct *container, st runtime.ContainerSt
 	ct.reaped = true
 	_ = ct.log.Close()
 	close(ct.done)
-	r.store(ct)
+	r.store(p, ct)
 	r.log.Info("container cannot run", append(logging.Pod(p.Namespace, p.Name, string(p.UID)),
 		zap.String("container", st.Name), zap.Error(cause))...)
 	return st, fmt.Errorf("process: container %q of pod %s cannot run: %w", st.Name, p.UID, cause)
@@ -380,7 +383,7 @@ func (r *Runtime) failStart(p *corev1.Pod, ct *container, st runtime.ContainerSt
 
 // store adds an instance and forgets the exited instances of its name
 // beyond the newest ones kept, with their logs.
-func (r *Runtime) store(ct *container) {
+func (r *Runtime) store(p *corev1.Pod, ct *container) {
 	var drop []string
 	r.mu.Lock()
 	pd := r.pods[ct.status.PodUID]
@@ -388,6 +391,7 @@ func (r *Runtime) store(ct *container) {
 		pd = &pod{}
 		r.pods[ct.status.PodUID] = pd
 	}
+	pd.namespace, pd.name = p.Namespace, p.Name
 	pd.containers = append(pd.containers, ct)
 	r.byID[ct.status.ID] = ct
 	n := 0

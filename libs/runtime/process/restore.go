@@ -1,0 +1,88 @@
+package process
+
+import (
+	"errors"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/splitlet/splitlet/libs/runtime"
+)
+
+// What a restored instance that was running says of itself: it died with
+// the replica that ran it (kubelet: a container that used to be Running
+// and can no longer be found).
+const (
+	ReasonStatusUnknown  = "ContainerStatusUnknown"
+	MessageStatusUnknown = "The container could not be located when the pod was deleted.  The container used to be Running"
+	exitCodeUnknown      = 137
+)
+
+// Pods implements runtime.PodLister: the pods the runtime holds, started
+// here or restored.
+func (r *Runtime) Pods() []runtime.PodRef {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]runtime.PodRef, 0, len(r.pods))
+	for uid, pd := range r.pods {
+		out = append(out, runtime.PodRef{UID: uid, Namespace: pd.namespace, Name: pd.name})
+	}
+	return out
+}
+
+// Restore implements runtime.Restorer. A process container cannot outlive
+// the replica that ran it, so the restored instances are the record of
+// what ran: an exited one keeps its exit code, reason and times; one that
+// was running (or being started) is over, with exit code 137 and reason
+// ContainerStatusUnknown. The pod worker then restarts it as the restart
+// policy says, one restart higher, with the lost instance as its last
+// state: the restart is visible, never hidden.
+func (r *Runtime) Restore(p *corev1.Pod, instances []runtime.ContainerStatus) error {
+	if p == nil || p.UID == "" {
+		return errors.New("process: Restore needs a pod with a UID")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, held := r.pods[p.UID]; held || len(instances) == 0 {
+		return nil
+	}
+	pd := &pod{namespace: p.Namespace, name: p.Name}
+	now := time.Now()
+	for _, st := range instances {
+		if st.ID == "" || st.Name == "" || r.byID[st.ID] != nil {
+			continue
+		}
+		st.PodUID = p.UID
+		if st.State != runtime.StateExited {
+			st.State, st.ExitCode = runtime.StateExited, exitCodeUnknown
+			st.Reason, st.Message = ReasonStatusUnknown, MessageStatusUnknown
+			st.FinishedAt = now
+		}
+		done := make(chan struct{})
+		close(done)
+		ct := &container{status: st, done: done, reaped: true}
+		pd.containers = append(pd.containers, ct)
+		r.byID[st.ID] = ct
+	}
+	if len(pd.containers) > 0 {
+		r.pods[p.UID] = pd
+	}
+	return nil
+}
+
+// Forget implements runtime.Restorer: the pod's instances are dropped (a
+// hand-over stopped its containers first; the next owner restores the
+// record).
+func (r *Runtime) Forget(uid types.UID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pd := r.pods[uid]
+	if pd == nil {
+		return
+	}
+	for _, c := range pd.containers {
+		delete(r.byID, c.status.ID)
+	}
+	delete(r.pods, uid)
+}

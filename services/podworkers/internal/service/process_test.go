@@ -1,0 +1,68 @@
+package service
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/config"
+	"github.com/splitlet/splitlet/libs/runtime/process"
+)
+
+// On the process runtime a pod's containers die with the replica that ran
+// them, so its next owner cannot adopt them; what it does must show: a
+// container that was running is restarted one restart higher with the lost
+// instance as its last state (ContainerStatusUnknown, 137), a running
+// container of a restartPolicy Never pod is not run again and fails, and a
+// container that had finished keeps its exit code and is not run again.
+func TestProcessRestartIsVisible(t *testing.T) {
+	e := newEnv(t, "pw-proc-restart")
+	a, connA := e.startReplicaConn(t, config.RuntimeProcess, func(c *Config) { c.ReplicaID = "r1" })
+	always := e.busPod("always", nil)
+	done := e.busPod("done", func(p *corev1.Pod) {
+		p.Spec.RestartPolicy = corev1.RestartPolicyNever
+		p.Spec.Containers[0].Command = []string{"true"}
+	})
+	never := e.busPod("never", func(p *corev1.Pod) { p.Spec.RestartPolicy = corev1.RestartPolicyNever })
+	pods := []*corev1.Pod{always, done, never}
+	e.track(pods...)
+	e.send(bus.OpAdd, pods...)
+	eventually(t, 60*time.Second, "two pods running, one finished", func() bool {
+		for _, p := range pods {
+			if st, _ := e.get(p.UID); !settled(st) {
+				return false
+			}
+		}
+		st, _ := e.get(done.UID)
+		return st.Terminated
+	})
+	before, _ := e.snapshot(pods)
+	kill(t, a, connA)
+	_, n := e.snapshot(pods)
+	e.startReplicaConn(t, config.RuntimeProcess, func(c *Config) { c.ReplicaID = "r1" })
+	eventually(t, 60*time.Second, "every pod reported again", func() bool { return e.reportedSince(n, pods) })
+
+	eventually(t, 60*time.Second, "the running container restarted, visibly", func() bool {
+		st, _ := e.get(always.UID)
+		c := st.ContainerStatuses[0]
+		last := c.LastTerminationState.Terminated
+		return c.State.Running != nil && c.RestartCount == before[always.UID]["app"].restarts+1 &&
+			c.ContainerID != before[always.UID]["app"].id && last != nil &&
+			last.ContainerID == before[always.UID]["app"].id && last.Reason == process.ReasonStatusUnknown && last.ExitCode == 137
+	})
+	eventually(t, 60*time.Second, "the Never pod's lost container failed, not run again", func() bool {
+		st, _ := e.get(never.UID)
+		c := st.ContainerStatuses[0]
+		term := c.State.Terminated
+		return term != nil && term.Reason == process.ReasonStatusUnknown && term.ExitCode == 137 &&
+			c.ContainerID == before[never.UID]["app"].id && c.RestartCount == 0
+	})
+	st, _ := e.get(done.UID)
+	c := st.ContainerStatuses[0]
+	if term := c.State.Terminated; term == nil || term.ExitCode != 0 || term.Reason != process.ReasonCompleted ||
+		c.ContainerID != before[done.UID]["app"].id || c.RestartCount != 0 || !st.Terminated {
+		t.Errorf("the finished pod after the restart: %+v (id %s, was %s)", c.State, c.ContainerID, before[done.UID]["app"].id)
+	}
+}
