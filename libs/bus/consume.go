@@ -203,3 +203,20 @@ func (d *Dedup) Forget(subject string, e *Envelope) {
 		d.last[k] = d.prev[k]
 	}
 }
+
+// Recover runs a request handler (a plain NATS subscription: runtime
+// requests, replies) so that a panic does not take the stage down: it is
+// logged with the subject, counted in HandlerPanics under the given name,
+// and reported as the error returned (the caller answers the requester).
+func Recover(log *zap.Logger, name, subject string, fn func()) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			HandlerPanics.WithLabelValues(name).Inc()
+			log.Error("request handler panicked", zap.String("subject", subject), zap.Any("panic", r),
+				zap.ByteString("stack", debug.Stack()))
+			err = fmt.Errorf("internal error handling %s", subject)
+		}
+	}()
+	fn()
+	return nil
+}

@@ -105,10 +105,18 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 		return fail(err)
 	}
 	part.stops = append(part.stops, stop)
-	serve := func(subject string, h func(context.Context, *nats.Msg)) error {
+	// A handler that panics answers the requester with an error of the
+	// kind it waits for, and the stage goes on.
+	serve := func(subject string, h func(context.Context, *nats.Msg), kind bus.Kind, failure func(string) any) error {
 		sub, err := r.conn.NC.Subscribe(subject, func(m *nats.Msg) {
 			part.reqs.Add(1)
-			go func() { defer part.reqs.Done(); h(pctx, m) }()
+			go func() {
+				defer part.reqs.Done()
+				err := bus.Recover(r.log, "podworkers-requests", m.Subject, func() { h(pctx, m) })
+				if err != nil && m.Reply != "" {
+					_ = pub.Send(m.Reply, kind, failure(err.Error()))
+				}
+			}()
 		})
 		if err != nil {
 			return err
@@ -116,13 +124,22 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 		part.subs = append(part.subs, sub)
 		return nil
 	}
-	for subject, h := range map[string]func(context.Context, *nats.Msg){
-		r.subjects.Logs(p):   func(ctx context.Context, m *nats.Msg) { r.serveLogs(ctx, rt, pub, m) },
-		r.subjects.Exec(p):   func(ctx context.Context, m *nats.Msg) { r.serveExec(ctx, rt, pub, m) },
-		r.subjects.Stats(p):  func(ctx context.Context, m *nats.Msg) { r.serveStats(rt, pub, p, m) },
-		r.subjects.Stream(p): func(ctx context.Context, m *nats.Msg) { r.serveStream(ctx, rt, pub, m) },
+	for _, s := range []struct {
+		subject string
+		h       func(context.Context, *nats.Msg)
+		kind    bus.Kind
+		failure func(string) any
+	}{
+		{r.subjects.Logs(p), func(ctx context.Context, m *nats.Msg) { r.serveLogs(ctx, rt, pub, m) },
+			bus.KindLogsChunk, func(e string) any { return &bus.LogsChunk{EOF: true, Error: e} }},
+		{r.subjects.Exec(p), func(ctx context.Context, m *nats.Msg) { r.serveExec(ctx, rt, pub, m) },
+			bus.KindExecResult, func(e string) any { return &bus.ExecResult{ExitCode: -1, Error: e} }},
+		{r.subjects.Stats(p), func(ctx context.Context, m *nats.Msg) { r.serveStats(rt, pub, p, m) },
+			bus.KindStatsResult, func(e string) any { return &bus.StatsResult{Error: e} }},
+		{r.subjects.Stream(p), func(ctx context.Context, m *nats.Msg) { r.serveStream(ctx, rt, pub, m) },
+			bus.KindStreamResult, func(e string) any { return &bus.StreamResult{Error: e} }},
 	} {
-		if err := serve(subject, h); err != nil {
+		if err := serve(s.subject, s.h, s.kind, s.failure); err != nil {
 			return fail(err)
 		}
 	}
