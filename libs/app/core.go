@@ -45,6 +45,7 @@ func newMessaging(lc fx.Lifecycle, c *config.Common, log *zap.Logger, bin Binary
 		Listen:   c.NATSListen,
 		StoreDir: filepath.Join(c.DataDir, "nats"),
 		Node:     c.NodeName,
+		Replicas: c.NATSReplicas,
 		Name:     fmt.Sprintf("%s@%s", bin, c.NodeName),
 		Log:      log.Named("nats"),
 	})

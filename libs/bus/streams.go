@@ -59,9 +59,24 @@ func StreamConfigs(node string, replicas int) []jetstream.StreamConfig {
 }
 
 // EnsureStreams creates the node's streams, or updates them to this
-// contract's settings. Any stage may call it; it is idempotent.
+// contract's settings. Any stage may call it; it is idempotent. A stream
+// that exists keeps its replica count; a new one gets one replica (see
+// EnsureStreamsReplicas).
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, node string) error {
-	for _, cfg := range StreamConfigs(node, 1) {
+	return EnsureStreamsReplicas(ctx, js, node, 0)
+}
+
+// EnsureStreamsReplicas is EnsureStreams with the streams at the given
+// replica count (3 on a three-server NATS cluster, so that losing one
+// server loses nothing); 0 keeps an existing stream's count and makes new
+// ones with one.
+func EnsureStreamsReplicas(ctx context.Context, js jetstream.JetStream, node string, replicas int) error {
+	for _, cfg := range StreamConfigs(node, replicas) {
+		if replicas < 1 {
+			if s, err := js.Stream(ctx, cfg.Name); err == nil {
+				cfg.Replicas = s.CachedInfo().Config.Replicas
+			}
+		}
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
 			return fmt.Errorf("bus: ensure stream %s: %w", cfg.Name, err)
 		}

@@ -39,6 +39,7 @@ type Common struct {
 	KubeAPIContent  string
 	NATSURL         string
 	NATSListen      string
+	NATSReplicas    int
 	Runtime         string
 	CRIEndpoint     string
 	DataDir         string
@@ -59,6 +60,7 @@ func (c *Common) RegisterFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", 100, "burst of queries to the API server (kubelet default)")
 	fs.Var(newEnum(&c.KubeAPIContent, ContentProtobuf, ContentProtobuf, ContentJSON), "kube-api-content-type", "encoding of requests to the API server: "+ContentProtobuf+" (kubelet default) or "+ContentJSON)
 	fs.StringVar(&c.NATSURL, "nats-url", "", "NATS server URL(s), comma separated, credentials in the URL; empty: run an embedded server")
+	fs.IntVar(&c.NATSReplicas, "nats-replicas", 1, "replicas of the node's streams and of the pod workers' lease bucket: 1, or 3 (or 5) on a NATS cluster of that many servers, so that losing a server loses nothing; every stage of a node must agree")
 	fs.StringVar(&c.NATSListen, "nats-listen", "", "with an embedded server: also listen for other processes on this host:port (empty: in-process only)")
 	fs.Var(newEnum(&c.Runtime, RuntimeSim, RuntimeSim, RuntimeProcess, RuntimeCRI), "runtime", "container runtime of the pod workers: sim (simulated containers; pods outlive a pod worker restart or handover, restored from the bus), process (local child processes; they die with the replica and are restarted by the next owner, each restart counted in restartCount) or cri (real containers of a CRI runtime such as containerd, read back by a restarted pod worker)")
 	fs.StringVar(&c.CRIEndpoint, "cri-endpoint", DefaultCRIEndpoint, "CRI runtime endpoint of --runtime=cri (unix:// socket)")
@@ -81,6 +83,12 @@ func (c *Common) Complete() error {
 	}
 	if c.KubeAPIQPS <= 0 || c.KubeAPIBurst <= 0 {
 		return fmt.Errorf("invalid kube-api-qps/kube-api-burst %v/%d: must be positive", c.KubeAPIQPS, c.KubeAPIBurst)
+	}
+	if c.NATSReplicas < 1 || c.NATSReplicas > 5 {
+		return fmt.Errorf("invalid value %d for nats-replicas: must be 1 to 5", c.NATSReplicas)
+	}
+	if c.NATSReplicas > 1 && c.NATSURL == "" {
+		return fmt.Errorf("invalid value %d for nats-replicas: the embedded server (nats-url empty) is a single server; replicas need a NATS cluster", c.NATSReplicas)
 	}
 	if c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("invalid value %v for shutdown-timeout: must be positive", c.ShutdownTimeout)

@@ -33,6 +33,8 @@ type Options struct {
 	StoreDir string
 	// Node whose streams to ensure.
 	Node string
+	// Replicas of the node's streams (0: keep what exists, else 1).
+	Replicas int
 	// Name of this connection, as the server shows it.
 	Name string
 	Log  *zap.Logger
@@ -46,6 +48,7 @@ type Conn struct {
 	server   *server.Server
 	log      *zap.Logger
 	node     string
+	replicas int
 	streams  atomic.Bool
 	cancel   context.CancelFunc
 	streamsC chan struct{}
@@ -60,7 +63,7 @@ func Connect(opts Options) (*Conn, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	c := &Conn{log: log, node: opts.Node, streamsC: make(chan struct{})}
+	c := &Conn{log: log, node: opts.Node, replicas: opts.Replicas, streamsC: make(chan struct{})}
 	url := opts.URL
 	natsOpts := []nats.Option{
 		nats.Name(opts.Name),
@@ -127,7 +130,7 @@ func backoff(attempts int) time.Duration {
 func (c *Conn) ensureStreams(ctx context.Context) {
 	for attempt := 1; ; attempt++ {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := bus.EnsureStreams(sctx, c.JS, c.node)
+		err := bus.EnsureStreamsReplicas(sctx, c.JS, c.node, c.replicas)
 		cancel()
 		if err == nil {
 			c.streams.Store(true)

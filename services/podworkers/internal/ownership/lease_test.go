@@ -65,7 +65,7 @@ func bucket(t *testing.T, name string) jetstream.KeyValue {
 	t.Helper()
 	n := testenv.NATSForTest(t)
 	_, js := n.Connect(t)
-	kv, err := CreateBucket(context.Background(), js, name)
+	kv, err := CreateBucket(context.Background(), js, name, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

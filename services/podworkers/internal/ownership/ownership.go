@@ -120,9 +120,11 @@ type Manager struct {
 	busy    map[int]bool // acquire or release in progress
 }
 
-// CreateBucket creates (or opens) the owners bucket.
-func CreateBucket(ctx context.Context, js jetstream.JetStream, nodeToken string) (jetstream.KeyValue, error) {
+// CreateBucket creates (or opens) the owners bucket, with the given
+// replicas (nats-replicas: 3 on a three-server cluster).
+func CreateBucket(ctx context.Context, js jetstream.JetStream, nodeToken string, replicas int) (jetstream.KeyValue, error) {
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Replicas:    max(replicas, 1),
 		Bucket:      BucketName(nodeToken),
 		Description: "Splitlet pod worker partition leases",
 		History:     1,

@@ -107,7 +107,7 @@ func exclusive(partitions int, rs ...*replica) bool {
 func TestPartitionsSharedAndMoved(t *testing.T) {
 	n := testenv.NATSForTest(t)
 	_, js := n.Connect(t)
-	kv, err := CreateBucket(context.Background(), js, "own-test")
+	kv, err := CreateBucket(context.Background(), js, "own-test", 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"slices"
@@ -8,9 +9,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/config"
 	"github.com/splitlet/splitlet/libs/testenv"
+	"github.com/splitlet/splitlet/services/podworkers/internal/ownership"
 )
 
 // natsAt starts a nats-server on a fixed port and store, as a restart of
@@ -72,5 +76,79 @@ func TestNATSOutageRestartsNoContainer(t *testing.T) {
 		if fmt.Sprint(after[p.UID]) != fmt.Sprint(before[p.UID]) {
 			t.Errorf("pod %s: %v after the outage, %v before", p.Name, after[p.UID], before[p.UID])
 		}
+	}
+}
+
+// On a three-server NATS cluster with the streams and the lease bucket at
+// three replicas (nats-replicas=3), losing the server that leads the pod
+// status stream restarts no container, the replica keeps its partitions,
+// and new pods still start.
+func TestNATSClusterServerLostRestartsNoContainer(t *testing.T) {
+	cluster := testenv.NATSClusterForTest(t, 3)
+	n3 := &testenv.NATS{Server: cluster.Servers[0], URL: cluster.URLs}
+	_, js := n3.Connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// the streams at three replicas from the start, as the stages make
+	// them with nats-replicas=3.
+	if err := bus.EnsureStreamsReplicas(ctx, js, "pw-natsloss", 3); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvOn(t, "pw-natsloss", n3)
+	e.natsReplicas = 3
+	a := e.startReplica(t, config.RuntimeSim, func(c *Config) { c.ReplicaID = "c1" })
+	eventually(t, 30*time.Second, "the replica owns everything", func() bool { return slices.Equal(a.OwnedPartitions(), []int{0, 1, 2, 3}) })
+	for _, what := range []string{bus.StreamPodUpdates, bus.StreamPodStatus, bus.StreamProbes, bus.StreamState} {
+		s, err := js.Stream(ctx, bus.StreamName(e.node, what))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := s.CachedInfo().Config.Replicas; r != 3 {
+			t.Fatalf("stream %s has %d replicas, want 3", what, r)
+		}
+	}
+	kv, err := js.KeyValue(ctx, ownership.BucketName(bus.NodeToken(e.node)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := kv.Status(ctx); err != nil || st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Replicas != 3 {
+		t.Fatalf("lease bucket status %v, %v: want 3 replicas", st, err)
+	}
+	pods := e.runningPods(t, "natsloss", 30)
+	before, n := e.snapshot(pods)
+
+	s, err := js.Stream(ctx, bus.StreamName(e.node, bus.StreamPodStatus))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil || info.Cluster == nil || info.Cluster.Leader == "" {
+		t.Fatalf("pod status stream cluster info %+v, %v", info, err)
+	}
+	lost := -1
+	for i, srv := range cluster.Servers {
+		if srv.Name() == info.Cluster.Leader {
+			lost = i
+		}
+	}
+	if lost < 0 {
+		t.Fatalf("leader %q is none of the servers", info.Cluster.Leader)
+	}
+	cluster.StopServer(lost)
+	t.Logf("stopped %s, the pod status stream's leader", info.Cluster.Leader)
+
+	more := e.runningPods(t, "after-loss", 5)
+	if !e.reportedSince(n, more) {
+		t.Fatal("pods started after the loss were not reported")
+	}
+	e.noRestartSince(t, n, before)
+	after, _ := e.snapshot(pods)
+	for _, p := range pods {
+		if fmt.Sprint(after[p.UID]) != fmt.Sprint(before[p.UID]) {
+			t.Errorf("pod %s: %v after the loss, %v before", p.Name, after[p.UID], before[p.UID])
+		}
+	}
+	if got := a.OwnedPartitions(); !slices.Equal(got, []int{0, 1, 2, 3}) {
+		t.Errorf("the replica owns %v after the loss, want every partition", got)
 	}
 }

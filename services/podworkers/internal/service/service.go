@@ -342,7 +342,7 @@ func (r *Runner) run(ctx context.Context) error {
 		return err
 	}
 	node := r.common.NodeName
-	kv, err := ownership.CreateBucket(ctx, r.conn.JS, bus.NodeToken(node))
+	kv, err := ownership.CreateBucket(ctx, r.conn.JS, bus.NodeToken(node), r.common.NATSReplicas)
 	if err != nil {
 		return err
 	}

@@ -70,6 +70,8 @@ type env struct {
 	seen   []*bus.PodRuntimeStatus
 	// seenFrom[i] is the source of seen[i].
 	seenFrom []string
+	// natsReplicas is the replicas' nats-replicas (0: 1).
+	natsReplicas int
 	// podDefaults, if set, shapes every pod busPod makes (a runtime's
 	// needs); onTrack is told of the pods a test runs (to clean them up).
 	podDefaults func(*corev1.Pod)
@@ -131,8 +133,16 @@ func (e *env) publish(subject string, kind bus.Kind, op bus.Op, payload any) {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := e.pub.Publish(ctx, subject, kind, op, payload); err != nil {
-		e.t.Fatal(err)
+	// retried as a stage retries: a stream may be electing a leader.
+	for {
+		err := e.pub.Publish(ctx, subject, kind, op, payload)
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			e.t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -199,8 +209,9 @@ func (e *env) startReplicaRuntime(t *testing.T, runtimeName string, mod func(*Co
 		mod(cfg)
 	}
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
-	common := &config.Common{NodeName: e.node, Partitions: partitions, Runtime: runtimeName, DataDir: t.TempDir(), CRIEndpoint: criEndpoint}
-	conn, err := messaging.Connect(messaging.Options{URL: e.nats.URL, Node: e.node, Name: "podworkers-test", Log: log})
+	common := &config.Common{NodeName: e.node, Partitions: partitions, Runtime: runtimeName, DataDir: t.TempDir(), CRIEndpoint: criEndpoint,
+		NATSURL: e.nats.URL, NATSReplicas: max(e.natsReplicas, 1)}
+	conn, err := messaging.Connect(messaging.Options{URL: e.nats.URL, Node: e.node, Name: "podworkers-test", Log: log, Replicas: e.natsReplicas})
 	if err != nil {
 		t.Fatal(err)
 	}

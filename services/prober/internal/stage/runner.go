@@ -37,6 +37,7 @@ const (
 type Runner struct {
 	cfg        *Config
 	node       string
+	replicas   int // nats-replicas of the node's streams
 	partitions int
 	log        *zap.Logger
 	nc         *nats.Conn
@@ -94,6 +95,7 @@ func NewWithDeps(d Deps) (*Runner, error) {
 	r := &Runner{
 		cfg:        d.Config,
 		node:       d.Common.NodeName,
+		replicas:   d.Common.NATSReplicas,
 		partitions: d.Common.Partitions,
 		log:        log,
 		nc:         d.NC,
@@ -161,7 +163,7 @@ func (r *Runner) subscribe(ctx context.Context) {
 }
 
 func (r *Runner) trySubscribe(ctx context.Context) error {
-	if err := bus.EnsureStreams(ctx, r.js, r.node); err != nil {
+	if err := bus.EnsureStreamsReplicas(ctx, r.js, r.node, r.replicas); err != nil {
 		return err
 	}
 	r.mu.Lock()

@@ -186,7 +186,7 @@ func (r *Runner) ensureStreams(ctx context.Context, node string) error {
 	delay := 100 * time.Millisecond
 	for {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := bus.EnsureStreams(sctx, r.js, node)
+		err := bus.EnsureStreamsReplicas(sctx, r.js, node, r.common.NATSReplicas)
 		cancel()
 		if err == nil {
 			return nil
