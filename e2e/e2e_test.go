@@ -23,7 +23,7 @@ func TestComposeStack(t *testing.T) {
 func TestComposeStackTCPProber(t *testing.T) {
 	override := filepath.Join(composeDir(t), "compose.tcpprober.yaml")
 	if _, err := os.Stat(override); err != nil {
-		t.Skipf("%s not there yet", override)
+		t.Fatalf("%s: %v", override, err)
 	}
 	if err := exec.Command("docker", "image", "inspect", "splitlet/tcpprober:dev").Run(); err != nil {
 		t.Fatal("image splitlet/tcpprober:dev missing; run `make images`")

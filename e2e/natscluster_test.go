@@ -1,0 +1,70 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// natsClusterPorts are the ports compose.natscluster.yaml adds.
+var natsClusterPorts = []int{14223, 14224, 18223, 18224, 16222, 16223, 16224}
+
+// TestComposeNATSCluster: the stack on a three-server NATS cluster
+// (compose.natscluster.yaml, nats-replicas=3). One NATS server is killed
+// while pods run: the running pods keep their containers, the Node stays
+// Ready, and a pod created afterwards becomes Ready.
+func TestComposeNATSCluster(t *testing.T) {
+	for _, port := range natsClusterPorts {
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			t.Fatalf("port %d of the NATS cluster stack is taken: %v", port, err)
+		}
+		ln.Close()
+	}
+	s := upStack(t, nil, "compose.yaml", "compose.natscluster.yaml")
+	s.waitNodeReady(t)
+	before := []string{"nc-web-1", "nc-web-2"}
+	for i, name := range before {
+		s.create(t, webPod(name, int32(29081+i)))
+	}
+	ready := s.waitAllReady(t, "pods Ready on the NATS cluster", before, 3*time.Minute, nil)
+	ids := map[string]string{}
+	for _, name := range before {
+		ids[name] = containerID(ready[name])
+	}
+
+	victim := s.containers(t, "nats2")
+	if len(victim) != 1 {
+		t.Fatalf("nats2 containers: %v", victim)
+	}
+	if out, err := exec.Command("docker", "kill", victim[0]).CombinedOutput(); err != nil {
+		t.Fatalf("docker kill nats2: %v: %s", err, out)
+	}
+	killed := time.Now()
+	t.Log("killed nats2")
+	s.create(t, webPod("nc-web-3", 29083))
+	after := s.waitAllReady(t, "a new pod Ready with a NATS server gone", append(before, "nc-web-3"), 3*time.Minute, nil)
+	for _, name := range before {
+		p := after[name]
+		if containerID(p) != ids[name] || p.Status.ContainerStatuses[0].RestartCount != 0 {
+			t.Errorf("pod %s: container %s restarts %d after the NATS server loss, was %s with 0",
+				name, containerID(p), p.Status.ContainerStatuses[0].RestartCount, ids[name])
+		}
+	}
+	n, err := s.cs.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range n.Status.Conditions {
+		// Ready throughout: True, and no transition since the kill.
+		if c.Type == corev1.NodeReady && (c.Status != corev1.ConditionTrue || c.LastTransitionTime.After(killed)) {
+			t.Errorf("Node Ready=%s since %s after the NATS server loss at %s: %s", c.Status, c.LastTransitionTime, killed.Format(time.RFC3339), c.Message)
+		}
+	}
+}
