@@ -143,3 +143,4 @@ func TestRecordsFollowGroups(t *testing.T) {
 		t.Error("a records directory others can write to was accepted")
 	}
 }
+
