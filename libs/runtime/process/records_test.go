@@ -143,4 +143,3 @@ func TestRecordsFollowGroups(t *testing.T) {
 		t.Error("a records directory others can write to was accepted")
 	}
 }
-
