@@ -4,6 +4,11 @@
 package main
 
 import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
 	"github.com/splitlet/splitlet/libs/app"
 	"github.com/splitlet/splitlet/services/nodehb"
 	"github.com/splitlet/splitlet/services/podconfig"
@@ -23,4 +28,12 @@ func Services() []app.Service {
 	}
 }
 
-func main() { app.Main("splitlet", Services()...) }
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "bus" {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+		code := runBus(ctx, os.Args[2:], os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
+	app.Main("splitlet", Services()...)
+}

@@ -46,8 +46,10 @@ func newMessaging(lc fx.Lifecycle, c *config.Common, log *zap.Logger, bin Binary
 		StoreDir: filepath.Join(c.DataDir, "nats"),
 		Node:     c.NodeName,
 		Replicas: c.NATSReplicas,
-		Name:     fmt.Sprintf("%s@%s", bin, c.NodeName),
-		Log:      log.Named("nats"),
+		NkeyFile: c.NATSNkey, CredsFile: c.NATSCreds,
+		TLSCA: c.NATSTLSCA, TLSCert: c.NATSTLSCert, TLSKey: c.NATSTLSKey,
+		Name: fmt.Sprintf("%s@%s", bin, c.NodeName),
+		Log:  log.Named("nats"),
 	})
 	if err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -58,6 +59,23 @@ func StreamConfigs(node string, replicas int) []jetstream.StreamConfig {
 	}
 }
 
+// conforms says whether a stream's configuration has the contract's
+// settings.
+func conforms(have, want jetstream.StreamConfig) bool {
+	return slices.Equal(have.Subjects, want.Subjects) && have.Retention == want.Retention && have.Storage == want.Storage &&
+		have.MaxAge == want.MaxAge && have.Discard == want.Discard && have.Duplicates == want.Duplicates &&
+		have.Replicas == want.Replicas && unlimited(have.MaxMsgsPerSubject) == unlimited(want.MaxMsgsPerSubject)
+}
+
+// unlimited maps a limit's "none" (0 when asked, -1 as the server keeps
+// it) to one value.
+func unlimited(v int64) int64 {
+	if v <= 0 {
+		return -1
+	}
+	return v
+}
+
 // EnsureStreams creates the node's streams, or updates them to this
 // contract's settings. Any stage may call it; it is idempotent. A stream
 // that exists keeps its replica count; a new one gets one replica (see
@@ -72,9 +90,16 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, node string) err
 // ones with one.
 func EnsureStreamsReplicas(ctx context.Context, js jetstream.JetStream, node string, replicas int) error {
 	for _, cfg := range StreamConfigs(node, replicas) {
-		if replicas < 1 {
-			if s, err := js.Stream(ctx, cfg.Name); err == nil {
-				cfg.Replicas = s.CachedInfo().Config.Replicas
+		if s, err := js.Stream(ctx, cfg.Name); err == nil {
+			have := s.CachedInfo().Config
+			if replicas < 1 {
+				cfg.Replicas = have.Replicas
+			}
+			// A stream that is as the contract says is left alone: a stage
+			// whose identity may not manage streams (they were made by
+			// `splitlet bus init`) only reads it.
+			if conforms(have, cfg) {
+				continue
 			}
 		}
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {

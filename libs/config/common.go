@@ -40,6 +40,11 @@ type Common struct {
 	NATSURL         string
 	NATSListen      string
 	NATSReplicas    int
+	NATSNkey        string
+	NATSCreds       string
+	NATSTLSCA       string
+	NATSTLSCert     string
+	NATSTLSKey      string
 	Runtime         string
 	CRIEndpoint     string
 	DataDir         string
@@ -61,6 +66,11 @@ func (c *Common) RegisterFlags(fs *pflag.FlagSet) {
 	fs.Var(newEnum(&c.KubeAPIContent, ContentProtobuf, ContentProtobuf, ContentJSON), "kube-api-content-type", "encoding of requests to the API server: "+ContentProtobuf+" (kubelet default) or "+ContentJSON)
 	fs.StringVar(&c.NATSURL, "nats-url", "", "NATS server URL(s), comma separated, credentials in the URL; empty: run an embedded server")
 	fs.IntVar(&c.NATSReplicas, "nats-replicas", 1, "replicas of the node's streams and of the pod workers' lease bucket: 1, or 3 (or 5) on a NATS cluster of that many servers, so that losing a server loses nothing; every stage of a node must agree")
+	fs.StringVar(&c.NATSNkey, "nats-nkey", "", "file with this stage's NATS nkey seed (its bus identity; `splitlet bus identities` makes one per stage); the seed never appears on a command line")
+	fs.StringVar(&c.NATSCreds, "nats-creds", "", "NATS credentials file (user JWT and nkey seed, for servers with decentralized auth)")
+	fs.StringVar(&c.NATSTLSCA, "nats-tls-ca", "", "CA file to verify the NATS servers' certificates (TLS to NATS)")
+	fs.StringVar(&c.NATSTLSCert, "nats-tls-cert", "", "client certificate file for TLS to NATS (with nats-tls-key)")
+	fs.StringVar(&c.NATSTLSKey, "nats-tls-key", "", "client key file for TLS to NATS")
 	fs.StringVar(&c.NATSListen, "nats-listen", "", "with an embedded server: also listen for other processes on this host:port (empty: in-process only)")
 	fs.Var(newEnum(&c.Runtime, RuntimeSim, RuntimeSim, RuntimeProcess, RuntimeCRI), "runtime", "container runtime of the pod workers: sim (simulated containers; pods outlive a pod worker restart or handover, restored from the bus), process (local child processes; they die with the replica and are restarted by the next owner, each restart counted in restartCount) or cri (real containers of a CRI runtime such as containerd, read back by a restarted pod worker)")
 	fs.StringVar(&c.CRIEndpoint, "cri-endpoint", DefaultCRIEndpoint, "CRI runtime endpoint of --runtime=cri (unix:// socket)")
@@ -86,6 +96,12 @@ func (c *Common) Complete() error {
 	}
 	if c.NATSReplicas < 1 || c.NATSReplicas > 5 {
 		return fmt.Errorf("invalid value %d for nats-replicas: must be 1 to 5", c.NATSReplicas)
+	}
+	if (c.NATSTLSCert == "") != (c.NATSTLSKey == "") {
+		return fmt.Errorf("nats-tls-cert and nats-tls-key go together")
+	}
+	if c.NATSNkey != "" && c.NATSCreds != "" {
+		return fmt.Errorf("nats-nkey and nats-creds exclude each other")
 	}
 	if c.NATSReplicas > 1 && c.NATSURL == "" {
 		return fmt.Errorf("invalid value %d for nats-replicas: the embedded server (nats-url empty) is a single server; replicas need a NATS cluster", c.NATSReplicas)

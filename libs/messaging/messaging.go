@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync/atomic"
@@ -35,6 +36,10 @@ type Options struct {
 	Node string
 	// Replicas of the node's streams (0: keep what exists, else 1).
 	Replicas int
+	// NkeyFile holds the nkey seed of this identity; CredsFile a user JWT
+	// and seed. TLSCA, TLSCert and TLSKey are files for TLS to the servers.
+	NkeyFile, CredsFile    string
+	TLSCA, TLSCert, TLSKey string
 	// Name of this connection, as the server shows it.
 	Name string
 	Log  *zap.Logger
@@ -90,6 +95,11 @@ func Connect(opts Options) (*Conn, error) {
 			log.Warn("nats error", f...)
 		}),
 	}
+	auth, err := authOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	natsOpts = append(natsOpts, auth...)
 	if url == "" {
 		ns, err := Embedded(opts.StoreDir, opts.Listen)
 		if err != nil {
@@ -116,6 +126,40 @@ func Connect(opts Options) (*Conn, error) {
 	c.cancel = cancel
 	go c.ensureStreams(ctx)
 	return c, nil
+}
+
+// authOptions are the client options of the identity and TLS settings;
+// every error names its key.
+func authOptions(opts Options) ([]nats.Option, error) {
+	var out []nats.Option
+	if opts.NkeyFile != "" {
+		o, err := nats.NkeyOptionFromSeed(opts.NkeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("nats-nkey %s: %w", opts.NkeyFile, err)
+		}
+		out = append(out, o)
+	}
+	if opts.CredsFile != "" {
+		if _, err := os.Stat(opts.CredsFile); err != nil {
+			return nil, fmt.Errorf("nats-creds: %w", err)
+		}
+		out = append(out, nats.UserCredentials(opts.CredsFile))
+	}
+	if opts.TLSCA != "" {
+		if _, err := os.Stat(opts.TLSCA); err != nil {
+			return nil, fmt.Errorf("nats-tls-ca: %w", err)
+		}
+		out = append(out, nats.RootCAs(opts.TLSCA))
+	}
+	if opts.TLSCert != "" {
+		for key, f := range map[string]string{"nats-tls-cert": opts.TLSCert, "nats-tls-key": opts.TLSKey} {
+			if _, err := os.Stat(f); err != nil {
+				return nil, fmt.Errorf("%s: %w", key, err)
+			}
+		}
+		out = append(out, nats.ClientCert(opts.TLSCert, opts.TLSKey))
+	}
+	return out, nil
 }
 
 // backoff is the delay before reconnect attempt n: 250 ms doubling to 5 s.

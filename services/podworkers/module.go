@@ -5,7 +5,13 @@
 package podworkers
 
 import (
+	"context"
+
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/splitlet/splitlet/libs/app"
+	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/services/podworkers/internal/ownership"
 	"github.com/splitlet/splitlet/services/podworkers/internal/service"
 )
 
@@ -14,3 +20,11 @@ const Name = "podworkers"
 
 // Service returns the podworkers stage, ready for app.Run.
 func Service() app.Service { return app.NewService(Name, &service.Config{}, service.New) }
+
+// EnsureLeaseBucket makes the node's partition lease bucket (`splitlet bus
+// init`, with an identity that may manage streams) with the given
+// replicas; an existing bucket is left as it is.
+func EnsureLeaseBucket(ctx context.Context, js jetstream.JetStream, node string, replicas int) error {
+	_, err := ownership.CreateBucket(ctx, js, bus.NodeToken(node), replicas)
+	return err
+}

@@ -123,6 +123,11 @@ type Manager struct {
 // CreateBucket creates (or opens) the owners bucket, with the given
 // replicas (nats-replicas: 3 on a three-server cluster).
 func CreateBucket(ctx context.Context, js jetstream.JetStream, nodeToken string, replicas int) (jetstream.KeyValue, error) {
+	// A bucket made beforehand (`splitlet bus init`) is used as it is: a
+	// replica's identity may not manage streams.
+	if kv, err := js.KeyValue(ctx, BucketName(nodeToken)); err == nil {
+		return kv, nil
+	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Replicas:    max(replicas, 1),
 		Bucket:      BucketName(nodeToken),

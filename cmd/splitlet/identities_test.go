@@ -1,0 +1,231 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/splitlet/splitlet/libs/app/apptest"
+	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/testenv"
+)
+
+// violations collects what nats-server logs of permission violations.
+type violations struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (v *violations) add(format string, a ...any) {
+	line := fmt.Sprintf(format, a...)
+	if strings.Contains(line, "Violation") {
+		v.mu.Lock()
+		v.lines = append(v.lines, line)
+		v.mu.Unlock()
+	}
+}
+func (v *violations) Noticef(f string, a ...any) { v.add(f, a...) }
+func (v *violations) Warnf(f string, a ...any)   { v.add(f, a...) }
+func (v *violations) Fatalf(f string, a ...any)  { v.add(f, a...) }
+func (v *violations) Errorf(f string, a ...any)  { v.add(f, a...) }
+func (v *violations) Debugf(f string, a ...any)  {}
+func (v *violations) Tracef(f string, a ...any)  {}
+func (v *violations) all() []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return append([]string(nil), v.lines...)
+}
+
+// Every stage runs as its own bus identity (splitlet bus identities), with
+// the permissions docs/bus.md's table gives it, on streams made by the
+// admin identity (splitlet bus init): a pod with an exec readiness probe
+// runs, is Ready, shows its logs and is deleted, and the server sees no
+// permission violation. Each identity is refused what the table does not
+// give it.
+func TestStageIdentities(t *testing.T) {
+	const node = "ids-node"
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	ids := filepath.Join(dir, "ids")
+	if out, err := exec.Command(bin, "bus", "identities", "--node-name", node, "--dir", ids).CombinedOutput(); err != nil {
+		t.Fatalf("bus identities: %v\n%s", err, out)
+	}
+	for _, id := range append([]string{"admin"}, bus.Stages...) {
+		fi, err := os.Stat(filepath.Join(ids, id+".nk"))
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("seed of %s: %v %v", id, fi, err)
+		}
+	}
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(ids, "nats.conf")
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf("listen: 127.0.0.1:%d\njetstream { store_dir: %q }\ninclude ./auth.conf\n", port, filepath.Join(dir, "js"))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(conf)
+	if err != nil {
+		t.Fatalf("nats-server config with the identities' auth.conf: %v", err)
+	}
+	opts.NoSigs = true
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := &violations{}
+	ns.SetLoggerV2(seen, false, false, false)
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	url := ns.ClientURL()
+
+	if out, err := exec.Command(bin, "bus", "init", "--node-name", node, "--nats-url", url, "--nats-nkey", filepath.Join(ids, "admin.nk")).CombinedOutput(); err != nil {
+		t.Fatalf("bus init: %v\n%s", err, out)
+	}
+
+	cp := testenv.ControlPlaneForTest(t)
+	for _, stage := range bus.Stages {
+		startStage(t, bin, cp, node, stage, "--nats-url="+url, "--nats-nkey="+filepath.Join(ids, stage+".nk"), "--runtime=sim")
+	}
+	cs := cp.Clientset()
+	ctx := context.Background()
+	eventually(t, 60*time.Second, "node Ready", func() (bool, string) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				return c.Status == corev1.ConditionTrue, c.Reason + ": " + c.Message
+			}
+		}
+		return false, "no Ready condition"
+	})
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "ids", Namespace: "default"},
+		Spec: corev1.PodSpec{NodeName: node, TerminationGracePeriodSeconds: ptr(int64(1)),
+			Containers: []corev1.Container{{Name: "app", Image: "busybox", Command: []string{"sleep", "3600"},
+				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}, PeriodSeconds: 1}}}},
+	}
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "pod Ready through an exec probe", func() (bool, string) {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return podCondition(p, corev1.PodReady) == corev1.ConditionTrue, string(p.Status.Phase)
+	})
+	if _, err := logsOf(ctx, cs, pod.Name, &corev1.PodLogOptions{}); err != nil {
+		t.Errorf("logs through nodehb and the pod workers: %v", err)
+	}
+	if err := cs.CoreV1().Pods("default").Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "pod gone", func() (bool, string) {
+		_, err := cs.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	if v := seen.all(); len(v) > 0 {
+		t.Errorf("permission violations while the stages ran:\n%s", strings.Join(v, "\n"))
+	}
+
+	// What the table does not give, each identity is refused.
+	s := bus.For(node)
+	for _, c := range []struct{ id, subject string }{
+		{bus.StagePodworkers, s.PodUpdates(0)},      // only podconfig says what runs
+		{bus.StageProber, s.PodStatus(0)},           // only the pod workers report runtime status
+		{bus.StageStatussync, s.Exec(0)},            // only nodehb and the prober exec
+		{bus.StageStatussync, s.ProbeResults(0)},    // only the prober reports probes
+		{bus.StageNodehb, s.AgentReady()},           // only the pod workers say they are ready
+		{bus.StagePodconfig, "$JS.API.STREAM.DELETE." + bus.StreamName(node, bus.StreamPodUpdates)}, // no stage manages streams
+	} {
+		if err := refused(t, url, filepath.Join(ids, c.id+".nk"), c.subject); err != nil {
+			t.Errorf("%s publishing to %s: %v", c.id, c.subject, err)
+		}
+	}
+	// (and the server's log shows them: the check above of a quiet log
+	// could have failed.)
+	eventually(t, 10*time.Second, "the refusals in the server's log", func() (bool, string) {
+		return len(seen.all()) >= 6, strings.Join(seen.all(), "\n")
+	})
+}
+
+// refused connects as the identity, publishes to subject and says nothing
+// when the server answers with a permissions violation.
+func refused(t *testing.T, url, seed, subject string) error {
+	t.Helper()
+	opt, err := nats.NkeyOptionFromSeed(seed)
+	if err != nil {
+		return err
+	}
+	errs := make(chan error, 4)
+	nc, err := nats.Connect(url, opt, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if err := nc.Publish(subject, []byte("{}")); err != nil {
+		return err
+	}
+	_ = nc.Flush()
+	select {
+	case err := <-errs:
+		if strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
+			return nil
+		}
+		return fmt.Errorf("error %v, not a permissions violation", err)
+	case <-time.After(5 * time.Second):
+		return fmt.Errorf("allowed")
+	}
+}
+
+// startStage runs one stage of the binary and stops it when the test ends.
+func startStage(t *testing.T, bin string, cp *testenv.ControlPlane, node, stage string, args ...string) {
+	t.Helper()
+	kubeletPort, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &apptest.Buffer{}
+	cmd := exec.Command(bin, append([]string{"--services=" + stage, "--kubeconfig=" + cp.Kubeconfig, "--node-name=" + node,
+		"--data-dir=" + t.TempDir(), "--http-addr=127.0.0.1:0", "--nodehb.agent-not-ready-grace=1s",
+		fmt.Sprintf("--nodehb.port=%d", kubeletPort), "--nodehb.client-ca-file=" + cp.CAFile}, args...)...)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("%s log:\n%s", stage, tail(logs.String(), 4000))
+		}
+	})
+}
+
