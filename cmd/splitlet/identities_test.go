@@ -150,11 +150,11 @@ func TestStageIdentities(t *testing.T) {
 	// What the table does not give, each identity is refused.
 	s := bus.For(node)
 	for _, c := range []struct{ id, subject string }{
-		{bus.StagePodworkers, s.PodUpdates(0)},      // only podconfig says what runs
-		{bus.StageProber, s.PodStatus(0)},           // only the pod workers report runtime status
-		{bus.StageStatussync, s.Exec(0)},            // only nodehb and the prober exec
-		{bus.StageStatussync, s.ProbeResults(0)},    // only the prober reports probes
-		{bus.StageNodehb, s.AgentReady()},           // only the pod workers say they are ready
+		{bus.StagePodworkers, s.PodUpdates(0)},   // only podconfig says what runs
+		{bus.StageProber, s.PodStatus(0)},        // only the pod workers report runtime status
+		{bus.StageStatussync, s.Exec(0)},         // only nodehb and the prober exec
+		{bus.StageStatussync, s.ProbeResults(0)}, // only the prober reports probes
+		{bus.StageNodehb, s.AgentReady()},        // only the pod workers say they are ready
 		{bus.StagePodconfig, "$JS.API.STREAM.DELETE." + bus.StreamName(node, bus.StreamPodUpdates)}, // no stage manages streams
 	} {
 		if err := refused(t, url, filepath.Join(ids, c.id+".nk"), c.subject); err != nil {
@@ -228,4 +228,3 @@ func startStage(t *testing.T, bin string, cp *testenv.ControlPlane, node, stage 
 		}
 	})
 }
-
