@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -118,7 +120,15 @@ func TestEndToEndProcessPod(t *testing.T) {
 		return false, "no Ready condition"
 	})
 
+	// the container runs unprivileged (podworkers.process-run-as): the
+	// directory it writes its marks to is open to it.
 	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "default"},
 		Spec: corev1.PodSpec{

@@ -30,6 +30,19 @@
 // working directory is workingDir, which must exist, or the container's
 // directory <root>/pods/<uid>/<container>. Stdin is /dev/null.
 //
+// # User
+//
+// A container runs as the runtime's own user, unless it asks for one
+// (securityContext runAsUser and runAsGroup, the container's over the
+// pod's) or the runtime has a default user (WithDefaultUser; podworkers
+// gives 65534:65534, key podworkers.process-run-as) and runs as root: then
+// it runs as that user, with no supplementary groups, so that it cannot
+// read what only the agent may (its kubeconfig, its bus identity's seed)
+// nor signal the agent's processes. Its directory is given to it; when the
+// way there is closed to it, it starts in / (the cwd of an image without a
+// WORKDIR). A runtime that is not root cannot switch users and refuses a
+// container that asks for another one. Exec runs as the container's user.
+//
 // # Logs
 //
 // stdout and stderr go to <root>/pods/<uid>/<container>/<attempt>.log in the

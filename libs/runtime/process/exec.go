@@ -29,7 +29,7 @@ func (r *Runtime) Exec(ctx context.Context, uid types.UID, name string, cmd []st
 		return runtime.ExecResult{}, err
 	}
 	running := c.status.State == runtime.StateRunning
-	env, dir := c.env, c.dir
+	env, dir, user := c.env, c.dir, c.user
 	r.mu.Unlock()
 	if !running {
 		return runtime.ExecResult{}, fmt.Errorf("process: exec: container %q of pod %s is not running", name, uid)
@@ -51,7 +51,7 @@ func (r *Runtime) Exec(ctx context.Context, uid types.UID, name string, cmd []st
 	ec.Stdin = stdin
 	ec.Stdout = &stdout
 	ec.Stderr = &stderr
-	ec.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	ec.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: credential(user)}
 	ec.Cancel = func() error { return syscall.Kill(-ec.Process.Pid, syscall.SIGKILL) }
 	ec.WaitDelay = time.Second
 	runErr := start(ec)

@@ -66,6 +66,7 @@ type options struct {
 	reapTimeout  time.Duration
 	recordDir    string
 	sweepEvery   time.Duration
+	defaultUser  *User
 }
 
 // WithRootDir sets the directory under which pods/<uid>/<container>/ hold
@@ -154,6 +155,7 @@ type container struct {
 	fallbackToLogs bool
 	done           chan struct{} // closed once exited and the log is complete
 	cpu            cpuSample
+	user           *User // nil: the runtime's own
 
 	procMu sync.Mutex
 	pid    int
@@ -315,6 +317,21 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 		return r.failStart(p, ct, st, errors.New("no command: the process runtime has no image entrypoint, so the container needs command or args"))
 	}
 	ct.dir = cdir
+	ct.user = r.userFor(p, c)
+	if uid, ok := askedUser(p, c); ok && ct.user == nil && uid != int64(os.Geteuid()) {
+		return r.failStart(p, ct, st, fmt.Errorf("runAsUser: the process runtime runs as uid %d and cannot switch users", os.Geteuid()))
+	}
+	if ct.user != nil {
+		// the container's own directory is its; when the way there is
+		// closed to it, it starts in / (kubelet: the cwd of an image
+		// without a WORKDIR).
+		if err := os.Chown(cdir, int(ct.user.UID), int(ct.user.GID)); err != nil {
+			return r.failStart(p, ct, st, err)
+		}
+		if !reachable(cdir, ct.user) {
+			ct.dir = "/"
+		}
+	}
 	if c.WorkingDir != "" {
 		ct.dir = c.WorkingDir
 		if fi, err := os.Stat(c.WorkingDir); err != nil || !fi.IsDir() {
@@ -343,8 +360,9 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 		Stdout: outW,
 		Stderr: errW,
 		SysProcAttr: &syscall.SysProcAttr{
-			Setpgid:   true,
-			Pdeathsig: syscall.SIGKILL,
+			Setpgid:    true,
+			Pdeathsig:  syscall.SIGKILL,
+			Credential: credential(ct.user),
 		},
 	}
 	err = start(cmd)

@@ -65,6 +65,7 @@ type Config struct {
 	HostIP              string
 	ReadinessInterval   time.Duration
 	ProcessRecordsDir   string
+	ProcessRunAs        string
 }
 
 // RegisterFlags adds the podworkers keys ("podworkers.<key>") to fs.
@@ -83,6 +84,7 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.SimMaxStarts, "podworkers.sim-max-concurrent-starts", 0, "containers this replica starts at once (runtime sim); 0: no limit")
 	fs.StringVar(&c.HostIP, "podworkers.host-ip", "127.0.0.1", "host IP reported in pod status")
 	fs.DurationVar(&c.ReadinessInterval, "podworkers.readiness-interval", 10*time.Second, "heartbeat interval of AgentReadiness on state.agent")
+	fs.StringVar(&c.ProcessRunAs, "podworkers.process-run-as", "65534:65534", "runtime process, when podworkers runs as root: the uid:gid of containers that set no runAsUser, so that a pod cannot read the agent's credentials or signal its processes; 'self' runs them as podworkers itself")
 	fs.StringVar(&c.ProcessRecordsDir, "podworkers.process-records-dir", "", "runtime process: where the replicas of this node on this host write down their containers' process groups, so that what a replica killed with SIGKILL leaves is killed by the next one (mode 0700, this user's); default <tmp>/splitlet-process-groups/<node>")
 }
 
@@ -98,6 +100,9 @@ func (c *Config) Validate() error {
 		if d <= 0 {
 			return fmt.Errorf("invalid value %v for %s: must be positive", d, key)
 		}
+	}
+	if _, err := parseRunAs(c.ProcessRunAs); err != nil {
+		return fmt.Errorf("invalid value %q for podworkers.process-run-as: %w", c.ProcessRunAs, err)
 	}
 	if c.SimMaxStarts < 0 {
 		return fmt.Errorf("invalid value %d for podworkers.sim-max-concurrent-starts: negative", c.SimMaxStarts)
@@ -322,8 +327,12 @@ func (r *Runner) newRuntime(ctx context.Context) (runtime.Runtime, error) {
 		if records == "" {
 			records = filepath.Join(os.TempDir(), "splitlet-process-groups", r.common.NodeName)
 		}
-		rt, err := process.New(process.WithRootDir(root), process.WithHostIP(r.cfg.HostIP), process.WithLogger(r.log.Named("process")),
-			process.WithRecordDir(records))
+		opts := []process.Option{process.WithRootDir(root), process.WithHostIP(r.cfg.HostIP), process.WithLogger(r.log.Named("process")),
+			process.WithRecordDir(records)}
+		if u, ok := r.cfg.runAs(); ok {
+			opts = append(opts, process.WithDefaultUser(u))
+		}
+		rt, err := process.New(opts...)
 		if err != nil {
 			return nil, fmt.Errorf("%w (key podworkers.process-records-dir)", err)
 		}
@@ -625,4 +634,33 @@ func prefixed(ids []string) []string {
 		out[i] = "podworkers-" + id
 	}
 	return out
+}
+
+// runAs is the default user of process containers (podworkers.process-run-as).
+func (c *Config) runAs() (process.User, bool) {
+	u, _ := parseRunAs(c.ProcessRunAs)
+	if u == nil {
+		return process.User{}, false
+	}
+	return *u, true
+}
+
+// parseRunAs reads "uid:gid" (or "uid", the gid then the same); "self" or
+// empty is nil.
+func parseRunAs(s string) (*process.User, error) {
+	if s == "" || s == "self" {
+		return nil, nil
+	}
+	uidS, gidS, hasGID := strings.Cut(s, ":")
+	uid, err := strconv.ParseUint(uidS, 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("want uid:gid or self")
+	}
+	gid := uid
+	if hasGID {
+		if gid, err = strconv.ParseUint(gidS, 10, 32); err != nil {
+			return nil, fmt.Errorf("want uid:gid or self")
+		}
+	}
+	return &process.User{UID: uint32(uid), GID: uint32(gid)}, nil
 }
