@@ -31,7 +31,7 @@ help:
 	@echo "make bench    benchmarks"
 	@echo "make images   FROM scratch images of the binaries (needs a Docker engine and busybox-static)"
 	@echo "make e2e      the images, then the end-to-end tests on the compose stack (deploy/compose)"
-	@echo "make up       the compose stack (STACKFLAGS=\"--podworkers=3 --tcpprober|--allinone\"); make down"
+	@echo "make up       the compose stack (STACKFLAGS=\"--podworkers=3 --tcpprober|--allinone --cri --nats-cluster\"); make down"
 	@echo "make testenv  build etcd and kube-apiserver into bin/ (skipped when the pinned versions are there)"
 	@echo "make vet      go vet and gofmt"
 
@@ -52,7 +52,9 @@ test: testenv
 	$(MAKE) e2e
 
 # make up / make down: the compose stack (deploy/compose) without the docker
-# compose CLI; STACKFLAGS="--podworkers=3", "--tcpprober" or "--allinone".
+# compose CLI; STACKFLAGS="--podworkers=3", "--tcpprober" or "--allinone",
+# "--cri" (pods in the host's containerd) and "--nats-cluster" (three NATS
+# servers, streams at three replicas).
 STACKFLAGS ?=
 up: images
 	$(GO) run ./e2e/cmd/stack up $(STACKFLAGS)

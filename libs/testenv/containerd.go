@@ -56,6 +56,8 @@ type ContainerdOptions struct {
 	Dir string
 	// NoImages skips building and importing the busybox and sandbox images.
 	NoImages bool
+	// NoStart: use only a containerd that answers; none is an error.
+	NoStart bool
 }
 
 // Containerd is a containerd with its CRI plugin that answers: the host's,
@@ -95,6 +97,9 @@ func EnsureContainerd(ctx context.Context, opts ContainerdOptions) (c *Container
 	if info, err := criInfo(ctx, c.Endpoint, 3*time.Second); err == nil {
 		c.SandboxImage = info
 	} else {
+		if opts.NoStart {
+			return nil, fmt.Errorf("no containerd with its CRI plugin answers at %s: %w", addr, err)
+		}
 		if err := c.start(ctx, err); err != nil {
 			return nil, err
 		}

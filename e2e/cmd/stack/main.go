@@ -2,7 +2,7 @@
 // compose CLI (Debian's docker.io has none): it drives the same files through
 // the compose library that the end-to-end tests use. `make up`, `make down`.
 //
-//	go run ./e2e/cmd/stack up [--podworkers=N] [--tcpprober | --allinone]
+//	go run ./e2e/cmd/stack up [--podworkers=N] [--tcpprober | --allinone] [--cri] [--nats-cluster]
 //	go run ./e2e/cmd/stack down
 //
 // With the docker compose CLI (v2.20 or later) the same files work directly;
@@ -22,11 +22,13 @@ import (
 	"time"
 
 	tccompose "github.com/testcontainers/testcontainers-go/modules/compose"
+
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 func main() {
 	if len(os.Args) < 2 || (os.Args[1] != "up" && os.Args[1] != "down") {
-		fmt.Fprintln(os.Stderr, "usage: stack up [--podworkers=N] [--tcpprober | --allinone] | stack down")
+		fmt.Fprintln(os.Stderr, "usage: stack up [--podworkers=N] [--tcpprober | --allinone] [--cri] [--nats-cluster] | stack down")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
@@ -35,10 +37,16 @@ func main() {
 	podworkers := fs.Int("podworkers", 1, "podworkers replicas (up)")
 	tcpprober := fs.Bool("tcpprober", false, "swap the prober for examples/tcpprober (compose.tcpprober.yaml)")
 	allinone := fs.Bool("allinone", false, "the all-in-one binary instead of the five stages (compose.allinone.yaml)")
+	cri := fs.Bool("cri", false, "pods as real containers of the host's containerd (compose.cri.yaml; containerd at $SPLITLET_CONTAINERD_ADDRESS or /run/containerd/containerd.sock)")
+	natsCluster := fs.Bool("nats-cluster", false, "NATS as a three-server cluster, streams at three replicas (compose.natscluster.yaml)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "how long up may wait for every service to be healthy")
 	_ = fs.Parse(os.Args[2:])
 	if *tcpprober && *allinone {
 		fmt.Fprintln(os.Stderr, "stack: --tcpprober and --allinone exclude each other")
+		os.Exit(2)
+	}
+	if *allinone && (*cri || *natsCluster) {
+		fmt.Fprintln(os.Stderr, "stack: --allinone runs its own embedded NATS and the process runtime; --cri and --nats-cluster apply to the five stages")
 		os.Exit(2)
 	}
 	// No reaper container: it would have to be pulled; `stack down` cleans up.
@@ -50,8 +58,25 @@ func main() {
 	if *allinone {
 		files = append(files, filepath.Join(*dir, "compose.allinone.yaml"))
 	}
+	if *cri {
+		files = append(files, filepath.Join(*dir, "compose.cri.yaml"))
+	}
+	if *natsCluster || os.Args[1] == "down" {
+		// (down: its servers and volumes go too, whichever way it came up)
+		files = append(files, filepath.Join(*dir, "compose.natscluster.yaml"))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *cri && os.Args[1] == "up" {
+		// the images pods use, in the containerd podworkers will use.
+		cd, err := testenv.EnsureContainerd(ctx, testenv.ContainerdOptions{NoStart: true})
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "stack up --cri: %v (start one, e.g. go run ./tools/criimages --serve --dir /tmp/splitlet-containerd, and export SPLITLET_CONTAINERD_ADDRESS=/tmp/splitlet-containerd/containerd.sock)\n", err)
+			os.Exit(1)
+		}
+		fmt.Printf("stack: containerd at %s has the busybox and sandbox images\n", cd.Address)
+		_ = os.Setenv(testenv.ContainerdAddressEnv, cd.Address)
+	}
 	if err := run(ctx, os.Args[1], *project, files, *podworkers, *timeout, *dir); err != nil {
 		fmt.Fprintf(os.Stderr, "stack %s: %v\n", os.Args[1], err)
 		os.Exit(1)
@@ -75,6 +100,9 @@ func run(ctx context.Context, cmd, project string, files []string, podworkers in
 	defer cancel()
 	start := time.Now()
 	env := map[string]string{"SPLITLET_PODWORKERS": strconv.Itoa(podworkers)}
+	if a := os.Getenv(testenv.ContainerdAddressEnv); a != "" {
+		env[testenv.ContainerdAddressEnv] = a
+	}
 	if err := dc.WithEnv(env).Up(ctx, tccompose.Wait(true), tccompose.RemoveOrphans(true)); err != nil {
 		return err
 	}
