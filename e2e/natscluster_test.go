@@ -8,8 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/splitlet/splitlet/libs/bus"
 )
 
 // natsClusterPorts are the ports compose.natscluster.yaml adds.
@@ -29,6 +33,28 @@ func TestComposeNATSCluster(t *testing.T) {
 	}
 	s := upStack(t, nil, "compose.yaml", "compose.natscluster.yaml")
 	s.waitNodeReady(t)
+	// the stages made the streams and the lease bucket at three replicas.
+	nc, err := nats.Connect(natsURL, nats.Timeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, name := range []string{bus.StreamName(nodeName, bus.StreamPodUpdates), bus.StreamName(nodeName, bus.StreamPodStatus),
+		bus.StreamName(nodeName, bus.StreamProbes), bus.StreamName(nodeName, bus.StreamState), "KV_" + bus.LeaseBucket(nodeName)} {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatalf("stream %s: %v", name, err)
+		}
+		if r := st.CachedInfo().Config.Replicas; r != 3 {
+			t.Errorf("stream %s has %d replicas, want 3", name, r)
+		}
+	}
 	before := []string{"nc-web-1", "nc-web-2"}
 	for i, name := range before {
 		s.create(t, webPod(name, int32(29081+i)))
