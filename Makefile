@@ -17,7 +17,7 @@ LDFLAGS := -s -w -X github.com/splitlet/splitlet/libs/app.Version=$(VERSION)
 FUZZTIME ?= 10s
 TESTFLAGS ?=
 
-.PHONY: help build test e2e up down run bench bench-go bench-tools nats-server images testenv vet fuzz clean
+.PHONY: help build test e2e up down run bench bench-go bench-tools faults nats-server images testenv vet fuzz clean
 
 # Peers and parts of the benchmark, installed with `go install` into bin/.
 NATS_SERVER_VERSION := v2.15.2
@@ -29,6 +29,7 @@ help:
 	@echo "make test     every module's tests (builds the test control plane first if missing)"
 	@echo "make run      local control plane + splitlet (all services) + a demo pod; Ctrl-C stops all (RUNTIME=process|sim|cri)"
 	@echo "make bench    benchmarks"
+	@echo "make faults   the fault suite: SIGKILL of each stage, NATS down, pod workers lost, on sim, process and CRI (FAULTSFLAGS=\"-pods 500 -cases ...\")"
 	@echo "make images   FROM scratch images of the binaries (needs a Docker engine and busybox-static)"
 	@echo "make e2e      the images, then the end-to-end tests on the compose stack (deploy/compose)"
 	@echo "make up       the compose stack (STACKFLAGS=\"--podworkers=3 --tcpprober|--allinone --cri --nats-cluster\"); make down"
@@ -46,8 +47,9 @@ build:
 testenv:
 	@hack/testenv/build.sh $(BIN)
 
-test: testenv
-	$(GO) test -count=1 $(TESTFLAGS) $(filter-out $(E2E_PKGS),$(PKGS))
+# (the stage binaries and nats-server: the fault suite's short version runs them)
+test: testenv build nats-server
+	$(GO) test -count=1 -timeout 20m $(TESTFLAGS) $(filter-out $(E2E_PKGS),$(PKGS))
 	$(MAKE) fuzz
 	$(MAKE) e2e
 
@@ -99,6 +101,12 @@ run: testenv build
 # make bench-go: every Go benchmark of every module.
 bench: testenv build bench-tools
 	$(GO) run ./bench $(BENCHFLAGS)
+
+# make faults: the fault suite (bench/faults, docs/faults.md); its short
+# version runs in make test.
+FAULTSFLAGS ?=
+faults: testenv build nats-server
+	$(GO) run ./bench/faults $(FAULTSFLAGS)
 
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)

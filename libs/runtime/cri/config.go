@@ -24,6 +24,10 @@ const (
 	labelPodNamespace  = "io.kubernetes.pod.namespace"
 	labelPodUID        = "io.kubernetes.pod.uid"
 	labelContainerName = "io.kubernetes.container.name"
+	// labelNode names the Splitlet node whose pod a sandbox or container
+	// is, so that nodes sharing one runtime (local stacks, tests) each
+	// see only their own pods (a kubelet owns its runtime alone).
+	labelNode = "io.splitlet.node"
 
 	annotationHash                     = "io.kubernetes.container.hash"
 	annotationRestartCount             = "io.kubernetes.container.restartCount"
@@ -85,6 +89,9 @@ func (r *Runtime) sandboxConfig(p *corev1.Pod, attempt uint32) *runtimeapi.PodSa
 		labels[k] = v
 	}
 	labels[labelPodName], labels[labelPodNamespace], labels[labelPodUID] = p.Name, p.Namespace, string(p.UID)
+	if r.opts.node != "" {
+		labels[labelNode] = r.opts.node
+	}
 	anyPrivileged := false
 	for i := range p.Spec.InitContainers {
 		anyPrivileged = anyPrivileged || privileged(&p.Spec.InitContainers[i])
@@ -224,12 +231,10 @@ func (r *Runtime) containerConfig(p *corev1.Pod, c *corev1.Container, attempt in
 		Metadata: &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: uint32(attempt)},
 		Image:    &runtimeapi.ImageSpec{Image: imageRef, UserSpecifiedImage: c.Image},
 		// kubelet: $(VAR) in command and args expand against the env.
-		Command:    containerenv.Expand(c.Command, env),
-		Args:       containerenv.Expand(c.Args, env),
-		WorkingDir: c.WorkingDir,
-		Labels: map[string]string{
-			labelPodName: p.Name, labelPodNamespace: p.Namespace, labelPodUID: string(p.UID), labelContainerName: c.Name,
-		},
+		Command:     containerenv.Expand(c.Command, env),
+		Args:        containerenv.Expand(c.Args, env),
+		WorkingDir:  c.WorkingDir,
+		Labels:      r.nodeLabels(map[string]string{labelPodName: p.Name, labelPodNamespace: p.Namespace, labelPodUID: string(p.UID), labelContainerName: c.Name}),
 		Annotations: ann,
 		LogPath:     filepath.Join(c.Name, strconv.Itoa(attempt)+".log"),
 		Stdin:       c.Stdin,

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
 	"github.com/splitlet/splitlet/libs/runtime"
 )
 
@@ -96,4 +98,48 @@ func TestCreatedContainerRemoved(t *testing.T) {
 		s := shimsOf(t, sb.id)
 		return len(s) == 0, strings.Join(s, ",")
 	})
+}
+
+// containerd's report of a start the caller cancelled (a pod worker killed
+// mid-start: exited, StartError, "context canceled", never started) counts
+// as Created, to be started again; a start that failed on its own stays a
+// failure.
+func TestCancelledStartCountsAsCreated(t *testing.T) {
+	r := &Runtime{name: "containerd"}
+	status := func(msg string) *runtimeapi.ContainerStatus {
+		return &runtimeapi.ContainerStatus{Id: "abc", State: runtimeapi.ContainerState_CONTAINER_EXITED, ExitCode: 128,
+			Reason: "StartError", Message: msg, CreatedAt: time.Now().UnixNano(), FinishedAt: time.Now().UnixNano(),
+			Labels: map[string]string{labelPodUID: "u1", labelContainerName: "c"}, Metadata: &runtimeapi.ContainerMetadata{Name: "c"}}
+	}
+	st, ok := r.convert(context.Background(), status(`failed to start containerd task "abc": context canceled: unknown`))
+	if !ok || st.State != runtime.StateCreated || st.ExitCode != 0 || st.Reason != "" {
+		t.Errorf("cancelled start: %+v", st)
+	}
+	st, ok = r.convert(context.Background(), status(`failed to create containerd task: exec: "nope": executable file not found in $PATH: unknown`))
+	if !ok || st.State != runtime.StateExited || st.ExitCode != 128 || st.Reason != "StartError" {
+		t.Errorf("failed start: %+v", st)
+	}
+}
+
+// Two nodes on one containerd see only their own pods (their sandboxes and
+// containers carry the node's name), so neither takes the other's for an
+// orphan.
+func TestNodesShareARuntime(t *testing.T) {
+	a := newRuntime(t, WithNode("node-a"))
+	b := newRuntime(t, WithNode("node-b"))
+	p := newPod("node-a-pod", true, shell("c", `sleep 3600`))
+	cleanupPod(t, p)
+	start(t, a, p, 0, 0)
+	ctx := context.Background()
+	for _, r := range []*Runtime{a, b} {
+		if err := r.Relist(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !hasPod(a.Pods(), p) {
+		t.Error("node-a does not list its own pod")
+	}
+	if hasPod(b.Pods(), p) || len(b.PodContainers(p.UID)) != 0 {
+		t.Error("node-b lists node-a's pod")
+	}
 }

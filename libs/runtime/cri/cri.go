@@ -66,6 +66,20 @@ type options struct {
 	imageBackOff   time.Duration
 	imageBackOffMx time.Duration
 	cgroupParent   string
+	node           string
+}
+
+// WithNode names the node the runtime runs pods for: its sandboxes and
+// containers carry the name, and it sees only those that do (default: no
+// name, every pod of the runtime).
+func WithNode(name string) Option { return func(o *options) { o.node = name } }
+
+// nodeLabels adds the node's label to labels (with a node name).
+func (r *Runtime) nodeLabels(labels map[string]string) map[string]string {
+	if r.opts.node != "" {
+		labels[labelNode] = r.opts.node
+	}
+	return labels
 }
 
 // WithEndpoint sets the CRI endpoint (default DefaultEndpoint; an empty
@@ -650,7 +664,7 @@ func (r *Runtime) RemovePod(ctx context.Context, uid types.UID) error {
 			return fmt.Errorf("cri: remove pod %s: container %q (%s) still runs", uid, c.Name, c.ID)
 		}
 	}
-	sel := map[string]string{labelPodUID: string(uid)}
+	sel := r.nodeLabels(map[string]string{labelPodUID: string(uid)})
 	sbs, err := r.rs.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: sel})
 	if err != nil {
 		return fmt.Errorf("cri: remove pod %s: %w", uid, err)

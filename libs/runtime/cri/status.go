@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -99,8 +100,21 @@ func (r *Runtime) convert(ctx context.Context, s *runtimeapi.ContainerStatus) (r
 				st.Message += tail
 			}
 		}
+		if cutShort(st) {
+			// It never ran: its start was cancelled by the caller (a pod
+			// worker killed mid-start). It counts as created, and is
+			// started again (kubelet: a container that never started is
+			// always started again), not as a failure of the container.
+			st.State, st.ExitCode, st.Reason, st.Message, st.FinishedAt = runtime.StateCreated, 0, "", "", time.Time{}
+		}
 	}
 	return st, true
+}
+
+// cutShort: containerd's report of a start the caller cancelled.
+func cutShort(st runtime.ContainerStatus) bool {
+	return st.Reason == "StartError" && st.StartedAt.IsZero() &&
+		(strings.Contains(st.Message, "context canceled") || strings.Contains(st.Message, "context deadline exceeded"))
 }
 
 // lastLog is the end of a log: 80 lines, 2 KiB at most (kubelet's limits for
@@ -186,11 +200,12 @@ func (r *Runtime) relist(ctx context.Context) error {
 	r.relistMu.Lock()
 	defer r.relistMu.Unlock()
 	begun := time.Now()
-	sbs, err := r.rs.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{})
+	sel := r.nodeLabels(map[string]string{})
+	sbs, err := r.rs.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: sel})
 	if err != nil {
 		return err
 	}
-	cs, err := r.rs.ListContainers(ctx, &runtimeapi.ContainerFilter{})
+	cs, err := r.rs.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: sel})
 	if err != nil {
 		return err
 	}

@@ -145,7 +145,7 @@ type flavour struct {
 	pods    int
 	// fresh, if set, makes the runtime of each replica the test starts
 	// (else the replica makes its own).
-	fresh func(t *testing.T) runtime.Runtime
+	fresh func(t *testing.T, e *env) runtime.Runtime
 	// orphan leaves a running pod in the runtime that no source wants
 	// (deleted while no replica ran), and says how to tell it is gone.
 	orphan func(t *testing.T, e *env) (*corev1.Pod, func() bool)
@@ -164,7 +164,7 @@ func (f *flavour) replica(t *testing.T, e *env, id string) (*Runner, *messaging.
 	t.Helper()
 	var rt runtime.Runtime
 	if f.fresh != nil {
-		rt = f.fresh(t)
+		rt = f.fresh(t, e)
 	}
 	tune := tuned(id)
 	if f.leaseTTL > 0 {
@@ -179,7 +179,7 @@ func (f *flavour) replica(t *testing.T, e *env, id string) (*Runner, *messaging.
 func simFlavour() *flavour {
 	f := &flavour{runtime: config.RuntimeSim, pods: 300}
 	var rt *sim.Runtime
-	f.fresh = func(*testing.T) runtime.Runtime { rt = sim.New(); return rt }
+	f.fresh = func(*testing.T, *env) runtime.Runtime { rt = sim.New(); return rt }
 	// a pod that ran but only its status is left on the bus: the restarted
 	// replica restores it, then finds no source wants it.
 	f.orphan = func(t *testing.T, e *env) (*corev1.Pod, func() bool) {

@@ -315,7 +315,8 @@ func (r *Runner) newRuntime(ctx context.Context) (runtime.Runtime, error) {
 	}
 	switch r.common.Runtime {
 	case config.RuntimeCRI:
-		return cri.New(ctx, cri.WithEndpoint(r.common.CRIEndpoint), cri.WithHostIP(r.cfg.HostIP), cri.WithLogger(r.log.Named("cri")))
+		return cri.New(ctx, cri.WithEndpoint(r.common.CRIEndpoint), cri.WithHostIP(r.cfg.HostIP), cri.WithLogger(r.log.Named("cri")),
+			cri.WithNode(r.common.NodeName))
 	case config.RuntimeProcess:
 		// the containers of a previous incarnation died with it: their
 		// files are left over.

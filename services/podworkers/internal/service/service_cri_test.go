@@ -142,10 +142,10 @@ func criFlavour(t *testing.T, e *env, cd *testenv.Containerd, pods int, poll tim
 	t.Cleanup(func() { _ = rs.Close(context.Background()) })
 	f := &flavour{runtime: config.RuntimeCRI, pods: pods, leaseTTL: 5 * time.Second}
 	if poll > 0 {
-		f.fresh = func(t *testing.T) runtime.Runtime {
+		f.fresh = func(t *testing.T, e *env) runtime.Runtime {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			r, err := cri.New(ctx, cri.WithEndpoint(cd.Endpoint), cri.WithPollInterval(poll))
+			r, err := cri.New(ctx, cri.WithEndpoint(cd.Endpoint), cri.WithPollInterval(poll), cri.WithNode(e.node))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -159,7 +159,7 @@ func criFlavour(t *testing.T, e *env, cd *testenv.Containerd, pods int, poll tim
 		e.track(orphan)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		r, err := cri.New(ctx, cri.WithEndpoint(cd.Endpoint))
+		r, err := cri.New(ctx, cri.WithEndpoint(cd.Endpoint), cri.WithNode(e.node))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,624 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/runtime/sim"
+)
+
+// faultEnv is what every case runs against: one control plane, the
+// binaries, a work directory.
+type faultEnv struct {
+	cs         kubernetes.Interface
+	kubeconfig string
+	caFile     string
+	binDir     string
+	work       string
+	// containerd endpoint for the CRI cases ("" when none was asked for).
+	criEndpoint string
+}
+
+// faultCase is one fault: how the agent runs, how many pods, what is done
+// to it once about half the pods are Ready.
+type faultCase struct {
+	Name     string
+	Runtime  string
+	Replicas int
+	Pods     int
+	// Done pods: restartPolicy Never, exit 0 at once (Succeeded).
+	Done int
+	// Outage is how long the killed process stays down before it starts
+	// again (0: it does not).
+	Outage time.Duration
+	// Kill names the process killed with SIGKILL ("" for none).
+	Kill string
+	// Poison publishes malformed messages instead of killing anything.
+	Poison bool
+}
+
+// faultResult is what a case measured.
+type faultResult struct {
+	Case        string         `json:"case"`
+	Pods        int            `json:"pods"`
+	Ready       int            `json:"ready"`
+	Lost        int            `json:"lost"`
+	Restarted   int            `json:"restarted"`
+	Hidden      int            `json:"hiddenRestarts"`
+	Rewritten   int            `json:"terminalRewritten"`
+	Leaked      int            `json:"leakedProcesses"`
+	NotReadySec float64        `json:"nodeNotReadySeconds"`
+	ConvergeSec float64        `json:"convergeSeconds"`
+	Crashes     map[string]int `json:"crashes,omitempty"`
+	Notes       []string       `json:"notes,omitempty"`
+}
+
+// failures lists what misses the targets: loss, rewritten terminal
+// statuses, leaks, crashes, hidden restarts, and on sim and CRI any restart.
+func (r *faultResult) failures(c faultCase) []string {
+	var out []string
+	if r.Lost > 0 {
+		out = append(out, fmt.Sprintf("%d pods lost", r.Lost))
+	}
+	if r.Rewritten > 0 {
+		out = append(out, fmt.Sprintf("%d terminal statuses rewritten", r.Rewritten))
+	}
+	if r.Leaked > 0 {
+		out = append(out, fmt.Sprintf("%d processes leaked", r.Leaked))
+	}
+	if len(r.Crashes) > 0 {
+		out = append(out, fmt.Sprintf("crashes %v", r.Crashes))
+	}
+	if r.Hidden > 0 {
+		out = append(out, fmt.Sprintf("%d hidden restarts", r.Hidden))
+	}
+	if c.Runtime != "process" && r.Restarted > 0 {
+		out = append(out, fmt.Sprintf("%d containers restarted", r.Restarted))
+	}
+	return out
+}
+
+// instance is a container as the API shows it.
+type instance struct {
+	id       string
+	restarts int32
+	term     string // exit code, reason, ID of a terminated container
+}
+
+func snapshot(ctx context.Context, cs kubernetes.Interface, label string) (map[string]instance, map[string]*corev1.Pod, error) {
+	list, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "faults=" + label})
+	if err != nil {
+		return nil, nil, err
+	}
+	out := map[string]instance{}
+	pods := map[string]*corev1.Pod{}
+	for i := range list.Items {
+		p := &list.Items[i]
+		pods[p.Name] = p
+		for _, c := range p.Status.ContainerStatuses {
+			in := instance{id: c.ContainerID, restarts: c.RestartCount}
+			if t := c.State.Terminated; t != nil {
+				in.term = fmt.Sprintf("%d/%s/%s", t.ExitCode, t.Reason, t.ContainerID)
+			}
+			out[p.Name+"/"+c.Name] = in
+		}
+	}
+	return out, pods, nil
+}
+
+func settledPod(p *corev1.Pod) bool {
+	if p.Spec.RestartPolicy == corev1.RestartPolicyNever {
+		return p.Status.Phase == corev1.PodSucceeded
+	}
+	if p.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// nodeWatch sums the time the Node was not Ready after it first was.
+type nodeWatch struct {
+	mu       sync.Mutex
+	notReady time.Duration
+	stop     context.CancelFunc
+	done     chan struct{}
+}
+
+func watchNode(cs kubernetes.Interface, node string) *nodeWatch {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &nodeWatch{stop: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		const every = 250 * time.Millisecond
+		t := time.NewTicker(every)
+		defer t.Stop()
+		seenReady := false
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+			if err != nil {
+				continue
+			}
+			ready := false
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady {
+					ready = c.Status == corev1.ConditionTrue
+				}
+			}
+			seenReady = seenReady || ready
+			if seenReady && !ready {
+				w.mu.Lock()
+				w.notReady += every
+				w.mu.Unlock()
+			}
+		}
+	}()
+	return w
+}
+
+func (w *nodeWatch) end() time.Duration {
+	w.stop()
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.notReady
+}
+
+// markerEnv marks every process of a case's pods (process runtime), so
+// that one left after the pods are gone is found.
+const markerEnv = "SPLITLET_FAULTS_MARKER"
+
+func podSpec(c faultCase, node string, done bool) corev1.PodSpec {
+	spec := corev1.PodSpec{
+		NodeName:                      node,
+		TerminationGracePeriodSeconds: ptr(int64(2)),
+		Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+		Containers: []corev1.Container{{Name: "c", Image: "busybox", ImagePullPolicy: corev1.PullIfNotPresent,
+			Command: []string{"sleep", "infinity"}}},
+	}
+	switch c.Runtime {
+	case "process":
+		// a background child in the container's group: what a SIGKILLed
+		// pod worker would leave behind.
+		spec.Containers[0].Command = []string{"sh", "-c", "sleep 100000 & exec sleep 100001"}
+		spec.Containers[0].Env = []corev1.EnvVar{{Name: markerEnv, Value: node}}
+	case "cri":
+		spec.HostNetwork = true
+		spec.Containers[0].Command = []string{"sleep", "100000"}
+	}
+	if done {
+		spec.RestartPolicy = corev1.RestartPolicyNever
+		spec.Containers[0].Command = []string{"true"}
+	}
+	return spec
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// runFaultCase runs one case on a fresh node and measures it.
+func runFaultCase(ctx context.Context, env *faultEnv, c faultCase, logf func(string, ...any)) (*faultResult, error) {
+	node := "faults-" + c.Name
+	res := &faultResult{Case: c.Name, Pods: c.Pods + c.Done}
+	a, err := startAgent(env, node, agentOptions{runtime: c.Runtime, replicas: c.Replicas, criEndpoint: env.criEndpoint})
+	if err != nil {
+		return nil, err
+	}
+	defer a.stop()
+	if err := waitUntil(ctx, 90*time.Second, "node "+node+" Ready", func() (bool, string) { return nodeIsReady(ctx, env.cs, node), "" }); err != nil {
+		return nil, err
+	}
+	nw := watchNode(env.cs, node)
+	defer nw.end()
+	label := node
+	errs := make(chan error, 1)
+	go func() { errs <- createPods(ctx, env.cs, c, node, label) }()
+	// the fault comes when about half the pods are Ready.
+	half := (c.Pods + c.Done) / 2
+	if err := waitUntil(ctx, 3*time.Minute, "half the pods settled", func() (bool, string) {
+		_, pods, err := snapshot(ctx, env.cs, label)
+		if err != nil {
+			return false, err.Error()
+		}
+		n := 0
+		for _, p := range pods {
+			if settledPod(p) {
+				n++
+			}
+		}
+		return n >= max(half, 1), fmt.Sprintf("%d settled", n)
+	}); err != nil {
+		return nil, err
+	}
+	before, beforePods, err := snapshot(ctx, env.cs, label)
+	if err != nil {
+		return nil, err
+	}
+	// the pods whose pod worker the fault takes away, which must be
+	// reported again (by the restarted replica, or the survivors).
+	var expect map[string]bool
+	switch {
+	case strings.HasPrefix(c.Kill, "podworkers"):
+		parts, err := ownedBy(ctx, a.natsURL, node, c.Kill)
+		if err != nil {
+			return nil, err
+		}
+		expect = map[string]bool{}
+		for _, p := range beforePods {
+			if parts[bus.Partition(string(p.UID), partitions)] {
+				expect[string(p.UID)] = true
+			}
+		}
+	case c.Kill == "nats-server":
+		expect = map[string]bool{}
+		for _, p := range beforePods {
+			expect[string(p.UID)] = true
+		}
+	}
+	restartAt := time.Now()
+	switch {
+	case c.Poison:
+		notes, err := poison(ctx, a, node)
+		if err != nil {
+			return nil, err
+		}
+		res.Notes = append(res.Notes, notes...)
+	case c.Kill != "":
+		p := a.procs[c.Kill]
+		if p == nil {
+			return nil, fmt.Errorf("no process %q", c.Kill)
+		}
+		logf("%s: SIGKILL %s", c.Name, c.Kill)
+		p.kill()
+		if c.Outage > 0 {
+			// the outage itself: the process stays down this long.
+			time.Sleep(c.Outage)
+			if err := p.start(); err != nil {
+				return nil, err
+			}
+			restartAt = time.Now()
+		}
+	}
+	if err := <-errs; err != nil {
+		return nil, err
+	}
+	if expect != nil {
+		// the API may still show what was there before the fault: first
+		// every pod the fault concerned is reported again on the bus.
+		since := restartAt
+		if c.Outage == 0 {
+			since = restartAt.Add(-time.Second)
+		}
+		if err := waitUntil(ctx, 3*time.Minute, "every pod of the lost pod worker reported again", func() (bool, string) {
+			seen, err := reportedSince(ctx, a.natsURL, node, since)
+			if err != nil {
+				return false, err.Error()
+			}
+			missing := 0
+			for uid := range expect {
+				if !seen[uid] {
+					missing++
+				}
+			}
+			return missing == 0, fmt.Sprintf("%d of %d not reported yet", missing, len(expect))
+		}); err != nil {
+			res.Notes = append(res.Notes, err.Error())
+		}
+	}
+	var pods map[string]*corev1.Pod
+	convergeErr := waitUntil(ctx, 3*time.Minute, "every pod settled after the fault", func() (bool, string) {
+		var err error
+		_, pods, err = snapshot(ctx, env.cs, label)
+		if err != nil {
+			return false, err.Error()
+		}
+		n := 0
+		for _, p := range pods {
+			if settledPod(p) {
+				n++
+			}
+		}
+		return n == c.Pods+c.Done, fmt.Sprintf("%d of %d settled", n, c.Pods+c.Done)
+	})
+	res.ConvergeSec = time.Since(restartAt).Seconds()
+	after, pods, err := snapshot(ctx, env.cs, label)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pods {
+		if settledPod(p) {
+			res.Ready++
+		}
+	}
+	res.Lost = res.Pods - res.Ready
+	if convergeErr != nil {
+		res.Notes = append(res.Notes, convergeErr.Error())
+		for _, p := range pods {
+			if !settledPod(p) {
+				res.Notes = append(res.Notes, fmt.Sprintf("unsettled %s: %s %+v", p.Name, p.Status.Phase, p.Status.ContainerStatuses))
+				break
+			}
+		}
+	}
+	for key, b := range before {
+		now, ok := after[key]
+		if !ok || b.id == "" {
+			continue
+		}
+		if now.id != b.id || now.restarts != b.restarts {
+			res.Restarted++
+			if now.restarts == b.restarts {
+				res.Hidden++
+			}
+		}
+		if pod := strings.SplitN(key, "/", 2)[0]; b.term != "" && now.term != b.term && isDone(pods[pod]) {
+			res.Rewritten++
+		}
+	}
+	res.NotReadySec = nw.end().Seconds()
+	res.Crashes = a.crashes()
+	// the pods go; then nothing of theirs may be left.
+	if err := env.cs.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "faults=" + label}); err != nil {
+		return nil, err
+	}
+	if err := waitUntil(ctx, 2*time.Minute, "every pod gone", func() (bool, string) {
+		_, pods, err := snapshot(ctx, env.cs, label)
+		return err == nil && len(pods) == 0, fmt.Sprint(len(pods), " left")
+	}); err != nil {
+		res.Notes = append(res.Notes, err.Error())
+	}
+	if c.Runtime == "process" {
+		// the sweep of a dead replica's process groups runs every 5 s.
+		_ = waitUntil(ctx, 15*time.Second, "no process of the pods left", func() (bool, string) {
+			res.Leaked = markedProcesses(node)
+			return res.Leaked == 0, fmt.Sprint(res.Leaked)
+		})
+	}
+	return res, nil
+}
+
+func isDone(p *corev1.Pod) bool { return p != nil && p.Spec.RestartPolicy == corev1.RestartPolicyNever }
+
+func createPods(ctx context.Context, cs kubernetes.Interface, c faultCase, node, label string) error {
+	const concurrency = 20
+	total := c.Pods + c.Done
+	next := make(chan int)
+	var wg sync.WaitGroup
+	errs := make(chan error, concurrency)
+	for range concurrency {
+		wg.Go(func() {
+			for i := range next {
+				done := i >= c.Pods
+				pod := &corev1.Pod{
+					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%05d", node, i), Labels: map[string]string{"faults": label}},
+					Spec:       podSpec(c, node, done),
+				}
+				if done && c.Runtime == "sim" {
+					pod.Annotations = map[string]string{sim.AnnotationExitCode: "0", sim.AnnotationExitAfter: "10ms"}
+				}
+				if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+					select {
+					case errs <- fmt.Errorf("create %s: %w", pod.Name, err):
+					default:
+					}
+				}
+			}
+		})
+	}
+	for i := range total {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// poison publishes what no stage should act on: bytes that are not an
+// envelope, an envelope of another schema version, a payload of the wrong
+// kind, and a PodUpdate for a pod that is not in the API server.
+func poison(ctx context.Context, a *agent, node string) ([]string, error) {
+	nc, err := nats.Connect(a.natsURL)
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	s := bus.For(node)
+	for _, data := range [][]byte{
+		[]byte("not json"),
+		[]byte(`{"schemaVersion":99,"kind":"PodUpdate","node":"` + node + `","source":"api","seq":1,"payload":{}}`),
+		[]byte(`{"schemaVersion":1,"kind":"ProbeResult","node":"` + node + `","source":"api","op":"ADD","seq":2,"payload":{"pods":"x"}}`),
+	} {
+		if err := nc.Publish(s.PodUpdates(0), data); err != nil {
+			return nil, err
+		}
+		if err := nc.Publish(s.PodStatus(0), data); err != nil {
+			return nil, err
+		}
+	}
+	// a pod only the bus knows of.
+	pub := bus.NewPublisher(nc, nil, node, "faults-poison")
+	ghost := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ghost", Namespace: "default", UID: "faults-ghost-0001"},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "busybox", Command: []string{"sleep", "1"}}}}}
+	if err := pub.Send(s.PodUpdates(bus.Partition(string(ghost.UID), 16)), bus.KindPodUpdate, &bus.PodUpdate{Pods: []corev1.Pod{ghost}}); err != nil {
+		return nil, err
+	}
+	return []string{"published 6 malformed messages and a PodUpdate of a pod the API server does not have"}, nc.FlushWithContext(ctx)
+}
+
+// markedProcesses counts live processes whose environment carries the
+// case's marker.
+func markedProcesses(node string) int {
+	envs, _ := filepath.Glob("/proc/[0-9]*/environ")
+	want := []byte(markerEnv + "=" + node + "\x00")
+	n := 0
+	for _, e := range envs {
+		b, err := os.ReadFile(e)
+		if err != nil || !bytes.Contains(append(b, 0), want) {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join(filepath.Dir(e), "stat"))
+		if err != nil {
+			continue
+		}
+		if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X') {
+			continue
+		}
+		n++
+	}
+	return n
+}
+
+func nodeIsReady(ctx context.Context, cs kubernetes.Interface, node string) bool {
+	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return false
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func waitUntil(ctx context.Context, timeout time.Duration, what string, cond func() (bool, string)) error {
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for {
+		ok, state := cond()
+		if ok {
+			return nil
+		}
+		last = state
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: not within %s (%s)", what, timeout, last)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func waitPort(port int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("port %d not listening within %s", port, timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// partitions is the stages' default partition count.
+const partitions = 16
+
+// ownedBy reads the lease bucket: the partitions replica holds.
+func ownedBy(ctx context.Context, url, node, replica string) (map[int]bool, error) {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := js.KeyValue(ctx, bus.LeaseBucket(node))
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]bool{}
+	for p := 0; p < partitions; p++ {
+		e, err := kv.Get(ctx, fmt.Sprintf("partition.%d", p))
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(string(e.Value())); len(f) > 0 && f[0] == replica {
+			out[p] = true
+		}
+	}
+	return out, nil
+}
+
+// reportedSince reads the node's pod status stream from since: the pods
+// some pod worker reported.
+func reportedSince(ctx context.Context, url, node string, since time.Time) (map[string]bool, error) {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	s, err := js.Stream(ctx, bus.StreamName(node, bus.StreamPodStatus))
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	if info.State.LastTime.Before(since) {
+		return out, nil
+	}
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &since})
+	if err != nil {
+		return nil, err
+	}
+	for {
+		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(500*time.Millisecond))
+		if err != nil {
+			return out, err
+		}
+		n := 0
+		last := uint64(0)
+		for m := range batch.Messages() {
+			n++
+			if e, err := bus.Decode(m.Data()); err == nil {
+				if st, err := bus.DecodePodRuntimeStatus(e); err == nil {
+					out[string(st.UID)] = true
+				}
+			}
+			if md, err := m.Metadata(); err == nil {
+				last = md.Sequence.Stream
+			}
+		}
+		if n == 0 || last >= info.State.LastSeq {
+			return out, nil
+		}
+	}
+}
