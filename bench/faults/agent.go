@@ -59,20 +59,12 @@ func (p *proc) start() error {
 }
 
 // kill is SIGKILL, as the fault; it returns once the process is gone.
-func (p *proc) kill() {
-	p.mu.Lock()
-	p.killed = true
-	cmd, exited := p.cmd, p.exited
-	p.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	<-exited
-}
+func (p *proc) kill() { p.end(syscall.SIGKILL) }
 
 // stop is SIGTERM, then SIGKILL after 15 s (the end of a case).
-func (p *proc) stop() {
+func (p *proc) stop() { p.end(syscall.SIGTERM) }
+
+func (p *proc) end(sig syscall.Signal) {
 	p.mu.Lock()
 	p.killed = true
 	cmd, exited := p.cmd, p.exited
@@ -80,7 +72,7 @@ func (p *proc) stop() {
 	if cmd == nil {
 		return
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Process.Signal(sig)
 	select {
 	case <-exited:
 	case <-time.After(15 * time.Second):

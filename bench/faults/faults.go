@@ -545,15 +545,11 @@ const partitions = 16
 
 // ownedBy reads the lease bucket: the partitions replica holds.
 func ownedBy(ctx context.Context, url, node, replica string) (map[int]bool, error) {
-	nc, err := nats.Connect(url)
+	js, done, err := connect(url)
 	if err != nil {
 		return nil, err
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
+	defer done()
 	kv, err := js.KeyValue(ctx, bus.LeaseBucket(node))
 	if err != nil {
 		return nil, err
@@ -574,15 +570,11 @@ func ownedBy(ctx context.Context, url, node, replica string) (map[int]bool, erro
 // reportedSince reads the node's pod status stream from since: the pods
 // some pod worker reported.
 func reportedSince(ctx context.Context, url, node string, since time.Time) (map[string]bool, error) {
-	nc, err := nats.Connect(url)
+	js, done, err := connect(url)
 	if err != nil {
 		return nil, err
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
+	defer done()
 	s, err := js.Stream(ctx, bus.StreamName(node, bus.StreamPodStatus))
 	if err != nil {
 		return nil, err
@@ -621,4 +613,18 @@ func reportedSince(ctx context.Context, url, node string, since time.Time) (map[
 			return out, nil
 		}
 	}
+}
+
+// connect is a JetStream handle on url; done closes it.
+func connect(url string) (jetstream.JetStream, func(), error) {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return js, nc.Close, nil
 }

@@ -26,18 +26,22 @@ import (
 // stops it (SIGTERM) when the test ends.
 func startAgent(t *testing.T, cp *testenv.ControlPlane, node string, args ...string) *apptest.Buffer {
 	t.Helper()
-	bin := buildBinary(t)
-	healthPort, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	return startSplitlet(t, buildBinary(t), cp, node, "splitlet", append([]string{"--services=all"}, args...)...)
+}
+
+// startSplitlet runs bin (splitlet) for node against the control plane,
+// with its own data dir, health and kubelet ports, and stops it (SIGTERM,
+// then SIGKILL after 15 s) when the test ends, printing its log if the
+// test failed.
+func startSplitlet(t *testing.T, bin string, cp *testenv.ControlPlane, node, name string, args ...string) *apptest.Buffer {
+	t.Helper()
 	kubeletPort, err := testenv.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	logs := &apptest.Buffer{}
-	cmd := exec.Command(bin, append([]string{"--services=all", "--kubeconfig=" + cp.Kubeconfig, "--node-name=" + node,
-		"--data-dir=" + t.TempDir(), fmt.Sprintf("--http-addr=127.0.0.1:%d", healthPort),
+	cmd := exec.Command(bin, append([]string{"--kubeconfig=" + cp.Kubeconfig, "--node-name=" + node,
+		"--data-dir=" + t.TempDir(), "--http-addr=127.0.0.1:0",
 		fmt.Sprintf("--nodehb.port=%d", kubeletPort), "--nodehb.client-ca-file=" + cp.CAFile}, args...)...)
 	cmd.Stdout, cmd.Stderr = logs, logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -55,10 +59,27 @@ func startAgent(t *testing.T, cp *testenv.ControlPlane, node string, args ...str
 			<-done
 		}
 		if t.Failed() {
-			t.Logf("splitlet log:\n%s", tail(logs.String(), 8000))
+			t.Logf("%s log:\n%s", name, tail(logs.String(), 8000))
 		}
 	})
 	return logs
+}
+
+// waitNodeReady waits for the Node's Ready condition.
+func waitNodeReady(t *testing.T, cs kubernetes.Interface, node string) {
+	t.Helper()
+	eventually(t, 60*time.Second, "node Ready", func() (bool, string) {
+		n, err := cs.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				return c.Status == corev1.ConditionTrue, c.Reason + ": " + c.Message
+			}
+		}
+		return false, "no Ready condition"
+	})
 }
 
 func tail(s string, n int) string {
@@ -106,19 +127,7 @@ func TestEndToEndProcessPod(t *testing.T) {
 	startAgent(t, cp, node, "--runtime=process")
 	cs := cp.Clientset()
 	ctx := context.Background()
-
-	eventually(t, 60*time.Second, "node Ready", func() (bool, string) {
-		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady {
-				return c.Status == corev1.ConditionTrue, c.Reason + ": " + c.Message
-			}
-		}
-		return false, "no Ready condition"
-	})
+	waitNodeReady(t, cs, node)
 
 	// the container runs unprivileged (podworkers.process-run-as): the
 	// directory it writes its marks to is open to it.

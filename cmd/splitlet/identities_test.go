@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/splitlet/splitlet/libs/app/apptest"
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
@@ -101,22 +99,12 @@ func TestStageIdentities(t *testing.T) {
 
 	cp := testenv.ControlPlaneForTest(t)
 	for _, stage := range bus.Stages {
-		startStage(t, bin, cp, node, stage, "--nats-url="+url, "--nats-nkey="+filepath.Join(ids, stage+".nk"), "--runtime=sim")
+		startSplitlet(t, bin, cp, node, stage, "--services="+stage, "--nats-url="+url, "--nats-nkey="+filepath.Join(ids, stage+".nk"),
+			"--runtime=sim", "--nodehb.agent-not-ready-grace=1s")
 	}
 	cs := cp.Clientset()
 	ctx := context.Background()
-	eventually(t, 60*time.Second, "node Ready", func() (bool, string) {
-		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady {
-				return c.Status == corev1.ConditionTrue, c.Reason + ": " + c.Message
-			}
-		}
-		return false, "no Ready condition"
-	})
+	waitNodeReady(t, cs, node)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "ids", Namespace: "default"},
 		Spec: corev1.PodSpec{NodeName: node, TerminationGracePeriodSeconds: ptr(int64(1)),
@@ -195,36 +183,4 @@ func refused(t *testing.T, url, seed, subject string) error {
 	case <-time.After(5 * time.Second):
 		return fmt.Errorf("allowed")
 	}
-}
-
-// startStage runs one stage of the binary and stops it when the test ends.
-func startStage(t *testing.T, bin string, cp *testenv.ControlPlane, node, stage string, args ...string) {
-	t.Helper()
-	kubeletPort, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &apptest.Buffer{}
-	cmd := exec.Command(bin, append([]string{"--services=" + stage, "--kubeconfig=" + cp.Kubeconfig, "--node-name=" + node,
-		"--data-dir=" + t.TempDir(), "--http-addr=127.0.0.1:0", "--nodehb.agent-not-ready-grace=1s",
-		fmt.Sprintf("--nodehb.port=%d", kubeletPort), "--nodehb.client-ca-file=" + cp.CAFile}, args...)...)
-	cmd.Stdout, cmd.Stderr = logs, logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("%s log:\n%s", stage, tail(logs.String(), 4000))
-		}
-	})
 }
