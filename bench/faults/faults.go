@@ -20,11 +20,13 @@ import (
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/runtime/sim"
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // faultEnv is what every case runs against: one control plane, the
 // binaries, a work directory.
 type faultEnv struct {
+	cp         *testenv.ControlPlane
 	cs         kubernetes.Interface
 	kubeconfig string
 	caFile     string
@@ -286,6 +288,14 @@ func runFaultCase(ctx context.Context, env *faultEnv, c faultCase, logf func(str
 			return nil, err
 		}
 		res.Notes = append(res.Notes, notes...)
+	case c.Kill == apiServer:
+		logf("%s: SIGKILL kube-apiserver", c.Name)
+		env.cp.KillAPIServer()
+		time.Sleep(c.Outage) // the outage itself
+		if err := env.cp.RestartAPIServer(ctx); err != nil {
+			return nil, err
+		}
+		restartAt = time.Now()
 	case c.Kill != "":
 		p := a.procs[c.Kill]
 		if p == nil {
@@ -539,6 +549,9 @@ func waitPort(port int, timeout time.Duration) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// apiServer names the control plane's API server as what a case kills.
+const apiServer = "kube-apiserver"
 
 // partitions is the stages' default partition count.
 const partitions = 16

@@ -3,7 +3,8 @@
 // processes; for each case a fresh node, a burst of pods, and a fault when
 // about half of them are Ready: SIGKILL of a stage (started again after
 // 5 s), of one of three pod worker replicas (not started again), of
-// nats-server (10 s down), of the pod workers on the process and CRI
+// nats-server (10 s down), of kube-apiserver (20 s down), of the pod
+// workers on the process and CRI
 // runtimes, and malformed messages on the bus. Each case records pods
 // lost, containers restarted (container ID or restart count changed) and
 // how many of those restarts the API did not show (hidden), terminal
@@ -47,7 +48,7 @@ func cases(n int) []faultCase {
 	}
 	one := sim("kill-one-of-3-podworkers", "podworkers-1", 0)
 	one.Replicas = 3
-	out = append(out, one, sim("nats-down", "nats-server", 10*time.Second))
+	out = append(out, one, sim("nats-down", "nats-server", 10*time.Second), sim("apiserver-down", apiServer, 20*time.Second))
 	poison := sim("poison", "", 0)
 	poison.Poison = true
 	out = append(out, poison,
@@ -124,7 +125,7 @@ func runSuite(ctx context.Context, out io.Writer, list []faultCase, outDir strin
 		return nil, false, err
 	}
 	defer cp.Stop()
-	env := &faultEnv{cs: cp.Clientset(), kubeconfig: cp.Kubeconfig, caFile: cp.CAFile, binDir: binDir, work: work}
+	env := &faultEnv{cp: cp, cs: cp.Clientset(), kubeconfig: cp.Kubeconfig, caFile: cp.CAFile, binDir: binDir, work: work}
 	for _, c := range list {
 		if c.Runtime == "cri" {
 			cd, err := testenv.EnsureContainerd(ctx, testenv.ContainerdOptions{})

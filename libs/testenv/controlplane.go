@@ -65,6 +65,7 @@ type ControlPlane struct {
 
 	etcd, apiserver *process
 	ownDir          bool
+	restarts        int // of kube-apiserver (RestartAPIServer)
 }
 
 // StartControlPlane starts etcd and kube-apiserver and waits until the API

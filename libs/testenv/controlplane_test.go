@@ -87,3 +87,25 @@ func TestControlPlane(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// kube-apiserver killed and started again keeps its port, credentials and
+// data: a client made before the outage works after it.
+func TestRestartAPIServer(t *testing.T) {
+	cp := ControlPlaneForTest(t)
+	cs := cp.Clientset()
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kept"}}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cp.KillAPIServer()
+	if _, err := cs.CoreV1().Namespaces().Get(ctx, "kept", metav1.GetOptions{}); err == nil {
+		t.Fatal("the API server answers while it is down")
+	}
+	if err := cp.RestartAPIServer(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Namespaces().Get(ctx, "kept", metav1.GetOptions{}); err != nil {
+		t.Fatalf("after the restart: %v", err)
+	}
+}
