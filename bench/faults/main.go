@@ -4,8 +4,8 @@
 // about half of them are Ready: SIGKILL of a stage (started again after
 // 5 s), of one of three pod worker replicas (not started again), of
 // nats-server (10 s down), of kube-apiserver (20 s down), of the pod
-// workers on the process and CRI
-// runtimes, and malformed messages on the bus. Each case records pods
+// workers on the process and CRI runtimes, and malformed messages on the
+// bus. Each case records pods
 // lost, containers restarted (container ID or restart count changed) and
 // how many of those restarts the API did not show (hidden), terminal
 // statuses rewritten, processes leaked, Node NotReady time, convergence
