@@ -473,10 +473,14 @@ func poison(ctx context.Context, a *agent, node string) ([]string, error) {
 	pub := bus.NewPublisher(nc, nil, node, "faults-poison")
 	ghost := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ghost", Namespace: "default", UID: "faults-ghost-0001"},
 		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "busybox", Command: []string{"sleep", "1"}}}}}
-	if err := pub.Send(s.PodUpdates(bus.Partition(string(ghost.UID), 16)), bus.KindPodUpdate, &bus.PodUpdate{Pods: []corev1.Pod{ghost}}); err != nil {
+	data, _, err := pub.Seal(bus.KindPodUpdate, bus.OpAdd, &bus.PodUpdate{Pods: []corev1.Pod{ghost}})
+	if err != nil {
 		return nil, err
 	}
-	return []string{"published 6 malformed messages and a PodUpdate of a pod the API server does not have"}, nc.FlushWithContext(ctx)
+	if err := nc.Publish(s.PodUpdates(bus.Partition(string(ghost.UID), partitions)), data); err != nil {
+		return nil, err
+	}
+	return []string{"published 6 malformed messages and a PodUpdate of a pod the API server does not have"}, nc.FlushTimeout(10 * time.Second)
 }
 
 // markedProcesses counts live processes whose environment carries the

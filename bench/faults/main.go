@@ -148,12 +148,15 @@ func runSuite(ctx context.Context, out io.Writer, list []faultCase, outDir strin
 		fmt.Fprintf(out, "%s: %d pods on %s ...\n", c.Name, c.Pods+c.Done, c.Runtime)
 		res, err := runFaultCase(ctx, env, c, func(f string, a ...any) { fmt.Fprintf(out, "  "+f+"\n", a...) })
 		if err != nil {
-			return results, true, fmt.Errorf("%s: %w (logs under %s)", c.Name, err, filepath.Join(work, "faults-"+c.Name))
-		}
-		if f := res.failures(c); len(f) > 0 {
+			// the case could not run to its end: a miss, and the next goes on.
+			res = &faultResult{Case: c.Name, Pods: c.Pods + c.Done}
+			res.Notes = append(res.Notes, fmt.Sprintf("MISSED: the case did not run to its end: %v", err))
+			failed = true
+		} else if f := res.failures(c); len(f) > 0 {
 			failed = true
 			res.Notes = append(res.Notes, "MISSED: "+strings.Join(f, "; "))
 		}
+		printResults(out, []*faultResult{res})
 		results = append(results, res)
 	}
 	printResults(out, results)
