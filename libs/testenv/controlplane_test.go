@@ -91,7 +91,7 @@ func TestControlPlane(t *testing.T) {
 // kube-apiserver killed and started again keeps its port, credentials and
 // data: a client made before the outage works after it.
 func TestRestartAPIServer(t *testing.T) {
-	cp := ControlPlaneForTest(t)
+	cp := testenv.ControlPlaneForTest(t)
 	cs := cp.Clientset()
 	ctx := context.Background()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kept"}}
