@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -42,6 +43,17 @@ type ControlPlaneOptions struct {
 	// EtcdURL is an etcd that runs already (http://host:port); empty:
 	// Start runs its own etcd.
 	EtcdURL string
+	// KeepCredentials reuses the CA, certificates and tokens a previous
+	// start left in Dir, so that clients of that start are still served
+	// (a restarted control plane locks no one out).
+	KeepCredentials bool
+	// RBACOnly authorizes with RBAC alone; by default the Node authorizer
+	// and the NodeRestriction admission plugin are on as well, as in a
+	// real cluster, so that an agent can run as system:node:<name>.
+	RBACOnly bool
+	// Audit writes kube-apiserver's audit log (every request, metadata
+	// only) to Dir/audit.log; Forbidden reads it.
+	Audit bool
 }
 
 // ControlPlane is a running etcd and kube-apiserver on 127.0.0.1.
@@ -64,6 +76,8 @@ type ControlPlane struct {
 	Dir string
 
 	etcd, apiserver *process
+	pki             *pki
+	auditLog        string
 	ownDir          bool
 	restarts        int // of kube-apiserver (RestartAPIServer)
 }
@@ -96,19 +110,31 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *Contr
 	if err = os.MkdirAll(cp.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	certs, err := newPKI(cp.Dir)
+	newCerts := newPKI
+	if opts.KeepCredentials {
+		newCerts = loadOrNewPKI
+	}
+	certs, err := newCerts(cp.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("testenv: certificates: %w", err)
 	}
+	cp.pki = certs
 	cp.CAData = certs.caPEM
 	cp.CAFile = certs.caFile
+	tokenFile := filepath.Join(cp.Dir, "tokens.csv")
+	var kept map[string]string
+	if opts.KeepCredentials {
+		kept = readTokens(tokenFile)
+	}
 	var tokenLines []string
 	for _, u := range []struct{ name, groups string }{{AdminUser, "system:masters"}, {NobodyUser, ""}} {
-		tok := randomToken()
+		tok := kept[u.name]
+		if tok == "" {
+			tok = randomToken()
+		}
 		cp.Tokens[u.name] = tok
 		tokenLines = append(tokenLines, fmt.Sprintf("%s,%s,%s,%q", tok, u.name, u.name, u.groups))
 	}
-	tokenFile := filepath.Join(cp.Dir, "tokens.csv")
 	if err = os.WriteFile(tokenFile, []byte(strings.Join(tokenLines, "\n")+"\n"), 0o600); err != nil {
 		return nil, err
 	}
@@ -139,7 +165,10 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *Contr
 		"--tls-private-key-file=" + certs.keyFile,
 		"--client-ca-file=" + certs.caFile,
 		"--token-auth-file=" + tokenFile,
-		"--authorization-mode=RBAC",
+		"--authorization-mode=" + authorizationMode(opts.RBACOnly),
+		// NodeRestriction: a node may change only its own Node, Lease and
+		// the pods bound to it (with the Node authorizer above).
+		"--enable-admission-plugins=NodeRestriction",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + certs.saPub,
 		"--service-account-signing-key-file=" + certs.saKey,
@@ -156,6 +185,13 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *Contr
 		"--kubelet-preferred-address-types=InternalIP,Hostname",
 		"--v=0",
 	}, opts.APIServerArgs...)
+	if opts.Audit {
+		auditArgs, err := cp.auditArgs()
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, auditArgs...)
+	}
 	cp.apiserver, err = startProcess("kube-apiserver", filepath.Join(cp.Dir, "kube-apiserver.log"), apiBin, args...)
 	if err != nil {
 		return nil, err
@@ -223,17 +259,75 @@ func (cp *ControlPlane) Clientset() kubernetes.Interface {
 	return kubernetes.NewForConfigOrDie(cp.Config)
 }
 
-// WriteKubeconfig writes a kubeconfig for the user to path.
+// WriteKubeconfig writes a kubeconfig for the user (a token user) to path.
 func (cp *ControlPlane) WriteKubeconfig(path, user string) error {
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["splitlet"] = &clientcmdapi.Cluster{Server: cp.URL, CertificateAuthorityData: cp.CAData}
-	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: cp.Tokens[user]}
-	cfg.Contexts["splitlet"] = &clientcmdapi.Context{Cluster: "splitlet", AuthInfo: user}
-	cfg.CurrentContext = "splitlet"
+	return WriteKubeconfigFor(path, user, cp.ConfigFor(user))
+}
+
+// WriteKubeconfigFor writes a kubeconfig with cfg's server, CA and
+// credentials (token or client certificate) to path, mode 0600.
+func WriteKubeconfigFor(path, user string, cfg *rest.Config) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["splitlet"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken, ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
+	kc.Contexts["splitlet"] = &clientcmdapi.Context{Cluster: "splitlet", AuthInfo: user}
+	kc.CurrentContext = "splitlet"
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	return clientcmd.WriteToFile(*cfg, path)
+	return clientcmd.WriteToFile(*kc, path)
+}
+
+// ClientConfig returns a client configuration that authenticates with a
+// new client certificate signed by the control plane's CA: the user is its
+// common name, the groups its organizations (how a kubelet's identity
+// system:node:<name> in system:nodes is given).
+func (cp *ControlPlane) ClientConfig(user string, groups ...string) (*rest.Config, error) {
+	if cp.pki == nil || cp.pki.caKey == nil {
+		return nil, errNoCA
+	}
+	certPEM, keyPEM, err := cp.pki.signPEM(certificate{cn: user, orgs: groups, usage: x509.ExtKeyUsageClientAuth})
+	if err != nil {
+		return nil, err
+	}
+	return &rest.Config{
+		Host:            cp.URL,
+		TLSClientConfig: rest.TLSClientConfig{CAData: cp.CAData, CertData: certPEM, KeyData: keyPEM},
+	}, nil
+}
+
+// ServerCertificate returns a PEM serving certificate and key for the IP
+// addresses and DNS names, signed by the control plane's CA (for a server
+// the stages reach with the same CA file, such as nats-server).
+func (cp *ControlPlane) ServerCertificate(ips []net.IP, dns []string) (certPEM, keyPEM []byte, err error) {
+	if cp.pki == nil || cp.pki.caKey == nil {
+		return nil, nil, errNoCA
+	}
+	return cp.pki.signPEM(certificate{cn: "splitlet-server", usage: x509.ExtKeyUsageServerAuth, ips: ips, dns: dns})
+}
+
+func authorizationMode(rbacOnly bool) string {
+	if rbacOnly {
+		return "RBAC"
+	}
+	return "Node,RBAC"
+}
+
+// readTokens reads the user→token pairs of a token file written by an
+// earlier start; nil when there is none.
+func readTokens(path string) map[string]string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.SplitN(line, ",", 3)
+		if len(fields) == 3 && fields[0] != "" {
+			out[fields[1]] = fields[0]
+		}
+	}
+	return out
 }
 
 // Stop stops kube-apiserver, then etcd, and removes the directory if Start

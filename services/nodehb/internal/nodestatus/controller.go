@@ -218,14 +218,14 @@ func (c *Controller) register(ctx context.Context) error {
 	return c.Sync(ctx)
 }
 
-// adopt brings an existing Node's labels and taints in line with the
+// adopt brings an existing Node's labels in line with the
 // configuration (kubelet: the reconcile steps of tryRegisterWithAPIServer).
 func (c *Controller) adopt(ctx context.Context, existing *corev1.Node) (*corev1.Node, error) {
 	adopted := existing.DeepCopy()
 	if c.desired.ReconcileExisting(adopted) {
 		var err error
 		if adopted, err = c.cs.CoreV1().Nodes().Update(ctx, adopted, metav1.UpdateOptions{}); err != nil {
-			return nil, fmt.Errorf("adopt node %s: update labels and taints: %w", c.desired.Name, err)
+			return nil, fmt.Errorf("adopt node %s: update labels: %w", c.desired.Name, err)
 		}
 	}
 	c.log.Info("existing node adopted", zap.String("uid", string(adopted.UID)))

@@ -122,8 +122,9 @@ func (d *Desired) NewNode() *corev1.Node {
 }
 
 // ReconcileExisting brings an existing Node (adopted at registration) in line
-// with the configured labels and taints. It reports whether it changed n.
-// Taints already there are kept; configured ones missing are added.
+// with the configured labels. It reports whether it changed n. Taints are
+// left as they are: like the kubelet's --register-with-taints they apply at
+// registration only (NodeRestriction refuses a node that changes its own).
 func (d *Desired) ReconcileExisting(n *corev1.Node) bool {
 	changed := false
 	if n.Labels == nil {
@@ -132,22 +133,6 @@ func (d *Desired) ReconcileExisting(n *corev1.Node) bool {
 	for k, v := range d.Labels {
 		if cur, ok := n.Labels[k]; !ok || cur != v {
 			n.Labels[k] = v
-			changed = true
-		}
-	}
-	for _, t := range d.Taints {
-		found := false
-		for i := range n.Spec.Taints {
-			if n.Spec.Taints[i].Key == t.Key && n.Spec.Taints[i].Effect == t.Effect {
-				found = true
-				if n.Spec.Taints[i].Value != t.Value {
-					n.Spec.Taints[i].Value = t.Value
-					changed = true
-				}
-			}
-		}
-		if !found {
-			n.Spec.Taints = append(n.Spec.Taints, t)
 			changed = true
 		}
 	}
