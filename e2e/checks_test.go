@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -195,8 +194,8 @@ func (s *stack) logsContain(t *testing.T, name, container, want string) {
 }
 
 // owners reads the podworkers' partition leases: partition -> replica id.
-func owners(ctx context.Context) (map[int]string, error) {
-	nc, err := nats.Connect(natsURL, nats.Timeout(5*time.Second))
+func (s *stack) owners(ctx context.Context) (map[int]string, error) {
+	nc, err := s.natsConnect(natsURL)
 	if err != nil {
 		return nil, err
 	}
@@ -241,8 +240,8 @@ func (s *stack) replicaIDs(t *testing.T) (map[string]string, error) {
 }
 
 // holders maps each replica id to the pods whose partitions it owns.
-func holders(ctx context.Context, pods map[string]*corev1.Pod) (map[string][]string, map[int]string, error) {
-	own, err := owners(ctx)
+func (s *stack) holders(ctx context.Context, pods map[string]*corev1.Pod) (map[string][]string, map[int]string, error) {
+	own, err := s.owners(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -310,7 +309,7 @@ func checkPodsOnStack(t *testing.T, s *stack, replicas int) {
 		// Each replica owns some pods: more pods until it does.
 		var byReplica map[string][]string
 		for {
-			if byReplica, _, err = holders(context.Background(), pods); err != nil {
+			if byReplica, _, err = s.holders(context.Background(), pods); err != nil {
 				t.Fatalf("owners bucket: %v", err)
 			}
 			missing := 0
@@ -380,7 +379,7 @@ func (s *stack) converge(t *testing.T, names []string, what string, want int, go
 	if err != nil {
 		t.Fatal(err)
 	}
-	byBefore, _, err := holders(ctx, before)
+	byBefore, _, err := s.holders(ctx, before)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,7 +401,7 @@ func (s *stack) converge(t *testing.T, names []string, what string, want int, go
 		if pods, err = s.pods(t, "e2e=web"); err != nil {
 			return false, err.Error()
 		}
-		by, own, err := holders(ctx, pods)
+		by, own, err := s.holders(ctx, pods)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -429,7 +428,7 @@ func (s *stack) converge(t *testing.T, names []string, what string, want int, go
 		}
 		return len(waiting) == 0, strings.Join(waiting, "; ")
 	})
-	by, _, _ := holders(ctx, pods)
+	by, _, _ := s.holders(ctx, pods)
 	for n := range pods {
 		if o, b := ownerOf(by, n), ownerOf(byBefore, n); o != b {
 			t.Logf("%s moved from %s to %s", n, b, o)

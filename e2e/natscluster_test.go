@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,7 +33,7 @@ func TestComposeNATSCluster(t *testing.T) {
 	s := upStack(t, nil, "compose.yaml", "compose.natscluster.yaml")
 	s.waitNodeReady(t)
 	// the stages made the streams and the lease bucket at three replicas.
-	nc, err := nats.Connect(natsURL, nats.Timeout(5*time.Second))
+	nc, err := s.natsConnect(natsURL)
 	if err != nil {
 		t.Fatal(err)
 	}

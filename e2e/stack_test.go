@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	tccompose "github.com/testcontainers/testcontainers-go/modules/compose"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -25,7 +26,7 @@ import (
 // Fixed addresses of the stack (deploy/compose/compose.yaml).
 const (
 	nodeName   = "splitlet-node"
-	natsURL    = "nats://splitlet:splitlet@127.0.0.1:14222"
+	natsURL    = "tls://127.0.0.1:14222"
 	partitions = 16
 )
 
@@ -159,6 +160,17 @@ func (s *stack) up(t *testing.T) {
 		t.Fatalf("compose up: %v", err)
 	}
 	t.Logf("stack %s up and healthy in %v (%v)", s.project, time.Since(start).Round(time.Second), s.env)
+}
+
+// natsConnect connects to the stack's NATS as the bus admin identity the
+// control plane wrote (its nkey seed, and the CA of the servers' TLS).
+func (s *stack) natsConnect(url string) (*nats.Conn, error) {
+	admin := filepath.Join(s.env["SPLITLET_STATE_DIR"], "identities", "admin")
+	nkey, err := nats.NkeyOptionFromSeed(filepath.Join(admin, "nats.nk"))
+	if err != nil {
+		return nil, err
+	}
+	return nats.Connect(url, nkey, nats.RootCAs(filepath.Join(admin, "ca.crt")), nats.Timeout(5*time.Second))
 }
 
 // scale is `docker compose up --scale podworkers=n` on the running stack.

@@ -11,7 +11,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nkeys"
 	"github.com/spf13/pflag"
 
 	"github.com/splitlet/splitlet/libs/bus"
@@ -21,7 +20,7 @@ import (
 
 const busUsage = `usage:
   splitlet bus identities --node-name N --dir D   an nkey per stage (and admin) in D, and D/auth.conf for nats-server
-  splitlet bus init --node-name N --nats-url U [--nats-nkey D/admin.nk] [--nats-replicas R]
+  splitlet bus init --node-name N --nats-url U [--nats-nkey D/admin.nk] [--nats-tls-ca F] [--nats-replicas R]
                                                    make the node's streams and lease bucket (admin identity)
 `
 
@@ -69,15 +68,7 @@ func busIdentities(args []string, stdout io.Writer) error {
 	if err := os.MkdirAll(*dir, 0o700); err != nil {
 		return err
 	}
-	keys := map[string]string{}
-	for _, id := range append([]string{"admin"}, bus.Stages...) {
-		pub, err := ensureSeed(filepath.Join(*dir, id+".nk"))
-		if err != nil {
-			return fmt.Errorf("%s: %w", id, err)
-		}
-		keys[id] = pub
-	}
-	conf, err := bus.AuthorizationConfig(*node, keys)
+	conf, err := bus.WriteIdentities(*node, func(id string) string { return filepath.Join(*dir, id+".nk") })
 	if err != nil {
 		return err
 	}
@@ -89,31 +80,6 @@ func busIdentities(args []string, stdout io.Writer) error {
 	return nil
 }
 
-// ensureSeed returns the public key of the user seed in path, making the
-// seed when there is none.
-func ensureSeed(path string) (string, error) {
-	seed, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		kp, err := nkeys.CreateUser()
-		if err != nil {
-			return "", err
-		}
-		if seed, err = kp.Seed(); err != nil {
-			return "", err
-		}
-		if err := os.WriteFile(path, seed, 0o600); err != nil {
-			return "", err
-		}
-	} else if err != nil {
-		return "", err
-	}
-	kp, err := nkeys.FromSeed(seed)
-	if err != nil {
-		return "", fmt.Errorf("%s: not an nkey seed: %w", path, err)
-	}
-	return kp.PublicKey()
-}
-
 // busInit makes the node's streams (at --nats-replicas) and the pod
 // workers' lease bucket, with an identity that may (the admin's).
 func busInit(ctx context.Context, args []string, stdout io.Writer) error {
@@ -121,8 +87,9 @@ func busInit(ctx context.Context, args []string, stdout io.Writer) error {
 	node := fs.String("node-name", "", "the node whose streams to make")
 	url := fs.String("nats-url", "", "NATS server URL(s), comma separated")
 	nkey := fs.String("nats-nkey", "", "file with the admin identity's nkey seed")
+	tlsCA := fs.String("nats-tls-ca", "", "CA file to verify the NATS servers' certificates (tls:// URLs)")
 	replicas := fs.Int("nats-replicas", 1, "replicas of the streams and the bucket (3 on a three-server cluster)")
-	timeout := fs.Duration("timeout", time.Minute, "how long to wait for the servers")
+	timeout := fs.Duration("timeout", 2*time.Minute, "how long to wait for the servers and for JetStream to answer")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -140,6 +107,12 @@ func busInit(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		opts = append(opts, o)
 	}
+	if *tlsCA != "" {
+		if _, err := os.Stat(*tlsCA); err != nil {
+			return fmt.Errorf("--nats-tls-ca: %w", err)
+		}
+		opts = append(opts, nats.RootCAs(*tlsCA))
+	}
 	nc, err := nats.Connect(*url, opts...)
 	if err != nil {
 		return fmt.Errorf("nats-url %s: %w", logging.RedactURL(*url), err)
@@ -151,11 +124,28 @@ func busInit(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	if err := bus.EnsureStreamsReplicas(ctx, js, *node, *replicas); err != nil {
-		return err
-	}
-	if err := podworkers.EnsureLeaseBucket(ctx, js, *node, *replicas); err != nil {
-		return err
+	// A cluster that has just started may not have elected its JetStream
+	// leader yet, and a request sent before then goes unanswered: each
+	// attempt gets a bounded time, and the next follows until the timeout.
+	for attempt := 1; ; attempt++ {
+		actx, cancelAttempt := context.WithTimeout(ctx, 10*time.Second)
+		err = bus.EnsureStreamsReplicas(actx, js, *node, *replicas)
+		if err == nil {
+			err = podworkers.EnsureLeaseBucket(actx, js, *node, *replicas)
+		}
+		cancelAttempt()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("not within %v: %w", *timeout, err)
+		}
+		fmt.Fprintf(stdout, "streams not made yet (attempt %d): %v; retrying\n", attempt, err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not within %v: %w", *timeout, err)
+		case <-time.After(time.Second):
+		}
 	}
 	fmt.Fprintf(stdout, "streams and lease bucket of node %s ready (%d replicas)\n", *node, *replicas)
 	return nil

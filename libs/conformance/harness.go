@@ -49,7 +49,7 @@ func newHarness(t *testing.T, tg Target, opts []Option) *harness {
 	if tg.NATSURL == "" || tg.Node == "" {
 		t.Fatal("conformance: Target needs NATSURL and Node")
 	}
-	nc, err := nats.Connect(tg.NATSURL, nats.Name("splitlet-conformance"))
+	nc, err := nats.Connect(tg.NATSURL, append([]nats.Option{nats.Name("splitlet-conformance")}, tg.NATSOptions...)...)
 	if err != nil {
 		t.Fatalf("conformance: connect to %s: %v", tg.NATSURL, err)
 	}

@@ -3,6 +3,8 @@ package conformance
 import (
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"k8s.io/client-go/rest"
 
 	"github.com/splitlet/splitlet/libs/bus"
@@ -12,6 +14,10 @@ import (
 type Target struct {
 	// NATSURL is the NATS server the stage is connected to.
 	NATSURL string
+	// NATSOptions are added to the kit's connection: the identity and TLS
+	// of a server with identities (the compose stack's admin nkey and CA:
+	// nats.NkeyOptionFromSeed, nats.RootCAs).
+	NATSOptions []nats.Option
 	// Node is the node name the stage serves (its --node-name).
 	Node string
 	// Partitions is the stage's partition count (default bus.DefaultPartitions).

@@ -1,9 +1,13 @@
 // Command controlplane is the control plane of the compose stack
-// (deploy/compose): `controlplane run` makes fresh credentials in the state
-// directory, runs kube-apiserver (from the image, next to this binary) on a
-// fixed port against an etcd that runs already, writes an admin kubeconfig
-// and the CA file the services need, and follows kube-apiserver's log on
-// its own output until a signal or kube-apiserver's exit.
+// (deploy/compose): `controlplane run` runs kube-apiserver (from the image,
+// next to this binary) on a fixed port against an etcd that runs already,
+// with a CA and credentials it keeps in the state directory across restarts
+// (a restarted API server locks no stage out). It writes an admin kubeconfig
+// and the CA file, applies manifests (--apply: the stages' roles), writes
+// one identity per stage (--identities-dir: kubeconfig, NATS nkey seed, CA;
+// --nats-dir: nats-server's auth.conf and TLS certificate), and follows
+// kube-apiserver's log on its own output until a signal or kube-apiserver's
+// exit.
 //
 // The images have no shell and no curl, so the same binary is the health
 // check of the control plane, of etcd and of nats-server:
@@ -73,6 +77,10 @@ type runOptions struct {
 	etcdURL     string
 	kubeconfigs []string
 	binDir      string
+	apply       []string
+	identities  string
+	natsDir     string
+	node        string
 }
 
 func parseRun(args []string) (runOptions, error) {
@@ -83,8 +91,20 @@ func parseRun(args []string) (runOptions, error) {
 	fs.StringVar(&o.etcdURL, "etcd-url", "http://127.0.0.1:12379", "the etcd to use")
 	extra := fs.String("kubeconfig-copy", "", "comma-separated extra paths of the admin kubeconfig (e.g. a host bind mount)")
 	fs.StringVar(&o.binDir, "bin-dir", "", "where kube-apiserver is; empty: this binary's directory")
+	apply := fs.String("apply", "", "comma-separated manifests (files or directories) to apply once ready (deploy/rbac)")
+	fs.StringVar(&o.identities, "identities-dir", "", "write one identity directory per stage here (kubeconfig, nats.nk, ca.crt); empty: none")
+	fs.StringVar(&o.natsDir, "nats-dir", "", "with --identities-dir: nats-server's auth.conf, server.crt and server.key go here")
+	fs.StringVar(&o.node, "node-name", "", "with --identities-dir: the node the identities are for")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	for _, p := range strings.Split(*apply, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			o.apply = append(o.apply, p)
+		}
+	}
+	if o.identities != "" && (o.natsDir == "" || o.node == "") {
+		return o, errors.New("--identities-dir needs --nats-dir and --node-name")
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
@@ -113,26 +133,30 @@ func runCmd(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// Stale credentials must not pass a health check: they go first.
-	for _, p := range append([]string{filepath.Join(o.stateDir, "ca.crt")}, o.kubeconfigs...) {
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-	}
+	// The CA, certificates and tokens of an earlier start are kept (the
+	// stages' identities stay valid); the health check passes only once
+	// kube-apiserver answers.
 	dir := filepath.Join(o.stateDir, "controlplane")
-	if err := os.RemoveAll(dir); err != nil {
-		return err
-	}
 	if err := os.Setenv(testenv.BinDirEnv, o.binDir); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "controlplane: starting kube-apiserver on 127.0.0.1:%d against etcd %s\n", o.port, o.etcdURL)
-	cp, err := testenv.StartControlPlane(ctx, testenv.ControlPlaneOptions{Dir: dir, Port: o.port, EtcdURL: o.etcdURL})
+	cp, err := testenv.StartControlPlane(ctx, testenv.ControlPlaneOptions{Dir: dir, Port: o.port, EtcdURL: o.etcdURL, KeepCredentials: true})
 	if err != nil {
 		return err
 	}
 	defer cp.Stop()
-	if err := writeAtomic(filepath.Join(o.stateDir, "ca.crt"), cp.CAData); err != nil {
+	if len(o.apply) > 0 {
+		if err := testenv.Apply(ctx, cp.Config, o.apply...); err != nil {
+			return err
+		}
+	}
+	if o.identities != "" {
+		if err := writeIdentities(cp, o.identities, o.natsDir, o.node); err != nil {
+			return fmt.Errorf("identities: %w", err)
+		}
+	}
+	if err := writeFile(filepath.Join(o.stateDir, "ca.crt"), cp.CAData, 0o644); err != nil {
 		return err
 	}
 	for _, p := range o.kubeconfigs {
@@ -165,14 +189,6 @@ func runCmd(ctx context.Context, args []string, out io.Writer) error {
 			}
 		}
 	}
-}
-
-func writeAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // follow copies what is appended to the file to w until ctx ends.

@@ -1,0 +1,81 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/splitlet/splitlet/libs/bus"
+)
+
+// checkIdentities: every stage container mounts its own identity directory
+// and no other, and the API server sees nodehb, podconfig and statussync as
+// the node and podworkers and prober as their roles.
+func (s *stack) checkIdentities(t *testing.T) {
+	t.Helper()
+	ids := filepath.Join(s.env["SPLITLET_STATE_DIR"], "identities")
+	for _, stage := range bus.Stages {
+		for _, id := range s.containers(t, stage) {
+			out, err := exec.Command("docker", "inspect", "--format", "{{range .Mounts}}{{.Source}}\n{{end}}", id).Output()
+			if err != nil {
+				t.Fatalf("docker inspect %s: %v", stage, err)
+			}
+			for _, src := range strings.Fields(string(out)) {
+				if strings.HasPrefix(src, ids) && src != filepath.Join(ids, stage) {
+					t.Errorf("%s mounts %s, not only its own identity", stage, src)
+				}
+			}
+			if !strings.Contains(string(out), filepath.Join(ids, stage)) {
+				t.Errorf("%s does not mount its identity: %s", stage, out)
+			}
+		}
+		want := "splitlet:" + stage
+		if stage == bus.StageNodehb || stage == bus.StagePodconfig || stage == bus.StageStatussync {
+			want = "system:node:" + nodeName
+		}
+		if got := whoAmI(t, filepath.Join(ids, stage, "kubeconfig")); got != want {
+			t.Errorf("%s runs as %q, want %q", stage, got, want)
+		}
+	}
+}
+
+// whoAmI is the user the API server sees behind a kubeconfig.
+func whoAmI(t *testing.T, kubeconfig string) string {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatalf("%s: %v", kubeconfig, err)
+	}
+	r, err := kubernetes.NewForConfigOrDie(cfg).AuthenticationV1().SelfSubjectReviews().Create(context.Background(), &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("%s: %v", kubeconfig, err)
+	}
+	return r.Status.UserInfo.Username
+}
+
+// restartAPIServer restarts the kube-apiserver container: the clients made
+// before (the test's admin kubeconfig, the stages') are served again.
+func (s *stack) restartAPIServer(t *testing.T) {
+	t.Helper()
+	ids := s.containers(t, "apiserver")
+	if len(ids) != 1 {
+		t.Fatalf("apiserver containers: %v", ids)
+	}
+	if out, err := exec.Command("docker", "restart", ids[0]).CombinedOutput(); err != nil {
+		t.Fatalf("docker restart apiserver: %v: %s", err, out)
+	}
+	eventually(t, 2*time.Minute, "kube-apiserver back, with the credentials of before", func() (bool, string) {
+		err := s.cs.Discovery().RESTClient().Get().AbsPath("/readyz").Do(context.Background()).Error()
+		return err == nil, fmt.Sprint(err)
+	})
+	s.waitNodeReady(t)
+}

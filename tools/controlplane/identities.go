@@ -1,0 +1,102 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+
+	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/testenv"
+)
+
+// The identity directories the stack's containers mount, one per identity
+// under --identities-dir: <id>/kubeconfig (API server identity), <id>/nats.nk
+// (bus identity seed), <id>/ca.crt (verifies kube-apiserver and
+// nats-server). "node" is the node identity alone, for the all-in-one
+// binary (embedded NATS); "admin" has the bus admin seed for bus init.
+const nodeIdentity = "node"
+
+// apiIdentity is the API server user and groups of an identity: nodehb,
+// podconfig and statussync run as the node (Node authorizer, as a kubelet
+// does); podworkers and prober with their roles of deploy/rbac, which
+// give them less than the node's.
+func apiIdentity(id, node string) (user string, groups []string) {
+	switch id {
+	case bus.StageNodehb, bus.StagePodconfig, bus.StageStatussync, nodeIdentity:
+		return "system:node:" + node, []string{"system:nodes"}
+	default:
+		return "splitlet:" + id, nil
+	}
+}
+
+// writeIdentities writes every identity's directory under dir and, in
+// natsDir, nats-server's auth.conf (the bus identities' public keys and
+// permissions) and its TLS certificate and key for 127.0.0.1. Seeds are
+// kept across starts; kubeconfigs are signed anew by the kept CA, so that
+// old and new ones both work.
+func writeIdentities(cp *testenv.ControlPlane, dir, natsDir, node string) error {
+	for _, id := range append(bus.Identities(), nodeIdentity) {
+		d := filepath.Join(dir, id)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+		if err := writeFile(filepath.Join(d, "ca.crt"), cp.CAData, 0o644); err != nil {
+			return err
+		}
+		if id == bus.AdminIdentity {
+			continue
+		}
+		user, groups := apiIdentity(id, node)
+		cfg, err := cp.ClientConfig(user, groups...)
+		if err != nil {
+			return err
+		}
+		tmp := filepath.Join(d, "kubeconfig.tmp")
+		if err := testenv.WriteKubeconfigFor(tmp, user, cfg); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, filepath.Join(d, "kubeconfig")); err != nil {
+			return err
+		}
+	}
+	conf, err := bus.WriteIdentities(node, func(id string) string { return filepath.Join(dir, id, "nats.nk") })
+	if err != nil {
+		return fmt.Errorf("bus identities: %w", err)
+	}
+	if err := os.MkdirAll(natsDir, 0o755); err != nil {
+		return err
+	}
+	certPEM, keyPEM, err := cp.ServerCertificate([]net.IP{net.ParseIP("127.0.0.1")}, []string{"localhost"})
+	if err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name string
+		data []byte
+		mode os.FileMode
+	}{
+		{"server.crt", certPEM, 0o644},
+		{"server.key", keyPEM, 0o600},
+		{"ca.crt", cp.CAData, 0o644},
+		{"auth.conf", []byte(conf), 0o644},
+	} {
+		if err := writeFile(filepath.Join(natsDir, f.name), f.data, f.mode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeFile replaces path's content at once (a reader sees the old file or
+// the new one).
+func writeFile(path string, data []byte, mode os.FileMode) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, mode); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp, mode); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
