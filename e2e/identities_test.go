@@ -9,12 +9,8 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-
 	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // checkIdentities: every stage container mounts its own identity directory
@@ -51,15 +47,11 @@ func (s *stack) checkIdentities(t *testing.T) {
 // whoAmI is the user the API server sees behind a kubeconfig.
 func whoAmI(t *testing.T, kubeconfig string) string {
 	t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	user, _, err := testenv.WhoAmI(context.Background(), kubeconfig)
 	if err != nil {
 		t.Fatalf("%s: %v", kubeconfig, err)
 	}
-	r, err := kubernetes.NewForConfigOrDie(cfg).AuthenticationV1().SelfSubjectReviews().Create(context.Background(), &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("%s: %v", kubeconfig, err)
-	}
-	return r.Status.UserInfo.Username
+	return user
 }
 
 // restartAPIServer restarts the kube-apiserver container: the clients made

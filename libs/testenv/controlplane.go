@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -402,4 +404,22 @@ func (cp *ControlPlane) PIDs() []int {
 		}
 	}
 	return out
+}
+
+// WhoAmI is the user and groups the API server sees behind a kubeconfig's
+// credentials (SelfSubjectReview, open to every authenticated user).
+func WhoAmI(ctx context.Context, kubeconfig string) (string, []string, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return "", nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return "", nil, err
+	}
+	r, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		return "", nil, err
+	}
+	return r.Status.UserInfo.Username, r.Status.UserInfo.Groups, nil
 }

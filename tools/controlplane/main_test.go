@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -108,16 +107,11 @@ func (r *running) stop(t *testing.T) {
 // whoAmI is the user the API server sees behind a kubeconfig's credentials.
 func whoAmI(t *testing.T, kubeconfig string) (string, []string) {
 	t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	user, groups, err := testenv.WhoAmI(context.Background(), kubeconfig)
 	if err != nil {
 		t.Fatalf("%s: %v", kubeconfig, err)
 	}
-	cs := kubernetes.NewForConfigOrDie(cfg)
-	r, err := cs.AuthenticationV1().SelfSubjectReviews().Create(context.Background(), &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("%s: %v", kubeconfig, err)
-	}
-	return r.Status.UserInfo.Username, r.Status.UserInfo.Groups
+	return user, groups
 }
 
 // TestRunAgainstExternalEtcd: run starts kube-apiserver on the given port
