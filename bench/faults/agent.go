@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -101,6 +102,9 @@ type agentOptions struct {
 	runtime     string
 	replicas    int
 	criEndpoint string
+	// natsServers > 1 runs a NATS cluster of that many servers, the
+	// streams and the lease bucket at as many replicas.
+	natsServers int
 }
 
 // startAgent starts nats-server and the stages for node, with Splitlet's
@@ -113,12 +117,10 @@ func startAgent(env *faultEnv, node string, o agentOptions) (*agent, error) {
 		return nil, err
 	}
 	a := &agent{node: node, dir: dir, procs: map[string]*proc{}}
-	natsPort, err := testenv.FreePort()
+	natsPorts, err := a.addNATS(env, o.natsServers)
 	if err != nil {
 		return nil, err
 	}
-	a.natsURL = fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
-	a.add("nats-server", filepath.Join(env.binDir, "nats-server"), "-a", "127.0.0.1", "-p", strconv.Itoa(natsPort), "-js", "-sd", filepath.Join(dir, "nats"))
 	stages := []string{"podconfig", "statussync", "prober", "nodehb"}
 	for i := 0; i < max(o.replicas, 1); i++ {
 		stages = append(stages, fmt.Sprintf("podworkers-%d", i))
@@ -132,6 +134,9 @@ func startAgent(env *faultEnv, node string, o agentOptions) (*agent, error) {
 			"--kubeconfig=" + env.kubeconfig, "--node-name=" + node, "--runtime=" + o.runtime,
 			"--data-dir=" + filepath.Join(dir, name), "--http-addr=127.0.0.1:0", "--nats-url=" + a.natsURL, "--log-level=info",
 		}
+		if o.natsServers > 1 {
+			args = append(args, fmt.Sprintf("--nats-replicas=%d", o.natsServers))
+		}
 		switch bin {
 		case "nodehb":
 			port, err := testenv.FreePort()
@@ -141,6 +146,10 @@ func startAgent(env *faultEnv, node string, o agentOptions) (*agent, error) {
 			args = append(args, fmt.Sprintf("--nodehb.port=%d", port), "--nodehb.client-ca-file="+env.caFile)
 		case "podworkers":
 			args = append(args, "--podworkers.replica-id="+name)
+			if o.natsServers > 1 {
+				// docs/nats-cluster.md: the lease outlasts a Raft election.
+				args = append(args, "--podworkers.lease-ttl=15s")
+			}
 			if o.runtime == "sim" {
 				args = append(args, "--podworkers.sim-start-latency=200ms", "--podworkers.sim-max-concurrent-starts=20")
 			}
@@ -155,14 +164,53 @@ func startAgent(env *faultEnv, node string, o agentOptions) (*agent, error) {
 			a.stop()
 			return nil, err
 		}
-		if name == "nats-server" {
-			if err := waitPort(natsPort, 10*time.Second); err != nil {
+		if port, ok := natsPorts[name]; ok {
+			if err := waitPort(port, 10*time.Second); err != nil {
 				a.stop()
 				return nil, err
 			}
 		}
 	}
 	return a, nil
+}
+
+// addNATS adds one nats-server ("nats-server"), or a cluster of n
+// ("nats-server-0".."nats-server-<n-1>", routes to each other), and sets
+// the agent's URL (all client URLs of a cluster); it returns each server's
+// client port.
+func (a *agent) addNATS(env *faultEnv, n int) (map[string]int, error) {
+	bin := filepath.Join(env.binDir, "nats-server")
+	if n <= 1 {
+		port, err := testenv.FreePort()
+		if err != nil {
+			return nil, err
+		}
+		a.natsURL = fmt.Sprintf("nats://127.0.0.1:%d", port)
+		a.add("nats-server", bin, "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", filepath.Join(a.dir, "nats"))
+		return map[string]int{"nats-server": port}, nil
+	}
+	ports := map[string]int{}
+	var urls, routes []string
+	clusterPorts := make([]int, n)
+	for i := range n {
+		port, err := testenv.FreePort()
+		if err != nil {
+			return nil, err
+		}
+		if clusterPorts[i], err = testenv.FreePort(); err != nil {
+			return nil, err
+		}
+		ports[fmt.Sprintf("nats-server-%d", i)] = port
+		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", port))
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", clusterPorts[i]))
+	}
+	a.natsURL = strings.Join(urls, ",")
+	for i := range n {
+		name := fmt.Sprintf("nats-server-%d", i)
+		a.add(name, bin, "-n", name, "-a", "127.0.0.1", "-p", strconv.Itoa(ports[name]), "-js", "-sd", filepath.Join(a.dir, name),
+			"--cluster_name", "splitlet", "--cluster", routes[i], "--routes", strings.Join(routes, ","))
+	}
+	return ports, nil
 }
 
 func (a *agent) add(name, path string, args ...string) {

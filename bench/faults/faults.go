@@ -52,6 +52,9 @@ type faultCase struct {
 	Kill string
 	// Poison publishes malformed messages instead of killing anything.
 	Poison bool
+	// NATSServers > 1: NATS as a cluster of that many servers, streams
+	// at that many replicas (docs/nats-cluster.md).
+	NATSServers int
 }
 
 // faultResult is what a case measured.
@@ -225,7 +228,7 @@ func ptr[T any](v T) *T { return &v }
 func runFaultCase(ctx context.Context, env *faultEnv, c faultCase, logf func(string, ...any)) (*faultResult, error) {
 	node := "faults-" + c.Name
 	res := &faultResult{Case: c.Name, Pods: c.Pods + c.Done}
-	a, err := startAgent(env, node, agentOptions{runtime: c.Runtime, replicas: c.Replicas, criEndpoint: env.criEndpoint})
+	a, err := startAgent(env, node, agentOptions{runtime: c.Runtime, replicas: c.Replicas, criEndpoint: env.criEndpoint, natsServers: c.NATSServers})
 	if err != nil {
 		return nil, err
 	}

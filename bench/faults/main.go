@@ -3,7 +3,8 @@
 // processes; for each case a fresh node, a burst of pods, and a fault when
 // about half of them are Ready: SIGKILL of a stage (started again after
 // 5 s), of one of three pod worker replicas (not started again), of
-// nats-server (10 s down), of kube-apiserver (20 s down), of the pod
+// nats-server (10 s down), of one server of a three-server NATS cluster
+// (not started again), of kube-apiserver (20 s down), of the pod
 // workers on the process and CRI runtimes, and malformed messages on the
 // bus. Each case records pods
 // lost, containers restarted (container ID or restart count changed) and
@@ -48,7 +49,10 @@ func cases(n int) []faultCase {
 	}
 	one := sim("kill-one-of-3-podworkers", "podworkers-1", 0)
 	one.Replicas = 3
-	out = append(out, one, sim("nats-down", "nats-server", 10*time.Second), sim("apiserver-down", apiServer, 20*time.Second))
+	// one server of a three-server NATS cluster lost for good.
+	cluster := sim("nats-cluster-server-lost", "nats-server-1", 0)
+	cluster.NATSServers = 3
+	out = append(out, one, sim("nats-down", "nats-server", 10*time.Second), cluster, sim("apiserver-down", apiServer, 20*time.Second))
 	poison := sim("poison", "", 0)
 	poison.Poison = true
 	out = append(out, poison,

@@ -134,8 +134,12 @@ func runCmd(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	// The CA, certificates and tokens of an earlier start are kept (the
-	// stages' identities stay valid); the health check passes only once
-	// kube-apiserver answers.
+	// stages' identities stay valid). The state directory's kubeconfig,
+	// which the health check reads, is written again last: the check
+	// passes only once this start has applied and written everything.
+	if err := os.Remove(o.kubeconfigs[0]); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
 	dir := filepath.Join(o.stateDir, "controlplane")
 	if err := os.Setenv(testenv.BinDirEnv, o.binDir); err != nil {
 		return err
@@ -159,7 +163,9 @@ func runCmd(ctx context.Context, args []string, out io.Writer) error {
 	if err := writeFile(filepath.Join(o.stateDir, "ca.crt"), cp.CAData, 0o644); err != nil {
 		return err
 	}
-	for _, p := range o.kubeconfigs {
+	// copies first, the health check's own last.
+	for i := len(o.kubeconfigs) - 1; i >= 0; i-- {
+		p := o.kubeconfigs[i]
 		tmp := p + ".tmp"
 		if err := cp.WriteKubeconfig(tmp, testenv.AdminUser); err != nil {
 			return err
