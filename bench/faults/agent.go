@@ -105,6 +105,8 @@ type agentOptions struct {
 	// natsServers > 1 runs a NATS cluster of that many servers, the
 	// streams and the lease bucket at as many replicas.
 	natsServers int
+	// pods, when set, is the node's pod capacity.
+	pods int
 }
 
 // startAgent starts nats-server and the stages for node, with Splitlet's
@@ -156,6 +158,11 @@ func startAgent(env *faultEnv, node string, o agentOptions) (*agent, error) {
 			if o.criEndpoint != "" {
 				args = append(args, "--cri-endpoint="+o.criEndpoint)
 			}
+		}
+		if bin == "nodehb" && o.pods > 0 {
+			// the node's pod capacity (the kubelet's --max-pods): 110 by
+			// default on process and CRI, fewer than the CRI case's burst.
+			args = append(args, fmt.Sprintf("--nodehb.pods=%d", o.pods))
 		}
 		a.add(name, filepath.Join(env.binDir, bin), args...)
 	}

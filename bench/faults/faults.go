@@ -224,11 +224,21 @@ func podSpec(c faultCase, node string, done bool) corev1.PodSpec {
 
 func ptr[T any](v T) *T { return &v }
 
+// podCapacity is the node's pod capacity a case needs: its burst with room
+// to spare where the runtime's default (110 on process and CRI) is short;
+// zero keeps the default.
+func podCapacity(c faultCase) int {
+	if c.Runtime == "sim" || c.Pods+c.Done <= 100 {
+		return 0
+	}
+	return c.Pods + c.Done + 10
+}
+
 // runFaultCase runs one case on a fresh node and measures it.
 func runFaultCase(ctx context.Context, env *faultEnv, c faultCase, logf func(string, ...any)) (*faultResult, error) {
 	node := "faults-" + c.Name
 	res := &faultResult{Case: c.Name, Pods: c.Pods + c.Done}
-	a, err := startAgent(env, node, agentOptions{runtime: c.Runtime, replicas: c.Replicas, criEndpoint: env.criEndpoint, natsServers: c.NATSServers})
+	a, err := startAgent(env, node, agentOptions{runtime: c.Runtime, replicas: c.Replicas, criEndpoint: env.criEndpoint, natsServers: c.NATSServers, pods: podCapacity(c)})
 	if err != nil {
 		return nil, err
 	}
@@ -371,7 +381,7 @@ func runFaultCase(ctx context.Context, env *faultEnv, c faultCase, logf func(str
 		res.Notes = append(res.Notes, convergeErr.Error())
 		for _, p := range pods {
 			if !settledPod(p) {
-				res.Notes = append(res.Notes, fmt.Sprintf("unsettled %s: %s %+v", p.Name, p.Status.Phase, p.Status.ContainerStatuses))
+				res.Notes = append(res.Notes, fmt.Sprintf("unsettled %s: %s %s %q %+v", p.Name, p.Status.Phase, p.Status.Reason, p.Status.Message, p.Status.ContainerStatuses))
 				break
 			}
 		}

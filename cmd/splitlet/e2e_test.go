@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -124,7 +126,11 @@ func podCondition(p *corev1.Pod, c corev1.PodConditionType) corev1.ConditionStat
 func TestEndToEndProcessPod(t *testing.T) {
 	cp := testenv.ControlPlaneForTest(t)
 	const node = "e2e-node"
-	startAgent(t, cp, node, "--runtime=process")
+	httpPort, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	startAgent(t, cp, node, "--runtime=process", fmt.Sprintf("--http-addr=127.0.0.1:%d", httpPort))
 	cs := cp.Clientset()
 	ctx := context.Background()
 	waitNodeReady(t, cs, node)
@@ -216,6 +222,30 @@ func TestEndToEndProcessPod(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The kubelet's metrics, under its names and labels.
+	eventually(t, 30*time.Second, "the kubelet's metrics", func() (bool, string) {
+		code, body, err := get(fmt.Sprintf("http://127.0.0.1:%d/metrics", httpPort))
+		if err != nil || code != http.StatusOK {
+			return false, fmt.Sprint(code, err)
+		}
+		for _, want := range []struct {
+			series string
+			min    float64
+		}{
+			{`kubelet_node_name{node="` + node + `"}`, 1},
+			{"kubelet_running_pods", 1},
+			{`kubelet_running_containers{container_state="running"}`, 1},
+			{`kubelet_started_containers_total{container_type="container"}`, 2}, // the restart too
+			{`kubelet_pod_worker_duration_seconds_count{operation_type="sync"}`, 1},
+			{`prober_probe_total{container="hello",namespace="default",pod="hello",pod_uid=`, 1},
+		} {
+			if v, ok := metricValue(body, want.series); !ok || v < want.min {
+				return false, fmt.Sprintf("%s = %v (present %v), want at least %v", want.series, v, ok, want.min)
+			}
+		}
+		return true, ""
+	})
+
 	if err := cs.CoreV1().Pods("default").Delete(ctx, "hello", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -223,6 +253,28 @@ func TestEndToEndProcessPod(t *testing.T) {
 		_, err := cs.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
+}
+
+// metricValue sums the values of the series in a /metrics text body whose
+// line starts with series (a name, or a name with its first labels).
+func metricValue(body, series string) (float64, bool) {
+	sum, found := 0.0, false
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, series) {
+			continue
+		}
+		partial := strings.Contains(series, "{") && !strings.HasSuffix(series, "}")
+		if rest := line[len(series):]; !partial && (rest == "" || (rest[0] != ' ' && rest[0] != '{')) {
+			continue // another metric whose name starts the same
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			continue
+		}
+		sum, found = sum+v, true
+	}
+	return sum, found
 }
 
 func logsOf(ctx context.Context, cs kubernetes.Interface, name string, opts *corev1.PodLogOptions) (string, error) {

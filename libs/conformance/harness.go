@@ -244,7 +244,7 @@ func (w *watcher) waitFor(t testing.TB, from int, what string, match func(receiv
 		select {
 		case <-w.notify:
 		case <-deadline.C:
-			t.Fatalf("no message within %v on %s: %s (saw %d others: %s)", w.h.tg.Timeout, w.what, what, w.count(), w.summary(from))
+			t.Fatalf("no message within %v on %s: %s (saw %d others: %s; consumers: %s)", w.h.tg.Timeout, w.what, what, w.count(), w.summary(from), w.h.consumers())
 		}
 	}
 }
@@ -406,4 +406,30 @@ func (h *harness) waitConsumed(t testing.TB, c consumed) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// consumers describes every durable consumer of the node's streams (what
+// each has delivered, acknowledged and still has pending), so that a
+// timeout says whether a message sat in the stage's consumer or the stage
+// had it and did nothing.
+func (h *harness) consumers() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var b strings.Builder
+	for _, what := range []string{bus.StreamPodUpdates, bus.StreamPodStatus, bus.StreamProbes} {
+		stream, err := h.js.Stream(ctx, bus.StreamName(h.tg.Node, what))
+		if err != nil {
+			fmt.Fprintf(&b, "[%s: %v] ", what, err)
+			continue
+		}
+		list := stream.ListConsumers(ctx)
+		for info := range list.Info() {
+			fmt.Fprintf(&b, "[%s/%s delivered %d ackFloor %d ackPending %d redelivered %d pending %d] ", what, info.Name,
+				info.Delivered.Stream, info.AckFloor.Stream, info.NumAckPending, info.NumRedelivered, info.NumPending)
+		}
+		if err := list.Err(); err != nil {
+			fmt.Fprintf(&b, "[%s: %v] ", what, err)
+		}
+	}
+	return b.String()
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -45,8 +46,23 @@ type Runner struct {
 }
 
 // New builds the stage from the process's parts (fx constructor).
-func New(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.Interface, conn *messaging.Conn) (*Runner, error) {
-	return Build(cfg, common, log, cs, conn.NC, conn.JS, conn.StreamsReady)
+func New(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.Interface, conn *messaging.Conn, reg prometheus.Registerer) (*Runner, error) {
+	r, err := Build(cfg, common, log, cs, conn.NC, conn.JS, conn.StreamsReady)
+	if err != nil {
+		return nil, err
+	}
+	// kubelet_node_name: the kubelet's metric that names its node (always 1).
+	nodeName := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Subsystem: "kubelet", Name: "node_name", Help: "The node's name. The count is always 1.",
+	}, []string{"node"})
+	nodeName.WithLabelValues(common.NodeName).Set(1)
+	if err := reg.Register(nodeName); err != nil {
+		var already prometheus.AlreadyRegisteredError
+		if !errors.As(err, &already) {
+			return nil, err
+		}
+	}
+	return r, nil
 }
 
 // Build builds the stage; every configuration error names its key.

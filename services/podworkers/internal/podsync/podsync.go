@@ -65,6 +65,14 @@ func WithBackOff(base, max time.Duration) Option {
 // WithHostIP sets the host IP reported for pods.
 func WithHostIP(ip string) Option { return func(s *Syncer) { s.hostIP = ip } }
 
+// WithStartObserver has f told of every container start attempt: the
+// container's type (kubelet's container_type label: "container" or
+// "init_container") and, when the start failed, the reason it gave (""
+// when it started).
+func WithStartObserver(f func(containerType, failure string)) Option {
+	return func(s *Syncer) { s.onStart = f }
+}
+
 // WithLogger sets the logger.
 func WithLogger(l *zap.Logger) Option { return func(s *Syncer) { s.log = l } }
 
@@ -95,6 +103,8 @@ type Syncer struct {
 	// reason until a start succeeds (kubelet: the reason SyncPod's start
 	// result gives the waiting container).
 	startFailed map[types.UID]map[string]*corev1.ContainerStateWaiting
+	// onStart is told of every start attempt (metrics).
+	onStart func(containerType, failure string)
 }
 
 // New returns a Syncer.
@@ -174,6 +184,28 @@ func (s *Syncer) noteStart(uid types.UID, name string, st runtime.ContainerStatu
 	case st.ID != "":
 		delete(s.startFailed[uid], name)
 	}
+}
+
+// observeStart tells the start observer of an attempt; one a cancelled
+// sync cut short is not counted as a failure of the container.
+func (s *Syncer) observeStart(ctx context.Context, pod *corev1.Pod, c *corev1.Container, st runtime.ContainerStatus, err error) {
+	if s.onStart == nil {
+		return
+	}
+	kind := "container"
+	for i := range pod.Spec.InitContainers {
+		if pod.Spec.InitContainers[i].Name == c.Name {
+			kind = "init_container"
+		}
+	}
+	failure := ""
+	if err != nil && ctx.Err() == nil {
+		failure = st.Reason
+		if failure == "" {
+			failure = "Unknown"
+		}
+	}
+	s.onStart(kind, failure)
 }
 
 func (s *Syncer) startFailure(uid types.UID, name string) *corev1.ContainerStateWaiting {
@@ -271,6 +303,7 @@ func (s *Syncer) start(ctx context.Context, pod *corev1.Pod, c *corev1.Container
 		}
 	}
 	st, err := s.rt.StartContainer(ctx, pod, c, attempt)
+	s.observeStart(ctx, pod, c, st, err)
 	s.noteStart(pod.UID, c.Name, st, err)
 	if st.ID != "" {
 		s.recordID(pod.UID, st.ID)
@@ -484,6 +517,7 @@ func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker
 				}
 				s.backOff.Reset(backOffKey(pod, c))
 				st, err := s.rt.StartContainer(ctx, pod, c, last.Attempt+1)
+				s.observeStart(ctx, pod, c, st, err)
 				s.noteStart(pod.UID, c.Name, st, err)
 				if st.ID != "" {
 					s.recordID(pod.UID, st.ID)

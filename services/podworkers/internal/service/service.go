@@ -431,7 +431,8 @@ func (r *Runner) run(ctx context.Context) error {
 		Active:       r.isAdopted,
 		CaughtUp:     r.caughtUp,
 		WorkerOpts:   []podworkers.Option{podworkers.WithResyncInterval(r.cfg.ResyncInterval), podworkers.WithBackOffPeriod(r.cfg.BackOffPeriod)},
-		SyncOpts:     []podsync.Option{podsync.WithBackOff(r.cfg.ContainerBackOff, r.cfg.ContainerBackOffMax), podsync.WithHostIP(r.cfg.HostIP)},
+		SyncOpts: []podsync.Option{podsync.WithBackOff(r.cfg.ContainerBackOff, r.cfg.ContainerBackOffMax), podsync.WithHostIP(r.cfg.HostIP),
+			podsync.WithStartObserver(r.metrics.started)},
 	})
 	defer owned.Store(nil)
 	owner = ownership.New(ownership.Options{
