@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -124,6 +125,7 @@ func TestStageIdentities(t *testing.T) {
 	if _, err := logsOf(ctx, cs, pod.Name, &corev1.PodLogOptions{}); err != nil {
 		t.Errorf("logs through nodehb and the pod workers: %v", err)
 	}
+	checkStatus(t, bin, node, url, filepath.Join(ids, "admin.nk"))
 	if err := cs.CoreV1().Pods("default").Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -182,5 +184,58 @@ func refused(t *testing.T, url, seed, subject string) error {
 		return fmt.Errorf("error %v, not a permissions violation", err)
 	case <-time.After(5 * time.Second):
 		return fmt.Errorf("allowed")
+	}
+}
+
+// checkStatus runs `splitlet status` with the admin identity against a
+// running node: every stage answers the service API, ready, the pod
+// workers with every partition, and the table names them all.
+func checkStatus(t *testing.T, bin, node, url, adminSeed string) {
+	t.Helper()
+	var st nodeStatus
+	eventually(t, 30*time.Second, "splitlet status: every stage ready, all partitions owned", func() (bool, string) {
+		out, err := exec.Command(bin, "status", "--node-name", node, "--nats-url", url, "--nats-nkey", adminSeed, "--json").Output()
+		if err != nil {
+			return false, fmt.Sprintf("%v: %s", err, out)
+		}
+		st = nodeStatus{}
+		if err := json.Unmarshal(out, &st); err != nil {
+			return false, fmt.Sprintf("%v: %s", err, out)
+		}
+		owned := map[int]bool{}
+		for _, r := range st.Stages {
+			if !r.Ready || r.Version == "" || r.Started.IsZero() {
+				return false, fmt.Sprintf("%+v", r)
+			}
+			for _, p := range r.Partitions {
+				owned[p] = true
+			}
+		}
+		if len(st.Missing) > 0 || len(st.Stages) != len(bus.Stages) || len(owned) != bus.DefaultPartitions || st.Agent == nil || !st.Agent.Ready {
+			return false, string(out)
+		}
+		return true, ""
+	})
+	for _, r := range st.Stages {
+		if (r.Stage == bus.StagePodworkers) != (r.Partitions != nil) {
+			t.Errorf("%s reports partitions %v: only the pod workers own some", r.Stage, r.Partitions)
+		}
+		if r.Stage == bus.StageStatussync && len(r.Consumers) == 0 {
+			t.Errorf("statussync reports no consumer lag: %+v", r)
+		}
+	}
+	out, err := exec.Command(bin, "status", "--node-name", node, "--nats-url", url, "--nats-nkey", adminSeed).CombinedOutput()
+	if err != nil {
+		t.Fatalf("splitlet status: %v\n%s", err, out)
+	}
+	t.Logf("splitlet status:\n%s", out)
+	for _, want := range append([]string{"STAGE", "0-15", "pod workers: ready"}, bus.Stages...) {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("splitlet status table lacks %q:\n%s", want, out)
+		}
+	}
+	// another node's status: nothing answers for it, exit 1.
+	if out, err := exec.Command(bin, "status", "--node-name", "no-such-node", "--nats-url", url, "--nats-nkey", adminSeed, "--wait", "300ms").CombinedOutput(); err == nil {
+		t.Errorf("splitlet status of a node with no stages exited 0:\n%s", out)
 	}
 }

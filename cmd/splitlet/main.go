@@ -29,9 +29,13 @@ func Services() []app.Service {
 }
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "bus" {
+	if len(os.Args) > 1 && (os.Args[1] == "bus" || os.Args[1] == "status") {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-		code := runBus(ctx, os.Args[2:], os.Stdout, os.Stderr)
+		run := runBus
+		if os.Args[1] == "status" {
+			run = runStatus
+		}
+		code := run(ctx, os.Args[2:], os.Stdout, os.Stderr)
 		stop()
 		os.Exit(code)
 	}

@@ -78,6 +78,10 @@ func New(cfg *Config, common *config.Common, log *zap.Logger, nc *nats.Conn, js 
 	}, nil
 }
 
+// Role is the stage whose place it takes on the bus (app.Replacement: the
+// NATS service API lists it as splitlet-prober).
+func (r *Runner) Role() string { return "prober" }
+
 // Start returns at once; the consumers are set up in the background.
 func (r *Runner) Start(context.Context) error {
 	r.ctx, r.cancel = context.WithCancel(context.Background())

@@ -3,11 +3,14 @@ package app
 import (
 	"context"
 
+	"github.com/nats-io/nats.go/micro"
 	"go.uber.org/fx"
 	"go.uber.org/zap"
 
 	"github.com/spf13/pflag"
 
+	"github.com/splitlet/splitlet/libs/config"
+	"github.com/splitlet/splitlet/libs/discovery"
 	"github.com/splitlet/splitlet/libs/health"
 	"github.com/splitlet/splitlet/libs/logging"
 	"github.com/splitlet/splitlet/libs/messaging"
@@ -26,28 +29,68 @@ type Ready interface {
 	Ready(ctx context.Context) error
 }
 
+// Partitioned is an optional part of a Runner that owns some of the node's
+// partitions (the pod workers): the service API reports them.
+type Partitioned interface {
+	OwnedPartitions() []int
+}
+
+// Identified is an optional part of a Runner whose instance has a name of
+// its own (a pod worker's replica id).
+type Identified interface {
+	ID() string
+}
+
+// Replacement is an optional part of a Runner that holds another stage's
+// role on the bus (examples/tcpprober in the prober's): the service API
+// names it by that role.
+type Replacement interface {
+	Role() string
+}
+
 // RunService hooks a service's Runner into the process lifecycle: it logs the
-// service up and stopped, reports it on /readyz, and makes the service wait
-// for the bus streams before its Start runs.
+// service up and stopped, reports it on /readyz, puts it on the NATS service
+// API (libs/discovery) once started, and makes the service wait for the bus
+// streams before its Start runs.
 func RunService(name string, newRunner any) fx.Option {
 	return fx.Options(
 		fx.Provide(fx.Annotate(newRunner, fx.As(new(Runner)), fx.ResultTags(`name:"`+name+`"`))),
-		fx.Invoke(fx.Annotate(func(lc fx.Lifecycle, r Runner, log *zap.Logger, checks *health.Checks, conn *messaging.Conn) {
+		fx.Invoke(fx.Annotate(func(lc fx.Lifecycle, r Runner, log *zap.Logger, checks *health.Checks, conn *messaging.Conn, common *config.Common) {
 			log = log.With(zap.String(logging.FieldService, name))
+			ready := func(context.Context) error { return nil }
 			if rc, ok := r.(Ready); ok {
-				checks.AddReadiness(name, rc.Ready)
-			} else {
-				checks.AddReadiness(name, func(context.Context) error { return nil })
+				ready = rc.Ready
 			}
+			checks.AddReadiness(name, ready)
+			stage := discovery.Stage{Name: name, Ready: func(ctx context.Context) bool { return ready(ctx) == nil }}
+			if rp, ok := r.(Replacement); ok {
+				stage.Name, stage.Implementation = rp.Role(), name
+			}
+			if p, ok := r.(Partitioned); ok {
+				stage.Partitions = p.OwnedPartitions
+			}
+			var svc micro.Service
 			lc.Append(fx.Hook{
 				OnStart: func(ctx context.Context) error {
 					if err := r.Start(ctx); err != nil {
 						return err
 					}
+					if id, ok := r.(Identified); ok {
+						stage.Instance = id.ID()
+					}
+					var err error
+					svc, err = discovery.Serve(conn.NC, discovery.Options{Node: common.NodeName, Version: Version, Stage: stage})
+					if err != nil {
+						// the stage works without it; `splitlet status` will miss it.
+						log.Error("cannot join the NATS service API", zap.Error(err))
+					}
 					log.Info("service up")
 					return nil
 				},
 				OnStop: func(ctx context.Context) error {
+					if svc != nil {
+						_ = svc.Stop()
+					}
 					err := r.Stop(ctx)
 					log.Info("service stopped", zap.Error(err))
 					return err

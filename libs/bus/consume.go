@@ -137,7 +137,9 @@ func Consume(ctx context.Context, js jetstream.JetStream, opts ConsumerOptions, 
 		cancel()
 		return nil, fmt.Errorf("bus: consume %s: %w", opts.Durable, err)
 	}
+	untrack := track(opts.Stream, opts.Durable, cons)
 	return func() {
+		untrack()
 		cc.Drain()
 		<-cc.Closed()
 		cancel()

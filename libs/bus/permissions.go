@@ -88,6 +88,9 @@ func StagePermissions(stage, node string) (Permissions, error) {
 	default:
 		return Permissions{}, fmt.Errorf("bus: no stage %q (one of %s)", stage, strings.Join(Stages, ", "))
 	}
+	// Its own status endpoint of the service API (answered through
+	// allow_responses).
+	p.Subscribe = append(p.Subscribe, s.Status(stage))
 	return p, nil
 }
 

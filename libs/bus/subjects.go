@@ -95,7 +95,14 @@ func (s Subjects) Stats(partition int) string { return s.part(tokRuntime+".stats
 // the requester falls back to Exec.
 func (s Subjects) Stream(partition int) string { return s.part(tokRuntime+".stream", partition) }
 
+// Status is the request/reply subject where every instance of a stage
+// answers with its StageStatus (the NATS service API's endpoint of the
+// stage; `$SRV.STATS` carries the same in its endpoint data). Added within
+// v1: a stage that does not serve it is simply absent from `splitlet status`.
+func (s Subjects) Status(stage string) string { return s.prefix + "." + tokStatus + "." + stage }
+
 const (
+	tokStatus     = "status"
 	tokPodUpdates = "podupdates"
 	tokPodStatus  = "podstatus"
 	tokProbes     = "probes"
