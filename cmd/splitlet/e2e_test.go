@@ -238,6 +238,9 @@ func TestEndToEndProcessPod(t *testing.T) {
 			{`kubelet_started_containers_total{container_type="container"}`, 2}, // the restart too
 			{`kubelet_pod_worker_duration_seconds_count{operation_type="sync"}`, 1},
 			{`prober_probe_total{container="hello",namespace="default",pod="hello",pod_uid=`, 1},
+			{"kubelet_pod_start_duration_seconds_count", 1},
+			{"kubelet_pod_start_total_duration_seconds_count", 1},
+			{"kubelet_pod_start_sli_duration_seconds_count", 1},
 		} {
 			if v, ok := metricValue(body, want.series); !ok || v < want.min {
 				return false, fmt.Sprintf("%s = %v (present %v), want at least %v", want.series, v, ok, want.min)

@@ -48,7 +48,6 @@ const (
 	ReasonCreateError       = "CreateContainerError"
 	ReasonContainerCreating = "ContainerCreating"
 	ReasonRunContainerError = "RunContainerError"
-	instancesKept           = 2
 	maxTerminationLogLines  = 80
 	maxTerminationLogBytes  = 2048
 )
@@ -520,12 +519,7 @@ func (r *Runtime) prune(ctx context.Context, uid types.UID, name string) {
 		}
 	}
 	sortInstances(same)
-	var drop []*instance
-	for i := 0; i < len(same)-instancesKept; i++ {
-		if same[i].status.State == runtime.StateExited {
-			drop = append(drop, same[i])
-		}
-	}
+	drop := runtime.Excess(same, func(in *instance) *runtime.ContainerStatus { return &in.status })
 	r.mu.Unlock()
 	for _, in := range drop {
 		if err := r.rs.RemoveContainer(ctx, in.id); err != nil && !isNotFound(err) {

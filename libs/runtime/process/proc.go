@@ -133,8 +133,8 @@ func (r *Runtime) Stats(uid types.UID) []runtime.ContainerStats {
 	}
 	var running []entry
 	r.mu.Lock()
-	if pd := r.pods[uid]; pd != nil {
-		for _, c := range pd.containers {
+	if pd := r.table.Pod(uid); pd != nil {
+		for _, c := range pd.Instances {
 			if c.status.State == runtime.StateRunning {
 				running = append(running, entry{c, c.pid})
 			}

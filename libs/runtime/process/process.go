@@ -46,7 +46,6 @@ const (
 
 const (
 	exitCodeCannotRun = 128
-	instancesKept     = 2
 	maxMessageLines   = 80
 	maxMessageBytes   = 2048
 	defaultPath       = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -116,9 +115,8 @@ type Runtime struct {
 	prefix string
 	seq    atomic.Uint64
 
-	mu   sync.Mutex
-	pods map[types.UID]*pod
-	byID map[string]*container
+	mu    sync.Mutex
+	table *runtime.PodTable[*container]
 
 	// group records (records.go)
 	boot                 string
@@ -138,11 +136,6 @@ var (
 // ProcessLocal implements runtime.ProcessLocal: the containers are the
 // process's children (see the package documentation).
 func (r *Runtime) ProcessLocal() {}
-
-type pod struct {
-	namespace, name string
-	containers      []*container // oldest first
-}
 
 // container is one instance. status and cpu are guarded by Runtime.mu; pid
 // and reaped by procMu.
@@ -213,8 +206,7 @@ func New(opts ...Option) (*Runtime, error) {
 		log:    o.log,
 		events: eventq.New(),
 		prefix: Type + "://" + hex.EncodeToString(b[:]),
-		pods:   make(map[types.UID]*pod),
-		byID:   make(map[string]*container),
+		table:  runtime.NewPodTable(func(c *container) *runtime.ContainerStatus { return &c.status }),
 		boot:   bootID(),
 	}
 	r.ownerPID, r.ownerStart = selfIdentity()
@@ -404,27 +396,9 @@ func (r *Runtime) failStart(p *corev1.Pod, ct *container, st runtime.ContainerSt
 func (r *Runtime) store(p *corev1.Pod, ct *container) {
 	var drop []string
 	r.mu.Lock()
-	pd := r.pods[ct.status.PodUID]
-	if pd == nil {
-		pd = &pod{}
-		r.pods[ct.status.PodUID] = pd
-	}
-	pd.namespace, pd.name = p.Namespace, p.Name
-	pd.containers = append(pd.containers, ct)
-	r.byID[ct.status.ID] = ct
-	n := 0
-	for i := len(pd.containers) - 1; i >= 0; i-- {
-		c := pd.containers[i]
-		if c.status.Name != ct.status.Name {
-			continue
-		}
-		n++
-		if n > instancesKept && c.status.State == runtime.StateExited {
-			delete(r.byID, c.status.ID)
-			pd.containers = append(pd.containers[:i], pd.containers[i+1:]...)
-			if c.status.LogPath != ct.status.LogPath {
-				drop = append(drop, c.status.LogPath)
-			}
+	for _, c := range r.table.Add(ct.status.PodUID, p.Namespace, p.Name, ct) {
+		if c.status.LogPath != ct.status.LogPath {
+			drop = append(drop, c.status.LogPath)
 		}
 	}
 	r.mu.Unlock()
@@ -544,9 +518,9 @@ func (c *container) signal(sig syscall.Signal) {
 // StopContainer implements runtime.Runtime.
 func (r *Runtime) StopContainer(ctx context.Context, id string, grace time.Duration) error {
 	r.mu.Lock()
-	c := r.byID[id]
+	c, ok := r.table.ByID(id)
 	r.mu.Unlock()
-	if c == nil {
+	if !ok {
 		return fmt.Errorf("process: stop %s: %w", id, runtime.ErrNotFound)
 	}
 	select {
@@ -580,15 +554,7 @@ func (r *Runtime) StopContainer(ctx context.Context, id string, grace time.Durat
 func (r *Runtime) PodContainers(uid types.UID) []runtime.ContainerStatus {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	pd := r.pods[uid]
-	if pd == nil {
-		return nil
-	}
-	out := make([]runtime.ContainerStatus, len(pd.containers))
-	for i, c := range pd.containers {
-		out[i] = c.status
-	}
-	return out
+	return r.table.Statuses(uid)
 }
 
 // RemovePod implements runtime.Runtime. It refuses while a container of the
@@ -599,18 +565,11 @@ func (r *Runtime) RemovePod(_ context.Context, uid types.UID) error {
 		return fmt.Errorf("process: remove pod: %w", err)
 	}
 	r.mu.Lock()
-	if pd := r.pods[uid]; pd != nil {
-		for _, c := range pd.containers {
-			if c.status.State != runtime.StateExited {
-				r.mu.Unlock()
-				return fmt.Errorf("process: remove pod %s: container %q (%s) still runs", uid, c.status.Name, c.status.ID)
-			}
-		}
-		for _, c := range pd.containers {
-			delete(r.byID, c.status.ID)
-		}
-		delete(r.pods, uid)
+	if c, busy := r.table.Busy(uid, func(st *runtime.ContainerStatus) bool { return st.State != runtime.StateExited }); busy {
+		r.mu.Unlock()
+		return fmt.Errorf("process: remove pod %s: container %q (%s) still runs", uid, c.status.Name, c.status.ID)
 	}
+	r.table.Remove(uid)
 	r.mu.Unlock()
 	if err := os.RemoveAll(r.podDir(uid)); err != nil {
 		return fmt.Errorf("process: remove pod %s: %w", uid, err)
@@ -621,11 +580,7 @@ func (r *Runtime) RemovePod(_ context.Context, uid types.UID) error {
 // instance finds the newest instance of the named container, or the one
 // before it. Called with r.mu held.
 func (r *Runtime) instance(uid types.UID, name string, previous bool) (*container, error) {
-	pd := r.pods[uid]
-	if pd == nil {
-		return nil, fmt.Errorf("%w: pod %s", runtime.ErrNotFound, uid)
-	}
-	return runtime.FindInstance(uid, pd.containers, func(c *container) string { return c.status.Name }, name, previous)
+	return r.table.Find(uid, name, previous)
 }
 
 // Logs implements runtime.Runtime.

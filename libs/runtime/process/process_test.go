@@ -50,8 +50,8 @@ func (tr *testRuntime) cleanup() {
 	defer cancel()
 	tr.Runtime.mu.Lock()
 	var ids []string
-	for id := range tr.Runtime.byID {
-		ids = append(ids, id)
+	for c := range tr.Runtime.table.All() {
+		ids = append(ids, c.status.ID)
 	}
 	tr.Runtime.mu.Unlock()
 	for _, id := range ids {
@@ -85,7 +85,7 @@ func (tr *testRuntime) start(p *corev1.Pod, i, attempt int) runtime.ContainerSta
 // track remembers the process group of a container, to check at the end.
 func (tr *testRuntime) track(id string) {
 	tr.Runtime.mu.Lock()
-	c := tr.Runtime.byID[id]
+	c, _ := tr.Runtime.table.ByID(id)
 	tr.Runtime.mu.Unlock()
 	if c != nil && c.pid > 0 {
 		tr.mu.Lock()
@@ -344,7 +344,8 @@ func TestGracePeriodThenKillWholeGroup(t *testing.T) {
 	}()
 	poll(t, "the script started", func() bool { return buf.String() == "started\n" })
 	r.Runtime.mu.Lock()
-	pgid := r.Runtime.byID[st.ID].pid
+	c, _ := r.Runtime.table.ByID(st.ID)
+	pgid := c.pid
 	r.Runtime.mu.Unlock()
 	members := groupMembers(map[int]bool{pgid: true})
 	if len(members) != 3 {

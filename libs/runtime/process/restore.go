@@ -24,11 +24,7 @@ const (
 func (r *Runtime) Pods() []runtime.PodRef {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]runtime.PodRef, 0, len(r.pods))
-	for uid, pd := range r.pods {
-		out = append(out, runtime.PodRef{UID: uid, Namespace: pd.namespace, Name: pd.name})
-	}
-	return out
+	return r.table.Refs()
 }
 
 // Restore implements runtime.Restorer. A process container cannot outlive
@@ -44,13 +40,12 @@ func (r *Runtime) Restore(p *corev1.Pod, instances []runtime.ContainerStatus) er
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, held := r.pods[p.UID]; held || len(instances) == 0 {
+	if r.table.Pod(p.UID) != nil || len(instances) == 0 {
 		return nil
 	}
-	pd := &pod{namespace: p.Namespace, name: p.Name}
 	now := time.Now()
 	for _, st := range instances {
-		if st.ID == "" || st.Name == "" || r.byID[st.ID] != nil {
+		if _, known := r.table.ByID(st.ID); st.ID == "" || st.Name == "" || known {
 			continue
 		}
 		st.PodUID = p.UID
@@ -62,11 +57,7 @@ func (r *Runtime) Restore(p *corev1.Pod, instances []runtime.ContainerStatus) er
 		done := make(chan struct{})
 		close(done)
 		ct := &container{status: st, done: done, reaped: true}
-		pd.containers = append(pd.containers, ct)
-		r.byID[st.ID] = ct
-	}
-	if len(pd.containers) > 0 {
-		r.pods[p.UID] = pd
+		r.table.Add(p.UID, p.Namespace, p.Name, ct)
 	}
 	return nil
 }
@@ -77,12 +68,5 @@ func (r *Runtime) Restore(p *corev1.Pod, instances []runtime.ContainerStatus) er
 func (r *Runtime) Forget(uid types.UID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	pd := r.pods[uid]
-	if pd == nil {
-		return
-	}
-	for _, c := range pd.containers {
-		delete(r.byID, c.status.ID)
-	}
-	delete(r.pods, uid)
+	r.table.Remove(uid)
 }

@@ -40,13 +40,12 @@ const Version = "0.1.0"
 
 // Container exit reasons (the kubelet's, as CRI runtimes report them).
 const (
-	ReasonCompleted     = "Completed"
-	ReasonError         = "Error"
-	ReasonCannotRun     = "ContainerCannotRun"
-	ReasonConfigError   = "CreateContainerConfigError"
-	exitCodeCannotRun   = 128
-	exitCodeKilled      = 137
-	instancesKeptPerPod = 2
+	ReasonCompleted   = "Completed"
+	ReasonError       = "Error"
+	ReasonCannotRun   = "ContainerCannotRun"
+	ReasonConfigError = "CreateContainerConfigError"
+	exitCodeCannotRun = 128
+	exitCodeKilled    = 137
 )
 
 // Option configures a Runtime.
@@ -89,9 +88,8 @@ type Runtime struct {
 	// waiting counts starts waiting for a slot (tests look at it).
 	waiting atomic.Int32
 
-	mu   sync.Mutex
-	pods map[types.UID]*pod
-	byID map[string]*container
+	mu    sync.Mutex
+	table *runtime.PodTable[*container]
 }
 
 var (
@@ -99,12 +97,6 @@ var (
 	_ runtime.Restorer  = (*Runtime)(nil)
 	_ runtime.PodLister = (*Runtime)(nil)
 )
-
-// pod holds a pod's container instances, oldest first.
-type pod struct {
-	namespace, name string
-	containers      []*container
-}
 
 // container is one container instance. Its fields are guarded by
 // Runtime.mu. Kept small: a 10,000-pod replica holds one per container.
@@ -134,8 +126,7 @@ func New(opts ...Option) *Runtime {
 		opts:   o,
 		events: eventq.New(),
 		prefix: Type + "://" + hex.EncodeToString(b[:]),
-		pods:   make(map[types.UID]*pod),
-		byID:   make(map[string]*container),
+		table:  runtime.NewPodTable(func(c *container) *runtime.ContainerStatus { return &c.status }),
 	}
 	if o.maxStarts > 0 {
 		r.starts = make(chan struct{}, o.maxStarts)
@@ -159,7 +150,7 @@ func (r *Runtime) Events() <-chan runtime.Event { return r.events.C() }
 // exits (containers stay as they are).
 func (r *Runtime) Close() error {
 	r.mu.Lock()
-	for _, c := range r.byID {
+	for c := range r.table.All() {
 		if c.timer != nil {
 			c.timer.Stop()
 		}
@@ -279,14 +270,7 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 	ct.status = st
 
 	r.mu.Lock()
-	pd := r.pods[p.UID]
-	if pd == nil {
-		pd = &pod{namespace: p.Namespace, name: p.Name}
-		r.pods[p.UID] = pd
-	}
-	pd.containers = append(pd.containers, ct)
-	r.byID[st.ID] = ct
-	r.forgetOld(pd, c.Name)
+	r.table.Add(p.UID, p.Namespace, p.Name, ct)
 	if startErr == nil && pl.exits {
 		code := pl.exitCode
 		ct.timer = time.AfterFunc(pl.exitAfter, func() { r.exit(ct, code) })
@@ -318,23 +302,6 @@ func (r *Runtime) waitStart(ctx context.Context) error {
 		}
 	}
 	return ctx.Err()
-}
-
-// forgetOld drops the exited instances of name beyond the newest ones kept.
-// Called with r.mu held.
-func (r *Runtime) forgetOld(pd *pod, name string) {
-	n := 0
-	for i := len(pd.containers) - 1; i >= 0; i-- {
-		c := pd.containers[i]
-		if c.status.Name != name {
-			continue
-		}
-		n++
-		if n > instancesKeptPerPod && c.status.State == runtime.StateExited {
-			delete(r.byID, c.status.ID)
-			pd.containers = append(pd.containers[:i], pd.containers[i+1:]...)
-		}
-	}
 }
 
 // exit ends a running container and announces it.
@@ -378,8 +345,8 @@ func (c *container) exitedChan() <-chan struct{} {
 // StopContainer implements runtime.Runtime.
 func (r *Runtime) StopContainer(ctx context.Context, id string, grace time.Duration) error {
 	r.mu.Lock()
-	c := r.byID[id]
-	if c == nil {
+	c, ok := r.table.ByID(id)
+	if !ok {
 		r.mu.Unlock()
 		return fmt.Errorf("sim: stop %s: %w", id, runtime.ErrNotFound)
 	}
@@ -413,15 +380,7 @@ func (r *Runtime) StopContainer(ctx context.Context, id string, grace time.Durat
 func (r *Runtime) PodContainers(uid types.UID) []runtime.ContainerStatus {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	pd := r.pods[uid]
-	if pd == nil {
-		return nil
-	}
-	out := make([]runtime.ContainerStatus, len(pd.containers))
-	for i, c := range pd.containers {
-		out[i] = c.status
-	}
-	return out
+	return r.table.Statuses(uid)
 }
 
 // RemovePod implements runtime.Runtime. It refuses while a container of the
@@ -429,19 +388,10 @@ func (r *Runtime) PodContainers(uid types.UID) []runtime.ContainerStatus {
 func (r *Runtime) RemovePod(_ context.Context, uid types.UID) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	pd := r.pods[uid]
-	if pd == nil {
-		return nil
+	if c, busy := r.table.Busy(uid, func(st *runtime.ContainerStatus) bool { return st.State == runtime.StateRunning }); busy {
+		return fmt.Errorf("sim: remove pod %s: container %q (%s) still runs", uid, c.status.Name, c.status.ID)
 	}
-	for _, c := range pd.containers {
-		if c.status.State == runtime.StateRunning {
-			return fmt.Errorf("sim: remove pod %s: container %q (%s) still runs", uid, c.status.Name, c.status.ID)
-		}
-	}
-	for _, c := range pd.containers {
-		delete(r.byID, c.status.ID)
-	}
-	delete(r.pods, uid)
+	r.table.Remove(uid)
 	return nil
 }
 
@@ -449,11 +399,7 @@ func (r *Runtime) RemovePod(_ context.Context, uid types.UID) error {
 func (r *Runtime) Pods() []runtime.PodRef {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]runtime.PodRef, 0, len(r.pods))
-	for uid, pd := range r.pods {
-		out = append(out, runtime.PodRef{UID: uid, Namespace: pd.namespace, Name: pd.name})
-	}
-	return out
+	return r.table.Refs()
 }
 
 // Restore implements runtime.Restorer: the instances are held as reported.
@@ -471,14 +417,13 @@ func (r *Runtime) Restore(p *corev1.Pod, instances []runtime.ContainerStatus) er
 	}
 	var due []exit
 	r.mu.Lock()
-	if _, held := r.pods[p.UID]; held || len(instances) == 0 {
+	if r.table.Pod(p.UID) != nil || len(instances) == 0 {
 		r.mu.Unlock()
 		return nil
 	}
-	pd := &pod{namespace: p.Namespace, name: p.Name}
 	now := time.Now()
 	for _, st := range instances {
-		if st.ID == "" || st.Name == "" || r.byID[st.ID] != nil {
+		if _, known := r.table.ByID(st.ID); st.ID == "" || st.Name == "" || known {
 			continue
 		}
 		st.PodUID = p.UID
@@ -506,14 +451,7 @@ func (r *Runtime) Restore(p *corev1.Pod, instances []runtime.ContainerStatus) er
 				}
 			}
 		}
-		pd.containers = append(pd.containers, ct)
-		r.byID[st.ID] = ct
-	}
-	if len(pd.containers) > 0 {
-		r.pods[p.UID] = pd
-		for _, name := range containerNames(pd) {
-			r.forgetOld(pd, name)
-		}
+		r.table.Add(p.UID, p.Namespace, p.Name, ct)
 	}
 	r.mu.Unlock()
 	for _, d := range due {
@@ -522,45 +460,23 @@ func (r *Runtime) Restore(p *corev1.Pod, instances []runtime.ContainerStatus) er
 	return nil
 }
 
-func containerNames(pd *pod) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, c := range pd.containers {
-		if !seen[c.status.Name] {
-			seen[c.status.Name] = true
-			out = append(out, c.status.Name)
-		}
-	}
-	return out
-}
-
 // Forget implements runtime.Restorer: the pod's instances are dropped as
 // they are, with their planned exits (the next owner restores them).
 func (r *Runtime) Forget(uid types.UID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	pd := r.pods[uid]
-	if pd == nil {
-		return
-	}
-	for _, c := range pd.containers {
+	for _, c := range r.table.Remove(uid) {
 		if c.timer != nil {
 			c.timer.Stop()
 			c.timer = nil
 		}
-		delete(r.byID, c.status.ID)
 	}
-	delete(r.pods, uid)
 }
 
 // instance finds the newest instance of the named container, or the one
 // before it. Called with r.mu held.
 func (r *Runtime) instance(uid types.UID, name string, previous bool) (*container, error) {
-	pd := r.pods[uid]
-	if pd == nil {
-		return nil, fmt.Errorf("%w: pod %s", runtime.ErrNotFound, uid)
-	}
-	return runtime.FindInstance(uid, pd.containers, func(c *container) string { return c.status.Name }, name, previous)
+	return r.table.Find(uid, name, previous)
 }
 
 // Logs implements runtime.Runtime with the synthetic lines.
@@ -650,12 +566,12 @@ func (r *Runtime) Exec(_ context.Context, uid types.UID, name string, cmd []stri
 func (r *Runtime) Stats(uid types.UID) []runtime.ContainerStats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	pd := r.pods[uid]
+	pd := r.table.Pod(uid)
 	if pd == nil {
 		return nil
 	}
 	var out []runtime.ContainerStats
-	for _, c := range pd.containers {
+	for _, c := range pd.Instances {
 		if c.status.State == runtime.StateRunning {
 			out = append(out, runtime.ContainerStats{ContainerID: c.status.ID, Name: c.status.Name, StartedAt: c.status.StartedAt})
 		}

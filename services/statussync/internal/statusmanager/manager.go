@@ -61,6 +61,7 @@ import (
 const (
 	AnnotationMirror = "kubernetes.io/config.mirror"
 	AnnotationSource = "kubernetes.io/config.source"
+	annotationSeen   = "kubernetes.io/config.seen"
 	indexUID         = "uid"
 	indexMirror      = "mirror"
 )
@@ -222,6 +223,7 @@ type Manager struct {
 	written     map[types.UID]*corev1.Pod
 
 	patches, deletes, failures prometheus.Counter
+	starts                     *startLatency
 }
 
 // New builds a manager that reads API pods from podInformer (which must not
@@ -253,7 +255,12 @@ func New(client kubernetes.Interface, podInformer cache.SharedIndexInformer, log
 			}
 		}
 	}
-	err := podInformer.AddIndexers(cache.Indexers{
+	starts, err := newStartLatency(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	m.starts = starts
+	err = podInformer.AddIndexers(cache.Indexers{
 		indexUID: func(obj any) ([]string, error) {
 			if p, ok := obj.(*corev1.Pod); ok {
 				return []string{string(p.UID)}, nil
@@ -282,6 +289,7 @@ func New(client kubernetes.Interface, podInformer cache.SharedIndexInformer, log
 			if p, ok := obj.(*corev1.Pod); ok {
 				m.mu.Lock()
 				delete(m.written, busUID(p))
+				m.starts.forget(busUID(p))
 				m.mu.Unlock()
 			}
 		},
@@ -329,6 +337,7 @@ func (m *Manager) onAPIPod(obj any, added bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e := m.entries[uid]
+	m.starts.observe(p, uid, e.seen(), time.Now())
 	if e == nil {
 		return
 	}
@@ -362,8 +371,22 @@ func (m *Manager) entry(uid types.UID) *entry {
 	return e
 }
 
+// seen is when the node agent first saw the pod (podconfig's
+// kubernetes.io/config.seen on the bus copy), zero when unknown.
+func (e *entry) seen() time.Time {
+	if e == nil || e.spec == nil {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339Nano, e.spec.Annotations[annotationSeen])
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
+
 // forget drops everything known of a pod (kubelet: RemoveOrphanedStatuses).
 func (m *Manager) forget(uid types.UID) {
+	m.starts.forget(uid)
 	delete(m.entries, uid)
 	delete(m.apiVersions, uid)
 	delete(m.written, uid)
