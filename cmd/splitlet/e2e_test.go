@@ -249,12 +249,64 @@ func TestEndToEndProcessPod(t *testing.T) {
 		return true, ""
 	})
 
-	if err := cs.CoreV1().Pods("default").Delete(ctx, "hello", metav1.DeleteOptions{}); err != nil {
+	// A crash-looping container: the kubelet's Events, on the container.
+	crash := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "crash", Namespace: "default"},
+		Spec: corev1.PodSpec{NodeName: node, TerminationGracePeriodSeconds: ptr(int64(1)),
+			Containers: []corev1.Container{{Name: "crash", Image: "busybox", Command: []string{"sh", "-c", "exit 1"}}}},
+	}
+	crash, err = cs.CoreV1().Pods("default").Create(ctx, crash, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "pod gone after delete", func() (bool, string) {
+	waitEvents(t, cs, "crash", []wantEvent{
+		{corev1.EventTypeNormal, "Created", "spec.containers{crash}", "Container created"},
+		{corev1.EventTypeNormal, "Started", "spec.containers{crash}", "Container started"},
+		{corev1.EventTypeWarning, "BackOff", "spec.containers{crash}", fmt.Sprintf("Back-off restarting failed container crash in pod crash_default(%s)", crash.UID)},
+	})
+
+	for _, name := range []string{"hello", "crash"} {
+		if err := cs.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 60*time.Second, "pods gone after delete", func() (bool, string) {
 		_, err := cs.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{})
-		return apierrors.IsNotFound(err), fmt.Sprint(err)
+		_, err2 := cs.CoreV1().Pods("default").Get(ctx, "crash", metav1.GetOptions{})
+		return apierrors.IsNotFound(err) && apierrors.IsNotFound(err2), fmt.Sprint(err, err2)
+	})
+	waitEvents(t, cs, "hello", []wantEvent{
+		{corev1.EventTypeNormal, "Created", "spec.containers{hello}", "Container created"},
+		{corev1.EventTypeNormal, "Killing", "spec.containers{hello}", "Container hello failed liveness probe, will be restarted"},
+		{corev1.EventTypeNormal, "Killing", "spec.containers{hello}", "Stopping container hello"},
+	})
+}
+
+// wantEvent is an Event a test waits for on a pod.
+type wantEvent struct{ eventType, reason, fieldPath, message string }
+
+// waitEvents waits until the pod's Events include every one of want.
+func waitEvents(t *testing.T, cs kubernetes.Interface, pod string, want []wantEvent) {
+	t.Helper()
+	eventually(t, 60*time.Second, "the Events of pod "+pod, func() (bool, string) {
+		list, err := cs.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod})
+		if err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, e := range list.Items {
+			seen = append(seen, fmt.Sprintf("%s %s %s %q", e.Type, e.Reason, e.InvolvedObject.FieldPath, e.Message))
+		}
+		for _, w := range want {
+			found := false
+			for _, e := range list.Items {
+				found = found || (e.Type == w.eventType && e.Reason == w.reason && e.InvolvedObject.FieldPath == w.fieldPath && e.Message == w.message)
+			}
+			if !found {
+				return false, fmt.Sprintf("no %+v among %s", w, strings.Join(seen, "; "))
+			}
+		}
+		return true, ""
 	})
 }
 

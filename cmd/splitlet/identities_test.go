@@ -126,6 +126,17 @@ func TestStageIdentities(t *testing.T) {
 		t.Errorf("logs through nodehb and the pod workers: %v", err)
 	}
 	checkStatus(t, bin, node, url, filepath.Join(ids, "admin.nk"))
+	// The sim runtime records no container Events by default
+	// (podworkers.container-events auto), as kwok records none.
+	if list, err := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod.Name}); err != nil {
+		t.Error(err)
+	} else {
+		for _, e := range list.Items {
+			if e.Reason == "Created" || e.Reason == "Started" {
+				t.Errorf("a container Event on the sim runtime: %s %q", e.Reason, e.Message)
+			}
+		}
+	}
 	if err := cs.CoreV1().Pods("default").Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

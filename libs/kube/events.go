@@ -1,6 +1,8 @@
 package kube
 
 import (
+	"fmt"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -29,4 +31,18 @@ func NodeRef(node string) *corev1.ObjectReference {
 // carries when the full object is not at hand.
 func PodRef(namespace, name string, uid types.UID) *corev1.ObjectReference {
 	return &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: namespace, Name: name, UID: uid}
+}
+
+// ContainerRef points at one container of a pod, so that an Event about
+// it names the container (kubelet: GenerateContainerRef; the field path is
+// spec.containers{name} or spec.initContainers{name}).
+func ContainerRef(pod *corev1.Pod, name string) *corev1.ObjectReference {
+	path := fmt.Sprintf("spec.containers{%s}", name)
+	for i := range pod.Spec.InitContainers {
+		if pod.Spec.InitContainers[i].Name == name {
+			path = fmt.Sprintf("spec.initContainers{%s}", name)
+		}
+	}
+	return &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name,
+		UID: pod.UID, ResourceVersion: pod.ResourceVersion, FieldPath: path}
 }

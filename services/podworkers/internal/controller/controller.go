@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/logging"
 	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/services/podworkers/internal/admission"
@@ -412,7 +413,7 @@ func (c *Controller) HandleProbe(r *bus.ProbeResult) {
 		if cs.ID == r.ContainerID && cs.State == runtime.StateRunning {
 			c.log.Info("liveness probe failed", append(logging.Pod(r.Namespace, r.Name, string(r.PodUID)), zap.String("container", r.Container), zap.String("message", r.Message))...)
 			if p, ok := c.workers.Pod(r.PodUID); ok {
-				c.cfg.Recorder.Eventf(p, corev1.EventTypeNormal, "Killing", "Container %s failed liveness probe, will be restarted", r.Container)
+				c.cfg.Recorder.Eventf(kube.ContainerRef(p, r.Container), corev1.EventTypeNormal, "Killing", "Container %s failed liveness probe, will be restarted", r.Container)
 			}
 			c.syncer.LivenessFailed(cs.ID)
 			c.HandlePodSyncByUID(r.PodUID)

@@ -26,6 +26,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/splitlet/splitlet/libs/bus"
@@ -73,6 +74,10 @@ func WithStartObserver(f func(containerType, failure string)) Option {
 	return func(s *Syncer) { s.onStart = f }
 }
 
+// WithRecorder has the syncer record the kubelet's container lifecycle
+// Events (Created, Started, Failed, BackOff, Killing) on the pods.
+func WithRecorder(r record.EventRecorder) Option { return func(s *Syncer) { s.recorder = r } }
+
 // WithLogger sets the logger.
 func WithLogger(l *zap.Logger) Option { return func(s *Syncer) { s.log = l } }
 
@@ -105,6 +110,8 @@ type Syncer struct {
 	startFailed map[types.UID]map[string]*corev1.ContainerStateWaiting
 	// onStart is told of every start attempt (metrics).
 	onStart func(containerType, failure string)
+	// recorder records container Events; nil records none.
+	recorder record.EventRecorder
 }
 
 // New returns a Syncer.
@@ -304,6 +311,7 @@ func (s *Syncer) start(ctx context.Context, pod *corev1.Pod, c *corev1.Container
 	}
 	st, err := s.rt.StartContainer(ctx, pod, c, attempt)
 	s.observeStart(ctx, pod, c, st, err)
+	s.startEvents(ctx, pod, c, st, err)
 	s.noteStart(pod.UID, c.Name, st, err)
 	if st.ID != "" {
 		s.recordID(pod.UID, st.ID)
@@ -448,6 +456,7 @@ func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker
 				// a sidecar that ran once does not hold the others back
 				// while it waits out its back-off.
 				if wait, d := s.inBackOff(pod, c, last); wait {
+					s.backOffEvent(pod, c)
 					requeue(d)
 				} else if err := s.start(ctx, pod, c, last); err != nil {
 					return res, err
@@ -480,6 +489,7 @@ func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker
 				return res, nil
 			}
 			if wait, d := s.inBackOff(pod, c, last); wait {
+				s.backOffEvent(pod, c)
 				requeue(d)
 				return res, nil
 			}
@@ -511,6 +521,7 @@ func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker
 				// back-off (the back-off key includes the definition).
 				allDone = false
 				s.log.Info("container definition changed, restarting", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)), zap.String("container", c.Name))...)
+				s.event(pod, c.Name, corev1.EventTypeNormal, EventKilling, "Container %s definition changed, will be restarted", c.Name)
 				if err := s.rt.StopContainer(ctx, last.ID, graceOf(pod)); err != nil {
 					errs = append(errs, err)
 					continue
@@ -518,6 +529,7 @@ func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker
 				s.backOff.Reset(backOffKey(pod, c))
 				st, err := s.rt.StartContainer(ctx, pod, c, last.Attempt+1)
 				s.observeStart(ctx, pod, c, st, err)
+				s.startEvents(ctx, pod, c, st, err)
 				s.noteStart(pod.UID, c.Name, st, err)
 				if st.ID != "" {
 					s.recordID(pod.UID, st.ID)
@@ -555,6 +567,7 @@ func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker
 		}
 		allDone = false
 		if wait, d := s.inBackOff(pod, c, last); wait {
+			s.backOffEvent(pod, c)
 			requeue(d)
 			continue
 		}
@@ -613,6 +626,7 @@ func (s *Syncer) SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, grace 
 			if left < time.Second {
 				left = time.Second
 			}
+			s.event(pod, c.Name, corev1.EventTypeNormal, EventKilling, "Stopping container %s", c.Name)
 			wg.Add(1)
 			go func(id string) {
 				defer wg.Done()

@@ -66,6 +66,7 @@ type Config struct {
 	ReadinessInterval   time.Duration
 	ProcessRecordsDir   string
 	ProcessRunAs        string
+	ContainerEvents     string
 }
 
 // RegisterFlags adds the podworkers keys ("podworkers.<key>") to fs.
@@ -85,6 +86,7 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.HostIP, "podworkers.host-ip", "127.0.0.1", "host IP reported in pod status")
 	fs.DurationVar(&c.ReadinessInterval, "podworkers.readiness-interval", 10*time.Second, "heartbeat interval of AgentReadiness on state.agent")
 	fs.StringVar(&c.ProcessRunAs, "podworkers.process-run-as", "65534:65534", "runtime process, when podworkers runs as root: the uid:gid of containers that set no runAsUser, so that a pod cannot read the agent's credentials or signal its processes; 'self' runs them as podworkers itself")
+	fs.StringVar(&c.ContainerEvents, "podworkers.container-events", "auto", "record the kubelet's container Events on pods (Created, Started, Failed, BackOff, Killing): on, off, or auto (on, but for the sim runtime, which is for scale tests: like kwok it records none, sparing the API server two writes a pod)")
 	fs.StringVar(&c.ProcessRecordsDir, "podworkers.process-records-dir", "", "runtime process: where the replicas of this node on this host write down their containers' process groups, so that what a replica killed with SIGKILL leaves is killed by the next one (mode 0700, this user's); default <tmp>/splitlet-process-groups/<node>")
 }
 
@@ -100,6 +102,11 @@ func (c *Config) Validate() error {
 		if d <= 0 {
 			return fmt.Errorf("invalid value %v for %s: must be positive", d, key)
 		}
+	}
+	switch c.ContainerEvents {
+	case "auto", "on", "off":
+	default:
+		return fmt.Errorf("invalid value %q for podworkers.container-events: must be on, off or auto", c.ContainerEvents)
 	}
 	if _, err := parseRunAs(c.ProcessRunAs); err != nil {
 		return fmt.Errorf("invalid value %q for podworkers.process-run-as: %w", c.ProcessRunAs, err)
@@ -410,6 +417,11 @@ func (r *Runner) run(ctx context.Context) error {
 
 	recorder, stopRecorder := kube.NewRecorder(r.cs, node)
 	defer stopRecorder()
+	syncOpts := []podsync.Option{podsync.WithBackOff(r.cfg.ContainerBackOff, r.cfg.ContainerBackOffMax), podsync.WithHostIP(r.cfg.HostIP),
+		podsync.WithStartObserver(r.metrics.started)}
+	if r.cfg.ContainerEvents == "on" || (r.cfg.ContainerEvents == "auto" && rt.Type() != sim.Type) {
+		syncOpts = append(syncOpts, podsync.WithRecorder(recorder))
+	}
 	pub := bus.NewPublisher(r.conn.NC, r.conn.JS, node, r.Source())
 
 	var owner *ownership.Manager
@@ -431,8 +443,7 @@ func (r *Runner) run(ctx context.Context) error {
 		Active:       r.isAdopted,
 		CaughtUp:     r.caughtUp,
 		WorkerOpts:   []podworkers.Option{podworkers.WithResyncInterval(r.cfg.ResyncInterval), podworkers.WithBackOffPeriod(r.cfg.BackOffPeriod)},
-		SyncOpts: []podsync.Option{podsync.WithBackOff(r.cfg.ContainerBackOff, r.cfg.ContainerBackOffMax), podsync.WithHostIP(r.cfg.HostIP),
-			podsync.WithStartObserver(r.metrics.started)},
+		SyncOpts:     syncOpts,
 	})
 	defer owned.Store(nil)
 	owner = ownership.New(ownership.Options{

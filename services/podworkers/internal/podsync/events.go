@@ -1,0 +1,84 @@
+package podsync
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/splitlet/splitlet/libs/kube"
+	"github.com/splitlet/splitlet/libs/runtime"
+)
+
+// Container lifecycle Events, with the kubelet's reasons and messages
+// (kubelet events package and kuberuntime), recorded on the pod with the
+// container's field path so that `kubectl describe pod` lists them by
+// container.
+const (
+	EventCreated = "Created"
+	EventStarted = "Started"
+	EventFailed  = "Failed"
+	EventKilling = "Killing"
+	EventBackOff = "BackOff"
+)
+
+// Image failures a runtime reports as a start's waiting reason (kubelet:
+// the image manager's errors).
+const (
+	reasonErrImagePull      = "ErrImagePull"
+	reasonImagePullBackOff  = "ImagePullBackOff"
+	reasonErrImageNeverPull = "ErrImageNeverPull"
+)
+
+// event records an Event on a container of the pod, if a recorder is set.
+func (s *Syncer) event(pod *corev1.Pod, container, eventType, reason, format string, args ...any) {
+	if s.recorder == nil {
+		return
+	}
+	s.recorder.Eventf(kube.ContainerRef(pod, container), eventType, reason, format, args...)
+}
+
+// podDesc names a pod in messages as the kubelet does: name_namespace(uid).
+func podDesc(pod *corev1.Pod) string {
+	return fmt.Sprintf("%s_%s(%s)", pod.Name, pod.Namespace, pod.UID)
+}
+
+// startEvents records what a start attempt did: Created and Started, or
+// why it failed (kubelet: startContainer's and the image manager's
+// Events). A start a cancelled sync cut short records nothing.
+func (s *Syncer) startEvents(ctx context.Context, pod *corev1.Pod, c *corev1.Container, st runtime.ContainerStatus, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	if err == nil {
+		s.event(pod, c.Name, corev1.EventTypeNormal, EventCreated, "Container created")
+		s.event(pod, c.Name, corev1.EventTypeNormal, EventStarted, "Container started")
+		return
+	}
+	msg := st.Message
+	if msg == "" {
+		msg = err.Error()
+	}
+	switch st.Reason {
+	case reasonErrImagePull:
+		s.event(pod, c.Name, corev1.EventTypeWarning, EventFailed, "Failed to pull image %q: %s", c.Image, msg)
+		s.event(pod, c.Name, corev1.EventTypeWarning, EventFailed, "Error: %s", st.Reason)
+	case reasonImagePullBackOff:
+		s.event(pod, c.Name, corev1.EventTypeNormal, EventBackOff, "Back-off pulling image %q", c.Image)
+		s.event(pod, c.Name, corev1.EventTypeWarning, EventFailed, "Error: %s", st.Reason)
+	case reasonErrImageNeverPull:
+		s.event(pod, c.Name, corev1.EventTypeWarning, reasonErrImageNeverPull, "%s", msg)
+		s.event(pod, c.Name, corev1.EventTypeWarning, EventFailed, "Error: %s", st.Reason)
+	default:
+		if st.ID != "" {
+			// created, then it would not start (kubelet: Created, then Failed).
+			s.event(pod, c.Name, corev1.EventTypeNormal, EventCreated, "Container created")
+		}
+		s.event(pod, c.Name, corev1.EventTypeWarning, EventFailed, "Error: %s", msg)
+	}
+}
+
+// backOffEvent: a restart waits out the crash-loop back-off.
+func (s *Syncer) backOffEvent(pod *corev1.Pod, c *corev1.Container) {
+	s.event(pod, c.Name, corev1.EventTypeWarning, EventBackOff, "Back-off restarting failed container %s in pod %s", c.Name, podDesc(pod))
+}
