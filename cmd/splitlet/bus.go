@@ -9,12 +9,10 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/pflag"
 
 	"github.com/splitlet/splitlet/libs/bus"
-	"github.com/splitlet/splitlet/libs/logging"
 	"github.com/splitlet/splitlet/services/podworkers"
 )
 
@@ -22,6 +20,11 @@ const busUsage = `usage:
   splitlet bus identities --node-name N --dir D   an nkey per stage (and admin) in D, and D/auth.conf for nats-server
   splitlet bus init --node-name N --nats-url U [--nats-nkey D/admin.nk] [--nats-tls-ca F] [--nats-replicas R]
                                                    make the node's streams and lease bucket (admin identity)
+  splitlet bus record --node-name N --nats-url U [--stage S] [--since D] [--for D] [--out F]
+                                                   what crossed the node's streams (all, or stage S's inputs), as JSON lines
+  splitlet bus replay --node-name N --nats-url U --in F --stage S [--pace recorded|fast] [--out F]
+                                                   feed a recording to stage S on a private server, record what S published
+  splitlet bus diff A B [--ignore k,k]             what two runs published, pod by pod; exit 1 when they differ
 `
 
 // runBus is `splitlet bus ...`; it returns the exit code.
@@ -36,6 +39,15 @@ func runBus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = busIdentities(args[1:], stdout)
 	case "init":
 		err = busInit(ctx, args[1:], stdout)
+	case "record":
+		err = busRecord(ctx, args[1:], stdout)
+	case "replay":
+		err = busReplay(ctx, args[1:], stdout)
+	case "diff":
+		err = busDiff(args[1:], stdout)
+		if errors.Is(err, errDiffer) {
+			return 1
+		}
 	default:
 		fmt.Fprint(stderr, busUsage)
 		return 2
@@ -85,37 +97,22 @@ func busIdentities(args []string, stdout io.Writer) error {
 func busInit(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := pflag.NewFlagSet("bus init", pflag.ContinueOnError)
 	node := fs.String("node-name", "", "the node whose streams to make")
-	url := fs.String("nats-url", "", "NATS server URL(s), comma separated")
-	nkey := fs.String("nats-nkey", "", "file with the admin identity's nkey seed")
-	tlsCA := fs.String("nats-tls-ca", "", "CA file to verify the NATS servers' certificates (tls:// URLs)")
+	var conn natsFlags
+	conn.register(fs, "the admin identity")
 	replicas := fs.Int("nats-replicas", 1, "replicas of the streams and the bucket (3 on a three-server cluster)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "how long to wait for the servers and for JetStream to answer")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *node == "" || *url == "" {
-		return errors.New("--node-name and --nats-url are required")
+	if *node == "" {
+		return errors.New("--node-name is required")
 	}
 	if *replicas < 1 || *replicas > 5 {
 		return fmt.Errorf("invalid value %d for --nats-replicas: must be 1 to 5", *replicas)
 	}
-	opts := []nats.Option{nats.Name("splitlet-bus-init"), nats.Timeout(10 * time.Second)}
-	if *nkey != "" {
-		o, err := nats.NkeyOptionFromSeed(*nkey)
-		if err != nil {
-			return fmt.Errorf("--nats-nkey: %w", err)
-		}
-		opts = append(opts, o)
-	}
-	if *tlsCA != "" {
-		if _, err := os.Stat(*tlsCA); err != nil {
-			return fmt.Errorf("--nats-tls-ca: %w", err)
-		}
-		opts = append(opts, nats.RootCAs(*tlsCA))
-	}
-	nc, err := nats.Connect(*url, opts...)
+	nc, err := conn.connect("splitlet-bus-init")
 	if err != nil {
-		return fmt.Errorf("nats-url %s: %w", logging.RedactURL(*url), err)
+		return err
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)

@@ -41,10 +41,17 @@ func startSplitlet(t *testing.T, bin string, cp *testenv.ControlPlane, node, nam
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &apptest.Buffer{}
-	cmd := exec.Command(bin, append([]string{"--kubeconfig=" + cp.Kubeconfig, "--node-name=" + node,
+	return startProcess(t, bin, name, append([]string{"--kubeconfig=" + cp.Kubeconfig, "--node-name=" + node,
 		"--data-dir=" + t.TempDir(), "--http-addr=127.0.0.1:0",
 		fmt.Sprintf("--nodehb.port=%d", kubeletPort), "--nodehb.client-ca-file=" + cp.CAFile}, args...)...)
+}
+
+// startProcess runs bin with args and stops it (SIGTERM, then SIGKILL
+// after 15 s) when the test ends, printing its log if the test failed.
+func startProcess(t *testing.T, bin, name string, args ...string) *apptest.Buffer {
+	t.Helper()
+	logs := &apptest.Buffer{}
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logs, logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

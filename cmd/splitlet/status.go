@@ -19,7 +19,6 @@ import (
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/discovery"
-	"github.com/splitlet/splitlet/libs/logging"
 )
 
 const statusUsage = `usage:
@@ -54,10 +53,8 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, statusUsage, fs.FlagUsages()) }
 	node := fs.String("node-name", os.Getenv("SPLITLET_NODE_NAME"), "the node to show (env SPLITLET_NODE_NAME)")
-	url := fs.String("nats-url", os.Getenv("SPLITLET_NATS_URL"), "NATS server URL(s), comma separated (env SPLITLET_NATS_URL)")
-	nkey := fs.String("nats-nkey", os.Getenv("SPLITLET_NATS_NKEY"), "file with the nkey seed of an identity that may ask the service API and read the state stream (the admin's)")
-	creds := fs.String("nats-creds", os.Getenv("SPLITLET_NATS_CREDS"), "file with a user JWT and seed")
-	tlsCA := fs.String("nats-tls-ca", os.Getenv("SPLITLET_NATS_TLS_CA"), "CA file to verify the NATS servers' certificates (tls:// URLs)")
+	var conn natsFlags
+	conn.register(fs, "an identity that may ask the service API and read the state stream (the admin's)")
 	wait := fs.Duration("wait", time.Second, "how long to collect the stages' answers")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	if err := fs.Parse(args); err != nil {
@@ -66,28 +63,13 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		return 2
 	}
-	if *node == "" || *url == "" {
-		fmt.Fprint(stderr, "splitlet status: --node-name and --nats-url are required\n", statusUsage)
+	if *node == "" {
+		fmt.Fprint(stderr, "splitlet status: --node-name is required\n", statusUsage)
 		return 2
 	}
-	opts := []nats.Option{nats.Name("splitlet-status"), nats.Timeout(5 * time.Second)}
-	if *nkey != "" {
-		o, err := nats.NkeyOptionFromSeed(*nkey)
-		if err != nil {
-			fmt.Fprintf(stderr, "splitlet status: --nats-nkey: %v\n", err)
-			return 2
-		}
-		opts = append(opts, o)
-	}
-	if *creds != "" {
-		opts = append(opts, nats.UserCredentials(*creds))
-	}
-	if *tlsCA != "" {
-		opts = append(opts, nats.RootCAs(*tlsCA))
-	}
-	nc, err := nats.Connect(*url, opts...)
+	nc, err := conn.connect("splitlet-status")
 	if err != nil {
-		fmt.Fprintf(stderr, "splitlet status: nats-url %s: %v\n", logging.RedactURL(*url), err)
+		fmt.Fprintf(stderr, "splitlet status: %v\n", err)
 		return 1
 	}
 	defer nc.Close()

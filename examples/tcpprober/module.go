@@ -21,11 +21,17 @@ const Name = "tcpprober"
 type Config struct {
 	// Instance is the prober's source on the bus.
 	Instance string
+	// HTTPGet is how an httpGet probe is checked: "tcp" (a TCP connect,
+	// the default) or "get" (a GET whose status must be 200 to 399, as
+	// the kubelet checks it): the knob docs/experiments.md's A/B
+	// walkthrough turns.
+	HTTPGet string
 }
 
 // RegisterFlags adds the keys ("tcpprober.<key>") to fs.
 func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Instance, "tcpprober.instance", "tcpprober", "the prober's name on the bus (source of its ProbeResult messages)")
+	fs.StringVar(&c.HTTPGet, "tcpprober.http-get", "tcp", "how an httpGet probe is checked: tcp (a TCP connect to its port) or get (a GET whose status must be 200 to 399)")
 }
 
 // Service returns the stage, ready for app.Run.

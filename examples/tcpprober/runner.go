@@ -33,6 +33,7 @@ type Runner struct {
 	js         jetstream.JetStream
 	subjects   bus.Subjects
 	pub        *bus.Publisher
+	httpGet    string
 
 	mu     sync.Mutex
 	pods   map[types.UID]*podEntry
@@ -65,6 +66,9 @@ func New(cfg *Config, common *config.Common, log *zap.Logger, nc *nats.Conn, js 
 	if cfg.Instance == "" {
 		return nil, errors.New("invalid value for tcpprober.instance: empty")
 	}
+	if cfg.HTTPGet != "tcp" && cfg.HTTPGet != "get" {
+		return nil, fmt.Errorf("invalid value %q for tcpprober.http-get: must be tcp or get", cfg.HTTPGet)
+	}
 	return &Runner{
 		node:       common.NodeName,
 		partitions: common.Partitions,
@@ -72,6 +76,7 @@ func New(cfg *Config, common *config.Common, log *zap.Logger, nc *nats.Conn, js 
 		js:         js,
 		subjects:   bus.For(common.NodeName),
 		pub:        bus.NewPublisher(nc, js, common.NodeName, cfg.Instance),
+		httpGet:    cfg.HTTPGet,
 		pods:       map[types.UID]*podEntry{},
 		status:     map[types.UID]*bus.PodRuntimeStatus{},
 		ready:      errors.New("not consuming the bus yet"),

@@ -23,8 +23,11 @@ package tcpprober
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
+	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -162,6 +165,8 @@ func (r *Runner) check(ctx context.Context, v view, probe *corev1.Probe, timeout
 	switch {
 	case probe.TCPSocket != nil:
 		host, port = probe.TCPSocket.Host, probe.TCPSocket.Port
+	case probe.HTTPGet != nil && r.httpGet == "get":
+		return r.get(ctx, v, probe.HTTPGet, timeout)
 	case probe.HTTPGet != nil:
 		// Documented simplification: an httpGet probe is a TCP connect.
 		host, port = probe.HTTPGet.Host, probe.HTTPGet.Port
@@ -188,6 +193,49 @@ func (r *Runner) check(ctx context.Context, v view, probe *corev1.Probe, timeout
 		return bus.ProbeFailure, err.Error()
 	}
 	_ = conn.Close()
+	return bus.ProbeSuccess, ""
+}
+
+// probeClient sends the GETs: no connection kept between probes, and the
+// server's certificate not verified (kubelet: HTTPS probes skip it).
+var probeClient = &http.Client{Transport: &http.Transport{
+	TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // the kubelet's probe rule
+	DisableKeepAlives: true,
+}}
+
+// get checks an httpGet probe with a GET (tcpprober.http-get=get): a
+// status from 200 to 399 is Success (kubelet: the HTTP prober's rule).
+func (r *Runner) get(ctx context.Context, v view, h *corev1.HTTPGetAction, timeout time.Duration) (bus.ProbeOutcome, string) {
+	host := h.Host
+	if host == "" {
+		host = v.podIP
+	}
+	if host == "" {
+		return bus.ProbeFailure, "the pod has no IP yet"
+	}
+	n, err := resolvePort(h.Port, v.container)
+	if err != nil {
+		return bus.ProbeFailure, err.Error()
+	}
+	scheme := "http"
+	if h.Scheme == corev1.URISchemeHTTPS {
+		scheme = "https"
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	u := url.URL{Scheme: scheme, Host: net.JoinHostPort(host, strconv.Itoa(n)), Path: h.Path}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return bus.ProbeFailure, err.Error()
+	}
+	resp, err := probeClient.Do(req)
+	if err != nil {
+		return bus.ProbeFailure, err.Error()
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode >= 400 {
+		return bus.ProbeFailure, fmt.Sprintf("HTTP probe failed with statuscode: %d", resp.StatusCode)
+	}
 	return bus.ProbeSuccess, ""
 }
 

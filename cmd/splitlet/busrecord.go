@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/pflag"
+
+	"github.com/splitlet/splitlet/libs/recording"
+)
+
+// openOut opens path for writing ("-" or empty: stdout).
+func openOut(path string, stdout io.Writer) (io.Writer, func() error, error) {
+	if path == "" || path == "-" {
+		return stdout, func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, f.Close, nil
+}
+
+func readRecording(path string) ([]recording.Entry, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	entries, err := recording.Read(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return entries, nil
+}
+
+// busRecord writes what crossed the node's streams (all, or one stage's
+// inputs) over a window: from --since ago up to now, or live for --for (or
+// until interrupted).
+func busRecord(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := pflag.NewFlagSet("bus record", pflag.ContinueOnError)
+	node := fs.String("node-name", os.Getenv("SPLITLET_NODE_NAME"), "the node to record (env SPLITLET_NODE_NAME)")
+	var conn natsFlags
+	conn.register(fs, "an identity that may read the node's streams (the admin's, or the recorded stage's)")
+	stage := fs.String("stage", "all", "record what this stage consumes (podworkers, prober, statussync, nodehb), or all")
+	since := fs.Duration("since", 0, "also record what the streams hold from this long ago (they keep an hour); without --for the recording ends at the moment it began")
+	live := fs.Duration("for", 0, "record live for this long (0 with --since: up to now; 0 without: until interrupted)")
+	out := fs.String("out", "-", "file to write (JSON lines; - is standard output)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *node == "" {
+		return errors.New("--node-name is required")
+	}
+	filter, err := recording.Inputs(*node, *stage)
+	if err != nil {
+		return fmt.Errorf("--stage: %w", err)
+	}
+	nc, err := conn.connect("splitlet-bus-record")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	o := recording.Options{Node: *node, Filter: filter}
+	if *since > 0 {
+		o.Since = time.Now().Add(-*since)
+	}
+	if *live > 0 {
+		o.Until = time.Now().Add(*live)
+	}
+	entries, err := recording.Record(ctx, js, o)
+	if err != nil {
+		return err
+	}
+	w, done, err := openOut(*out, stdout)
+	if err != nil {
+		return err
+	}
+	if err := recording.Write(w, entries); err != nil {
+		_ = done()
+		return err
+	}
+	if err := done(); err != nil {
+		return err
+	}
+	if *out != "-" && *out != "" {
+		fmt.Fprintf(stdout, "recorded %d messages of node %s (%s) to %s\n", len(entries), *node, *stage, *out)
+	}
+	return nil
+}
+
+// busReplay feeds a recording to a stage on a private NATS server and
+// records what that stage published meanwhile.
+func busReplay(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := pflag.NewFlagSet("bus replay", pflag.ContinueOnError)
+	node := fs.String("node-name", os.Getenv("SPLITLET_NODE_NAME"), "the node of the recording, and of the stage under test (env SPLITLET_NODE_NAME)")
+	var conn natsFlags
+	conn.register(fs, "an identity that may publish the recorded subjects and read the stage's outputs (a private server: none needed)")
+	in := fs.String("in", "", "the recording to replay")
+	stage := fs.String("stage", "", "the stage under test: its inputs are replayed and its outputs recorded (podworkers, prober, podconfig)")
+	pace := fs.String("pace", string(recording.PaceRecorded), "recorded: the recorded gaps between messages; fast: as fast as the server takes them")
+	settle := fs.Duration("settle", 3*time.Second, "how long to keep recording the stage's outputs after the last message")
+	out := fs.String("out", "-", "file for what the stage published (JSON lines; - is standard output)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *node == "" || *in == "" || *stage == "" {
+		return errors.New("--node-name, --in and --stage are required")
+	}
+	outputs, err := recording.Outputs(*node, *stage)
+	if err != nil {
+		return fmt.Errorf("--stage: %w", err)
+	}
+	entries, err := readRecording(*in)
+	if err != nil {
+		return err
+	}
+	if inputs, err := recording.Inputs(*node, *stage); err == nil {
+		entries = recording.Keep(entries, inputs)
+	}
+	nc, err := conn.connect("splitlet-bus-replay")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	started := time.Now()
+	sent, err := recording.Replay(ctx, js, *node, entries, recording.Pace(*pace))
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(*settle):
+	}
+	// what the stage published since the replay began, up to now.
+	published, err := recording.Record(ctx, js, recording.Options{Node: *node, Filter: outputs, Since: started.Add(-time.Second)})
+	if err != nil {
+		return err
+	}
+	w, done, err := openOut(*out, stdout)
+	if err != nil {
+		return err
+	}
+	if err := recording.Write(w, published); err != nil {
+		_ = done()
+		return err
+	}
+	if err := done(); err != nil {
+		return err
+	}
+	if *out != "-" && *out != "" {
+		fmt.Fprintf(stdout, "replayed %d messages to %s; it published %d, written to %s\n", sent, *stage, len(published), *out)
+	}
+	return nil
+}
+
+// errDiffer makes `splitlet bus diff` exit 1 when the runs differ.
+var errDiffer = errors.New("the runs differ")
+
+// busDiff compares two recordings of a stage's outputs pod by pod.
+func busDiff(args []string, stdout io.Writer) error {
+	fs := pflag.NewFlagSet("bus diff", pflag.ContinueOnError)
+	ignore := fs.StringSlice("ignore", nil, "more payload field names to leave out, at any depth (always left out: seq, sentAt, source, and "+strings.Join(recording.DefaultIgnore, ", ")+")")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 2 {
+		return errors.New("two recordings are needed: splitlet bus diff A.jsonl B.jsonl")
+	}
+	a, err := readRecording(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	b, err := readRecording(fs.Arg(1))
+	if err != nil {
+		return err
+	}
+	r := recording.Diff(a, b, *ignore)
+	r.Print(stdout)
+	if len(r.Diffs) > 0 {
+		return errDiffer
+	}
+	return nil
+}

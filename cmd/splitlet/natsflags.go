@@ -1,0 +1,58 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/pflag"
+
+	"github.com/splitlet/splitlet/libs/logging"
+)
+
+// natsFlags are the connection keys of the `splitlet bus ...` and
+// `splitlet status` commands (the environment gives their defaults, as for
+// the stages).
+type natsFlags struct {
+	url, nkey, creds, tlsCA string
+}
+
+func (n *natsFlags) register(fs *pflag.FlagSet, who string) {
+	fs.StringVar(&n.url, "nats-url", os.Getenv("SPLITLET_NATS_URL"), "NATS server URL(s), comma separated (env SPLITLET_NATS_URL)")
+	fs.StringVar(&n.nkey, "nats-nkey", os.Getenv("SPLITLET_NATS_NKEY"), "file with the nkey seed of "+who+" (env SPLITLET_NATS_NKEY)")
+	fs.StringVar(&n.creds, "nats-creds", os.Getenv("SPLITLET_NATS_CREDS"), "file with a user JWT and seed (env SPLITLET_NATS_CREDS)")
+	fs.StringVar(&n.tlsCA, "nats-tls-ca", os.Getenv("SPLITLET_NATS_TLS_CA"), "CA file to verify the NATS servers' certificates, tls:// URLs (env SPLITLET_NATS_TLS_CA)")
+}
+
+// connect connects with the identity and TLS settings; errors name the key.
+func (n *natsFlags) connect(name string) (*nats.Conn, error) {
+	if n.url == "" {
+		return nil, fmt.Errorf("--nats-url is required")
+	}
+	opts := []nats.Option{nats.Name(name), nats.Timeout(10 * time.Second)}
+	if n.nkey != "" {
+		o, err := nats.NkeyOptionFromSeed(n.nkey)
+		if err != nil {
+			return nil, fmt.Errorf("--nats-nkey: %w", err)
+		}
+		opts = append(opts, o)
+	}
+	if n.creds != "" {
+		if _, err := os.Stat(n.creds); err != nil {
+			return nil, fmt.Errorf("--nats-creds: %w", err)
+		}
+		opts = append(opts, nats.UserCredentials(n.creds))
+	}
+	if n.tlsCA != "" {
+		if _, err := os.Stat(n.tlsCA); err != nil {
+			return nil, fmt.Errorf("--nats-tls-ca: %w", err)
+		}
+		opts = append(opts, nats.RootCAs(n.tlsCA))
+	}
+	nc, err := nats.Connect(n.url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("nats-url %s: %w", logging.RedactURL(n.url), err)
+	}
+	return nc, nil
+}

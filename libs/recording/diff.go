@@ -1,0 +1,227 @@
+package recording
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// DefaultIgnore are the payload fields that differ between any two runs
+// (times, and the IDs a runtime makes up) and that Diff leaves out unless
+// told otherwise. The envelope's seq, sentAt and source always are.
+var DefaultIgnore = []string{"startedAt", "finishedAt", "startTime", "createdAt", "lastTransitionTime", "lastProbeTime", "kubernetes.io/config.seen"}
+
+// Item is one message's part about one pod (or the node), as Diff
+// compares it: the kind, the operation and the payload without the fields
+// that always differ.
+type Item struct {
+	Kind    string `json:"kind"`
+	Op      string `json:"op,omitempty"`
+	Subject string `json:"-"`
+	Payload string `json:"payload"`
+}
+
+func (it Item) String() string {
+	s := it.Kind
+	if it.Op != "" {
+		s += " " + it.Op
+	}
+	return s + " " + it.Payload
+}
+
+// PodDiff is what differs for one key (a pod, or one probe of a pod's
+// container: `ns/name (uid) container=c probe=Readiness`): its items in
+// each run, consecutive repeats folded.
+type PodDiff struct {
+	Key  string
+	A, B []Item
+	// At is the index of the first item that differs.
+	At int
+}
+
+// Report is the outcome of Diff.
+type Report struct {
+	// Keys counts the pods and probes compared.
+	Keys  int
+	Diffs []PodDiff
+	// Skipped counts messages that were not Splitlet envelopes.
+	Skipped int
+}
+
+// Diff compares what two runs published, pod by pod (and, for probe
+// results, probe by probe, since the probes of one pod run on their own
+// clocks): the sequence of distinct items each run published about each
+// (an item repeated back to back counts once, since how often a state is
+// re-sent depends on timing, not on behaviour). ignore lists payload field names left out at
+// any depth, in addition to the envelope's seq, sentAt and source.
+func Diff(a, b []Entry, ignore []string) Report {
+	pa, skippedA := byPod(a, ignore)
+	pb, skippedB := byPod(b, ignore)
+	keys := map[string]bool{}
+	for k := range pa {
+		keys[k] = true
+	}
+	for k := range pb {
+		keys[k] = true
+	}
+	r := Report{Keys: len(keys), Skipped: skippedA + skippedB}
+	sorted := make([]string, 0, len(keys))
+	for k := range keys {
+		sorted = append(sorted, k)
+	}
+	sort.Strings(sorted)
+	for _, k := range sorted {
+		x, y := pa[k], pb[k]
+		at := -1
+		for i := 0; i < max(len(x), len(y)); i++ {
+			if i >= len(x) || i >= len(y) || x[i] != y[i] {
+				at = i
+				break
+			}
+		}
+		if at >= 0 {
+			r.Diffs = append(r.Diffs, PodDiff{Key: k, A: x, B: y, At: at})
+		}
+	}
+	return r
+}
+
+// Print writes the report for people: each pod that differs, with the two
+// runs' items from the first difference on.
+func (r Report) Print(w io.Writer) {
+	for _, d := range r.Diffs {
+		fmt.Fprintf(w, "%s: differs from item %d (A has %d, B has %d)\n", d.Key, d.At+1, len(d.A), len(d.B))
+		for i := d.At; i < max(len(d.A), len(d.B)); i++ {
+			if i < len(d.A) {
+				fmt.Fprintf(w, "  A[%d] %s\n", i+1, d.A[i])
+			}
+			if i < len(d.B) {
+				fmt.Fprintf(w, "  B[%d] %s\n", i+1, d.B[i])
+			}
+		}
+	}
+	fmt.Fprintf(w, "%d of %d pods/probes differ", len(r.Diffs), r.Keys)
+	if r.Skipped > 0 {
+		fmt.Fprintf(w, " (%d messages were not envelopes and were left out)", r.Skipped)
+	}
+	fmt.Fprintln(w)
+}
+
+// byPod splits the entries into items per pod, folding repeats.
+func byPod(entries []Entry, ignore []string) (map[string][]Item, int) {
+	drop := map[string]bool{}
+	for _, k := range append(slices.Clone(DefaultIgnore), ignore...) {
+		drop[k] = true
+	}
+	out := map[string][]Item{}
+	skipped := 0
+	add := func(pod string, it Item) {
+		list := out[pod]
+		if n := len(list); n > 0 && list[n-1] == it {
+			return
+		}
+		out[pod] = append(list, it)
+	}
+	for _, e := range entries {
+		var env struct {
+			Kind    string                     `json:"kind"`
+			Op      string                     `json:"op"`
+			Payload map[string]json.RawMessage `json:"payload"`
+		}
+		if e.Data == nil || json.Unmarshal(e.Data, &env) != nil || env.Kind == "" {
+			skipped++
+			continue
+		}
+		if raw, ok := env.Payload["pods"]; ok {
+			// a PodUpdate: one item per pod it carries.
+			var pods []map[string]any
+			if json.Unmarshal(raw, &pods) != nil {
+				skipped++
+				continue
+			}
+			for _, p := range pods {
+				add(podKey(p), Item{Kind: env.Kind, Op: env.Op, Subject: e.Subject, Payload: canonical(p, drop)})
+			}
+			continue
+		}
+		var payload map[string]any
+		full, _ := json.Marshal(env.Payload)
+		_ = json.Unmarshal(full, &payload)
+		key := "(node)"
+		for _, f := range []string{"uid", "podUID"} {
+			if v, ok := payload[f].(string); ok && v != "" {
+				key = podName(payload, v)
+			}
+		}
+		if c, ok := payload["container"].(string); ok && c != "" {
+			key += " container=" + c
+			if p, ok := payload["probe"].(string); ok {
+				key += " probe=" + p
+			}
+		}
+		add(key, Item{Kind: env.Kind, Op: env.Op, Subject: e.Subject, Payload: canonical(payload, drop)})
+	}
+	return out, skipped
+}
+
+// podKey names a pod of a PodUpdate: namespace/name (uid).
+func podKey(p map[string]any) string {
+	md, _ := p["metadata"].(map[string]any)
+	uid, _ := md["uid"].(string)
+	return podName(md, uid)
+}
+
+func podName(m map[string]any, uid string) string {
+	ns, _ := m["namespace"].(string)
+	name, _ := m["name"].(string)
+	if name == "" {
+		return uid
+	}
+	return fmt.Sprintf("%s/%s (%s)", ns, name, uid)
+}
+
+// canonical is v as JSON with sorted keys and the dropped fields removed.
+func canonical(v any, drop map[string]bool) string {
+	var b strings.Builder
+	writeCanonical(&b, v, drop)
+	return b.String()
+}
+
+func writeCanonical(b *strings.Builder, v any, drop map[string]bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			if !drop[k] {
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+		b.WriteByte('{')
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			kb, _ := json.Marshal(k)
+			b.Write(kb)
+			b.WriteByte(':')
+			writeCanonical(b, x[k], drop)
+		}
+		b.WriteByte('}')
+	case []any:
+		b.WriteByte('[')
+		for i, e := range x {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			writeCanonical(b, e, drop)
+		}
+		b.WriteByte(']')
+	default:
+		vb, _ := json.Marshal(x)
+		b.Write(vb)
+	}
+}
