@@ -78,7 +78,7 @@ endif
 # test): bus messages, static pod files and manifest URLs, the --config
 # YAML, the kubelet API's logs and exec queries.
 FUZZ_TARGETS := FuzzDecode:./libs/bus FuzzDecode:./services/podconfig/internal/manifest \
-	FuzzLoad:./libs/config FuzzQueries:./services/nodehb/internal/kubeletapi
+	FuzzLoad:./libs/config FuzzQueries:./services/nodehb/internal/kubeletapi FuzzRead:./libs/recording
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 		echo "$(GO) test -run '^$$' -fuzz '^$${t%%:*}$$' -fuzztime $(FUZZTIME) $${t#*:}"; \
