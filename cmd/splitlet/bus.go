@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/pflag"
 
 	"github.com/splitlet/splitlet/libs/bus"
@@ -110,15 +109,11 @@ func busInit(ctx context.Context, args []string, stdout io.Writer) error {
 	if *replicas < 1 || *replicas > 5 {
 		return fmt.Errorf("invalid value %d for --nats-replicas: must be 1 to 5", *replicas)
 	}
-	nc, err := conn.connect("splitlet-bus-init")
+	nc, js, err := conn.jetStream("splitlet-bus-init")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	// A cluster that has just started may not have elected its JetStream

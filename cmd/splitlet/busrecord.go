@@ -9,22 +9,26 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/pflag"
 
 	"github.com/splitlet/splitlet/libs/recording"
 )
 
-// openOut opens path for writing ("-" or empty: stdout).
-func openOut(path string, stdout io.Writer) (io.Writer, func() error, error) {
+// writeRecording writes entries to path ("-" or empty: stdout) and says
+// whether it went to a file.
+func writeRecording(path string, stdout io.Writer, entries []recording.Entry) (toFile bool, err error) {
 	if path == "" || path == "-" {
-		return stdout, func() error { return nil }, nil
+		return false, recording.Write(stdout, entries)
 	}
 	f, err := os.Create(path)
 	if err != nil {
-		return nil, nil, err
+		return true, err
 	}
-	return f, f.Close, nil
+	if err := recording.Write(f, entries); err != nil {
+		_ = f.Close()
+		return true, err
+	}
+	return true, f.Close()
 }
 
 func readRecording(path string) ([]recording.Entry, error) {
@@ -62,15 +66,11 @@ func busRecord(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--stage: %w", err)
 	}
-	nc, err := conn.connect("splitlet-bus-record")
+	nc, js, err := conn.jetStream("splitlet-bus-record")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	o := recording.Options{Node: *node, Filter: filter}
 	if *since > 0 {
 		o.Since = time.Now().Add(-*since)
@@ -82,18 +82,11 @@ func busRecord(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	w, done, err := openOut(*out, stdout)
+	toFile, err := writeRecording(*out, stdout, entries)
 	if err != nil {
 		return err
 	}
-	if err := recording.Write(w, entries); err != nil {
-		_ = done()
-		return err
-	}
-	if err := done(); err != nil {
-		return err
-	}
-	if *out != "-" && *out != "" {
+	if toFile {
 		fmt.Fprintf(stdout, "recorded %d messages of node %s (%s) to %s\n", len(entries), *node, *stage, *out)
 	}
 	return nil
@@ -128,15 +121,11 @@ func busReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	if inputs, err := recording.Inputs(*node, *stage); err == nil {
 		entries = recording.Keep(entries, inputs)
 	}
-	nc, err := conn.connect("splitlet-bus-replay")
+	nc, js, err := conn.jetStream("splitlet-bus-replay")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	started := time.Now()
 	sent, err := recording.Replay(ctx, js, *node, entries, recording.Pace(*pace))
 	if err != nil {
@@ -152,18 +141,11 @@ func busReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	w, done, err := openOut(*out, stdout)
+	toFile, err := writeRecording(*out, stdout, published)
 	if err != nil {
 		return err
 	}
-	if err := recording.Write(w, published); err != nil {
-		_ = done()
-		return err
-	}
-	if err := done(); err != nil {
-		return err
-	}
-	if *out != "-" && *out != "" {
+	if toFile {
 		fmt.Fprintf(stdout, "replayed %d messages to %s; it published %d, written to %s\n", sent, *stage, len(published), *out)
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/pflag"
 
 	"github.com/splitlet/splitlet/libs/logging"
@@ -55,4 +56,18 @@ func (n *natsFlags) connect(name string) (*nats.Conn, error) {
 		return nil, fmt.Errorf("nats-url %s: %w", logging.RedactURL(n.url), err)
 	}
 	return nc, nil
+}
+
+// jetStream connects and returns the connection with its JetStream handle.
+func (n *natsFlags) jetStream(name string) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := n.connect(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
 }

@@ -28,7 +28,7 @@ func TestSubjectMatches(t *testing.T) {
 
 func probeEntry(seq int, container, result string) Entry {
 	data, _ := json.Marshal(map[string]any{"schemaVersion": 1, "kind": "ProbeResult", "node": "n", "source": "p", "seq": seq,
-		"sentAt": time.Now().Add(time.Duration(seq) * time.Second),
+		"sentAt":  time.Now().Add(time.Duration(seq) * time.Second),
 		"payload": map[string]any{"podUID": "u", "namespace": "d", "name": "p", "container": container, "probe": "Readiness", "result": result}})
 	return Entry{Stream: "probes", Subject: "splitlet.v1.n.probes.0", Data: data}
 }
