@@ -125,6 +125,7 @@ func run(ctx context.Context, out io.Writer, which string, pods, concurrency int
 	report := map[string]any{"pods": pods, "concurrency": concurrency, "rounds": max(nrounds, 1), "results": results, "byRound": rounds, "at": time.Now().UTC()}
 	fmt.Fprintln(out)
 	printTable(out, order, results)
+	printBreakdown(out, order, results)
 
 	if scalePods > 0 {
 		scaleRes := map[string]*result{}

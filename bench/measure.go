@@ -53,6 +53,10 @@ type result struct {
 	BusKiBPerPod  float64 `json:"busKiBDeliveredPerPod,omitempty"`
 	// BusPublishedPerPod: messages each stream stored, per pod.
 	BusPublishedPerPod map[string]float64 `json:"busMessagesPublishedPerPodByStream,omitempty"`
+	// Stages: where a Splitlet run's create→Ready goes, stage by stage
+	// and hop by hop (splitlet_pod_stage_duration_seconds and
+	// splitlet_bus_delivery_seconds, read at the end of the burst).
+	Stages *stageShares `json:"stages,omitempty"`
 }
 
 // tracker follows the run's pods through a watch and records, by pod name,
@@ -242,6 +246,11 @@ func measureCase(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a 
 		return nil, run, err
 	}
 	res := &result{Agent: a.name, Pods: n}
+	if a.name == "split" || a.name == "allinone" {
+		if res.Stages, err = readBreakdown(ctx, run); err != nil {
+			return nil, run, fmt.Errorf("the stages' histograms: %w", err)
+		}
+	}
 	tr.mu.Lock()
 	lat := make([]float64, 0, n)
 	last := start

@@ -248,6 +248,11 @@ func TestEndToEndProcessPod(t *testing.T) {
 			{"kubelet_pod_start_duration_seconds_count", 1},
 			{"kubelet_pod_start_total_duration_seconds_count", 1},
 			{"kubelet_pod_start_sli_duration_seconds_count", 1},
+			{`splitlet_pod_stage_duration_seconds_count{stage="podconfig"}`, 1},
+			{`splitlet_pod_stage_duration_seconds_count{stage="podworkers"}`, 1},
+			{`splitlet_pod_stage_duration_seconds_count{stage="statussync"}`, 1},
+			{`splitlet_bus_delivery_seconds_count{stream="podupdates"}`, 1},
+			{`splitlet_bus_delivery_seconds_count{stream="podstatus"}`, 1},
 		} {
 			if v, ok := metricValue(body, want.series); !ok || v < want.min {
 				return false, fmt.Sprintf("%s = %v (present %v), want at least %v", want.series, v, ok, want.min)

@@ -311,6 +311,15 @@ func (c *Controller) publish(ctx context.Context, msgs []merge.Message) bool {
 			return
 		}
 		c.published.WithLabelValues(m.Source, string(m.Op)).Inc()
+		if m.Op == bus.OpAdd {
+			// a new pod's time in podconfig: from its first sight to this publish.
+			now := time.Now()
+			for _, p := range m.Pods {
+				if seen, err := time.Parse(time.RFC3339Nano, p.Annotations[merge.AnnotationSeen]); err == nil {
+					bus.ObserveStage(bus.StagePodconfig, now.Sub(seen))
+				}
+			}
+		}
 		if ce := c.log.Check(zap.DebugLevel, "pod update"); ce != nil {
 			ce.Write(zap.String(logging.FieldSubject, subject), zap.String("source", m.Source),
 				zap.String("op", string(m.Op)), zap.Int("pods", len(m.Pods)))

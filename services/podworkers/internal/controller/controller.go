@@ -252,6 +252,7 @@ func changed(old, p *corev1.Pod) bool {
 func (c *Controller) HandlePodAdditions(source string, partition int, pods []*corev1.Pod) {
 	sort.SliceStable(pods, func(i, j int) bool { return pods[i].CreationTimestamp.Before(&pods[j].CreationTimestamp) })
 	for _, p := range pods {
+		arrived := time.Now()
 		c.mu.Lock()
 		e, known := c.pods[p.UID]
 		if known {
@@ -272,7 +273,12 @@ func (c *Controller) HandlePodAdditions(source string, partition int, pods []*co
 				continue
 			}
 		}
-		c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p, StartTime: time.Now()})
+		if !known && p.Status.StartTime == nil && p.DeletionTimestamp == nil {
+			// a new pod, admitted (not one adopted from another replica):
+			// its time in the pod workers runs from its arrival.
+			c.syncer.Received(p.UID, arrived)
+		}
+		c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p, StartTime: arrived})
 	}
 }
 

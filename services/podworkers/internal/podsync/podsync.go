@@ -93,6 +93,9 @@ type Syncer struct {
 
 	mu        sync.Mutex
 	startTime map[types.UID]metav1.Time
+	// received holds when each new pod arrived, until its containers all
+	// run (splitlet_pod_stage_duration_seconds{stage="podworkers"}).
+	received map[types.UID]time.Time
 	// livenessFailed holds container IDs the prober found dead;
 	// livenessKilled those killed for it (they restart unless Never).
 	livenessFailed map[string]bool
@@ -124,6 +127,7 @@ func New(rt runtime.Runtime, sink StatusSink, opts ...Option) *Syncer {
 		backOff:        flowcontrol.NewBackOff(DefaultBackOffBase, DefaultBackOffMax),
 		maxBackOff:     DefaultBackOffMax,
 		startTime:      map[types.UID]metav1.Time{},
+		received:       map[types.UID]time.Time{},
 		livenessFailed: map[string]bool{},
 		livenessKilled: map[string]bool{},
 		ids:            map[types.UID]map[string]bool{},
@@ -163,10 +167,21 @@ func (s *Syncer) wasLivenessKilled(id string) bool {
 	return s.livenessKilled[id]
 }
 
+// Received notes when a new pod arrived, for the time it spends in the pod
+// workers until its containers all run.
+func (s *Syncer) Received(uid types.UID, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.received[uid]; !ok {
+		s.received[uid] = at
+	}
+}
+
 // Forget drops what the syncer keeps of a pod.
 func (s *Syncer) Forget(uid types.UID) {
 	s.mu.Lock()
 	delete(s.startTime, uid)
+	delete(s.received, uid)
 	for id := range s.ids[uid] {
 		delete(s.livenessKilled, id)
 		delete(s.livenessFailed, id)
@@ -417,7 +432,16 @@ func (s *Syncer) syncAndReport(ctx context.Context, pod *corev1.Pod) (podworkers
 	if ctx.Err() != nil {
 		return res, ctx.Err()
 	}
-	s.sink.Set(s.status(pod, false, false))
+	st := s.status(pod, false, false)
+	if bus.AllRunning(st.ContainerStatuses) {
+		s.mu.Lock()
+		if at, ok := s.received[pod.UID]; ok {
+			delete(s.received, pod.UID)
+			bus.ObserveStage(bus.StagePodworkers, time.Since(at))
+		}
+		s.mu.Unlock()
+	}
+	s.sink.Set(st)
 	return res, err
 }
 

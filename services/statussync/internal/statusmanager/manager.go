@@ -207,6 +207,11 @@ type entry struct {
 	// deletedAt is set once the API object was deleted by the manager.
 	deletedAt  time.Time
 	heldLogged bool
+	// runningAt is when the first runtime status with every container
+	// running arrived; stageDone once the patch that wrote it was timed
+	// (splitlet_pod_stage_duration_seconds{stage="statussync"}).
+	runningAt time.Time
+	stageDone bool
 }
 
 // Manager is the status manager.
@@ -436,6 +441,9 @@ func (m *Manager) RuntimeStatus(rs *bus.PodRuntimeStatus) {
 	defer m.mu.Unlock()
 	e := m.entry(rs.UID)
 	e.runtime = rs
+	if e.runningAt.IsZero() && bus.AllRunning(rs.ContainerStatuses) {
+		e.runningAt = time.Now()
+	}
 	// Results of container instances the runtime showed before and no longer
 	// shows are stale. A result for an instance not shown yet stays: the
 	// probe results and the runtime status come on different streams, so a
@@ -787,8 +795,14 @@ func (m *Manager) sync(ctx context.Context, uid types.UID) error {
 			}
 			m.patches.Inc()
 			log.Debug("status patched", zap.Uint64("version", st.version), zap.ByteString("patch", patch))
-			base = updated
 			m.mu.Lock()
+			if e := m.entries[uid]; e != nil && !e.stageDone && !e.runningAt.IsZero() &&
+				bus.AllRunning(updated.Status.ContainerStatuses) && !bus.AllRunning(base.Status.ContainerStatuses) {
+				// the patch that shows the new pod running: its time here.
+				e.stageDone = true
+				bus.ObserveStage(bus.StageStatussync, time.Since(e.runningAt))
+			}
+			base = updated
 			m.written[uid] = updated
 			m.mu.Unlock()
 		}
