@@ -581,13 +581,15 @@ func (e *env) checkRuntimeRequests(t *testing.T, p *corev1.Pod) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	ref := bus.ContainerRef{PodUID: p.UID, Namespace: p.Namespace, Pod: p.Name, Container: "app"}
+	// the container's first line may reach its log file a moment after
+	// the runtime reports it running: polled.
 	var logs bytes.Buffer
-	if err := e.pub.RequestLogs(ctx, subj.Logs(part), &bus.LogsRequest{ContainerRef: ref}, &logs); err != nil {
-		t.Fatalf("logs: %v", err)
-	}
-	if logs.Len() == 0 {
-		t.Fatal("logs: empty")
-	}
+	var logsErr error
+	eventually(t, 15*time.Second, "the container's logs", func() bool {
+		logs.Reset()
+		logsErr = e.pub.RequestLogs(ctx, subj.Logs(part), &bus.LogsRequest{ContainerRef: ref}, &logs)
+		return logsErr == nil && logs.Len() > 0
+	})
 	missing := ref
 	missing.Container = "nope"
 	if err := e.pub.RequestLogs(ctx, subj.Logs(part), &bus.LogsRequest{ContainerRef: missing}, io.Discard); err == nil {
