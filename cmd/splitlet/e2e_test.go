@@ -180,8 +180,9 @@ func TestEndToEndProcessPod(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		return p.Status.Phase == corev1.PodRunning && podCondition(p, corev1.PodReady) == corev1.ConditionTrue,
-			fmt.Sprintf("phase %s ready %s", p.Status.Phase, podCondition(p, corev1.PodReady))
+		return p.Status.Phase == corev1.PodRunning && podCondition(p, corev1.PodReady) == corev1.ConditionTrue &&
+				podCondition(p, corev1.PodScheduled) == corev1.ConditionTrue, // kubelet: set even with no scheduler
+			fmt.Sprintf("phase %s ready %s scheduled %s", p.Status.Phase, podCondition(p, corev1.PodReady), podCondition(p, corev1.PodScheduled))
 	})
 
 	eventually(t, 30*time.Second, "kubectl logs", func() (bool, string) {

@@ -117,6 +117,10 @@ func TestNATSClusterServerLostRestartsNoContainer(t *testing.T) {
 	pods := e.runningPods(t, "natsloss", 30)
 	before, n := e.snapshot(pods)
 
+	// the set-up above may have used the first context's time: the
+	// stream's leader is asked with a context of its own.
+	ctx, cancelInfo := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancelInfo()
 	s, err := js.Stream(ctx, bus.StreamName(e.node, bus.StreamPodStatus))
 	if err != nil {
 		t.Fatal(err)

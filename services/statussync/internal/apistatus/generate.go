@@ -111,7 +111,7 @@ func Generate(in Input) corev1.PodStatus {
 			Reason:     rs.Reason,
 			Message:    msg,
 			QOSClass:   qosOf(pod, in.API),
-			Conditions: foreignConditions(in.API.Conditions),
+			Conditions: append(foreignConditions(in.API.Conditions), scheduledCondition(pod)),
 		}
 	}
 	terminal := Terminal(rs)
@@ -176,8 +176,15 @@ func Generate(in Input) corev1.PodStatus {
 	s.Conditions = append(s.Conditions,
 		podReadyCondition(pod, s.Conditions, allStatuses, s.Phase),
 		containersReadyCondition(pod, allStatuses, s.Phase),
+		scheduledCondition(pod),
 	)
 	return s
+}
+
+// scheduledCondition: the pod is on this node (kubelet: generateAPIPodStatus
+// always sets PodScheduled True).
+func scheduledCondition(pod *corev1.Pod) corev1.PodCondition {
+	return corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, ObservedGeneration: pod.Generation}
 }
 
 // ValidIP reports whether s is an IP address the API server takes.

@@ -15,13 +15,16 @@ import (
 )
 
 // OwnedConditions are the pod conditions statussync generates; every other
-// condition (PodScheduled, readiness gates, DisruptionTarget...) belongs to
-// someone else and is left as the API server has it.
+// condition (readiness gates, DisruptionTarget...) belongs to someone else
+// and is left as the API server has it. PodScheduled is the kubelet's to
+// set too (always True on the node it runs on: a pod bound by nodeName,
+// with no scheduler, gets it from the kubelet alone).
 var OwnedConditions = []corev1.PodConditionType{
 	corev1.PodReadyToStartContainers,
 	corev1.PodInitialized,
 	corev1.PodReady,
 	corev1.ContainersReady,
+	corev1.PodScheduled,
 }
 
 // Owned reports whether statussync generates the condition type.
@@ -195,7 +198,15 @@ func EqualByAgent(a, b *corev1.PodStatus) bool {
 // goes out with Ready or ContainersReady True.
 func Merge(pod *corev1.Pod, api, next corev1.PodStatus, couldHaveRunningContainers bool) corev1.PodStatus {
 	next = *next.DeepCopy()
-	conds := foreignConditions(api.Conditions)
+	// the API's conditions but those the new status sets, then those: a
+	// condition statussync owns but did not generate (PodScheduled, in a
+	// status cached before it owned it) stays as the API server has it.
+	var conds []corev1.PodCondition
+	for _, c := range api.Conditions {
+		if !Owned(c.Type) || findCondition(next.Conditions, c.Type) == nil {
+			conds = append(conds, c)
+		}
+	}
 	for _, c := range next.Conditions {
 		if Owned(c.Type) {
 			conds = append(conds, c)
