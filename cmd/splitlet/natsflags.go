@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/splitlet/splitlet/libs/logging"
+	"github.com/splitlet/splitlet/libs/messaging"
 )
 
 // natsFlags are the connection keys of the `splitlet bus ...` and
@@ -31,26 +32,11 @@ func (n *natsFlags) connect(name string) (*nats.Conn, error) {
 	if n.url == "" {
 		return nil, fmt.Errorf("--nats-url is required")
 	}
-	opts := []nats.Option{nats.Name(name), nats.Timeout(10 * time.Second)}
-	if n.nkey != "" {
-		o, err := nats.NkeyOptionFromSeed(n.nkey)
-		if err != nil {
-			return nil, fmt.Errorf("--nats-nkey: %w", err)
-		}
-		opts = append(opts, o)
+	auth, err := messaging.AuthOptions(messaging.Options{NkeyFile: n.nkey, CredsFile: n.creds, TLSCA: n.tlsCA})
+	if err != nil {
+		return nil, err
 	}
-	if n.creds != "" {
-		if _, err := os.Stat(n.creds); err != nil {
-			return nil, fmt.Errorf("--nats-creds: %w", err)
-		}
-		opts = append(opts, nats.UserCredentials(n.creds))
-	}
-	if n.tlsCA != "" {
-		if _, err := os.Stat(n.tlsCA); err != nil {
-			return nil, fmt.Errorf("--nats-tls-ca: %w", err)
-		}
-		opts = append(opts, nats.RootCAs(n.tlsCA))
-	}
+	opts := append([]nats.Option{nats.Name(name), nats.Timeout(10 * time.Second)}, auth...)
 	nc, err := nats.Connect(n.url, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("nats-url %s: %w", logging.RedactURL(n.url), err)

@@ -133,20 +133,36 @@ func collectStatus(ctx context.Context, nc *nats.Conn, node string, wait time.Du
 			out.Missing = append(out.Missing, s)
 		}
 	}
-	if js, err := jetstream.New(nc); err == nil {
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		if stream, err := js.Stream(rctx, bus.StreamName(node, bus.StreamState)); err == nil {
-			if msg, err := stream.GetLastMsgForSubject(rctx, bus.For(node).AgentReady()); err == nil {
-				if e, err := bus.Decode(msg.Data); err == nil {
-					if ar, err := bus.DecodeAgentReadiness(e); err == nil {
-						out.Agent, out.AgentAt = ar, e.SentAt
-					}
-				}
-			}
-		}
-	}
+	out.Agent, out.AgentAt = lastReadiness(ctx, nc, node)
 	return out, nil
+}
+
+// lastReadiness is the pod workers' last AgentReadiness kept on the state
+// stream, and when it was sent; nil when there is none to read.
+func lastReadiness(ctx context.Context, nc *nats.Conn, node string) (*bus.AgentReadiness, time.Time) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, time.Time{}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	stream, err := js.Stream(ctx, bus.StreamName(node, bus.StreamState))
+	if err != nil {
+		return nil, time.Time{}
+	}
+	msg, err := stream.GetLastMsgForSubject(ctx, bus.For(node).AgentReady())
+	if err != nil {
+		return nil, time.Time{}
+	}
+	e, err := bus.Decode(msg.Data)
+	if err != nil {
+		return nil, time.Time{}
+	}
+	ar, err := bus.DecodeAgentReadiness(e)
+	if err != nil {
+		return nil, time.Time{}
+	}
+	return ar, e.SentAt
 }
 
 // stageOf reads one $SRV.STATS answer: a Splitlet stage of node, or not.

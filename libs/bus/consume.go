@@ -85,7 +85,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, opts ConsumerOptions, 
 		return nil, fmt.Errorf("bus: consumer %s on %s: %w", opts.Durable, opts.Stream, err)
 	}
 	retry := or(opts.RetryDelay, time.Second)
-	stream := streamLabel(opts.Stream)
+	delivery := BusDelivery.WithLabelValues(streamLabel(opts.Stream))
 	dedup := NewDedup()
 	hctx, cancel := context.WithCancel(ctx)
 	var inflight sync.WaitGroup
@@ -103,7 +103,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, opts ConsumerOptions, 
 			_ = m.Ack()
 			return
 		}
-		BusDelivery.WithLabelValues(stream).Observe(max(time.Since(e.SentAt), 0).Seconds())
+		delivery.Observe(max(time.Since(e.SentAt), 0).Seconds())
 		if panicked, err := safely(hctx, handler, subject, e); panicked {
 			dedup.Forget(subject, e)
 			HandlerPanics.WithLabelValues(opts.Durable).Inc()

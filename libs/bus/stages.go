@@ -32,6 +32,23 @@ var (
 	}, []string{"stream"})
 )
 
+// AnnotationSeen is when podconfig first saw a pod, RFC 3339 with
+// nanoseconds, on every pod it publishes (kubelet: the config.seen
+// annotation of its config package).
+const AnnotationSeen = "kubernetes.io/config.seen"
+
+// FirstSeen reads a pod's AnnotationSeen; zero when absent or malformed.
+func FirstSeen(p *corev1.Pod) time.Time {
+	if p == nil {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339Nano, p.Annotations[AnnotationSeen])
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
+
 // ObserveStage records d for a stage (a Stage* name).
 func ObserveStage(stage string, d time.Duration) {
 	PodStageDuration.WithLabelValues(stage).Observe(max(d, 0).Seconds())

@@ -54,9 +54,9 @@ type StageStatus struct {
 	Instance       string `json:"instance"`
 	Version        string `json:"version"`
 	Ready          bool   `json:"ready"`
-	// Partitions the instance owns; absent for a stage that takes every
-	// partition.
-	Partitions []int `json:"partitions,omitempty"`
+	// Partitions the instance owns ([] when none); null for a stage that
+	// takes every partition (so no omitempty: the two must stay apart).
+	Partitions []int `json:"partitions"`
 	// Lag sums the consumers' pending and unacknowledged messages.
 	Lag       uint64            `json:"lag"`
 	Consumers []bus.ConsumerLag `json:"consumers,omitempty"`

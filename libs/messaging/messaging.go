@@ -95,7 +95,7 @@ func Connect(opts Options) (*Conn, error) {
 			log.Warn("nats error", f...)
 		}),
 	}
-	auth, err := authOptions(opts)
+	auth, err := AuthOptions(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -128,9 +128,11 @@ func Connect(opts Options) (*Conn, error) {
 	return c, nil
 }
 
-// authOptions are the client options of the identity and TLS settings;
-// every error names its key.
-func authOptions(opts Options) ([]nats.Option, error) {
+// AuthOptions are the client options of the identity and TLS settings of
+// opts (NkeyFile, CredsFile, TLSCA, TLSCert, TLSKey); every error names its
+// key. The `splitlet bus` and `splitlet status` commands connect with them
+// too.
+func AuthOptions(opts Options) ([]nats.Option, error) {
 	var out []nats.Option
 	if opts.NkeyFile != "" {
 		o, err := nats.NkeyOptionFromSeed(opts.NkeyFile)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -18,10 +19,7 @@ var DefaultIgnore = []string{"startedAt", "finishedAt", "startTime", "createdAt"
 // compares it: the kind, the operation and the payload without the fields
 // that always differ.
 type Item struct {
-	Kind    string `json:"kind"`
-	Op      string `json:"op,omitempty"`
-	Subject string `json:"-"`
-	Payload string `json:"payload"`
+	Kind, Op, Payload string
 }
 
 func (it Item) String() string {
@@ -68,12 +66,7 @@ func Diff(a, b []Entry, ignore []string) Report {
 		keys[k] = true
 	}
 	r := Report{Keys: len(keys), Skipped: skippedA + skippedB}
-	sorted := make([]string, 0, len(keys))
-	for k := range keys {
-		sorted = append(sorted, k)
-	}
-	sort.Strings(sorted)
-	for _, k := range sorted {
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
 		x, y := pa[k], pb[k]
 		at := -1
 		for i := 0; i < max(len(x), len(y)); i++ {
@@ -127,29 +120,33 @@ func byPod(entries []Entry, ignore []string) (map[string][]Item, int) {
 	}
 	for _, e := range entries {
 		var env struct {
-			Kind    string                     `json:"kind"`
-			Op      string                     `json:"op"`
-			Payload map[string]json.RawMessage `json:"payload"`
+			Kind    string         `json:"kind"`
+			Op      string         `json:"op"`
+			Payload map[string]any `json:"payload"`
 		}
 		if e.Data == nil || json.Unmarshal(e.Data, &env) != nil || env.Kind == "" {
 			skipped++
 			continue
 		}
-		if raw, ok := env.Payload["pods"]; ok {
+		payload := env.Payload
+		if raw, ok := payload["pods"]; ok {
 			// a PodUpdate: one item per pod it carries.
-			var pods []map[string]any
-			if json.Unmarshal(raw, &pods) != nil {
-				skipped++
+			list, _ := raw.([]any)
+			pods := make([]map[string]any, 0, len(list))
+			for _, p := range list {
+				if pod, ok := p.(map[string]any); ok {
+					pods = append(pods, pod)
+				}
+			}
+			if raw != nil && (list == nil || len(pods) != len(list)) {
+				skipped++ // not a list of objects
 				continue
 			}
-			for _, p := range pods {
-				add(podKey(p), Item{Kind: env.Kind, Op: env.Op, Subject: e.Subject, Payload: canonical(p, drop)})
+			for _, pod := range pods {
+				add(podKey(pod), Item{Kind: env.Kind, Op: env.Op, Payload: canonical(pod, drop)})
 			}
 			continue
 		}
-		var payload map[string]any
-		full, _ := json.Marshal(env.Payload)
-		_ = json.Unmarshal(full, &payload)
 		key := "(node)"
 		for _, f := range []string{"uid", "podUID"} {
 			if v, ok := payload[f].(string); ok && v != "" {
@@ -162,7 +159,7 @@ func byPod(entries []Entry, ignore []string) (map[string][]Item, int) {
 				key += " probe=" + p
 			}
 		}
-		add(key, Item{Kind: env.Kind, Op: env.Op, Subject: e.Subject, Payload: canonical(payload, drop)})
+		add(key, Item{Kind: env.Kind, Op: env.Op, Payload: canonical(payload, drop)})
 	}
 	return out, skipped
 }

@@ -22,6 +22,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -263,40 +264,13 @@ func Keep(entries []Entry, f Filter) []Entry {
 	var out []Entry
 	for _, e := range entries {
 		for _, pattern := range f.Subjects[e.Stream] {
-			if subjectMatches(pattern, e.Subject) {
+			if server.SubjectMatchesFilter(e.Subject, pattern) {
 				out = append(out, e)
 				break
 			}
 		}
 	}
 	return out
-}
-
-// subjectMatches applies NATS wildcards (* one token, > the rest).
-func subjectMatches(pattern, subject string) bool {
-	for {
-		pi, si := indexDot(pattern), indexDot(subject)
-		pt, st := pattern[:pi], subject[:si]
-		if pt == ">" {
-			return true
-		}
-		if pt != "*" && pt != st {
-			return false
-		}
-		if pi == len(pattern) || si == len(subject) {
-			return pi == len(pattern) && si == len(subject)
-		}
-		pattern, subject = pattern[pi+1:], subject[si+1:]
-	}
-}
-
-func indexDot(s string) int {
-	for i := 0; i < len(s); i++ {
-		if s[i] == '.' {
-			return i
-		}
-	}
-	return len(s)
 }
 
 // Pace is how Replay spaces the messages.

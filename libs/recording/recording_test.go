@@ -8,7 +8,9 @@ import (
 	"time"
 )
 
-func TestSubjectMatches(t *testing.T) {
+// TestKeepAppliesWildcards: Keep picks subjects with NATS's wildcards (*
+// one token, > the rest).
+func TestKeepAppliesWildcards(t *testing.T) {
 	for _, c := range []struct {
 		pattern, subject string
 		want             bool
@@ -20,8 +22,9 @@ func TestSubjectMatches(t *testing.T) {
 		{"splitlet.v1.n.state.sources", "splitlet.v1.n.state.agent", false},
 		{"splitlet.v1.n.state.sources", "splitlet.v1.n.state.sources", true},
 	} {
-		if got := subjectMatches(c.pattern, c.subject); got != c.want {
-			t.Errorf("subjectMatches(%q, %q) = %v", c.pattern, c.subject, got)
+		kept := Keep([]Entry{{Stream: "s", Subject: c.subject, Data: []byte("{}")}}, Filter{Subjects: map[string][]string{"s": {c.pattern}}})
+		if got := len(kept) == 1; got != c.want {
+			t.Errorf("Keep %q with %q = %v", c.subject, c.pattern, got)
 		}
 	}
 }

@@ -3,7 +3,6 @@ package runtime
 import (
 	"fmt"
 	"iter"
-	"sort"
 
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -88,9 +87,20 @@ func (t *PodTable[C]) Add(uid types.UID, namespace, name string, c C) (dropped [
 	return t.trim(pd, st.Name)
 }
 
-// trim drops the excess instances of one container of pd.
+// trim drops the excess instances of one container of pd. A container
+// with no more instances than are kept (every first start) costs no
+// allocation.
 func (t *PodTable[C]) trim(pd *TablePod[C], name string) []C {
-	var same []C
+	n := 0
+	for _, c := range pd.Instances {
+		if t.status(c).Name == name {
+			n++
+		}
+	}
+	if n <= InstancesKept {
+		return nil
+	}
+	same := make([]C, 0, n)
 	for _, c := range pd.Instances {
 		if t.status(c).Name == name {
 			same = append(same, c)
@@ -130,13 +140,13 @@ func (t *PodTable[C]) Statuses(uid types.UID) []ContainerStatus {
 	return out
 }
 
-// Refs lists the pods the table holds (the runtime's PodLister), by UID.
+// Refs lists the pods the table holds (the runtime's PodLister), in no
+// particular order.
 func (t *PodTable[C]) Refs() []PodRef {
 	out := make([]PodRef, 0, len(t.pods))
 	for uid, pd := range t.pods {
 		out = append(out, PodRef{UID: uid, Namespace: pd.Namespace, Name: pd.Name})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].UID < out[j].UID })
 	return out
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/splitlet/splitlet/libs/app"
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/config"
+	"github.com/splitlet/splitlet/libs/health"
 	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/messaging"
 	"github.com/splitlet/splitlet/services/nodehb/internal/kubeletapi"
@@ -56,11 +57,8 @@ func New(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.Inte
 		Subsystem: "kubelet", Name: "node_name", Help: "The node's name. The count is always 1.",
 	}, []string{"node"})
 	nodeName.WithLabelValues(common.NodeName).Set(1)
-	if err := reg.Register(nodeName); err != nil {
-		var already prometheus.AlreadyRegisteredError
-		if !errors.As(err, &already) {
-			return nil, err
-		}
+	if _, err := health.Register(reg, nodeName); err != nil {
+		return nil, err
 	}
 	return r, nil
 }

@@ -315,7 +315,7 @@ func (c *Controller) publish(ctx context.Context, msgs []merge.Message) bool {
 			// a new pod's time in podconfig: from its first sight to this publish.
 			now := time.Now()
 			for _, p := range m.Pods {
-				if seen, err := time.Parse(time.RFC3339Nano, p.Annotations[merge.AnnotationSeen]); err == nil {
+				if seen := bus.FirstSeen(p); !seen.IsZero() {
 					bus.ObserveStage(bus.StagePodconfig, now.Sub(seen))
 				}
 			}

@@ -49,7 +49,7 @@ import (
 // Annotations the agent itself manages on pods (kubelet kubetypes).
 const (
 	AnnotationSource = "kubernetes.io/config.source"
-	AnnotationSeen   = "kubernetes.io/config.seen"
+	AnnotationSeen   = bus.AnnotationSeen
 	AnnotationHash   = "kubernetes.io/config.hash"
 	AnnotationMirror = "kubernetes.io/config.mirror"
 )

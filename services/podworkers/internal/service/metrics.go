@@ -1,12 +1,12 @@
 package service
 
 import (
-	"errors"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/splitlet/splitlet/libs/health"
 	"github.com/splitlet/splitlet/libs/runtime"
 )
 
@@ -68,40 +68,23 @@ func newMetrics(reg prometheus.Registerer, r *Runner) (*metrics, error) {
 	}
 	// a second replica in one process counts into the first one's series.
 	var err error
-	if m.syncDuration, err = register(reg, m.syncDuration); err != nil {
+	if m.syncDuration, err = health.Register(reg, m.syncDuration); err != nil {
 		return nil, err
 	}
-	if m.podWorkerDuration, err = register(reg, m.podWorkerDuration); err != nil {
+	if m.podWorkerDuration, err = health.Register(reg, m.podWorkerDuration); err != nil {
 		return nil, err
 	}
 	for _, c := range []**prometheus.CounterVec{&m.syncErrors, &m.startedContainers, &m.startErrors} {
-		if *c, err = register(reg, *c); err != nil {
+		if *c, err = health.Register(reg, *c); err != nil {
 			return nil, err
 		}
 	}
 	for _, c := range collectors {
-		if _, err := register(reg, c); err != nil {
+		if _, err := health.Register(reg, c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
-}
-
-// register registers c, or returns the collector of the same kind already
-// registered in its place.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	err := reg.Register(c)
-	if err == nil {
-		return c, nil
-	}
-	var already prometheus.AlreadyRegisteredError
-	if !errors.As(err, &already) {
-		return c, err
-	}
-	if existing, ok := already.ExistingCollector.(C); ok {
-		return existing, nil
-	}
-	return c, nil
 }
 
 // kubeletOperation is the kubelet's operation_type of a sync step: a pod

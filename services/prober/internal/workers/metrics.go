@@ -1,9 +1,9 @@
 package workers
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/splitlet/splitlet/libs/health"
 )
 
 // The kubelet's prober_probe_total result label values.
@@ -34,31 +34,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	if reg != nil {
 		var err error
-		if m.total, err = register(reg, m.total); err != nil {
+		if m.total, err = health.Register(reg, m.total); err != nil {
 			return nil, err
 		}
-		if m.duration, err = register(reg, m.duration); err != nil {
+		if m.duration, err = health.Register(reg, m.duration); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
-}
-
-// register registers c, or returns the collector already registered in
-// its place (a second manager in one process shares the series).
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if !errors.As(err, &are) {
-			return c, err
-		}
-		existing, ok := are.ExistingCollector.(C)
-		if !ok {
-			return c, err
-		}
-		return existing, nil
-	}
-	return c, nil
 }
 
 // workerCounters are one worker's three series, looked up once so that a

@@ -35,7 +35,6 @@ package statusmanager
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -53,6 +52,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/health"
 	"github.com/splitlet/splitlet/libs/logging"
 	"github.com/splitlet/splitlet/services/statussync/internal/apistatus"
 )
@@ -61,7 +61,6 @@ import (
 const (
 	AnnotationMirror = "kubernetes.io/config.mirror"
 	AnnotationSource = "kubernetes.io/config.source"
-	annotationSeen   = "kubernetes.io/config.seen"
 	indexUID         = "uid"
 	indexMirror      = "mirror"
 )
@@ -251,12 +250,10 @@ func New(client kubernetes.Interface, podInformer cache.SharedIndexInformer, log
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "splitlet_statussync_sync_failures_total", Help: "Failed status writes or deletes (retried with back-off)."}),
 	}
 	if opts.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.patches, m.deletes, m.failures} {
-			if err := opts.Registerer.Register(c); err != nil {
-				var are prometheus.AlreadyRegisteredError
-				if !errors.As(err, &are) {
-					return nil, err
-				}
+		for _, c := range []*prometheus.Counter{&m.patches, &m.deletes, &m.failures} {
+			var err error
+			if *c, err = health.Register(opts.Registerer, *c); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -379,14 +376,10 @@ func (m *Manager) entry(uid types.UID) *entry {
 // seen is when the node agent first saw the pod (podconfig's
 // kubernetes.io/config.seen on the bus copy), zero when unknown.
 func (e *entry) seen() time.Time {
-	if e == nil || e.spec == nil {
+	if e == nil {
 		return time.Time{}
 	}
-	t, err := time.Parse(time.RFC3339Nano, e.spec.Annotations[annotationSeen])
-	if err != nil {
-		return time.Time{}
-	}
-	return t
+	return bus.FirstSeen(e.spec)
 }
 
 // forget drops everything known of a pod (kubelet: RemoveOrphanedStatuses).

@@ -1,12 +1,13 @@
 package statusmanager
 
 import (
-	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/splitlet/splitlet/libs/health"
 )
 
 // podStartBuckets are the kubelet's buckets of its pod start histograms.
@@ -56,15 +57,9 @@ func newStartLatency(reg prometheus.Registerer) (*startLatency, error) {
 		return s, nil
 	}
 	for _, c := range []*prometheus.Histogram{&s.duration, &s.total, &s.sli} {
-		if err := reg.Register(*c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				return nil, err
-			}
-			// a second manager in one process counts into the first's.
-			if existing, ok := are.ExistingCollector.(prometheus.Histogram); ok {
-				*c = existing
-			}
+		var err error
+		if *c, err = health.Register(reg, *c); err != nil {
+			return nil, err
 		}
 	}
 	return s, nil
