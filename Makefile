@@ -17,7 +17,7 @@ LDFLAGS := -s -w -X github.com/splitlet/splitlet/libs/app.Version=$(VERSION)
 FUZZTIME ?= 10s
 TESTFLAGS ?=
 
-.PHONY: help build test e2e up down run bench bench-go bench-tools faults nats-server images testenv vet fuzz clean
+.PHONY: help build test e2e up down run bench bench-go bench-tools faults nats-server images testenv vet fuzz clean jsprober-deps
 
 # Peers and parts of the benchmark, installed with `go install` into bin/.
 NATS_SERVER_VERSION := v2.15.2
@@ -32,9 +32,10 @@ help:
 	@echo "make faults   the fault suite: SIGKILL of each stage, NATS down, pod workers lost, on sim, process and CRI (FAULTSFLAGS=\"-pods 500 -cases ...\")"
 	@echo "make images   FROM scratch images of the binaries (needs a Docker engine and busybox-static)"
 	@echo "make e2e      the images, then the end-to-end tests on the compose stack (deploy/compose)"
-	@echo "make up       the compose stack (STACKFLAGS=\"--podworkers=3 --tcpprober|--allinone --cri --nats-cluster\"); make down"
+	@echo "make up       the compose stack (STACKFLAGS=\"--podworkers=3 --tcpprober|--jsprober|--allinone --cri --nats-cluster\"); make down"
 	@echo "make testenv  build etcd and kube-apiserver into bin/ (skipped when the pinned versions are there)"
 	@echo "make vet      go vet and gofmt"
+	@echo "make jsprober-deps  npm ci of examples/jsprober (the JavaScript prober's nats client; make test and make images run it)"
 
 build:
 	@mkdir -p $(BIN)
@@ -48,13 +49,13 @@ testenv:
 	@hack/testenv/build.sh $(BIN)
 
 # (the stage binaries and nats-server: the fault suite's short version runs them)
-test: testenv build nats-server
+test: testenv build nats-server jsprober-deps
 	$(GO) test -count=1 -timeout 20m $(TESTFLAGS) $(filter-out $(E2E_PKGS),$(PKGS))
 	$(MAKE) fuzz
 	$(MAKE) e2e
 
 # make up / make down: the compose stack (deploy/compose) without the docker
-# compose CLI; STACKFLAGS="--podworkers=3", "--tcpprober" or "--allinone",
+# compose CLI; STACKFLAGS="--podworkers=3", "--tcpprober", "--jsprober" or "--allinone",
 # "--cri" (pods in the host's containerd) and "--nats-cluster" (three NATS
 # servers, streams at three replicas).
 STACKFLAGS ?=
@@ -121,8 +122,13 @@ nats-server:
 
 # make images: FROM scratch images of the binaries (hack/images.sh says which);
 # needs a running Docker engine and Debian's busybox-static.
-images: build testenv nats-server
+images: build testenv nats-server jsprober-deps
 	@hack/images.sh $(BIN)
+
+# make jsprober-deps: examples/jsprober's node_modules, exactly as its
+# package-lock.json pins them (needs node and npm, and the npm registry).
+jsprober-deps:
+	npm ci --prefix examples/jsprober --no-audit --no-fund
 
 vet:
 	$(GO) vet $(PKGS)

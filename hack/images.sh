@@ -3,7 +3,8 @@
 # pulled, so no registry is needed. Expects in BIN_DIR what `make build`,
 # `make testenv` and `make nats-server` put there; builds the control plane
 # launcher (tools/controlplane) and, when its directory exists, the example
-# TCP prober itself.
+# TCP prober itself; the JavaScript prober (examples/jsprober) when its
+# node_modules are installed (make jsprober-deps).
 #
 #   splitlet/<service>:TAG   nodehb podconfig prober statussync: the binary alone
 #   splitlet/podworkers:TAG  + a static busybox (sh, sleep, httpd, ...) for
@@ -11,6 +12,9 @@
 #   splitlet/nats:TAG        nats-server, + controlplane for its health check
 #   splitlet/controlplane:TAG etcd, kube-apiserver, controlplane (launcher and checks)
 #   splitlet/tcpprober:TAG   examples/tcpprober (when present)
+#   splitlet/jsprober:TAG    examples/jsprober: this host's node, the shared
+#                            libraries ldd lists for it, the prober's JS and
+#                            its node_modules
 set -euo pipefail
 bin=${1:?usage: images.sh BIN_DIR}
 bin=$(cd "$bin" && pwd)
@@ -91,4 +95,35 @@ if $have_tcpprober; then
 	image tcpprober tcpprober no tcpprober
 else
 	echo "images: examples/tcpprober/cmd/tcpprober not there yet: no splitlet/tcpprober image"
+fi
+
+# jsprober: FROM scratch too. Node.js is a dynamic executable, so the image
+# holds exactly what `ldd` says it loads (and the loader), at their paths.
+if [[ -d examples/jsprober/node_modules/nats ]] && command -v node >/dev/null 2>&1; then
+	node=$(readlink -f "$(command -v node)")
+	ctx="$work/jsprober"
+	rootfs="$ctx/rootfs"
+	mkdir -p "$rootfs/tmp" "$rootfs/data" "$rootfs/usr/bin" "$rootfs/jsprober"
+	chmod 1777 "$rootfs/tmp"
+	cp "$node" "$rootfs/usr/bin/node"
+	# "lib => /path (addr)", or "/path (addr)" for the loader; vdso has no file.
+	while read -r lib; do
+		mkdir -p "$rootfs$(dirname "$lib")"
+		cp -L "$lib" "$rootfs$lib"
+	done < <(ldd "$node" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }')
+	cp -r examples/jsprober/prober.js examples/jsprober/lib examples/jsprober/package.json examples/jsprober/node_modules "$rootfs/jsprober/"
+	cat >"$ctx/Dockerfile" <<DOCKERFILE
+FROM scratch
+COPY rootfs/ /
+ENV PATH=/usr/bin NODE_ENV=production
+ENTRYPOINT ["/usr/bin/node", "/jsprober/prober.js"]
+DOCKERFILE
+	echo "images: splitlet/jsprober:$tag"
+	if ! DOCKER_BUILDKIT=0 docker build -q -t "splitlet/jsprober:$tag" "$ctx" >"$work/jsprober.log" 2>&1; then
+		cat "$work/jsprober.log" >&2
+		exit 1
+	fi
+	rm -rf "$ctx"
+else
+	echo "images: no node, or examples/jsprober/node_modules missing (make jsprober-deps): no splitlet/jsprober image"
 fi

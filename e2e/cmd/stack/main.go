@@ -2,7 +2,7 @@
 // compose CLI (Debian's docker.io has none): it drives the same files through
 // the compose library that the end-to-end tests use. `make up`, `make down`.
 //
-//	go run ./e2e/cmd/stack up [--podworkers=N] [--tcpprober | --allinone] [--cri] [--nats-cluster]
+//	go run ./e2e/cmd/stack up [--podworkers=N] [--tcpprober | --jsprober | --allinone] [--cri] [--nats-cluster]
 //	go run ./e2e/cmd/stack down
 //
 // With the docker compose CLI (v2.20 or later) the same files work directly;
@@ -28,7 +28,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 || (os.Args[1] != "up" && os.Args[1] != "down") {
-		fmt.Fprintln(os.Stderr, "usage: stack up [--podworkers=N] [--tcpprober | --allinone] [--cri] [--nats-cluster] | stack down")
+		fmt.Fprintln(os.Stderr, "usage: stack up [--podworkers=N] [--tcpprober | --jsprober | --allinone] [--cri] [--nats-cluster] | stack down")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
@@ -36,13 +36,14 @@ func main() {
 	project := fs.String("project", "splitlet", "compose project name")
 	podworkers := fs.Int("podworkers", 1, "podworkers replicas (up)")
 	tcpprober := fs.Bool("tcpprober", false, "swap the prober for examples/tcpprober (compose.tcpprober.yaml)")
+	jsprober := fs.Bool("jsprober", false, "swap the prober for examples/jsprober, in JavaScript on Node.js (compose.jsprober.yaml)")
 	allinone := fs.Bool("allinone", false, "the all-in-one binary instead of the five stages (compose.allinone.yaml)")
 	cri := fs.Bool("cri", false, "pods as real containers of the host's containerd (compose.cri.yaml; containerd at $SPLITLET_CONTAINERD_ADDRESS or /run/containerd/containerd.sock)")
 	natsCluster := fs.Bool("nats-cluster", false, "NATS as a three-server cluster, streams at three replicas (compose.natscluster.yaml)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "how long up may wait for every service to be healthy")
 	_ = fs.Parse(os.Args[2:])
-	if *tcpprober && *allinone {
-		fmt.Fprintln(os.Stderr, "stack: --tcpprober and --allinone exclude each other")
+	if n := btoi(*tcpprober) + btoi(*jsprober) + btoi(*allinone); n > 1 {
+		fmt.Fprintln(os.Stderr, "stack: --tcpprober, --jsprober and --allinone exclude each other")
 		os.Exit(2)
 	}
 	if *allinone && (*cri || *natsCluster) {
@@ -54,6 +55,9 @@ func main() {
 	files := []string{filepath.Join(*dir, "compose.yaml")}
 	if *tcpprober {
 		files = append(files, filepath.Join(*dir, "compose.tcpprober.yaml"))
+	}
+	if *jsprober {
+		files = append(files, filepath.Join(*dir, "compose.jsprober.yaml"))
 	}
 	if *allinone {
 		files = append(files, filepath.Join(*dir, "compose.allinone.yaml"))
@@ -112,6 +116,13 @@ func run(ctx context.Context, cmd, project string, files []string, podworkers in
 	}
 	fmt.Printf("stack %s: up and healthy in %v\n  kubectl --kubeconfig %s get nodes\n", project, time.Since(start).Round(time.Second), kubeconfig)
 	return nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // defaultDir is deploy/compose of the checkout this file is in, when it is

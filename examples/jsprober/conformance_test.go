@@ -1,0 +1,168 @@
+package jsprober_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/conformance"
+	"github.com/splitlet/splitlet/libs/discovery"
+	"github.com/splitlet/splitlet/libs/testenv"
+)
+
+// TestConformance: jsprober (Node.js), run as a child process against an
+// embedded NATS, answers as splitlet-prober on the service API and passes
+// every case of the prober conformance kit.
+func TestConformance(t *testing.T) {
+	n := testenv.NATSForTest(t)
+	const node = "jsprober-node"
+	startJSProber(t, "--nats-url="+n.URL, "--node-name="+node, "--partitions=4")
+	nc, _ := n.Connect(t)
+	st := waitReady(t, nc, node)
+	t.Run("discovery", func(t *testing.T) { checkDiscovery(t, nc, node, st) })
+	conformance.Prober(t, conformance.Target{NATSURL: n.URL, Node: node, Partitions: 4})
+}
+
+// startJSProber runs `node prober.js args...` until the test ends; then it
+// sends SIGTERM and expects a clean exit, with every log line JSON.
+func startJSProber(t *testing.T, args ...string) {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	dir := filepath.Dir(file)
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node (Node.js 20 or later) is not on PATH: jsprober is a Node.js program (%v)", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "nats", "package.json")); err != nil {
+		t.Fatalf("examples/jsprober/node_modules is missing: run `npm ci --prefix examples/jsprober` (or `make jsprober-deps`) first (%v)", err)
+	}
+	cmd := exec.Command(node, append([]string{filepath.Join(dir, "prober.js"), "--data-dir=" + t.TempDir()}, args...)...)
+	logs := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("jsprober did not exit cleanly on SIGTERM: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+			t.Errorf("jsprober still running 15 s after SIGTERM; killed")
+		}
+		for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+			var entry struct {
+				Level, Msg string
+			}
+			if err := json.Unmarshal([]byte(line), &entry); err != nil || entry.Level == "" || entry.Msg == "" {
+				t.Errorf("log line is not a JSON object with level and msg: %q", line)
+			}
+		}
+		if t.Failed() {
+			t.Logf("jsprober's log:\n%s", logs.String())
+		}
+	})
+}
+
+// waitReady asks the status endpoint until jsprober says it is ready.
+func waitReady(t *testing.T, nc *nats.Conn, node string) discovery.StageStatus {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		m, err := nc.Request(bus.For(node).Status("prober"), nil, time.Second)
+		if err != nil {
+			last = err.Error()
+			time.Sleep(100 * time.Millisecond) // polling a process that is starting
+			continue
+		}
+		var st discovery.StageStatus
+		if err := json.Unmarshal(m.Data, &st); err != nil {
+			t.Fatalf("status answer is not a StageStatus: %v: %s", err, m.Data)
+		}
+		if st.Ready {
+			return st
+		}
+		last = string(m.Data)
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("jsprober not ready on %s within 30 s (last: %s)", bus.For(node).Status("prober"), last)
+	return discovery.StageStatus{}
+}
+
+// checkDiscovery: the StageStatus and $SRV.INFO are those of a prober
+// replacement (docs/bus.md, Discovery).
+func checkDiscovery(t *testing.T, nc *nats.Conn, node string, st discovery.StageStatus) {
+	if st.Node != node || st.Stage != "prober" || st.Implementation != "jsprober" || st.Partitions != nil {
+		t.Errorf("StageStatus %+v: want node %s, stage prober, implementation jsprober, partitions null", st, node)
+	}
+	durables := map[string]bool{}
+	for _, c := range st.Consumers {
+		durables[c.Durable] = true
+	}
+	if !durables["prober"] || !durables["prober-status"] {
+		t.Errorf("StageStatus consumers %+v: want the durables prober and prober-status", st.Consumers)
+	}
+	m, err := nc.Request(micro.APIPrefix+".INFO."+discovery.ServiceName("prober"), nil, 2*time.Second)
+	if err != nil {
+		t.Fatalf("$SRV.INFO splitlet-prober: %v", err)
+	}
+	var info micro.Info
+	if err := json.Unmarshal(m.Data, &info); err != nil {
+		t.Fatal(err)
+	}
+	if info.Metadata["node"] != node || info.Metadata["stage"] != "prober" || info.Metadata["implementation"] != "jsprober" {
+		t.Errorf("$SRV.INFO metadata %v: want node, stage prober, implementation jsprober", info.Metadata)
+	}
+	if len(info.Endpoints) != 1 || info.Endpoints[0].Subject != bus.For(node).Status("prober") {
+		t.Errorf("$SRV.INFO endpoints %+v: want the one status endpoint", info.Endpoints)
+	}
+	// splitlet status reads the StageStatus from $SRV.STATS endpoint data.
+	m, err = nc.Request(micro.APIPrefix+".STATS."+discovery.ServiceName("prober"), nil, 2*time.Second)
+	if err != nil {
+		t.Fatalf("$SRV.STATS splitlet-prober: %v", err)
+	}
+	var stats micro.Stats
+	if err := json.Unmarshal(m.Data, &stats); err != nil {
+		t.Fatal(err)
+	}
+	var data discovery.StageStatus
+	if len(stats.Endpoints) != 1 || json.Unmarshal(stats.Endpoints[0].Data, &data) != nil || data.Implementation != "jsprober" || !data.Ready {
+		t.Errorf("$SRV.STATS: want one endpoint whose data is jsprober's ready StageStatus, got %s", m.Data)
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

@@ -1,0 +1,294 @@
+// The Splitlet bus contract, v1 (docs/bus.md), as far as a prober needs it:
+// subjects, partitions, the envelope, stream settings, a publisher and a
+// durable consumer loop.
+import { AckPolicy, DeliverPolicy, DiscardPolicy, RetentionPolicy, StorageType, nanos } from "nats";
+
+export const SCHEMA_VERSION = 1;
+export const KINDS = new Set([
+  "PodUpdate", "PodRuntimeStatus", "ProbeResult", "SourcesReady", "AgentReadiness",
+  "LogsRequest", "LogsChunk", "ExecRequest", "ExecResult", "StatsRequest", "StatsResult",
+  "StreamRequest", "StreamResult",
+]);
+export const OPS = new Set(["SET", "ADD", "UPDATE", "DELETE", "REMOVE", "RECONCILE"]);
+
+export const nodeToken = (node) => node.replaceAll(".", "_");
+
+// subjects(node).podUpdates(3) → splitlet.v1.<node>.podupdates.3
+export function subjects(node) {
+  const prefix = `splitlet.v1.${nodeToken(node)}`;
+  return {
+    prefix,
+    podUpdates: (p) => `${prefix}.podupdates.${p}`,
+    podUpdatesAll: `${prefix}.podupdates.*`,
+    podStatus: (p) => `${prefix}.podstatus.${p}`,
+    podStatusAll: `${prefix}.podstatus.*`,
+    probes: (p) => `${prefix}.probes.${p}`,
+    probesAll: `${prefix}.probes.*`,
+    stateAll: `${prefix}.state.>`,
+    exec: (p) => `${prefix}.runtime.exec.${p}`,
+    status: (stage) => `${prefix}.status.${stage}`,
+  };
+}
+
+export const streamName = (node, what) => `splitlet_v1_${nodeToken(node)}_${what}`;
+
+// FNV-1a 32-bit of the UID's bytes, modulo the partition count.
+export function partition(uid, partitions) {
+  if (partitions <= 1) return 0;
+  let h = 2166136261;
+  for (const b of Buffer.from(uid, "utf8")) {
+    h = Math.imul(h ^ b, 16777619) >>> 0;
+  }
+  return h % partitions;
+}
+
+// The partition of a partitioned subject (its last token), or -1.
+export function partitionOf(subject) {
+  const last = subject.slice(subject.lastIndexOf(".") + 1);
+  return /^[0-9]{1,4}$/.test(last) ? Number(last) : -1;
+}
+
+export class DecodeError extends Error {
+  constructor(field, reason) {
+    super(`bus: field ${field}: ${reason}`);
+    this.field = field;
+  }
+}
+
+const isObject = (v) => v !== null && typeof v === "object" && !Array.isArray(v);
+const isString = (v) => typeof v === "string";
+
+// decode parses and checks an envelope; it throws a DecodeError naming the field.
+export function decode(data) {
+  const text = Buffer.from(data).toString("utf8");
+  if (text.trim() === "") throw new DecodeError("(message)", "empty");
+  let e;
+  try {
+    e = JSON.parse(text);
+  } catch (err) {
+    throw new DecodeError("(message)", `malformed JSON: ${err.message}`);
+  }
+  if (!isObject(e)) throw new DecodeError("(root)", "cannot hold a JSON " + typeof e);
+  if (e.schemaVersion !== SCHEMA_VERSION) throw new DecodeError("schemaVersion", `is ${e.schemaVersion}, want ${SCHEMA_VERSION}`);
+  if (!KINDS.has(e.kind)) throw new DecodeError("kind", `unknown kind ${JSON.stringify(e.kind)}`);
+  if (!isString(e.node) || e.node === "") throw new DecodeError("node", "required");
+  if (!isString(e.source) || e.source === "") throw new DecodeError("source", "required");
+  if (e.kind === "PodUpdate" && !OPS.has(e.op)) throw new DecodeError("op", `unknown PodUpdate op ${JSON.stringify(e.op)}`);
+  if (e.kind !== "PodUpdate" && e.op !== undefined && e.op !== "") throw new DecodeError("op", `only PodUpdate messages carry an op, ${e.kind} has ${JSON.stringify(e.op)}`);
+  if (!Number.isInteger(e.seq) || e.seq <= 0) throw new DecodeError("seq", "required (starts at 1)");
+  if (!isString(e.sentAt) || Number.isNaN(Date.parse(e.sentAt))) throw new DecodeError("sentAt", "required");
+  if (!isObject(e.payload)) throw new DecodeError("payload", "must be a JSON object");
+  return e;
+}
+
+function want(e, kind) {
+  if (e.kind !== kind) throw new DecodeError("kind", `is ${e.kind}, want ${kind}`);
+}
+
+function optString(obj, key, field) {
+  if (obj[key] !== undefined && obj[key] !== null && !isString(obj[key])) throw new DecodeError(field, "cannot hold a JSON " + typeof obj[key]);
+}
+
+function optArray(obj, key, field) {
+  const v = obj[key];
+  if (v === undefined || v === null) return [];
+  if (!Array.isArray(v)) throw new DecodeError(field, "cannot hold a JSON " + typeof v);
+  return v;
+}
+
+// The parts of a pod the prober reads, checked for shape.
+function checkPod(pod, at) {
+  if (!isObject(pod)) throw new DecodeError(at, "cannot hold a JSON " + typeof pod);
+  const m = pod.metadata;
+  if (!isObject(m)) throw new DecodeError(`${at}.metadata.uid`, "required");
+  for (const k of ["uid", "name", "namespace"]) {
+    optString(m, k, `${at}.metadata.${k}`);
+    if (!m[k]) throw new DecodeError(`${at}.metadata.${k}`, "required");
+  }
+  const spec = pod.spec ?? {};
+  if (!isObject(spec)) throw new DecodeError(`${at}.spec`, "cannot hold a JSON " + typeof spec);
+  for (const list of ["containers", "initContainers"]) {
+    optArray(spec, list, `${at}.spec.${list}`).forEach((c, i) => {
+      if (!isObject(c) || !isString(c.name)) throw new DecodeError(`${at}.spec.${list}[${i}].name`, "required");
+    });
+  }
+}
+
+export function decodePodUpdate(e) {
+  want(e, "PodUpdate");
+  const pods = optArray(e.payload, "pods", "payload.pods");
+  if (pods.length === 0 && e.op !== "SET") throw new DecodeError("payload.pods", "empty, only a SET may be empty");
+  pods.forEach((p, i) => checkPod(p, `payload.pods[${i}]`));
+  return { pods };
+}
+
+export function decodePodRuntimeStatus(e) {
+  want(e, "PodRuntimeStatus");
+  const p = e.payload;
+  for (const k of ["uid", "name", "namespace", "podIP", "phase"]) optString(p, k, `payload.${k}`);
+  if (!p.uid) throw new DecodeError("payload.uid", "required");
+  if (!p.name) throw new DecodeError("payload.name", "required");
+  if (!p.namespace) throw new DecodeError("payload.namespace", "required");
+  for (const list of ["containerStatuses", "initContainerStatuses"]) {
+    optArray(p, list, `payload.${list}`).forEach((c, i) => {
+      if (!isObject(c) || !isString(c.name) || c.name === "") throw new DecodeError(`payload.${list}[${i}].name`, "required");
+    });
+  }
+  return p;
+}
+
+export function decodeExecResult(e) {
+  want(e, "ExecResult");
+  return e.payload;
+}
+
+// Publisher stamps messages of one source: seq starts at the Unix time in
+// microseconds and counts up by one, so it keeps increasing across restarts.
+export class Publisher {
+  constructor(nc, js, node, source) {
+    Object.assign(this, { nc, js, node, source });
+    this.seq = Date.now() * 1000;
+  }
+
+  seal(kind, payload, op) {
+    const e = { schemaVersion: SCHEMA_VERSION, kind, node: this.node, source: this.source };
+    if (op) e.op = op;
+    e.seq = ++this.seq;
+    e.sentAt = new Date().toISOString();
+    e.payload = payload;
+    return { data: JSON.stringify(e), seq: e.seq };
+  }
+
+  // publish sends to a stream subject with the message ID <source>-<seq> and
+  // returns the promise of the stream's acknowledgement. The message leaves
+  // in call order, so messages of this source stay in seq order.
+  publish(subject, kind, payload) {
+    const { data, seq } = this.seal(kind, payload);
+    return this.js.publish(subject, data, { msgID: `${this.source}-${seq}` });
+  }
+
+  // request sends a plain NATS request and decodes the one answer.
+  async request(subject, kind, payload, timeoutMs) {
+    const { data } = this.seal(kind, payload);
+    const m = await this.nc.request(subject, data, { timeout: timeoutMs });
+    return decode(m.data);
+  }
+}
+
+const HOUR_MS = 3600 * 1000;
+
+// streamConfigs are the node's streams as the contract sets them.
+export function streamConfigs(node, replicas) {
+  const s = subjects(node);
+  const history = (what, subject) => ({
+    name: streamName(node, what),
+    description: `Splitlet v1 ${what} of node ${node}`,
+    subjects: [subject],
+    retention: RetentionPolicy.Limits,
+    storage: StorageType.File,
+    max_age: nanos(HOUR_MS),
+    discard: DiscardPolicy.Old,
+    duplicate_window: nanos(2 * 60 * 1000),
+    num_replicas: Math.max(replicas, 1),
+  });
+  const state = { ...history("state", s.stateAll), max_msgs_per_subject: 1, max_age: 0 };
+  return [history("podupdates", s.podUpdatesAll), history("podstatus", s.podStatusAll), history("probes", s.probesAll), state];
+}
+
+const unlimited = (v) => (!v || v <= 0 ? -1 : v);
+
+function conforms(have, want) {
+  return JSON.stringify(have.subjects) === JSON.stringify(want.subjects) && have.retention === want.retention &&
+    have.storage === want.storage && have.max_age === want.max_age && have.discard === want.discard &&
+    have.duplicate_window === want.duplicate_window && have.num_replicas === want.num_replicas &&
+    unlimited(have.max_msgs_per_subject) === unlimited(want.max_msgs_per_subject);
+}
+
+export const isNotFound = (err) => err?.api_error?.err_code === 10059 || err?.api_error?.err_code === 10014 ||
+  err?.code === "404" || /not found/i.test(err?.message ?? "");
+
+// ensureStreams creates the node's streams or brings them to the contract's
+// settings; a stream that already conforms is left alone (an identity that
+// may only read streams gets through). replicas 0 keeps an existing count.
+export async function ensureStreams(jsm, node, replicas) {
+  for (const cfg of streamConfigs(node, replicas)) {
+    let have;
+    try {
+      have = (await jsm.streams.info(cfg.name)).config;
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+    }
+    if (have) {
+      if (replicas < 1) cfg.num_replicas = have.num_replicas;
+      if (conforms(have, cfg)) continue;
+      await jsm.streams.update(cfg.name, cfg);
+    } else {
+      await jsm.streams.add(cfg);
+    }
+  }
+}
+
+export const MAX_PANIC_DELIVERIES = 5;
+
+// consume runs handler(subject, envelope) on each message of a durable
+// consumer, one at a time, in stream order. A message that does not decode
+// is logged and terminated; one whose seq is not above the last accepted
+// from its source on its subject is acknowledged unhandled; a handler that
+// throws has its message delivered again after a second, and terminated
+// after MAX_PANIC_DELIVERIES tries. Returns the consumer's stop function.
+export async function consume(js, jsm, { stream, durable, filter, log }, handler) {
+  await jsm.consumers.add(stream, {
+    durable_name: durable,
+    filter_subject: filter,
+    ack_policy: AckPolicy.Explicit,
+    deliver_policy: DeliverPolicy.All,
+    ack_wait: nanos(30_000),
+    max_ack_pending: 1000,
+    max_deliver: -1,
+  });
+  const consumer = await js.consumers.get(stream, durable);
+  const messages = await consumer.consume({ max_messages: 256 });
+  const last = new Map();
+  const done = (async () => {
+    for await (const m of messages) {
+      let e;
+      try {
+        e = decode(m.data);
+      } catch (err) {
+        log.error("dropping malformed message", { subject: m.subject, error: err.message });
+        m.term();
+        continue;
+      }
+      const key = `${m.subject}\u0000${e.source}`;
+      const prev = last.get(key) ?? 0;
+      if (e.seq <= prev) {
+        m.ack();
+        continue;
+      }
+      last.set(key, e.seq);
+      try {
+        await handler(m.subject, e);
+        m.ack();
+      } catch (err) {
+        last.set(key, prev);
+        const delivered = m.info.redeliveryCount;
+        const fields = { subject: m.subject, streamSeq: m.seq, source: e.source, seq: e.seq, delivered, error: String(err?.stack ?? err) };
+        if (delivered >= MAX_PANIC_DELIVERIES) {
+          log.error("message handler failed; terminating the message", fields);
+          m.term();
+        } else {
+          log.error("message handler failed; will retry", fields);
+          m.nak(1000);
+        }
+      }
+    }
+  })();
+  return {
+    stream,
+    durable,
+    async stop() {
+      messages.stop();
+      await done.catch(() => {});
+    },
+  };
+}
