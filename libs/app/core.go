@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/nats-io/nats.go"
@@ -18,6 +19,7 @@ import (
 	"github.com/splitlet/splitlet/libs/health"
 	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/messaging"
+	"github.com/splitlet/splitlet/libs/tracing"
 )
 
 // Core provides what every service may ask for: the NATS connection and
@@ -28,6 +30,7 @@ var Core = fx.Module("core",
 		newMessaging,
 		func(c *messaging.Conn) *nats.Conn { return c.NC },
 		func(c *messaging.Conn) jetstream.JetStream { return c.JS },
+		newTracing,
 		newRESTConfig,
 		newClientset,
 		func() *health.Checks { return health.NewChecks() },
@@ -59,8 +62,38 @@ func newMessaging(lc fx.Lifecycle, c *config.Common, log *zap.Logger, bin Binary
 	return conn, nil
 }
 
-func newRESTConfig(c *config.Common, bin Binary) (*rest.Config, error) {
-	return kube.RESTConfig(c.Kubeconfig, c.KubeAPIQPS, c.KubeAPIBurst, fmt.Sprintf("splitlet-%s/%s", bin, Version), c.KubeAPIContent)
+// newTracing builds the process's tracer provider (a no-op one unless
+// tracing-endpoint is set); stopping the process flushes its spans.
+func newTracing(lc fx.Lifecycle, c *config.Common, bin Binary, log *zap.Logger) (*tracing.Provider, error) {
+	host, _ := os.Hostname()
+	tp, err := tracing.New(context.Background(), tracing.Config{Endpoint: c.Tracing.Endpoint, SampleRate: c.Tracing.SampleRate},
+		tracing.Identity{Service: string(bin), Node: c.NodeName, Instance: fmt.Sprintf("%s/%d", host, os.Getpid())})
+	if err != nil {
+		return nil, err
+	}
+	if tp.Enabled() {
+		log.Info("tracing on", zap.String("endpoint", c.Tracing.Endpoint), zap.Float64("sampleRate", c.Tracing.SampleRate))
+	}
+	lc.Append(fx.StopHook(func(ctx context.Context) error {
+		if err := tp.Shutdown(ctx); err != nil {
+			log.Warn("traces not all sent", zap.Error(err))
+		}
+		return nil
+	}))
+	return tp, nil
+}
+
+// newRESTConfig: the API client; with tracing on its requests carry the
+// trace context, so an API server that traces joins each pod's trace.
+func newRESTConfig(c *config.Common, bin Binary, tp *tracing.Provider) (*rest.Config, error) {
+	cfg, err := kube.RESTConfig(c.Kubeconfig, c.KubeAPIQPS, c.KubeAPIBurst, fmt.Sprintf("splitlet-%s/%s", bin, Version), c.KubeAPIContent)
+	if err != nil {
+		return nil, err
+	}
+	if tp.Enabled() {
+		cfg.Wrap(tp.Transport)
+	}
+	return cfg, nil
 }
 
 // newClientset builds the client and has /readyz ask the API server's own /readyz.

@@ -11,6 +11,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+
+	"github.com/splitlet/splitlet/libs/tracing"
 )
 
 // MaxPanicDeliveries bounds how often a message whose handler panicked is
@@ -104,7 +106,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, opts ConsumerOptions, 
 			return
 		}
 		delivery.Observe(max(time.Since(e.SentAt), 0).Seconds())
-		if panicked, err := safely(hctx, handler, subject, e); panicked {
+		if panicked, err := safely(tracing.Extract(hctx, m.Headers()), handler, subject, e); panicked {
 			dedup.Forget(subject, e)
 			HandlerPanics.WithLabelValues(opts.Durable).Inc()
 			var seq, delivered uint64

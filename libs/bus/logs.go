@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/splitlet/splitlet/libs/tracing"
 )
 
 // The log streaming protocol (docs/bus.md, "LogsRequest and LogsChunk"):
@@ -121,7 +125,7 @@ func (p *Publisher) RequestLogs(ctx context.Context, subject string, req *LogsRe
 		return err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	if err := p.nc.PublishRequest(subject, inbox, data); err != nil {
+	if err := p.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: inbox, Data: data, Header: tracing.Inject(ctx)}); err != nil {
 		return fmt.Errorf("bus: logs request on %s: %w", subject, err)
 	}
 	first := true

@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/splitlet/splitlet/libs/tracing"
 )
 
 // Publisher stamps and sends messages of one source.
@@ -66,7 +68,7 @@ func (p *Publisher) msgID(e *Envelope) string {
 // Publish sends a message to a stream subject and waits for the stream's
 // acknowledgement. The message ID makes a retried publish a no-op.
 func (p *Publisher) Publish(ctx context.Context, subject string, kind Kind, op Op, payload any) error {
-	f, err := p.PublishAsync(subject, kind, op, payload)
+	f, err := p.PublishAsync(ctx, subject, kind, op, payload)
 	if err != nil {
 		return err
 	}
@@ -81,15 +83,17 @@ func (p *Publisher) Publish(ctx context.Context, subject string, kind Kind, op O
 }
 
 // PublishAsync sends a message to a stream subject without waiting; call
-// Flush to wait for every outstanding acknowledgement.
-func (p *Publisher) PublishAsync(subject string, kind Kind, op Op, payload any) (jetstream.PubAckFuture, error) {
+// Flush to wait for every outstanding acknowledgement. The message carries
+// ctx's trace context (libs/tracing), if any.
+func (p *Publisher) PublishAsync(ctx context.Context, subject string, kind Kind, op Op, payload any) (jetstream.PubAckFuture, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	data, e, err := p.Seal(kind, op, payload)
 	if err != nil {
 		return nil, err
 	}
-	f, err := p.js.PublishAsync(subject, data, jetstream.WithMsgID(p.msgID(e)))
+	msg := &nats.Msg{Subject: subject, Data: data, Header: tracing.Inject(ctx)}
+	f, err := p.js.PublishMsgAsync(msg, jetstream.WithMsgID(p.msgID(e)))
 	if err != nil {
 		return nil, fmt.Errorf("bus: publish %s to %s: %w", kind, subject, err)
 	}
@@ -124,7 +128,7 @@ func (p *Publisher) Request(ctx context.Context, subject string, kind Kind, payl
 	if err != nil {
 		return nil, err
 	}
-	msg, err := p.nc.RequestWithContext(ctx, subject, data)
+	msg, err := p.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subject, Data: data, Header: tracing.Inject(ctx)})
 	if err != nil {
 		return nil, fmt.Errorf("bus: request %s on %s: %w", kind, subject, err)
 	}

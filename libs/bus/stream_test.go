@@ -213,7 +213,7 @@ func TestConcurrentPublishKeepsSequenceOrder(t *testing.T) {
 			defer wg.Done()
 			for i := range each {
 				r := &bus.ProbeResult{PodUID: "u", Container: "c", Probe: bus.ProbeReadiness, Result: bus.ProbeSuccess, Message: string(rune('a'+g)) + string(rune('0'+i%10))}
-				if _, err := pub.PublishAsync(bus.For("n").ProbeResults(1), bus.KindProbeResult, "", r); err != nil {
+				if _, err := pub.PublishAsync(context.Background(), bus.For("n").ProbeResults(1), bus.KindProbeResult, "", r); err != nil {
 					t.Error(err)
 					return
 				}

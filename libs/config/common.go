@@ -54,6 +54,13 @@ type Common struct {
 	LogFormat       string
 	Partitions      int
 	ShutdownTimeout time.Duration
+	Tracing         TracingKeys
+}
+
+// TracingKeys turn OpenTelemetry tracing on (libs/tracing).
+type TracingKeys struct {
+	Endpoint   string
+	SampleRate float64
 }
 
 // RegisterFlags adds the common keys to fs.
@@ -81,6 +88,8 @@ func (c *Common) RegisterFlags(fs *pflag.FlagSet) {
 	fs.Var(newEnum(&c.LogFormat, "json", "json", "console"), "log-format", "json or console")
 	fs.IntVar(&c.Partitions, "partitions", 16, "bus partitions of the node's pods; every stage of a node must agree")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown may take to drain in-flight work")
+	fs.StringVar(&c.Tracing.Endpoint, "tracing-endpoint", "", "OTLP/HTTP collector for traces of each pod across the stages (http://127.0.0.1:4318, or host:port); empty: tracing off")
+	fs.Float64Var(&c.Tracing.SampleRate, "tracing-sample-rate", 1, "share of pods traced when tracing-endpoint is set, 0 to 1 (traces begun elsewhere follow their parent's decision)")
 }
 
 // Complete fills derived defaults and checks the values.
@@ -111,6 +120,9 @@ func (c *Common) Complete() error {
 	}
 	if c.Runtime == RuntimeCRI && !strings.HasPrefix(c.CRIEndpoint, "unix://") && !strings.HasPrefix(c.CRIEndpoint, "/") {
 		return fmt.Errorf("invalid value %q for cri-endpoint: must be a unix:// socket", c.CRIEndpoint)
+	}
+	if c.Tracing.SampleRate < 0 || c.Tracing.SampleRate > 1 {
+		return fmt.Errorf("invalid value %v for tracing-sample-rate: must be 0 to 1", c.Tracing.SampleRate)
 	}
 	if c.DataDir == "" {
 		c.DataDir = filepath.Join(os.TempDir(), "splitlet", c.NodeName)

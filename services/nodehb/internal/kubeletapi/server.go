@@ -60,6 +60,10 @@ type Config struct {
 	Log           *zap.Logger
 	// RequestTimeout bounds exec and stats requests on the bus.
 	RequestTimeout time.Duration
+	// Trace, if set, wraps the handler: a request that carries a trace
+	// context (an API server that traces, proxying logs or exec)
+	// continues it, down to the pod workers' runtime call.
+	Trace func(h http.Handler, operation string) http.Handler
 }
 
 // Server is the running kubelet API.
@@ -105,7 +109,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("kubeletapi: self-signed certificate: %w", err)
 	}
 	s.srv = &http.Server{
-		Handler: s.withAuth(s.mux),
+		Handler: s.traced(s.withAuth(s.mux)),
 		TLSConfig: &tls.Config{
 			Certificates: []tls.Certificate{cert},
 			// Verified by the authenticator, so that a bad certificate is a
@@ -357,4 +361,11 @@ func selfSigned(node string, hosts []string, ips []net.IP) (tls.Certificate, err
 		return tls.Certificate{}, err
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
+}
+
+func (s *Server) traced(h http.Handler) http.Handler {
+	if s.cfg.Trace == nil {
+		return h
+	}
+	return s.cfg.Trace(h, "nodehb")
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/splitlet/splitlet/libs/health"
 	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/messaging"
+	"github.com/splitlet/splitlet/libs/tracing"
 	"github.com/splitlet/splitlet/services/nodehb/internal/kubeletapi"
 	"github.com/splitlet/splitlet/services/nodehb/internal/lease"
 	"github.com/splitlet/splitlet/services/nodehb/internal/nodestatus"
@@ -47,8 +48,8 @@ type Runner struct {
 }
 
 // New builds the stage from the process's parts (fx constructor).
-func New(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.Interface, conn *messaging.Conn, reg prometheus.Registerer) (*Runner, error) {
-	r, err := Build(cfg, common, log, cs, conn.NC, conn.JS, conn.StreamsReady)
+func New(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.Interface, conn *messaging.Conn, reg prometheus.Registerer, tp *tracing.Provider) (*Runner, error) {
+	r, err := Build(cfg, common, log, cs, conn.NC, conn.JS, conn.StreamsReady, tp)
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +65,7 @@ func New(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.Inte
 }
 
 // Build builds the stage; every configuration error names its key.
-func Build(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.Interface, nc *nats.Conn, js jetstream.JetStream, streamsReady func(context.Context) error) (*Runner, error) {
+func Build(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.Interface, nc *nats.Conn, js jetstream.JetStream, streamsReady func(context.Context) error, tp *tracing.Provider) (*Runner, error) {
 	log = log.Named("nodehb")
 	info := nodestatus.SystemInfo(app.Version, common.Runtime, app.Version)
 	desired, err := cfg.desired(common, info)
@@ -119,6 +120,7 @@ func Build(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.In
 		Bus:            bus.NewPublisher(nc, js, common.NodeName, "nodehb"),
 		Log:            log.Named("api"),
 		RequestTimeout: cfg.RequestTimeout,
+		Trace:          tp.Handler,
 	})
 	if err != nil {
 		stopEvents()

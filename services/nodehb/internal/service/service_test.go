@@ -90,7 +90,7 @@ func startStack(t *testing.T, node string, args ...string) *stack {
 	}
 	common := &config.Common{NodeName: node, Runtime: config.RuntimeSim, Partitions: 4, DataDir: t.TempDir()}
 	cs := cp.Clientset()
-	r, err := Build(cfg, common, zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)), cs, nc, js, nil)
+	r, err := Build(cfg, common, zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)), cs, nc, js, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

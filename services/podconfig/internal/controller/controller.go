@@ -9,17 +9,21 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/logging"
+	"github.com/splitlet/splitlet/libs/tracing"
 	"github.com/splitlet/splitlet/services/podconfig/internal/merge"
 )
 
@@ -59,6 +63,10 @@ func WithWaitReady(f func(context.Context) error) Option {
 // WithRegisterer registers the controller's metrics.
 func WithRegisterer(r prometheus.Registerer) Option { return func(c *Controller) { c.reg = r } }
 
+// WithTracer has each pod of an ADD, UPDATE, DELETE or REMOVE open a trace
+// (libs/tracing) that its message carries on; nil or a no-op tracer: none.
+func WithTracer(t trace.Tracer) Option { return func(c *Controller) { c.tracer = t } }
+
 // Controller is the merge loop. Build it with New, register sources with
 // AddSource before Run, and feed it with Submit.
 type Controller struct {
@@ -73,6 +81,7 @@ type Controller struct {
 	waitReady      func(context.Context) error
 	reg            prometheus.Registerer
 	subjects       bus.Subjects
+	tracer         trace.Tracer
 
 	mu      sync.Mutex
 	queue   []merge.Update
@@ -293,7 +302,7 @@ func (c *Controller) publish(ctx context.Context, msgs []merge.Message) bool {
 	send = func(m merge.Message) {
 		k := partKey{m.Source, m.Partition}
 		subject := c.subjects.PodUpdates(m.Partition)
-		f, err := c.publisher(m.Source).PublishAsync(subject, bus.KindPodUpdate, m.Op, &bus.PodUpdate{Pods: derefPods(m.Pods)})
+		f, err := c.publisher(m.Source).PublishAsync(c.traceMessage(ctx, m), subject, bus.KindPodUpdate, m.Op, &bus.PodUpdate{Pods: derefPods(m.Pods)})
 		if errors.Is(err, nats.ErrMaxPayload) {
 			if m.Op != bus.OpSet && len(m.Pods) > 1 {
 				half := len(m.Pods) / 2
@@ -339,6 +348,48 @@ func (c *Controller) publish(ctx context.Context, msgs []merge.Message) bool {
 		}
 	}
 	return ok
+}
+
+// traceMessage opens each pod's span of a message (a new pod's from its
+// first sight to this publish) and returns the context the message
+// carries: the pod's own for one pod, each pod's (tracing.WithPods) for
+// several. SETs and RECONCILEs are resyncs and open none.
+func (c *Controller) traceMessage(ctx context.Context, m merge.Message) context.Context {
+	if c.tracer == nil || m.Op == bus.OpSet || m.Op == bus.OpReconcile {
+		return ctx
+	}
+	now := time.Now()
+	name := "podconfig " + strings.ToLower(string(m.Op))
+	var first context.Context
+	var pods map[string]trace.SpanContext
+	for _, p := range m.Pods {
+		start := now
+		if m.Op == bus.OpAdd {
+			if seen := bus.FirstSeen(p); !seen.IsZero() {
+				start = seen
+			}
+		}
+		pctx, span := c.tracer.Start(ctx, name, trace.WithNewRoot(), trace.WithTimestamp(start),
+			tracing.PodAttributes(p.Namespace, p.Name, string(p.UID)),
+			trace.WithAttributes(tracing.AttrStage.String("podconfig"), tracing.AttrNode.String(c.node), attribute.String("splitlet.source", m.Source)))
+		span.End(trace.WithTimestamp(now))
+		if !span.SpanContext().IsSampled() {
+			continue
+		}
+		if first == nil {
+			first = pctx
+		}
+		if len(m.Pods) > 1 {
+			if pods == nil {
+				pods = map[string]trace.SpanContext{}
+			}
+			pods[string(p.UID)] = span.SpanContext()
+		}
+	}
+	if first == nil {
+		return ctx
+	}
+	return tracing.WithPods(first, pods)
 }
 
 func (c *Controller) publisher(source string) *bus.Publisher {

@@ -120,7 +120,7 @@ func BenchmarkRawJetStream5000(b *testing.B) {
 		want := counter.Load() + benchPods
 		b.StartTimer()
 		for _, p := range pods {
-			if _, err := pub.PublishAsync(subjects.PodUpdates(bus.Partition(string(p.UID), bus.DefaultPartitions)),
+			if _, err := pub.PublishAsync(context.Background(), subjects.PodUpdates(bus.Partition(string(p.UID), bus.DefaultPartitions)),
 				bus.KindPodUpdate, bus.OpAdd, &bus.PodUpdate{Pods: []corev1.Pod{*p}}); err != nil {
 				b.Fatal(err)
 			}

@@ -23,6 +23,7 @@ import (
 	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/logging"
 	"github.com/splitlet/splitlet/libs/messaging"
+	"github.com/splitlet/splitlet/libs/tracing"
 	"github.com/splitlet/splitlet/services/podconfig/internal/controller"
 	"github.com/splitlet/splitlet/services/podconfig/internal/merge"
 	"github.com/splitlet/splitlet/services/podconfig/internal/mirror"
@@ -123,14 +124,21 @@ type Runner struct {
 }
 
 // New builds the stage from the process's common parts.
-func New(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.Interface, conn *messaging.Conn, reg prometheus.Registerer) (*Runner, error) {
-	return Build(cfg, common.NodeName, common.Partitions, log, cs, conn.NC, conn.StreamsReady, reg)
+func New(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.Interface, conn *messaging.Conn, reg prometheus.Registerer, tp *tracing.Provider) (*Runner, error) {
+	var opts []controller.Option
+	if tp.Enabled() {
+		opts = append(opts, controller.WithTracer(tp.Tracer(tracerName)))
+	}
+	return Build(cfg, common.NodeName, common.Partitions, log, cs, conn.NC, conn.StreamsReady, reg, opts...)
 }
+
+// tracerName names the stage's spans' instrumentation scope.
+const tracerName = "github.com/splitlet/splitlet/services/podconfig"
 
 // Build wires the stage; waitStreams (may be nil) is waited for before the
 // first publish.
 func Build(cfg *Config, node string, partitions int, log *zap.Logger, cs kubernetes.Interface, nc *nats.Conn,
-	waitStreams func(context.Context) error, reg prometheus.Registerer) (*Runner, error) {
+	waitStreams func(context.Context) error, reg prometheus.Registerer, extra ...controller.Option) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -142,6 +150,7 @@ func Build(cfg *Config, node string, partitions int, log *zap.Logger, cs kuberne
 	storage := merge.New(partitions, merge.WithMode(mode), merge.WithRecorder(recorder))
 	opts := []controller.Option{controller.WithLogger(log), controller.WithSnapshotPeriod(cfg.SnapshotPeriod),
 		controller.WithStorage(storage), controller.WithWaitReady(waitStreams)}
+	opts = append(opts, extra...)
 	if reg != nil {
 		opts = append(opts, controller.WithRegisterer(reg))
 	}

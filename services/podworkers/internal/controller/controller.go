@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -31,6 +32,7 @@ import (
 	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/logging"
 	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/tracing"
 	"github.com/splitlet/splitlet/services/podworkers/internal/admission"
 	"github.com/splitlet/splitlet/services/podworkers/internal/podsync"
 	"github.com/splitlet/splitlet/services/podworkers/internal/podworkers"
@@ -68,6 +70,10 @@ type Config struct {
 	// far has reached this replica, so that a pod the runtime holds and no
 	// update names is really unwanted; nil: always.
 	CaughtUp func(ctx context.Context, p int) bool
+	// Tracer and Traces: each sync of a pod whose trace came on the bus
+	// is a span of that trace (libs/tracing); nil: no spans.
+	Tracer trace.Tracer
+	Traces *tracing.Pods
 }
 
 type entry struct {
@@ -116,7 +122,7 @@ func New(cfg Config) *Controller {
 	}
 	c := &Controller{cfg: cfg, log: cfg.Log, pods: map[types.UID]*entry{}, tracked: map[types.UID]struct{}{}, used: corev1.ResourceList{}, orphans: map[types.UID]bool{}}
 	c.syncer = podsync.New(cfg.Runtime, orphanFilter{c}, append([]podsync.Option{podsync.WithLogger(cfg.Log)}, cfg.SyncOpts...)...)
-	c.workers = podworkers.New(safeHandler{h: c.syncer, log: cfg.Log, observe: cfg.ObserveSync}, append([]podworkers.Option{podworkers.WithLogger(cfg.Log)}, cfg.WorkerOpts...)...)
+	c.workers = podworkers.New(safeHandler{h: c.syncer, log: cfg.Log, observe: cfg.ObserveSync, tracer: cfg.Tracer, traces: cfg.Traces}, append([]podworkers.Option{podworkers.WithLogger(cfg.Log)}, cfg.WorkerOpts...)...)
 	return c
 }
 
@@ -721,6 +727,27 @@ type safeHandler struct {
 	h       podworkers.SyncHandler
 	log     *zap.Logger
 	observe func(work string, d time.Duration, err error)
+	tracer  trace.Tracer
+	traces  *tracing.Pods
+}
+
+// span opens the span of one sync step of a traced pod; its end makes it
+// the parent of what follows (the status it publishes, the next step).
+func (s safeHandler) span(ctx context.Context, work string, pod *corev1.Pod) (context.Context, func(*error)) {
+	if s.tracer == nil {
+		return ctx, func(*error) {}
+	}
+	uid := string(pod.UID)
+	pctx := s.traces.Context(ctx, uid)
+	if !tracing.Traced(pctx) {
+		return ctx, func(*error) {}
+	}
+	ctx, span := s.tracer.Start(pctx, "podworkers "+work, tracing.PodAttributes(pod.Namespace, pod.Name, uid),
+		trace.WithAttributes(tracing.AttrStage.String("podworkers")))
+	return ctx, func(err *error) {
+		tracing.End(span, *err)
+		s.traces.Continue(uid, span.SpanContext())
+	}
 }
 
 func (s safeHandler) timed(work string, start time.Time, err *error) {
@@ -738,18 +765,24 @@ func (s safeHandler) recover(pod *corev1.Pod, err *error) {
 
 func (s safeHandler) SyncPod(ctx context.Context, t podworkers.UpdateType, pod *corev1.Pod) (res podworkers.SyncResult, err error) {
 	defer s.timed("sync", time.Now(), &err)
+	ctx, end := s.span(ctx, "sync", pod)
+	defer end(&err)
 	defer s.recover(pod, &err)
 	return s.h.SyncPod(ctx, t, pod)
 }
 
 func (s safeHandler) SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, grace int64, kill *podworkers.KillOptions) (err error) {
 	defer s.timed("terminating", time.Now(), &err)
+	ctx, end := s.span(ctx, "terminating", pod)
+	defer end(&err)
 	defer s.recover(pod, &err)
 	return s.h.SyncTerminatingPod(ctx, pod, grace, kill)
 }
 
 func (s safeHandler) SyncTerminatedPod(ctx context.Context, pod *corev1.Pod) (err error) {
 	defer s.timed("terminated", time.Now(), &err)
+	ctx, end := s.span(ctx, "terminated", pod)
+	defer end(&err)
 	defer s.recover(pod, &err)
 	return s.h.SyncTerminatedPod(ctx, pod)
 }

@@ -22,6 +22,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,6 +34,7 @@ import (
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/logging"
 	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/tracing"
 	"github.com/splitlet/splitlet/services/podworkers/internal/podworkers"
 )
 
@@ -324,7 +327,9 @@ func (s *Syncer) start(ctx context.Context, pod *corev1.Pod, c *corev1.Container
 			s.backOff.Next(backOffKey(pod, c), prev.FinishedAt)
 		}
 	}
-	st, err := s.rt.StartContainer(ctx, pod, c, attempt)
+	sctx, span := tracing.Start(ctx, "runtime StartContainer", trace.WithAttributes(attribute.String("k8s.container.name", c.Name), attribute.Int("splitlet.attempt", attempt)))
+	st, err := s.rt.StartContainer(sctx, pod, c, attempt)
+	tracing.End(span, err)
 	s.observeStart(ctx, pod, c, st, err)
 	s.startEvents(ctx, pod, c, st, err)
 	s.noteStart(pod.UID, c.Name, st, err)
@@ -652,14 +657,17 @@ func (s *Syncer) SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, grace 
 			}
 			s.event(pod, c.Name, corev1.EventTypeNormal, EventKilling, "Stopping container %s", c.Name)
 			wg.Add(1)
-			go func(id string) {
+			go func(id, name string) {
 				defer wg.Done()
-				if err := s.rt.StopContainer(ctx, id, left); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+				sctx, span := tracing.Start(ctx, "runtime StopContainer", trace.WithAttributes(attribute.String("k8s.container.name", name)))
+				err := s.rt.StopContainer(sctx, id, left)
+				tracing.End(span, err)
+				if err != nil && !errors.Is(err, runtime.ErrNotFound) {
 					mu.Lock()
 					errs = append(errs, err)
 					mu.Unlock()
 				}
-			}(c.ID)
+			}(c.ID, c.Name)
 		}
 		wg.Wait()
 		if ctx.Err() != nil {

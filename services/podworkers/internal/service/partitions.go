@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +22,7 @@ import (
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/logging"
 	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/tracing"
 	"github.com/splitlet/splitlet/services/podworkers/internal/podsync"
 )
 
@@ -74,11 +78,16 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 		Filters: []string{r.subjects.PodUpdates(p)},
 		AckWait: consumerAckWait,
 		Logger:  log,
-	}, func(_ context.Context, subject string, e *bus.Envelope) error {
+	}, func(mctx context.Context, subject string, e *bus.Envelope) error {
 		u, err := bus.DecodePodUpdate(e)
 		if err != nil {
 			log.Error("dropping malformed pod update", zap.String(logging.FieldSubject, subject), zap.Error(err))
 			return nil
+		}
+		if r.traces != nil {
+			for i := range u.Pods {
+				r.traces.Remember(mctx, string(u.Pods[i].UID))
+			}
 		}
 		return r.gated(p, func() { ctrl.HandleUpdate(e.Source, e.Op, p, u.Pods) })
 	})
@@ -93,12 +102,13 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 		DeliverPolicy: jetstream.DeliverNewPolicy,
 		AckWait:       consumerAckWait,
 		Logger:        log,
-	}, func(_ context.Context, subject string, e *bus.Envelope) error {
+	}, func(mctx context.Context, subject string, e *bus.Envelope) error {
 		pr, err := bus.DecodeProbeResult(e)
 		if err != nil {
 			log.Error("dropping malformed probe result", zap.String(logging.FieldSubject, subject), zap.Error(err))
 			return nil
 		}
+		r.traces.Remember(mctx, string(pr.PodUID))
 		return r.gated(p, func() { ctrl.HandleProbe(pr) })
 	})
 	if err != nil {
@@ -112,7 +122,9 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 			part.reqs.Add(1)
 			go func() {
 				defer part.reqs.Done()
-				err := bus.Recover(r.log, "podworkers-requests", m.Subject, func() { h(pctx, m) })
+				rctx, span := r.requestSpan(pctx, m)
+				err := bus.Recover(r.log, "podworkers-requests", m.Subject, func() { h(rctx, m) })
+				tracing.End(span, err)
 				if err != nil && m.Reply != "" {
 					_ = pub.Send(m.Reply, kind, failure(err.Error()))
 				}
@@ -584,4 +596,19 @@ func (r *Runner) serveStats(rt runtime.Runtime, pub *bus.Publisher, p int, m *na
 	if err := pub.Send(m.Reply, bus.KindStatsResult, res); err != nil {
 		r.log.Warn("cannot answer stats", zap.Error(err))
 	}
+}
+
+// requestSpan opens the span of a runtime request (logs, exec, ...) that
+// carries a trace context (the kubelet API's, from an API server that
+// traces); other requests get a span that records nothing.
+func (r *Runner) requestSpan(ctx context.Context, m *nats.Msg) (context.Context, trace.Span) {
+	ctx = tracing.Extract(ctx, m.Header)
+	if r.tracer == nil || !tracing.Traced(ctx) {
+		return ctx, trace.SpanFromContext(context.Background())
+	}
+	// runtime.<request>.<partition>: the span is named by the request.
+	tokens := strings.Split(m.Subject, ".")
+	request := tokens[max(len(tokens)-2, 0)]
+	return r.tracer.Start(ctx, "podworkers "+request, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(tracing.AttrStage.String("podworkers"), attribute.String("messaging.destination.name", m.Subject)))
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,6 +41,7 @@ import (
 	"github.com/splitlet/splitlet/libs/runtime/cri"
 	"github.com/splitlet/splitlet/libs/runtime/process"
 	"github.com/splitlet/splitlet/libs/runtime/sim"
+	"github.com/splitlet/splitlet/libs/tracing"
 	"github.com/splitlet/splitlet/services/podworkers/internal/admission"
 	"github.com/splitlet/splitlet/services/podworkers/internal/controller"
 	"github.com/splitlet/splitlet/services/podworkers/internal/ownership"
@@ -189,7 +191,14 @@ type Runner struct {
 	gates   []sync.RWMutex
 	kick    chan struct{}
 	metrics *metrics
+	// tracer and traces: spans of the pods whose trace came on the bus
+	// (nil with tracing off).
+	tracer trace.Tracer
+	traces *tracing.Pods
 }
+
+// tracerName names the stage's spans' instrumentation scope.
+const tracerName = "github.com/splitlet/splitlet/services/podworkers"
 
 // partition is what runs for one owned partition.
 type partition struct {
@@ -200,7 +209,7 @@ type partition struct {
 }
 
 // New builds the stage.
-func New(cfg *Config, common *config.Common, log *zap.Logger, conn *messaging.Conn, cs kubernetes.Interface, reg prometheus.Registerer) (*Runner, error) {
+func New(cfg *Config, common *config.Common, log *zap.Logger, conn *messaging.Conn, cs kubernetes.Interface, reg prometheus.Registerer, tp *tracing.Provider) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -221,6 +230,9 @@ func New(cfg *Config, common *config.Common, log *zap.Logger, conn *messaging.Co
 		adopted:  map[int]bool{},
 		gates:    make([]sync.RWMutex, common.Partitions),
 		kick:     make(chan struct{}, 1),
+	}
+	if tp.Enabled() {
+		r.tracer, r.traces = tp.Tracer(tracerName), tracing.NewPods()
 	}
 	m, err := newMetrics(reg, r)
 	if err != nil {
@@ -428,6 +440,7 @@ func (r *Runner) run(ctx context.Context) error {
 	var owned atomic.Pointer[ownership.Manager] // for admission, read before owner is set
 	sink := statuspub.New(pub, r.common.Partitions, r.isActive, r.log.Named("status"))
 	sink.SetWindow(r.cfg.StatusWindow)
+	sink.SetTraces(r.traces)
 	ctrl := controller.New(controller.Config{
 		Runtime:    rt,
 		Sink:       sink,
@@ -444,6 +457,8 @@ func (r *Runner) run(ctx context.Context) error {
 		CaughtUp:     r.caughtUp,
 		WorkerOpts:   []podworkers.Option{podworkers.WithResyncInterval(r.cfg.ResyncInterval), podworkers.WithBackOffPeriod(r.cfg.BackOffPeriod)},
 		SyncOpts:     syncOpts,
+		Tracer:       r.tracer,
+		Traces:       r.traces,
 	})
 	defer owned.Store(nil)
 	owner = ownership.New(ownership.Options{

@@ -28,6 +28,7 @@ import (
 	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/libs/runtime/sim"
 	"github.com/splitlet/splitlet/libs/testenv"
+	"github.com/splitlet/splitlet/libs/tracing"
 )
 
 var (
@@ -215,7 +216,7 @@ func (e *env) startReplicaRuntime(t *testing.T, runtimeName string, mod func(*Co
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(cfg, common, log, conn, controlPlane(t).Clientset(), prometheus.NewRegistry())
+	r, err := New(cfg, common, log, conn, controlPlane(t).Clientset(), prometheus.NewRegistry(), tracing.Noop())
 	if err != nil {
 		t.Fatal(err)
 	}

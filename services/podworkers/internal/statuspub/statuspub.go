@@ -18,6 +18,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/logging"
+	"github.com/splitlet/splitlet/libs/tracing"
 )
 
 // DefaultWindow is how long changes gather before they go out.
@@ -41,7 +42,11 @@ type Publisher struct {
 	forget map[types.UID]struct{}
 	kick   chan struct{}
 	sentN  int
+	traces *tracing.Pods
 }
+
+// SetTraces gives the pods' trace contexts that their statuses carry (before Run).
+func (p *Publisher) SetTraces(t *tracing.Pods) { p.traces = t }
 
 // New returns a publisher; owned gates which partitions it speaks for.
 func New(pub *bus.Publisher, partitions int, owned func(int) bool, log *zap.Logger) *Publisher {
@@ -155,7 +160,8 @@ func (p *Publisher) publish(ctx context.Context, batch []*bus.PodRuntimeStatus) 
 	acks := make([]jetstream.PubAckFuture, len(batch))
 	for i, st := range batch {
 		subj := p.subjects.PodStatus(bus.Partition(string(st.UID), p.partitions))
-		f, err := p.pub.PublishAsync(subj, bus.KindPodRuntimeStatus, "", st)
+		// the status carries the trace of the sync that made it, if any.
+		f, err := p.pub.PublishAsync(p.traces.Context(ctx, string(st.UID)), subj, bus.KindPodRuntimeStatus, "", st)
 		if err != nil {
 			p.log.Warn("cannot publish pod status", append(logging.Pod(st.Namespace, st.Name, string(st.UID)), zap.String(logging.FieldSubject, subj), zap.Error(err))...)
 			errs = append(errs, err)

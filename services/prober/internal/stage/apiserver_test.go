@@ -11,6 +11,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/testenv"
+	"github.com/splitlet/splitlet/libs/tracing"
 	"github.com/splitlet/splitlet/services/prober/internal/stage"
 )
 
@@ -22,7 +23,7 @@ func TestUnhealthyEventInAPIServer(t *testing.T) {
 	cp := testenv.ControlPlaneForTest(t)
 	cs := cp.Clientset()
 	e := newEnvWith(t, func(d stage.Deps) (*stage.Runner, error) {
-		return stage.New(d.Config, d.Common, d.Log, d.NC, d.JS, cs, d.Registerer)
+		return stage.New(d.Config, d.Common, d.Log, d.NC, d.JS, cs, d.Registerer, tracing.Noop())
 	})
 	lp := execProbe("check")
 	lp.FailureThreshold = 1

@@ -6,11 +6,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/logging"
+	"github.com/splitlet/splitlet/libs/tracing"
 )
 
 // outbox publishes probe results in the order they come, one publisher
@@ -23,6 +26,9 @@ type outbox struct {
 	subjects   bus.Subjects
 	partitions int
 	log        *zap.Logger
+	// tracer and traces: a result of a traced pod is a span of its trace.
+	tracer trace.Tracer
+	traces *tracing.Pods
 
 	mu      sync.Mutex
 	pending map[outKey]bus.ProbeResult
@@ -132,7 +138,7 @@ func (o *outbox) flushOnce(ctx context.Context) bool {
 	ok := true
 	for _, r := range batch {
 		subject := o.subjects.ProbeResults(bus.Partition(string(r.PodUID), o.partitions))
-		f, err := o.pub.PublishAsync(subject, bus.KindProbeResult, "", r)
+		f, err := o.pub.PublishAsync(o.trace(ctx, &r), subject, bus.KindProbeResult, "", r)
 		if err != nil {
 			o.log.Warn("cannot publish probe result", append(logging.Pod(r.Namespace, r.Name, string(r.PodUID)),
 				zap.String(logging.FieldSubject, subject), zap.Error(err))...)
@@ -157,4 +163,21 @@ func (o *outbox) flushOnce(ctx context.Context) bool {
 		}
 	}
 	return ok
+}
+
+// trace opens and closes the span of a result of a traced pod, the parent
+// of the result's message; ctx is returned unchanged for other pods.
+func (o *outbox) trace(ctx context.Context, r *bus.ProbeResult) context.Context {
+	if o.tracer == nil {
+		return ctx
+	}
+	uid := string(r.PodUID)
+	pctx := o.traces.Context(ctx, uid)
+	if !tracing.Traced(pctx) {
+		return ctx
+	}
+	pctx, span := o.tracer.Start(pctx, "prober "+string(r.Probe)+" "+string(r.Result), tracing.PodAttributes(r.Namespace, r.Name, uid),
+		trace.WithAttributes(tracing.AttrStage.String("prober"), attribute.String("k8s.container.name", r.Container)))
+	span.End()
+	return pctx
 }

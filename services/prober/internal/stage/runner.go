@@ -23,6 +23,7 @@ import (
 	"github.com/splitlet/splitlet/libs/config"
 	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/logging"
+	"github.com/splitlet/splitlet/libs/tracing"
 	"github.com/splitlet/splitlet/services/prober/internal/probe"
 	"github.com/splitlet/splitlet/services/prober/internal/workers"
 )
@@ -40,6 +41,7 @@ type Runner struct {
 	replicas   int // nats-replicas of the node's streams
 	partitions int
 	log        *zap.Logger
+	traces     *tracing.Pods
 	nc         *nats.Conn
 	js         jetstream.JetStream
 	subjects   bus.Subjects
@@ -68,13 +70,19 @@ type Deps struct {
 	JS         jetstream.JetStream
 	Recorder   record.EventRecorder
 	Registerer prometheus.Registerer
+	// Tracing, if it records, makes each published result a span of its
+	// pod's trace (libs/tracing).
+	Tracing *tracing.Provider
 }
+
+// tracerName names the stage's spans' instrumentation scope.
+const tracerName = "github.com/splitlet/splitlet/services/prober"
 
 // New builds the stage for fx: Events go to the API server.
 func New(cfg *Config, common *config.Common, log *zap.Logger, nc *nats.Conn, js jetstream.JetStream,
-	cs kubernetes.Interface, reg prometheus.Registerer) (*Runner, error) {
+	cs kubernetes.Interface, reg prometheus.Registerer, tp *tracing.Provider) (*Runner, error) {
 	rec, stop := kube.NewRecorder(cs, common.NodeName)
-	r, err := NewWithDeps(Deps{Config: cfg, Common: common, Log: log, NC: nc, JS: js, Recorder: rec, Registerer: reg})
+	r, err := NewWithDeps(Deps{Config: cfg, Common: common, Log: log, NC: nc, JS: js, Recorder: rec, Registerer: reg, Tracing: tp})
 	if err != nil {
 		stop()
 		return nil, err
@@ -104,6 +112,10 @@ func NewWithDeps(d Deps) (*Runner, error) {
 		pub:        bus.NewPublisher(d.NC, d.JS, d.Common.NodeName, d.Config.Instance),
 	}
 	r.out = newOutbox(r.pub, r.subjects, r.partitions, log)
+	if d.Tracing.Enabled() {
+		r.traces = tracing.NewPods()
+		r.out.tracer, r.out.traces = d.Tracing.Tracer(tracerName), r.traces
+	}
 	mgr, err := workers.New(
 		workers.WithLogger(log),
 		workers.WithRecorder(d.Recorder),
@@ -286,12 +298,14 @@ func (r *Runner) onPodUpdate(_ context.Context, subject string, e *bus.Envelope)
 	return nil
 }
 
-func (r *Runner) onStatus(_ context.Context, subject string, e *bus.Envelope) error {
+func (r *Runner) onStatus(ctx context.Context, subject string, e *bus.Envelope) error {
 	st, err := bus.DecodePodRuntimeStatus(e)
 	if err != nil {
 		r.log.Error("dropping bad pod status", zap.String(logging.FieldSubject, subject), zap.Error(err))
 		return nil
 	}
+	// the results that follow this status join the trace it carries.
+	r.traces.Remember(ctx, string(st.UID))
 	r.mgr.UpdateStatus(st)
 	return nil
 }

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -90,7 +91,7 @@ func BenchmarkSteadyStatePatches(b *testing.B) {
 }
 
 func (h *harness) publishStatusAsync(rs *bus.PodRuntimeStatus) {
-	if _, err := h.workers.PublishAsync(bus.For(h.node).PodStatus(h.partition(rs.UID)), bus.KindPodRuntimeStatus, "", rs); err != nil {
+	if _, err := h.workers.PublishAsync(context.Background(), bus.For(h.node).PodStatus(h.partition(rs.UID)), bus.KindPodRuntimeStatus, "", rs); err != nil {
 		h.t.Error(err)
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/config"
 	"github.com/splitlet/splitlet/libs/testenv"
+	"github.com/splitlet/splitlet/libs/tracing"
 )
 
 // One control plane and one NATS server for the package; each test gets its
@@ -205,7 +206,7 @@ func (h *harness) startRunner(o harnessOptions) *Runner {
 	}
 	common := &config.Common{NodeName: h.node, Partitions: h.partitions}
 	r, err := New(&Config{Workers: 4, BatchPeriod: o.batchPeriod, CoalesceDelay: o.coalesceDelay, PendingTTL: time.Minute, ReplayWindow: o.replayWindow},
-		common, o.log, h.kc, h.js, prometheus.NewRegistry())
+		common, o.log, h.kc, h.js, prometheus.NewRegistry(), tracing.Noop())
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -23,6 +24,7 @@ import (
 	"github.com/splitlet/splitlet/libs/config"
 	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/logging"
+	"github.com/splitlet/splitlet/libs/tracing"
 	"github.com/splitlet/splitlet/services/statussync/internal/statusmanager"
 )
 
@@ -83,15 +85,26 @@ type Runner struct {
 	loop    app.Background
 	mu      sync.Mutex
 	manager *statusmanager.Manager
+	// tracer and traces: spans of the pods whose trace came on the bus
+	// (nil with tracing off).
+	tracer trace.Tracer
+	traces *tracing.Pods
 }
 
 // New builds the stage.
-func New(cfg *Config, common *config.Common, log *zap.Logger, kube kubernetes.Interface, js jetstream.JetStream, reg prometheus.Registerer) (*Runner, error) {
+func New(cfg *Config, common *config.Common, log *zap.Logger, kube kubernetes.Interface, js jetstream.JetStream, reg prometheus.Registerer, tp *tracing.Provider) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Runner{cfg: cfg, common: common, log: log.Named("statussync"), kube: kube, js: js, reg: reg}, nil
+	r := &Runner{cfg: cfg, common: common, log: log.Named("statussync"), kube: kube, js: js, reg: reg}
+	if tp.Enabled() {
+		r.tracer, r.traces = tp.Tracer(tracerName), tracing.NewPods()
+	}
+	return r, nil
 }
+
+// tracerName names the stage's spans' instrumentation scope.
+const tracerName = "github.com/splitlet/splitlet/services/statussync"
 
 // Start returns at once; the stage's loops run in the background.
 func (r *Runner) Start(context.Context) error {
@@ -136,6 +149,8 @@ func (r *Runner) run(ctx context.Context) error {
 		Registerer:    r.reg,
 
 		DropPendingOnStop: r.crash,
+		Tracer:            r.tracer,
+		Traces:            r.traces,
 	})
 	if err != nil {
 		return err
@@ -223,7 +238,7 @@ func (r *Runner) consume(ctx context.Context, node string, m *statusmanager.Mana
 		stream, durable string
 		handle          bus.Handler
 	}{
-		{bus.StreamPodUpdates, DurablePodUpdates, func(_ context.Context, subject string, e *bus.Envelope) error {
+		{bus.StreamPodUpdates, DurablePodUpdates, func(mctx context.Context, subject string, e *bus.Envelope) error {
 			if e.Op == bus.OpReconcile {
 				// A status-only change: the spec is the same, and the API
 				// status (readiness gates: NeedToReconcilePodReadiness)
@@ -240,24 +255,31 @@ func (r *Runner) consume(ctx context.Context, node string, m *statusmanager.Mana
 				log.Warn("dropping pod update on a subject without a partition", zap.String(logging.FieldSubject, subject))
 				return nil
 			}
+			if r.traces != nil {
+				for i := range u.Pods {
+					r.traces.Remember(mctx, string(u.Pods[i].UID))
+				}
+			}
 			m.PodUpdate(e.Op, e.Source, p, u.Pods)
 			return nil
 		}},
-		{bus.StreamPodStatus, DurablePodStatus, func(_ context.Context, subject string, e *bus.Envelope) error {
+		{bus.StreamPodStatus, DurablePodStatus, func(mctx context.Context, subject string, e *bus.Envelope) error {
 			rs, err := bus.DecodePodRuntimeStatus(e)
 			if err != nil {
 				log.Warn("dropping malformed runtime status", zap.String(logging.FieldSubject, subject), zap.Error(err))
 				return nil
 			}
+			r.traces.Remember(mctx, string(rs.UID))
 			m.RuntimeStatus(rs)
 			return nil
 		}},
-		{bus.StreamProbes, DurableProbes, func(_ context.Context, subject string, e *bus.Envelope) error {
+		{bus.StreamProbes, DurableProbes, func(mctx context.Context, subject string, e *bus.Envelope) error {
 			pr, err := bus.DecodeProbeResult(e)
 			if err != nil {
 				log.Warn("dropping malformed probe result", zap.String(logging.FieldSubject, subject), zap.Error(err))
 				return nil
 			}
+			r.traces.Remember(mctx, string(pr.PodUID))
 			m.ProbeResult(pr)
 			return nil
 		}},

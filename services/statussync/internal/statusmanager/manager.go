@@ -41,6 +41,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -54,6 +56,7 @@ import (
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/health"
 	"github.com/splitlet/splitlet/libs/logging"
+	"github.com/splitlet/splitlet/libs/tracing"
 	"github.com/splitlet/splitlet/services/statussync/internal/apistatus"
 )
 
@@ -94,6 +97,10 @@ type Options struct {
 	// DropPendingOnStop stops without writing what is still waiting: a
 	// crash, for tests of what a restarted stage recovers.
 	DropPendingOnStop bool
+	// Tracer and Traces: each sync of a pod whose trace came on the bus
+	// is a span of that trace, parent of its API requests; nil: none.
+	Tracer trace.Tracer
+	Traces *tracing.Pods
 }
 
 func (o *Options) defaults() {
@@ -721,7 +728,7 @@ func canBeDeleted(pod *corev1.Pod, st *versioned) bool {
 
 // sync writes a pod's latest version if the API server has not got it, and
 // deletes the pod when it may go (kubelet: syncPod).
-func (m *Manager) sync(ctx context.Context, uid types.UID) error {
+func (m *Manager) sync(ctx context.Context, uid types.UID) (err error) {
 	m.mu.Lock()
 	e := m.entries[uid]
 	if e == nil || e.status == nil || !e.deletedAt.IsZero() {
@@ -729,6 +736,14 @@ func (m *Manager) sync(ctx context.Context, uid types.UID) error {
 		return nil
 	}
 	st := *e.status
+	if m.opts.Tracer != nil {
+		if pctx := m.opts.Traces.Context(ctx, string(uid)); tracing.Traced(pctx) {
+			var span trace.Span
+			ctx, span = m.opts.Tracer.Start(pctx, "statussync sync", tracing.PodAttributes(st.namespace, st.name, string(uid)),
+				trace.WithAttributes(tracing.AttrStage.String("statussync"), attribute.Int64("splitlet.status.version", int64(st.version))))
+			defer func() { tracing.End(span, err) }()
+		}
+	}
 	static := isStatic(m.specOrEmpty(e), e.source)
 	apiVersion := m.apiVersions[uid]
 	target := m.apiCopy(uid, st.namespace, st.name, static)
@@ -809,7 +824,7 @@ func (m *Manager) sync(ctx context.Context, uid types.UID) error {
 		return nil
 	}
 	grace := int64(0)
-	err := m.client.CoreV1().Pods(base.Namespace).Delete(ctx, base.Name, metav1.DeleteOptions{
+	err = m.client.CoreV1().Pods(base.Namespace).Delete(ctx, base.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: &grace,
 		Preconditions:      metav1.NewUIDPreconditions(string(base.UID)),
 	})
