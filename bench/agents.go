@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/splitlet/splitlet/libs/testenv"
+	"github.com/splitlet/splitlet/libs/tracing/tracingtest"
 )
 
 // agent is one contender: it runs a node agent for the named node.
@@ -35,6 +36,8 @@ type agentRun struct {
 	health map[string]string
 	// natsMonitor is the nats-server's monitoring address (split runs).
 	natsMonitor string
+	// cleanups run after the processes stopped (a trace collector).
+	cleanups []func()
 }
 
 // busTraffic is what the nats-server counted: messages and bytes in (published)
@@ -230,6 +233,9 @@ func (r *agentRun) stop() {
 		}
 		_ = p.Process.Kill()
 	}
+	for _, c := range r.cleanups {
+		c()
+	}
 }
 
 func newRun(env *benchEnv, name string) (*agentRun, error) {
@@ -263,8 +269,6 @@ func (r *agentRun) splitletArgs(env *benchEnv, node, dataDir, proc string) ([]st
 		"--runtime=sim",
 		"--data-dir=" + dataDir,
 		"--http-addr=" + addr,
-		"--kube-api-qps=1000",
-		"--kube-api-burst=2000",
 		"--log-level=warn",
 	}
 	if env.profileDir != "" {
@@ -277,8 +281,32 @@ func (r *agentRun) splitletArgs(env *benchEnv, node, dataDir, proc string) ([]st
 var agents = []agent{
 	{name: "split", registersNode: true, start: startSplit},
 	{name: "allinone", registersNode: true, start: startAllInOne},
-	{name: "kwok", start: startKwok},
+	{name: "kwok", start: startKwok(kwokVersion)},
+	{name: "kwok-" + kwokOldVersion, start: startKwok(kwokOldVersion)},
 	{name: "ideal", start: startIdeal},
+	// The split agent with tracing on, every pod's spans sent to a
+	// collector in the bench process that only counts them: the cost of
+	// tracing at a sample rate of 1 % and 100 % (-agents split,split-trace1,split-trace100).
+	{name: "split-trace1", registersNode: true, start: startSplitTraced(0.01)},
+	{name: "split-trace100", registersNode: true, start: startSplitTraced(1)},
+}
+
+// startSplitTraced is startSplit with tracing-endpoint set on every stage.
+func startSplitTraced(rate float64) func(context.Context, *benchEnv, string) (*agentRun, error) {
+	return func(ctx context.Context, env *benchEnv, node string) (*agentRun, error) {
+		col, err := tracingtest.Start(true)
+		if err != nil {
+			return nil, err
+		}
+		r, err := startSplitWith(env, node, fmt.Sprintf("split-trace%g", rate*100),
+			"--tracing-endpoint="+col.URL, fmt.Sprintf("--tracing-sample-rate=%g", rate))
+		if r != nil {
+			r.cleanups = append(r.cleanups, col.Stop)
+		} else {
+			col.Stop()
+		}
+		return r, err
+	}
 }
 
 func startAllInOne(_ context.Context, env *benchEnv, node string) (*agentRun, error) {
@@ -301,7 +329,12 @@ func startAllInOne(_ context.Context, env *benchEnv, node string) (*agentRun, er
 // startSplit runs a real nats-server and the five services as separate
 // processes (podworkers env.scale.replicas times).
 func startSplit(_ context.Context, env *benchEnv, node string) (*agentRun, error) {
-	r, err := newRun(env, "split")
+	return startSplitWith(env, node, "split")
+}
+
+// startSplitWith runs the split agent with extra keys for every stage.
+func startSplitWith(env *benchEnv, node, name string, extra ...string) (*agentRun, error) {
+	r, err := newRun(env, name)
 	if err != nil {
 		return nil, err
 	}
@@ -338,6 +371,7 @@ func startSplit(_ context.Context, env *benchEnv, node string) (*agentRun, error
 			return nil, err
 		}
 		args = append(args, "--nats-url="+natsURL)
+		args = append(args, extra...)
 		switch svc {
 		case "nodehb":
 			_, kport, err := freeAddr()
@@ -366,22 +400,86 @@ func (s scaleOptions) podworkerArgs() []string {
 	return out
 }
 
-func startKwok(_ context.Context, env *benchEnv, node string) (*agentRun, error) {
-	r, err := newRun(env, "kwok")
-	if err != nil {
-		return nil, err
+// The kwok versions of the bench (Makefile bench-tools installs them as
+// bin/kwok and bin/kwok-<old version>).
+const (
+	kwokVersion    = "v0.8.0"
+	kwokOldVersion = "v0.7.0"
+)
+
+// startKwok runs kwok of the version. v0.8.0 ships no default stages (it
+// exits with "no stages found"): it gets the "fast" stages of its own
+// module (kustomize/stage/fast: node/fast, node/heartbeat-with-lease,
+// pod/fast) through --config, which is what v0.7.0 runs by default.
+func startKwok(version string) func(context.Context, *benchEnv, string) (*agentRun, error) {
+	return func(_ context.Context, env *benchEnv, node string) (*agentRun, error) {
+		name, bin := "kwok", filepath.Join(env.binDir, "kwok")
+		if version != kwokVersion {
+			name = "kwok-" + version
+			bin += "-" + version
+		}
+		r, err := newRun(env, name)
+		if err != nil {
+			return nil, err
+		}
+		addr, _, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		args := []string{
+			"--kubeconfig=" + env.kubeconfig,
+			"--manage-single-node=" + node,
+			"--node-ip=127.0.0.1",
+			"--cidr=10.200.0.0/16",
+			"--server-address=" + addr,
+		}
+		if version == kwokVersion {
+			stages, err := kwokFastStages(version, r.dir)
+			if err != nil {
+				return nil, err
+			}
+			args = append(args, "--config="+stages)
+		}
+		return r, r.spawn(env, name, bin, args...)
 	}
-	addr, _, err := freeAddr()
+}
+
+// kwokFastStages writes the stages of kwok's "fast" kustomization, read
+// from its module (downloaded through the Go module proxy), into one
+// multi-document file in dir.
+func kwokFastStages(version, dir string) (string, error) {
+	cmd := exec.Command("go", "mod", "download", "-json", "sigs.k8s.io/kwok@"+version)
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	out, err := cmd.Output()
 	if err != nil {
-		return nil, err
+		return "", fmt.Errorf("kwok %s module: %w", version, err)
 	}
-	return r, r.spawn(env, "kwok", filepath.Join(env.binDir, "kwok"),
-		"--kubeconfig="+env.kubeconfig,
-		"--manage-single-node="+node,
-		"--node-ip=127.0.0.1",
-		"--cidr=10.200.0.0/16",
-		"--server-address="+addr,
-	)
+	var mod struct{ Dir string }
+	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
+		return "", fmt.Errorf("kwok %s module: no directory in %q", version, out)
+	}
+	var docs []string
+	for _, sub := range []string{"node/fast", "node/heartbeat-with-lease", "pod/fast"} {
+		files, err := filepath.Glob(filepath.Join(mod.Dir, "kustomize", "stage", sub, "*.yaml"))
+		if err != nil {
+			return "", err
+		}
+		for _, f := range files {
+			if filepath.Base(f) == "kustomization.yaml" {
+				continue
+			}
+			data, err := os.ReadFile(f)
+			if err != nil {
+				return "", err
+			}
+			docs = append(docs, strings.TrimSpace(string(data)))
+		}
+	}
+	if len(docs) == 0 {
+		return "", fmt.Errorf("kwok %s module: no stages under kustomize/stage", version)
+	}
+	path := filepath.Join(dir, "kwok-fast-stages.yaml")
+	return path, os.WriteFile(path, []byte(strings.Join(docs, "\n---\n")+"\n"), 0o644)
 }
 
 func startIdeal(_ context.Context, env *benchEnv, node string) (*agentRun, error) {

@@ -34,6 +34,7 @@ type Runner struct {
 	subjects   bus.Subjects
 	pub        *bus.Publisher
 	httpGet    string
+	snapshots  *bus.Snapshots
 
 	mu     sync.Mutex
 	pods   map[types.UID]*podEntry
@@ -75,6 +76,7 @@ func New(cfg *Config, common *config.Common, log *zap.Logger, nc *nats.Conn, js 
 		log:        log.Named(Name),
 		js:         js,
 		subjects:   bus.For(common.NodeName),
+		snapshots:  bus.NewSnapshots(),
 		pub:        bus.NewPublisher(nc, js, common.NodeName, cfg.Instance),
 		httpGet:    cfg.HTTPGet,
 		pods:       map[types.UID]*podEntry{},
@@ -186,10 +188,16 @@ func (r *Runner) onPodUpdate(_ context.Context, subject string, e *bus.Envelope)
 		r.log.Error("dropping a PodUpdate that does not decode", zap.String(logging.FieldSubject, subject), zap.Error(err))
 		return nil
 	}
+	// a SET too large for one message comes as SETPARTs: applied whole.
+	op, pods, apply := r.snapshots.Resolve(subject, e, u)
+	if !apply {
+		return nil
+	}
+	u.Pods = pods
 	part, _ := bus.PartitionOf(subject)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if e.Op == bus.OpSet {
+	if op == bus.OpSet {
 		// A SET lists every pod of its source in this partition; the others
 		// of that source and partition are gone.
 		listed := map[types.UID]bool{}
@@ -204,7 +212,7 @@ func (r *Runner) onPodUpdate(_ context.Context, subject string, e *bus.Envelope)
 	}
 	for i := range u.Pods {
 		pod := &u.Pods[i]
-		if e.Op == bus.OpRemove {
+		if op == bus.OpRemove {
 			r.forget(pod.UID)
 			continue
 		}

@@ -120,6 +120,7 @@ func Run(ctx context.Context, binary string, args []string, stderr io.Writer, se
 	}
 	defer func() { _ = log.Sync() }()
 	log = log.With(zap.String(logging.FieldNode, common.NodeName))
+	applyMemoryLimit(common.MemoryLimit, log)
 
 	opts := []fx.Option{
 		fx.WithLogger(func() fxevent.Logger { return logging.FxLogger(log) }),

@@ -56,9 +56,12 @@ const (
 	OpRemove Op = "REMOVE"
 	// OpReconcile carries pods whose status alone changed.
 	OpReconcile Op = "RECONCILE"
+	// OpSetPart carries one part of a SET too large for one message (the
+	// server's max_payload); the parts together are the SET (Snapshots).
+	OpSetPart Op = "SETPART"
 )
 
-var knownOps = map[Op]bool{OpSet: true, OpAdd: true, OpUpdate: true, OpDelete: true, OpRemove: true, OpReconcile: true}
+var knownOps = map[Op]bool{OpSet: true, OpAdd: true, OpUpdate: true, OpDelete: true, OpRemove: true, OpReconcile: true, OpSetPart: true}
 
 // Envelope is the outer form of every message on the bus.
 type Envelope struct {

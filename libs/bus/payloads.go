@@ -14,11 +14,32 @@ import (
 // the subject's partition, and may be empty.
 type PodUpdate struct {
 	Pods []corev1.Pod `json:"pods"`
+	// Snapshot places a SETPART in its snapshot; set only on SETPART.
+	Snapshot *SnapshotPart `json:"snapshot,omitempty"`
+}
+
+// SnapshotPart is where a SETPART message stands in a SET sent in parts.
+type SnapshotPart struct {
+	// ID is the same on every part of one snapshot, and new for each.
+	ID string `json:"id"`
+	// Part counts from 1 to Parts.
+	Part  int `json:"part"`
+	Parts int `json:"parts"`
 }
 
 func (p *PodUpdate) validate(e *Envelope) error {
 	if len(p.Pods) == 0 && e.Op != OpSet {
 		return fieldErr("payload.pods", "empty, only a SET may be empty")
+	}
+	if e.Op == OpSetPart {
+		switch s := p.Snapshot; {
+		case s == nil:
+			return fieldErr("payload.snapshot", "required on a SETPART")
+		case s.ID == "":
+			return fieldErr("payload.snapshot.id", "required")
+		case s.Parts < 2 || s.Part < 1 || s.Part > s.Parts:
+			return fieldErr("payload.snapshot.part", "%d of %d: must be 1 to parts, parts at least 2", s.Part, s.Parts)
+		}
 	}
 	for i := range p.Pods {
 		m := &p.Pods[i].ObjectMeta

@@ -26,6 +26,12 @@ func StreamName(node, what string) string {
 // republished messages.
 const DuplicateWindow = 2 * time.Minute
 
+// StreamMaxBytes bounds each history stream (pod updates, pod status, probe
+// results) besides its age: at twenty thousand pods a node's periodic SETs
+// alone would store gigabytes an hour. The oldest messages go first; a
+// stage that falls that far behind converges on the next SET and status.
+const StreamMaxBytes = 256 << 20
+
 // StreamConfigs returns the streams a node's stages use. Pod updates, pod
 // status and probe results keep an hour of history in files, so a stage that
 // restarts resumes from its durable consumer; the state stream keeps the last
@@ -43,6 +49,7 @@ func StreamConfigs(node string, replicas int) []jetstream.StreamConfig {
 			Retention:   jetstream.LimitsPolicy,
 			Storage:     jetstream.FileStorage,
 			MaxAge:      time.Hour,
+			MaxBytes:    StreamMaxBytes,
 			Discard:     jetstream.DiscardOld,
 			Duplicates:  DuplicateWindow,
 			Replicas:    replicas,
@@ -51,6 +58,7 @@ func StreamConfigs(node string, replicas int) []jetstream.StreamConfig {
 	state := history(StreamState, s.StateAll())
 	state.MaxMsgsPerSubject = 1
 	state.MaxAge = 0
+	state.MaxBytes = 0
 	return []jetstream.StreamConfig{
 		history(StreamPodUpdates, s.PodUpdatesAll()),
 		history(StreamPodStatus, s.PodStatusAll()),
@@ -63,7 +71,7 @@ func StreamConfigs(node string, replicas int) []jetstream.StreamConfig {
 // settings.
 func conforms(have, want jetstream.StreamConfig) bool {
 	return slices.Equal(have.Subjects, want.Subjects) && have.Retention == want.Retention && have.Storage == want.Storage &&
-		have.MaxAge == want.MaxAge && have.Discard == want.Discard && have.Duplicates == want.Duplicates &&
+		have.MaxAge == want.MaxAge && unlimited(have.MaxBytes) == unlimited(want.MaxBytes) && have.Discard == want.Discard && have.Duplicates == want.Duplicates &&
 		have.Replicas == want.Replicas && unlimited(have.MaxMsgsPerSubject) == unlimited(want.MaxMsgsPerSubject)
 }
 

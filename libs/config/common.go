@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"os"
 	"path/filepath"
 	"strings"
@@ -55,6 +56,7 @@ type Common struct {
 	Partitions      int
 	ShutdownTimeout time.Duration
 	Tracing         TracingKeys
+	MemoryLimit     string
 }
 
 // TracingKeys turn OpenTelemetry tracing on (libs/tracing).
@@ -63,13 +65,24 @@ type TracingKeys struct {
 	SampleRate float64
 }
 
+// The API client's limits by runtime: the kubelet's defaults where pods are
+// real (process, cri); on sim, whose pods are simulated for scale tests,
+// limits that let a node start thousands of pods at the API server's pace
+// (kwok, the peer for that use, does not limit itself to the kubelet's).
+const (
+	kubeletQPS   float32 = 50
+	kubeletBurst         = 100
+	simQPS       float32 = 1000
+	simBurst             = 2000
+)
+
 // RegisterFlags adds the common keys to fs.
 func (c *Common) RegisterFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.ConfigFile, FileKey, "", "YAML file with any of these keys (flags and "+EnvPrefix+"* variables win over it)")
 	fs.StringVar(&c.NodeName, "node-name", defaultNodeName(), "name of the Node this agent runs")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: KUBECONFIG, in-cluster, then ~/.kube/config, as kubectl does")
-	fs.Float32Var(&c.KubeAPIQPS, "kube-api-qps", 50, "queries per second to the API server (kubelet default)")
-	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", 100, "burst of queries to the API server (kubelet default)")
+	fs.Float32Var(&c.KubeAPIQPS, "kube-api-qps", 0, fmt.Sprintf("queries per second to the API server; 0: by runtime, %v on process and cri (the kubelet's default), %v on sim (simulated pods are for scale tests)", kubeletQPS, simQPS))
+	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", 0, fmt.Sprintf("burst of queries to the API server; 0: by runtime, %d on process and cri (the kubelet's default), %d on sim", kubeletBurst, simBurst))
 	fs.Var(newEnum(&c.KubeAPIContent, ContentProtobuf, ContentProtobuf, ContentJSON), "kube-api-content-type", "encoding of requests to the API server: "+ContentProtobuf+" (kubelet default) or "+ContentJSON)
 	fs.StringVar(&c.NATSURL, "nats-url", "", "NATS server URL(s), comma separated, credentials in the URL; empty: run an embedded server")
 	fs.IntVar(&c.NATSReplicas, "nats-replicas", 1, "replicas of the node's streams and of the pod workers' lease bucket: 1, or 3 (or 5) on a NATS cluster of that many servers, so that losing a server loses nothing; every stage of a node must agree")
@@ -88,6 +101,7 @@ func (c *Common) RegisterFlags(fs *pflag.FlagSet) {
 	fs.Var(newEnum(&c.LogFormat, "json", "json", "console"), "log-format", "json or console")
 	fs.IntVar(&c.Partitions, "partitions", 16, "bus partitions of the node's pods; every stage of a node must agree")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown may take to drain in-flight work")
+	fs.StringVar(&c.MemoryLimit, "memory-limit", "auto", "the Go runtime's soft memory limit (GOMEMLIMIT) of this process: a quantity (512Mi), none, or auto: 90% of the container's memory limit (cgroup memory.max) when it has one, else none; a GOMEMLIMIT in the environment wins")
 	fs.StringVar(&c.Tracing.Endpoint, "tracing-endpoint", "", "OTLP/HTTP collector for traces of each pod across the stages (http://127.0.0.1:4318, or host:port); empty: tracing off")
 	fs.Float64Var(&c.Tracing.SampleRate, "tracing-sample-rate", 1, "share of pods traced when tracing-endpoint is set, 0 to 1 (traces begun elsewhere follow their parent's decision)")
 }
@@ -100,8 +114,20 @@ func (c *Common) Complete() error {
 	if c.Partitions < 1 || c.Partitions > 1024 {
 		return fmt.Errorf("invalid value %d for partitions: must be 1 to 1024", c.Partitions)
 	}
-	if c.KubeAPIQPS <= 0 || c.KubeAPIBurst <= 0 {
-		return fmt.Errorf("invalid kube-api-qps/kube-api-burst %v/%d: must be positive", c.KubeAPIQPS, c.KubeAPIBurst)
+	if c.KubeAPIQPS < 0 || c.KubeAPIBurst < 0 {
+		return fmt.Errorf("invalid kube-api-qps/kube-api-burst %v/%d: must be positive (or 0: by runtime)", c.KubeAPIQPS, c.KubeAPIBurst)
+	}
+	if c.KubeAPIQPS == 0 {
+		c.KubeAPIQPS = kubeletQPS
+		if c.Runtime == RuntimeSim {
+			c.KubeAPIQPS = simQPS
+		}
+	}
+	if c.KubeAPIBurst == 0 {
+		c.KubeAPIBurst = kubeletBurst
+		if c.Runtime == RuntimeSim {
+			c.KubeAPIBurst = simBurst
+		}
 	}
 	if c.NATSReplicas < 1 || c.NATSReplicas > 5 {
 		return fmt.Errorf("invalid value %d for nats-replicas: must be 1 to 5", c.NATSReplicas)
@@ -120,6 +146,11 @@ func (c *Common) Complete() error {
 	}
 	if c.Runtime == RuntimeCRI && !strings.HasPrefix(c.CRIEndpoint, "unix://") && !strings.HasPrefix(c.CRIEndpoint, "/") {
 		return fmt.Errorf("invalid value %q for cri-endpoint: must be a unix:// socket", c.CRIEndpoint)
+	}
+	if c.MemoryLimit != "auto" && c.MemoryLimit != "none" {
+		if q, err := resource.ParseQuantity(c.MemoryLimit); err != nil || q.Sign() <= 0 {
+			return fmt.Errorf("invalid value %q for memory-limit: a positive quantity (512Mi), auto or none", c.MemoryLimit)
+		}
 	}
 	if c.Tracing.SampleRate < 0 || c.Tracing.SampleRate > 1 {
 		return fmt.Errorf("invalid value %v for tracing-sample-rate: must be 0 to 1", c.Tracing.SampleRate)

@@ -67,8 +67,36 @@ nodehb.labels: [a=1, b=2]
 	if strings.Join(k.labels, ",") != "a=1,b=2" {
 		t.Errorf("labels %v from a YAML list", k.labels)
 	}
-	if k.common.KubeAPIQPS != 50 || k.common.KubeAPIBurst != 100 || k.common.Runtime != "sim" {
+	if k.common.KubeAPIQPS != 0 || k.common.KubeAPIBurst != 0 || k.common.Runtime != "sim" {
 		t.Errorf("defaults lost: %+v", k.common)
+	}
+}
+
+// TestAPILimitsByRuntime: kube-api-qps/burst left at 0 take the kubelet's
+// limits where pods are real and the scale-test limits on sim; a value set
+// is kept whatever the runtime.
+func TestAPILimitsByRuntime(t *testing.T) {
+	for _, c := range []struct {
+		runtime   string
+		qps       float32
+		burst     int
+		wantQPS   float32
+		wantBurst int
+	}{
+		{config.RuntimeSim, 0, 0, 1000, 2000},
+		{config.RuntimeProcess, 0, 0, 50, 100},
+		{config.RuntimeCRI, 0, 0, 50, 100},
+		{config.RuntimeSim, 20, 0, 20, 2000},
+		{config.RuntimeCRI, 0, 7, 50, 7},
+	} {
+		common := config.Common{NodeName: "n", Partitions: 16, NATSReplicas: 1, ShutdownTimeout: time.Second,
+			Runtime: c.runtime, CRIEndpoint: config.DefaultCRIEndpoint, KubeAPIQPS: c.qps, KubeAPIBurst: c.burst, Tracing: config.TracingKeys{SampleRate: 1}}
+		if err := common.Complete(); err != nil {
+			t.Fatal(err)
+		}
+		if common.KubeAPIQPS != c.wantQPS || common.KubeAPIBurst != c.wantBurst {
+			t.Errorf("%s with %v/%d: %v/%d, want %v/%d", c.runtime, c.qps, c.burst, common.KubeAPIQPS, common.KubeAPIBurst, c.wantQPS, c.wantBurst)
+		}
 	}
 }
 

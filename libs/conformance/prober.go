@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/splitlet/splitlet/libs/bus"
@@ -49,8 +50,10 @@ const quiet = 2500 * time.Millisecond
 //   - lifecycle/new-container-id: a restarted container (new ID) is probed
 //     and its results carry the new ID.
 //   - lifecycle/remove-stops-probing, lifecycle/terminated-stops-probing,
-//     lifecycle/set-without-pod-stops-probing: no results for a pod that is
-//     gone (REMOVE, terminated: true, absent from its source's SET).
+//     lifecycle/set-without-pod-stops-probing,
+//     lifecycle/setpart-without-pod-stops-probing: no results for a pod
+//     that is gone (REMOVE, terminated: true, absent from its source's SET,
+//     whether sent whole or in SETPARTs).
 //   - lifecycle/deleting-stops-liveness: no liveness Failure for a pod
 //     being deleted (DELETE with deletionTimestamp).
 //   - lifecycle/malformed-input: messages that do not decode are dropped
@@ -101,6 +104,24 @@ func Prober(t *testing.T, tg Target, opts ...Option) {
 		h.proberStops(t, probes, func(t *testing.T, pod *corev1.Pod, st *bus.PodRuntimeStatus) consumed {
 			subject := h.subjects.PodUpdates(h.partition(string(pod.UID)))
 			h.publish(t, h.api, subject, bus.KindPodUpdate, bus.OpSet, &bus.PodUpdate{Pods: []corev1.Pod{}})
+			return consumed{bus.StreamPodUpdates, DurableProberPodUpdates, subject}
+		})
+	})
+	h.run(t, "lifecycle/setpart-without-pod-stops-probing", false, func(t *testing.T) {
+		h.proberStops(t, probes, func(t *testing.T, pod *corev1.Pod, st *bus.PodRuntimeStatus) consumed {
+			// a SET in two parts (SETPART) of two pods without probes: the
+			// probed pod is in neither part, so it is gone.
+			subject := h.subjects.PodUpdates(h.partition(string(pod.UID)))
+			var others []corev1.Pod
+			for i := range 2 {
+				o := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: fmt.Sprintf("%s-other-%d", pod.Name, i),
+					UID: types.UID(fmt.Sprintf("%s-other-%d", pod.UID, i))}, Spec: corev1.PodSpec{NodeName: h.tg.Node,
+					Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+				others = append(others, o)
+			}
+			for _, part := range bus.SetParts(others, 2, string(pod.UID)) {
+				h.publish(t, h.api, subject, bus.KindPodUpdate, bus.OpSetPart, &part)
+			}
 			return consumed{bus.StreamPodUpdates, DurableProberPodUpdates, subject}
 		})
 	})

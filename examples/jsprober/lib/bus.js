@@ -9,7 +9,7 @@ export const KINDS = new Set([
   "LogsRequest", "LogsChunk", "ExecRequest", "ExecResult", "StatsRequest", "StatsResult",
   "StreamRequest", "StreamResult",
 ]);
-export const OPS = new Set(["SET", "ADD", "UPDATE", "DELETE", "REMOVE", "RECONCILE"]);
+export const OPS = new Set(["SET", "ADD", "UPDATE", "DELETE", "REMOVE", "RECONCILE", "SETPART"]);
 
 export const nodeToken = (node) => node.replaceAll(".", "_");
 
@@ -119,7 +119,41 @@ export function decodePodUpdate(e) {
   const pods = optArray(e.payload, "pods", "payload.pods");
   if (pods.length === 0 && e.op !== "SET") throw new DecodeError("payload.pods", "empty, only a SET may be empty");
   pods.forEach((p, i) => checkPod(p, `payload.pods[${i}]`));
-  return { pods };
+  if (e.op !== "SETPART") return { pods };
+  const s = e.payload.snapshot;
+  if (!isObject(s)) throw new DecodeError("payload.snapshot", "required on a SETPART");
+  if (!isString(s.id) || s.id === "") throw new DecodeError("payload.snapshot.id", "required");
+  if (!Number.isInteger(s.part) || !Number.isInteger(s.parts) || s.parts < 2 || s.part < 1 || s.part > s.parts) {
+    throw new DecodeError("payload.snapshot.part", `${s.part} of ${s.parts}: must be 1 to parts, parts at least 2`);
+  }
+  return { pods, snapshot: s };
+}
+
+// Snapshots puts the parts of a SET sent as SETPARTs back together, per
+// subject and source (docs/bus.md, "PodUpdate operations"): resolve returns
+// the operation and pods to apply, or null while parts are still to come.
+// Parts come in order; a snapshot missing one is dropped.
+export class Snapshots {
+  constructor() {
+    this.pending = new Map();
+  }
+
+  resolve(subject, e, u) {
+    if (e.op !== "SETPART") return { op: e.op, pods: u.pods };
+    const key = `${subject} ${e.source}`;
+    const s = u.snapshot;
+    if (s.part === 1) this.pending.set(key, { id: s.id, next: 1, pods: [] });
+    const p = this.pending.get(key);
+    if (!p || p.id !== s.id || p.next !== s.part) {
+      this.pending.delete(key);
+      return null;
+    }
+    p.pods.push(...u.pods);
+    p.next++;
+    if (s.part < s.parts) return null;
+    this.pending.delete(key);
+    return { op: "SET", pods: p.pods };
+  }
 }
 
 export function decodePodRuntimeStatus(e) {

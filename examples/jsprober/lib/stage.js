@@ -18,6 +18,7 @@ export class Stage {
     this.subjects = bus.subjects(this.node);
     this.pub = new bus.Publisher(nc, js, this.node, cfg.instance);
     this.mgr = new Manager({ log, sink: (r) => this.put(r), exec: (w, cmd, t) => this.exec(w, cmd, t) });
+    this.snapshots = new bus.Snapshots();
     this.consumers = [];
     this.ready = false;
     this.lastError = "not consuming the bus yet";
@@ -80,7 +81,10 @@ export class Stage {
       this.log.error("dropping bad pod update", { subject, error: err.message });
       return;
     }
-    switch (e.op) {
+    const r = this.snapshots.resolve(subject, e, u);
+    if (r === null) return;
+    u = { pods: r.pods };
+    switch (r.op) {
       case "REMOVE":
         for (const p of u.pods) this.mgr.removePod(p.metadata.uid);
         break;

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -310,6 +311,16 @@ func (c *Controller) publish(ctx context.Context, msgs []merge.Message) bool {
 				send(merge.Message{Source: m.Source, Op: m.Op, Partition: m.Partition, Pods: m.Pods[half:]})
 				return
 			}
+			if m.Op == bus.OpSet && len(m.Pods) > 1 {
+				fs, err := c.publishSetParts(ctx, subject, m)
+				for _, f := range fs {
+					futures = append(futures, future{k, f})
+				}
+				if err != nil {
+					fail(k, subject, err)
+				}
+				return
+			}
 			c.log.Error("pod update larger than the server's max_payload, dropped",
 				zap.String(logging.FieldSubject, subject), zap.String("source", m.Source), zap.String("op", string(m.Op)),
 				zap.Int("pods", len(m.Pods)), zap.Int64("maxPayload", c.nc.MaxPayload()))
@@ -390,6 +401,38 @@ func (c *Controller) traceMessage(ctx context.Context, m merge.Message) context.
 		return ctx
 	}
 	return tracing.WithPods(first, pods)
+}
+
+// publishSetParts sends a SET too large for one message as SETPARTs of one
+// snapshot (docs/bus.md), in twice as many parts as long as a part is still
+// too large. A part left half-sent by a larger one is harmless: receivers
+// drop a snapshot whose parts do not all follow in order.
+func (c *Controller) publishSetParts(ctx context.Context, subject string, m merge.Message) ([]jetstream.PubAckFuture, error) {
+	pub := c.publisher(m.Source)
+	pods := derefPods(m.Pods)
+	var futures []jetstream.PubAckFuture
+	for n := 2; n <= len(pods); n *= 2 {
+		id := strconv.FormatInt(time.Now().UnixNano(), 36)
+		fits := true
+		for _, part := range bus.SetParts(pods, n, id) {
+			f, err := pub.PublishAsync(ctx, subject, bus.KindPodUpdate, bus.OpSetPart, &part)
+			if errors.Is(err, nats.ErrMaxPayload) {
+				fits = false
+				break
+			}
+			if err != nil {
+				return futures, err
+			}
+			futures = append(futures, f)
+		}
+		if fits {
+			c.published.WithLabelValues(m.Source, string(bus.OpSetPart)).Add(float64(n))
+			return futures, nil
+		}
+	}
+	c.log.Error("a pod larger than the server's max_payload; the SET is dropped",
+		zap.String(logging.FieldSubject, subject), zap.String("source", m.Source), zap.Int("pods", len(m.Pods)), zap.Int64("maxPayload", c.nc.MaxPayload()))
+	return futures, nil
 }
 
 func (c *Controller) publisher(source string) *bus.Publisher {

@@ -126,30 +126,9 @@ func TestBatchCoalescing(t *testing.T) {
 // leaves as several messages, every pod delivered once.
 func TestOversizedBatchIsSplit(t *testing.T) {
 	const node = "node-split"
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
-		StoreDir: t.TempDir(), MaxPayload: 32 * 1024, NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := smallPayloadBus(t, node)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := bus.EnsureStreams(ctx, js, node); err != nil {
-		t.Fatal(err)
-	}
 	c, err := New(nc, node, 1, WithSnapshotPeriod(time.Hour))
 	if err != nil {
 		t.Fatal(err)
@@ -197,5 +176,102 @@ func TestOversizedBatchIsSplit(t *testing.T) {
 		if n != 1 {
 			t.Fatalf("pod %s delivered %d times", uid, n)
 		}
+	}
+}
+
+// smallPayloadBus is a NATS server with a 32 KiB max_payload and the
+// node's streams.
+func smallPayloadBus(t *testing.T, node string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
+		StoreDir: t.TempDir(), MaxPayload: 32 * 1024, NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := bus.EnsureStreams(ctx, js, node); err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
+// TestOversizedSetIsSentInParts: the periodic SET of a partition larger
+// than max_payload leaves as SETPARTs of one snapshot, which a receiver
+// (bus.Snapshots) puts back together into a SET of every pod, once.
+func TestOversizedSetIsSentInParts(t *testing.T) {
+	const node = "node-setpart"
+	nc, js := smallPayloadBus(t, node)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := New(nc, node, 1, WithSnapshotPeriod(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.AddSource(merge.SourceAPI)
+	var pods []*corev1.Pod
+	for i := 0; i < 150; i++ {
+		pods = append(pods, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%d", i), Namespace: "default",
+			UID: types.UID(fmt.Sprintf("uid-%d", i)), Annotations: map[string]string{"pad": strings.Repeat("x", 1000)}}})
+	}
+	// a SET marks the source seen: its pods are then re-sent every period.
+	c.Submit(merge.Update{Source: merge.SourceAPI, Op: bus.OpSet, Pods: pods})
+	rctx, rcancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(rctx); close(done) }()
+	t.Cleanup(func() { rcancel(); <-done })
+
+	cons, err := js.OrderedConsumer(ctx, bus.StreamName(node, bus.StreamPodUpdates), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps := bus.NewSnapshots()
+	parts := 0
+	for {
+		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+		if err != nil {
+			t.Fatalf("no complete SET after %d SETPARTs: %v", parts, err)
+		}
+		e, err := bus.Decode(m.Data())
+		if err != nil {
+			t.Fatal(err)
+		}
+		pu, err := bus.DecodePodUpdate(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Op == bus.OpSet {
+			t.Fatalf("a SET of %d pods in one message under a 32 KiB max_payload", len(pu.Pods))
+		}
+		if e.Op != bus.OpSetPart {
+			continue
+		}
+		parts++
+		op, got, apply := snaps.Resolve(m.Subject(), e, pu)
+		if !apply {
+			continue
+		}
+		seen := map[types.UID]int{}
+		for _, p := range got {
+			seen[p.UID]++
+		}
+		if op != bus.OpSet || len(got) != len(pods) || len(seen) != len(pods) {
+			t.Fatalf("assembled %s of %d pods (%d distinct) from %d parts, want SET of %d", op, len(got), len(seen), parts, len(pods))
+		}
+		return
 	}
 }

@@ -89,7 +89,11 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 				r.traces.Remember(mctx, string(u.Pods[i].UID))
 			}
 		}
-		return r.gated(p, func() { ctrl.HandleUpdate(e.Source, e.Op, p, u.Pods) })
+		op, pods, apply := r.snapshots.Resolve(subject, e, u)
+		if !apply {
+			return nil
+		}
+		return r.gated(p, func() { ctrl.HandleUpdate(e.Source, op, p, pods) })
 	})
 	if err != nil {
 		return fail(err)

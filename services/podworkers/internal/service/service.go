@@ -195,6 +195,8 @@ type Runner struct {
 	// (nil with tracing off).
 	tracer trace.Tracer
 	traces *tracing.Pods
+	// snapshots puts SETs sent in parts back together.
+	snapshots *bus.Snapshots
 }
 
 // tracerName names the stage's spans' instrumentation scope.
@@ -230,6 +232,8 @@ func New(cfg *Config, common *config.Common, log *zap.Logger, conn *messaging.Co
 		adopted:  map[int]bool{},
 		gates:    make([]sync.RWMutex, common.Partitions),
 		kick:     make(chan struct{}, 1),
+
+		snapshots: bus.NewSnapshots(),
 	}
 	if tp.Enabled() {
 		r.tracer, r.traces = tp.Tracer(tracerName), tracing.NewPods()

@@ -42,6 +42,7 @@ type Runner struct {
 	partitions int
 	log        *zap.Logger
 	traces     *tracing.Pods
+	snapshots  *bus.Snapshots
 	nc         *nats.Conn
 	js         jetstream.JetStream
 	subjects   bus.Subjects
@@ -110,6 +111,7 @@ func NewWithDeps(d Deps) (*Runner, error) {
 		js:         d.JS,
 		subjects:   bus.For(d.Common.NodeName),
 		pub:        bus.NewPublisher(d.NC, d.JS, d.Common.NodeName, d.Config.Instance),
+		snapshots:  bus.NewSnapshots(),
 	}
 	r.out = newOutbox(r.pub, r.subjects, r.partitions, log)
 	if d.Tracing.Enabled() {
@@ -276,7 +278,12 @@ func (r *Runner) onPodUpdate(_ context.Context, subject string, e *bus.Envelope)
 		r.log.Error("dropping bad pod update", zap.String(logging.FieldSubject, subject), zap.Error(err))
 		return nil
 	}
-	switch e.Op {
+	op, pods, apply := r.snapshots.Resolve(subject, e, u)
+	if !apply {
+		return nil
+	}
+	u.Pods = pods
+	switch op {
 	case bus.OpRemove:
 		for i := range u.Pods {
 			r.mgr.RemovePod(u.Pods[i].UID)

@@ -222,6 +222,7 @@ func (r *Runner) consume(ctx context.Context, node string, m *statusmanager.Mana
 	// consumer, so that a message replayed is not applied again after a
 	// newer one.
 	seen := map[string]*bus.Dedup{}
+	snapshots := bus.NewSnapshots()
 	once := func(stream string, h bus.Handler) bus.Handler {
 		d := bus.NewDedup()
 		seen[stream] = d
@@ -260,7 +261,11 @@ func (r *Runner) consume(ctx context.Context, node string, m *statusmanager.Mana
 					r.traces.Remember(mctx, string(u.Pods[i].UID))
 				}
 			}
-			m.PodUpdate(e.Op, e.Source, p, u.Pods)
+			op, pods, apply := snapshots.Resolve(subject, e, u)
+			if !apply {
+				return nil
+			}
+			m.PodUpdate(op, e.Source, p, pods)
 			return nil
 		}},
 		{bus.StreamPodStatus, DurablePodStatus, func(mctx context.Context, subject string, e *bus.Envelope) error {
