@@ -33,7 +33,7 @@ func main() {
 	var (
 		pods        = flag.Int("pods", 5000, "pods per agent")
 		concurrency = flag.Int("concurrency", 20, "concurrent pod creations")
-		which       = flag.String("agents", "split,allinone,kwok,ideal", "agents to run, in order")
+		which       = flag.String("agents", "split,allinone,kwok,kwok-v0.7.0,ideal", "agents to run, in order (also: split-trace1, split-trace100: split with tracing at 1 % and 100 %)")
 		outDir      = flag.String("out", "bench/out", "where the JSON figures go")
 		scalePods   = flag.Int("scale-pods", 2000, "pods of the scaling case (0: skip it)")
 		stages      = flag.Bool("stages", true, "also run the stage cases (each stage's own benchmark)")

@@ -1,14 +1,12 @@
 package jsprober_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/splitlet/splitlet/libs/app/apptest"
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/conformance"
 	"github.com/splitlet/splitlet/libs/discovery"
@@ -49,7 +48,7 @@ func startJSProber(t *testing.T, args ...string) {
 		t.Fatalf("examples/jsprober/node_modules is missing: run `npm ci --prefix examples/jsprober` (or `make jsprober-deps`) first (%v)", err)
 	}
 	cmd := exec.Command(node, append([]string{filepath.Join(dir, "prober.js"), "--data-dir=" + t.TempDir()}, args...)...)
-	logs := &lockedBuffer{}
+	logs := &apptest.Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -148,21 +147,4 @@ func checkDiscovery(t *testing.T, nc *nats.Conn, node string, st discovery.Stage
 	if len(stats.Endpoints) != 1 || json.Unmarshal(stats.Endpoints[0].Data, &data) != nil || data.Implementation != "jsprober" || !data.Ready {
 		t.Errorf("$SRV.STATS: want one endpoint whose data is jsprober's ready StageStatus, got %s", m.Data)
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

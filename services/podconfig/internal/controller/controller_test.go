@@ -129,21 +129,7 @@ func TestOversizedBatchIsSplit(t *testing.T) {
 	nc, js := smallPayloadBus(t, node)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := New(nc, node, 1, WithSnapshotPeriod(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.AddSource(merge.SourceAPI)
-	var pods []*corev1.Pod
-	for i := 0; i < 150; i++ {
-		pods = append(pods, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%d", i), Namespace: "default",
-			UID: types.UID(fmt.Sprintf("uid-%d", i)), Annotations: map[string]string{"pad": strings.Repeat("x", 1000)}}})
-	}
-	c.Submit(merge.Update{Source: merge.SourceAPI, Op: bus.OpAdd, Pods: pods})
-	rctx, rcancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { c.Run(rctx); close(done) }()
-	t.Cleanup(func() { rcancel(); <-done })
+	pods := runPadded(t, nc, node, time.Hour, bus.OpAdd)
 
 	seen := map[types.UID]int{}
 	msgs := 0
@@ -218,22 +204,8 @@ func TestOversizedSetIsSentInParts(t *testing.T) {
 	nc, js := smallPayloadBus(t, node)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := New(nc, node, 1, WithSnapshotPeriod(300*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.AddSource(merge.SourceAPI)
-	var pods []*corev1.Pod
-	for i := 0; i < 150; i++ {
-		pods = append(pods, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%d", i), Namespace: "default",
-			UID: types.UID(fmt.Sprintf("uid-%d", i)), Annotations: map[string]string{"pad": strings.Repeat("x", 1000)}}})
-	}
 	// a SET marks the source seen: its pods are then re-sent every period.
-	c.Submit(merge.Update{Source: merge.SourceAPI, Op: bus.OpSet, Pods: pods})
-	rctx, rcancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { c.Run(rctx); close(done) }()
-	t.Cleanup(func() { rcancel(); <-done })
+	pods := runPadded(t, nc, node, 300*time.Millisecond, bus.OpSet)
 
 	cons, err := js.OrderedConsumer(ctx, bus.StreamName(node, bus.StreamPodUpdates), jetstream.OrderedConsumerConfig{})
 	if err != nil {
@@ -274,4 +246,27 @@ func TestOversizedSetIsSentInParts(t *testing.T) {
 		}
 		return
 	}
+}
+
+// runPadded runs a controller of one partition with the given snapshot
+// period, submits 150 pods of about 1 KB each from the api source with op,
+// and returns them.
+func runPadded(t *testing.T, nc *nats.Conn, node string, period time.Duration, op bus.Op) []*corev1.Pod {
+	t.Helper()
+	c, err := New(nc, node, 1, WithSnapshotPeriod(period))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.AddSource(merge.SourceAPI)
+	var pods []*corev1.Pod
+	for i := 0; i < 150; i++ {
+		pods = append(pods, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%d", i), Namespace: "default",
+			UID: types.UID(fmt.Sprintf("uid-%d", i)), Annotations: map[string]string{"pad": strings.Repeat("x", 1000)}}})
+	}
+	c.Submit(merge.Update{Source: merge.SourceAPI, Op: op, Pods: pods})
+	rctx, rcancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(rctx); close(done) }()
+	t.Cleanup(func() { rcancel(); <-done })
+	return pods
 }
