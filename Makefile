@@ -17,11 +17,13 @@ LDFLAGS := -s -w -X github.com/splitlet/splitlet/libs/app.Version=$(VERSION)
 FUZZTIME ?= 10s
 TESTFLAGS ?=
 
-.PHONY: help build test e2e up down run bench bench-go bench-tools faults nats-server images testenv vet fuzz clean jsprober-deps
+.PHONY: help build test e2e up down run bench bench-go bench-tools faults nats-server images testenv vet fuzz clean jsprober-deps jaeger images-tracing image-jaeger
 
 # Peers and parts of the benchmark, installed with `go install` into bin/.
 NATS_SERVER_VERSION := v2.15.2
 KWOK_VERSION := v0.7.0
+# Jaeger v2 (the module's v1.x tags carry the v2 binary, cmd/jaeger): make jaeger.
+JAEGER_VERSION := v1.76.0
 BENCHFLAGS ?=
 
 help:
@@ -32,7 +34,8 @@ help:
 	@echo "make faults   the fault suite: SIGKILL of each stage, NATS down, pod workers lost, on sim, process and CRI (FAULTSFLAGS=\"-pods 500 -cases ...\")"
 	@echo "make images   FROM scratch images of the binaries (needs a Docker engine and busybox-static)"
 	@echo "make e2e      the images, then the end-to-end tests on the compose stack (deploy/compose)"
-	@echo "make up       the compose stack (STACKFLAGS=\"--podworkers=3 --tcpprober|--jsprober|--allinone --cri --nats-cluster\"); make down"
+	@echo "make up       the compose stack (STACKFLAGS=\"--podworkers=3 --tcpprober|--jsprober|--allinone --cri --nats-cluster --tracing\"); make down"
+	@echo "make images-tracing  make images and splitlet/jaeger:dev (Jaeger, for --tracing; make image-jaeger alone)"
 	@echo "make testenv  build etcd and kube-apiserver into bin/ (skipped when the pinned versions are there)"
 	@echo "make vet      go vet and gofmt"
 	@echo "make jsprober-deps  npm ci of examples/jsprober (the JavaScript prober's nats client; make test and make images run it)"
@@ -57,7 +60,8 @@ test: testenv build nats-server jsprober-deps
 # make up / make down: the compose stack (deploy/compose) without the docker
 # compose CLI; STACKFLAGS="--podworkers=3", "--tcpprober", "--jsprober" or "--allinone",
 # "--cri" (pods in the host's containerd) and "--nats-cluster" (three NATS
-# servers, streams at three replicas).
+# servers, streams at three replicas), "--tracing" (Jaeger on :16686, every
+# stage and kube-apiserver sending it spans; builds splitlet/jaeger if missing).
 STACKFLAGS ?=
 up: images
 	$(GO) run ./e2e/cmd/stack up $(STACKFLAGS)
@@ -124,6 +128,28 @@ nats-server:
 # needs a running Docker engine and Debian's busybox-static.
 images: build testenv nats-server jsprober-deps
 	@hack/images.sh $(BIN)
+
+# make jaeger: Jaeger v2 into bin/, an OpenTelemetry Collector distribution
+# (deploy/compose/jaeger.yaml). Its go.mod has a replace directive, which go
+# install refuses, so it is built in its module's directory (go mod download
+# fetches it from the module proxy when the cache lacks it), with the version
+# stamped where `jaeger version` reads it.
+JAEGER_MOD := github.com/jaegertracing/jaeger
+jaeger:
+	@[ -x $(BIN)/jaeger ] && $(BIN)/jaeger version 2>/dev/null | grep -q '"gitVersion":"$(JAEGER_VERSION)"' || { \
+		echo "building jaeger $(JAEGER_VERSION) (a few minutes)"; mkdir -p $(BIN); \
+		dir=$$(GOWORK=off GOFLAGS=-mod=mod $(GO) mod download -json $(JAEGER_MOD)@$(JAEGER_VERSION) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p'); \
+		cd "$$dir" && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath \
+			-ldflags '-s -w -X $(JAEGER_MOD)/internal/version.latestVersion=$(JAEGER_VERSION)' -o $(BIN)/jaeger ./cmd/jaeger; }
+
+# make images-tracing: make images, and splitlet/jaeger:dev (make
+# image-jaeger alone), which make images and make e2e leave out: building
+# Jaeger takes minutes. JAEGER_UI_ASSETS=<built jaeger-ui> puts the real UI
+# in the image (docs/experiments.md).
+images-tracing: images image-jaeger
+
+image-jaeger: jaeger
+	@hack/images.sh $(BIN) jaeger
 
 # make jsprober-deps: examples/jsprober's node_modules, exactly as its
 # package-lock.json pins them (needs node and npm, and the npm registry).

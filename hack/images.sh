@@ -15,8 +15,15 @@
 #   splitlet/jsprober:TAG    examples/jsprober: this host's node, the shared
 #                            libraries ldd lists for it, the prober's JS and
 #                            its node_modules
+#
+# `images.sh BIN_DIR jaeger` (make images-tracing) builds only
+#   splitlet/jaeger:TAG      bin/jaeger (make jaeger), + controlplane for its
+#                            health check, + the jaeger-ui assets of the
+#                            directory JAEGER_UI_ASSETS names, when set
+# which make images leaves out: building Jaeger takes minutes.
 set -euo pipefail
-bin=${1:?usage: images.sh BIN_DIR}
+bin=${1:?usage: images.sh BIN_DIR [jaeger]}
+only=${2:-}
 bin=$(cd "$bin" && pwd)
 tag=${IMAGE_TAG:-dev}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,21 +33,27 @@ if ! docker info >/dev/null 2>&1; then
 	echo "images: no Docker engine answers; start dockerd first" >&2
 	exit 1
 fi
+if [[ -n "$only" && "$only" != jaeger ]]; then
+	echo "images: unknown image set $only (only jaeger)" >&2
+	exit 2
+fi
 busybox=${BUSYBOX:-$(command -v busybox || true)}
 # A static busybox: ldd says "not a dynamic executable" and fails.
-if [[ -z "$busybox" ]] || ldd "$busybox" >/dev/null 2>&1; then
+if [[ -z "$only" ]] && { [[ -z "$busybox" ]] || ldd "$busybox" >/dev/null 2>&1; }; then
 	echo "images: a static busybox is needed (Debian: apt-get install busybox-static)" >&2
 	exit 1
 fi
-for need in etcd kube-apiserver nats-server splitlet nodehb podconfig podworkers prober statussync; do
-	[[ -x "$bin/$need" ]] || { echo "images: $bin/$need missing (make build testenv nats-server)" >&2; exit 1; }
+needs="etcd kube-apiserver nats-server splitlet nodehb podconfig podworkers prober statussync"
+[[ "$only" == jaeger ]] && needs=jaeger
+for need in $needs; do
+	[[ -x "$bin/$need" ]] || { echo "images: $bin/$need missing (make build testenv nats-server, or make jaeger)" >&2; exit 1; }
 done
 
 ldflags="-s -w"
 echo "images: building controlplane"
 CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$bin/controlplane" ./tools/controlplane
 have_tcpprober=false
-if [[ -d examples/tcpprober/cmd/tcpprober ]]; then
+if [[ -z "$only" && -d examples/tcpprober/cmd/tcpprober ]]; then
 	echo "images: building tcpprober"
 	CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$bin/tcpprober" ./examples/tcpprober/cmd/tcpprober
 	have_tcpprober=true
@@ -83,6 +96,34 @@ DOCKERFILE
 	fi
 	rm -rf "$ctx"
 }
+
+if [[ "$only" == jaeger ]]; then
+	ctx="$work/jaeger"
+	mkdir -p "$ctx/rootfs/tmp"
+	chmod 1777 "$ctx/rootfs/tmp"
+	cp "$bin/jaeger" "$bin/controlplane" "$ctx/rootfs/"
+	ui_env=
+	if [[ -n "${JAEGER_UI_ASSETS:-}" ]]; then
+		[[ -f "$JAEGER_UI_ASSETS/index.html" ]] || { echo "images: JAEGER_UI_ASSETS=$JAEGER_UI_ASSETS has no index.html" >&2; exit 1; }
+		cp -r "$JAEGER_UI_ASSETS" "$ctx/rootfs/jaeger-ui"
+		ui_env="ENV JAEGER_UI_ASSETS=/jaeger-ui"
+		echo "images: jaeger with the UI assets of $JAEGER_UI_ASSETS"
+	else
+		echo "images: jaeger with its placeholder UI (JAEGER_UI_ASSETS unset; the API works)"
+	fi
+	cat >"$ctx/Dockerfile" <<DOCKERFILE
+FROM scratch
+COPY rootfs/ /
+$ui_env
+ENTRYPOINT ["/jaeger"]
+DOCKERFILE
+	echo "images: splitlet/jaeger:$tag"
+	if ! DOCKER_BUILDKIT=0 docker build -q -t "splitlet/jaeger:$tag" "$ctx" >"$work/jaeger.log" 2>&1; then
+		cat "$work/jaeger.log" >&2
+		exit 1
+	fi
+	exit 0
+fi
 
 for s in nodehb podconfig prober statussync; do
 	image "$s" "$s" no "$s"

@@ -20,10 +20,20 @@ const nodeIdentity = "node"
 // apiIdentity is the API server user and groups of an identity: nodehb,
 // podconfig and statussync run as the node (Node authorizer, as a kubelet
 // does); podworkers and prober with their roles of deploy/rbac, which
-// give them less than the node's.
-func apiIdentity(id, node string) (user string, groups []string) {
+// give them less than the node's. With traced, statussync is in
+// system:monitoring too: kube-apiserver continues an incoming trace context
+// only for system:masters and system:monitoring (a node's request starts a
+// trace of its own, linked), and statussync's patches are where the API
+// server's spans join a pod's trace. The group adds read access to
+// /metrics and the health endpoints, nothing else.
+func apiIdentity(id, node string, traced bool) (user string, groups []string) {
 	switch id {
-	case bus.StageNodehb, bus.StagePodconfig, bus.StageStatussync, nodeIdentity:
+	case bus.StageStatussync:
+		if traced {
+			return "system:node:" + node, []string{"system:nodes", "system:monitoring"}
+		}
+		return "system:node:" + node, []string{"system:nodes"}
+	case bus.StageNodehb, bus.StagePodconfig, nodeIdentity:
 		return "system:node:" + node, []string{"system:nodes"}
 	default:
 		return "splitlet:" + id, nil
@@ -35,7 +45,7 @@ func apiIdentity(id, node string) (user string, groups []string) {
 // permissions) and its TLS certificate and key for 127.0.0.1. Seeds are
 // kept across starts; kubeconfigs are signed anew by the kept CA, so that
 // old and new ones both work.
-func writeIdentities(cp *testenv.ControlPlane, dir, natsDir, node string) error {
+func writeIdentities(cp *testenv.ControlPlane, dir, natsDir, node string, traced bool) error {
 	for _, id := range append(bus.Identities(), nodeIdentity) {
 		d := filepath.Join(dir, id)
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -47,7 +57,7 @@ func writeIdentities(cp *testenv.ControlPlane, dir, natsDir, node string) error 
 		if id == bus.AdminIdentity {
 			continue
 		}
-		user, groups := apiIdentity(id, node)
+		user, groups := apiIdentity(id, node, traced)
 		cfg, err := cp.ClientConfig(user, groups...)
 		if err != nil {
 			return err

@@ -81,6 +81,7 @@ type runOptions struct {
 	identities  string
 	natsDir     string
 	node        string
+	tracing     string
 }
 
 func parseRun(args []string) (runOptions, error) {
@@ -95,6 +96,7 @@ func parseRun(args []string) (runOptions, error) {
 	fs.StringVar(&o.identities, "identities-dir", "", "write one identity directory per stage here (kubeconfig, nats.nk, ca.crt); empty: none")
 	fs.StringVar(&o.natsDir, "nats-dir", "", "with --identities-dir: nats-server's auth.conf, server.crt and server.key go here")
 	fs.StringVar(&o.node, "node-name", "", "with --identities-dir: the node the identities are for")
+	fs.StringVar(&o.tracing, "tracing-config-file", "", "kube-apiserver's --tracing-config-file (a TracingConfiguration: its spans go to that OTLP gRPC endpoint); statussync's identity joins system:monitoring, whose trace context kube-apiserver continues")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -145,7 +147,11 @@ func runCmd(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(out, "controlplane: starting kube-apiserver on 127.0.0.1:%d against etcd %s\n", o.port, o.etcdURL)
-	cp, err := testenv.StartControlPlane(ctx, testenv.ControlPlaneOptions{Dir: dir, Port: o.port, EtcdURL: o.etcdURL, KeepCredentials: true})
+	cpOpts := testenv.ControlPlaneOptions{Dir: dir, Port: o.port, EtcdURL: o.etcdURL, KeepCredentials: true}
+	if o.tracing != "" {
+		cpOpts.APIServerArgs = []string{"--tracing-config-file=" + o.tracing}
+	}
+	cp, err := testenv.StartControlPlane(ctx, cpOpts)
 	if err != nil {
 		return err
 	}
@@ -156,7 +162,7 @@ func runCmd(ctx context.Context, args []string, out io.Writer) error {
 		}
 	}
 	if o.identities != "" {
-		if err := writeIdentities(cp, o.identities, o.natsDir, o.node); err != nil {
+		if err := writeIdentities(cp, o.identities, o.natsDir, o.node, o.tracing != ""); err != nil {
 			return fmt.Errorf("identities: %w", err)
 		}
 	}

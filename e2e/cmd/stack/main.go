@@ -2,7 +2,7 @@
 // compose CLI (Debian's docker.io has none): it drives the same files through
 // the compose library that the end-to-end tests use. `make up`, `make down`.
 //
-//	go run ./e2e/cmd/stack up [--podworkers=N] [--tcpprober | --jsprober | --allinone] [--cri] [--nats-cluster]
+//	go run ./e2e/cmd/stack up [--podworkers=N] [--tcpprober | --jsprober | --allinone] [--cri] [--nats-cluster] [--tracing]
 //	go run ./e2e/cmd/stack down
 //
 // With the docker compose CLI (v2.20 or later) the same files work directly;
@@ -14,9 +14,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -28,7 +30,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 || (os.Args[1] != "up" && os.Args[1] != "down") {
-		fmt.Fprintln(os.Stderr, "usage: stack up [--podworkers=N] [--tcpprober | --jsprober | --allinone] [--cri] [--nats-cluster] | stack down")
+		fmt.Fprintln(os.Stderr, "usage: stack up [--podworkers=N] [--tcpprober | --jsprober | --allinone] [--cri] [--nats-cluster] [--tracing] | stack down")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
@@ -40,6 +42,7 @@ func main() {
 	allinone := fs.Bool("allinone", false, "the all-in-one binary instead of the five stages (compose.allinone.yaml)")
 	cri := fs.Bool("cri", false, "pods as real containers of the host's containerd (compose.cri.yaml; containerd at $SPLITLET_CONTAINERD_ADDRESS or /run/containerd/containerd.sock)")
 	natsCluster := fs.Bool("nats-cluster", false, "NATS as a three-server cluster, streams at three replicas (compose.natscluster.yaml)")
+	tracing := fs.Bool("tracing", false, "Jaeger, and every stage and kube-apiserver sending it spans (compose.tracing.yaml; builds splitlet/jaeger with make image-jaeger when missing)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "how long up may wait for every service to be healthy")
 	_ = fs.Parse(os.Args[2:])
 	if n := btoi(*tcpprober) + btoi(*jsprober) + btoi(*allinone); n > 1 {
@@ -48,6 +51,10 @@ func main() {
 	}
 	if *allinone && (*cri || *natsCluster) {
 		fmt.Fprintln(os.Stderr, "stack: --allinone runs its own embedded NATS and the process runtime; --cri and --nats-cluster apply to the five stages")
+		os.Exit(2)
+	}
+	if *allinone && *tracing {
+		fmt.Fprintln(os.Stderr, "stack: --tracing applies to the five stages, not --allinone")
 		os.Exit(2)
 	}
 	// No reaper container: it would have to be pulled; `stack down` cleans up.
@@ -65,6 +72,9 @@ func main() {
 	if *cri {
 		files = append(files, filepath.Join(*dir, "compose.cri.yaml"))
 	}
+	if *tracing || os.Args[1] == "down" {
+		files = append(files, filepath.Join(*dir, "compose.tracing.yaml"))
+	}
 	if *natsCluster || os.Args[1] == "down" {
 		// (down: its servers and volumes go too, whichever way it came up)
 		files = append(files, filepath.Join(*dir, "compose.natscluster.yaml"))
@@ -80,6 +90,12 @@ func main() {
 		}
 		fmt.Printf("stack: containerd at %s has the busybox and sandbox images\n", cd.Address)
 		_ = os.Setenv(testenv.ContainerdAddressEnv, cd.Address)
+	}
+	if *tracing && os.Args[1] == "up" {
+		if err := ensureJaegerImage(ctx, *dir); err != nil {
+			fmt.Fprintf(os.Stderr, "stack up --tracing: %v\n", err)
+			os.Exit(1)
+		}
 	}
 	if err := run(ctx, os.Args[1], *project, files, *podworkers, *timeout, *dir); err != nil {
 		fmt.Fprintf(os.Stderr, "stack %s: %v\n", os.Args[1], err)
@@ -115,7 +131,28 @@ func run(ctx context.Context, cmd, project string, files []string, podworkers in
 		kubeconfig = filepath.Join(v, "kubeconfig")
 	}
 	fmt.Printf("stack %s: up and healthy in %v\n  kubectl --kubeconfig %s get nodes\n", project, time.Since(start).Round(time.Second), kubeconfig)
+	if slices.Contains(files, filepath.Join(dir, "compose.tracing.yaml")) {
+		fmt.Printf("  traces: the Jaeger UI at http://127.0.0.1:16686 (API: http://127.0.0.1:16686/api/traces?service=podconfig)\n")
+	}
 	return nil
+}
+
+// ensureJaegerImage builds splitlet/jaeger (make image-jaeger in the checkout
+// dir belongs to) when the Docker engine does not have it: make images
+// leaves it out.
+func ensureJaegerImage(ctx context.Context, dir string) error {
+	tag := os.Getenv("SPLITLET_TAG")
+	if tag == "" {
+		tag = "dev"
+	}
+	if exec.CommandContext(ctx, "docker", "image", "inspect", "splitlet/jaeger:"+tag).Run() == nil {
+		return nil
+	}
+	fmt.Printf("stack: no splitlet/jaeger:%s image; make image-jaeger (building Jaeger takes a few minutes the first time)\n", tag)
+	cmd := exec.CommandContext(ctx, "make", "-C", filepath.Join(dir, "..", ".."), "image-jaeger")
+	cmd.Env = append(os.Environ(), "IMAGE_TAG="+tag)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	return cmd.Run()
 }
 
 func btoi(b bool) int {
