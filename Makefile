@@ -21,7 +21,10 @@ TESTFLAGS ?=
 
 # Peers and parts of the benchmark, installed with `go install` into bin/.
 NATS_SERVER_VERSION := v2.15.2
-KWOK_VERSION := v0.7.0
+# kwok: the newest (bin/kwok) and the one before it (bin/kwok-<version>),
+# two rows of the benchmark; bench/agents.go names the same versions.
+KWOK_VERSION := v0.8.0
+KWOK_OLD_VERSION := v0.7.0
 # Jaeger v2 (the module's v1.x tags carry the v2 binary, cmd/jaeger): make jaeger.
 JAEGER_VERSION := v1.76.0
 BENCHFLAGS ?=
@@ -119,6 +122,9 @@ bench-go:
 bench-tools: nats-server
 	@[ -x $(BIN)/kwok ] && $(BIN)/kwok --version 2>/dev/null | grep -q '$(KWOK_VERSION)' || \
 		{ echo "installing kwok $(KWOK_VERSION)"; GOWORK=off GOBIN=$(BIN) CGO_ENABLED=0 $(GO) install sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION); }
+	@[ -x $(BIN)/kwok-$(KWOK_OLD_VERSION) ] && $(BIN)/kwok-$(KWOK_OLD_VERSION) --version 2>/dev/null | grep -q '$(KWOK_OLD_VERSION)' || \
+		{ echo "installing kwok $(KWOK_OLD_VERSION)"; tmp=$$(mktemp -d); GOWORK=off GOBIN=$$tmp CGO_ENABLED=0 $(GO) install sigs.k8s.io/kwok/cmd/kwok@$(KWOK_OLD_VERSION) && \
+		mv $$tmp/kwok $(BIN)/kwok-$(KWOK_OLD_VERSION); rm -rf $$tmp; }
 
 nats-server:
 	@[ -x $(BIN)/nats-server ] && $(BIN)/nats-server --version | grep -q '$(NATS_SERVER_VERSION)' || \
