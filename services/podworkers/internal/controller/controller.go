@@ -298,6 +298,12 @@ func isTerminal(p *corev1.Pod) bool {
 func (c *Controller) admit(p *corev1.Pod) admission.Result {
 	c.mu.Lock()
 	used := c.used.DeepCopy()
+	var local []*corev1.Pod
+	for uid, e := range c.pods {
+		if e.counted && uid != p.UID {
+			local = append(local, e.pod)
+		}
+	}
 	c.mu.Unlock()
 	var others []*corev1.Pod
 	if c.cfg.OtherPods != nil {
@@ -313,7 +319,7 @@ func (c *Controller) admit(p *corev1.Pod) admission.Result {
 			}
 		}
 	}
-	r := c.cfg.Admit.Admit(&admission.Attributes{Pod: p, OtherPods: others, Used: used})
+	r := c.cfg.Admit.Admit(&admission.Attributes{Pod: p, OtherPods: others, Used: used, Local: local})
 	if r.Admit {
 		c.mu.Lock()
 		if e, ok := c.pods[p.UID]; ok && !e.counted {

@@ -430,6 +430,12 @@ func (r *Runner) run(ctx context.Context) error {
 		}
 		return fallback
 	}
+	thisNode := func() *corev1.Node {
+		if n, err := nodeLister.Get(node); err == nil {
+			return n
+		}
+		return nil
+	}
 
 	recorder, stopRecorder := kube.NewRecorder(r.cs, node)
 	defer stopRecorder()
@@ -448,7 +454,7 @@ func (r *Runner) run(ctx context.Context) error {
 	ctrl := controller.New(controller.Config{
 		Runtime:    rt,
 		Sink:       sink,
-		Admit:      admission.Chain{admission.Validate(), admission.ResourceFit(allocatable)},
+		Admit:      admission.Chain{admission.Validate(), admission.ResourceFit(allocatable), admission.NodePredicates(thisNode)},
 		Recorder:   recorder,
 		Partitions: r.common.Partitions,
 		Log:        r.log,

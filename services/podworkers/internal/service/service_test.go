@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -373,7 +374,11 @@ func TestCrashLoopBackOffGrows(t *testing.T) {
 
 func TestAdmissionRejectsOversizedPod(t *testing.T) {
 	e := newEnv(t, "pw-admit")
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: e.node}}
+	// labels and a NoExecute taint for the predicates below, there before
+	// the replica's node informer syncs.
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: e.node, Labels: map[string]string{"disk": "ssd"}},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "example.com/drain", Effect: corev1.TaintEffectNoExecute}}}}
+	tolerate := []corev1.Toleration{{Key: "example.com/drain", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}}
 	n, err := e.cs.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -387,7 +392,7 @@ func TestAdmissionRejectsOversizedPod(t *testing.T) {
 	e.startReplica(t, config.RuntimeSim, nil)
 	req := func(cpu string) func(*corev1.Pod) {
 		return func(p *corev1.Pod) {
-			p.Spec.NodeName = e.node
+			p.Spec.NodeName, p.Spec.Tolerations = e.node, tolerate
 			p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}
 		}
 	}
@@ -419,6 +424,37 @@ func TestAdmissionRejectsOversizedPod(t *testing.T) {
 	// the small pod was not disturbed.
 	if st, _ := e.get(small.UID); !containerRunning(st) {
 		t.Fatalf("small pod %+v", st)
+	}
+
+	// the node's other predicates, each with the kubelet's reason and Event.
+	bound := func(mod func(*corev1.Pod)) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Spec.NodeName, p.Spec.Tolerations = e.node, tolerate
+			mod(p)
+		}
+	}
+	withPort := func(p *corev1.Pod) {
+		p.Spec.Containers[0].Ports = []corev1.ContainerPort{{HostPort: 18080, ContainerPort: 80}}
+	}
+	web := newPod(t, e.cs, "web", bound(withPort))
+	clash := newPod(t, e.cs, "clash", bound(withPort))
+	hdd := newPod(t, e.cs, "hdd", bound(func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"disk": "hdd"} }))
+	intolerant := newPod(t, e.cs, "intolerant", bound(func(p *corev1.Pod) { p.Spec.Tolerations = nil }))
+	e.send(bus.OpAdd, web)
+	eventually(t, 30*time.Second, "pod with a host port running", func() bool { st, _ := e.get(web.UID); return containerRunning(st) })
+	e.send(bus.OpAdd, clash, hdd, intolerant)
+	for _, c := range []struct {
+		pod    *corev1.Pod
+		reason string
+	}{{clash, "NodePorts"}, {hdd, "NodeAffinity"}, {intolerant, "TaintToleration"}} {
+		eventually(t, 30*time.Second, c.pod.Name+" rejected with "+c.reason, func() bool {
+			st, _ := e.get(c.pod.UID)
+			return st != nil && st.Phase == corev1.PodFailed && st.Reason == c.reason && strings.HasPrefix(st.Message, "Pod was rejected: Predicate "+c.reason+" failed: ")
+		})
+		eventually(t, 30*time.Second, c.reason+" event on "+c.pod.Name, func() bool {
+			evs, err := e.cs.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(c.pod.UID)})
+			return err == nil && slices.ContainsFunc(evs.Items, func(ev corev1.Event) bool { return ev.Reason == c.reason && ev.Type == corev1.EventTypeWarning })
+		})
 	}
 }
 
