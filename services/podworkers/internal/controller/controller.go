@@ -424,16 +424,31 @@ func (c *Controller) HandlePodSyncByUID(uid types.UID) {
 // HandleProbe acts on a prober result: a liveness failure of the current
 // container kills and restarts it.
 func (c *Controller) HandleProbe(r *bus.ProbeResult) {
-	if r.Probe != bus.ProbeLiveness || r.Result != bus.ProbeFailure || r.ContainerID == "" {
+	// kubelet: a container that failed its liveness or (past its threshold)
+	// startup probe is killed, and restarted as its pod's policy says.
+	var probe string
+	switch r.Probe {
+	case bus.ProbeLiveness:
+		probe = "liveness"
+	case bus.ProbeStartup:
+		probe = "startup"
+	}
+	if probe == "" || r.Result != bus.ProbeFailure || r.ContainerID == "" {
 		return
 	}
 	for _, cs := range c.cfg.Runtime.PodContainers(r.PodUID) {
 		if cs.ID == r.ContainerID && cs.State == runtime.StateRunning {
-			c.log.Info("liveness probe failed", append(logging.Pod(r.Namespace, r.Name, string(r.PodUID)), zap.String("container", r.Container), zap.String("message", r.Message))...)
+			c.log.Info(probe+" probe failed", append(logging.Pod(r.Namespace, r.Name, string(r.PodUID)), zap.String("container", r.Container), zap.String("message", r.Message))...)
+			var grace *int64
 			if p, ok := c.workers.Pod(r.PodUID); ok {
-				c.cfg.Recorder.Eventf(kube.ContainerRef(p, r.Container), corev1.EventTypeNormal, "Killing", "Container %s failed liveness probe, will be restarted", r.Container)
+				msg := fmt.Sprintf("Container %s failed %s probe", r.Container, probe)
+				if p.Spec.RestartPolicy != corev1.RestartPolicyNever {
+					msg += ", will be restarted"
+				}
+				c.cfg.Recorder.Eventf(kube.ContainerRef(p, r.Container), corev1.EventTypeNormal, "Killing", "%s", msg)
+				grace = probeGrace(p, r.Container, r.Probe)
 			}
-			c.syncer.LivenessFailed(cs.ID)
+			c.syncer.ProbeFailed(cs.ID, grace)
 			c.HandlePodSyncByUID(r.PodUID)
 			return
 		}
@@ -791,4 +806,22 @@ func (s safeHandler) SyncTerminatedPod(ctx context.Context, pod *corev1.Pod) (er
 	defer end(&err)
 	defer s.recover(pod, &err)
 	return s.h.SyncTerminatedPod(ctx, pod)
+}
+
+// probeGrace is the terminationGracePeriodSeconds of the container's probe
+// of that type, if it sets one.
+func probeGrace(p *corev1.Pod, container string, probe bus.ProbeType) *int64 {
+	for _, c := range append(p.Spec.InitContainers[:len(p.Spec.InitContainers):len(p.Spec.InitContainers)], p.Spec.Containers...) {
+		if c.Name != container {
+			continue
+		}
+		pr := c.LivenessProbe
+		if probe == bus.ProbeStartup {
+			pr = c.StartupProbe
+		}
+		if pr != nil {
+			return pr.TerminationGracePeriodSeconds
+		}
+	}
+	return nil
 }

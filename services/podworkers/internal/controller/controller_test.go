@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/runtime"
@@ -61,21 +62,30 @@ func isRunning(st *bus.PodRuntimeStatus) bool {
 }
 
 func start(t testing.TB, rt runtime.Runtime, s *sink, alloc string) *Controller {
-	c, stop := startStoppable(t, rt, s, alloc)
+	return startWith(t, rt, s, alloc, nil)
+}
+
+// startWith is start with the configuration changed by mod.
+func startWith(t testing.TB, rt runtime.Runtime, s *sink, alloc string, mod func(*Config)) *Controller {
+	c, stop := startStoppable(t, rt, s, alloc, mod)
 	t.Cleanup(stop)
 	return c
 }
 
-func startStoppable(t testing.TB, rt runtime.Runtime, s *sink, alloc string) (*Controller, func()) {
+func startStoppable(t testing.TB, rt runtime.Runtime, s *sink, alloc string, mod func(*Config)) (*Controller, func()) {
 	a, err := admission.ParseResourceList(alloc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := New(Config{
+	cfg := Config{
 		Runtime: rt, Sink: s, Partitions: 1, Housekeeping: 20 * time.Millisecond,
 		Admit:      admission.Chain{admission.Validate(), admission.ResourceFit(func() corev1.ResourceList { return a })},
 		WorkerOpts: []podworkers.Option{podworkers.WithBackOffPeriod(20 * time.Millisecond)},
-	})
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	c := New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); c.Run(ctx) }()
@@ -180,6 +190,59 @@ func TestLivenessFailureRestartsCurrentContainerOnly(t *testing.T) {
 	})
 }
 
+// TestStartupFailureKillsPerRestartPolicy: a startup probe that failed
+// (past its threshold) kills the container, as a liveness failure does;
+// restartPolicy Never leaves it stopped, and the Killing Event says so.
+func TestStartupFailureKillsPerRestartPolicy(t *testing.T) {
+	s := newSink()
+	rt := fakeruntime.New()
+	rec := record.NewFakeRecorder(10)
+	c := startWith(t, rt, s, "cpu=4,pods=10", func(cfg *Config) { cfg.Recorder = rec })
+	one := int64(1)
+	always, never := pod("sa", ""), pod("sn", "")
+	always.Spec.TerminationGracePeriodSeconds, never.Spec.TerminationGracePeriodSeconds = &one, &one
+	never.Spec.RestartPolicy = corev1.RestartPolicyNever
+	// the probe's own grace wins over the pod's (kubelet: probe-level
+	// terminationGracePeriodSeconds).
+	three := int64(3)
+	always.Spec.Containers[0].StartupProbe = &corev1.Probe{TerminationGracePeriodSeconds: &three,
+		ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}
+	c.HandleUpdate("api", bus.OpAdd, 0, []corev1.Pod{always, never})
+	eventually(t, "running", func() bool { return isRunning(s.get("sa")) && isRunning(s.get("sn")) })
+	idA, idN := s.get("sa").ContainerStatuses[0].ContainerID, s.get("sn").ContainerStatuses[0].ContainerID
+	c.HandleProbe(&bus.ProbeResult{PodUID: "sa", Container: "c", ContainerID: idA, Probe: bus.ProbeStartup, Result: bus.ProbeFailure})
+	c.HandleProbe(&bus.ProbeResult{PodUID: "sn", Container: "c", ContainerID: idN, Probe: bus.ProbeStartup, Result: bus.ProbeFailure})
+	eventually(t, "restarted under Always", func() bool {
+		st := s.get("sa")
+		return isRunning(st) && st.ContainerStatuses[0].ContainerID != idA && st.ContainerStatuses[0].RestartCount == 1
+	})
+	if g, ok := rt.GraceOf(idA); !ok || g != 3*time.Second {
+		t.Errorf("kill of a container whose startup probe sets 3 s of grace: %v (stopped %v)", g, ok)
+	}
+	if g, ok := rt.GraceOf(idN); ok && g != time.Second {
+		t.Errorf("kill with the pod's grace of 1 s: %v", g)
+	}
+	eventually(t, "stopped under Never", func() bool {
+		st := s.get("sn")
+		return st != nil && len(st.ContainerStatuses) == 1 && st.ContainerStatuses[0].State.Terminated != nil && st.ContainerStatuses[0].RestartCount == 0
+	})
+	want := map[string]bool{
+		"Normal Killing Container c failed startup probe, will be restarted": false,
+		"Normal Killing Container c failed startup probe":                    false,
+	}
+	for len(rec.Events) > 0 {
+		ev := <-rec.Events
+		if _, ok := want[ev]; ok {
+			want[ev] = true
+		}
+	}
+	for ev, seen := range want {
+		if !seen {
+			t.Errorf("no Event %q", ev)
+		}
+	}
+}
+
 // panicRuntime panics on start: one bad pod must not crash the process.
 type panicRuntime struct{ *fakeruntime.Runtime }
 
@@ -208,7 +271,7 @@ func BenchmarkPodsThroughWorkers(b *testing.B) {
 		goruntime.GC()
 		var before goruntime.MemStats
 		goruntime.ReadMemStats(&before)
-		c, stop := startStoppable(b, rt, s, fmt.Sprintf("cpu=1000,memory=1Ti,pods=%d", n))
+		c, stop := startStoppable(b, rt, s, fmt.Sprintf("cpu=1000,memory=1Ti,pods=%d", n), nil)
 		pods := make([]corev1.Pod, n)
 		for j := range pods {
 			pods[j] = pod(fmt.Sprintf("bench-%d-%d", i, j), "10m")

@@ -31,6 +31,8 @@ type Runtime struct {
 	// CutShort, per container name, is how many of its starts leave the
 	// container Created and fail (a start cut short after the create).
 	CutShort map[string]int
+	// Graces records the grace of each StopContainer, by container ID.
+	Graces map[string]time.Duration
 }
 
 // New returns an empty runtime.
@@ -77,6 +79,14 @@ func (r *Runtime) emit(uid types.UID, id string) {
 	}
 }
 
+// GraceOf is the grace of the last StopContainer of a container.
+func (r *Runtime) GraceOf(id string) (time.Duration, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g, ok := r.Graces[id]
+	return g, ok
+}
+
 // StartsOf counts the starts of a container name.
 func (r *Runtime) StartsOf(name string) int {
 	r.mu.Lock()
@@ -109,6 +119,10 @@ func (r *Runtime) Exit(uid types.UID, name string, code int) {
 func (r *Runtime) StopContainer(ctx context.Context, id string, grace time.Duration) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.Graces == nil {
+		r.Graces = map[string]time.Duration{}
+	}
+	r.Graces[id] = grace
 	for _, list := range r.pods {
 		for i := range list {
 			if list[i].ID == id {

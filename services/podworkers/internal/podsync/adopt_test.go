@@ -40,11 +40,14 @@ func TestAdoptFromReportedStatus(t *testing.T) {
 	b.Annotations = map[string]string{sim.AnnotationExitCode: "0"}
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		if _, err := sy1.SyncPod(ctx, 0, a); err != nil {
+		// once attempt 3 has started, no more syncs: one that came after
+		// its exit and its (millisecond) back-off would start attempt 4.
+		if c, ok := newest(rt1.PodContainers(a.UID))["crash"]; ok && c.Attempt == 3 {
+			if c.State == runtime.StateExited {
+				break
+			}
+		} else if _, err := sy1.SyncPod(ctx, 0, a); err != nil {
 			t.Fatal(err)
-		}
-		if c, ok := newest(rt1.PodContainers(a.UID))["crash"]; ok && c.Attempt == 3 && c.State == runtime.StateExited {
-			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("crash container never reached attempt 3: %v", rt1.PodContainers(a.UID))

@@ -102,6 +102,8 @@ type Syncer struct {
 	// livenessFailed holds container IDs the prober found dead;
 	// livenessKilled those killed for it (they restart unless Never).
 	livenessFailed map[string]bool
+	// probeGrace holds the kill's grace of a failed probe that sets one.
+	probeGrace map[string]time.Duration
 	livenessKilled map[string]bool
 	// ids holds, per pod, the container instances this syncer has seen
 	// (to forget their liveness marks with the pod).
@@ -132,6 +134,7 @@ func New(rt runtime.Runtime, sink StatusSink, opts ...Option) *Syncer {
 		startTime:      map[types.UID]metav1.Time{},
 		received:       map[types.UID]time.Time{},
 		livenessFailed: map[string]bool{},
+		probeGrace:     map[string]time.Duration{},
 		livenessKilled: map[string]bool{},
 		ids:            map[types.UID]map[string]bool{},
 		final:          map[types.UID]*podworkers.KillOptions{},
@@ -145,12 +148,31 @@ func New(rt runtime.Runtime, sink StatusSink, opts ...Option) *Syncer {
 
 var _ podworkers.SyncHandler = (*Syncer)(nil)
 
-// LivenessFailed records that the container's liveness probe failed: the
-// next sync kills and restarts it (kubelet: liveness manager results).
-func (s *Syncer) LivenessFailed(containerID string) {
+// ProbeFailed records that the container failed its liveness or startup
+// probe: the next sync kills it and restarts it as the pod's restart policy
+// says (kubelet: the liveness and startup managers' results).
+// A probe's own terminationGracePeriodSeconds, if set, is the kill's grace
+// (kubelet: the probe-level grace period, which overrides the pod's).
+func (s *Syncer) ProbeFailed(containerID string, probeGrace *int64) {
 	s.mu.Lock()
 	s.livenessFailed[containerID] = true
+	if probeGrace != nil {
+		s.probeGrace[containerID] = time.Duration(max(*probeGrace, 1)) * time.Second
+	}
 	s.mu.Unlock()
+}
+
+// killGrace is the grace of a kill for a failed probe: the probe's own,
+// else the pod's.
+func (s *Syncer) killGrace(pod *corev1.Pod, id string) time.Duration {
+	s.mu.Lock()
+	g, ok := s.probeGrace[id]
+	delete(s.probeGrace, id)
+	s.mu.Unlock()
+	if ok {
+		return g
+	}
+	return graceOf(pod)
 }
 
 func (s *Syncer) takeLivenessFailure(id string) bool {
@@ -188,6 +210,7 @@ func (s *Syncer) Forget(uid types.UID) {
 	for id := range s.ids[uid] {
 		delete(s.livenessKilled, id)
 		delete(s.livenessFailed, id)
+		delete(s.probeGrace, id)
 	}
 	delete(s.ids, uid)
 	delete(s.final, uid)
@@ -491,7 +514,7 @@ func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker
 					return res, err
 				}
 			case s.takeLivenessFailure(last.ID):
-				_ = s.rt.StopContainer(ctx, last.ID, graceOf(pod))
+				_ = s.rt.StopContainer(ctx, last.ID, s.killGrace(pod, last.ID))
 				requeue(time.Millisecond)
 				return res, nil
 			}
@@ -506,7 +529,7 @@ func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker
 			return res, s.start(ctx, pod, c, last)
 		case last.State == runtime.StateRunning:
 			if s.takeLivenessFailure(last.ID) {
-				_ = s.rt.StopContainer(ctx, last.ID, graceOf(pod))
+				_ = s.rt.StopContainer(ctx, last.ID, s.killGrace(pod, last.ID))
 			}
 			return res, nil
 		case last.State == runtime.StateExited && last.ExitCode == 0:
@@ -574,8 +597,8 @@ func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker
 			}
 			// kubelet: a container that fails liveness is killed, then
 			// restarted according to the restart policy.
-			s.log.Info("liveness probe failed, killing container", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)), zap.String("container", c.Name))...)
-			if err := s.rt.StopContainer(ctx, last.ID, graceOf(pod)); err != nil {
+			s.log.Info("probe failed, killing container", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)), zap.String("container", c.Name))...)
+			if err := s.rt.StopContainer(ctx, last.ID, s.killGrace(pod, last.ID)); err != nil {
 				errs = append(errs, err)
 				allDone = false
 				continue

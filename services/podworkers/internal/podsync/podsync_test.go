@@ -199,7 +199,7 @@ func TestLivenessFailureRestartsContainer(t *testing.T) {
 	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p})
 	eventually(t, "running", func() bool { return running(r.sk.get("6"), "app") })
 	first := r.rt.PodContainers("6")[0].ID
-	r.sy.LivenessFailed(first)
+	r.sy.ProbeFailed(first, nil)
 	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateSync, Pod: p})
 	eventually(t, "restarted", func() bool {
 		c, _ := containerState(r.sk.get("6"), "app")
@@ -294,7 +294,7 @@ func TestLivenessKillFollowsPolicyNotExitCode(t *testing.T) {
 		p := pod(uid, policy, "app")
 		r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p})
 		eventually(t, "running", func() bool { return running(r.sk.get(types.UID(uid)), "app") })
-		r.sy.LivenessFailed(r.rt.PodContainers(types.UID(uid))[0].ID)
+		r.sy.ProbeFailed(r.rt.PodContainers(types.UID(uid))[0].ID, nil)
 		r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateSync, Pod: p})
 	}
 	eventually(t, "OnFailure pod restarted", func() bool {
