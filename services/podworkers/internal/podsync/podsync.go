@@ -103,7 +103,7 @@ type Syncer struct {
 	// livenessKilled those killed for it (they restart unless Never).
 	livenessFailed map[string]bool
 	// probeGrace holds the kill's grace of a failed probe that sets one.
-	probeGrace map[string]time.Duration
+	probeGrace     map[string]time.Duration
 	livenessKilled map[string]bool
 	// ids holds, per pod, the container instances this syncer has seen
 	// (to forget their liveness marks with the pod).
