@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/splitlet/splitlet/libs/config"
+	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/services/nodehb/internal/nodestatus"
 	"github.com/splitlet/splitlet/services/nodehb/internal/readiness"
 )
@@ -34,6 +35,9 @@ type Config struct {
 	Memory           string
 	EphemeralStorage string
 	Pods             string
+	KubeReserved     string
+	SystemReserved   string
+	EvictionHard     string
 	Address          string
 	Hostname         string
 	Port             int
@@ -61,6 +65,9 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Memory, "nodehb.memory", "", "Node memory capacity; empty: 4Ti with sim, the host's memory with process or cri")
 	fs.StringVar(&c.EphemeralStorage, "nodehb.ephemeral-storage", "", "Node ephemeral-storage capacity; empty: 10Ti with sim, the data dir's file system with process or cri")
 	fs.StringVar(&c.Pods, "nodehb.pods", "", "Node pods capacity; empty: 10000 with sim, 110 with process or cri")
+	fs.StringVar(&c.KubeReserved, "nodehb.kube-reserved", "", "resources kept for Kubernetes' own daemons, subtracted from allocatable: cpu=100m,memory=256Mi,ephemeral-storage=1Gi (kubelet --kube-reserved)")
+	fs.StringVar(&c.SystemReserved, "nodehb.system-reserved", "", "resources kept for the operating system, subtracted from allocatable, in the same form (kubelet --system-reserved)")
+	fs.StringVar(&c.EvictionHard, "nodehb.eviction-hard", nodestatus.DefaultEvictionHard, "hard eviction thresholds; memory.available and nodefs.available are subtracted from allocatable memory and ephemeral-storage (kubelet --eviction-hard and its default; Splitlet does not evict)")
 	fs.StringVar(&c.Address, "nodehb.address", "127.0.0.1", "the Node's InternalIP, where kube-apiserver reaches the kubelet API")
 	fs.StringVar(&c.Hostname, "nodehb.hostname", "", "the Node's Hostname address and kubernetes.io/hostname label; empty: the node name")
 	fs.IntVar(&c.Port, "nodehb.port", 10250, "HTTPS port of the kubelet API (daemonEndpoints.kubeletEndpoint.Port)")
@@ -127,6 +134,18 @@ func (c *Config) desired(common *config.Common, nodeInfo corev1.NodeSystemInfo) 
 	if err != nil {
 		return nil, err
 	}
+	var reserved []corev1.ResourceList
+	for _, r := range []struct{ key, v string }{{"nodehb.kube-reserved", c.KubeReserved}, {"nodehb.system-reserved", c.SystemReserved}} {
+		l, err := kube.ParseResourceList(r.v)
+		if err != nil {
+			return nil, fmt.Errorf("invalid value for %s: %w", r.key, err)
+		}
+		reserved = append(reserved, l)
+	}
+	allocatable, err := nodestatus.Allocatable(capacity, c.EvictionHard, reserved...)
+	if err != nil {
+		return nil, fmt.Errorf("invalid value for nodehb.eviction-hard: %w", err)
+	}
 	all := map[string]string{
 		nodestatus.LabelHostname: hostname,
 		nodestatus.LabelOS:       nodeInfo.OperatingSystem,
@@ -143,7 +162,7 @@ func (c *Config) desired(common *config.Common, nodeInfo corev1.NodeSystemInfo) 
 		Labels:      all,
 		Taints:      taints,
 		Capacity:    capacity,
-		Allocatable: capacity.DeepCopy(),
+		Allocatable: allocatable,
 		Addresses: []corev1.NodeAddress{
 			{Type: corev1.NodeInternalIP, Address: c.Address},
 			{Type: corev1.NodeHostName, Address: hostname},

@@ -194,7 +194,8 @@ func (s *stack) heartbeat(t *testing.T, ready bool, period time.Duration) (stop 
 
 func TestNodeRegisteredWithConfiguredFigures(t *testing.T) {
 	s := startStack(t, "reg-node", "--nodehb.pods=5000", "--nodehb.cpu=64", "--nodehb.memory=256Gi",
-		"--nodehb.labels=tier=test,example.com/zone=a", "--nodehb.taints=dedicated=splitlet:NoSchedule")
+		"--nodehb.labels=tier=test,example.com/zone=a", "--nodehb.taints=dedicated=splitlet:NoSchedule",
+		"--nodehb.kube-reserved=cpu=1,memory=1Gi", "--nodehb.system-reserved=cpu=500m,memory=512Mi")
 	eventually(t, 15*time.Second, "node registered", func() error {
 		_, err := s.cs.CoreV1().Nodes().Get(context.Background(), s.node, metav1.GetOptions{})
 		return err
@@ -213,11 +214,15 @@ func TestNodeRegisteredWithConfiguredFigures(t *testing.T) {
 	if !found {
 		t.Errorf("taints = %v", n.Spec.Taints)
 	}
-	for name, want := range map[corev1.ResourceName]string{"pods": "5000", "cpu": "64", "memory": "256Gi", "ephemeral-storage": "10Ti"} {
-		for _, list := range []corev1.ResourceList{n.Status.Capacity, n.Status.Allocatable} {
+	// allocatable: capacity less kube-reserved, system-reserved and the
+	// default hard eviction thresholds (memory.available<100Mi,
+	// nodefs.available<10%), as the kubelet computes it.
+	for name, want := range map[corev1.ResourceName][2]string{"pods": {"5000", "5000"}, "cpu": {"64", "62500m"},
+		"memory": {"256Gi", "260508Mi"}, "ephemeral-storage": {"10Ti", "9Ti"}} {
+		for i, list := range []corev1.ResourceList{n.Status.Capacity, n.Status.Allocatable} {
 			q := list[name]
-			if q.Cmp(resource.MustParse(want)) != 0 {
-				t.Errorf("%s = %s, want %s", name, q.String(), want)
+			if q.Cmp(resource.MustParse(want[i])) != 0 {
+				t.Errorf("%s %s = %s, want %s", []string{"capacity", "allocatable"}[i], name, q.String(), want[i])
 			}
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/splitlet/splitlet/libs/kube"
 )
 
 func podReq(name, cpu, mem string) *corev1.Pod {
@@ -22,7 +24,7 @@ func podReq(name, cpu, mem string) *corev1.Pod {
 }
 
 func TestResourceFit(t *testing.T) {
-	alloc, err := ParseResourceList("cpu=1, memory=1Gi, pods=2")
+	alloc, err := kube.ParseResourceList("cpu=1, memory=1Gi, pods=2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +62,7 @@ func TestResourceFit(t *testing.T) {
 	if r := chain.Admit(&Attributes{Pod: p}); r.Admit || r.Reason != ReasonInvalidPod {
 		t.Errorf("absurd grace admitted: %+v", r)
 	}
-	if _, err := ParseResourceList("cpu"); err == nil {
+	if _, err := kube.ParseResourceList("cpu"); err == nil {
 		t.Error("bad list parsed")
 	}
 }

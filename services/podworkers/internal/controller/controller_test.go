@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/libs/runtime/sim"
 	"github.com/splitlet/splitlet/services/podworkers/internal/admission"
@@ -73,7 +74,7 @@ func startWith(t testing.TB, rt runtime.Runtime, s *sink, alloc string, mod func
 }
 
 func startStoppable(t testing.TB, rt runtime.Runtime, s *sink, alloc string, mod func(*Config)) (*Controller, func()) {
-	a, err := admission.ParseResourceList(alloc)
+	a, err := kube.ParseResourceList(alloc)
 	if err != nil {
 		t.Fatal(err)
 	}

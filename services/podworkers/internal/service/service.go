@@ -127,7 +127,7 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("invalid value for podworkers.replica-id: %w", err)
 		}
 	}
-	if _, err := admission.ParseResourceList(c.FallbackAllocatable); err != nil {
+	if _, err := kube.ParseResourceList(c.FallbackAllocatable); err != nil {
 		return fmt.Errorf("invalid value for podworkers.fallback-allocatable: %w", err)
 	}
 	return nil
@@ -402,7 +402,7 @@ func (r *Runner) run(ctx context.Context) error {
 		return fmt.Errorf("runtime %s: %w", r.common.Runtime, err)
 	}
 	defer func() { _ = rt.Close() }()
-	fallback, _ := admission.ParseResourceList(r.cfg.FallbackAllocatable)
+	fallback, _ := kube.ParseResourceList(r.cfg.FallbackAllocatable)
 
 	// the Node object's allocatable, from an informer on this one node.
 	nodeFactory := informers.NewSharedInformerFactoryWithOptions(r.cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
