@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,6 +35,10 @@ type Runtime struct {
 	CutShort map[string]int
 	// Graces records the grace of each StopContainer, by container ID.
 	Graces map[string]time.Duration
+	// ExecFails, by command line (arguments joined by spaces), makes
+	// Exec report exit code 1; Execs lists every command run, in order.
+	ExecFails map[string]bool
+	Execs     []string
 }
 
 // New returns an empty runtime.
@@ -170,7 +176,21 @@ func (r *Runtime) Logs(ctx context.Context, uid types.UID, container string, opt
 }
 
 func (r *Runtime) Exec(ctx context.Context, uid types.UID, container string, cmd []string, stdin io.Reader, timeout time.Duration) (runtime.ExecResult, error) {
+	line := strings.Join(cmd, " ")
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.Execs = append(r.Execs, line)
+	if r.ExecFails[line] {
+		return runtime.ExecResult{Stdout: []byte("failed: " + line), ExitCode: 1}, nil
+	}
 	return runtime.ExecResult{Stdout: []byte(fmt.Sprint(cmd))}, nil
+}
+
+// Executed says whether a command line has run.
+func (r *Runtime) Executed(line string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Contains(r.Execs, line)
 }
 
 func (r *Runtime) Stats(uid types.UID) []runtime.ContainerStats { return nil }

@@ -162,6 +162,12 @@ func (s *Syncer) ProbeFailed(containerID string, probeGrace *int64) {
 	s.mu.Unlock()
 }
 
+// kill stops a container of the pod, its preStop hook first within grace
+// (kubelet: killContainer).
+func (s *Syncer) kill(ctx context.Context, pod *corev1.Pod, name, id string, grace time.Duration) error {
+	return s.rt.StopContainer(ctx, id, s.preStop(ctx, pod, name, grace))
+}
+
 // killGrace is the grace of a kill for a failed probe: the probe's own,
 // else the pod's.
 func (s *Syncer) killGrace(pod *corev1.Pod, id string) time.Duration {
@@ -355,6 +361,9 @@ func (s *Syncer) start(ctx context.Context, pod *corev1.Pod, c *corev1.Container
 	tracing.End(span, err)
 	s.observeStart(ctx, pod, c, st, err)
 	s.startEvents(ctx, pod, c, st, err)
+	if err == nil && st.ID != "" {
+		err = s.postStart(ctx, pod, c, st.ID)
+	}
 	s.noteStart(pod.UID, c.Name, st, err)
 	if st.ID != "" {
 		s.recordID(pod.UID, st.ID)
@@ -514,7 +523,7 @@ func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker
 					return res, err
 				}
 			case s.takeLivenessFailure(last.ID):
-				_ = s.rt.StopContainer(ctx, last.ID, s.killGrace(pod, last.ID))
+				_ = s.kill(ctx, pod, c.Name, last.ID, s.killGrace(pod, last.ID))
 				requeue(time.Millisecond)
 				return res, nil
 			}
@@ -529,7 +538,7 @@ func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker
 			return res, s.start(ctx, pod, c, last)
 		case last.State == runtime.StateRunning:
 			if s.takeLivenessFailure(last.ID) {
-				_ = s.rt.StopContainer(ctx, last.ID, s.killGrace(pod, last.ID))
+				_ = s.kill(ctx, pod, c.Name, last.ID, s.killGrace(pod, last.ID))
 			}
 			return res, nil
 		case last.State == runtime.StateExited && last.ExitCode == 0:
@@ -574,7 +583,7 @@ func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker
 				allDone = false
 				s.log.Info("container definition changed, restarting", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)), zap.String("container", c.Name))...)
 				s.event(pod, c.Name, corev1.EventTypeNormal, EventKilling, "Container %s definition changed, will be restarted", c.Name)
-				if err := s.rt.StopContainer(ctx, last.ID, graceOf(pod)); err != nil {
+				if err := s.kill(ctx, pod, c.Name, last.ID, graceOf(pod)); err != nil {
 					errs = append(errs, err)
 					continue
 				}
@@ -598,7 +607,7 @@ func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker
 			// kubelet: a container that fails liveness is killed, then
 			// restarted according to the restart policy.
 			s.log.Info("probe failed, killing container", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)), zap.String("container", c.Name))...)
-			if err := s.rt.StopContainer(ctx, last.ID, s.killGrace(pod, last.ID)); err != nil {
+			if err := s.kill(ctx, pod, c.Name, last.ID, s.killGrace(pod, last.ID)); err != nil {
 				errs = append(errs, err)
 				allDone = false
 				continue
@@ -683,7 +692,7 @@ func (s *Syncer) SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, grace 
 			go func(id, name string) {
 				defer wg.Done()
 				sctx, span := tracing.Start(ctx, "runtime StopContainer", trace.WithAttributes(attribute.String("k8s.container.name", name)))
-				err := s.rt.StopContainer(sctx, id, left)
+				err := s.kill(sctx, pod, name, id, left)
 				tracing.End(span, err)
 				if err != nil && !errors.Is(err, runtime.ErrNotFound) {
 					mu.Lock()

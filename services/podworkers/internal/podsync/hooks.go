@@ -1,0 +1,187 @@
+package podsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/splitlet/splitlet/libs/logging"
+)
+
+// The Events of failed lifecycle hooks, as the kubelet records them: the
+// message names no detail, so that nothing a hook printed (a secret) leaks
+// into an Event.
+const (
+	EventFailedPostStartHook = "FailedPostStartHook"
+	EventFailedPreStopHook   = "FailedPreStopHook"
+)
+
+// errPostStartHook is a start whose postStart hook failed (kubelet:
+// ErrPostStartHook): the container was killed.
+var errPostStartHook = errors.New("PostStartHookError")
+
+// hookExecTimeout bounds a postStart exec hook, which the kubelet does not
+// bound at all, so that a hook that never returns cannot hold its pod's
+// worker forever.
+const hookExecTimeout = 5 * time.Minute
+
+// minPreStopGrace is what a preStop hook leaves of the grace period at
+// least for the stop itself (kubelet: minimumGracePeriodInSeconds).
+const minPreStopGrace = 2 * time.Second
+
+// runHook runs a lifecycle handler of container c (kubelet:
+// lifecycle.handlerRunner): exec through the runtime, httpGet against the
+// pod IP (any response is a success, a connection that fails is not), or
+// sleep. On failure it returns the kubelet's message for the log.
+func (s *Syncer) runHook(ctx context.Context, pod *corev1.Pod, c *corev1.Container, h *corev1.LifecycleHandler, timeout time.Duration) (string, error) {
+	switch {
+	case h.Exec != nil:
+		res, err := s.rt.Exec(ctx, pod.UID, c.Name, h.Exec.Command, nil, timeout)
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("command '%s' exited with %d: %s", strings.Join(h.Exec.Command, " "), res.ExitCode, res.Stderr)
+		}
+		if err != nil {
+			return fmt.Sprintf("Exec lifecycle hook (%v) for Container %q in Pod %q failed - error: %v, message: %q",
+				h.Exec.Command, c.Name, podDesc(pod), err, string(res.Stdout)), err
+		}
+		return "", nil
+	case h.HTTPGet != nil:
+		if err := s.hookHTTP(ctx, pod, c, h.HTTPGet, timeout); err != nil {
+			return fmt.Sprintf("HTTP lifecycle hook (%s) for Container %q in Pod %q failed - error: %v", h.HTTPGet.Path, c.Name, podDesc(pod), err), err
+		}
+		return "", nil
+	case h.Sleep != nil:
+		select {
+		case <-time.After(time.Duration(h.Sleep.Seconds) * time.Second):
+			return "", nil
+		case <-ctx.Done():
+			err := ctx.Err()
+			return fmt.Sprintf("Sleep lifecycle hook (%d) for Container %q in Pod %q failed - error: %v", h.Sleep.Seconds, c.Name, podDesc(pod), err), err
+		}
+	}
+	err := fmt.Errorf("invalid handler: %v", h)
+	return fmt.Sprintf("Cannot run handler: %v", err), err
+}
+
+func (s *Syncer) hookHTTP(ctx context.Context, pod *corev1.Pod, c *corev1.Container, g *corev1.HTTPGetAction, timeout time.Duration) error {
+	host := g.Host
+	if host == "" {
+		host = s.rt.PodIP(pod)
+	}
+	port, err := containerPort(c, g.Port)
+	if err != nil {
+		return err
+	}
+	scheme := strings.ToLower(string(g.Scheme))
+	if scheme == "" {
+		scheme = "http"
+	}
+	path := g.Path
+	if !strings.HasPrefix(path, "/") {
+		path = "/" + path
+	}
+	u := &url.URL{Scheme: scheme, Host: net.JoinHostPort(host, strconv.Itoa(port))}
+	if p, err := url.Parse(path); err == nil {
+		u.Path, u.RawQuery = p.Path, p.RawQuery
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("User-Agent", "kube-lifecycle/splitlet")
+	for _, h := range g.HTTPHeaders {
+		req.Header.Add(h.Name, h.Value)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	return resp.Body.Close()
+}
+
+// containerPort resolves a port given by number or by the container port's name.
+func containerPort(c *corev1.Container, p intstr.IntOrString) (int, error) {
+	if p.Type == intstr.Int {
+		return p.IntValue(), nil
+	}
+	for _, cp := range c.Ports {
+		if cp.Name == p.StrVal {
+			return int(cp.ContainerPort), nil
+		}
+	}
+	if n, err := strconv.Atoi(p.StrVal); err == nil {
+		return n, nil
+	}
+	return 0, fmt.Errorf("couldn't find port: %v in %v", p.StrVal, c.Name)
+}
+
+// postStart runs the container's postStart hook, if it has one; when the
+// hook fails the container is killed, a FailedPostStartHook Event recorded,
+// and errPostStartHook returned (kubelet: startContainer, step 4).
+func (s *Syncer) postStart(ctx context.Context, pod *corev1.Pod, c *corev1.Container, id string) error {
+	if c.Lifecycle == nil || c.Lifecycle.PostStart == nil {
+		return nil
+	}
+	msg, err := s.runHook(ctx, pod, c, c.Lifecycle.PostStart, hookExecTimeout)
+	if err == nil {
+		return nil
+	}
+	s.log.Warn("postStart hook failed, killing the container", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)),
+		zap.String("container", c.Name), zap.String("message", msg))...)
+	s.event(pod, c.Name, corev1.EventTypeWarning, EventFailedPostStartHook, "PostStartHook failed")
+	if err := s.rt.StopContainer(ctx, id, graceOf(pod)); err != nil {
+		s.log.Warn("cannot kill the container", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)), zap.String("container", c.Name), zap.Error(err))...)
+	}
+	return errPostStartHook
+}
+
+// preStop runs the preStop hook of the named container, if it has one,
+// within the grace period, and returns what is left of it for the stop
+// (kubelet: killContainer runs the hook, then stops with the rest, at least
+// two seconds). A hook that fails records FailedPreStopHook; the stop
+// goes on.
+func (s *Syncer) preStop(ctx context.Context, pod *corev1.Pod, name string, grace time.Duration) time.Duration {
+	c := containerSpec(pod, name)
+	if c == nil || c.Lifecycle == nil || c.Lifecycle.PreStop == nil || grace <= 0 {
+		return grace
+	}
+	start := time.Now()
+	hctx, cancel := context.WithTimeout(ctx, grace)
+	msg, err := s.runHook(hctx, pod, c, c.Lifecycle.PreStop, grace)
+	cancel()
+	if err != nil {
+		s.log.Warn("preStop hook failed", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)),
+			zap.String("container", name), zap.String("message", msg))...)
+		s.event(pod, name, corev1.EventTypeWarning, EventFailedPreStopHook, "PreStopHook failed")
+	}
+	return max(grace-time.Since(start), minPreStopGrace)
+}
+
+// containerSpec finds a container of the pod by name, init containers too.
+func containerSpec(pod *corev1.Pod, name string) *corev1.Container {
+	for _, list := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
+		for i := range list {
+			if list[i].Name == name {
+				return &list[i]
+			}
+		}
+	}
+	return nil
+}
