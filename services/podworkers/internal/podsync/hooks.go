@@ -5,17 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/logging"
 )
 
@@ -74,62 +71,26 @@ func (s *Syncer) runHook(ctx context.Context, pod *corev1.Pod, c *corev1.Contain
 	return fmt.Sprintf("Cannot run handler: %v", err), err
 }
 
+// hookUserAgent is the User-Agent of httpGet hooks (kubelet:
+// kube-lifecycle/<major>.<minor>).
+const hookUserAgent = "kube-lifecycle/" + kube.Release
+
 func (s *Syncer) hookHTTP(ctx context.Context, pod *corev1.Pod, c *corev1.Container, g *corev1.HTTPGetAction, timeout time.Duration) error {
-	host := g.Host
-	if host == "" {
-		host = s.rt.PodIP(pod)
-	}
-	port, err := containerPort(c, g.Port)
+	req, err := kube.HTTPGetRequest(g, c, s.rt.PodIP(pod), hookUserAgent)
 	if err != nil {
 		return err
-	}
-	scheme := strings.ToLower(string(g.Scheme))
-	if scheme == "" {
-		scheme = "http"
-	}
-	path := g.Path
-	if !strings.HasPrefix(path, "/") {
-		path = "/" + path
-	}
-	u := &url.URL{Scheme: scheme, Host: net.JoinHostPort(host, strconv.Itoa(port))}
-	if p, err := url.Parse(path); err == nil {
-		u.Path, u.RawQuery = p.Path, p.RawQuery
 	}
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("User-Agent", "kube-lifecycle/splitlet")
-	for _, h := range g.HTTPHeaders {
-		req.Header.Add(h.Name, h.Value)
-	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
 	if err != nil {
 		return err
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 	return resp.Body.Close()
-}
-
-// containerPort resolves a port given by number or by the container port's name.
-func containerPort(c *corev1.Container, p intstr.IntOrString) (int, error) {
-	if p.Type == intstr.Int {
-		return p.IntValue(), nil
-	}
-	for _, cp := range c.Ports {
-		if cp.Name == p.StrVal {
-			return int(cp.ContainerPort), nil
-		}
-	}
-	if n, err := strconv.Atoi(p.StrVal); err == nil {
-		return n, nil
-	}
-	return 0, fmt.Errorf("couldn't find port: %v in %v", p.StrVal, c.Name)
 }
 
 // postStart runs the container's postStart hook, if it has one; when the

@@ -6,14 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/url"
-	"strconv"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/splitlet/splitlet/libs/kube"
 )
 
 // HTTP runs httpGet probes. One value serves every worker: it holds the
@@ -36,49 +34,10 @@ func NewHTTP() *HTTP {
 	}}
 }
 
-// Request builds the GET request of an httpGet action: the scheme (default
-// http), host (default the pod IP), port (number or container port name),
-// path and headers, with the kubelet's User-Agent and Accept unless the
-// action sets them.
+// Request builds a probe's GET (kube.HTTPGetRequest) with the kubelet's
+// probe User-Agent.
 func Request(action *corev1.HTTPGetAction, c *corev1.Container, podIP string) (*http.Request, error) {
-	scheme := strings.ToLower(string(action.Scheme))
-	if scheme == "" {
-		scheme = "http"
-	}
-	host := action.Host
-	if host == "" {
-		host = podIP
-	}
-	port, err := ResolvePort(action.Port, c)
-	if err != nil {
-		return nil, err
-	}
-	u, err := url.Parse(action.Path)
-	if err != nil {
-		u = &url.URL{Path: action.Path}
-	}
-	u.Scheme = scheme
-	u.Host = net.JoinHostPort(host, strconv.Itoa(port))
-	req, err := http.NewRequest(http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nil, err
-	}
-	h := make(http.Header, len(action.HTTPHeaders)+2)
-	for _, hd := range action.HTTPHeaders {
-		h.Add(hd.Name, hd.Value)
-	}
-	if _, ok := h["User-Agent"]; !ok {
-		h.Set("User-Agent", UserAgent)
-	}
-	// kubelet rule: an Accept header given empty removes the default.
-	if _, ok := h["Accept"]; !ok {
-		h.Set("Accept", "*/*")
-	} else if h.Get("Accept") == "" {
-		h.Del("Accept")
-	}
-	req.Header = h
-	req.Host = h.Get("Host")
-	return req, nil
+	return kube.HTTPGetRequest(action, c, podIP, UserAgent)
 }
 
 // Probe sends req and judges the answer: 200 to 399 is healthy. Redirects

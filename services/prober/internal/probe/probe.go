@@ -4,12 +4,9 @@
 package probe
 
 import (
-	"fmt"
 	"net"
-	"strconv"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
+	"github.com/splitlet/splitlet/libs/kube"
 )
 
 // Result is what one run of a probe action found.
@@ -43,45 +40,13 @@ func (r Result) String() string {
 
 // KubeVersion is the Kubernetes minor release whose kubelet Splitlet
 // stands in for; it goes into the probes' User-Agent.
-const KubeVersion = "1.36"
+const KubeVersion = kube.Release
 
 // UserAgent is the User-Agent of HTTP and gRPC probes (kubelet: kube-probe/<major>.<minor>).
 const UserAgent = "kube-probe/" + KubeVersion
 
 // maxOutput bounds how much of a target's answer is kept (kubelet: 10 KiB).
 const maxOutput = 10 << 10
-
-// ResolvePort turns a probe's port (a number, or the name of one of the
-// container's ports) into a port number.
-func ResolvePort(port intstr.IntOrString, c *corev1.Container) (int, error) {
-	n := -1
-	switch port.Type {
-	case intstr.Int:
-		n = port.IntValue()
-	case intstr.String:
-		found := false
-		for _, p := range c.Ports {
-			if p.Name == port.StrVal {
-				n, found = int(p.ContainerPort), true
-				break
-			}
-		}
-		if !found {
-			// kubelet rule: a name that matches no port may still be a number.
-			v, err := strconv.Atoi(port.StrVal)
-			if err != nil {
-				return -1, fmt.Errorf("port %q not found in container %q", port.StrVal, c.Name)
-			}
-			n = v
-		}
-	default:
-		return -1, fmt.Errorf("port has no type: %+v", port)
-	}
-	if n < 1 || n > 65535 {
-		return n, fmt.Errorf("invalid port number: %d", n)
-	}
-	return n, nil
-}
 
 // dialer is the probes' dialer. A probe's connection lives for one probe,
 // so TCP keep-alive (four setsockopt calls a connection) is off.

@@ -17,6 +17,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/splitlet/splitlet/libs/kube"
 )
 
 func hostPort(t *testing.T, rawURL string) (string, int) {
@@ -44,7 +46,7 @@ func TestResolvePort(t *testing.T) {
 		{intstr.FromInt32(70000), 70000, "invalid port number: 70000"},
 	}
 	for _, tc := range cases {
-		got, err := ResolvePort(tc.port, c)
+		got, err := kube.ResolvePort(tc.port, c)
 		if tc.wantErr != "" {
 			if err == nil || err.Error() != tc.wantErr {
 				t.Errorf("ResolvePort(%v) error %v, want %q", tc.port.String(), err, tc.wantErr)

@@ -337,7 +337,7 @@ func (w *worker) run(ctx context.Context, pod *corev1.Pod, st *bus.PodRuntimeSta
 		}
 		res, out = w.m.http.Probe(ctx, req, timeout)
 	case h.TCPSocket != nil:
-		port, perr := probe.ResolvePort(h.TCPSocket.Port, w.container)
+		port, perr := kube.ResolvePort(h.TCPSocket.Port, w.container)
 		if perr != nil {
 			err = perr
 			break
