@@ -33,8 +33,10 @@ type Runtime struct {
 	// CutShort, per container name, is how many of its starts leave the
 	// container Created and fail (a start cut short after the create).
 	CutShort map[string]int
-	// Graces records the grace of each StopContainer, by container ID.
-	Graces map[string]time.Duration
+	// Graces records the grace of each StopContainer, by container ID;
+	// Stopped the names of the containers stopped, in order.
+	Graces  map[string]time.Duration
+	Stopped []string
 	// ExecFails, by command line (arguments joined by spaces), makes
 	// Exec report exit code 1; Execs lists every command run, in order.
 	ExecFails map[string]bool
@@ -133,6 +135,7 @@ func (r *Runtime) StopContainer(ctx context.Context, id string, grace time.Durat
 		for i := range list {
 			if list[i].ID == id {
 				if list[i].State == runtime.StateRunning {
+					r.Stopped = append(r.Stopped, list[i].Name)
 					list[i].State, list[i].ExitCode, list[i].FinishedAt, list[i].Reason = runtime.StateExited, r.StopExitCode, time.Now(), "Error"
 				}
 				return nil
@@ -184,6 +187,13 @@ func (r *Runtime) Exec(ctx context.Context, uid types.UID, container string, cmd
 		return runtime.ExecResult{Stdout: []byte("failed: " + line), ExitCode: 1}, nil
 	}
 	return runtime.ExecResult{Stdout: []byte(fmt.Sprint(cmd))}, nil
+}
+
+// StopOrder is the names of the containers stopped so far, in order.
+func (r *Runtime) StopOrder() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.Stopped)
 }
 
 // Executed says whether a command line has run.

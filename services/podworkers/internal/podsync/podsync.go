@@ -674,13 +674,20 @@ func (s *Syncer) SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, grace 
 	}
 	deadline := time.Now().Add(time.Duration(grace) * time.Second)
 	var errs []error
-	// kubelet: the app containers stop first, the sidecars after them,
-	// within the same grace period.
-	for _, sidecarPhase := range []bool{false, true} {
+	// kubelet: the app containers stop first, together; then the sidecars
+	// one by one in the reverse of their order in the spec, all within
+	// the same grace period.
+	phases := []func(name string) bool{func(name string) bool { return !sidecars[name] }}
+	for i := len(pod.Spec.InitContainers) - 1; i >= 0; i-- {
+		if name := pod.Spec.InitContainers[i].Name; sidecars[name] {
+			phases = append(phases, func(n string) bool { return n == name })
+		}
+	}
+	for _, inPhase := range phases {
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		for _, c := range s.rt.PodContainers(pod.UID) {
-			if c.State == runtime.StateExited || sidecars[c.Name] != sidecarPhase {
+			if c.State == runtime.StateExited || !inPhase(c.Name) {
 				continue
 			}
 			left := time.Until(deadline)

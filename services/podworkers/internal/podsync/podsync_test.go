@@ -1,6 +1,7 @@
 package podsync
 
 import (
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -255,6 +256,27 @@ func TestActiveDeadlineFailsPod(t *testing.T) {
 	})
 	if r.rt.Running() != 0 {
 		t.Fatal("containers still running")
+	}
+}
+
+// TestSidecarsStopInReverseOrder: on termination the app containers stop
+// first, then each sidecar in the reverse of its order in the spec
+// (kubelet: restartable init containers are stopped last, last first).
+func TestSidecarsStopInReverseOrder(t *testing.T) {
+	r := newRig(t)
+	always := corev1.ContainerRestartPolicyAlways
+	p := pod("11", corev1.RestartPolicyAlways, "app")
+	p.Spec.InitContainers = []corev1.Container{{Name: "a-proxy", RestartPolicy: &always}, {Name: "b-log", RestartPolicy: &always},
+		{Name: "c-mesh", RestartPolicy: &always}}
+	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p})
+	eventually(t, "all running", func() bool {
+		st := r.sk.get("11")
+		return running(st, "a-proxy") && running(st, "b-log") && running(st, "c-mesh") && running(st, "app")
+	})
+	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateKill, Pod: p})
+	eventually(t, "terminated", func() bool { st := r.sk.get("11"); return st != nil && st.Terminated })
+	if got := strings.Join(r.rt.StopOrder(), ","); got != "app,c-mesh,b-log,a-proxy" {
+		t.Fatalf("stop order %s, want app,c-mesh,b-log,a-proxy", got)
 	}
 }
 
