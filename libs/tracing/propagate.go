@@ -198,16 +198,6 @@ func (p *Pods) Context(ctx context.Context, uid string) context.Context {
 	return trace.ContextWithRemoteSpanContext(ctx, e.sc)
 }
 
-// Forget drops a pod's context.
-func (p *Pods) Forget(uid string) {
-	if p == nil {
-		return
-	}
-	p.mu.Lock()
-	delete(p.m, uid)
-	p.mu.Unlock()
-}
-
 // Start opens a span under ctx's span, from the same provider, when ctx's
 // span records; otherwise it returns ctx and a span that does nothing, so
 // code deep in a stage (a runtime call) traces without a tracer of its own.

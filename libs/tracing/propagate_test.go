@@ -95,7 +95,6 @@ func TestPodsWindow(t *testing.T) {
 	if Traced(p.Context(context.Background(), "uid")) {
 		t.Error("context given after the follow window")
 	}
-	p.Forget("uid")
 	var nilPods *Pods
 	nilPods.Remember(context.Background(), "x")
 	nilPods.Continue("x", a)

@@ -35,9 +35,9 @@ type Attributes struct {
 	// Used, if set, is the sum of the requests of pods already admitted
 	// that are not in OtherPods (callers that keep a running sum).
 	Used corev1.ResourceList
-	// Local are the admitted pods whose requests Used sums (for the
-	// checks that look at pods, not sums: host ports).
-	Local []*corev1.Pod
+	// Local lists the admitted pods whose requests Used sums, for the
+	// checks that look at pods, not sums (host ports); nil: none.
+	Local func() []*corev1.Pod
 }
 
 // Result of an admission check.

@@ -53,7 +53,7 @@ func NodePredicates(node NodeSource) Handler {
 		if a.Pod.Spec.NodeName != "" && a.Pod.Spec.NodeName != n.Name {
 			return fail(ReasonNodeName, descNodeName)
 		}
-		if portsTaken(a.Pod, append(a.OtherPods[:len(a.OtherPods):len(a.OtherPods)], a.Local...)) {
+		if portsTaken(a.Pod, a.OtherPods, a.Local) {
 			return fail(ReasonNodePorts, descNodePorts)
 		}
 		if src := a.Pod.Annotations[annotationConfigSource]; src == "" || src == "api" {
@@ -75,10 +75,13 @@ type hostPort struct {
 // portsTaken says whether a host port of pod is in use by another admitted
 // pod: same protocol and port, and the same host IP or either on all
 // addresses (the scheduler's NodePorts rule).
-func portsTaken(pod *corev1.Pod, others []*corev1.Pod) bool {
+func portsTaken(pod *corev1.Pod, others []*corev1.Pod, local func() []*corev1.Pod) bool {
 	want := hostPorts(pod)
 	if len(want) == 0 {
 		return false
+	}
+	if local != nil {
+		others = append(others[:len(others):len(others)], local()...)
 	}
 	used := sets.New[hostPort]()
 	for _, o := range others {

@@ -66,7 +66,7 @@ func TestNodePredicates(t *testing.T) {
 			p.Spec.NodeSelector = map[string]string{"disk": "hdd"}
 		}), ReasonNodeAffinity},
 	} {
-		r := h.Admit(&Attributes{Pod: c.pod, OtherPods: []*corev1.Pod{holder, udp, done}, Local: []*corev1.Pod{local}})
+		r := h.Admit(&Attributes{Pod: c.pod, OtherPods: []*corev1.Pod{holder, udp, done}, Local: func() []*corev1.Pod { return []*corev1.Pod{local} }})
 		switch {
 		case c.reason == "" && !r.Admit:
 			t.Errorf("%s: rejected %+v", c.name, r)

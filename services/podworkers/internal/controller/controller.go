@@ -298,13 +298,20 @@ func isTerminal(p *corev1.Pod) bool {
 func (c *Controller) admit(p *corev1.Pod) admission.Result {
 	c.mu.Lock()
 	used := c.used.DeepCopy()
-	var local []*corev1.Pod
-	for uid, e := range c.pods {
-		if e.counted && uid != p.UID {
-			local = append(local, e.pod)
-		}
-	}
 	c.mu.Unlock()
+	// listed only for a pod that asks for host ports: a walk of every
+	// admitted pod per admission would make a burst quadratic.
+	local := func() []*corev1.Pod {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		var out []*corev1.Pod
+		for uid, e := range c.pods {
+			if e.counted && uid != p.UID {
+				out = append(out, e.pod)
+			}
+		}
+		return out
+	}
 	var others []*corev1.Pod
 	if c.cfg.OtherPods != nil {
 		for _, o := range c.cfg.OtherPods(p.UID) {
