@@ -35,7 +35,7 @@ func (s *stack) checkIdentities(t *testing.T) {
 			}
 		}
 		want := "splitlet:" + stage
-		if stage == bus.StageNodehb || stage == bus.StagePodconfig || stage == bus.StageStatussync {
+		if stage == bus.StageNodehb || stage == bus.StagePodconfig || stage == bus.StageStatussync || stage == bus.StagePodworkers {
 			want = "system:node:" + nodeName
 		}
 		if got := whoAmI(t, filepath.Join(ids, stage, "kubeconfig")); got != want {

@@ -33,7 +33,7 @@ func nodeUser(node string) string { return "system:node:" + node }
 
 // TestStageAPIRoles runs every stage as its own process with its own API
 // identity, with no more than deploy/rbac gives it (first each stage with
-// its role; then nodehb, podconfig and statussync as the node itself under
+// its role; then nodehb, podconfig, podworkers and statussync as the node itself under
 // the Node authorizer and NodeRestriction, as a kubelet runs), through what
 // uses each permission: the Node and its Lease, a static pod's mirror pod,
 // a pod Ready through an exec probe, a failing probe's Unhealthy Event,
@@ -67,7 +67,7 @@ func TestStageAPIRoles(t *testing.T) {
 			users := map[string]bool{}
 			for _, stage := range bus.Stages {
 				user, groups := stageUser(stage), []string(nil)
-				if asNode && stage != bus.StagePodworkers && stage != bus.StageProber {
+				if asNode && stage != bus.StageProber {
 					user, groups = nodeUser(node), []string{"system:nodes"}
 				}
 				users[user] = true

@@ -130,7 +130,9 @@ type Runtime interface {
 	// StartContainer creates and starts attempt n of a container of the
 	// pod; it returns once the container runs, or with the status of a
 	// container that could not start (State Exited, Reason set) and an error.
-	StartContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, attempt int) (ContainerStatus, error)
+	// opts carry what the pod workers prepared for it: its volumes and where
+	// its environment's ConfigMaps and Secrets are read.
+	StartContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, attempt int, opts StartOptions) (ContainerStatus, error)
 	// StopContainer asks the container to stop (SIGTERM), kills it after
 	// grace, and returns when it has stopped. Stopping an exited container
 	// is a no-op.
@@ -156,6 +158,44 @@ type Runtime interface {
 	Stats(uid types.UID) []ContainerStats
 	// Close stops the runtime's own loops (not the containers).
 	Close() error
+}
+
+// StartOptions are what the pod workers prepare for a container before its
+// runtime starts it (kubelet: the RunContainerOptions that
+// GenerateRunContainerOptions hands the runtime).
+type StartOptions struct {
+	// Mounts are the container's volumeMounts, resolved to paths on the
+	// host, in the order of the spec.
+	Mounts []Mount
+	// Sources reads the ConfigMaps and Secrets that envFrom and valueFrom
+	// name; nil reads none (a reference that is not optional fails the
+	// start with CreateContainerConfigError).
+	Sources Sources
+	// Allocatable is the node's allocatable, the value of a
+	// resourceFieldRef the container sets no limit for (kubelet: limits
+	// default to the node's allocatable).
+	Allocatable corev1.ResourceList
+}
+
+// Mount is a volume mount of a container, resolved.
+type Mount struct {
+	// ContainerPath is where the container sees it (volumeMounts.mountPath).
+	ContainerPath string
+	// HostPath is the directory or file on the host (the volume's
+	// directory, or the file or directory subPath names in it).
+	HostPath string
+	ReadOnly bool
+	// Propagation is the mount propagation the spec asks for
+	// (mountPropagation; empty: None).
+	Propagation corev1.MountPropagationMode
+}
+
+// Sources reads the objects a container's environment refers to. A missing
+// object is reported as the API server reports it (an error for which
+// k8s.io/apimachinery's errors.IsNotFound is true).
+type Sources interface {
+	ConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error)
+	Secret(ctx context.Context, namespace, name string) (*corev1.Secret, error)
 }
 
 // PodRef names a pod the runtime holds.

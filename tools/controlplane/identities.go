@@ -18,9 +18,11 @@ import (
 const nodeIdentity = "node"
 
 // apiIdentity is the API server user and groups of an identity: nodehb,
-// podconfig and statussync run as the node (Node authorizer, as a kubelet
-// does); podworkers and prober with their roles of deploy/rbac, which
-// give them less than the node's. With traced, statussync is in
+// podconfig, podworkers and statussync run as the node (Node authorizer, as
+// a kubelet does; podworkers reads the Secrets and ConfigMaps of its pods'
+// volumes and requests their tokens, which only the Node authorizer limits
+// to this node's pods); prober with its role of deploy/rbac, which gives it
+// less than the node's. With traced, statussync is in
 // system:monitoring too: kube-apiserver continues an incoming trace context
 // only for system:masters and system:monitoring (a node's request starts a
 // trace of its own, linked), and statussync's patches are where the API
@@ -33,7 +35,7 @@ func apiIdentity(id, node string, traced bool) (user string, groups []string) {
 			return "system:node:" + node, []string{"system:nodes", "system:monitoring"}
 		}
 		return "system:node:" + node, []string{"system:nodes"}
-	case bus.StageNodehb, bus.StagePodconfig, nodeIdentity:
+	case bus.StageNodehb, bus.StagePodconfig, bus.StagePodworkers, nodeIdentity:
 		return "system:node:" + node, []string{"system:nodes"}
 	default:
 		return "splitlet:" + id, nil

@@ -158,10 +158,11 @@ func TestRunAgainstExternalEtcd(t *testing.T) {
 	if data, err := os.ReadFile(filepath.Join(state, "ca.crt")); err != nil || !bytes.Contains(data, []byte("BEGIN CERTIFICATE")) {
 		t.Fatalf("ca.crt: %v %q", err, data)
 	}
-	// the identities: the node's for nodehb, podconfig, statussync and the
-	// all-in-one; the roles' for podworkers and prober.
+	// the identities: the node's for nodehb, podconfig, podworkers (its
+	// volumes read Secrets), statussync and the all-in-one; the role's for
+	// the prober.
 	want := map[string]string{"nodehb": "system:node:" + node, "podconfig": "system:node:" + node, "statussync": "system:node:" + node,
-		"node": "system:node:" + node, "podworkers": "splitlet:podworkers", "prober": "splitlet:prober"}
+		"node": "system:node:" + node, "podworkers": "system:node:" + node, "prober": "splitlet:prober"}
 	for id, user := range want {
 		got, groups := whoAmI(t, filepath.Join(ids, id, "kubeconfig"))
 		if got != user {

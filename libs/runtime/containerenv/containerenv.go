@@ -1,22 +1,26 @@
 // Package containerenv builds a container's environment from its spec the
 // way the kubelet does (GenerateRunContainerOptions' env part): envFrom, then
 // env in order, later entries winning, $(VAR) references expanded against
-// what is defined before them, and the downward API. The runtimes here
-// cannot read ConfigMaps or Secrets: a reference to one is an error unless
-// it is optional.
+// what is defined before them, and the downward API. ConfigMaps and Secrets
+// are read through Options.Sources; without it a reference to one is an
+// error unless it is optional.
 package containerenv
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
+	"sort"
 	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/splitlet/splitlet/libs/kube"
+	"github.com/splitlet/splitlet/libs/runtime"
 )
 
 // Options are what the environment depends on besides the spec.
@@ -30,10 +34,14 @@ type Options struct {
 	PodIP, HostIP string
 	// Runtime names the runtime in errors ("process").
 	Runtime string
+	// Sources reads ConfigMaps and Secrets; nil reads none.
+	Sources runtime.Sources
+	// Allocatable is the node's, for resourceFieldRef without a limit.
+	Allocatable corev1.ResourceList
 }
 
 // Build returns the container's environment as "KEY=value", in order.
-func Build(pod *corev1.Pod, c *corev1.Container, o Options) ([]string, error) {
+func Build(ctx context.Context, pod *corev1.Pod, c *corev1.Container, o Options) ([]string, error) {
 	vars := map[string]string{}
 	var order []string
 	set := func(k, v string) {
@@ -56,12 +64,12 @@ func Build(pod *corev1.Pod, c *corev1.Container, o Options) ([]string, error) {
 		set("HOSTNAME", host)
 	}
 	for _, src := range c.EnvFrom {
-		switch {
-		case src.ConfigMapRef != nil && src.ConfigMapRef.Optional != nil && *src.ConfigMapRef.Optional,
-			src.SecretRef != nil && src.SecretRef.Optional != nil && *src.SecretRef.Optional:
-			// Optional: the runtime sees no ConfigMap or Secret, as if absent.
-		default:
-			return nil, fmt.Errorf("envFrom: the %s runtime cannot read ConfigMaps or Secrets", o.Runtime)
+		data, err := envFromData(ctx, pod.Namespace, src, o)
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range sortedKeys(data) {
+			set(src.Prefix+k, data[k])
 		}
 	}
 	lookup := func(name string) (string, bool) { v, ok := vars[name]; return v, ok }
@@ -73,7 +81,7 @@ func Build(pod *corev1.Pod, c *corev1.Container, o Options) ([]string, error) {
 			set(e.Name, kube.Expand(e.Value, lookup))
 			continue
 		}
-		v, skip, err := valueFrom(pod, c, e.ValueFrom, o)
+		v, skip, err := valueFrom(ctx, pod, c, e.ValueFrom, o)
 		if err != nil {
 			return nil, fmt.Errorf("env %s: %w", e.Name, err)
 		}
@@ -107,10 +115,10 @@ func Expand(args []string, env []string) []string {
 	return out
 }
 
-// valueFrom resolves an env var source: the downward API fields that make
-// sense here and resource fields of the container's own requests and
-// limits.
-func valueFrom(pod *corev1.Pod, c *corev1.Container, src *corev1.EnvVarSource, o Options) (string, bool, error) {
+// valueFrom resolves an env var source: the downward API, resource fields
+// of the container's requests and limits, and keys of ConfigMaps and
+// Secrets.
+func valueFrom(ctx context.Context, pod *corev1.Pod, c *corev1.Container, src *corev1.EnvVarSource, o Options) (string, bool, error) {
 	switch {
 	case src.FieldRef != nil:
 		v, err := fieldValue(pod, src.FieldRef.FieldPath, o)
@@ -119,17 +127,109 @@ func valueFrom(pod *corev1.Pod, c *corev1.Container, src *corev1.EnvVarSource, o
 		v, err := resourceValue(c, src.ResourceFieldRef, o)
 		return v, false, err
 	case src.ConfigMapKeyRef != nil:
-		if src.ConfigMapKeyRef.Optional != nil && *src.ConfigMapKeyRef.Optional {
-			return "", true, nil
+		ref := src.ConfigMapKeyRef
+		optional := ref.Optional != nil && *ref.Optional
+		if o.Sources == nil {
+			if optional {
+				return "", true, nil
+			}
+			return "", false, fmt.Errorf("configMapKeyRef: the %s runtime cannot read ConfigMaps", o.Runtime)
 		}
-		return "", false, fmt.Errorf("configMapKeyRef: the %s runtime cannot read ConfigMaps", o.Runtime)
+		cm, err := o.Sources.ConfigMap(ctx, pod.Namespace, ref.Name)
+		if err != nil {
+			if optional && apierrors.IsNotFound(err) {
+				return "", true, nil
+			}
+			return "", false, err
+		}
+		v, ok := cm.Data[ref.Key]
+		if !ok {
+			if optional {
+				return "", true, nil
+			}
+			// kubelet's message for a missing key.
+			return "", false, fmt.Errorf("couldn't find key %v in ConfigMap %v/%v", ref.Key, pod.Namespace, ref.Name)
+		}
+		return v, false, nil
 	case src.SecretKeyRef != nil:
-		if src.SecretKeyRef.Optional != nil && *src.SecretKeyRef.Optional {
-			return "", true, nil
+		ref := src.SecretKeyRef
+		optional := ref.Optional != nil && *ref.Optional
+		if o.Sources == nil {
+			if optional {
+				return "", true, nil
+			}
+			return "", false, fmt.Errorf("secretKeyRef: the %s runtime cannot read Secrets", o.Runtime)
 		}
-		return "", false, fmt.Errorf("secretKeyRef: the %s runtime cannot read Secrets", o.Runtime)
+		sec, err := o.Sources.Secret(ctx, pod.Namespace, ref.Name)
+		if err != nil {
+			if optional && apierrors.IsNotFound(err) {
+				return "", true, nil
+			}
+			return "", false, err
+		}
+		v, ok := sec.Data[ref.Key]
+		if !ok {
+			if optional {
+				return "", true, nil
+			}
+			return "", false, fmt.Errorf("couldn't find key %v in Secret %v/%v", ref.Key, pod.Namespace, ref.Name)
+		}
+		return string(v), false, nil
 	}
 	return "", false, errors.New("valueFrom names no source")
+}
+
+// envFromData reads what one envFrom entry brings, keys without the prefix;
+// an optional source that does not exist brings nothing.
+func envFromData(ctx context.Context, ns string, src corev1.EnvFromSource, o Options) (map[string]string, error) {
+	switch {
+	case src.ConfigMapRef != nil:
+		optional := src.ConfigMapRef.Optional != nil && *src.ConfigMapRef.Optional
+		if o.Sources == nil {
+			if optional {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("envFrom: the %s runtime cannot read ConfigMaps", o.Runtime)
+		}
+		cm, err := o.Sources.ConfigMap(ctx, ns, src.ConfigMapRef.Name)
+		if err != nil {
+			if optional && apierrors.IsNotFound(err) {
+				return nil, nil
+			}
+			return nil, err
+		}
+		return cm.Data, nil
+	case src.SecretRef != nil:
+		optional := src.SecretRef.Optional != nil && *src.SecretRef.Optional
+		if o.Sources == nil {
+			if optional {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("envFrom: the %s runtime cannot read Secrets", o.Runtime)
+		}
+		sec, err := o.Sources.Secret(ctx, ns, src.SecretRef.Name)
+		if err != nil {
+			if optional && apierrors.IsNotFound(err) {
+				return nil, nil
+			}
+			return nil, err
+		}
+		out := make(map[string]string, len(sec.Data))
+		for k, v := range sec.Data {
+			out[k] = string(v)
+		}
+		return out, nil
+	}
+	return nil, errors.New("envFrom names no source")
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 func fieldValue(pod *corev1.Pod, path string, o Options) (string, error) {
@@ -168,24 +268,34 @@ func subscript(path, prefix string) (string, bool) {
 }
 
 // resourceValue follows the kubelet's rule for resourceFieldRef: the value
-// divided by the divisor, rounded up; it needs the container's own value
-// (the kubelet falls back to the node's allocatable, which the runtime
-// does not know).
+// divided by the divisor, rounded up; a limit the container does not set is
+// the node's allocatable (kubelet: limits default to allocatable).
 func resourceValue(c *corev1.Container, ref *corev1.ResourceFieldSelector, o Options) (string, error) {
+	return ResourceValue(c, ref, o.Allocatable, o.Runtime)
+}
+
+// ResourceValue is the value of a resourceFieldRef of container c (the
+// downward API, in env and in volumes), with the node's allocatable as the
+// default of an unset limit.
+func ResourceValue(c *corev1.Container, ref *corev1.ResourceFieldSelector, allocatable corev1.ResourceList, rtName string) (string, error) {
 	kind, name, ok := strings.Cut(ref.Resource, ".")
 	if !ok || (kind != "limits" && kind != "requests") {
 		return "", fmt.Errorf("resourceFieldRef %q: unknown resource", ref.Resource)
-	}
-	if ref.ContainerName != "" && ref.ContainerName != c.Name {
-		return "", fmt.Errorf("resourceFieldRef %q: another container's resources are not supported by the %s runtime", ref.Resource, o.Runtime)
 	}
 	list := c.Resources.Limits
 	if kind == "requests" {
 		list = c.Resources.Requests
 	}
 	q, ok := list[corev1.ResourceName(name)]
+	if !ok && kind == "limits" {
+		q, ok = allocatable[corev1.ResourceName(name)]
+	}
+	if !ok && kind == "requests" {
+		// kubelet: an unset request reads as zero.
+		q, ok = resource.Quantity{}, true
+	}
 	if !ok {
-		return "", fmt.Errorf("resourceFieldRef %q: the container sets no value and the %s runtime does not know the node's allocatable", ref.Resource, o.Runtime)
+		return "", fmt.Errorf("resourceFieldRef %q: the container sets no value and the %s runtime does not know the node's allocatable", ref.Resource, rtName)
 	}
 	divisor := ref.Divisor
 	if divisor.IsZero() {

@@ -207,11 +207,12 @@ func (r *Runtime) ensureSandbox(ctx context.Context, p *corev1.Pod, pd *pod) (*s
 
 // containerConfig is the ContainerConfig of attempt n of c (kubelet:
 // generateContainerConfig, without volumes and devices).
-func (r *Runtime) containerConfig(p *corev1.Pod, c *corev1.Container, attempt int, imageRef, podIP string) (*runtimeapi.ContainerConfig, error) {
+func (r *Runtime) containerConfig(ctx context.Context, p *corev1.Pod, c *corev1.Container, attempt int, imageRef, podIP string, opts runtime.StartOptions) (*runtimeapi.ContainerConfig, error) {
 	if podIP == "" || p.Spec.HostNetwork {
 		podIP = r.PodIP(p)
 	}
-	env, err := containerenv.Build(p, c, containerenv.Options{PodIP: podIP, HostIP: r.opts.hostIP, Runtime: Type})
+	env, err := containerenv.Build(ctx, p, c, containerenv.Options{PodIP: podIP, HostIP: r.opts.hostIP, Runtime: Type,
+		Sources: opts.Sources, Allocatable: opts.Allocatable})
 	if err != nil {
 		return nil, err
 	}
@@ -249,7 +250,23 @@ func (r *Runtime) containerConfig(p *corev1.Pod, c *corev1.Container, attempt in
 		k, v, _ := strings.Cut(kv, "=")
 		cfg.Envs = append(cfg.Envs, &runtimeapi.KeyValue{Key: k, Value: []byte(v)})
 	}
+	for _, m := range opts.Mounts {
+		cfg.Mounts = append(cfg.Mounts, &runtimeapi.Mount{ContainerPath: m.ContainerPath, HostPath: m.HostPath,
+			Readonly: m.ReadOnly, Propagation: propagation(m.Propagation)})
+	}
 	return cfg, nil
+}
+
+// propagation is the CRI's name of a mount propagation mode (kubelet:
+// translateMountPropagation).
+func propagation(p corev1.MountPropagationMode) runtimeapi.MountPropagation {
+	switch p {
+	case corev1.MountPropagationHostToContainer:
+		return runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER
+	case corev1.MountPropagationBidirectional:
+		return runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL
+	}
+	return runtimeapi.MountPropagation_PROPAGATION_PRIVATE
 }
 
 // resources are the container's CPU and memory limits (kubelet:

@@ -58,7 +58,7 @@ func TestCreatedContainerRemoved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := r.containerConfig(p, &p.Spec.Containers[1], 0, imageRef, sb.ip)
+	cfg, err := r.containerConfig(ctx, p, &p.Spec.Containers[1], 0, imageRef, sb.ip, runtime.StartOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

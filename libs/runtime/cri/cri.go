@@ -340,7 +340,7 @@ func (r *Runtime) podLocked(uid types.UID) *pod {
 }
 
 // StartContainer implements runtime.Runtime.
-func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.Container, attempt int) (runtime.ContainerStatus, error) {
+func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.Container, attempt int, opts runtime.StartOptions) (runtime.ContainerStatus, error) {
 	if p == nil || c == nil {
 		return runtime.ContainerStatus{State: runtime.StateUnknown}, errors.New("cri: StartContainer needs a pod and a container")
 	}
@@ -391,7 +391,7 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 		}
 		return fail(reason, msg, err)
 	}
-	cfg, err := r.containerConfig(p, c, attempt, imageRef, sb.ip)
+	cfg, err := r.containerConfig(ctx, p, c, attempt, imageRef, sb.ip, opts)
 	if err != nil {
 		return fail(ReasonCreateConfigError, err.Error(), err)
 	}

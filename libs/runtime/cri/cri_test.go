@@ -126,7 +126,7 @@ func start(t *testing.T, r *Runtime, p *corev1.Pod, i, attempt int) runtime.Cont
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	st, err := r.StartContainer(ctx, p, &p.Spec.Containers[i], attempt)
+	st, err := r.StartContainer(ctx, p, &p.Spec.Containers[i], attempt, runtime.StartOptions{})
 	if err != nil {
 		t.Fatalf("start %s: %v", p.Spec.Containers[i].Name, err)
 	}
@@ -346,21 +346,21 @@ func TestImageFailures(t *testing.T) {
 	// traffic leaves the host.
 	p := newPod("badimage", true, corev1.Container{Name: "c", Image: "127.0.0.1:1/nonexistent:v1", Command: []string{"true"}})
 	cleanupPod(t, p)
-	st, err := r.StartContainer(ctx, p, &p.Spec.Containers[0], 0)
+	st, err := r.StartContainer(ctx, p, &p.Spec.Containers[0], 0, runtime.StartOptions{})
 	if err == nil || st.ID != "" || st.Reason != ReasonErrImagePull || st.Message == "" {
 		t.Fatalf("first start: %+v, %v", st, err)
 	}
-	st, err = r.StartContainer(ctx, p, &p.Spec.Containers[0], 0)
+	st, err = r.StartContainer(ctx, p, &p.Spec.Containers[0], 0, runtime.StartOptions{})
 	if err == nil || st.ID != "" || st.Reason != ReasonImagePullBackOff || !strings.Contains(st.Message, "Back-off pulling image") {
 		t.Fatalf("second start: %+v, %v", st, err)
 	}
 	p.Spec.Containers[0].ImagePullPolicy = corev1.PullNever
-	st, err = r.StartContainer(ctx, p, &p.Spec.Containers[0], 0)
+	st, err = r.StartContainer(ctx, p, &p.Spec.Containers[0], 0, runtime.StartOptions{})
 	if err == nil || st.Reason != ReasonErrImageNeverPull {
 		t.Fatalf("never: %+v, %v", st, err)
 	}
 	p.Spec.Containers[0].Image = "bad image"
-	st, err = r.StartContainer(ctx, p, &p.Spec.Containers[0], 0)
+	st, err = r.StartContainer(ctx, p, &p.Spec.Containers[0], 0, runtime.StartOptions{})
 	if err == nil || st.Reason != ReasonInvalidImageName {
 		t.Fatalf("invalid name: %+v, %v", st, err)
 	}

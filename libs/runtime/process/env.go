@@ -1,6 +1,7 @@
 package process
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -9,14 +10,16 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/libs/runtime/containerenv"
 )
 
 // containerEnv builds a container's environment: the base environment,
 // HOSTNAME, then envFrom and env (package containerenv).
-func (r *Runtime) containerEnv(pod *corev1.Pod, c *corev1.Container) ([]string, error) {
-	return containerenv.Build(pod, c, containerenv.Options{
+func (r *Runtime) containerEnv(ctx context.Context, pod *corev1.Pod, c *corev1.Container, opts runtime.StartOptions) ([]string, error) {
+	return containerenv.Build(ctx, pod, c, containerenv.Options{
 		Base: r.opts.baseEnv, Hostname: true, PodIP: r.PodIP(pod), HostIP: r.opts.hostIP, Runtime: Type,
+		Sources: opts.Sources, Allocatable: opts.Allocatable,
 	})
 }
 

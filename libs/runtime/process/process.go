@@ -260,7 +260,7 @@ func (r *Runtime) podDir(uid types.UID) string {
 }
 
 // StartContainer implements runtime.Runtime.
-func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.Container, attempt int) (runtime.ContainerStatus, error) {
+func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.Container, attempt int, opts runtime.StartOptions) (runtime.ContainerStatus, error) {
 	if p == nil || c == nil {
 		return runtime.ContainerStatus{State: runtime.StateUnknown}, errors.New("process: StartContainer needs a pod and a container")
 	}
@@ -282,7 +282,7 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 		st.State = runtime.StateUnknown
 		return st, err
 	}
-	env, err := r.containerEnv(p, c)
+	env, err := r.containerEnv(ctx, p, c, opts)
 	if err != nil {
 		return configErr(err)
 	}
@@ -290,6 +290,9 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 	if err := os.MkdirAll(cdir, 0o750); err != nil {
 		st.State, st.Reason, st.Message = runtime.StateExited, ReasonCannotRun, err.Error()
 		return st, fmt.Errorf("process: container %q of pod %s: %w", c.Name, p.UID, err)
+	}
+	if err := linkMounts(cdir, opts.Mounts); err != nil {
+		return configErr(err)
 	}
 	st.ID = r.prefix + strconv.FormatUint(r.seq.Add(1), 16)
 	st.CreatedAt = time.Now()

@@ -74,7 +74,7 @@ func (tr *testRuntime) cleanup() {
 
 func (tr *testRuntime) start(p *corev1.Pod, i, attempt int) runtime.ContainerStatus {
 	tr.t.Helper()
-	st, err := tr.StartContainer(context.Background(), p, &p.Spec.Containers[i], attempt)
+	st, err := tr.StartContainer(context.Background(), p, &p.Spec.Containers[i], attempt, runtime.StartOptions{})
 	if err != nil {
 		tr.t.Fatalf("start %s: %v", p.Spec.Containers[i].Name, err)
 	}
@@ -472,7 +472,7 @@ func TestEnvAndDownwardAPI(t *testing.T) {
 	} {
 		bad := shPod("u-env-bad", "true")
 		bad.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "X", ValueFrom: src}}
-		st, err := r.StartContainer(context.Background(), bad, &bad.Spec.Containers[0], 0)
+		st, err := r.StartContainer(context.Background(), bad, &bad.Spec.Containers[0], 0, runtime.StartOptions{})
 		if err == nil || st.Reason != ReasonConfigError || !strings.Contains(st.Message, "X") {
 			t.Errorf("%s: %+v, %v", name, st, err)
 		}
@@ -503,7 +503,7 @@ func TestExitCodesAndReasons(t *testing.T) {
 	} {
 		p := shPod("u-cannot", "true")
 		mut(&p.Spec.Containers[0])
-		st, err := r.StartContainer(context.Background(), p, &p.Spec.Containers[0], 0)
+		st, err := r.StartContainer(context.Background(), p, &p.Spec.Containers[0], 0, runtime.StartOptions{})
 		if err == nil || st.State != runtime.StateExited || st.Reason != ReasonCannotRun || st.ExitCode != 128 || st.Message == "" {
 			t.Errorf("%s: %+v, %v", name, st, err)
 		}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/splitlet/splitlet/libs/runtime"
 )
 
 // ownerEnv makes the test binary a stand-in pod worker (TestMain): it runs
@@ -40,7 +42,7 @@ func runOwner(dir string) error {
 	}
 	p := shPod("u-owner", `sleep 300 & echo $! > child; wait`)
 	p.Spec.Containers[0].WorkingDir = dir
-	if _, err := r.StartContainer(context.Background(), p, &p.Spec.Containers[0], 0); err != nil {
+	if _, err := r.StartContainer(context.Background(), p, &p.Spec.Containers[0], 0, runtime.StartOptions{}); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(10 * time.Second)

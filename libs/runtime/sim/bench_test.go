@@ -8,6 +8,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/splitlet/splitlet/libs/runtime"
 )
 
 // BenchmarkStartPods starts b.N single-container pods (with a planned exit
@@ -27,7 +29,7 @@ func BenchmarkStartPods(b *testing.B) {
 	b.ResetTimer()
 	t0 := time.Now()
 	for i := range b.N {
-		if _, err := r.StartContainer(ctx, pods[i], &pods[i].Spec.Containers[0], 0); err != nil {
+		if _, err := r.StartContainer(ctx, pods[i], &pods[i].Spec.Containers[0], 0, runtime.StartOptions{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -54,7 +56,7 @@ func BenchmarkStartLatencyLimited(b *testing.B) {
 	errs := make(chan error, b.N)
 	for i := range b.N {
 		go func() {
-			_, err := r.StartContainer(ctx, pods[i], &pods[i].Spec.Containers[0], 0)
+			_, err := r.StartContainer(ctx, pods[i], &pods[i].Spec.Containers[0], 0, runtime.StartOptions{})
 			errs <- err
 		}()
 	}

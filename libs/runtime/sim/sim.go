@@ -241,7 +241,7 @@ func planFor(pod *corev1.Pod, name string) (plan, error) {
 }
 
 // StartContainer implements runtime.Runtime.
-func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.Container, attempt int) (runtime.ContainerStatus, error) {
+func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.Container, attempt int, opts runtime.StartOptions) (runtime.ContainerStatus, error) {
 	if p == nil || c == nil {
 		return runtime.ContainerStatus{State: runtime.StateUnknown}, errors.New("sim: StartContainer needs a pod and a container")
 	}

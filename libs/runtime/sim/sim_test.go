@@ -46,7 +46,7 @@ func waitEvent(t *testing.T, r *Runtime) runtime.Event {
 
 func start(t *testing.T, r *Runtime, p *corev1.Pod, i, attempt int) runtime.ContainerStatus {
 	t.Helper()
-	st, err := r.StartContainer(context.Background(), p, &p.Spec.Containers[i], attempt)
+	st, err := r.StartContainer(context.Background(), p, &p.Spec.Containers[i], attempt, runtime.StartOptions{})
 	if err != nil {
 		t.Fatalf("start %s: %v", p.Spec.Containers[i].Name, err)
 	}
@@ -166,12 +166,12 @@ func TestExitByAnnotation(t *testing.T) {
 func TestBadAnnotationsAndStartError(t *testing.T) {
 	r := newRuntime(t)
 	p := newPod("u3", map[string]string{AnnotationExitAfter: "soon"}, "app")
-	st, err := r.StartContainer(context.Background(), p, &p.Spec.Containers[0], 0)
+	st, err := r.StartContainer(context.Background(), p, &p.Spec.Containers[0], 0, runtime.StartOptions{})
 	if err == nil || st.Reason != ReasonConfigError || !strings.Contains(st.Message, AnnotationExitAfter) {
 		t.Fatalf("bad annotation: %+v, %v", st, err)
 	}
 	p = newPod("u4", map[string]string{AnnotationStartError + ".app": "no such binary"}, "app")
-	st, err = r.StartContainer(context.Background(), p, &p.Spec.Containers[0], 0)
+	st, err = r.StartContainer(context.Background(), p, &p.Spec.Containers[0], 0, runtime.StartOptions{})
 	if err == nil || st.State != runtime.StateExited || st.Reason != ReasonCannotRun || st.ExitCode != 128 || st.Message != "no such binary" {
 		t.Fatalf("start error: %+v, %v", st, err)
 	}
@@ -217,9 +217,15 @@ func TestStartLimit(t *testing.T) {
 	ctxB, cancelB := context.WithCancel(context.Background())
 	defer cancelB()
 	errA, errB := make(chan error, 1), make(chan error, 1)
-	go func() { _, err := r.StartContainer(ctxA, p, &p.Spec.Containers[0], 0); errA <- err }()
+	go func() {
+		_, err := r.StartContainer(ctxA, p, &p.Spec.Containers[0], 0, runtime.StartOptions{})
+		errA <- err
+	}()
 	poll(t, "a holds the slot", func() bool { return len(r.starts) == 1 })
-	go func() { _, err := r.StartContainer(ctxB, p, &p.Spec.Containers[1], 0); errB <- err }()
+	go func() {
+		_, err := r.StartContainer(ctxB, p, &p.Spec.Containers[1], 0, runtime.StartOptions{})
+		errB <- err
+	}()
 	poll(t, "b waits for the slot", func() bool { return r.waiting.Load() == 1 })
 	cancelA()
 	if err := <-errA; !errors.Is(err, context.Canceled) {

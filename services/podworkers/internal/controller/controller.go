@@ -531,6 +531,8 @@ func (c *Controller) cleanupWorkers() (map[types.UID]podworkers.WorkType, bool) 
 		c.syncer.Forget(uid)
 		if err := c.cfg.Runtime.RemovePod(context.Background(), uid); err != nil {
 			c.log.Warn("cannot remove pod from the runtime", zap.String(logging.FieldUID, string(uid)), zap.Error(err))
+		} else if err := c.syncer.RemoveVolumes(uid); err != nil {
+			c.log.Warn("cannot remove the pod's volumes", zap.String(logging.FieldUID, string(uid)), zap.Error(err))
 		}
 		c.mu.Lock()
 		_, still := c.pods[uid]

@@ -247,11 +247,11 @@ func TestStartupFailureKillsPerRestartPolicy(t *testing.T) {
 // panicRuntime panics on start: one bad pod must not crash the process.
 type panicRuntime struct{ *fakeruntime.Runtime }
 
-func (p panicRuntime) StartContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, attempt int) (runtime.ContainerStatus, error) {
+func (p panicRuntime) StartContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, attempt int, opts runtime.StartOptions) (runtime.ContainerStatus, error) {
 	if pod.Name == "p-boom" {
 		panic("boom")
 	}
-	return p.Runtime.StartContainer(ctx, pod, c, attempt)
+	return p.Runtime.StartContainer(ctx, pod, c, attempt, opts)
 }
 
 func TestPanicInOnePodDoesNotStallOthers(t *testing.T) {

@@ -41,11 +41,13 @@ type Runtime struct {
 	// Exec report exit code 1; Execs lists every command run, in order.
 	ExecFails map[string]bool
 	Execs     []string
+	// LastOptions holds, by container name, the options of its last start.
+	LastOptions map[string]runtime.StartOptions
 }
 
 // New returns an empty runtime.
 func New() *Runtime {
-	return &Runtime{pods: map[types.UID][]runtime.ContainerStatus{}, events: make(chan runtime.Event, 1024), ExitOnStart: map[string]int{}, Starts: map[string]int{}, CutShort: map[string]int{}, StopExitCode: 137}
+	return &Runtime{pods: map[types.UID][]runtime.ContainerStatus{}, events: make(chan runtime.Event, 1024), ExitOnStart: map[string]int{}, Starts: map[string]int{}, CutShort: map[string]int{}, StopExitCode: 137, LastOptions: map[string]runtime.StartOptions{}}
 }
 
 func (r *Runtime) Type() string                 { return "fake" }
@@ -54,7 +56,10 @@ func (r *Runtime) PodIP(*corev1.Pod) string     { return "127.0.0.1" }
 func (r *Runtime) Events() <-chan runtime.Event { return r.events }
 func (r *Runtime) Close() error                 { return nil }
 
-func (r *Runtime) StartContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, attempt int) (runtime.ContainerStatus, error) {
+func (r *Runtime) StartContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, attempt int, opts runtime.StartOptions) (runtime.ContainerStatus, error) {
+	r.mu.Lock()
+	r.LastOptions[c.Name] = opts
+	r.mu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.next++

@@ -36,6 +36,7 @@ import (
 	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/libs/tracing"
 	"github.com/splitlet/splitlet/services/podworkers/internal/podworkers"
+	"github.com/splitlet/splitlet/services/podworkers/internal/volumes"
 )
 
 // Waiting reasons of containers (kubelet's names).
@@ -81,6 +82,11 @@ func WithStartObserver(f func(containerType, failure string)) Option {
 // Events (Created, Started, Failed, BackOff, Killing) on the pods.
 func WithRecorder(r record.EventRecorder) Option { return func(s *Syncer) { s.recorder = r } }
 
+// WithVolumes sets the volume manager that prepares a pod's volumes before
+// its containers start; without one a pod with volumes starts with none
+// mounted (the sim runtime runs nothing that could read them).
+func WithVolumes(m *volumes.Manager) Option { return func(s *Syncer) { s.volumes = m } }
+
 // WithLogger sets the logger.
 func WithLogger(l *zap.Logger) Option { return func(s *Syncer) { s.log = l } }
 
@@ -120,6 +126,12 @@ type Syncer struct {
 	onStart func(containerType, failure string)
 	// recorder records container Events; nil records none.
 	recorder record.EventRecorder
+	// volumes sets up pods' volumes (nil: none); vols holds, per pod, the
+	// volumes of its last setup that got through; volBackOff spaces the
+	// retries of a setup that failed.
+	volumes    *volumes.Manager
+	vols       map[types.UID]map[string]volumes.Volume
+	volBackOff *flowcontrol.Backoff
 }
 
 // New returns a Syncer.
@@ -139,6 +151,8 @@ func New(rt runtime.Runtime, sink StatusSink, opts ...Option) *Syncer {
 		ids:            map[types.UID]map[string]bool{},
 		final:          map[types.UID]*podworkers.KillOptions{},
 		startFailed:    map[types.UID]map[string]*corev1.ContainerStateWaiting{},
+		vols:           map[types.UID]map[string]volumes.Volume{},
+		volBackOff:     flowcontrol.NewBackOff(volumeRetryBase, volumeRetryMax),
 	}
 	for _, o := range opts {
 		o(s)
@@ -221,7 +235,9 @@ func (s *Syncer) Forget(uid types.UID) {
 	delete(s.ids, uid)
 	delete(s.final, uid)
 	delete(s.startFailed, uid)
+	delete(s.vols, uid)
 	s.mu.Unlock()
+	s.volBackOff.Reset(string(uid))
 }
 
 // noteStart records why a start left no instance, or forgets it once a
@@ -357,7 +373,7 @@ func (s *Syncer) start(ctx context.Context, pod *corev1.Pod, c *corev1.Container
 		}
 	}
 	sctx, span := tracing.Start(ctx, "runtime StartContainer", trace.WithAttributes(attribute.String("k8s.container.name", c.Name), attribute.Int("splitlet.attempt", attempt)))
-	st, err := s.rt.StartContainer(sctx, pod, c, attempt)
+	st, err := s.startContainer(sctx, pod, c, attempt)
 	tracing.End(span, err)
 	s.observeStart(ctx, pod, c, st, err)
 	s.startEvents(ctx, pod, c, st, err)
@@ -465,6 +481,15 @@ func (s *Syncer) activeDeadline(pod *corev1.Pod) (time.Duration, bool) {
 }
 
 func (s *Syncer) syncAndReport(ctx context.Context, pod *corev1.Pod) (podworkers.SyncResult, error) {
+	if wait, d := s.setupVolumes(ctx, pod); wait {
+		// kubelet: containers do not start before the pod's volumes are
+		// mounted; the pod waits in ContainerCreating.
+		if ctx.Err() != nil {
+			return podworkers.SyncResult{}, ctx.Err()
+		}
+		s.sink.Set(s.status(pod, false, false))
+		return podworkers.SyncResult{RequeueAfter: d}, nil
+	}
 	res, err := s.syncContainers(ctx, pod)
 	if ctx.Err() != nil {
 		return res, ctx.Err()
@@ -588,7 +613,7 @@ func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker
 					continue
 				}
 				s.backOff.Reset(backOffKey(pod, c))
-				st, err := s.rt.StartContainer(ctx, pod, c, last.Attempt+1)
+				st, err := s.startContainer(ctx, pod, c, last.Attempt+1)
 				s.observeStart(ctx, pod, c, st, err)
 				s.startEvents(ctx, pod, c, st, err)
 				s.noteStart(pod.UID, c.Name, st, err)

@@ -33,7 +33,7 @@ func (f *failingStarts) set(name, reason, message string) {
 	f.fail[name] = [2]string{reason, message}
 }
 
-func (f *failingStarts) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.Container, attempt int) (runtime.ContainerStatus, error) {
+func (f *failingStarts) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.Container, attempt int, opts runtime.StartOptions) (runtime.ContainerStatus, error) {
 	f.mu.Lock()
 	why, ok := f.fail[c.Name]
 	f.mu.Unlock()
@@ -41,7 +41,7 @@ func (f *failingStarts) StartContainer(ctx context.Context, p *corev1.Pod, c *co
 		return runtime.ContainerStatus{PodUID: p.UID, Name: c.Name, Attempt: attempt, State: runtime.StateExited, Reason: why[0], Message: why[1]},
 			errors.New(why[0])
 	}
-	return f.Runtime.StartContainer(ctx, p, c, attempt)
+	return f.Runtime.StartContainer(ctx, p, c, attempt, opts)
 }
 
 // A start that fails before the container exists shows the runtime's

@@ -48,6 +48,7 @@ import (
 	"github.com/splitlet/splitlet/services/podworkers/internal/podsync"
 	"github.com/splitlet/splitlet/services/podworkers/internal/podworkers"
 	"github.com/splitlet/splitlet/services/podworkers/internal/statuspub"
+	"github.com/splitlet/splitlet/services/podworkers/internal/volumes"
 )
 
 // Config holds the podworkers keys.
@@ -69,6 +70,8 @@ type Config struct {
 	ProcessRecordsDir   string
 	ProcessRunAs        string
 	ContainerEvents     string
+	Volumes             string
+	RootDir             string
 }
 
 // RegisterFlags adds the podworkers keys ("podworkers.<key>") to fs.
@@ -89,6 +92,8 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.ReadinessInterval, "podworkers.readiness-interval", 10*time.Second, "heartbeat interval of AgentReadiness on state.agent")
 	fs.StringVar(&c.ProcessRunAs, "podworkers.process-run-as", "65534:65534", "runtime process, when podworkers runs as root: the uid:gid of containers that set no runAsUser, so that a pod cannot read the agent's credentials or signal its processes; 'self' runs them as podworkers itself")
 	fs.StringVar(&c.ContainerEvents, "podworkers.container-events", "auto", "record the kubelet's container Events on pods (Created, Started, Failed, BackOff, Killing): on, off, or auto (on, but for the sim runtime, which is for scale tests: like kwok it records none, sparing the API server two writes a pod)")
+	fs.StringVar(&c.Volumes, "podworkers.volumes", "auto", "set up pods' volumes (emptyDir, hostPath, configMap, secret, downwardAPI, projected with service account tokens) and mount them into containers: on, off, or auto (on, but for the sim runtime, which runs nothing that could read them)")
+	fs.StringVar(&c.RootDir, "podworkers.root-dir", "", "where pods' volumes live, as <root-dir>/pods/<uid>/volumes/ (the kubelet's --root-dir layout); shared by the replicas of a node, and for the cri runtime the same path on the host; default <data-dir>/kubelet")
 	fs.StringVar(&c.ProcessRecordsDir, "podworkers.process-records-dir", "", "runtime process: where the replicas of this node on this host write down their containers' process groups, so that what a replica killed with SIGKILL leaves is killed by the next one (mode 0700, this user's); default <tmp>/splitlet-process-groups/<node>")
 }
 
@@ -105,10 +110,12 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("invalid value %v for %s: must be positive", d, key)
 		}
 	}
-	switch c.ContainerEvents {
-	case "auto", "on", "off":
-	default:
-		return fmt.Errorf("invalid value %q for podworkers.container-events: must be on, off or auto", c.ContainerEvents)
+	for key, v := range map[string]string{"podworkers.container-events": c.ContainerEvents, "podworkers.volumes": c.Volumes} {
+		switch v {
+		case "auto", "on", "off":
+		default:
+			return fmt.Errorf("invalid value %q for %s: must be on, off or auto", v, key)
+		}
 	}
 	if _, err := parseRunAs(c.ProcessRunAs); err != nil {
 		return fmt.Errorf("invalid value %q for podworkers.process-run-as: %w", c.ProcessRunAs, err)
@@ -443,6 +450,15 @@ func (r *Runner) run(ctx context.Context) error {
 		podsync.WithStartObserver(r.metrics.started)}
 	if r.cfg.ContainerEvents == "on" || (r.cfg.ContainerEvents == "auto" && rt.Type() != sim.Type) {
 		syncOpts = append(syncOpts, podsync.WithRecorder(recorder))
+	}
+	if r.cfg.Volumes == "on" || (r.cfg.Volumes == "auto" && rt.Type() != sim.Type) {
+		root := r.cfg.RootDir
+		if root == "" {
+			root = filepath.Join(r.common.DataDir, "kubelet")
+		}
+		client := volumes.Client{CS: r.cs}
+		syncOpts = append(syncOpts, podsync.WithVolumes(volumes.New(root, client, client,
+			volumes.WithAllocatable(allocatable), volumes.WithLogger(r.log.Named("volumes")))))
 	}
 	pub := bus.NewPublisher(r.conn.NC, r.conn.JS, node, r.Source())
 

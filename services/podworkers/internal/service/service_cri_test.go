@@ -164,7 +164,7 @@ func criFlavour(t *testing.T, e *env, cd *testenv.Containerd, pods int, poll tim
 			t.Fatal(err)
 		}
 		defer r.Close()
-		if _, err := r.StartContainer(ctx, orphan, &orphan.Spec.Containers[0], 0); err != nil {
+		if _, err := r.StartContainer(ctx, orphan, &orphan.Spec.Containers[0], 0, runtime.StartOptions{}); err != nil {
 			t.Fatalf("start the orphan: %v", err)
 		}
 		return orphan, func() bool {

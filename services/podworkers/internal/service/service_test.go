@@ -78,6 +78,8 @@ type env struct {
 	// needs); onTrack is told of the pods a test runs (to clean them up).
 	podDefaults func(*corev1.Pod)
 	onTrack     func(...*corev1.Pod)
+	// replicaCS, if set, is the replicas' clientset (default: admin).
+	replicaCS kubernetes.Interface
 }
 
 // track names pods the test runs, for the runtime's cleanup.
@@ -217,7 +219,11 @@ func (e *env) startReplicaRuntime(t *testing.T, runtimeName string, mod func(*Co
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(cfg, common, log, conn, controlPlane(t).Clientset(), prometheus.NewRegistry(), tracing.Noop())
+	cs := controlPlane(t).Clientset()
+	if e.replicaCS != nil {
+		cs = e.replicaCS
+	}
+	r, err := New(cfg, common, log, conn, cs, prometheus.NewRegistry(), tracing.Noop())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,248 @@
+package volumes
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+func readVisible(t *testing.T, dir, name string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		t.Fatalf("read %s: %v", name, err)
+	}
+	return string(data)
+}
+
+// The atomic writer: files appear through "..data", an unchanged payload
+// writes nothing, an update swaps the whole version, and names the payload
+// no longer has disappear while files not its own stay.
+func TestWritePayload(t *testing.T) {
+	dir := t.TempDir()
+	changed, err := writePayload(dir, map[string]File{"a": {Data: []byte("1"), Mode: 0o644}, "sub/b": {Data: []byte("2"), Mode: 0o400}})
+	if err != nil || !changed {
+		t.Fatalf("first write: changed %v, %v", changed, err)
+	}
+	if got := readVisible(t, dir, "sub/b"); got != "2" {
+		t.Fatalf("sub/b = %q", got)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "sub/b")); err != nil || fi.Mode().Perm() != 0o400 {
+		t.Fatalf("sub/b mode: %v %v", fi, err)
+	}
+	if target, _ := os.Readlink(filepath.Join(dir, "a")); target != "..data/a" {
+		t.Fatalf("a links to %q, want ..data/a", target)
+	}
+	first, _ := os.Readlink(filepath.Join(dir, dataLink))
+	changed, err = writePayload(dir, map[string]File{"a": {Data: []byte("1"), Mode: 0o644}, "sub/b": {Data: []byte("2"), Mode: 0o400}})
+	if err != nil || changed {
+		t.Fatalf("same payload: changed %v, %v", changed, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "mine"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	changed, err = writePayload(dir, map[string]File{"a": {Data: []byte("new"), Mode: 0o644}})
+	if err != nil || !changed {
+		t.Fatalf("update: changed %v, %v", changed, err)
+	}
+	if got := readVisible(t, dir, "a"); got != "new" {
+		t.Fatalf("a = %q after the update", got)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "sub")); !os.IsNotExist(err) {
+		t.Errorf("sub survived an update without it: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, first)); !os.IsNotExist(err) {
+		t.Errorf("the old version %s was kept", first)
+	}
+	if readVisible(t, dir, "mine") != "x" {
+		t.Errorf("a file the writer did not write was touched")
+	}
+	for _, bad := range []string{"../x", "/abs", "..hidden", "a/../../x"} {
+		if _, err := writePayload(dir, map[string]File{bad: {Data: nil, Mode: 0o644}}); err == nil {
+			t.Errorf("path %q accepted", bad)
+		}
+	}
+}
+
+type fakeSources struct {
+	cms     map[string]*corev1.ConfigMap
+	secrets map[string]*corev1.Secret
+}
+
+func (f fakeSources) ConfigMap(_ context.Context, _, name string) (*corev1.ConfigMap, error) {
+	if cm, ok := f.cms[name]; ok {
+		return cm, nil
+	}
+	return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "configmap"}, name)
+}
+
+func (f fakeSources) Secret(_ context.Context, _, name string) (*corev1.Secret, error) {
+	if s, ok := f.secrets[name]; ok {
+		return s, nil
+	}
+	return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "secret"}, name)
+}
+
+type fakeTokens struct {
+	n   int
+	ttl time.Duration
+}
+
+func (f *fakeTokens) CreateToken(_ context.Context, _, account string, req *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {
+	f.n++
+	out := req.DeepCopy()
+	out.Status.Token = account + "-" + string(rune('0'+f.n))
+	out.Status.ExpirationTimestamp = metav1.NewTime(time.Now().Add(f.ttl))
+	return out, nil
+}
+
+func pod(vols ...corev1.Volume) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u1", Labels: map[string]string{"b": "2", "a": `q"`}},
+		Spec: corev1.PodSpec{Volumes: vols, Containers: []corev1.Container{{Name: "c"}}}}
+}
+
+// The kinds' rules: optional sources, missing keys, item modes, the
+// downward API's label format, hostPath type checks, unsupported kinds.
+func TestSetupKinds(t *testing.T) {
+	yes := true
+	mode := int32(0o600)
+	src := fakeSources{cms: map[string]*corev1.ConfigMap{"cm": {Data: map[string]string{"k": "v"}, BinaryData: map[string][]byte{"bin": {0, 1}}}}}
+	m := New(t.TempDir(), src, &fakeTokens{ttl: time.Hour})
+	t.Cleanup(func() { _ = m.Teardown("u1") })
+	vol := func(name string, s corev1.VolumeSource) corev1.Volume { return corev1.Volume{Name: name, VolumeSource: s} }
+	got, err := m.Setup(context.Background(), pod(
+		vol("all", corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cm"}}}),
+		vol("opt", corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "none"}, Optional: &yes}}),
+		vol("items", corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cm"},
+			Items: []corev1.KeyToPath{{Key: "k", Path: "x/y", Mode: &mode}}}}),
+		vol("labels", corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{
+			{Path: "l", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels"}}}}}),
+		vol("scratch", corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}),
+	))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if readVisible(t, got["all"].Path, "k") != "v" || readVisible(t, got["all"].Path, "bin") != "\x00\x01" {
+		t.Errorf("configMap: data and binaryData not both there")
+	}
+	if !got["all"].ReadOnly || got["scratch"].ReadOnly {
+		t.Errorf("read-only: configMap %v, emptyDir %v", got["all"].ReadOnly, got["scratch"].ReadOnly)
+	}
+	if entries, _ := os.ReadDir(got["opt"].Path); len(entries) != 2 { // ..data and its version
+		t.Errorf("an optional missing ConfigMap is not an empty volume: %v", entries)
+	}
+	if fi, err := os.Stat(filepath.Join(got["items"].Path, "x/y")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("item mode: %v %v", fi, err)
+	}
+	if l := readVisible(t, got["labels"].Path, "l"); l != "a=\"q\\\"\"\nb=\"2\"" {
+		t.Errorf("labels file %q", l)
+	}
+	if fi, err := os.Stat(got["scratch"].Path); err != nil || fi.Mode().Perm() != 0o777 {
+		t.Errorf("emptyDir mode: %v %v", fi, err)
+	}
+
+	for name, tc := range map[string]struct {
+		src  corev1.VolumeSource
+		want string
+	}{
+		"missing cm": {corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "none"}}},
+			`MountVolume.SetUp failed for volume "v" : configmap "none" not found`},
+		"missing key": {corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cm"},
+			Items: []corev1.KeyToPath{{Key: "nope", Path: "p"}}}}, "configmap references non-existent config key: nope"},
+		"missing secret": {corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "s"}}, `secret "s" not found`},
+		"not a dir": {corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/proc/self/status", Type: ptr(corev1.HostPathDirectory)}},
+			"hostPath type check failed: /proc/self/status is not a directory"},
+		"pvc": {corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}, "volume kind not supported"},
+	} {
+		_, err := m.Setup(context.Background(), pod(vol("v", tc.src)))
+		var se *SetupError
+		if !errors.As(err, &se) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want a SetupError with %q", name, err, tc.want)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// Tokens: one request while fresh, a new one past 80 % of the lifetime.
+func TestTokenRefresh(t *testing.T) {
+	tok := &fakeTokens{ttl: time.Hour}
+	m := New(t.TempDir(), fakeSources{}, tok)
+	p := pod(corev1.Volume{Name: "t", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}}}}})
+	t.Cleanup(func() { _ = m.Teardown(p.UID) })
+	for range 3 {
+		if _, err := m.Setup(context.Background(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tok.n != 1 {
+		t.Fatalf("%d token requests for three fresh syncs, want 1", tok.n)
+	}
+	m.mu.Lock()
+	for k, v := range m.tok {
+		v.issued, v.expires = v.issued.Add(-50*time.Minute), v.expires.Add(-50*time.Minute)
+		m.tok[k] = v
+	}
+	m.mu.Unlock()
+	vols, err := m.Setup(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok.n != 2 || readVisible(t, vols["t"].Path, "token") != "default-2" {
+		t.Fatalf("after 50 of 60 minutes: %d requests, token %q", tok.n, readVisible(t, vols["t"].Path, "token"))
+	}
+	if err := m.Teardown(p.UID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(vols["t"].Path); !os.IsNotExist(err) {
+		t.Errorf("teardown left %s", vols["t"].Path)
+	}
+}
+
+// Mounts: subPath inside the volume is created with the volume's mode; one
+// that leaves the volume through a link is refused, as is an unknown
+// volume; subPathExpr expands against the environment.
+func TestMounts(t *testing.T) {
+	root := t.TempDir()
+	vol := filepath.Join(root, "v")
+	if err := os.MkdirAll(vol, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(vol, 0o777)
+	if err := os.Symlink("/etc", filepath.Join(vol, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	vols := map[string]Volume{"v": {Path: vol}}
+	c := &corev1.Container{Name: "c", VolumeMounts: []corev1.VolumeMount{
+		{Name: "v", MountPath: "/a", SubPath: "new/dir"},
+		{Name: "v", MountPath: "/b", SubPathExpr: "$(POD)", ReadOnly: true},
+	}}
+	ms, err := Mounts(pod(), c, vols, []string{"POD=p1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms[0].HostPath != filepath.Join(vol, "new/dir") || ms[1].HostPath != filepath.Join(vol, "p1") || !ms[1].ReadOnly {
+		t.Fatalf("mounts %+v", ms)
+	}
+	if fi, err := os.Stat(ms[0].HostPath); err != nil || fi.Mode().Perm() != fs.FileMode(0o777) {
+		t.Errorf("subPath directory: %v %v, want the volume's mode 0777", fi, err)
+	}
+	for _, bad := range []corev1.VolumeMount{{Name: "v", MountPath: "/x", SubPath: "escape"}, {Name: "w", MountPath: "/x"}} {
+		c := &corev1.Container{Name: "c", VolumeMounts: []corev1.VolumeMount{bad}}
+		if _, err := Mounts(pod(), c, vols, nil); err == nil {
+			t.Errorf("mount %+v accepted", bad)
+		}
+	}
+}
