@@ -171,6 +171,10 @@ type StartOptions struct {
 	// name; nil reads none (a reference that is not optional fails the
 	// start with CreateContainerConfigError).
 	Sources Sources
+	// PodDir is a directory on the host for the files the kubelet manages
+	// for the pod (its /etc/hosts, the containers' termination message
+	// files); empty: none are made.
+	PodDir string
 	// Allocatable is the node's allocatable, the value of a
 	// resourceFieldRef the container sets no limit for (kubelet: limits
 	// default to the node's allocatable).

@@ -254,6 +254,11 @@ func (r *Runtime) containerConfig(ctx context.Context, p *corev1.Pod, c *corev1.
 		cfg.Mounts = append(cfg.Mounts, &runtimeapi.Mount{ContainerPath: m.ContainerPath, HostPath: m.HostPath,
 			Readonly: m.ReadOnly, Propagation: propagation(m.Propagation)})
 	}
+	files, err := podFileMounts(p, c, attempt, podIP, opts)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Mounts = append(cfg.Mounts, files...)
 	return cfg, nil
 }
 

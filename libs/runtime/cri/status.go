@@ -88,17 +88,20 @@ func (r *Runtime) convert(ctx context.Context, s *runtimeapi.ContainerStatus) (r
 		if s.GetFinishedAt() > 0 {
 			st.FinishedAt = time.Unix(0, s.GetFinishedAt())
 		}
-		// kubelet: with FallbackToLogsOnError a failed container that
-		// wrote no termination message has the end of its log as message
-		// (not one that never ran: it has no log).
-		if corev1.TerminationMessagePolicy(ann[annotationTerminationMessagePolicy]) == corev1.TerminationMessageFallbackToLogsOnError &&
+		// kubelet: the message is what the container wrote to its
+		// termination message file; with FallbackToLogsOnError a failed
+		// container that wrote none has the end of its log (not one that
+		// never ran: it has no log). Either follows the runtime's own.
+		msg := terminationMessage(s, ann[annotationTerminationMessagePath])
+		if msg == "" && corev1.TerminationMessagePolicy(ann[annotationTerminationMessagePolicy]) == corev1.TerminationMessageFallbackToLogsOnError &&
 			st.ExitCode != 0 && st.Reason != "ContainerCannotRun" && st.LogPath != "" {
-			if tail := lastLog(ctx, st.LogPath); tail != "" {
-				if st.Message != "" {
-					st.Message += ": "
-				}
-				st.Message += tail
+			msg = lastLog(ctx, st.LogPath)
+		}
+		if msg != "" {
+			if st.Message != "" {
+				st.Message += ": "
 			}
+			st.Message += msg
 		}
 		if cutShort(st) {
 			// It never ran: its start was cancelled by the caller (a pod

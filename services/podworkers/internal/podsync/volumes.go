@@ -86,6 +86,7 @@ func (s *Syncer) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 	if s.volumes != nil {
 		opts.Sources = s.volumes.Sources()
 		opts.Allocatable = s.volumes.Allocatable()
+		opts.PodDir = s.volumes.PodDir(pod.UID)
 		if len(c.VolumeMounts) > 0 {
 			s.mu.Lock()
 			vols := s.vols[pod.UID]

@@ -84,6 +84,7 @@ cat $R/etc/proj/ca > $R/out/projected-cm
 printf %s "$FROM_b|$KEY|${MISSING:-unset}" > $R/out/env
 echo here > $R/sub/x
 cat $R/host/h.txt > $R/out/host
+[ -z "$R" ] && head -1 /etc/hosts > /out/hosts
 while true; do cat $R/etc/cm/dir/a.txt > $R/out/a-now; sleep 0.2; done`, "ROOT", root)
 	return func(p *corev1.Pod) {
 		p.Labels = map[string]string{"app": "volumes", "tier": "test"}
@@ -183,6 +184,13 @@ func runVolumePod(t *testing.T, e *env, rt, root string) {
 	} {
 		if got := read(name); got != want {
 			t.Errorf("%s: the container saw %q, want %q", name, got, want)
+		}
+	}
+	if root == "" {
+		// a host-network pod's /etc/hosts is the node's, under the
+		// kubelet's header.
+		if got := read("hosts"); got != "# Kubernetes-managed hosts file (host network).\n" {
+			t.Errorf("/etc/hosts begins with %q", got)
 		}
 	}
 	if got, _ := os.ReadFile(filepath.Join(out, "subdir", "x")); string(got) != "here\n" {
@@ -289,4 +297,27 @@ func TestVolumesProcess(t *testing.T) {
 func TestVolumesCRI(t *testing.T) {
 	e, _ := criEnv(t, "pw-vol-cri")
 	runVolumePod(t, e, config.RuntimeCRI, "")
+
+	// what a container writes to its terminationMessagePath is its
+	// termination message.
+	p := newPod(t, controlPlane(t).Clientset(), e.node+"-msg", func(p *corev1.Pod) {
+		e.podDefaults(p)
+		p.Spec.NodeName = e.node
+		p.Spec.RestartPolicy = corev1.RestartPolicyNever
+		p.Spec.Containers[0].TerminationMessagePath = "/dev/termination-log"
+		p.Spec.Containers[0].Command = []string{"sh", "-c", "printf 'gone fishing' > /dev/termination-log; exit 3"}
+	})
+	e.track(p)
+	e.send(bus.OpAdd, p)
+	eventually(t, 60*time.Second, "the container's termination message", func() bool {
+		st, _ := e.get(p.UID)
+		if st == nil || len(st.ContainerStatuses) == 0 || st.ContainerStatuses[0].State.Terminated == nil {
+			return false
+		}
+		term := st.ContainerStatuses[0].State.Terminated
+		if term.Message != "gone fishing" || term.ExitCode != 3 {
+			t.Fatalf("terminated %+v, want exit 3 with message %q", term, "gone fishing")
+		}
+		return true
+	})
 }

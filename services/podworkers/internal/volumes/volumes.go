@@ -181,13 +181,28 @@ func (m *Manager) podDir(uid types.UID) string {
 	return filepath.Join(m.root, "pods", string(uid))
 }
 
+// PodDir is the pod's directory, where the runtime keeps the files the
+// kubelet manages for it (/etc/hosts, termination message files); Teardown
+// removes it.
+func (m *Manager) PodDir(uid types.UID) string {
+	if !safeUID(uid) {
+		return ""
+	}
+	return m.podDir(uid)
+}
+
+// safeUID: the UID can name a directory (it comes from the bus).
+func safeUID(uid types.UID) bool {
+	return uid != "" && uid != "." && uid != ".." && !strings.ContainsAny(string(uid), "/\x00")
+}
+
 // Setup sets up (or refreshes) every volume of the pod and returns them by
 // name. It stops at the first volume that fails, with a *SetupError.
 func (m *Manager) Setup(ctx context.Context, pod *corev1.Pod) (map[string]Volume, error) {
 	if len(pod.Spec.Volumes) == 0 {
 		return nil, nil
 	}
-	if strings.ContainsAny(string(pod.UID), "/\x00") || pod.UID == "" || pod.UID == "." || pod.UID == ".." {
+	if !safeUID(pod.UID) {
 		return nil, fmt.Errorf("pod UID %q cannot name a directory", pod.UID)
 	}
 	out := make(map[string]Volume, len(pod.Spec.Volumes))
@@ -637,7 +652,7 @@ func (m *Manager) Teardown(uid types.UID) error {
 		}
 	}
 	m.mu.Unlock()
-	if uid == "" || strings.ContainsAny(string(uid), "/\x00") || uid == "." || uid == ".." {
+	if !safeUID(uid) {
 		return nil
 	}
 	base := filepath.Join(m.podDir(uid), "volumes")
