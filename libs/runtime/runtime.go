@@ -171,6 +171,9 @@ type StartOptions struct {
 	// name; nil reads none (a reference that is not optional fails the
 	// start with CreateContainerConfigError).
 	Sources Sources
+	// ServiceEnv are the service environment variables the container gets
+	// after its own ("KEY=value"; kubelet: enableServiceLinks).
+	ServiceEnv []string
 	// PodDir is a directory on the host for the files the kubelet manages
 	// for the pod (its /etc/hosts, the containers' termination message
 	// files); empty: none are made.

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"sort"
 	"strconv"
 	"strings"
@@ -38,6 +39,44 @@ type Options struct {
 	Sources runtime.Sources
 	// Allocatable is the node's, for resourceFieldRef without a limit.
 	Allocatable corev1.ResourceList
+	// ServiceEnv are the service variables ("KEY=value"; ServiceVariables).
+	ServiceEnv []string
+}
+
+// ServiceVariables are the environment variables of services the kubelet
+// gives a container (docker links style): for each service with a cluster
+// IP, NAME_SERVICE_HOST, NAME_SERVICE_PORT, NAME_SERVICE_PORT_<PORT NAME>,
+// NAME_PORT, and NAME_PORT_<port>_<PROTO>[_PROTO|_PORT|_ADDR], NAME being
+// the service's name upper-cased with '-' as '_'.
+func ServiceVariables(services []*corev1.Service) []string {
+	var out []string
+	for _, svc := range services {
+		ip := svc.Spec.ClusterIP
+		if ip == "" || ip == corev1.ClusterIPNone || len(svc.Spec.Ports) == 0 {
+			continue
+		}
+		name := strings.ToUpper(strings.ReplaceAll(svc.Name, "-", "_"))
+		out = append(out, name+"_SERVICE_HOST="+ip, name+"_SERVICE_PORT="+strconv.Itoa(int(svc.Spec.Ports[0].Port)))
+		for _, p := range svc.Spec.Ports {
+			if p.Name != "" {
+				out = append(out, name+"_SERVICE_PORT_"+strings.ToUpper(strings.ReplaceAll(p.Name, "-", "_"))+"="+strconv.Itoa(int(p.Port)))
+			}
+		}
+		for i, p := range svc.Spec.Ports {
+			proto := string(p.Protocol)
+			if proto == "" {
+				proto = string(corev1.ProtocolTCP)
+			}
+			port := strconv.Itoa(int(p.Port))
+			url := strings.ToLower(proto) + "://" + net.JoinHostPort(ip, port)
+			prefix := name + "_PORT_" + port + "_" + strings.ToUpper(proto)
+			if i == 0 {
+				out = append(out, name+"_PORT="+url)
+			}
+			out = append(out, prefix+"="+url, prefix+"_PROTO="+strings.ToLower(proto), prefix+"_PORT="+port, prefix+"_ADDR="+ip)
+		}
+	}
+	return out
 }
 
 // Build returns the container's environment as "KEY=value", in order.
@@ -72,7 +111,20 @@ func Build(ctx context.Context, pod *corev1.Pod, c *corev1.Container, o Options)
 			set(src.Prefix+k, data[k])
 		}
 	}
-	lookup := func(name string) (string, bool) { v, ok := vars[name]; return v, ok }
+	services := map[string]string{}
+	for _, kv := range o.ServiceEnv {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			services[k] = v
+		}
+	}
+	// kubelet: $(VAR) sees the service variables too.
+	lookup := func(name string) (string, bool) {
+		if v, ok := vars[name]; ok {
+			return v, ok
+		}
+		v, ok := services[name]
+		return v, ok
+	}
 	for _, e := range c.Env {
 		if e.Name == "" {
 			return nil, errors.New("env: a variable has no name")
@@ -87,6 +139,15 @@ func Build(ctx context.Context, pod *corev1.Pod, c *corev1.Container, o Options)
 		}
 		if !skip {
 			set(e.Name, v)
+		}
+	}
+	// kubelet: the service variables come last, each unless the container
+	// defines it itself.
+	for _, kv := range o.ServiceEnv {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			if _, defined := vars[k]; !defined {
+				set(k, v)
+			}
 		}
 	}
 	env := make([]string, 0, len(order))

@@ -87,6 +87,13 @@ func WithRecorder(r record.EventRecorder) Option { return func(s *Syncer) { s.re
 // mounted (the sim runtime runs nothing that could read them).
 func WithVolumes(m *volumes.Manager) Option { return func(s *Syncer) { s.volumes = m } }
 
+// WithServiceEnv sets where a container's service environment variables
+// come from: the variables of the services a pod in the namespace sees
+// (links: the pod's enableServiceLinks).
+func WithServiceEnv(f func(namespace string, links bool) []string) Option {
+	return func(s *Syncer) { s.serviceEnv = f }
+}
+
 // WithLogger sets the logger.
 func WithLogger(l *zap.Logger) Option { return func(s *Syncer) { s.log = l } }
 
@@ -130,6 +137,7 @@ type Syncer struct {
 	// volumes of its last setup that got through; volBackOff spaces the
 	// retries of a setup that failed.
 	volumes    *volumes.Manager
+	serviceEnv func(namespace string, links bool) []string
 	vols       map[types.UID]map[string]volumes.Volume
 	volBackOff *flowcontrol.Backoff
 }

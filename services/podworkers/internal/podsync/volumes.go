@@ -83,6 +83,10 @@ func (s *Syncer) RemoveVolumes(uid types.UID) error {
 // fails it, with CreateContainerConfigError.
 func (s *Syncer) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, attempt int) (runtime.ContainerStatus, error) {
 	var opts runtime.StartOptions
+	if s.serviceEnv != nil {
+		links := pod.Spec.EnableServiceLinks == nil || *pod.Spec.EnableServiceLinks
+		opts.ServiceEnv = s.serviceEnv(pod.Namespace, links)
+	}
 	if s.volumes != nil {
 		opts.Sources = s.volumes.Sources()
 		opts.Allocatable = s.volumes.Allocatable()

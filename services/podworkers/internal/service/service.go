@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,9 +28,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/splitlet/splitlet/libs/app"
@@ -38,6 +41,7 @@ import (
 	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/messaging"
 	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/runtime/containerenv"
 	"github.com/splitlet/splitlet/libs/runtime/cri"
 	"github.com/splitlet/splitlet/libs/runtime/process"
 	"github.com/splitlet/splitlet/libs/runtime/sim"
@@ -459,6 +463,18 @@ func (r *Runner) run(ctx context.Context) error {
 		client := volumes.Client{CS: r.cs}
 		syncOpts = append(syncOpts, podsync.WithVolumes(volumes.New(root, client, client,
 			volumes.WithAllocatable(allocatable), volumes.WithLogger(r.log.Named("volumes")))))
+		// the services whose variables containers get (kubelet: a services
+		// informer of the whole cluster; the node may list them).
+		svcFactory := informers.NewSharedInformerFactoryWithOptions(r.cs, 0, informers.WithTransform(kube.StripManagedFields))
+		services := svcFactory.Core().V1().Services().Lister()
+		svcFactory.Start(ctx.Done())
+		defer svcFactory.Shutdown()
+		syncCtx, cancelSync := context.WithTimeout(ctx, 10*time.Second)
+		svcFactory.WaitForCacheSync(syncCtx.Done())
+		cancelSync()
+		syncOpts = append(syncOpts, podsync.WithServiceEnv(func(ns string, links bool) []string {
+			return serviceEnv(services, ns, links)
+		}))
 	}
 	pub := bus.NewPublisher(r.conn.NC, r.conn.JS, node, r.Source())
 
@@ -718,3 +734,35 @@ func parseRunAs(s string) (*process.User, error) {
 	}
 	return &process.User{UID: uint32(uid), GID: uint32(gid)}, nil
 }
+
+// serviceEnv are the service variables of a container in namespace ns
+// (kubelet: getServiceEnvVarMap): the namespace's services when the pod
+// has service links, and always the API server's own service,
+// default/kubernetes, unless the namespace has one of that name.
+func serviceEnv(lister corelisters.ServiceLister, ns string, links bool) []string {
+	byName := map[string]*corev1.Service{}
+	if links {
+		list, _ := lister.Services(ns).List(labels.Everything())
+		for _, svc := range list {
+			byName[svc.Name] = svc
+		}
+	}
+	if _, ok := byName[masterService]; !ok {
+		if svc, err := lister.Services(metav1.NamespaceDefault).Get(masterService); err == nil {
+			byName[masterService] = svc
+		}
+	}
+	names := make([]string, 0, len(byName))
+	for n := range byName {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	list := make([]*corev1.Service, 0, len(names))
+	for _, n := range names {
+		list = append(list, byName[n])
+	}
+	return containerenv.ServiceVariables(list)
+}
+
+// masterService is the API server's service in namespace default.
+const masterService = "kubernetes"

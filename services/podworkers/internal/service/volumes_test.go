@@ -82,6 +82,7 @@ cat $R/etc/proj/namespace > $R/out/namespace
 cat $R/etc/proj/token > $R/out/token
 cat $R/etc/proj/ca > $R/out/projected-cm
 printf %s "$FROM_b|$KEY|${MISSING:-unset}" > $R/out/env
+printf %s "$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT_HTTPS" > $R/out/svc
 echo here > $R/sub/x
 cat $R/host/h.txt > $R/out/host
 [ -z "$R" ] && head -1 /etc/hosts > /out/hosts
@@ -130,7 +131,7 @@ while true; do cat $R/etc/cm/dir/a.txt > $R/out/a-now; sleep 0.2; done`, "ROOT",
 
 // runVolumePod runs the volume pod on a replica of e (runtime rt, root the
 // mount prefix) and checks, on the host, what its container saw: each kind
-// of volume, modes, envFrom and valueFrom, subPath, a ConfigMap update
+// of volume, modes, envFrom and valueFrom, service variables, subPath, a ConfigMap update
 // reaching the running container; a pod naming a missing ConfigMap waits in
 // ContainerCreating with a FailedMount Event; removing the pod removes its
 // volumes.
@@ -181,6 +182,7 @@ func runVolumePod(t *testing.T, e *env, rt, root string) {
 	for name, want := range map[string]string{
 		"a": "one", "mode": "400\n", "secret": "s3cret", "labels": "app=\"volumes\"\ntier=\"test\"",
 		"namespace": "default", "projected-cm": "two", "env": "two|s3cret|unset", "host": "from the host",
+		"svc": "10.0.0.1:443", // the API server's service, default/kubernetes
 	} {
 		if got := read(name); got != want {
 			t.Errorf("%s: the container saw %q, want %q", name, got, want)
