@@ -120,7 +120,9 @@ func TestSetupKinds(t *testing.T) {
 	src := fakeSources{cms: map[string]*corev1.ConfigMap{"cm": {Data: map[string]string{"k": "v"}, BinaryData: map[string][]byte{"bin": {0, 1}}}}}
 	m := New(t.TempDir(), src, &fakeTokens{ttl: time.Hour})
 	t.Cleanup(func() { _ = m.Teardown("u1") })
-	vol := func(name string, s corev1.VolumeSource) corev1.Volume { return corev1.Volume{Name: name, VolumeSource: s} }
+	vol := func(name string, s corev1.VolumeSource) corev1.Volume {
+		return corev1.Volume{Name: name, VolumeSource: s}
+	}
 	got, err := m.Setup(context.Background(), pod(
 		vol("all", corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cm"}}}),
 		vol("opt", corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "none"}, Optional: &yes}}),
