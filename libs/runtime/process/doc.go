@@ -24,9 +24,12 @@
 // metadata.name, metadata.namespace, metadata.uid, metadata.labels['k'],
 // metadata.annotations['k'], spec.nodeName, spec.serviceAccountName,
 // status.podIP(s) (the runtime's pod IP) and status.hostIP(s)
-// (WithHostIP), and resourceFieldRef when the container itself sets the
-// value. ConfigMaps and Secrets cannot be read: such a reference fails the
-// start with reason CreateContainerConfigError, unless it is optional. The
+// (WithHostIP), and resourceFieldRef (an unset limit is the node's
+// allocatable when the start options give it). ConfigMaps and Secrets are
+// read through the start options' Sources; without them such a reference
+// fails the start with reason CreateContainerConfigError, unless it is
+// optional. Volume mounts are symbolic links at their mountPath under the
+// container's directory, pointing at the volume on the host. The
 // working directory is workingDir, which must exist, or the container's
 // directory <root>/pods/<uid>/<container>. Stdin is /dev/null.
 //

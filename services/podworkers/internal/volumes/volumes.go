@@ -225,7 +225,11 @@ func (m *Manager) setup(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) 
 	src := v.VolumeSource
 	switch {
 	case src.EmptyDir != nil:
-		return m.emptyDir(dir(dirEmptyDir), src.EmptyDir)
+		v, err := m.emptyDir(dir(dirEmptyDir), src.EmptyDir)
+		if err == nil {
+			err = ownDir(v.Path, fsGroup(pod))
+		}
+		return v, err
 	case src.HostPath != nil:
 		return hostPath(src.HostPath)
 	case src.ConfigMap != nil:
@@ -233,25 +237,25 @@ func (m *Manager) setup(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) 
 		if err != nil {
 			return Volume{}, err
 		}
-		return m.payloadVolume(dir(dirConfigMap), payload, false)
+		return m.payloadVolume(dir(dirConfigMap), payload, false, fsGroup(pod))
 	case src.Secret != nil:
 		payload, err := m.secretPayload(ctx, pod.Namespace, src.Secret.SecretName, src.Secret.Items, src.Secret.Optional, modeOr(src.Secret.DefaultMode))
 		if err != nil {
 			return Volume{}, err
 		}
-		return m.payloadVolume(dir(dirSecret), payload, true)
+		return m.payloadVolume(dir(dirSecret), payload, true, fsGroup(pod))
 	case src.DownwardAPI != nil:
 		payload, err := m.downwardPayload(pod, src.DownwardAPI.Items, modeOr(src.DownwardAPI.DefaultMode))
 		if err != nil {
 			return Volume{}, err
 		}
-		return m.payloadVolume(dir(dirDownward), payload, false)
+		return m.payloadVolume(dir(dirDownward), payload, false, fsGroup(pod))
 	case src.Projected != nil:
 		payload, err := m.projectedPayload(ctx, pod, v.Name, src.Projected)
 		if err != nil {
 			return Volume{}, err
 		}
-		return m.payloadVolume(dir(dirProjected), payload, true)
+		return m.payloadVolume(dir(dirProjected), payload, true, fsGroup(pod))
 	}
 	return Volume{}, fmt.Errorf("volume kind not supported by this node (supported: emptyDir, hostPath, configMap, secret, downwardAPI, projected)")
 }
@@ -287,8 +291,41 @@ func (m *Manager) emptyDir(dir string, src *corev1.EmptyDirVolumeSource) (Volume
 	return Volume{Path: dir}, nil
 }
 
-// payloadVolume writes a payload into dir, a tmpfs first when secret.
-func (m *Manager) payloadVolume(dir string, payload map[string]File, secret bool) (Volume, error) {
+// fsGroup is the pod's securityContext.fsGroup, if set.
+func fsGroup(pod *corev1.Pod) *int64 {
+	if pod.Spec.SecurityContext == nil {
+		return nil
+	}
+	return pod.Spec.SecurityContext.FSGroup
+}
+
+// ownDir gives an emptyDir to the pod's fsGroup (kubelet: volume
+// ownership): the group owns it, and it is set-group-ID so that what the
+// containers create there is the group's too.
+func ownDir(dir string, gid *int64) error {
+	if gid == nil {
+		return nil
+	}
+	if err := os.Lchown(dir, -1, int(*gid)); err != nil {
+		return err
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	return os.Chmod(dir, fi.Mode().Perm()|0o660|0o110|fs.ModeSetgid)
+}
+
+// payloadVolume writes a payload into dir, a tmpfs first when secret. With
+// an fsGroup, the files are the group's and readable by it (kubelet: the
+// read-only ownership rule adds 0440).
+func (m *Manager) payloadVolume(dir string, payload map[string]File, secret bool, gid *int64) (Volume, error) {
+	if gid != nil {
+		for k, f := range payload {
+			f.Mode |= 0o440
+			payload[k] = f
+		}
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return Volume{}, err
 	}
@@ -303,10 +340,27 @@ func (m *Manager) payloadVolume(dir string, payload map[string]File, secret bool
 			}
 		}
 	}
-	if _, err := writePayload(dir, payload); err != nil {
+	changed, err := writePayload(dir, payload)
+	if err != nil {
 		return Volume{}, err
 	}
+	if changed && gid != nil {
+		if err := chownTree(dir, int(*gid)); err != nil {
+			return Volume{}, err
+		}
+	}
 	return Volume{Path: dir, ReadOnly: true}, nil
+}
+
+// chownTree gives every file and directory under dir to group gid, links
+// included (not what they point at).
+func chownTree(dir string, gid int) error {
+	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(path, -1, gid)
+	})
 }
 
 // mountTmpfs mounts a tmpfs on dir unless one is there already (a

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -246,5 +247,48 @@ func TestMounts(t *testing.T) {
 		if _, err := Mounts(pod(), c, vols, nil); err == nil {
 			t.Errorf("mount %+v accepted", bad)
 		}
+	}
+}
+
+// fsGroup: the volumes are the group's; Secret files readable by it, the
+// emptyDir set-group-ID.
+func TestFSGroup(t *testing.T) {
+	gid := int64(1234)
+	if os.Geteuid() != 0 {
+		gid = int64(os.Getgid()) // only root may give files to any group
+	}
+	mode := int32(0o400)
+	m := New(t.TempDir(), fakeSources{secrets: map[string]*corev1.Secret{"s": {Data: map[string][]byte{"k": []byte("v")}}}}, nil)
+	p := pod(
+		corev1.Volume{Name: "sec", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "s", DefaultMode: &mode}}},
+		corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	)
+	p.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: &gid}
+	t.Cleanup(func() { _ = m.Teardown(p.UID) })
+	vols, err := m.Setup(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(vols["sec"].Path, "k"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if fs.FileMode(st.Mode).Perm() != 0o440 || int64(st.Gid) != gid {
+		t.Errorf("secret file: mode %o gid %d, want 0440 and the fsGroup %d", fs.FileMode(st.Mode).Perm(), st.Gid, gid)
+	}
+	fi, err := os.Stat(vols["scratch"].Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode()&fs.ModeSetgid == 0 || fi.Mode().Perm() != 0o777 {
+		t.Errorf("emptyDir mode %v, want set-group-ID and 0777", fi.Mode())
+	}
+	// a second sync with the same payload rewrites nothing.
+	before, _ := os.Readlink(filepath.Join(vols["sec"].Path, dataLink))
+	if _, err := m.Setup(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := os.Readlink(filepath.Join(vols["sec"].Path, dataLink)); after != before {
+		t.Errorf("an unchanged Secret was written again (%s, then %s)", before, after)
 	}
 }
