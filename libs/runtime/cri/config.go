@@ -318,6 +318,11 @@ func securityContext(p *corev1.Pod, c *corev1.Container) *runtimeapi.LinuxContai
 		for _, g := range ps.SupplementalGroups {
 			sc.SupplementalGroups = append(sc.SupplementalGroups, g)
 		}
+		// kubelet: the fsGroup is one of the container's groups, so that
+		// it may use the volumes given to it.
+		if ps.FSGroup != nil {
+			sc.SupplementalGroups = append(sc.SupplementalGroups, *ps.FSGroup)
+		}
 	}
 	if cs := c.SecurityContext; cs != nil {
 		if cs.RunAsUser != nil {
@@ -328,6 +333,11 @@ func securityContext(p *corev1.Pod, c *corev1.Container) *runtimeapi.LinuxContai
 		}
 		if cs.ReadOnlyRootFilesystem != nil {
 			sc.ReadonlyRootfs = *cs.ReadOnlyRootFilesystem
+		}
+		// kubelet: no_new_privs exactly when privilege escalation is
+		// explicitly refused.
+		if cs.AllowPrivilegeEscalation != nil {
+			sc.NoNewPrivs = !*cs.AllowPrivilegeEscalation
 		}
 		if caps := cs.Capabilities; caps != nil {
 			sc.Capabilities = &runtimeapi.Capability{}
@@ -340,4 +350,51 @@ func securityContext(p *corev1.Pod, c *corev1.Container) *runtimeapi.LinuxContai
 		}
 	}
 	return sc
+}
+
+// verifyNonRoot enforces runAsNonRoot (the container's over the pod's)
+// against the user the container will run as: its runAsUser, else the
+// image's user, root when the image names none (kubelet:
+// verifyRunAsNonRoot, with its messages).
+func verifyNonRoot(p *corev1.Pod, c *corev1.Container, imageUID *int64, imageUser string) error {
+	nonRoot, user := false, (*int64)(nil)
+	if ps := p.Spec.SecurityContext; ps != nil {
+		if ps.RunAsNonRoot != nil {
+			nonRoot = *ps.RunAsNonRoot
+		}
+		user = ps.RunAsUser
+	}
+	if cs := c.SecurityContext; cs != nil {
+		if cs.RunAsNonRoot != nil {
+			nonRoot = *cs.RunAsNonRoot
+		}
+		if cs.RunAsUser != nil {
+			user = cs.RunAsUser
+		}
+	}
+	if !nonRoot {
+		return nil
+	}
+	desc := fmt.Sprintf("%s_%s(%s)", p.Name, p.Namespace, p.UID)
+	if user != nil {
+		if *user == 0 {
+			return fmt.Errorf("container's runAsUser breaks non-root policy (pod: %q, container: %s)", desc, c.Name)
+		}
+		return nil
+	}
+	switch {
+	case imageUID != nil && *imageUID == 0, imageUID == nil && imageUser == "":
+		return fmt.Errorf("container has runAsNonRoot and image will run as root (pod: %q, container: %s)", desc, c.Name)
+	case imageUID == nil:
+		return fmt.Errorf("container has runAsNonRoot and image has non-numeric user (%s), cannot verify user is non-root (pod: %q, container: %s)", imageUser, desc, c.Name)
+	}
+	return nil
+}
+
+// runsAsNonRoot says whether runAsNonRoot applies to the container.
+func runsAsNonRoot(p *corev1.Pod, c *corev1.Container) bool {
+	if c.SecurityContext != nil && c.SecurityContext.RunAsNonRoot != nil {
+		return *c.SecurityContext.RunAsNonRoot
+	}
+	return p.Spec.SecurityContext != nil && p.Spec.SecurityContext.RunAsNonRoot != nil && *p.Spec.SecurityContext.RunAsNonRoot
 }

@@ -391,6 +391,20 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 		}
 		return fail(reason, msg, err)
 	}
+	if runsAsNonRoot(p, c) {
+		var uid *int64
+		var user string
+		if st, err := r.is.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: imageRef}, false); err == nil && st.GetImage() != nil {
+			if u := st.GetImage().GetUid(); u != nil {
+				v := u.GetValue()
+				uid = &v
+			}
+			user = st.GetImage().GetUsername()
+		}
+		if err := verifyNonRoot(p, c, uid, user); err != nil {
+			return fail(ReasonCreateConfigError, err.Error(), err)
+		}
+	}
 	cfg, err := r.containerConfig(ctx, p, c, attempt, imageRef, sb.ip, opts)
 	if err != nil {
 		return fail(ReasonCreateConfigError, err.Error(), err)
