@@ -284,7 +284,16 @@ func (c *Controller) HandlePodAdditions(source string, partition int, pods []*co
 			// its time in the pod workers runs from its arrival.
 			c.syncer.Received(p.UID, arrived)
 		}
-		c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p, StartTime: arrived})
+		// an ADD of a pod still desired here is its source starting over
+		// (podconfig restarted and sent every pod again), not the pod
+		// created anew: an update, which neither restarts a finished pod
+		// nor marks a terminating one for a restart. A pod removed first
+		// and then added is not known here any more, and is created.
+		typ := podworkers.UpdateCreate
+		if known {
+			typ = podworkers.UpdateUpdate
+		}
+		c.workers.UpdatePod(podworkers.UpdateOptions{Type: typ, Pod: p, StartTime: arrived})
 	}
 }
 

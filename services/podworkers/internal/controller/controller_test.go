@@ -360,3 +360,43 @@ func TestReleaseDuringHousekeepingKillsAndRemovesNothing(t *testing.T) {
 		}
 	}
 }
+
+// A pod source that starts again (podconfig restarted) sends ADDs for pods
+// the pod workers know: a pod that finished is not run again, and a
+// terminating pod finishes and stays finished (only a pod removed and then
+// added again is a new instance, TestRecreatedUIDRunsAgain).
+func TestReAddedPodIsNotRestarted(t *testing.T) {
+	s := newSink()
+	rt := fakeruntime.New()
+	rt.ExitOnStart["c"] = 0
+	c := start(t, rt, s, "cpu=4,pods=10")
+	c.SetSourcesReady(true)
+	done := pod("done", "")
+	done.Spec.RestartPolicy = corev1.RestartPolicyNever
+	c.HandleUpdate("api", bus.OpAdd, 0, []corev1.Pod{done})
+	eventually(t, "the pod finished", func() bool { st := s.get("done"); return st != nil && st.Terminated })
+
+	long := pod("long", "")
+	long.Spec.Containers[0].Name = "l"
+	c.HandleUpdate("api", bus.OpAdd, 0, []corev1.Pod{long})
+	eventually(t, "the long pod running", func() bool { return isRunning(s.get("long")) })
+	deleting := long.DeepCopy()
+	now := metav1.Now()
+	deleting.DeletionTimestamp = &now
+	c.HandleUpdate("api", bus.OpDelete, 0, []corev1.Pod{*deleting})
+
+	// podconfig restarted: every pod of the API server again, as ADDs.
+	c.HandleUpdate("api", bus.OpAdd, 0, []corev1.Pod{done, *deleting})
+	eventually(t, "the deleted pod terminated", func() bool { st := s.get("long"); return st != nil && st.Terminated })
+	// housekeeping rounds (20 ms) would restart a pod marked recreated.
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if n := rt.StartsOf("c"); n != 1 {
+			t.Fatalf("the finished pod started %d times", n)
+		}
+		if n := rt.StartsOf("l"); n != 1 {
+			t.Fatalf("the deleted pod started %d times", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
