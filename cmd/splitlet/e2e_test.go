@@ -230,6 +230,35 @@ func TestEndToEndProcessPod(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// An ephemeral container (kubectl debug): started once, shown in
+	// ephemeralContainerStatuses, its logs served, the pod not restarted.
+	live, err := cs.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restarts := live.Status.ContainerStatuses[0].RestartCount
+	live.Spec.EphemeralContainers = append(live.Spec.EphemeralContainers, corev1.EphemeralContainer{
+		EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debugger", Image: "busybox",
+			Command: []string{"sh", "-c", "echo debugging; sleep 3600"}}})
+	if _, err := cs.CoreV1().Pods("default").UpdateEphemeralContainers(ctx, "hello", live, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "the ephemeral container running", func() (bool, string) {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{})
+		if err != nil || len(p.Status.EphemeralContainerStatuses) == 0 {
+			return false, fmt.Sprint(err)
+		}
+		ec := p.Status.EphemeralContainerStatuses[0]
+		return ec.Name == "debugger" && ec.State.Running != nil, fmt.Sprintf("%+v", ec.State)
+	})
+	eventually(t, 30*time.Second, "the ephemeral container's logs", func() (bool, string) {
+		out, err := logsOf(ctx, cs, "hello", &corev1.PodLogOptions{Container: "debugger"})
+		return err == nil && strings.TrimSpace(out) == "debugging", fmt.Sprint(out, err)
+	})
+	if p, _ := cs.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{}); p.Status.ContainerStatuses[0].RestartCount != restarts {
+		t.Errorf("adding an ephemeral container restarted the pod's container: %+v", p.Status.ContainerStatuses[0])
+	}
+
 	// The kubelet's metrics, under its names and labels.
 	eventually(t, 30*time.Second, "the kubelet's metrics", func() (bool, string) {
 		code, body, err := get(fmt.Sprintf("http://127.0.0.1:%d/metrics", httpPort))

@@ -77,6 +77,10 @@ type PodRuntimeStatus struct {
 
 	InitContainerStatuses []corev1.ContainerStatus `json:"initContainerStatuses,omitempty"`
 	ContainerStatuses     []corev1.ContainerStatus `json:"containerStatuses,omitempty"`
+	// EphemeralContainerStatuses are the statuses of the pod's ephemeral
+	// containers (kubectl debug); optional, a stage that does not know them
+	// ignores them.
+	EphemeralContainerStatuses []corev1.ContainerStatus `json:"ephemeralContainerStatuses,omitempty"`
 	// ContainerHashes maps the ID of each container instance the statuses
 	// name (current and last state) to the hash of the spec it was started
 	// from, 16 hex digits (kubelet: the container hash label). Optional: a
@@ -107,6 +111,11 @@ func (p *PodRuntimeStatus) validate(*Envelope) error {
 	for i, c := range p.InitContainerStatuses {
 		if c.Name == "" {
 			return fieldErr(fmt.Sprintf("payload.initContainerStatuses[%d].name", i), "required")
+		}
+	}
+	for i, c := range p.EphemeralContainerStatuses {
+		if c.Name == "" {
+			return fieldErr(fmt.Sprintf("payload.ephemeralContainerStatuses[%d].name", i), "required")
 		}
 	}
 	return nil

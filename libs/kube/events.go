@@ -43,6 +43,11 @@ func ContainerRef(pod *corev1.Pod, name string) *corev1.ObjectReference {
 			path = fmt.Sprintf("spec.initContainers{%s}", name)
 		}
 	}
+	for i := range pod.Spec.EphemeralContainers {
+		if pod.Spec.EphemeralContainers[i].Name == name {
+			path = fmt.Sprintf("spec.ephemeralContainers{%s}", name)
+		}
+	}
 	return &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name,
 		UID: pod.UID, ResourceVersion: pod.ResourceVersion, FieldPath: path}
 }

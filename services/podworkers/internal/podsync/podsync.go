@@ -670,6 +670,18 @@ func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker
 	if allDone && len(pod.Spec.Containers) > 0 {
 		res.Terminal = true
 	}
+	if !res.Terminal {
+		// kubelet: an ephemeral container is started once, while the pod
+		// runs, and never restarted.
+		for i := range pod.Spec.EphemeralContainers {
+			c := ephemeral(&pod.Spec.EphemeralContainers[i])
+			if last := latest(byName[c.Name]); last == nil {
+				errs = append(errs, s.start(ctx, pod, c, nil))
+			} else if last.State == runtime.StateCreated {
+				errs = append(errs, s.start(ctx, pod, c, last))
+			}
+		}
+	}
 	return res, errors.Join(errs...)
 }
 
@@ -811,8 +823,19 @@ func (s *Syncer) status(pod *corev1.Pod, terminating, terminated bool) *bus.PodR
 		c := &pod.Spec.Containers[i]
 		st.ContainerStatuses = append(st.ContainerStatuses, s.containerStatus(pod, c, byName[c.Name], waiting))
 	}
+	for i := range pod.Spec.EphemeralContainers {
+		c := ephemeral(&pod.Spec.EphemeralContainers[i])
+		st.EphemeralContainerStatuses = append(st.EphemeralContainerStatuses, s.containerStatus(pod, c, byName[c.Name], ReasonContainerCreating))
+	}
 	st.ContainerHashes = hashesOf(byName, st)
 	return st
+}
+
+// ephemeral is an ephemeral container as the container the runtime runs
+// (kubelet: the common fields are a Container's).
+func ephemeral(ec *corev1.EphemeralContainer) *corev1.Container {
+	c := corev1.Container(ec.EphemeralContainerCommon)
+	return &c
 }
 
 // hashesOf maps the instance IDs the statuses name to their spec hashes.
@@ -834,7 +857,7 @@ func hashesOf(byName map[string][]runtime.ContainerStatus, st *bus.PodRuntimeSta
 			}
 		}
 	}
-	for _, list := range [][]corev1.ContainerStatus{st.InitContainerStatuses, st.ContainerStatuses} {
+	for _, list := range [][]corev1.ContainerStatus{st.InitContainerStatuses, st.ContainerStatuses, st.EphemeralContainerStatuses} {
 		for _, cs := range list {
 			add(cs.ContainerID)
 			if t := cs.LastTerminationState.Terminated; t != nil {
@@ -871,7 +894,7 @@ func Instances(st *bus.PodRuntimeStatus) []runtime.ContainerStatus {
 		}
 	}
 	var out []runtime.ContainerStatus
-	for _, list := range [][]corev1.ContainerStatus{st.InitContainerStatuses, st.ContainerStatuses} {
+	for _, list := range [][]corev1.ContainerStatus{st.InitContainerStatuses, st.ContainerStatuses, st.EphemeralContainerStatuses} {
 		for i := range list {
 			cs := &list[i]
 			if cs.ContainerID == "" {

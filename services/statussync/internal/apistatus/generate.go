@@ -131,6 +131,15 @@ func Generate(in Input) corev1.PodStatus {
 	hasInit := len(pod.Spec.InitContainers) > 0
 	s.InitContainerStatuses = containerStatuses(pod.Spec.InitContainers, rs.InitContainerStatuses, in.Old.InitContainerStatuses, hasInit, pod.DeletionTimestamp != nil)
 	s.ContainerStatuses = containerStatuses(pod.Spec.Containers, rs.ContainerStatuses, in.Old.ContainerStatuses, hasInit, pod.DeletionTimestamp != nil)
+	if n := len(pod.Spec.EphemeralContainers); n > 0 {
+		// kubelet: ephemeral containers are shown as containers are, and
+		// take no part in the phase.
+		specs := make([]corev1.Container, n)
+		for i := range pod.Spec.EphemeralContainers {
+			specs[i] = corev1.Container(pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
+		}
+		s.EphemeralContainerStatuses = containerStatuses(specs, rs.EphemeralContainerStatuses, in.Old.EphemeralContainerStatuses, false, pod.DeletionTimestamp != nil)
+	}
 
 	all := append(slices.Clone(s.ContainerStatuses), s.InitContainerStatuses...)
 	s.Phase = Phase(pod, all, terminal, anyRegularRunning(pod, rs.ContainerStatuses), in.Static)

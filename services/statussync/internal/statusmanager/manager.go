@@ -194,8 +194,9 @@ func runtimeFromAPI(api *corev1.Pod, uid types.UID) *bus.PodRuntimeStatus {
 	return &bus.PodRuntimeStatus{
 		UID: uid, Namespace: api.Namespace, Name: api.Name,
 		PodIP: api.Status.PodIP, HostIP: api.Status.HostIP, StartTime: api.Status.StartTime.DeepCopy(),
-		InitContainerStatuses: append([]corev1.ContainerStatus(nil), api.Status.InitContainerStatuses...),
-		ContainerStatuses:     append([]corev1.ContainerStatus(nil), api.Status.ContainerStatuses...),
+		InitContainerStatuses:      append([]corev1.ContainerStatus(nil), api.Status.InitContainerStatuses...),
+		ContainerStatuses:          append([]corev1.ContainerStatus(nil), api.Status.ContainerStatuses...),
+		EphemeralContainerStatuses: append([]corev1.ContainerStatus(nil), api.Status.EphemeralContainerStatuses...),
 	}
 }
 
