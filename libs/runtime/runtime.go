@@ -174,6 +174,9 @@ type StartOptions struct {
 	// ServiceEnv are the service environment variables the container gets
 	// after its own ("KEY=value"; kubelet: enableServiceLinks).
 	ServiceEnv []string
+	// ImageEvent, if set, is told of what the runtime did about the image
+	// (the kubelet's Pulling and Pulled Events).
+	ImageEvent func(eventType, reason, message string)
 	// PodDir is a directory on the host for the files the kubelet manages
 	// for the pod (its /etc/hosts, the containers' termination message
 	// files); empty: none are made.

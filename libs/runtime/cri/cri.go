@@ -383,7 +383,7 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 		// the start that was cut short went through after all.
 		return got, nil
 	}
-	imageRef, reason, msg, err := r.ensureImage(ctx, p, c, sb.config)
+	imageRef, reason, msg, err := r.ensureImage(ctx, p, c, sb.config, opts.ImageEvent)
 	if err != nil {
 		if ctx.Err() != nil {
 			st.State = runtime.StateUnknown

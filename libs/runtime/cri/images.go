@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -55,7 +56,13 @@ func PullPolicy(c *corev1.Container) corev1.PullPolicy {
 // policy says (kubelet: imageManager.EnsureImageExists), and returns the
 // image reference to create the container from, or the kubelet's reason
 // and message for why it cannot be.
-func (r *Runtime) ensureImage(ctx context.Context, p *corev1.Pod, c *corev1.Container, sb *runtimeapi.PodSandboxConfig) (ref, reason, msg string, err error) {
+//
+// It tells event of what it does as the kubelet's image manager records it:
+// Pulled when the image is there, Pulling and Pulled around a pull.
+func (r *Runtime) ensureImage(ctx context.Context, p *corev1.Pod, c *corev1.Container, sb *runtimeapi.PodSandboxConfig, event func(eventType, reason, message string)) (ref, reason, msg string, err error) {
+	if event == nil {
+		event = func(string, string, string) {}
+	}
 	if err := validImage(c.Image); err != nil {
 		return "", ReasonInvalidImageName, fmt.Sprintf("Failed to apply default image tag %q: %v", c.Image, err), err
 	}
@@ -73,6 +80,7 @@ func (r *Runtime) ensureImage(ctx context.Context, p *corev1.Pod, c *corev1.Cont
 			return "", ReasonImageInspectError, msg, err
 		}
 		if img := st.GetImage(); img != nil {
+			event(corev1.EventTypeNormal, EventPulled, fmt.Sprintf("Container image %q already present on machine and can be accessed by the pod", c.Image))
 			return img.GetId(), "", "", nil
 		}
 		if policy == corev1.PullNever {
@@ -95,6 +103,8 @@ func (r *Runtime) ensureImage(ctx context.Context, p *corev1.Pod, c *corev1.Cont
 	delete(r.pullErrs, key)
 	r.pullMu.Unlock()
 	r.log.Info("pulling image", podFields(p, "image", image)...)
+	event(corev1.EventTypeNormal, EventPulling, fmt.Sprintf("Pulling image %q", image))
+	began := time.Now()
 	ref, err = r.is.PullImage(ctx, spec, nil, sb)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -109,5 +119,17 @@ func (r *Runtime) ensureImage(ctx context.Context, p *corev1.Pod, c *corev1.Cont
 		return "", ReasonErrImagePull, msg, err
 	}
 	r.imageBackOff.GC()
+	took := time.Since(began)
+	var size uint64
+	if st, err := r.is.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: ref}, false); err == nil {
+		size = st.GetImage().GetSize()
+	}
+	event(corev1.EventTypeNormal, EventPulled, fmt.Sprintf("Successfully pulled image %q in %v (%v including waiting). Image size: %v bytes.", image, took, took, size))
 	return ref, "", "", nil
 }
+
+// Image Events (kubelet's reasons).
+const (
+	EventPulling = "Pulling"
+	EventPulled  = "Pulled"
+)

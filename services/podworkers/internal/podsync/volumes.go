@@ -83,6 +83,9 @@ func (s *Syncer) RemoveVolumes(uid types.UID) error {
 // fails it, with CreateContainerConfigError.
 func (s *Syncer) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, attempt int) (runtime.ContainerStatus, error) {
 	var opts runtime.StartOptions
+	if s.recorder != nil && ctx.Err() == nil {
+		opts.ImageEvent = func(eventType, reason, message string) { s.event(pod, c.Name, eventType, reason, "%s", message) }
+	}
 	if s.serviceEnv != nil {
 		links := pod.Spec.EnableServiceLinks == nil || *pod.Spec.EnableServiceLinks
 		opts.ServiceEnv = s.serviceEnv(pod.Namespace, links)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -321,5 +322,20 @@ func TestVolumesCRI(t *testing.T) {
 			t.Fatalf("terminated %+v, want exit 3 with message %q", term, "gone fishing")
 		}
 		return true
+	})
+	// the image was there: the kubelet's Pulled Event says so.
+	want := fmt.Sprintf("Container image %q already present on machine and can be accessed by the pod", p.Spec.Containers[0].Image)
+	eventually(t, 30*time.Second, "the Pulled Event", func() bool {
+		evs, err := controlPlane(t).Clientset().CoreV1().Events("default").List(context.Background(), metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector("involvedObject.uid", string(p.UID)).String()})
+		if err != nil {
+			return false
+		}
+		for _, ev := range evs.Items {
+			if ev.Reason == "Pulled" && ev.Message == want && ev.InvolvedObject.FieldPath == "spec.containers{app}" {
+				return true
+			}
+		}
+		return false
 	})
 }
