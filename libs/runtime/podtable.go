@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"iter"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -51,6 +52,20 @@ func NewPodTable[C comparable](status func(C) *ContainerStatus) *PodTable[C] {
 
 // Pod is the pod's entry, nil when the table does not hold it.
 func (t *PodTable[C]) Pod(uid types.UID) *TablePod[C] { return t.pods[uid] }
+
+// SetResources records what a running instance was resized to.
+func (t *PodTable[C]) SetResources(id string, res corev1.ResourceRequirements) error {
+	c, ok := t.byID[id]
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	st := t.status(c)
+	if st.State != StateRunning {
+		return fmt.Errorf("container %s is not running", id)
+	}
+	st.Resources = &res
+	return nil
+}
 
 // ByID finds an instance by its container ID.
 func (t *PodTable[C]) ByID(id string) (C, bool) {

@@ -79,6 +79,9 @@ type ContainerStatus struct {
 	Message string
 	// LogPath of the container's CRI-format log file, if it has one.
 	LogPath string
+	// Resources the instance runs with (Resizable of its spec at start, or
+	// of its last resize); nil when the runtime cannot say.
+	Resources *corev1.ResourceRequirements
 }
 
 // Event tells the pod workers that a container of a pod changed state on
@@ -269,6 +272,14 @@ type Streamer interface {
 	AttachURL(ctx context.Context, uid types.UID, container string, tty, stdin, stdout, stderr bool) (string, error)
 }
 
+// Resizer is implemented by a runtime that can change a running
+// container's CPU and memory in place (kubelet: in-place pod resize,
+// UpdateContainerResources); the container then reports res as its
+// Resources.
+type Resizer interface {
+	UpdateContainerResources(ctx context.Context, id string, res corev1.ResourceRequirements) error
+}
+
 // Named is implemented by a runtime that reports a name and version of its
 // own, apart from its type (CRI: the runtime behind the endpoint, such as
 // containerd 1.6.20).
@@ -319,13 +330,77 @@ func FindInstance[C any](uid types.UID, instances []C, nameOf func(C) string, na
 	return zero, fmt.Errorf("%w: container %q in pod %s", ErrNotFound, name, uid)
 }
 
-// ContainerHash identifies a container's definition: an instance started
-// from a spec with another hash no longer matches it and is replaced
-// (kubelet: the container hash that decides whether a running container
-// still matches its spec).
+// ContainerHash identifies what of a container's definition needs a new
+// instance when it changes: an instance started from a spec with another
+// hash no longer matches it and is replaced. As in the kubelet (whose
+// container hash covers the name and image, the only fields of a running
+// pod's containers the API lets change besides resources, which are
+// resized in place), it hashes the name and the image.
 func ContainerHash(c *corev1.Container) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(c.Name))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(c.Image))
+	return h.Sum64()
+}
+
+// specHashV1 is the hash earlier versions stamped on instances: the whole
+// container spec. An instance that carries it is taken as matching while
+// the spec is unchanged, so that an upgrade restarts nothing.
+func specHashV1(c *corev1.Container) uint64 {
 	data, _ := json.Marshal(c)
 	h := fnv.New64a()
 	_, _ = h.Write(data)
 	return h.Sum64()
+}
+
+// MatchesHash says whether an instance stamped with hash (0: unknown,
+// taken as matching) was started from a definition c still matches.
+func MatchesHash(hash uint64, c *corev1.Container) bool {
+	return hash == 0 || hash == ContainerHash(c) || hash == specHashV1(c)
+}
+
+// Resizable is the part of a container's resources a running container is
+// resized in: CPU and memory requests and limits (kubelet: in-place
+// resize), nil maps when there are none.
+func Resizable(r corev1.ResourceRequirements) corev1.ResourceRequirements {
+	pick := func(l corev1.ResourceList) corev1.ResourceList {
+		var out corev1.ResourceList
+		for _, n := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			if q, ok := l[n]; ok {
+				if out == nil {
+					out = corev1.ResourceList{}
+				}
+				out[n] = q.DeepCopy()
+			}
+		}
+		return out
+	}
+	return corev1.ResourceRequirements{Limits: pick(r.Limits), Requests: pick(r.Requests)}
+}
+
+// StartResources is what an instance started from c runs with, for its
+// ContainerStatus: nil when c asks for no CPU or memory.
+func StartResources(c *corev1.Container) *corev1.ResourceRequirements {
+	r := Resizable(c.Resources)
+	if r.Limits == nil && r.Requests == nil {
+		return nil
+	}
+	return &r
+}
+
+// SameResources compares two Resizable results by quantity.
+func SameResources(a, b corev1.ResourceRequirements) bool {
+	same := func(x, y corev1.ResourceList) bool {
+		if len(x) != len(y) {
+			return false
+		}
+		for n, q := range x {
+			if o, ok := y[n]; !ok || q.Cmp(o) != 0 {
+				return false
+			}
+		}
+		return true
+	}
+	return same(a.Limits, b.Limits) && same(a.Requests, b.Requests)
 }

@@ -189,53 +189,10 @@ func valueFrom(ctx context.Context, pod *corev1.Pod, c *corev1.Container, src *c
 		return v, false, err
 	case src.ConfigMapKeyRef != nil:
 		ref := src.ConfigMapKeyRef
-		optional := ref.Optional != nil && *ref.Optional
-		if o.Sources == nil {
-			if optional {
-				return "", true, nil
-			}
-			return "", false, fmt.Errorf("configMapKeyRef: the %s runtime cannot read ConfigMaps", o.Runtime)
-		}
-		cm, err := o.Sources.ConfigMap(ctx, pod.Namespace, ref.Name)
-		if err != nil {
-			if optional && apierrors.IsNotFound(err) {
-				return "", true, nil
-			}
-			return "", false, err
-		}
-		v, ok := cm.Data[ref.Key]
-		if !ok {
-			if optional {
-				return "", true, nil
-			}
-			// kubelet's message for a missing key.
-			return "", false, fmt.Errorf("couldn't find key %v in ConfigMap %v/%v", ref.Key, pod.Namespace, ref.Name)
-		}
-		return v, false, nil
+		return keyValue(ctx, o, false, pod.Namespace, ref.Name, ref.Key, ref.Optional)
 	case src.SecretKeyRef != nil:
 		ref := src.SecretKeyRef
-		optional := ref.Optional != nil && *ref.Optional
-		if o.Sources == nil {
-			if optional {
-				return "", true, nil
-			}
-			return "", false, fmt.Errorf("secretKeyRef: the %s runtime cannot read Secrets", o.Runtime)
-		}
-		sec, err := o.Sources.Secret(ctx, pod.Namespace, ref.Name)
-		if err != nil {
-			if optional && apierrors.IsNotFound(err) {
-				return "", true, nil
-			}
-			return "", false, err
-		}
-		v, ok := sec.Data[ref.Key]
-		if !ok {
-			if optional {
-				return "", true, nil
-			}
-			return "", false, fmt.Errorf("couldn't find key %v in Secret %v/%v", ref.Key, pod.Namespace, ref.Name)
-		}
-		return string(v), false, nil
+		return keyValue(ctx, o, true, pod.Namespace, ref.Name, ref.Key, ref.Optional)
 	}
 	return "", false, errors.New("valueFrom names no source")
 }
@@ -245,43 +202,71 @@ func valueFrom(ctx context.Context, pod *corev1.Pod, c *corev1.Container, src *c
 func envFromData(ctx context.Context, ns string, src corev1.EnvFromSource, o Options) (map[string]string, error) {
 	switch {
 	case src.ConfigMapRef != nil:
-		optional := src.ConfigMapRef.Optional != nil && *src.ConfigMapRef.Optional
-		if o.Sources == nil {
-			if optional {
-				return nil, nil
-			}
-			return nil, fmt.Errorf("envFrom: the %s runtime cannot read ConfigMaps", o.Runtime)
-		}
-		cm, err := o.Sources.ConfigMap(ctx, ns, src.ConfigMapRef.Name)
-		if err != nil {
-			if optional && apierrors.IsNotFound(err) {
-				return nil, nil
-			}
-			return nil, err
-		}
-		return cm.Data, nil
+		data, _, err := sourceData(ctx, o, false, ns, src.ConfigMapRef.Name, src.ConfigMapRef.Optional)
+		return data, err
 	case src.SecretRef != nil:
-		optional := src.SecretRef.Optional != nil && *src.SecretRef.Optional
-		if o.Sources == nil {
-			if optional {
-				return nil, nil
-			}
-			return nil, fmt.Errorf("envFrom: the %s runtime cannot read Secrets", o.Runtime)
-		}
-		sec, err := o.Sources.Secret(ctx, ns, src.SecretRef.Name)
-		if err != nil {
-			if optional && apierrors.IsNotFound(err) {
-				return nil, nil
-			}
-			return nil, err
-		}
-		out := make(map[string]string, len(sec.Data))
-		for k, v := range sec.Data {
-			out[k] = string(v)
-		}
-		return out, nil
+		data, _, err := sourceData(ctx, o, true, ns, src.SecretRef.Name, src.SecretRef.Optional)
+		return data, err
 	}
 	return nil, errors.New("envFrom names no source")
+}
+
+// sourceData reads a ConfigMap's or a Secret's data; skip is true for an
+// optional one that is not there (or cannot be read, without Sources).
+func sourceData(ctx context.Context, o Options, secret bool, ns, name string, optional *bool) (data map[string]string, skip bool, err error) {
+	opt := optional != nil && *optional
+	kind := "ConfigMaps"
+	if secret {
+		kind = "Secrets"
+	}
+	if o.Sources == nil {
+		if opt {
+			return nil, true, nil
+		}
+		return nil, false, fmt.Errorf("the %s runtime cannot read %s", o.Runtime, kind)
+	}
+	if secret {
+		var sec *corev1.Secret
+		if sec, err = o.Sources.Secret(ctx, ns, name); err == nil {
+			data = make(map[string]string, len(sec.Data))
+			for k, v := range sec.Data {
+				data[k] = string(v)
+			}
+		}
+	} else {
+		var cm *corev1.ConfigMap
+		if cm, err = o.Sources.ConfigMap(ctx, ns, name); err == nil {
+			data = cm.Data
+		}
+	}
+	if err != nil {
+		if opt && apierrors.IsNotFound(err) {
+			return nil, true, nil
+		}
+		return nil, false, err
+	}
+	return data, false, nil
+}
+
+// keyValue is one key of a ConfigMap or Secret (valueFrom), with the
+// kubelet's message for a key that is not there.
+func keyValue(ctx context.Context, o Options, secret bool, ns, name, key string, optional *bool) (string, bool, error) {
+	data, skip, err := sourceData(ctx, o, secret, ns, name, optional)
+	if err != nil || skip {
+		return "", skip, err
+	}
+	v, ok := data[key]
+	if !ok {
+		if optional != nil && *optional {
+			return "", true, nil
+		}
+		kind := "ConfigMap"
+		if secret {
+			kind = "Secret"
+		}
+		return "", false, fmt.Errorf("couldn't find key %v in %s %v/%v", key, kind, ns, name)
+	}
+	return v, false, nil
 }
 
 func sortedKeys(m map[string]string) []string {

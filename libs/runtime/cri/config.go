@@ -2,6 +2,7 @@ package cri
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -35,6 +36,9 @@ const (
 	annotationTerminationMessagePolicy = "io.kubernetes.container.terminationMessagePolicy"
 	annotationDeletionGracePeriod      = "io.kubernetes.pod.deletionGracePeriod"
 	annotationTerminationGracePeriod   = "io.kubernetes.pod.terminationGracePeriod"
+	// annotationResources: the CPU and memory the container started with
+	// (JSON), read back after a restart of the pod workers.
+	annotationResources = "io.splitlet.container.resources"
 )
 
 // kubelet's CPU share and quota arithmetic (cm: MilliCPUToShares/Quota).
@@ -221,6 +225,11 @@ func (r *Runtime) containerConfig(ctx context.Context, p *corev1.Pod, c *corev1.
 		annotationRestartCount:             strconv.Itoa(attempt),
 		annotationTerminationMessagePath:   c.TerminationMessagePath,
 		annotationTerminationMessagePolicy: string(c.TerminationMessagePolicy),
+	}
+	if res := runtime.StartResources(c); res != nil {
+		if data, err := json.Marshal(res); err == nil {
+			ann[annotationResources] = string(data)
+		}
 	}
 	if p.DeletionGracePeriodSeconds != nil {
 		ann[annotationDeletionGracePeriod] = strconv.FormatInt(*p.DeletionGracePeriodSeconds, 10)

@@ -144,6 +144,9 @@ type Runtime struct {
 	mu   sync.Mutex
 	pods map[types.UID]*pod
 	byID map[string]*instance
+	// resized holds what containers were resized to since this runtime
+	// started (their annotation says what they started with).
+	resized map[string]corev1.ResourceRequirements
 	// sandboxIPs caches each sandbox's IP (it does not change).
 	sandboxIPs map[string]string
 	cpu        map[string]cpuSample
@@ -245,6 +248,7 @@ func New(ctx context.Context, opts ...Option) (*Runtime, error) {
 		pullErrs:     map[string]string{},
 		pods:         map[types.UID]*pod{},
 		byID:         map[string]*instance{},
+		resized:      map[string]corev1.ResourceRequirements{},
 		sandboxIPs:   map[string]string{},
 		cpu:          map[string]cpuSample{},
 		stop:         make(chan struct{}),
@@ -344,7 +348,8 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 	if p == nil || c == nil {
 		return runtime.ContainerStatus{State: runtime.StateUnknown}, errors.New("cri: StartContainer needs a pod and a container")
 	}
-	st := runtime.ContainerStatus{PodUID: p.UID, Name: c.Name, Attempt: attempt, Hash: runtime.ContainerHash(c), Image: c.Image}
+	st := runtime.ContainerStatus{PodUID: p.UID, Name: c.Name, Attempt: attempt, Hash: runtime.ContainerHash(c), Image: c.Image,
+		Resources: runtime.StartResources(c)}
 	fail := func(reason, message string, err error) (runtime.ContainerStatus, error) {
 		st.State, st.Reason, st.Message = runtime.StateExited, reason, message
 		r.log.Info("container cannot start", append(logging.Pod(p.Namespace, p.Name, string(p.UID)),
@@ -552,6 +557,7 @@ func (r *Runtime) forget(uid types.UID, id string) {
 	defer r.mu.Unlock()
 	delete(r.byID, id)
 	delete(r.cpu, id)
+	delete(r.resized, id)
 	if pd := r.pods[uid]; pd != nil {
 		delete(pd.instances, id)
 	}
@@ -719,6 +725,25 @@ func (r *Runtime) RemovePod(ctx context.Context, uid types.UID) error {
 	r.mu.Unlock()
 	if len(errs) > 0 {
 		return fmt.Errorf("cri: remove pod %s: %w", uid, errors.Join(errs...))
+	}
+	return nil
+}
+
+// UpdateContainerResources implements runtime.Resizer through the CRI's
+// UpdateContainerResources (kubelet: in-place resize): CPU shares and
+// quota, memory limit, as a start would set them.
+func (r *Runtime) UpdateContainerResources(ctx context.Context, id string, res corev1.ResourceRequirements) error {
+	raw := r.rawID(id)
+	linux := resources(&corev1.Container{Resources: res})
+	if err := r.rs.UpdateContainerResources(ctx, raw, &runtimeapi.ContainerResources{Linux: linux}); err != nil {
+		return fmt.Errorf("cri: resize %s: %s", id, grpcMessage(err))
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.resized[raw] = res
+	if in := r.byID[raw]; in != nil {
+		cp := res
+		in.status.Resources = &cp
 	}
 	return nil
 }

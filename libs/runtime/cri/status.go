@@ -3,6 +3,7 @@ package cri
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"strconv"
 	"strings"
 	"time"
@@ -76,6 +77,17 @@ func (r *Runtime) convert(ctx context.Context, s *runtimeapi.ContainerStatus) (r
 	if h, err := strconv.ParseUint(ann[annotationHash], 16, 64); err == nil {
 		st.Hash = h
 	}
+	if data := ann[annotationResources]; data != "" {
+		var res corev1.ResourceRequirements
+		if json.Unmarshal([]byte(data), &res) == nil {
+			st.Resources = &res
+		}
+	}
+	r.mu.Lock()
+	if res, ok := r.resized[s.GetId()]; ok {
+		st.Resources = &res
+	}
+	r.mu.Unlock()
 	if s.GetCreatedAt() > 0 {
 		st.CreatedAt = time.Unix(0, s.GetCreatedAt())
 	}

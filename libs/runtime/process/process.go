@@ -264,7 +264,8 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 	if p == nil || c == nil {
 		return runtime.ContainerStatus{State: runtime.StateUnknown}, errors.New("process: StartContainer needs a pod and a container")
 	}
-	st := runtime.ContainerStatus{PodUID: p.UID, Name: c.Name, Attempt: attempt, Hash: runtime.ContainerHash(c), Image: c.Image, ImageID: c.Image}
+	st := runtime.ContainerStatus{PodUID: p.UID, Name: c.Name, Attempt: attempt, Hash: runtime.ContainerHash(c), Image: c.Image, ImageID: c.Image,
+		Resources: runtime.StartResources(c)}
 	configErr := func(err error) (runtime.ContainerStatus, error) {
 		st.State, st.Reason, st.Message = runtime.StateExited, ReasonConfigError, err.Error()
 		return st, fmt.Errorf("process: container %q of pod %s: %w", c.Name, p.UID, err)
@@ -597,4 +598,12 @@ func (r *Runtime) Logs(ctx context.Context, uid types.UID, name string, opts run
 	path, live := c.status.LogPath, c.log
 	r.mu.Unlock()
 	return crilog.ReadFile(ctx, path, opts, live, w)
+}
+
+// UpdateContainerResources implements runtime.Resizer: the new figures are
+// recorded (this runtime enforces none).
+func (r *Runtime) UpdateContainerResources(_ context.Context, id string, res corev1.ResourceRequirements) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.table.SetResources(id, res)
 }

@@ -245,7 +245,8 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 	if p == nil || c == nil {
 		return runtime.ContainerStatus{State: runtime.StateUnknown}, errors.New("sim: StartContainer needs a pod and a container")
 	}
-	st := runtime.ContainerStatus{PodUID: p.UID, Name: c.Name, Attempt: attempt, Hash: runtime.ContainerHash(c), Image: c.Image, ImageID: c.Image}
+	st := runtime.ContainerStatus{PodUID: p.UID, Name: c.Name, Attempt: attempt, Hash: runtime.ContainerHash(c), Image: c.Image, ImageID: c.Image,
+		Resources: runtime.StartResources(c)}
 	pl, err := planFor(p, c.Name)
 	if err != nil {
 		st.State, st.Reason, st.Message = runtime.StateExited, ReasonConfigError, err.Error()
@@ -577,4 +578,12 @@ func (r *Runtime) Stats(uid types.UID) []runtime.ContainerStats {
 		}
 	}
 	return out
+}
+
+// UpdateContainerResources implements runtime.Resizer: the new figures are
+// recorded (this runtime enforces none).
+func (r *Runtime) UpdateContainerResources(_ context.Context, id string, res corev1.ResourceRequirements) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.table.SetResources(id, res)
 }

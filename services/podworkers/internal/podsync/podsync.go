@@ -310,7 +310,37 @@ func (s *Syncer) recordID(uid types.UID, id string) {
 // specChanged: the instance was started from another definition of c. An
 // instance with no hash (a runtime that could not say) is taken as matching.
 func specChanged(inst *runtime.ContainerStatus, c *corev1.Container) bool {
-	return inst.Hash != 0 && inst.Hash != runtime.ContainerHash(c)
+	return !runtime.MatchesHash(inst.Hash, c)
+}
+
+// resizeOf says whether the running instance's CPU and memory differ from
+// c's, what they should be, and whether the change needs a restart (a
+// changed resource whose resizePolicy is RestartContainer; kubelet:
+// in-place resize).
+func resizeOf(inst *runtime.ContainerStatus, c *corev1.Container) (want corev1.ResourceRequirements, changed, restart bool) {
+	want = runtime.Resizable(c.Resources)
+	var have corev1.ResourceRequirements
+	if inst.Resources != nil {
+		have = *inst.Resources
+	} else if runtime.StartResources(c) == nil {
+		return want, false, false
+	}
+	if runtime.SameResources(want, have) {
+		return want, false, false
+	}
+	for _, n := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		wl, hl, wr, hr := want.Limits[n], have.Limits[n], want.Requests[n], have.Requests[n]
+		differs := wl.Cmp(hl) != 0 || wr.Cmp(hr) != 0
+		if !differs {
+			continue
+		}
+		for _, rp := range c.ResizePolicy {
+			if rp.ResourceName == n && rp.RestartPolicy == corev1.RestartContainer {
+				restart = true
+			}
+		}
+	}
+	return want, true, restart
 }
 
 // instances groups a pod's container instances by name, oldest first.
@@ -609,13 +639,29 @@ func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker
 			continue
 		}
 		if last.State == runtime.StateRunning {
-			if specChanged(last, c) {
-				// kubelet: a container whose definition changed is killed
-				// and started again whatever the restart policy, with no
-				// back-off (the back-off key includes the definition).
+			want, resized, resizeRestart := resizeOf(last, c)
+			if resized && !resizeRestart && !specChanged(last, c) {
+				// kubelet: CPU and memory change in place, the container
+				// keeps running.
+				if rz, ok := s.rt.(runtime.Resizer); ok {
+					if err := rz.UpdateContainerResources(ctx, last.ID, want); err != nil {
+						errs = append(errs, err)
+					} else {
+						s.log.Info("container resized", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)), zap.String("container", c.Name))...)
+					}
+				}
+			}
+			if specChanged(last, c) || resizeRestart {
+				// kubelet: a container whose definition changed (or whose
+				// resize needs a restart) is killed and started again
+				// whatever the restart policy, with no back-off.
 				allDone = false
-				s.log.Info("container definition changed, restarting", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)), zap.String("container", c.Name))...)
-				s.event(pod, c.Name, corev1.EventTypeNormal, EventKilling, "Container %s definition changed, will be restarted", c.Name)
+				why := fmt.Sprintf("Container %s definition changed", c.Name)
+				if !specChanged(last, c) {
+					why = fmt.Sprintf("Container %s resize requires restart", c.Name)
+				}
+				s.log.Info("restarting container", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)), zap.String("container", c.Name), zap.String("why", why))...)
+				s.event(pod, c.Name, corev1.EventTypeNormal, EventKilling, "%s, will be restarted", why)
 				if err := s.kill(ctx, pod, c.Name, last.ID, graceOf(pod)); err != nil {
 					errs = append(errs, err)
 					continue
@@ -911,6 +957,7 @@ func Instances(st *bus.PodRuntimeStatus) []runtime.ContainerStatus {
 					ID: cs.ContainerID, PodUID: st.UID, Name: cs.Name, Attempt: attempt, Hash: hash(cs.ContainerID),
 					State: runtime.StateRunning, Image: cs.Image, ImageID: cs.ImageID,
 					CreatedAt: cs.State.Running.StartedAt.Time, StartedAt: cs.State.Running.StartedAt.Time,
+					Resources: cs.Resources.DeepCopy(),
 				})
 			case cs.State.Terminated != nil:
 				t := *cs.State.Terminated
@@ -979,6 +1026,14 @@ func (s *Syncer) containerStatus(pod *corev1.Pod, c *corev1.Container, list []ru
 		started := true
 		cs.Started = &started
 		cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(last.StartedAt)}
+		// kubelet: a running container shows the CPU and memory it runs
+		// with, and its requests as allocated (in-place resize).
+		if last.Resources != nil {
+			cs.Resources = last.Resources.DeepCopy()
+			if len(last.Resources.Requests) > 0 {
+				cs.AllocatedResources = last.Resources.Requests.DeepCopy()
+			}
+		}
 	case runtime.StateCreated:
 		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: ReasonContainerCreating}
 	default:
