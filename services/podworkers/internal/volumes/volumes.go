@@ -280,7 +280,11 @@ func (m *Manager) emptyDir(dir string, src *corev1.EmptyDirVolumeSource) (Volume
 		return Volume{}, err
 	}
 	if src.Medium == corev1.StorageMediumMemory {
-		if err := mountTmpfs(dir, src.SizeLimit.String()); err != nil {
+		size := ""
+		if src.SizeLimit != nil && !src.SizeLimit.IsZero() {
+			size = strconv.FormatInt(src.SizeLimit.Value(), 10)
+		}
+		if err := mountTmpfs(dir, size); err != nil {
 			return Volume{}, fmt.Errorf("mounting a tmpfs for medium Memory: %w", err)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -290,5 +291,38 @@ func TestFSGroup(t *testing.T) {
 	}
 	if after, _ := os.Readlink(filepath.Join(vols["sec"].Path, dataLink)); after != before {
 		t.Errorf("an unchanged Secret was written again (%s, then %s)", before, after)
+	}
+}
+
+// medium Memory is a tmpfs, with or without a size limit.
+func TestEmptyDirMemory(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatalf("mounting a tmpfs needs root (uid %d)", os.Geteuid())
+	}
+	m := New(t.TempDir(), fakeSources{}, nil)
+	limit := resource.MustParse("16Mi")
+	p := pod(
+		corev1.Volume{Name: "mem", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},
+		corev1.Volume{Name: "small", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &limit}}},
+	)
+	t.Cleanup(func() { _ = m.Teardown(p.UID) })
+	vols, err := m.Setup(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"mem", "small"} {
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(vols[name].Path, &st); err != nil || st.Type != 0x01021994 { // TMPFS_MAGIC
+			t.Errorf("%s: filesystem type %x, %v: not a tmpfs", name, st.Type, err)
+		}
+		if name == "small" && st.Blocks*uint64(st.Bsize) != 16<<20 {
+			t.Errorf("small: %d bytes, want the 16Mi size limit", st.Blocks*uint64(st.Bsize))
+		}
+	}
+	if err := m.Teardown(p.UID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(vols["mem"].Path); !os.IsNotExist(err) {
+		t.Errorf("teardown left %s: %v", vols["mem"].Path, err)
 	}
 }
