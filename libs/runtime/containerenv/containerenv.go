@@ -278,20 +278,50 @@ func sortedKeys(m map[string]string) []string {
 	return keys
 }
 
-func fieldValue(pod *corev1.Pod, path string, o Options) (string, error) {
+// MetadataField is a downward API field of the pod's metadata: its name,
+// namespace, UID, one label or annotation (metadata.labels['k']), or all of
+// them (in volumes), as the kubelet writes them: sorted key="value" lines,
+// values quoted as Go quotes them. ok is false for another path.
+func MetadataField(pod *corev1.Pod, path string) (v string, ok bool) {
 	if k, ok := subscript(path, "metadata.labels"); ok {
-		return pod.Labels[k], nil
+		return pod.Labels[k], true
 	}
 	if k, ok := subscript(path, "metadata.annotations"); ok {
-		return pod.Annotations[k], nil
+		return pod.Annotations[k], true
 	}
 	switch path {
 	case "metadata.name":
-		return pod.Name, nil
+		return pod.Name, true
 	case "metadata.namespace":
-		return pod.Namespace, nil
+		return pod.Namespace, true
 	case "metadata.uid":
-		return string(pod.UID), nil
+		return string(pod.UID), true
+	case "metadata.labels":
+		return formatMap(pod.Labels), true
+	case "metadata.annotations":
+		return formatMap(pod.Annotations), true
+	}
+	return "", false
+}
+
+func formatMap(m map[string]string) string {
+	var b strings.Builder
+	for i, k := range sortedKeys(m) {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(strconv.Quote(m[k]))
+	}
+	return b.String()
+}
+
+func fieldValue(pod *corev1.Pod, path string, o Options) (string, error) {
+	if v, ok := MetadataField(pod, path); ok {
+		return v, nil
+	}
+	switch path {
 	case "spec.nodeName":
 		return pod.Spec.NodeName, nil
 	case "spec.serviceAccountName":

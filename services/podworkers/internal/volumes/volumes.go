@@ -52,7 +52,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -548,56 +547,12 @@ func (m *Manager) resourceValue(pod *corev1.Pod, ref *corev1.ResourceFieldSelect
 	return "", fmt.Errorf("resourceFieldRef: container %q not found in the pod", ref.ContainerName)
 }
 
-// fieldValue is a downward API volume's field: the pod's metadata (labels
-// and annotations as the kubelet formats them: sorted key="value" lines).
+// fieldValue is a downward API volume's field: the pod's metadata.
 func fieldValue(pod *corev1.Pod, path string) (string, error) {
-	switch path {
-	case "metadata.name":
-		return pod.Name, nil
-	case "metadata.namespace":
-		return pod.Namespace, nil
-	case "metadata.uid":
-		return string(pod.UID), nil
-	case "metadata.labels":
-		return formatMap(pod.Labels), nil
-	case "metadata.annotations":
-		return formatMap(pod.Annotations), nil
-	}
-	if k, ok := subscript(path, "metadata.labels"); ok {
-		return pod.Labels[k], nil
-	}
-	if k, ok := subscript(path, "metadata.annotations"); ok {
-		return pod.Annotations[k], nil
+	if v, ok := containerenv.MetadataField(pod, path); ok {
+		return v, nil
 	}
 	return "", fmt.Errorf("fieldRef %q is not supported in a downward API volume", path)
-}
-
-func subscript(path, prefix string) (string, bool) {
-	rest, ok := strings.CutPrefix(path, prefix+"['")
-	if !ok {
-		return "", false
-	}
-	return strings.CutSuffix(rest, "']")
-}
-
-// formatMap writes a map as the downward API shows labels and annotations:
-// one key="value" line per key, sorted, values quoted as Go quotes them.
-func formatMap(m map[string]string) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	for i, k := range keys {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		b.WriteString(k)
-		b.WriteByte('=')
-		b.WriteString(strconv.Quote(m[k]))
-	}
-	return b.String()
 }
 
 // projectedPayload merges the sources of a projected volume, in order.
