@@ -420,7 +420,7 @@ func (r *Runner) run(ctx context.Context) error {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", node).String()
 	}))
 	nodeLister := nodeFactory.Core().V1().Nodes().Lister()
-	podFactory := kube.NodePodsFactory(r.cs, node, 0)
+	podFactory := kube.NodePodsFactoryWith(r.cs, node, 0, admissionView)
 	podInformer := podFactory.Core().V1().Pods().Informer()
 	if err := podInformer.AddIndexers(cache.Indexers{partitionIndex: partitionIndexFunc(r.common.Partitions)}); err != nil {
 		return err
@@ -583,6 +583,47 @@ func partitionIndexFunc(partitions int) cache.IndexFunc {
 }
 
 const mirrorAnnotation = "kubernetes.io/config.mirror"
+
+// admissionView is the informer transform of the pods the replicas cache:
+// the node's pods serve admission only (the requests and host ports of the
+// pods other replicas admitted) and the partition index, so that is all
+// that is kept of them, a fraction of a pod's weight at scale.
+func admissionView(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
+			CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp},
+		Spec: corev1.PodSpec{NodeName: p.Spec.NodeName, Overhead: p.Spec.Overhead, Resources: p.Spec.Resources,
+			InitContainers: admissionContainers(p.Spec.InitContainers), Containers: admissionContainers(p.Spec.Containers)},
+		Status: corev1.PodStatus{Phase: p.Status.Phase},
+	}
+	if h := p.Annotations[mirrorAnnotation]; h != "" {
+		out.Annotations = map[string]string{mirrorAnnotation: h}
+	}
+	return out, nil
+}
+
+// admissionContainers keeps what admission reads of containers: their
+// requests, host ports and restart policy (a sidecar's requests count as
+// a regular container's).
+func admissionContainers(cs []corev1.Container) []corev1.Container {
+	if len(cs) == 0 {
+		return nil
+	}
+	out := make([]corev1.Container, len(cs))
+	for i, c := range cs {
+		out[i] = corev1.Container{Name: c.Name, Resources: c.Resources, RestartPolicy: c.RestartPolicy}
+		for _, port := range c.Ports {
+			if port.HostPort > 0 {
+				out[i].Ports = append(out[i].Ports, port)
+			}
+		}
+	}
+	return out
+}
 
 // otherPods lists the node's pods in the API server that hold resources and
 // belong to partitions other replicas own (before ownership is known: all
