@@ -2,6 +2,7 @@ package podsync
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -75,6 +76,15 @@ func (s *Syncer) runHook(ctx context.Context, pod *corev1.Pod, c *corev1.Contain
 // kube-lifecycle/<major>.<minor>).
 const hookUserAgent = "kube-lifecycle/" + kube.Release
 
+// hookClient sends httpGet hooks. kubelet: an HTTPS hook does not verify
+// the container's certificate (a pod's own, which no CA of the node's
+// vouches for), as HTTPS probes do not; no connection is kept.
+var hookClient = &http.Client{Transport: &http.Transport{
+	TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // the kubelet's rule for hooks
+	DisableKeepAlives: true,
+	Proxy:             nil,
+}}
+
 func (s *Syncer) hookHTTP(ctx context.Context, pod *corev1.Pod, c *corev1.Container, g *corev1.HTTPGetAction, timeout time.Duration) error {
 	req, err := kube.HTTPGetRequest(g, c, s.rt.PodIP(pod), hookUserAgent)
 	if err != nil {
@@ -85,7 +95,7 @@ func (s *Syncer) hookHTTP(ctx context.Context, pod *corev1.Pod, c *corev1.Contai
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	resp, err := hookClient.Do(req.WithContext(ctx))
 	if err != nil {
 		return err
 	}

@@ -122,4 +122,14 @@ func TestHTTPHook(t *testing.T) {
 	if err == nil || !strings.HasPrefix(msg, `HTTP lifecycle hook (/hook) for Container "app" in Pod "ph3_ns(h3)" failed - error: `) {
 		t.Fatalf("a refused connection: %q, %v", msg, err)
 	}
+	// HTTPS: the container's own certificate is not verified (kubelet).
+	tlsSrv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {}))
+	defer tlsSrv.Close()
+	_, tport, _ := net.SplitHostPort(strings.TrimPrefix(tlsSrv.URL, "https://"))
+	tn, _ := strconv.Atoi(tport)
+	h := get(intstr.FromInt(tn))
+	h.HTTPGet.Scheme = corev1.URISchemeHTTPS
+	if msg, err := r.sy.runHook(t.Context(), p, c, h, time.Second); err != nil {
+		t.Fatalf("an HTTPS hook with a self-signed certificate: %s", msg)
+	}
 }
