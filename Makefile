@@ -17,7 +17,7 @@ LDFLAGS := -s -w -X github.com/splitlet/splitlet/libs/app.Version=$(VERSION)
 FUZZTIME ?= 10s
 TESTFLAGS ?=
 
-.PHONY: help build test e2e up down run bench bench-go bench-tools faults nats-server images testenv vet fuzz clean jsprober-deps jaeger images-tracing image-jaeger
+.PHONY: help build test e2e up down run conformance bench bench-go bench-tools faults nats-server images testenv vet fuzz clean jsprober-deps jaeger images-tracing image-jaeger
 
 # Peers and parts of the benchmark, installed with `go install` into bin/.
 NATS_SERVER_VERSION := v2.15.2
@@ -33,6 +33,7 @@ help:
 	@echo "make build    static binaries of splitlet and each service into bin/"
 	@echo "make test     every module's tests (builds the test control plane first if missing)"
 	@echo "make run      local control plane + splitlet (all services) + a demo pod; Ctrl-C stops all (RUNTIME=process|sim|cri)"
+	@echo "make conformance  Kubernetes' node conformance tests (e2e.test v1.36.3) against a control plane and a Splitlet node on containerd; report in conformance/out (CONFORMANCEFLAGS=\"--ginkgo.focus=...\")"
 	@echo "make bench    benchmarks"
 	@echo "make faults   the fault suite: SIGKILL of each stage, NATS down, pod workers lost, on sim, process and CRI (FAULTSFLAGS=\"-pods 500 -cases ...\")"
 	@echo "make images   FROM scratch images of the binaries (needs a Docker engine and busybox-static)"
@@ -103,6 +104,21 @@ RUNTIME ?= process
 run: testenv build
 	@CGO_ENABLED=0 $(GO) build -o $(BIN)/localup ./tools/localup
 	$(BIN)/localup --runtime=$(RUNTIME)
+
+# make conformance: Kubernetes' node conformance tests (docs/conformance.md).
+# Builds kube-scheduler, kube-controller-manager, e2e.test, agnhost and nnp
+# into bin/ when missing (e2e.test: about 6 minutes on 2 cores, once), then
+# localup --conformance starts a control plane with both, a containerd with
+# the e2e test images (built FROM scratch, nothing pulled) and splitlet on the
+# cri runtime, and runs the [NodeConformance] and [Conformance] specs of
+# test/e2e/common/node and common/storage. CONFORMANCEFLAGS go to e2e.test
+# (e.g. --ginkgo.focus='\[sig-node\] Pods' for a subset). Needs root.
+CONFORMANCEFLAGS ?=
+conformance: build
+	@TESTENV_EXTRA="kube-scheduler kube-controller-manager" hack/testenv/build.sh $(BIN)
+	@hack/conformance/build.sh $(BIN)
+	@CGO_ENABLED=0 $(GO) build -o $(BIN)/localup ./tools/localup
+	$(BIN)/localup --conformance --report-dir=conformance/out -- $(CONFORMANCEFLAGS)
 
 # make bench: the side-by-side run (Splitlet split and all-in-one, kwok, an
 # ideal agent), the scaling case and the stage cases, in one run (bench/).

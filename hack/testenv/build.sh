@@ -16,33 +16,9 @@ minor=${kube_version#v1.}; minor=${minor%%.*}
 # The build-only modules stand outside the workspace.
 export GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0
 
-# progress NAME PID: a line every 30 s while a build runs, so that a first
-# `make run` or `make test` (several minutes on 2 cores) shows it is alive.
-progress() {
-	local name=$1 pid=$2 start=$SECONDS
-	while kill -0 "$pid" 2>/dev/null; do
-		for _ in $(seq 1 30); do
-			kill -0 "$pid" 2>/dev/null || return 0
-			sleep 1
-		done
-		echo "testenv: still building $name ($((SECONDS - start)) s so far; about 5 minutes on 2 cores the first time)"
-	done
-}
-
-# built NAME CMD...: runs a build command with progress lines, and fails as it does.
-built() {
-	local name=$1
-	shift
-	"$@" &
-	local pid=$!
-	progress "$name" "$pid" &
-	local ticker=$!
-	local rc=0
-	wait "$pid" || rc=$?
-	kill "$ticker" 2>/dev/null || true
-	wait "$ticker" 2>/dev/null || true
-	return "$rc"
-}
+# progress lines while a build runs (built NAME CMD...).
+# shellcheck source=hack/testenv/progress.sh
+source "$here/progress.sh"
 
 go_build_kube() { # name
 	cd "$here/kube" && go build -trimpath -ldflags "-s -w \

@@ -58,6 +58,9 @@ type ContainerdOptions struct {
 	NoImages bool
 	// NoStart: use only a containerd that answers; none is an error.
 	NoStart bool
+	// CNIConfig is the CNI network list of a started containerd
+	// (PodCNIConfig when empty).
+	CNIConfig string
 }
 
 // Containerd is a containerd with its CRI plugin that answers: the host's,
@@ -75,8 +78,9 @@ type Containerd struct {
 	// Dir of a started containerd (log: containerd.log).
 	Dir string
 
-	proc   *process
-	ownDir bool
+	proc      *process
+	ownDir    bool
+	cniConfig string
 }
 
 // EnsureContainerd returns the containerd that answers at opts.Address or,
@@ -93,7 +97,7 @@ func EnsureContainerd(ctx context.Context, opts ContainerdOptions) (c *Container
 	if addr == "" {
 		addr = DefaultContainerdAddress
 	}
-	c = &Containerd{Address: addr, Endpoint: "unix://" + addr, Dir: opts.Dir}
+	c = &Containerd{Address: addr, Endpoint: "unix://" + addr, Dir: opts.Dir, cniConfig: opts.CNIConfig}
 	if info, err := criInfo(ctx, c.Endpoint, 3*time.Second); err == nil {
 		c.SandboxImage = info
 	} else {
@@ -179,7 +183,11 @@ func (c *Containerd) start(ctx context.Context, why error) error {
 	if err := os.MkdirAll(cniConf, 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(cniConf, "10-splitlet-pods.conflist"), []byte(PodCNIConfig), 0o644); err != nil {
+	cniConfig := c.cniConfig
+	if cniConfig == "" {
+		cniConfig = PodCNIConfig
+	}
+	if err := os.WriteFile(filepath.Join(cniConf, "10-splitlet-pods.conflist"), []byte(cniConfig), 0o644); err != nil {
 		return err
 	}
 	cniBin := "/usr/lib/cni"

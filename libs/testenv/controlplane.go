@@ -56,6 +56,16 @@ type ControlPlaneOptions struct {
 	// Audit writes kube-apiserver's audit log (every request, metadata
 	// only) to Dir/audit.log; Forbidden reads it.
 	Audit bool
+	// ServiceAccountAdmission turns the ServiceAccount admission plugin on,
+	// as in a real cluster: every pod gets its namespace's service account
+	// and a projected token volume, and a pod is refused until the
+	// account exists. Off by default, since only kube-controller-manager
+	// creates the default service accounts (Controllers).
+	ServiceAccountAdmission bool
+	// Controllers runs kube-controller-manager and kube-scheduler from
+	// bin/ beside the API server (StartControllers), each with its own
+	// identity; Stop stops them first.
+	Controllers bool
 }
 
 // ControlPlane is a running etcd and kube-apiserver on 127.0.0.1.
@@ -78,10 +88,12 @@ type ControlPlane struct {
 	Dir string
 
 	etcd, apiserver *process
-	pki             *pki
-	auditLog        string
-	ownDir          bool
-	restarts        int // of kube-apiserver (RestartAPIServer)
+	// controllerManager and scheduler run when ControlPlaneOptions.Controllers.
+	controllerManager, scheduler *process
+	pki                          *pki
+	auditLog                     string
+	ownDir                       bool
+	restarts                     int // of kube-apiserver (RestartAPIServer)
 }
 
 // StartControlPlane starts etcd and kube-apiserver and waits until the API
@@ -157,7 +169,7 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *Contr
 		}
 	}
 	cp.URL = "https://127.0.0.1:" + itoa(port)
-	args := append([]string{
+	args := []string{
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
@@ -175,9 +187,6 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *Contr
 		"--service-account-key-file=" + certs.saPub,
 		"--service-account-signing-key-file=" + certs.saKey,
 		"--service-cluster-ip-range=10.0.0.0/24",
-		// Nothing here creates the default service account of a namespace
-		// (that is kube-controller-manager's job), so its admission is off.
-		"--disable-admission-plugins=ServiceAccount",
 		"--allow-privileged=true",
 		"--enable-priority-and-fairness=false",
 		// How kube-apiserver reaches a kubelet (nodehb) for logs and exec:
@@ -186,7 +195,13 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *Contr
 		"--kubelet-client-key=" + certs.kubeletClientKey,
 		"--kubelet-preferred-address-types=InternalIP,Hostname",
 		"--v=0",
-	}, opts.APIServerArgs...)
+	}
+	if !opts.ServiceAccountAdmission {
+		// Without kube-controller-manager nothing creates the default
+		// service account of a namespace, so its admission is off.
+		args = append(args, "--disable-admission-plugins=ServiceAccount")
+	}
+	args = append(args, opts.APIServerArgs...)
 	if opts.Audit {
 		auditArgs, err := cp.auditArgs()
 		if err != nil {
@@ -208,6 +223,11 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *Contr
 	cp.Kubeconfig = filepath.Join(cp.Dir, "kubeconfig")
 	if err = cp.WriteKubeconfig(cp.Kubeconfig, AdminUser); err != nil {
 		return nil, err
+	}
+	if opts.Controllers {
+		if err = cp.StartControllers(ctx); err != nil {
+			return nil, err
+		}
 	}
 	return cp, nil
 }
@@ -335,6 +355,7 @@ func readTokens(path string) map[string]string {
 // Stop stops kube-apiserver, then etcd, and removes the directory if Start
 // made it.
 func (cp *ControlPlane) Stop() {
+	cp.stopControllers()
 	if cp.apiserver != nil {
 		cp.apiserver.stop(10 * time.Second)
 	}
@@ -348,7 +369,12 @@ func (cp *ControlPlane) Stop() {
 
 // Running reports whether the processes it started are still up.
 func (cp *ControlPlane) Running() bool {
-	return cp.apiserver != nil && !cp.apiserver.exited() && (cp.etcd == nil || !cp.etcd.exited())
+	for _, p := range []*process{cp.etcd, cp.controllerManager, cp.scheduler} {
+		if p != nil && p.exited() {
+			return false
+		}
+	}
+	return cp.apiserver != nil && !cp.apiserver.exited()
 }
 
 // ControlPlaneForTest starts a control plane for t and stops it when t ends.
@@ -398,7 +424,7 @@ func randomToken() string {
 // PIDs of the control plane processes.
 func (cp *ControlPlane) PIDs() []int {
 	var out []int
-	for _, p := range []*process{cp.etcd, cp.apiserver} {
+	for _, p := range []*process{cp.etcd, cp.apiserver, cp.controllerManager, cp.scheduler} {
 		if p != nil && p.cmd.Process != nil {
 			out = append(out, p.cmd.Process.Pid)
 		}

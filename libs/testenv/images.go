@@ -35,8 +35,9 @@ const BusyboxPathEnv = "SPLITLET_BUSYBOX"
 type ImageFile struct {
 	// Path in the image, relative to its root ("bin/sh").
 	Path string
-	// Mode holds the permission bits, and fs.ModeDir for a directory or
-	// fs.ModeSymlink for a symbolic link to Link.
+	// Mode holds the permission bits (with fs.ModeSetuid and
+	// fs.ModeSticky), and fs.ModeDir for a directory or fs.ModeSymlink for
+	// a symbolic link to Link.
 	Mode fs.FileMode
 	Link string
 	Data []byte
@@ -49,6 +50,8 @@ type ImageConfig struct {
 	Cmd        []string
 	Env        []string
 	WorkingDir string
+	// User the container runs as ("1234"; empty: root).
+	User string
 }
 
 // epoch is the time stamped on every entry, so that an image built twice
@@ -65,6 +68,9 @@ func WriteImageArchive(w io.Writer, names []string, cfg ImageConfig, files []Ima
 		h := &tar.Header{Name: f.Path, ModTime: epoch, Format: tar.FormatPAX, Mode: int64(f.Mode.Perm())}
 		if f.Mode&fs.ModeSticky != 0 {
 			h.Mode |= 0o1000
+		}
+		if f.Mode&fs.ModeSetuid != 0 {
+			h.Mode |= 0o4000
 		}
 		switch {
 		case f.Mode&fs.ModeDir != 0:
@@ -97,6 +103,7 @@ func WriteImageArchive(w io.Writer, names []string, cfg ImageConfig, files []Ima
 			"Cmd":        cfg.Cmd,
 			"Env":        cfg.Env,
 			"WorkingDir": cfg.WorkingDir,
+			"User":       cfg.User,
 		},
 		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + layerHex}},
 	})
@@ -206,12 +213,34 @@ func BuildCRIImages(dir, sandboxImage string) ([]string, error) {
 		return nil, err
 	}
 	bbPath := filepath.Join(dir, "busybox.tar")
-	if err := writeArchiveFile(bbPath, []string{BusyboxImage}, ImageConfig{
-		Cmd: []string{"sh"}, Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-	}, files); err != nil {
+	if err := writeArchiveFile(bbPath, []string{BusyboxImage}, busyboxConfig, files); err != nil {
 		return nil, err
 	}
 
+	data, err := buildPause(dir)
+	if err != nil {
+		return nil, err
+	}
+	pausePath := filepath.Join(dir, "pause.tar")
+	if err := writeArchiveFile(pausePath, []string{sandboxImage}, pauseConfig, pauseFiles(data)); err != nil {
+		return nil, err
+	}
+	return []string{bbPath, pausePath}, nil
+}
+
+// busyboxConfig is the busybox image's configuration.
+var busyboxConfig = ImageConfig{Cmd: []string{"sh"}, Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}}
+
+// pauseConfig and pauseFiles make the sandbox image of a pause binary.
+var pauseConfig = ImageConfig{Entrypoint: []string{"/pause"}}
+
+func pauseFiles(data []byte) []ImageFile {
+	return append(baseFiles(), ImageFile{Path: "pause", Mode: 0o755, Data: data})
+}
+
+// buildPause builds ./libs/testenv/pause statically into dir and returns
+// the binary.
+func buildPause(dir string) ([]byte, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return nil, err
@@ -223,16 +252,7 @@ func BuildCRIImages(dir, sandboxImage string) ([]string, error) {
 	if out, err := build.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("testenv: build the pause binary: %w\n%s", err, out)
 	}
-	data, err := os.ReadFile(pauseBin)
-	if err != nil {
-		return nil, err
-	}
-	pausePath := filepath.Join(dir, "pause.tar")
-	if err := writeArchiveFile(pausePath, []string{sandboxImage}, ImageConfig{Entrypoint: []string{"/pause"}},
-		append(baseFiles(), ImageFile{Path: "pause", Mode: 0o755, Data: data})); err != nil {
-		return nil, err
-	}
-	return []string{bbPath, pausePath}, nil
+	return os.ReadFile(pauseBin)
 }
 
 func writeArchiveFile(path string, names []string, cfg ImageConfig, files []ImageFile) error {

@@ -12,15 +12,19 @@ import (
 // criRuntime readies `make run RUNTIME=cri`: the containerd that answers at
 // /run/containerd/containerd.sock, or one started with its state under
 // <state>/containerd when none does (root only), with the busybox and
-// sandbox images imported (nothing is pulled). It returns splitlet's extra
+// sandbox images imported (nothing is pulled); opts may name another
+// containerd or another CNI network. It returns splitlet's extra
 // arguments and what undoes it (a containerd started here is stopped, its
 // pods removed). Other runtimes need nothing.
-func criRuntime(ctx context.Context, runtime, state string, out io.Writer) ([]string, func(), error) {
+func criRuntime(ctx context.Context, runtime, state string, opts testenv.ContainerdOptions, out io.Writer) ([]string, func(), error) {
 	if runtime != "cri" {
 		return nil, func() {}, nil
 	}
 	fmt.Fprintln(out, "readying containerd and the busybox and pause images ...")
-	cd, err := testenv.EnsureContainerd(ctx, testenv.ContainerdOptions{Dir: filepath.Join(state, "containerd")})
+	if opts.Dir == "" {
+		opts.Dir = filepath.Join(state, "containerd")
+	}
+	cd, err := testenv.EnsureContainerd(ctx, opts)
 	if err != nil {
 		return nil, nil, err
 	}

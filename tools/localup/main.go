@@ -36,6 +36,16 @@ type options struct {
 	kubeletPort int
 	once        bool
 	out         io.Writer
+	// controllers runs kube-controller-manager and kube-scheduler with the
+	// API server, ServiceAccount admission on (make conformance).
+	controllers bool
+	// noDemo: no demo pod.
+	noDemo bool
+	// containerd tunes the containerd of the cri runtime (its Dir defaults
+	// to <state>/containerd).
+	containerd testenv.ContainerdOptions
+	// splitletArgs are added to splitlet's command line.
+	splitletArgs []string
 	// up, when set, runs once everything is up and the hints are printed,
 	// with the kubeconfig's path (a test walks the hints there).
 	up func(ctx context.Context, kubeconfig string) error
@@ -48,10 +58,19 @@ func main() {
 	flag.StringVar(&o.runtime, "runtime", "process", "pod runtime: sim, process or cri (containerd; started when none answers)")
 	flag.IntVar(&o.kubeletPort, "kubelet-port", 10250, "port of the node's kubelet API (kube-apiserver reaches it there for logs and exec)")
 	flag.BoolVar(&o.once, "once", false, "stop as soon as everything is up (a smoke test)")
+	var c conformanceOptions
+	flag.BoolVar(&c.enabled, "conformance", false, "make conformance: run Kubernetes' e2e node conformance tests (bin/e2e.test) against a control plane with kube-controller-manager and kube-scheduler and this node on the cri runtime, then stop; flags after -- go to e2e.test")
+	flag.StringVar(&c.reportDir, "report-dir", "conformance/out", "with --conformance: where the JUnit report, e2e.test's output and the summary go")
+	flag.DurationVar(&c.timeout, "e2e-timeout", 3*time.Hour, "with --conformance: timeout of the whole e2e.test run (its --ginkgo.timeout)")
+	flag.StringVar(&c.criAddress, "cri-address", "", "with --conformance: a containerd socket to use (its CNI network must let the host reach pod IPs); empty: a containerd of its own under <state-dir>/containerd")
 	flag.Parse()
 	o.out = os.Stdout
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if c.enabled {
+		c.e2eArgs = flag.Args()
+		os.Exit(conformanceMain(ctx, o, c))
+	}
 	err := run(ctx, o)
 	switch {
 	case ctx.Err() != nil:
@@ -80,8 +99,12 @@ func run(ctx context.Context, o options) error {
 	if err := os.RemoveAll(cpDir); err != nil {
 		return err
 	}
-	fmt.Fprintln(o.out, "starting etcd and kube-apiserver ...")
-	cp, err := testenv.StartControlPlane(ctx, testenv.ControlPlaneOptions{Dir: cpDir})
+	if o.controllers {
+		fmt.Fprintln(o.out, "starting etcd, kube-apiserver, kube-controller-manager and kube-scheduler ...")
+	} else {
+		fmt.Fprintln(o.out, "starting etcd and kube-apiserver ...")
+	}
+	cp, err := testenv.StartControlPlane(ctx, testenv.ControlPlaneOptions{Dir: cpDir, ServiceAccountAdmission: o.controllers, Controllers: o.controllers})
 	if err != nil {
 		return err
 	}
@@ -121,12 +144,12 @@ func run(ctx context.Context, o options) error {
 		fmt.Sprintf("--nodehb.port=%d", o.kubeletPort),
 		"--nodehb.client-ca-file="+cp.CAFile,
 	)
-	criArgs, stopCRI, err := criRuntime(ctx, o.runtime, state, o.out)
+	criArgs, stopCRI, err := criRuntime(ctx, o.runtime, state, o.containerd, o.out)
 	if err != nil {
 		return err
 	}
 	defer stopCRI()
-	agent.Args = append(agent.Args, criArgs...)
+	agent.Args = append(append(agent.Args, criArgs...), o.splitletArgs...)
 	agent.Stdout, agent.Stderr = logFile, logFile
 	agent.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := agent.Start(); err != nil {
@@ -157,11 +180,26 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 
-	cs := kubernetes.NewForConfigOrDie(cp.Config)
-	if err := applyDemoPod(ctx, cs, o.node); err != nil {
-		return err
+	if !o.noDemo {
+		cs := kubernetes.NewForConfigOrDie(cp.Config)
+		if err := applyDemoPod(ctx, cs, o.node); err != nil {
+			return err
+		}
 	}
-	fmt.Fprintf(o.out, `
+	if o.noDemo {
+		fmt.Fprintf(o.out, `
+Splitlet is up: node %[1]s, API server %[2]s, splitlet health on http://%[3]s
+Logs: %[4]s (control plane: %[6]s)
+
+Look on:
+  export KUBECONFIG=%[5]s
+  kubectl get nodes
+  kubectl get pods -A -o wide
+
+Ctrl-C stops everything.
+`, o.node, cp.URL, healthAddr, logPath, kubeconfig, cp.Dir)
+	} else {
+		fmt.Fprintf(o.out, `
 Splitlet is up: node %[1]s, API server %[2]s, splitlet health on http://%[3]s
 Logs: %[4]s
 
@@ -177,6 +215,7 @@ Try:
 
 Ctrl-C stops everything.
 `, o.node, cp.URL, healthAddr, logPath, kubeconfig)
+	}
 	if o.up != nil {
 		if err := o.up(ctx, kubeconfig); err != nil {
 			return err

@@ -1,0 +1,122 @@
+package testenv
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Identities of the control plane components, as a real cluster names them
+// (the API server's bootstrap RBAC grants each what it needs).
+const (
+	ControllerManagerUser = "system:kube-controller-manager"
+	SchedulerUser         = "system:kube-scheduler"
+)
+
+// StartControllers runs kube-controller-manager and kube-scheduler (from
+// bin/: `TESTENV_EXTRA="kube-scheduler kube-controller-manager"
+// hack/testenv/build.sh bin`) against the API server, each with a client
+// certificate of its own identity, and waits until both answer /healthz.
+// kube-controller-manager runs every default controller with a service
+// account per controller (--use-service-account-credentials), signs
+// legacy service account tokens with the API server's key, publishes the
+// CA as kube-root-ca.crt in every namespace and signs CSRs with the CA.
+// Their logs are Dir/kube-controller-manager.log and
+// Dir/kube-scheduler.log; Stop stops them.
+func (cp *ControlPlane) StartControllers(ctx context.Context) (err error) {
+	if cp.pki == nil || cp.pki.caKey == nil {
+		return errNoCA
+	}
+	kcmBin, err := Binary("kube-controller-manager")
+	if err != nil {
+		return err
+	}
+	schedBin, err := Binary("kube-scheduler")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			cp.stopControllers()
+		}
+	}()
+	kubeconfigs := map[string]string{}
+	for _, user := range []string{ControllerManagerUser, SchedulerUser} {
+		cfg, err := cp.ClientConfig(user)
+		if err != nil {
+			return err
+		}
+		path := filepath.Join(cp.Dir, strings.TrimPrefix(user, "system:")+".kubeconfig")
+		if err := WriteKubeconfigFor(path, user, cfg); err != nil {
+			return err
+		}
+		kubeconfigs[user] = path
+	}
+	kcmPort, err := FreePort()
+	if err != nil {
+		return err
+	}
+	schedPort, err := FreePort()
+	if err != nil {
+		return err
+	}
+	// Both authenticate and authorize their own HTTPS requests through the
+	// API server (TokenReview, SubjectAccessReview), which their roles
+	// allow; /healthz is always allowed.
+	serving := func(name, kubeconfig string, port int) []string {
+		return []string{
+			"--kubeconfig=" + kubeconfig,
+			"--authentication-kubeconfig=" + kubeconfig,
+			"--authorization-kubeconfig=" + kubeconfig,
+			"--bind-address=127.0.0.1",
+			"--secure-port=" + itoa(port),
+			"--cert-dir=" + filepath.Join(cp.Dir, name+"-certs"),
+			"--leader-elect=false",
+			"--v=0",
+		}
+	}
+	kcmArgs := append(serving("kube-controller-manager", kubeconfigs[ControllerManagerUser], kcmPort),
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file="+cp.pki.saKey,
+		"--root-ca-file="+cp.pki.caFile,
+		"--cluster-signing-cert-file="+cp.pki.caFile,
+		"--cluster-signing-key-file="+cp.pki.caKeyFile,
+		"--service-cluster-ip-range=10.0.0.0/24",
+	)
+	if cp.controllerManager, err = startProcess("kube-controller-manager", filepath.Join(cp.Dir, "kube-controller-manager.log"), kcmBin, kcmArgs...); err != nil {
+		return err
+	}
+	if cp.scheduler, err = startProcess("kube-scheduler", filepath.Join(cp.Dir, "kube-scheduler.log"), schedBin,
+		serving("kube-scheduler", kubeconfigs[SchedulerUser], schedPort)...); err != nil {
+		return err
+	}
+	// Their serving certificates are self-signed (--cert-dir): only
+	// liveness is checked here, not who serves.
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for _, c := range []struct {
+		p    *process
+		port int
+	}{{cp.controllerManager, kcmPort}, {cp.scheduler, schedPort}} {
+		url := fmt.Sprintf("https://127.0.0.1:%d/healthz", c.port)
+		if err := c.p.waitFor(waitCtx, "/healthz", func() error { return httpOK(client, url, "") }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stopControllers stops kube-scheduler and kube-controller-manager, when
+// they run.
+func (cp *ControlPlane) stopControllers() {
+	for _, p := range []*process{cp.scheduler, cp.controllerManager} {
+		if p != nil {
+			p.stop(10 * time.Second)
+		}
+	}
+}

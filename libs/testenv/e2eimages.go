@@ -1,0 +1,218 @@
+package testenv
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// The test images of Kubernetes' e2e suite (test/utils/image/manifest.go,
+// `e2e.test --list-images` prints their names) that can be made here FROM
+// scratch, by repository (the name without its tag). Each is built under
+// every name (tag) of that repository the suite lists.
+var e2eImageRepos = map[string]string{
+	"registry.k8s.io/e2e-test-images/agnhost":    "agnhost",
+	"registry.k8s.io/e2e-test-images/busybox":    "busybox",
+	"registry.k8s.io/e2e-test-images/nonroot":    "nonroot",
+	"registry.k8s.io/e2e-test-images/nonewprivs": "nonewprivs",
+	"registry.k8s.io/pause":                      "pause",
+}
+
+// E2EBinaries are the static binaries the e2e test images are made of.
+type E2EBinaries struct {
+	// Busybox: a static busybox (default $SPLITLET_BUSYBOX, else
+	// /bin/busybox); every image but pause has it with its applet links.
+	Busybox string
+	// Agnhost: the agnhost binary (k8s.io/kubernetes/test/images/agnhost),
+	// the agnhost image's entrypoint /agnhost. Empty: no agnhost image.
+	Agnhost string
+	// AgnhostTLS: a directory with the localhost.crt and localhost.key the
+	// agnhost image carries at / (its porter/ files, for the servers it
+	// runs with TLS); empty: none.
+	AgnhostTLS string
+	// Nonewprivs: the nnp binary (k8s.io/kubernetes/test/images/nonewprivs),
+	// setuid root in the nonewprivs image. Empty: no nonewprivs image.
+	Nonewprivs string
+	// Pause: a pause binary; empty: ./libs/testenv/pause is built.
+	Pause string
+}
+
+// E2EImage is one image to build, under all its names.
+type E2EImage struct {
+	Kind   string // agnhost, busybox, nonroot, nonewprivs, pause
+	Names  []string
+	Config ImageConfig
+	Files  []ImageFile
+}
+
+// PlanE2EImages sorts the image names the e2e suite uses into the images
+// buildable here (kinds with their names, sorted) and the names left out,
+// with why.
+func PlanE2EImages(names []string, bins E2EBinaries) (kinds map[string][]string, leftOut map[string]string) {
+	kinds, leftOut = map[string][]string{}, map[string]string{}
+	for _, name := range names {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		repo := name
+		if i := strings.LastIndex(name, ":"); i > strings.LastIndex(name, "/") {
+			repo = name[:i]
+		}
+		kind, ok := e2eImageRepos[repo]
+		switch {
+		case !ok:
+			leftOut[name] = "no FROM scratch build of this image here"
+		case kind == "agnhost" && bins.Agnhost == "":
+			leftOut[name] = "no agnhost binary"
+		case kind == "nonewprivs" && bins.Nonewprivs == "":
+			leftOut[name] = "no nnp binary"
+		default:
+			kinds[kind] = append(kinds[kind], name)
+		}
+	}
+	for k := range kinds {
+		sort.Strings(kinds[k])
+	}
+	return kinds, leftOut
+}
+
+// E2EImages returns the images PlanE2EImages chose, with their files read
+// from bins.
+func E2EImages(kinds map[string][]string, bins E2EBinaries, pause []byte) ([]E2EImage, error) {
+	busybox := bins.Busybox
+	if busybox == "" {
+		busybox = os.Getenv(BusyboxPathEnv)
+	}
+	if busybox == "" {
+		busybox = "/bin/busybox"
+	}
+	var bbFiles []ImageFile
+	if len(kinds["agnhost"])+len(kinds["busybox"])+len(kinds["nonroot"])+len(kinds["nonewprivs"]) > 0 {
+		var err error
+		if bbFiles, err = BusyboxImageFiles(busybox); err != nil {
+			return nil, err
+		}
+	}
+	// withBusybox is the busybox image's files and more (a copy: the
+	// images do not share a backing array).
+	withBusybox := func(more ...ImageFile) []ImageFile {
+		return append(append([]ImageFile(nil), bbFiles...), more...)
+	}
+	read := func(path string) ([]byte, error) {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("testenv: e2e images: %w", err)
+		}
+		return data, nil
+	}
+	var out []E2EImage
+	kindNames := make([]string, 0, len(kinds))
+	for k := range kinds {
+		kindNames = append(kindNames, k)
+	}
+	sort.Strings(kindNames)
+	for _, kind := range kindNames {
+		img := E2EImage{Kind: kind, Names: kinds[kind]}
+		switch kind {
+		case "busybox":
+			img.Config, img.Files = busyboxConfig, withBusybox()
+		case "nonroot":
+			// As test/images/nonroot: busybox that runs as uid 1234.
+			img.Config, img.Files = busyboxConfig, withBusybox()
+			img.Config.User = "1234"
+		case "agnhost":
+			// /agnhost (entrypoint, `pause` by default) and busybox, for
+			// the tests that run `sh -c` in it.
+			data, err := read(bins.Agnhost)
+			if err != nil {
+				return nil, err
+			}
+			// As the real image: /agnhost-2 a link to it, /uploads, a user
+			// and a group defined in the image (uid 1000, gid 50000).
+			img.Config = ImageConfig{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: busyboxConfig.Env}
+			img.Files = withBusybox(ImageFile{Path: "agnhost", Mode: 0o755, Data: data},
+				ImageFile{Path: "agnhost-2", Mode: fs.ModeSymlink, Link: "agnhost"},
+				ImageFile{Path: "uploads", Mode: fs.ModeDir | 0o755})
+			img.Files = replaceFile(img.Files, ImageFile{Path: "etc/passwd", Mode: 0o644, Data: []byte(
+				"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\nuser-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n")})
+			img.Files = replaceFile(img.Files, ImageFile{Path: "etc/group", Mode: 0o644, Data: []byte(
+				"root:x:0:\nnogroup:x:65534:\nuser-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n")})
+			if bins.AgnhostTLS != "" {
+				for _, name := range []string{"localhost.crt", "localhost.key"} {
+					data, err := read(filepath.Join(bins.AgnhostTLS, name))
+					if err != nil {
+						return nil, err
+					}
+					img.Files = append(img.Files, ImageFile{Path: name, Mode: 0o644, Data: data})
+				}
+			}
+		case "nonewprivs":
+			// As test/images/nonewprivs: nnp, setuid root, prints its
+			// effective uid.
+			data, err := read(bins.Nonewprivs)
+			if err != nil {
+				return nil, err
+			}
+			dir := fs.ModeDir | 0o755
+			img.Config = ImageConfig{Cmd: []string{"nnp"}, Env: busyboxConfig.Env}
+			img.Files = withBusybox(ImageFile{Path: "usr", Mode: dir}, ImageFile{Path: "usr/local", Mode: dir},
+				ImageFile{Path: "usr/local/bin", Mode: dir}, ImageFile{Path: "usr/local/bin/nnp", Mode: fs.ModeSetuid | 0o755, Data: data})
+		case "pause":
+			img.Config, img.Files = pauseConfig, pauseFiles(pause)
+		default:
+			return nil, fmt.Errorf("testenv: e2e images: unknown kind %q", kind)
+		}
+		out = append(out, img)
+	}
+	return out, nil
+}
+
+// replaceFile puts f in place of the file of the same path (or appends it).
+func replaceFile(files []ImageFile, f ImageFile) []ImageFile {
+	for i := range files {
+		if files[i].Path == f.Path {
+			files[i] = f
+			return files
+		}
+	}
+	return append(files, f)
+}
+
+// BuildE2EImages writes the e2e test images buildable here, of the names
+// given (`e2e.test --list-images`), as docker archives into dir. It returns
+// the archives, the names built and the names left out with why.
+func BuildE2EImages(dir string, names []string, bins E2EBinaries) (archives, built []string, leftOut map[string]string, err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, nil, nil, err
+	}
+	kinds, leftOut := PlanE2EImages(names, bins)
+	var pause []byte
+	if len(kinds["pause"]) > 0 {
+		if bins.Pause != "" {
+			pause, err = os.ReadFile(bins.Pause)
+		} else {
+			pause, err = buildPause(dir)
+		}
+		if err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	images, err := E2EImages(kinds, bins, pause)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for _, img := range images {
+		path := filepath.Join(dir, "e2e-"+img.Kind+".tar")
+		if err := writeArchiveFile(path, img.Names, img.Config, img.Files); err != nil {
+			return nil, nil, nil, err
+		}
+		archives = append(archives, path)
+		built = append(built, img.Names...)
+	}
+	sort.Strings(built)
+	return archives, built, leftOut, nil
+}

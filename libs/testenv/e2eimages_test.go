@@ -1,0 +1,157 @@
+package testenv
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/json"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// The names `e2e.test --list-images` printed for v1.36.3 (a part).
+var listedImages = []string{
+	"registry.k8s.io/e2e-test-images/agnhost:2.55",
+	"registry.k8s.io/e2e-test-images/agnhost:2.63.0",
+	"gcr.io/k8s-authenticated-test/agnhost:2.6",
+	"registry.k8s.io/e2e-test-images/busybox:1.37.0-1",
+	"registry.k8s.io/e2e-test-images/nginx:1.15-4",
+	"registry.k8s.io/e2e-test-images/nonewprivs:1.4",
+	"registry.k8s.io/e2e-test-images/nonroot:1.5",
+	"registry.k8s.io/pause:3.10.2",
+	"invalid.registry.k8s.io/invalid/alpine:3.1",
+	"",
+}
+
+func TestPlanE2EImages(t *testing.T) {
+	kinds, leftOut := PlanE2EImages(listedImages, E2EBinaries{Agnhost: "/x/agnhost"})
+	want := map[string][]string{
+		"agnhost": {"registry.k8s.io/e2e-test-images/agnhost:2.55", "registry.k8s.io/e2e-test-images/agnhost:2.63.0"},
+		"busybox": {"registry.k8s.io/e2e-test-images/busybox:1.37.0-1"},
+		"nonroot": {"registry.k8s.io/e2e-test-images/nonroot:1.5"},
+		"pause":   {"registry.k8s.io/pause:3.10.2"},
+	}
+	if !reflect.DeepEqual(kinds, want) {
+		t.Errorf("kinds = %v, want %v", kinds, want)
+	}
+	for _, name := range []string{
+		"gcr.io/k8s-authenticated-test/agnhost:2.6", // another registry: not agnhost's repository
+		"registry.k8s.io/e2e-test-images/nginx:1.15-4",
+		"invalid.registry.k8s.io/invalid/alpine:3.1",
+	} {
+		if leftOut[name] == "" {
+			t.Errorf("%s not left out: %v", name, leftOut)
+		}
+	}
+	if why := leftOut["registry.k8s.io/e2e-test-images/nonewprivs:1.4"]; !strings.Contains(why, "nnp") {
+		t.Errorf("nonewprivs without its binary: left out for %q", why)
+	}
+}
+
+// The archives hold what the tests rely on: busybox's applets, /agnhost as
+// the entrypoint, uid 1234 for nonroot, a setuid nnp.
+func TestBuildE2EImages(t *testing.T) {
+	dir := t.TempDir()
+	bin := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	bins := E2EBinaries{
+		// A stand-in for busybox: what matters is --list.
+		Busybox:    bin("busybox", "#!/bin/sh\necho sh; echo sleep; echo id\n"),
+		Agnhost:    bin("agnhost", "agnhost-binary"),
+		Nonewprivs: bin("nnp", "nnp-binary"),
+		Pause:      bin("pause", "pause-binary"),
+		AgnhostTLS: dir,
+	}
+	bin("localhost.crt", "crt")
+	bin("localhost.key", "key")
+	archives, built, leftOut, err := BuildE2EImages(filepath.Join(dir, "out"), listedImages, bins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(archives) != 5 || len(built) != 6 || len(leftOut) != 3 {
+		t.Fatalf("archives %v, built %v, left out %v", archives, built, leftOut)
+	}
+	read := func(kind string) (cfg map[string]any, tags []string, files map[string]*tar.Header) {
+		data, err := os.ReadFile(filepath.Join(dir, "out", "e2e-"+kind+".tar"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries := map[string][]byte{}
+		tr := tar.NewReader(bytes.NewReader(data))
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			entries[h.Name], _ = io.ReadAll(tr)
+		}
+		var manifest []struct {
+			Config   string
+			RepoTags []string
+			Layers   []string
+		}
+		if err := json.Unmarshal(entries["manifest.json"], &manifest); err != nil || len(manifest) != 1 {
+			t.Fatalf("%s: manifest: %v %s", kind, err, entries["manifest.json"])
+		}
+		var config struct {
+			Config map[string]any `json:"config"`
+		}
+		if err := json.Unmarshal(entries[manifest[0].Config], &config); err != nil {
+			t.Fatal(err)
+		}
+		files = map[string]*tar.Header{}
+		lr := tar.NewReader(bytes.NewReader(entries[manifest[0].Layers[0]]))
+		for {
+			h, err := lr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			files[h.Name] = h
+		}
+		return config.Config, manifest[0].RepoTags, files
+	}
+
+	cfg, tags, files := read("agnhost")
+	if len(tags) != 2 || files["agnhost"] == nil || files["bin/sh"] == nil || files["bin/sh"].Linkname != "busybox" ||
+		files["agnhost-2"] == nil || files["agnhost-2"].Linkname != "agnhost" || files["localhost.crt"] == nil {
+		t.Errorf("agnhost: tags %v, files %v", tags, keys(files))
+	}
+	if ep, _ := json.Marshal(cfg["Entrypoint"]); string(ep) != `["/agnhost"]` {
+		t.Errorf("agnhost entrypoint %s", ep)
+	}
+	if cfg, _, _ := read("nonroot"); cfg["User"] != "1234" {
+		t.Errorf("nonroot runs as %v, want 1234", cfg["User"])
+	}
+	if _, _, files := read("nonewprivs"); files["usr/local/bin/nnp"] == nil || files["usr/local/bin/nnp"].Mode&0o4000 == 0 {
+		t.Errorf("nnp is not setuid: %v", files["usr/local/bin/nnp"])
+	}
+	if _, tags, files := read("pause"); !reflect.DeepEqual(tags, []string{"registry.k8s.io/pause:3.10.2"}) || files["pause"] == nil || files["bin/sh"] != nil {
+		t.Errorf("pause: tags %v, files %v", tags, keys(files))
+	}
+	if _, _, files := read("busybox"); files["bin/busybox"] == nil || files["bin/busybox"].Mode&int64(fs.ModePerm) != 0o755 {
+		t.Errorf("busybox: files %v", keys(files))
+	}
+}
+
+func keys(m map[string]*tar.Header) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}

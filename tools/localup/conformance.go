@@ -1,0 +1,428 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/splitlet/splitlet/libs/testenv"
+)
+
+// conformanceOptions are make conformance's (localup --conformance).
+type conformanceOptions struct {
+	enabled    bool
+	reportDir  string
+	timeout    time.Duration
+	criAddress string
+	// e2eArgs are passed to e2e.test after the defaults (CONFORMANCEFLAGS).
+	e2eArgs []string
+}
+
+// conformanceCNIConfig is the pods' network of the containerd started for
+// make conformance: a bridge whose host side is the pods' gateway, so that
+// the prober and the tests' host-side checks reach pod IPs (the kubelet
+// dials httpGet and tcpSocket probes from the host). No masquerading: the
+// pods still reach nothing beyond the host.
+const conformanceCNIConfig = `{
+  "cniVersion": "0.4.0",
+  "name": "splitlet-conformance",
+  "plugins": [{
+    "type": "bridge",
+    "bridge": "splitlet-e2e0",
+    "isGateway": true,
+    "ipMasq": false,
+    "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.90.0.0/16"}]]}
+  }]
+}
+`
+
+// The tests are Kubernetes' node conformance suite: the specs labelled
+// NodeConformance or Conformance ([NodeConformance], [Conformance] in
+// their names) of test/e2e/common/node and test/e2e/common/storage.
+const (
+	conformanceFiles  = `test/e2e/common/(node|storage)/`
+	conformanceLabels = `NodeConformance || Conformance`
+)
+
+// conformanceSkip is a group of specs a single Splitlet node without a
+// registry cannot pass for reasons outside the node agent, with the cause
+// (docs/conformance.md lists them).
+type conformanceSkip struct {
+	pattern string // a --ginkgo.skip regular expression on the spec's name
+	cause   string
+}
+
+var conformanceSkips = []conformanceSkip{
+	{`Container Runtime blackbox test when running a container with a new image`,
+		"pulls images from registries (registry.k8s.io, a private registry, an invalid one): this machine reaches no registry; the test images are imported, not pulled"},
+	{`ImageVolume should succeed with pod and pull policy of Always`,
+		"mounts registry.k8s.io/e2e-test-images/kitten as an image volume with pullPolicy Always: a pull from a registry"},
+	{`Pods should have their auto-restart back-off timer reset on image update`,
+		"updates the pod to registry.k8s.io/e2e-test-images/nginx:1.15-4, which is not built here (it needs a real nginx)"},
+	{`Override hostname of Pod .*(will have hostnameOverride as hostname|valid DNS subdomain)`,
+		"runs registry.k8s.io/e2e-test-images/glibc-dns-testing (glibc's resolver, for hostname -f), which is not built here"},
+}
+
+// userFiltered tells whether e2e.test's extra arguments narrow the specs
+// (a focus, a focus file or a label filter of their own).
+func userFiltered(args []string) bool {
+	for _, a := range args {
+		a = strings.TrimLeft(a, "-")
+		for _, f := range []string{"ginkgo.focus", "ginkgo.label-filter"} {
+			if strings.HasPrefix(a, f) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// shellJoin joins a command line as a shell reads it back: the words with
+// characters special to the shell in single quotes.
+func shellJoin(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$`|&;()<>*?[]{}!#~") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		out[i] = a
+	}
+	return strings.Join(out, " ")
+}
+
+// junitSkips are the skip patterns, compiled, for the summary.
+func junitSkips() []junitSkip {
+	out := make([]junitSkip, 0, len(conformanceSkips))
+	for _, s := range conformanceSkips {
+		out = append(out, junitSkip{re: regexp.MustCompile(s.pattern), cause: s.cause})
+	}
+	return out
+}
+
+// e2eImagesNeeded are images the framework names that must be there for
+// the suite to make sense; without them the run stops before the tests.
+var e2eImagesNeeded = []string{"agnhost", "busybox", "pause"}
+
+// conformanceMain runs make conformance and returns the exit status: 0
+// when every spec that ran passed, 1 when some failed or the harness
+// failed, 130 on Ctrl-C.
+func conformanceMain(ctx context.Context, o options, c conformanceOptions) int {
+	s, err := runConformance(ctx, o, c)
+	switch {
+	case ctx.Err() != nil:
+		fmt.Fprintln(o.out, "conformance: interrupted; the control plane, splitlet and containerd are down")
+		return 130
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "conformance: %v\n", err)
+		return 1
+	case len(s.Failed) > 0 || len(s.SuiteFailures) > 0:
+		return 1
+	}
+	return 0
+}
+
+func runConformance(ctx context.Context, o options, c conformanceOptions) (*summary, error) {
+	start := time.Now()
+	e2eBin, err := testenv.Binary("e2e.test")
+	if err != nil {
+		return nil, fmt.Errorf("%w (make conformance builds it: hack/conformance/build.sh bin)", err)
+	}
+	bins := testenv.E2EBinaries{}
+	if bins.Agnhost, err = testenv.Binary("agnhost"); err != nil {
+		return nil, fmt.Errorf("%w (make conformance builds it: hack/conformance/build.sh bin)", err)
+	}
+	if p, err := testenv.Binary("nnp"); err == nil {
+		bins.Nonewprivs = p
+	}
+	if p, err := testenv.Binary("agnhost-tls"); err == nil {
+		bins.AgnhostTLS = p
+	}
+	reportDir, err := filepath.Abs(c.reportDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(reportDir, 0o755); err != nil {
+		return nil, err
+	}
+	// Only what this run writes is cleared: the directory may be the
+	// user's.
+	old, _ := filepath.Glob(filepath.Join(reportDir, "junit_*.xml"))
+	for _, f := range append(old, filepath.Join(reportDir, "e2e.log"), filepath.Join(reportDir, "summary.txt"), filepath.Join(reportDir, "summary.json")) {
+		_ = os.Remove(f)
+	}
+	names, err := listE2EImages(ctx, e2eBin)
+	if err != nil {
+		return nil, err
+	}
+
+	o.stateDir = filepath.Join(o.stateDir, "conformance")
+	state, err := filepath.Abs(o.stateDir)
+	if err != nil {
+		return nil, err
+	}
+	o.runtime, o.controllers, o.noDemo, o.once = "cri", true, true, true
+	if o.kubeletPort, err = testenv.FreePort(); err != nil {
+		return nil, err
+	}
+	o.containerd = testenv.ContainerdOptions{Address: c.criAddress, Dir: filepath.Join(state, "containerd"), CNIConfig: conformanceCNIConfig}
+	if c.criAddress == "" {
+		// A containerd of its own (not the host's): the pods' network must
+		// let the host reach them.
+		o.containerd.Address = filepath.Join(state, "containerd", "containerd.sock")
+	} else {
+		o.containerd.NoStart = true
+	}
+	// The node's address: the host's, not 127.0.0.1, which kube-apiserver
+	// refuses to proxy to (nodes/proxy: "address not allowed") and which a
+	// hostNetwork pod's IP would not equal.
+	if ip := hostAddress(); ip != "" {
+		o.splitletArgs = append(o.splitletArgs, "--nodehb.address="+ip, "--podworkers.host-ip="+ip)
+	}
+	var result *summary
+	o.up = func(ctx context.Context, kubeconfig string) error {
+		cd := &testenv.Containerd{Address: o.containerd.Address, Endpoint: "unix://" + o.containerd.Address}
+		if err := importE2EImages(ctx, cd, filepath.Join(state, "e2e-images"), names, bins, o.out); err != nil {
+			return err
+		}
+		if err := waitClusterReady(ctx, kubeconfig, o.node); err != nil {
+			return err
+		}
+		var err error
+		result, err = runE2E(ctx, e2eBin, kubeconfig, reportDir, cd.Endpoint, c, o.out)
+		return err
+	}
+	if err := run(ctx, o); err != nil {
+		return nil, err
+	}
+	if result == nil {
+		return nil, errors.New("the e2e run did not happen")
+	}
+	fmt.Fprintf(o.out, "\nconformance: %s\nconformance: the whole run took %s; report: %s\n",
+		result.headline(), time.Since(start).Round(time.Second), filepath.Join(reportDir, "summary.txt"))
+	return result, nil
+}
+
+// hostAddress is the host's IPv4 address on its default route (the source
+// address the kernel picks for a non-local destination; nothing is sent),
+// or "" when there is none.
+func hostAddress() string {
+	c, err := net.Dial("udp4", "203.0.113.1:9")
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	a, ok := c.LocalAddr().(*net.UDPAddr)
+	if !ok || a.IP.IsLoopback() {
+		return ""
+	}
+	return a.IP.String()
+}
+
+// listE2EImages asks e2e.test which images its tests use.
+func listE2EImages(ctx context.Context, e2eBin string) ([]string, error) {
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, e2eBin, "--list-images")
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s --list-images: %w\n%s", e2eBin, err, stderr.String())
+	}
+	return strings.Fields(string(out)), nil
+}
+
+// importE2EImages builds the e2e test images that can be made here FROM
+// scratch, under the names the framework uses, and imports them into
+// containerd's k8s.io namespace; it says which are left out.
+func importE2EImages(ctx context.Context, cd *testenv.Containerd, dir string, names []string, bins testenv.E2EBinaries, out io.Writer) error {
+	fmt.Fprintln(out, "building the e2e test images FROM scratch and importing them into containerd ...")
+	archives, built, leftOut, err := testenv.BuildE2EImages(dir, names, bins)
+	if err != nil {
+		return err
+	}
+	for _, kind := range e2eImagesNeeded {
+		found := false
+		for _, n := range built {
+			found = found || strings.Contains(n, "/"+kind+":")
+		}
+		if !found {
+			return fmt.Errorf("e2e images: no %s image was built from the names e2e.test lists (%v)", kind, names)
+		}
+	}
+	if err := cd.ImportImages(ctx, archives...); err != nil {
+		return err
+	}
+	if err := cd.WaitImages(ctx, built...); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "imported %d images: %s\n", len(built), strings.Join(built, " "))
+	left := make([]string, 0, len(leftOut))
+	for n := range leftOut {
+		left = append(left, n)
+	}
+	sort.Strings(left)
+	fmt.Fprintf(out, "left out (%d; tests that need them fail with ErrImagePull unless skipped): %s\n", len(left), strings.Join(left, " "))
+	return nil
+}
+
+// waitClusterReady waits until the node is Ready and kube-controller-manager
+// has done its part for a namespace (the default service account and the
+// kube-root-ca.crt ConfigMap), as the e2e framework expects of a cluster.
+func waitClusterReady(ctx context.Context, kubeconfig, node string) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	check := func() error {
+		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("node %s: %w", node, err)
+		}
+		ready := false
+		for _, c := range n.Status.Conditions {
+			ready = ready || (c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue)
+		}
+		if !ready {
+			return fmt.Errorf("node %s is not Ready", node)
+		}
+		if _, err := cs.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{}); err != nil {
+			return fmt.Errorf("service account default/default: %w", err)
+		}
+		if _, err := cs.CoreV1().ConfigMaps(metav1.NamespaceDefault).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{}); err != nil {
+			return fmt.Errorf("ConfigMap default/kube-root-ca.crt: %w", err)
+		}
+		return nil
+	}
+	for {
+		err := check()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the cluster is not ready for the tests: %v", err)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// e2eArgs is e2e.test's command line: the node conformance specs of
+// test/e2e/common/{node,storage}, the skips, the report, then extra.
+func e2eArgs(kubeconfig, reportDir, criEndpoint string, timeout time.Duration, extra []string) []string {
+	args := []string{
+		"--provider=local",
+		"--kubeconfig=" + kubeconfig,
+		"--report-dir=" + reportDir,
+		"--e2e-output-dir=" + reportDir,
+		"--container-runtime-endpoint=" + criEndpoint,
+		// No cluster/log-dump/log-dump.sh here (it needs a Kubernetes
+		// checkout and SSH to the nodes).
+		"--disable-log-dump=true",
+		"--ginkgo.focus-file=" + conformanceFiles,
+		"--ginkgo.label-filter=" + conformanceLabels,
+		"--ginkgo.timeout=" + timeout.String(),
+		"--ginkgo.no-color",
+	}
+	for _, s := range conformanceSkips {
+		args = append(args, "--ginkgo.skip="+s.pattern)
+	}
+	return append(args, extra...)
+}
+
+// runE2E runs e2e.test, its output on out and in <reportDir>/e2e.log, and
+// reads its JUnit report into the summary it writes to summary.txt and
+// summary.json. Failing specs are no error; a run without a report is.
+func runE2E(ctx context.Context, e2eBin, kubeconfig, reportDir, criEndpoint string, c conformanceOptions, out io.Writer) (*summary, error) {
+	logPath := filepath.Join(reportDir, "e2e.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close()
+	args := e2eArgs(kubeconfig, reportDir, criEndpoint, c.timeout, c.e2eArgs)
+	fmt.Fprintf(out, "\nrunning %s %s\n(output also in %s)\n\n", e2eBin, shellJoin(args), logPath)
+	cmd := exec.CommandContext(ctx, e2eBin, args...)
+	cmd.Stdout = io.MultiWriter(out, logFile)
+	cmd.Stderr = cmd.Stdout
+	// Its own process group, so that a Ctrl-C reaches it once, from here:
+	// SIGINT lets Ginkgo end the spec that runs and write the report.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 2 * time.Minute
+	// Not exec's context: the run's own timeout comes from Ginkgo, and a
+	// report is read even after a Ctrl-C.
+	runErr := cmd.Run()
+	reports, _ := filepath.Glob(filepath.Join(reportDir, "junit_*.xml"))
+	if len(reports) == 0 {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("e2e.test wrote no JUnit report in %s (exit: %v; see %s)", reportDir, runErr, logPath)
+	}
+	f, err := os.Open(reports[0])
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	// With a focus of the user's (CONFORMANCEFLAGS), the skip list's specs
+	// may lie outside it: they are not counted as skipped then.
+	skips := junitSkips()
+	if userFiltered(c.e2eArgs) {
+		skips = nil
+	}
+	s, err := parseJUnit(f, skips)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", reports[0], err)
+	}
+	if err := writeSummary(reportDir, s, args); err != nil {
+		return nil, err
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintf(out, "\nconformance (interrupted): %s\n", s.headline())
+		return nil, ctx.Err()
+	}
+	return s, nil
+}
+
+// writeSummary writes summary.txt (the headline, the command, the skip
+// groups, every failed, skipped and passed spec) and summary.json.
+func writeSummary(reportDir string, s *summary, args []string) error {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "make conformance, %s\n\ne2e.test %s\n\n", time.Now().UTC().Format(time.RFC3339), shellJoin(args))
+	fmt.Fprintln(&b, "skipped by --ginkgo.skip:")
+	for _, sk := range conformanceSkips {
+		fmt.Fprintf(&b, "  %s\n      %s\n", sk.pattern, sk.cause)
+	}
+	fmt.Fprintln(&b)
+	s.write(&b)
+	if err := os.WriteFile(filepath.Join(reportDir, "summary.txt"), b.Bytes(), 0o644); err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(reportDir, "summary.json"), append(data, '\n'), 0o644)
+}

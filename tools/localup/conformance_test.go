@@ -1,0 +1,68 @@
+package main
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// e2e.test's command line selects the node conformance specs of
+// common/node and common/storage, skips each group of the list, and puts
+// the user's flags last (a string flag given twice keeps the last value).
+func TestE2EArgs(t *testing.T) {
+	args := e2eArgs("/k", "/out", "unix:///c.sock", 2*time.Hour, []string{"--ginkgo.focus=Pods"})
+	joined := strings.Join(args, "\n")
+	for _, want := range []string{
+		"--provider=local", "--kubeconfig=/k", "--report-dir=/out",
+		"--ginkgo.focus-file=" + conformanceFiles, "--ginkgo.label-filter=" + conformanceLabels,
+		"--ginkgo.timeout=2h0m0s",
+	} {
+		if !strings.Contains(joined, want+"\n") {
+			t.Errorf("missing %s in\n%s", want, joined)
+		}
+	}
+	skips := 0
+	for _, a := range args {
+		if p, ok := strings.CutPrefix(a, "--ginkgo.skip="); ok {
+			if _, err := regexp.Compile(p); err != nil {
+				t.Errorf("skip pattern %q: %v", p, err)
+			}
+			skips++
+		}
+	}
+	if skips != len(conformanceSkips) || skips == 0 {
+		t.Errorf("%d skip flags for %d groups", skips, len(conformanceSkips))
+	}
+	if args[len(args)-1] != "--ginkgo.focus=Pods" {
+		t.Errorf("the user's flags are not last: %v", args)
+	}
+	for _, s := range conformanceSkips {
+		if s.cause == "" {
+			t.Errorf("skip %q has no cause", s.pattern)
+		}
+	}
+}
+
+func TestUserFiltered(t *testing.T) {
+	for args, want := range map[string]bool{
+		"--ginkgo.focus=Pods":                    true,
+		"-ginkgo.focus-file=x":                   true,
+		"--ginkgo.label-filter=Slow":             true,
+		"--ginkgo.skip=Pods --ginkgo.v":          false,
+		"":                                       false,
+		"--ginkgo.fail-fast --ginkgo.focus Pods": true,
+	} {
+		if got := userFiltered(strings.Fields(args)); got != want {
+			t.Errorf("userFiltered(%q) = %v, want %v", args, got, want)
+		}
+	}
+}
+
+func TestShellJoin(t *testing.T) {
+	got := shellJoin([]string{"e2e.test", "--ginkgo.focus-file=test/(a|b)/", "--x=it's", ""})
+	want := `e2e.test '--ginkgo.focus-file=test/(a|b)/' '--x=it'\''s' ''`
+	if got != want {
+		t.Errorf("shellJoin = %s, want %s", got, want)
+	}
+}
