@@ -352,25 +352,29 @@ func applyProbes(pod *corev1.Pod, s *corev1.PodStatus, probes Probes) {
 		}
 		return probes.Result(id, t)
 	}
+	// kubelet: a container without the probe is started (ready) as soon as
+	// it runs (has started); a result is consulted only for a probe the
+	// container has, so that a readiness read back from the API object
+	// while a startup probe held it back cannot outlive that probe.
 	started := func(spec *corev1.Container, c *corev1.ContainerStatus) bool {
 		if c.State.Running == nil {
 			return false
 		}
-		if r, ok := result(c.ContainerID, bus.ProbeStartup); ok {
-			return r == bus.ProbeSuccess
+		if spec == nil || spec.StartupProbe == nil {
+			return true
 		}
-		// No startup probe: started as soon as it runs.
-		return spec == nil || spec.StartupProbe == nil
+		r, ok := result(c.ContainerID, bus.ProbeStartup)
+		return ok && r == bus.ProbeSuccess
 	}
 	ready := func(spec *corev1.Container, c *corev1.ContainerStatus) bool {
 		if c.State.Running == nil {
 			return false
 		}
-		if r, ok := result(c.ContainerID, bus.ProbeReadiness); ok {
-			return r == bus.ProbeSuccess
+		if spec == nil || spec.ReadinessProbe == nil {
+			return true
 		}
-		// No readiness probe: ready as soon as it has started.
-		return spec == nil || spec.ReadinessProbe == nil
+		r, ok := result(c.ContainerID, bus.ProbeReadiness)
+		return ok && r == bus.ProbeSuccess
 	}
 	for i := range s.ContainerStatuses {
 		c := &s.ContainerStatuses[i]

@@ -123,6 +123,13 @@ func TestGenerateReadinessFromProbes(t *testing.T) {
 	if c := cond(s, corev1.PodReady); c.Status != corev1.ConditionFalse {
 		t.Fatalf("Ready from a stale container's probe: %+v", c)
 	}
+	// b has no readiness probe: a readiness result for it (the API object
+	// said not ready while its startup probe ran) does not hold it back
+	// once started (the conformance lifecycle hook specs' sidecar).
+	s = gen(probeMap{"sim://a/Readiness": bus.ProbeSuccess, "sim://b/Startup": bus.ProbeSuccess, "sim://b/Readiness": bus.ProbeFailure})
+	if b := findStatus(s.ContainerStatuses, "b"); !b.Ready {
+		t.Fatalf("b without a readiness probe, started: not ready")
+	}
 	if s.PodIP != "10.0.0.1" || len(s.PodIPs) != 1 || s.QOSClass != corev1.PodQOSBestEffort {
 		t.Fatalf("podIP %q podIPs %v qos %s", s.PodIP, s.PodIPs, s.QOSClass)
 	}
