@@ -163,19 +163,22 @@ type received struct {
 
 // watcher records every message on a subject from the moment it is made.
 type watcher struct {
-	h      *harness
-	what   string
-	mu     sync.Mutex
-	msgs   []received
-	bad    []string
-	notify chan struct{}
+	h    *harness
+	what string
+	mu   sync.Mutex
+	msgs []received
+	bad  []string
+	// changed is closed (and replaced) on every message, waking every
+	// waiter: the cases run in parallel, and a one-slot notification woke
+	// only one of them, leaving another asleep over its own message.
+	changed chan struct{}
 }
 
 // watch subscribes to a subject (wildcards allowed) until t ends. Messages
 // from the sources named in skip (the kit's own) are left out.
 func (h *harness) watch(t testing.TB, subject string, skip ...string) *watcher {
 	t.Helper()
-	w := &watcher{h: h, what: subject, notify: make(chan struct{}, 1)}
+	w := &watcher{h: h, what: subject, changed: make(chan struct{})}
 	own := map[string]bool{}
 	for _, s := range skip {
 		own[s] = true
@@ -188,11 +191,9 @@ func (h *harness) watch(t testing.TB, subject string, skip ...string) *watcher {
 		} else if !own[e.Source] {
 			w.msgs = append(w.msgs, received{subject: m.Subject, env: e})
 		}
+		close(w.changed)
+		w.changed = make(chan struct{})
 		w.mu.Unlock()
-		select {
-		case w.notify <- struct{}{}:
-		default:
-		}
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -207,14 +208,22 @@ func (h *harness) watch(t testing.TB, subject string, skip ...string) *watcher {
 // find returns the index of the first message from index `from` on that
 // matches.
 func (w *watcher) find(from int, match func(received) bool) (int, []string) {
+	i, bad, _ := w.findOrWait(from, match)
+	return i, bad
+}
+
+// findOrWait is find, and the channel closed by the next message (taken
+// under the same lock, so that no message slips in between).
+func (w *watcher) findOrWait(from int, match func(received) bool) (int, []string, <-chan struct{}) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	next := w.changed
 	for i := from; i < len(w.msgs); i++ {
 		if match(w.msgs[i]) {
-			return i, w.bad
+			return i, w.bad, next
 		}
 	}
-	return -1, w.bad
+	return -1, w.bad, next
 }
 
 func (w *watcher) count() int {
@@ -231,7 +240,7 @@ func (w *watcher) waitFor(t testing.TB, from int, what string, match func(receiv
 	deadline := time.NewTimer(w.h.tg.Timeout)
 	defer deadline.Stop()
 	for {
-		i, bad := w.find(from, match)
+		i, bad, next := w.findOrWait(from, match)
 		if len(bad) > 0 {
 			t.Fatalf("the stage published messages that do not decode on %s: %s", w.what, strings.Join(bad, "; "))
 		}
@@ -242,7 +251,7 @@ func (w *watcher) waitFor(t testing.TB, from int, what string, match func(receiv
 			return i, r
 		}
 		select {
-		case <-w.notify:
+		case <-next:
 		case <-deadline.C:
 			t.Fatalf("no message within %v on %s: %s (saw %d others: %s; consumers: %s)", w.h.tg.Timeout, w.what, what, w.count(), w.summary(from), w.h.consumers())
 		}
@@ -257,14 +266,15 @@ func (w *watcher) never(t testing.TB, from int, window time.Duration, what strin
 	end := time.NewTimer(window)
 	defer end.Stop()
 	for {
-		if i, _ := w.find(from, match); i >= 0 {
+		i, _, next := w.findOrWait(from, match)
+		if i >= 0 {
 			w.mu.Lock()
 			r := w.msgs[i]
 			w.mu.Unlock()
 			t.Fatalf("unexpected message on %s: %s: %s", r.subject, what, r.env.Payload)
 		}
 		select {
-		case <-w.notify:
+		case <-next:
 		case <-end.C:
 			if i, _ := w.find(from, match); i >= 0 {
 				t.Fatalf("unexpected message: %s", what)
