@@ -640,7 +640,8 @@ func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker
 		}
 		if last.State == runtime.StateRunning {
 			want, resized, resizeRestart := resizeOf(last, c)
-			if resized && !resizeRestart && !specChanged(last, c) {
+			redefined := specChanged(last, c)
+			if resized && !resizeRestart && !redefined {
 				// kubelet: CPU and memory change in place, the container
 				// keeps running.
 				if rz, ok := s.rt.(runtime.Resizer); ok {
@@ -651,13 +652,13 @@ func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker
 					}
 				}
 			}
-			if specChanged(last, c) || resizeRestart {
+			if redefined || resizeRestart {
 				// kubelet: a container whose definition changed (or whose
 				// resize needs a restart) is killed and started again
 				// whatever the restart policy, with no back-off.
 				allDone = false
 				why := fmt.Sprintf("Container %s definition changed", c.Name)
-				if !specChanged(last, c) {
+				if !redefined {
 					why = fmt.Sprintf("Container %s resize requires restart", c.Name)
 				}
 				s.log.Info("restarting container", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)), zap.String("container", c.Name), zap.String("why", why))...)
