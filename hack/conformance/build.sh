@@ -5,6 +5,8 @@
 #   e2e.test  test/e2e compiled (`go test -c`): Kubernetes' e2e suite (~200 MB)
 #   agnhost   test/images/agnhost: the agnhost test image's binary
 #   nnp       test/images/nonewprivs: the nonewprivs test image's binary
+#   ginkgo    the Ginkgo CLI at the version e2e.test links: it runs e2e.test's
+#             specs in parallel processes (make conformance's --procs)
 #   agnhost-tls/  the certificate and key the agnhost image carries
 # all static (CGO_ENABLED=0). A binary built from the pinned version (its
 # Go build information says so) is not built again.
@@ -29,14 +31,17 @@ ldflags="-s -w \
 	-X k8s.io/component-base/version.gitMinor=$minor \
 	-X k8s.io/component-base/version.gitTreeState=clean"
 
-# pinned NAME: the binary is there and was built from k8s.io/kubernetes at
-# the pinned version (read whole first: grep -q closing the pipe early
+ginkgo_version=$(cd "$here" && go list -m -f '{{.Version}}' github.com/onsi/ginkgo/v2)
+
+# pinned NAME [MODULE VERSION]: the binary is there and its Go build
+# information names MODULE at VERSION (k8s.io/kubernetes at the pinned
+# version by default; read whole first: grep -q closing the pipe early
 # would fail the check under pipefail).
 pinned() {
 	[[ -x "$bin/$1" ]] || return 1
-	local info
+	local info mod=${2:-k8s.io/kubernetes} version=${3:-$kube_version}
 	info=$(go version -m "$bin/$1" 2>/dev/null) || return 1
-	[[ "$info" == *$'\tk8s.io/kubernetes\t'"$kube_version"$'\t'* ]]
+	[[ "$info" == *$'\t'"$mod"$'\t'"$version"* ]]
 }
 
 go_test_c() { # name package
@@ -62,6 +67,13 @@ build() { # how name package hint
 build go_test_c e2e.test k8s.io/kubernetes/test/e2e "about 6 minutes on 2 cores the first time"
 build go_build agnhost k8s.io/kubernetes/test/images/agnhost "a minute or two the first time"
 build go_build nnp k8s.io/kubernetes/test/images/nonewprivs "seconds"
+if pinned ginkgo github.com/onsi/ginkgo/v2 "$ginkgo_version"; then
+	echo "conformance: ginkgo $ginkgo_version already built"
+else
+	echo "conformance: building ginkgo $ginkgo_version (seconds) ..."
+	rm -f "$bin/ginkgo"
+	PROGRESS_HINT=seconds built ginkgo go_build ginkgo github.com/onsi/ginkgo/v2/ginkgo
+fi
 
 # The TLS certificate and key the agnhost image carries (its porter/ files).
 if [[ ! -f "$bin/agnhost-tls/localhost.key" ]]; then

@@ -7,6 +7,9 @@ go 1.26.0
 
 require k8s.io/kubernetes v1.36.3
 
+// The Ginkgo CLI (make conformance --procs), at the version e2e.test links.
+require github.com/onsi/ginkgo/v2 v2.28.1
+
 replace (
 	k8s.io/api => k8s.io/api v0.36.3
 	k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.36.3

@@ -31,6 +31,9 @@ type conformanceOptions struct {
 	reportDir  string
 	timeout    time.Duration
 	criAddress string
+	// procs is how many Ginkgo processes run the specs at once (the ginkgo
+	// CLI, bin/ginkgo); 1 runs e2e.test alone, one spec after the other.
+	procs int
 	// e2eArgs are passed to e2e.test after the defaults (CONFORMANCEFLAGS).
 	e2eArgs []string
 }
@@ -39,7 +42,10 @@ type conformanceOptions struct {
 // make conformance: a bridge whose host side is the pods' gateway, so that
 // the prober and the tests' host-side checks reach pod IPs (the kubelet
 // dials httpGet and tcpSocket probes from the host). No masquerading: the
-// pods still reach nothing beyond the host.
+// pods still reach nothing beyond the host. The firewall plugin lets each
+// pod's traffic through the host's FORWARD chain: with dockerd running its
+// policy is DROP, and bridged frames pass through it
+// (bridge-nf-call-iptables), which would cut pod from pod.
 const conformanceCNIConfig = `{
   "cniVersion": "0.4.0",
   "name": "splitlet-conformance",
@@ -49,6 +55,8 @@ const conformanceCNIConfig = `{
     "isGateway": true,
     "ipMasq": false,
     "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.90.0.0/16"}]]}
+  }, {
+    "type": "firewall"
   }]
 }
 `
@@ -351,6 +359,28 @@ func e2eArgs(kubeconfig, reportDir, criEndpoint string, timeout time.Duration, e
 	return append(args, extra...)
 }
 
+// ginkgoArgs is the ginkgo CLI's command line that runs e2e.test's args in
+// procs parallel processes: e2e.test's --ginkgo.X flags become the CLI's
+// --X (the CLI hands them to every process), the framework's own flags go
+// after "--". Specs marked Serial still run alone, at the end.
+func ginkgoArgs(e2eBin string, procs int, args []string) []string {
+	cli := []string{"run", fmt.Sprintf("--procs=%d", procs)}
+	var rest []string
+	for _, a := range args {
+		if name, ok := strings.CutPrefix(a, "--ginkgo."); ok {
+			cli = append(cli, "--"+name)
+			continue
+		}
+		if name, ok := strings.CutPrefix(a, "-ginkgo."); ok {
+			cli = append(cli, "--"+name)
+			continue
+		}
+		rest = append(rest, a)
+	}
+	cli = append(cli, e2eBin, "--")
+	return append(cli, rest...)
+}
+
 // runE2E runs e2e.test, its output on out and in <reportDir>/e2e.log, and
 // reads its JUnit report into the summary it writes to summary.txt and
 // summary.json. Failing specs are no error; a run without a report is.
@@ -362,8 +392,16 @@ func runE2E(ctx context.Context, e2eBin, kubeconfig, reportDir, criEndpoint stri
 	}
 	defer logFile.Close()
 	args := e2eArgs(kubeconfig, reportDir, criEndpoint, c.timeout, c.e2eArgs)
-	fmt.Fprintf(out, "\nrunning %s %s\n(output also in %s)\n\n", e2eBin, shellJoin(args), logPath)
-	cmd := exec.CommandContext(ctx, e2eBin, args...)
+	bin, cmdArgs := e2eBin, args
+	if c.procs > 1 {
+		ginkgo, err := testenv.Binary("ginkgo")
+		if err != nil {
+			return nil, fmt.Errorf("%w (make conformance builds it: hack/conformance/build.sh bin; --procs=1 runs without it)", err)
+		}
+		bin, cmdArgs = ginkgo, ginkgoArgs(e2eBin, c.procs, args)
+	}
+	fmt.Fprintf(out, "\nrunning %s %s\n(output also in %s)\n\n", bin, shellJoin(cmdArgs), logPath)
+	cmd := exec.CommandContext(ctx, bin, cmdArgs...)
 	cmd.Stdout = io.MultiWriter(out, logFile)
 	cmd.Stderr = cmd.Stdout
 	// Its own process group, so that a Ctrl-C reaches it once, from here:
@@ -374,6 +412,11 @@ func runE2E(ctx context.Context, e2eBin, kubeconfig, reportDir, criEndpoint stri
 	// Not exec's context: the run's own timeout comes from Ginkgo, and a
 	// report is read even after a Ctrl-C.
 	runErr := cmd.Run()
+	// The ginkgo CLI may leave a spec process behind when it is
+	// interrupted: whatever is left of the group goes now.
+	if cmd.Process != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
 	reports, _ := filepath.Glob(filepath.Join(reportDir, "junit_*.xml"))
 	if len(reports) == 0 {
 		if ctx.Err() != nil {

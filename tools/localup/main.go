@@ -62,6 +62,7 @@ func main() {
 	flag.BoolVar(&c.enabled, "conformance", false, "make conformance: run Kubernetes' e2e node conformance tests (bin/e2e.test) against a control plane with kube-controller-manager and kube-scheduler and this node on the cri runtime, then stop; flags after -- go to e2e.test")
 	flag.StringVar(&c.reportDir, "report-dir", "conformance/out", "with --conformance: where the JUnit report, e2e.test's output and the summary go")
 	flag.DurationVar(&c.timeout, "e2e-timeout", 3*time.Hour, "with --conformance: timeout of the whole e2e.test run (its --ginkgo.timeout)")
+	flag.IntVar(&c.procs, "procs", 4, "with --conformance: how many specs run at once (Ginkgo processes, through bin/ginkgo; Serial specs still run alone); 1 runs bin/e2e.test by itself")
 	flag.StringVar(&c.criAddress, "cri-address", "", "with --conformance: a containerd socket to use (its CNI network must let the host reach pod IPs); empty: a containerd of its own under <state-dir>/containerd")
 	flag.Parse()
 	o.out = os.Stdout

@@ -283,13 +283,18 @@ func (m *Manager) emptyDir(dir string, src *corev1.EmptyDirVolumeSource) (Volume
 		if src.SizeLimit != nil && !src.SizeLimit.IsZero() {
 			size = strconv.FormatInt(src.SizeLimit.Value(), 10)
 		}
-		if err := mountTmpfs(dir, size); err != nil {
+		// kubelet: the tmpfs's root keeps the mode tmpfs gives it, 1777
+		// (sticky), which a subPath inside it inherits.
+		if err := mountTmpfs(dir, "1777", size); err != nil {
 			return Volume{}, fmt.Errorf("mounting a tmpfs for medium Memory: %w", err)
 		}
+		return Volume{Path: dir}, nil
 	}
 	// kubelet: an emptyDir is open to every user of the pod.
-	if err := os.Chmod(dir, emptyDirMode); err != nil {
-		return Volume{}, err
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != emptyDirMode {
+		if err := os.Chmod(dir, emptyDirMode); err != nil {
+			return Volume{}, err
+		}
 	}
 	return Volume{Path: dir}, nil
 }
@@ -316,7 +321,7 @@ func ownDir(dir string, gid *int64) error {
 	if err != nil {
 		return err
 	}
-	return os.Chmod(dir, fi.Mode().Perm()|0o660|0o110|fs.ModeSetgid)
+	return os.Chmod(dir, fi.Mode()&(fs.ModePerm|fs.ModeSticky)|0o660|0o110|fs.ModeSetgid)
 }
 
 // payloadVolume writes a payload into dir, a tmpfs first when secret. With
@@ -333,7 +338,7 @@ func (m *Manager) payloadVolume(dir string, payload map[string]File, secret bool
 		return Volume{}, err
 	}
 	if secret {
-		if err := mountTmpfs(dir, ""); err != nil {
+		if err := mountTmpfs(dir, "0755", ""); err != nil {
 			m.mu.Lock()
 			first := !m.noTmpfs
 			m.noTmpfs = true
@@ -366,13 +371,14 @@ func chownTree(dir string, gid int) error {
 	})
 }
 
-// mountTmpfs mounts a tmpfs on dir unless one is there already (a
-// restarted pod worker finds the mounts of the one before).
-func mountTmpfs(dir, size string) error {
+// mountTmpfs mounts a tmpfs of the given octal mode on dir unless one is
+// there already (a restarted pod worker finds the mounts of the one
+// before).
+func mountTmpfs(dir, mode, size string) error {
 	if mounted, err := isMountPoint(dir); err != nil || mounted {
 		return err
 	}
-	opts := "mode=0755"
+	opts := "mode=" + mode
 	if size != "" && size != "0" {
 		opts += ",size=" + size
 	}
@@ -750,9 +756,11 @@ func subPath(root, sub string) (string, error) {
 	}
 	p := filepath.Join(root, sub)
 	if _, err := os.Lstat(p); os.IsNotExist(err) {
+		// kubelet: a subPath made here gets its volume's mode, with the
+		// set-group-ID and sticky bits (an fsGroup's tmpfs: dgtrwxrwxrwx).
 		mode := fs.FileMode(0o755)
 		if fi, err := os.Stat(root); err == nil {
-			mode = fi.Mode().Perm()
+			mode = fi.Mode() & (fs.ModePerm | fs.ModeSetgid | fs.ModeSticky)
 		}
 		if err := os.MkdirAll(p, mode); err != nil {
 			return "", err

@@ -319,6 +319,28 @@ func TestEmptyDirMemory(t *testing.T) {
 			t.Errorf("small: %d bytes, want the 16Mi size limit", st.Blocks*uint64(st.Bsize))
 		}
 	}
+	// kubelet: the tmpfs keeps its sticky root, the fsGroup adds
+	// set-group-ID, and a subPath made in it gets both
+	// (EmptyDir volumes when FSGroup is specified, nonexistent volume
+	// subPath: dgtrwxrwxrwx).
+	gid := int64(123)
+	p.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: &gid}
+	if vols, err = m.Setup(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := subPath(vols["mem"].Path, "test-sub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{vols["mem"].Path, sub} {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Mode().String(); got != "dgtrwxrwxrwx" {
+			t.Errorf("%s: mode %s, want dgtrwxrwxrwx", dir, got)
+		}
+	}
 	if err := m.Teardown(p.UID); err != nil {
 		t.Fatal(err)
 	}
