@@ -128,7 +128,8 @@ type Runtime interface {
 	// Type names the runtime ("sim", "process"); Version its version.
 	Type() string
 	Version() string
-	// PodIP is the IP a pod gets.
+	// PodIP is the IP a pod gets; "" while it has none (kubelet: before
+	// its sandbox exists).
 	PodIP(pod *corev1.Pod) string
 	// StartContainer creates and starts attempt n of a container of the
 	// pod; it returns once the container runs, or with the status of a

@@ -305,10 +305,14 @@ func (r *Runtime) PodIP(p *corev1.Pod) string {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if pd := r.pods[p.UID]; pd != nil && pd.sandboxID != "" {
-		if ip := r.sandboxIPs[pd.sandboxID]; ip != "" {
-			return ip
-		}
+	pd := r.pods[p.UID]
+	if pd == nil || pd.sandboxID == "" {
+		// kubelet: no sandbox, no pod IP (a pod whose volumes are not
+		// ready yet shows none, not the node's).
+		return ""
+	}
+	if ip := r.sandboxIPs[pd.sandboxID]; ip != "" {
+		return ip
 	}
 	return r.opts.hostIP
 }

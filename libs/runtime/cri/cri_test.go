@@ -193,6 +193,10 @@ func TestPodRunsOnHostNetwork(t *testing.T) {
 	grace := int64(30)
 	p.Spec.TerminationGracePeriodSeconds = &grace
 	cleanupPod(t, p)
+	// kubelet: a pod of its own network has no IP before its sandbox.
+	if ip := r.PodIP(newPod("nosandbox", false, shell("main", "true"))); ip != "" {
+		t.Errorf("pod without a sandbox: IP %q, want none", ip)
+	}
 	main := start(t, r, p, 0, 0)
 	if !strings.HasPrefix(main.ID, r.RuntimeName()+"://") || r.RuntimeName() == "" {
 		t.Errorf("container ID %q does not carry the runtime's name %q", main.ID, r.RuntimeName())
