@@ -33,7 +33,7 @@ help:
 	@echo "make build    static binaries of splitlet and each service into bin/"
 	@echo "make test     every module's tests (builds the test control plane first if missing)"
 	@echo "make run      local control plane + splitlet (all services) + a demo pod; Ctrl-C stops all (RUNTIME=process|sim|cri)"
-	@echo "make conformance  Kubernetes' node conformance tests (e2e.test v1.36.3) against a control plane and a Splitlet node on containerd; report in conformance/out (CONFORMANCEFLAGS=\"--ginkgo.focus=...\")"
+	@echo "make conformance  Kubernetes' node conformance tests (e2e.test v1.36.3) against a control plane and a Splitlet node on containerd; report in conformance/out (CONFORMANCEFLAGS=\"--ginkgo.focus=...\"; NODE=kubelet: the real kubelet as the node, report in conformance/out-kubelet)"
 	@echo "make bench    benchmarks"
 	@echo "make faults   the fault suite: SIGKILL of each stage, NATS down, pod workers lost, on sim, process and CRI (FAULTSFLAGS=\"-pods 500 -cases ...\")"
 	@echo "make images   FROM scratch images of the binaries (needs a Docker engine and busybox-static)"
@@ -113,12 +113,18 @@ run: testenv build
 # cri runtime, and runs the [NodeConformance] and [Conformance] specs of
 # test/e2e/common/node and common/storage. CONFORMANCEFLAGS go to e2e.test
 # (e.g. --ginkgo.focus='\[sig-node\] Pods' for a subset). Needs root.
+# NODE=kubelet: the peer run, the real kubelet v1.36.3 (bin/kubelet) as the
+# node instead of splitlet, same control plane, containerd and suite; state
+# under .splitlet/conformance-kubelet, report in conformance/out-kubelet, its
+# own CNI bridge, so it may run beside a Splitlet run.
 CONFORMANCEFLAGS ?=
+NODE ?= splitlet
+CONFORMANCE_OUT := conformance/out$(if $(filter kubelet,$(NODE)),-kubelet)
 conformance: build
-	@TESTENV_EXTRA="kube-scheduler kube-controller-manager" hack/testenv/build.sh $(BIN)
+	@TESTENV_EXTRA="kube-scheduler kube-controller-manager$(if $(filter kubelet,$(NODE)), kubelet)" hack/testenv/build.sh $(BIN)
 	@hack/conformance/build.sh $(BIN)
 	@CGO_ENABLED=0 $(GO) build -o $(BIN)/localup ./tools/localup
-	$(BIN)/localup --conformance --report-dir=conformance/out -- $(CONFORMANCEFLAGS)
+	$(BIN)/localup --conformance --node-agent=$(NODE) --report-dir=$(CONFORMANCE_OUT) -- $(CONFORMANCEFLAGS)
 
 # make bench: the side-by-side run (Splitlet split and all-in-one, kwok, an
 # ideal agent), the scaling case and the stage cases, in one run (bench/).

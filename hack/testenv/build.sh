@@ -57,7 +57,8 @@ build_etcd() {
 build_etcd
 build_kube kube-apiserver
 # kube-scheduler and kube-controller-manager build the same way when a test
-# needs them: TESTENV_EXTRA="kube-scheduler kube-controller-manager".
+# needs them: TESTENV_EXTRA="kube-scheduler kube-controller-manager"; so does
+# the kubelet, static too (make conformance NODE=kubelet: TESTENV_EXTRA=kubelet).
 for extra in ${TESTENV_EXTRA:-}; do
 	build_kube "$extra"
 done

@@ -31,12 +31,26 @@ type conformanceOptions struct {
 	reportDir  string
 	timeout    time.Duration
 	criAddress string
+	// cniBridge and cniSubnet are the pods' network of the containerd
+	// started for the run (empty: the node agent's defaults).
+	cniBridge, cniSubnet string
 	// procs is how many Ginkgo processes run the specs at once (the ginkgo
 	// CLI, bin/ginkgo); 1 runs e2e.test alone, one spec after the other.
 	procs int
 	// e2eArgs are passed to e2e.test after the defaults (CONFORMANCEFLAGS).
 	e2eArgs []string
 }
+
+// The pods' network of make conformance: a bridge and its subnet. A run
+// with the kubelet as the node has another, so that it can go at the same
+// time as a Splitlet run on the same host (two containerds on one bridge
+// would hand out the same addresses).
+const (
+	defaultCNIBridge = "splitlet-e2e0"
+	defaultCNISubnet = "10.90.0.0/16"
+	kubeletCNIBridge = "kubelet-e2e0"
+	kubeletCNISubnet = "10.91.0.0/16"
+)
 
 // conformanceCNIConfig is the pods' network of the containerd started for
 // make conformance: a bridge whose host side is the pods' gateway, so that
@@ -45,21 +59,29 @@ type conformanceOptions struct {
 // pods still reach nothing beyond the host. The firewall plugin lets each
 // pod's traffic through the host's FORWARD chain: with dockerd running its
 // policy is DROP, and bridged frames pass through it
-// (bridge-nf-call-iptables), which would cut pod from pod.
-const conformanceCNIConfig = `{
+// (bridge-nf-call-iptables), which would cut pod from pod. The network's
+// name, which names host-local's store of addresses
+// (/var/lib/cni/networks/<name>), follows the bridge's.
+func conformanceCNIConfig(bridge, subnet string) string {
+	name := "splitlet-conformance"
+	if bridge != defaultCNIBridge {
+		name += "-" + bridge
+	}
+	return fmt.Sprintf(`{
   "cniVersion": "0.4.0",
-  "name": "splitlet-conformance",
+  "name": %q,
   "plugins": [{
     "type": "bridge",
-    "bridge": "splitlet-e2e0",
+    "bridge": %q,
     "isGateway": true,
     "ipMasq": false,
-    "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.90.0.0/16"}]]}
+    "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]]}
   }, {
     "type": "firewall"
   }]
 }
-`
+`, name, bridge, subnet)
+}
 
 // The tests are Kubernetes' node conformance suite: the specs labelled
 // NodeConformance or Conformance ([NodeConformance], [Conformance] in
@@ -135,7 +157,7 @@ func conformanceMain(ctx context.Context, o options, c conformanceOptions) int {
 	s, err := runConformance(ctx, o, c)
 	switch {
 	case ctx.Err() != nil:
-		fmt.Fprintln(o.out, "conformance: interrupted; the control plane, splitlet and containerd are down")
+		fmt.Fprintf(o.out, "conformance: interrupted; the control plane, %s and containerd are down\n", o.agentName())
 		return 130
 	case err != nil:
 		fmt.Fprintf(os.Stderr, "conformance: %v\n", err)
@@ -180,7 +202,13 @@ func runConformance(ctx context.Context, o options, c conformanceOptions) (*summ
 		return nil, err
 	}
 
-	o.stateDir = filepath.Join(o.stateDir, "conformance")
+	// The kubelet's run has a state directory of its own, so that it can go
+	// at the same time as a Splitlet run with the same --state-dir.
+	sub := "conformance"
+	if o.nodeAgent == agentKubelet {
+		sub = "conformance-kubelet"
+	}
+	o.stateDir = filepath.Join(o.stateDir, sub)
 	state, err := filepath.Abs(o.stateDir)
 	if err != nil {
 		return nil, err
@@ -189,7 +217,17 @@ func runConformance(ctx context.Context, o options, c conformanceOptions) (*summ
 	if o.kubeletPort, err = testenv.FreePort(); err != nil {
 		return nil, err
 	}
-	o.containerd = testenv.ContainerdOptions{Address: c.criAddress, Dir: filepath.Join(state, "containerd"), CNIConfig: conformanceCNIConfig}
+	bridge, subnet := defaultCNIBridge, defaultCNISubnet
+	if o.nodeAgent == agentKubelet {
+		bridge, subnet = kubeletCNIBridge, kubeletCNISubnet
+	}
+	if c.cniBridge != "" {
+		bridge = c.cniBridge
+	}
+	if c.cniSubnet != "" {
+		subnet = c.cniSubnet
+	}
+	o.containerd = testenv.ContainerdOptions{Address: c.criAddress, Dir: filepath.Join(state, "containerd"), CNIConfig: conformanceCNIConfig(bridge, subnet)}
 	if c.criAddress == "" {
 		// A containerd of its own (not the host's): the pods' network must
 		// let the host reach them.
@@ -200,9 +238,7 @@ func runConformance(ctx context.Context, o options, c conformanceOptions) (*summ
 	// The node's address: the host's, not 127.0.0.1, which kube-apiserver
 	// refuses to proxy to (nodes/proxy: "address not allowed") and which a
 	// hostNetwork pod's IP would not equal.
-	if ip := hostAddress(); ip != "" {
-		o.splitletArgs = append(o.splitletArgs, "--nodehb.address="+ip, "--podworkers.host-ip="+ip)
-	}
+	o.nodeIP = hostAddress()
 	var result *summary
 	o.up = func(ctx context.Context, kubeconfig string) error {
 		cd := &testenv.Containerd{Address: o.containerd.Address, Endpoint: "unix://" + o.containerd.Address}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"regexp"
 	"strings"
 	"testing"
@@ -64,5 +65,34 @@ func TestShellJoin(t *testing.T) {
 	want := `e2e.test '--ginkgo.focus-file=test/(a|b)/' '--x=it'\''s' ''`
 	if got != want {
 		t.Errorf("shellJoin = %s, want %s", got, want)
+	}
+}
+
+// The pods' network is a valid CNI network list for any bridge; the
+// default keeps its name (host-local's address store), another bridge
+// gets a name of its own.
+func TestConformanceCNIConfig(t *testing.T) {
+	for _, c := range []struct{ bridge, subnet, name string }{
+		{defaultCNIBridge, defaultCNISubnet, "splitlet-conformance"},
+		{kubeletCNIBridge, kubeletCNISubnet, "splitlet-conformance-" + kubeletCNIBridge},
+	} {
+		var conf struct {
+			Name    string `json:"name"`
+			Plugins []struct {
+				Type   string `json:"type"`
+				Bridge string `json:"bridge"`
+				IPAM   struct {
+					Ranges [][]struct {
+						Subnet string `json:"subnet"`
+					} `json:"ranges"`
+				} `json:"ipam"`
+			} `json:"plugins"`
+		}
+		if err := json.Unmarshal([]byte(conformanceCNIConfig(c.bridge, c.subnet)), &conf); err != nil {
+			t.Fatalf("%s: %v", c.bridge, err)
+		}
+		if conf.Name != c.name || len(conf.Plugins) != 2 || conf.Plugins[0].Bridge != c.bridge || conf.Plugins[0].IPAM.Ranges[0][0].Subnet != c.subnet {
+			t.Errorf("%s: %+v", c.bridge, conf)
+		}
 	}
 }

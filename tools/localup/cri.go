@@ -13,12 +13,12 @@ import (
 // /run/containerd/containerd.sock, or one started with its state under
 // <state>/containerd when none does (root only), with the busybox and
 // sandbox images imported (nothing is pulled); opts may name another
-// containerd or another CNI network. It returns splitlet's extra
-// arguments and what undoes it (a containerd started here is stopped, its
-// pods removed). Other runtimes need nothing.
-func criRuntime(ctx context.Context, runtime, state string, opts testenv.ContainerdOptions, out io.Writer) ([]string, func(), error) {
+// containerd or another CNI network. It returns the CRI endpoint (the
+// node agent's) and what undoes it (a containerd started here is stopped,
+// its pods removed). Other runtimes need nothing (no endpoint).
+func criRuntime(ctx context.Context, runtime, state string, opts testenv.ContainerdOptions, out io.Writer) (string, func(), error) {
 	if runtime != "cri" {
-		return nil, func() {}, nil
+		return "", func() {}, nil
 	}
 	fmt.Fprintln(out, "readying containerd and the busybox and pause images ...")
 	if opts.Dir == "" {
@@ -26,14 +26,14 @@ func criRuntime(ctx context.Context, runtime, state string, opts testenv.Contain
 	}
 	cd, err := testenv.EnsureContainerd(ctx, opts)
 	if err != nil {
-		return nil, nil, err
+		return "", nil, err
 	}
 	if cd.Started {
 		fmt.Fprintf(out, "started containerd on %s (log: %s)\n", cd.Address, filepath.Join(cd.Dir, "containerd.log"))
 	} else {
 		fmt.Fprintf(out, "using the containerd on %s\n", cd.Address)
 	}
-	return []string{"--cri-endpoint=" + cd.Endpoint}, func() {
+	return cd.Endpoint, func() {
 		if cd.Started {
 			fmt.Fprintln(out, "stopping containerd ...")
 		}

@@ -3,7 +3,8 @@
 // and with what a control plane gives a kubelet (the CA that verifies the
 // API server's client certificate, so that logs and exec work), applies a
 // demo pod bound to the node, prints the kubectl commands to try, and on
-// Ctrl-C stops everything it started and exits 0.
+// Ctrl-C stops everything it started and exits 0. With --node-agent=kubelet
+// the node is the real kubelet (bin/kubelet) on the cri runtime instead.
 package main
 
 import (
@@ -44,6 +45,12 @@ type options struct {
 	// containerd tunes the containerd of the cri runtime (its Dir defaults
 	// to <state>/containerd).
 	containerd testenv.ContainerdOptions
+	// nodeAgent is what runs as the node: splitlet (agentSplitlet, also
+	// when empty) or the real kubelet (agentKubelet, cri runtime only).
+	nodeAgent string
+	// nodeIP is the node's address (its InternalIP); empty: splitlet's
+	// default (127.0.0.1), the host's address for the kubelet.
+	nodeIP string
 	// splitletArgs are added to splitlet's command line.
 	splitletArgs []string
 	// up, when set, runs once everything is up and the hints are printed,
@@ -58,13 +65,25 @@ func main() {
 	flag.StringVar(&o.runtime, "runtime", "process", "pod runtime: sim, process or cri (containerd; started when none answers)")
 	flag.IntVar(&o.kubeletPort, "kubelet-port", 10250, "port of the node's kubelet API (kube-apiserver reaches it there for logs and exec)")
 	flag.BoolVar(&o.once, "once", false, "stop as soon as everything is up (a smoke test)")
+	flag.StringVar(&o.nodeAgent, "node-agent", agentSplitlet, "what runs as the node: splitlet, or kubelet (the real kubelet, bin/kubelet, on the cri runtime: the peer of --conformance)")
 	var c conformanceOptions
 	flag.BoolVar(&c.enabled, "conformance", false, "make conformance: run Kubernetes' e2e node conformance tests (bin/e2e.test) against a control plane with kube-controller-manager and kube-scheduler and this node on the cri runtime, then stop; flags after -- go to e2e.test")
 	flag.StringVar(&c.reportDir, "report-dir", "conformance/out", "with --conformance: where the JUnit report, e2e.test's output and the summary go")
 	flag.DurationVar(&c.timeout, "e2e-timeout", 3*time.Hour, "with --conformance: timeout of the whole e2e.test run (its --ginkgo.timeout)")
 	flag.IntVar(&c.procs, "procs", 4, "with --conformance: how many specs run at once (Ginkgo processes, through bin/ginkgo; Serial specs still run alone); 1 runs bin/e2e.test by itself")
 	flag.StringVar(&c.criAddress, "cri-address", "", "with --conformance: a containerd socket to use (its CNI network must let the host reach pod IPs); empty: a containerd of its own under <state-dir>/containerd")
+	flag.StringVar(&c.cniBridge, "cni-bridge", "", "with --conformance: the CNI bridge of the containerd it starts; empty: "+defaultCNIBridge+" ("+kubeletCNIBridge+" with --node-agent=kubelet, so that both runs can go at once)")
+	flag.StringVar(&c.cniSubnet, "cni-subnet", "", "with --conformance: the pods' subnet on that bridge; empty: "+defaultCNISubnet+" ("+kubeletCNISubnet+" with --node-agent=kubelet)")
 	flag.Parse()
+	if o.nodeAgent != agentSplitlet && o.nodeAgent != agentKubelet {
+		fmt.Fprintf(os.Stderr, "localup: --node-agent=%s: want %s or %s\n", o.nodeAgent, agentSplitlet, agentKubelet)
+		os.Exit(2)
+	}
+	// The kubelet's node has a name of its own unless one is given, so that
+	// a report does not show a kubelet as splitlet-node.
+	if o.nodeAgent == agentKubelet && !flagSet("node-name") {
+		o.node = "kubelet-node"
+	}
 	o.out = os.Stdout
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -77,11 +96,26 @@ func main() {
 	case ctx.Err() != nil:
 		// Ctrl-C is how make run is meant to end: not an error, even when
 		// it came before everything was up.
-		fmt.Fprintln(o.out, "stopped: the control plane and splitlet are down")
+		fmt.Fprintf(o.out, "stopped: the control plane and %s are down\n", o.agentName())
 	case err != nil:
 		fmt.Fprintf(os.Stderr, "localup: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+// flagSet tells whether the flag was given on the command line.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// agentName is the node agent's name in messages and its log's name.
+func (o options) agentName() string {
+	if o.nodeAgent == agentKubelet {
+		return agentKubelet
+	}
+	return agentSplitlet
 }
 
 func run(ctx context.Context, o options) error {
@@ -92,9 +126,15 @@ func run(ctx context.Context, o options) error {
 	if o.kubeletPort == 0 {
 		o.kubeletPort = 10250
 	}
-	splitletBin, err := testenv.Binary("splitlet")
-	if err != nil {
-		return fmt.Errorf("%w (run `make build`)", err)
+	kubelet := o.nodeAgent == agentKubelet
+	if kubelet && o.runtime != "cri" {
+		return errors.New("--node-agent=kubelet needs --runtime=cri (the kubelet runs pods only through a CRI runtime)")
+	}
+	var splitletBin string
+	if !kubelet {
+		if splitletBin, err = testenv.Binary("splitlet"); err != nil {
+			return fmt.Errorf("%w (run `make build`)", err)
+		}
 	}
 	cpDir := filepath.Join(state, "controlplane")
 	if err := os.RemoveAll(cpDir); err != nil {
@@ -124,39 +164,69 @@ func run(ctx context.Context, o options) error {
 	dataDir := filepath.Join(state, "data")
 	addrFile := filepath.Join(dataDir, "splitlet.http-addr")
 	_ = os.Remove(addrFile)
-	logPath := filepath.Join(state, "splitlet.log")
+	logPath := filepath.Join(state, o.agentName()+".log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return err
 	}
 	defer logFile.Close()
-	fmt.Fprintf(o.out, "starting splitlet (all services, embedded NATS, %s runtime) as node %s ...\n", o.runtime, o.node)
-	agent := exec.Command(splitletBin,
-		"--services=all",
-		"--kubeconfig="+kubeconfig,
-		"--node-name="+o.node,
-		"--runtime="+o.runtime,
-		"--data-dir="+dataDir,
-		"--http-addr=127.0.0.1:0",
-		"--log-format=console",
-		// What a control plane gives its kubelets: the kubelet API's port
-		// and the CA of the client certificate kube-apiserver presents
-		// when it proxies logs, exec and port-forward to the node.
-		fmt.Sprintf("--nodehb.port=%d", o.kubeletPort),
-		"--nodehb.client-ca-file="+cp.CAFile,
-	)
-	criArgs, stopCRI, err := criRuntime(ctx, o.runtime, state, o.containerd, o.out)
+	if kubelet {
+		// After containerd is down (deferred calls run last first): what
+		// the kubelet mounted for its pods' volumes.
+		defer func() { _ = unmountUnder(kubeletRoot(filepath.Join(state, "kubelet"))) }()
+	}
+	criEndpoint, stopCRI, err := criRuntime(ctx, o.runtime, state, o.containerd, o.out)
 	if err != nil {
 		return err
 	}
 	defer stopCRI()
-	agent.Args = append(append(agent.Args, criArgs...), o.splitletArgs...)
+	var agent *exec.Cmd
+	var kl *kubeletNode
+	if kubelet {
+		nodeIP := o.nodeIP
+		if nodeIP == "" {
+			nodeIP = hostAddress()
+		}
+		if nodeIP == "" {
+			nodeIP = "127.0.0.1"
+		}
+		if kl, err = newKubelet(cp, state, o.node, nodeIP, o.kubeletPort, criEndpoint); err != nil {
+			return err
+		}
+		fmt.Fprintf(o.out, "starting the kubelet (%s, %s runtime) as node %s ...\n", kl.cmd.Path, o.runtime, o.node)
+		agent = kl.cmd
+		// After the kubelet is down: the kernel settings it changed.
+		defer saveSysctls(kubeletSysctls)()
+	} else {
+		fmt.Fprintf(o.out, "starting splitlet (all services, embedded NATS, %s runtime) as node %s ...\n", o.runtime, o.node)
+		agent = exec.Command(splitletBin,
+			"--services=all",
+			"--kubeconfig="+kubeconfig,
+			"--node-name="+o.node,
+			"--runtime="+o.runtime,
+			"--data-dir="+dataDir,
+			"--http-addr=127.0.0.1:0",
+			"--log-format=console",
+			// What a control plane gives its kubelets: the kubelet API's port
+			// and the CA of the client certificate kube-apiserver presents
+			// when it proxies logs, exec and port-forward to the node.
+			fmt.Sprintf("--nodehb.port=%d", o.kubeletPort),
+			"--nodehb.client-ca-file="+cp.CAFile,
+		)
+		if criEndpoint != "" {
+			agent.Args = append(agent.Args, "--cri-endpoint="+criEndpoint)
+		}
+		if o.nodeIP != "" {
+			agent.Args = append(agent.Args, "--nodehb.address="+o.nodeIP, "--podworkers.host-ip="+o.nodeIP)
+		}
+		agent.Args = append(agent.Args, o.splitletArgs...)
+	}
 	agent.Stdout, agent.Stderr = logFile, logFile
 	agent.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := agent.Start(); err != nil {
 		return err
 	}
-	// exited is closed when splitlet has exited, with its error in
+	// exited is closed when the node agent has exited, with its error in
 	// exitErr: every waiter sees it, however many there are.
 	exited := make(chan struct{})
 	var exitErr error
@@ -167,7 +237,7 @@ func run(ctx context.Context, o options) error {
 			return
 		default:
 		}
-		fmt.Fprintln(o.out, "stopping splitlet ...")
+		fmt.Fprintf(o.out, "stopping %s ...\n", o.agentName())
 		_ = agent.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-exited:
@@ -176,8 +246,13 @@ func run(ctx context.Context, o options) error {
 			<-exited
 		}
 	}()
-	healthAddr, err := waitReady(ctx, addrFile, exited, &exitErr, logPath)
-	if err != nil {
+	var healthAddr string
+	if kubelet {
+		if err := waitKubeletHealthy(ctx, kl.healthz, exited, &exitErr, logPath); err != nil {
+			return err
+		}
+		healthAddr = strings.TrimPrefix(kl.healthz, "http://")
+	} else if healthAddr, err = waitReady(ctx, addrFile, exited, &exitErr, logPath); err != nil {
 		return err
 	}
 
@@ -187,9 +262,13 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
+	upName := "Splitlet"
+	if kubelet {
+		upName = "The kubelet"
+	}
 	if o.noDemo {
 		fmt.Fprintf(o.out, `
-Splitlet is up: node %[1]s, API server %[2]s, splitlet health on http://%[3]s
+%[7]s is up: node %[1]s, API server %[2]s, %[8]s health on http://%[3]s
 Logs: %[4]s (control plane: %[6]s)
 
 Look on:
@@ -198,10 +277,10 @@ Look on:
   kubectl get pods -A -o wide
 
 Ctrl-C stops everything.
-`, o.node, cp.URL, healthAddr, logPath, kubeconfig, cp.Dir)
+`, o.node, cp.URL, healthAddr, logPath, kubeconfig, cp.Dir, upName, o.agentName())
 	} else {
 		fmt.Fprintf(o.out, `
-Splitlet is up: node %[1]s, API server %[2]s, splitlet health on http://%[3]s
+%[6]s is up: node %[1]s, API server %[2]s, %[7]s health on http://%[3]s
 Logs: %[4]s
 
 Try:
@@ -215,7 +294,7 @@ Try:
   kubectl delete pod demo
 
 Ctrl-C stops everything.
-`, o.node, cp.URL, healthAddr, logPath, kubeconfig)
+`, o.node, cp.URL, healthAddr, logPath, kubeconfig, upName, o.agentName())
 	}
 	if o.up != nil {
 		if err := o.up(ctx, kubeconfig); err != nil {
@@ -230,7 +309,7 @@ Ctrl-C stops everything.
 		fmt.Fprintln(o.out)
 		return nil
 	case <-exited:
-		return fmt.Errorf("splitlet exited: %v (see %s)", exitErr, logPath)
+		return fmt.Errorf("%s exited: %v (see %s)", o.agentName(), exitErr, logPath)
 	}
 }
 
