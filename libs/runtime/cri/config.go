@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/libs/runtime/containerenv"
 )
@@ -138,7 +139,9 @@ func (r *Runtime) sandboxConfig(p *corev1.Pod, attempt uint32) *runtimeapi.PodSa
 		if len(sc.Sysctls) > 0 {
 			cfg.Linux.Sysctls = map[string]string{}
 			for _, s := range sc.Sysctls {
-				cfg.Linux.Sysctls[s.Name] = s.Value
+				// kubelet: the runtime gets dotted names (kernel/shm_rmid_forced
+				// is kernel.shm_rmid_forced).
+				cfg.Linux.Sysctls[kube.NormalizeSysctl(s.Name)] = s.Value
 			}
 		}
 	}

@@ -57,25 +57,26 @@ import (
 
 // Config holds the podworkers keys.
 type Config struct {
-	ReplicaID           string
-	ResyncInterval      time.Duration
-	BackOffPeriod       time.Duration
-	ContainerBackOff    time.Duration
-	ContainerBackOffMax time.Duration
-	Housekeeping        time.Duration
-	FallbackAllocatable string
-	LeaseTTL            time.Duration
-	LeaseRefresh        time.Duration
-	StatusWindow        time.Duration
-	SimStartLatency     time.Duration
-	SimMaxStarts        int
-	HostIP              string
-	ReadinessInterval   time.Duration
-	ProcessRecordsDir   string
-	ProcessRunAs        string
-	ContainerEvents     string
-	Volumes             string
-	RootDir             string
+	ReplicaID            string
+	ResyncInterval       time.Duration
+	BackOffPeriod        time.Duration
+	ContainerBackOff     time.Duration
+	ContainerBackOffMax  time.Duration
+	Housekeeping         time.Duration
+	FallbackAllocatable  string
+	LeaseTTL             time.Duration
+	LeaseRefresh         time.Duration
+	StatusWindow         time.Duration
+	SimStartLatency      time.Duration
+	SimMaxStarts         int
+	HostIP               string
+	ReadinessInterval    time.Duration
+	ProcessRecordsDir    string
+	ProcessRunAs         string
+	ContainerEvents      string
+	Volumes              string
+	RootDir              string
+	AllowedUnsafeSysctls []string
 }
 
 // RegisterFlags adds the podworkers keys ("podworkers.<key>") to fs.
@@ -98,6 +99,7 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.ContainerEvents, "podworkers.container-events", "auto", "record the kubelet's container Events on pods (Created, Started, Failed, BackOff, Killing): on, off, or auto (on, but for the sim runtime, which is for scale tests: like kwok it records none, sparing the API server two writes a pod)")
 	fs.StringVar(&c.Volumes, "podworkers.volumes", "auto", "set up pods' volumes (emptyDir, hostPath, configMap, secret, downwardAPI, projected with service account tokens) and mount them into containers: on, off, or auto (on, but for the sim runtime, which runs nothing that could read them)")
 	fs.StringVar(&c.RootDir, "podworkers.root-dir", "", "where pods' volumes live, as <root-dir>/pods/<uid>/volumes/ (the kubelet's --root-dir layout); shared by the replicas of a node, and for the cri runtime the same path on the host; default <data-dir>/kubelet")
+	fs.StringSliceVar(&c.AllowedUnsafeSysctls, "podworkers.allowed-unsafe-sysctls", nil, "unsafe sysctls pods may set besides the safe ones (the kubelet's --allowed-unsafe-sysctls): names or prefixes ending in '*', of the ipc or net namespace only (kernel.msg*, net.core.somaxconn); a pod setting any other is rejected with SysctlForbidden")
 	fs.StringVar(&c.ProcessRecordsDir, "podworkers.process-records-dir", "", "runtime process: where the replicas of this node on this host write down their containers' process groups, so that what a replica killed with SIGKILL leaves is killed by the next one (mode 0700, this user's); default <tmp>/splitlet-process-groups/<node>")
 }
 
@@ -140,6 +142,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := kube.ParseResourceList(c.FallbackAllocatable); err != nil {
 		return fmt.Errorf("invalid value for podworkers.fallback-allocatable: %w", err)
+	}
+	if _, err := kube.NewSysctlAllowlist(nil, c.AllowedUnsafeSysctls); err != nil {
+		return fmt.Errorf("invalid value for podworkers.allowed-unsafe-sysctls: %w", err)
 	}
 	return nil
 }
@@ -477,6 +482,10 @@ func (r *Runner) run(ctx context.Context) error {
 		}))
 	}
 	pub := bus.NewPublisher(r.conn.NC, r.conn.JS, node, r.Source())
+	sysctls, err := kube.NewSysctlAllowlist(kube.SafeSysctls(kernelRelease()), r.cfg.AllowedUnsafeSysctls)
+	if err != nil {
+		return err
+	}
 
 	var owner *ownership.Manager
 	var owned atomic.Pointer[ownership.Manager] // for admission, read before owner is set
@@ -486,7 +495,7 @@ func (r *Runner) run(ctx context.Context) error {
 	ctrl := controller.New(controller.Config{
 		Runtime:    rt,
 		Sink:       sink,
-		Admit:      admission.Chain{admission.Validate(), admission.ResourceFit(allocatable), admission.NodePredicates(thisNode)},
+		Admit:      admission.Chain{admission.Validate(), admission.Sysctls(sysctls), admission.ResourceFit(allocatable), admission.NodePredicates(thisNode)},
 		Recorder:   recorder,
 		Partitions: r.common.Partitions,
 		Log:        r.log,
@@ -807,3 +816,13 @@ func serviceEnv(lister corelisters.ServiceLister, ns string, links bool) []strin
 
 // masterService is the API server's service in namespace default.
 const masterService = "kubernetes"
+
+// kernelRelease is the node's kernel release (uname -r), which decides
+// the safe sysctls; "" when it cannot be read.
+func kernelRelease() string {
+	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}

@@ -446,16 +446,29 @@ func TestAdmissionRejectsOversizedPod(t *testing.T) {
 	clash := newPod(t, e.cs, "clash", bound(withPort))
 	hdd := newPod(t, e.cs, "hdd", bound(func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"disk": "hdd"} }))
 	intolerant := newPod(t, e.cs, "intolerant", bound(func(p *corev1.Pod) { p.Spec.Tolerations = nil }))
-	e.send(bus.OpAdd, web)
+	sysctl := func(name string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{Sysctls: []corev1.Sysctl{{Name: name, Value: "1"}}}
+		}
+	}
+	unsafe := newPod(t, e.cs, "unsafe-sysctl", bound(sysctl("kernel.msgmax")))
+	safe := newPod(t, e.cs, "safe-sysctl", bound(sysctl("kernel/shm_rmid_forced")))
+	e.send(bus.OpAdd, web, safe)
 	eventually(t, 30*time.Second, "pod with a host port running", func() bool { st, _ := e.get(web.UID); return containerRunning(st) })
-	e.send(bus.OpAdd, clash, hdd, intolerant)
+	eventually(t, 30*time.Second, "pod with a safe sysctl running", func() bool { st, _ := e.get(safe.UID); return containerRunning(st) })
+	e.send(bus.OpAdd, clash, hdd, intolerant, unsafe)
 	for _, c := range []struct {
-		pod    *corev1.Pod
-		reason string
-	}{{clash, "NodePorts"}, {hdd, "NodeAffinity"}, {intolerant, "TaintToleration"}} {
+		pod          *corev1.Pod
+		reason, want string
+	}{
+		{clash, "NodePorts", "Pod was rejected: Predicate NodePorts failed: "},
+		{hdd, "NodeAffinity", "Pod was rejected: Predicate NodeAffinity failed: "},
+		{intolerant, "TaintToleration", "Pod was rejected: Predicate TaintToleration failed: "},
+		{unsafe, "SysctlForbidden", `Pod was rejected: forbidden sysctl: "kernel.msgmax" not allowlisted`},
+	} {
 		eventually(t, 30*time.Second, c.pod.Name+" rejected with "+c.reason, func() bool {
 			st, _ := e.get(c.pod.UID)
-			return st != nil && st.Phase == corev1.PodFailed && st.Reason == c.reason && strings.HasPrefix(st.Message, "Pod was rejected: Predicate "+c.reason+" failed: ")
+			return st != nil && st.Phase == corev1.PodFailed && st.Reason == c.reason && strings.HasPrefix(st.Message, c.want)
 		})
 		eventually(t, 30*time.Second, c.reason+" event on "+c.pod.Name, func() bool {
 			evs, err := e.cs.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(c.pod.UID)})
