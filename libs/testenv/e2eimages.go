@@ -139,7 +139,10 @@ func E2EImages(kinds map[string][]string, bins E2EBinaries, pause []byte) ([]E2E
 				ImageFile{Path: "uploads", Mode: fs.ModeDir | 0o755},
 				// The real image has curl (the lifecycle hook tests' exec
 				// hooks run `curl http://...`); busybox's wget does that.
-				ImageFile{Path: "bin/curl", Mode: 0o755, Data: []byte("#!/bin/sh\n# curl URL: the body on stdout, as the tests use it\nexec wget -q -O - \"$@\"\n")})
+				ImageFile{Path: "bin/curl", Mode: 0o755, Data: []byte("#!/bin/sh\n# curl URL: the body on stdout, as the tests use it\nexec wget -q -O - \"$@\"\n")},
+				// and bash (the probe specs run `/bin/bash -c` scripts that
+				// busybox's sh runs as well).
+				ImageFile{Path: "bin/bash", Mode: 0o755, Data: []byte("#!/bin/sh\n# bash: busybox's sh, which runs what the tests give bash\nexec /bin/sh \"$@\"\n")})
 			img.Files = replaceFile(img.Files, ImageFile{Path: "etc/passwd", Mode: 0o644, Data: []byte(
 				"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\nuser-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n")})
 			img.Files = replaceFile(img.Files, ImageFile{Path: "etc/group", Mode: 0o644, Data: []byte(
