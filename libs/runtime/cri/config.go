@@ -8,12 +8,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/splitlet/splitlet/libs/kube"
+	"github.com/splitlet/splitlet/libs/machine"
 	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/libs/runtime/containerenv"
 )
@@ -258,6 +260,9 @@ func (r *Runtime) containerConfig(ctx context.Context, p *corev1.Pod, c *corev1.
 			SecurityContext: securityContext(p, c),
 		},
 	}
+	// kubelet: the OOM killer takes best-effort containers first and
+	// guaranteed ones last.
+	cfg.Linux.Resources.OomScoreAdj = kube.OOMScoreAdj(p, c, memoryCapacity())
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
 		cfg.Envs = append(cfg.Envs, &runtimeapi.KeyValue{Key: k, Value: []byte(v)})
@@ -285,6 +290,10 @@ func propagation(p corev1.MountPropagationMode) runtimeapi.MountPropagation {
 	}
 	return runtimeapi.MountPropagation_PROPAGATION_PRIVATE
 }
+
+// memoryCapacity is the host's memory, read once: the OOM score of a
+// burstable container is its share of it.
+var memoryCapacity = sync.OnceValue(machine.MemoryCapacity)
 
 // resources are the container's CPU and memory limits (kubelet:
 // calculateLinuxResources).

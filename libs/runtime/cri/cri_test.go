@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/splitlet/splitlet/libs/machine"
 	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
@@ -557,5 +559,30 @@ func TestPodsAndRelist(t *testing.T) {
 	}
 	if hasPod(second.Pods(), p) {
 		t.Error("removed pod still listed by the other runtime after Relist")
+	}
+}
+
+// kubelet: a best-effort container is the OOM killer's first pick (1000),
+// a burstable one gets less the more of the node's memory it requests.
+// (A guaranteed one's -997 is not checked: the test containerd restricts
+// scores to its own, since a sandbox here may not lower them.)
+func TestOOMScoreAdj(t *testing.T) {
+	r := newRuntime(t, WithHostIP("127.0.0.1"))
+	burstable := shell("burstable", `cat /proc/self/oom_score_adj; sleep 3600`)
+	burstable.Resources.Requests = corev1.ResourceList{corev1.ResourceMemory: mustQuantity("1Gi")}
+	for _, c := range []struct {
+		ctr  corev1.Container
+		want string
+	}{
+		{shell("besteffort", `cat /proc/self/oom_score_adj; sleep 3600`), "1000"},
+		{burstable, strconv.FormatInt(1000-1000*(1<<30)/machine.MemoryCapacity(), 10)},
+	} {
+		p := newPod("oom-"+c.ctr.Name, true, c.ctr)
+		cleanupPod(t, p)
+		start(t, r, p, 0, 0)
+		waitFor(t, c.ctr.Name+"'s oom_score_adj in its log", 30*time.Second, func() (bool, string) {
+			out := strings.TrimSpace(logs(t, r, p.UID, c.ctr.Name, runtime.LogOptions{}))
+			return out == c.want, fmt.Sprintf("log %q, want %q", out, c.want)
+		})
 	}
 }

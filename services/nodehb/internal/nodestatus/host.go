@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/splitlet/splitlet/libs/machine"
 )
 
 // SystemInfo gathers the host's facts for node.status.nodeInfo, best effort:
@@ -72,7 +74,7 @@ func HostCapacity(dir string) corev1.ResourceList {
 	out := corev1.ResourceList{
 		corev1.ResourceCPU: *resource.NewQuantity(int64(goruntime.NumCPU()), resource.DecimalSI),
 	}
-	if mem := memTotal(); mem > 0 {
+	if mem := machine.MemoryCapacity(); mem > 0 {
 		out[corev1.ResourceMemory] = *resource.NewQuantity(mem, resource.BinarySI)
 	}
 	var st syscall.Statfs_t
@@ -99,22 +101,3 @@ func parent(d string) string {
 	return d[:i]
 }
 
-func memTotal() int64 {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		if len(fields) >= 2 && fields[0] == "MemTotal:" {
-			q, err := resource.ParseQuantity(fields[1] + "Ki")
-			if err != nil {
-				return 0
-			}
-			return q.Value()
-		}
-	}
-	return 0
-}

@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/kube"
 )
 
 // Reasons and messages the kubelet writes into pod status.
@@ -658,7 +659,7 @@ func qosOf(pod *corev1.Pod, api corev1.PodStatus) corev1.PodQOSClass {
 	if pod.Status.QOSClass != "" {
 		return pod.Status.QOSClass
 	}
-	return QOSClass(pod)
+	return kube.QOSClass(pod)
 }
 
 func anyRegularRunning(pod *corev1.Pod, runtime []corev1.ContainerStatus) bool {

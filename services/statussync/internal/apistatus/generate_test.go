@@ -6,7 +6,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/splitlet/splitlet/libs/bus"
@@ -277,23 +276,6 @@ func TestMergeAndPatch(t *testing.T) {
 	}
 }
 
-func TestQOSClass(t *testing.T) {
-	p := pod(corev1.RestartPolicyAlways, corev1.Container{Name: "a"})
-	if q := QOSClass(p); q != corev1.PodQOSBestEffort {
-		t.Fatalf("%s", q)
-	}
-	rl := corev1.ResourceList{corev1.ResourceCPU: mustQ("100m"), corev1.ResourceMemory: mustQ("64Mi")}
-	p.Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: rl, Limits: rl}
-	if q := QOSClass(p); q != corev1.PodQOSGuaranteed {
-		t.Fatalf("%s", q)
-	}
-	p.Spec.Containers[0].Resources.Limits = nil
-	if q := QOSClass(p); q != corev1.PodQOSBurstable {
-		t.Fatalf("%s", q)
-	}
-}
-
-func mustQ(s string) resource.Quantity { return resource.MustParse(s) }
 
 func TestMalformedIPKeepsPrevious(t *testing.T) {
 	p := pod(corev1.RestartPolicyAlways, corev1.Container{Name: "a"})

@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
@@ -252,63 +251,3 @@ func StatusPatch(uid types.UID, old, next corev1.PodStatus) (patch []byte, uncha
 	only := fmt.Appendf(nil, `{"metadata":{"uid":%q}}`, uid)
 	return patch, bytes.Equal(patch, only), nil
 }
-
-// QOSClass computes the pod's quality of service class from its requests and
-// limits of cpu and memory (kubelet: GetPodQOS).
-func QOSClass(pod *corev1.Pod) corev1.PodQOSClass {
-	tracked := []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory}
-	requests, limits := corev1.ResourceList{}, corev1.ResourceList{}
-	guaranteed := true
-	add := func(into corev1.ResourceList, from corev1.ResourceList) {
-		for _, n := range tracked {
-			q, ok := from[n]
-			if !ok || q.IsZero() {
-				continue
-			}
-			if cur, ok := into[n]; ok {
-				cur.Add(q)
-				into[n] = cur
-			} else {
-				into[n] = q.DeepCopy()
-			}
-		}
-	}
-	hasAll := func(l corev1.ResourceList) bool {
-		for _, n := range tracked {
-			if q, ok := l[n]; !ok || q.IsZero() {
-				return false
-			}
-		}
-		return true
-	}
-	if r := pod.Spec.Resources; r != nil && (len(r.Requests) > 0 || len(r.Limits) > 0) {
-		add(requests, r.Requests)
-		add(limits, r.Limits)
-		guaranteed = hasAll(r.Limits)
-	} else {
-		all := append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...)
-		for _, c := range all {
-			add(requests, c.Resources.Requests)
-			add(limits, c.Resources.Limits)
-			if !hasAll(c.Resources.Limits) {
-				guaranteed = false
-			}
-		}
-	}
-	if len(requests) == 0 && len(limits) == 0 {
-		return corev1.PodQOSBestEffort
-	}
-	if guaranteed {
-		for _, n := range tracked {
-			if !quantityEqual(requests[n], limits[n]) {
-				guaranteed = false
-			}
-		}
-	}
-	if guaranteed && len(requests) == len(limits) {
-		return corev1.PodQOSGuaranteed
-	}
-	return corev1.PodQOSBurstable
-}
-
-func quantityEqual(a, b resource.Quantity) bool { return a.Cmp(b) == 0 }
