@@ -276,7 +276,6 @@ func TestMergeAndPatch(t *testing.T) {
 	}
 }
 
-
 func TestMalformedIPKeepsPrevious(t *testing.T) {
 	p := pod(corev1.RestartPolicyAlways, corev1.Container{Name: "a"})
 	rs := &bus.PodRuntimeStatus{UID: "u1", PodIP: "10.0.0.300", HostIP: "not-an-ip",

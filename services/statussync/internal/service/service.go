@@ -135,7 +135,9 @@ func (r *Runner) Manager() *statusmanager.Manager {
 func (r *Runner) run(ctx context.Context) error {
 	node := r.common.NodeName
 	log := r.log.With(zap.String(logging.FieldNode, node))
-	factory := kube.NodePodsFactory(r.kube, node, 0)
+	// The informer caches only what the status manager reads of each pod
+	// (statusmanager.APIView).
+	factory := kube.NodePodsFactoryWith(r.kube, node, 0, statusmanager.APIView)
 	podInformer := factory.Core().V1().Pods().Informer()
 	recorder, stopRecorder := kube.NewRecorder(r.kube, node)
 	defer stopRecorder()

@@ -233,6 +233,9 @@ type Manager struct {
 	entries     map[types.UID]*entry
 	apiVersions map[types.UID]uint64
 	written     map[types.UID]*corev1.Pod
+	// view is what is kept of a patch's answer in written: apiView (tests
+	// compare with keeping the whole pod).
+	view func(*corev1.Pod) *corev1.Pod
 
 	patches, deletes, failures prometheus.Counter
 	starts                     *startLatency
@@ -250,6 +253,7 @@ func New(client kubernetes.Interface, podInformer cache.SharedIndexInformer, log
 		entries:     map[types.UID]*entry{},
 		apiVersions: map[types.UID]uint64{},
 		written:     map[types.UID]*corev1.Pod{},
+		view:        apiView,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](100*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "statussync"}),
@@ -811,6 +815,9 @@ func (m *Manager) sync(ctx context.Context, uid types.UID) (err error) {
 				e.stageDone = true
 				bus.ObserveStage(bus.StageStatussync, time.Since(e.runningAt))
 			}
+			// Only the view of the answer is kept, as the informer keeps
+			// only the view of its pods.
+			updated = m.view(updated)
 			base = updated
 			m.written[uid] = updated
 			m.mu.Unlock()

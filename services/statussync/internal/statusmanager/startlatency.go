@@ -126,12 +126,17 @@ func initRuntime(p *corev1.Pod) time.Duration {
 // stateful: a volume of another kind than secret, configMap, downwardAPI,
 // emptyDir or projected (the SLI's definition of a stateful pod).
 func stateful(p *corev1.Pod) bool {
-	for _, v := range p.Spec.Volumes {
-		if v.Secret == nil && v.ConfigMap == nil && v.DownwardAPI == nil && v.EmptyDir == nil && v.Projected == nil {
+	for i := range p.Spec.Volumes {
+		if !stateless(&p.Spec.Volumes[i]) {
 			return true
 		}
 	}
 	return false
+}
+
+// stateless: a volume of a kind the SLI counts as stateless.
+func stateless(v *corev1.Volume) bool {
+	return v.Secret != nil || v.ConfigMap != nil || v.DownwardAPI != nil || v.EmptyDir != nil || v.Projected != nil
 }
 
 func unschedulable(p *corev1.Pod) bool {
