@@ -817,12 +817,18 @@ func applyKill(st *bus.PodRuntimeStatus, kill *podworkers.KillOptions) {
 	}
 }
 
-// SyncTerminatedPod reports the pod as terminated: every container stopped.
+// SyncTerminatedPod reports the pod as terminated: every container stopped
+// and its volumes torn down (kubelet: a terminated pod's volumes are
+// unmounted before it is reported terminated, even while the pod object
+// stays; its tmpfs mounts would otherwise hold memory until deletion).
 func (s *Syncer) SyncTerminatedPod(ctx context.Context, pod *corev1.Pod) error {
 	for _, c := range s.rt.PodContainers(pod.UID) {
 		if c.State != runtime.StateExited {
 			return fmt.Errorf("container %s still %s", c.Name, c.State)
 		}
+	}
+	if err := s.RemoveVolumes(pod.UID); err != nil {
+		return fmt.Errorf("tearing down the volumes: %w", err)
 	}
 	st := s.status(pod, true, true)
 	s.mu.Lock()

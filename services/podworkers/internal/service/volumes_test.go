@@ -239,6 +239,10 @@ func runVolumePod(t *testing.T, e *env, rt, root string) {
 	volumes := filepath.Join(rootDir, "pods", string(p.UID))
 	e.send(bus.OpDelete, markDeleted(p))
 	eventually(t, 60*time.Second, "pod terminated", func() bool { st, _ := e.get(p.UID); return st.Terminated })
+	// kubelet: a terminated pod's volumes go before the pod object does.
+	if _, err := os.Stat(volumes); !os.IsNotExist(err) {
+		t.Errorf("the terminated pod still has its volumes (%s: %v)", volumes, err)
+	}
 	e.send(bus.OpRemove, p)
 	eventually(t, 60*time.Second, "the pod's volumes removed", func() bool { _, err := os.Stat(volumes); return os.IsNotExist(err) })
 	if _, err := os.Stat(filepath.Join(hostDir, "h.txt")); err != nil {
