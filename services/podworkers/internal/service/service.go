@@ -495,7 +495,7 @@ func (r *Runner) run(ctx context.Context) error {
 	ctrl := controller.New(controller.Config{
 		Runtime:    rt,
 		Sink:       sink,
-		Admit:      admission.Chain{admission.Validate(), admission.Sysctls(sysctls), admission.ResourceFit(allocatable), admission.NodePredicates(thisNode)},
+		Admit:      admission.Chain{admission.Validate(), admission.Sysctls(sysctls), admission.PodOS(), admission.ResourceFit(allocatable), admission.NodePredicates(thisNode)},
 		Recorder:   recorder,
 		Partitions: r.common.Partitions,
 		Log:        r.log,

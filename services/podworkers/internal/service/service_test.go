@@ -456,7 +456,8 @@ func TestAdmissionRejectsOversizedPod(t *testing.T) {
 	e.send(bus.OpAdd, web, safe)
 	eventually(t, 30*time.Second, "pod with a host port running", func() bool { st, _ := e.get(web.UID); return containerRunning(st) })
 	eventually(t, 30*time.Second, "pod with a safe sysctl running", func() bool { st, _ := e.get(safe.UID); return containerRunning(st) })
-	e.send(bus.OpAdd, clash, hdd, intolerant, unsafe)
+	windows := newPod(t, e.cs, "windows", bound(func(p *corev1.Pod) { p.Spec.OS = &corev1.PodOS{Name: corev1.Windows} }))
+	e.send(bus.OpAdd, clash, hdd, intolerant, unsafe, windows)
 	for _, c := range []struct {
 		pod          *corev1.Pod
 		reason, want string
@@ -465,6 +466,7 @@ func TestAdmissionRejectsOversizedPod(t *testing.T) {
 		{hdd, "NodeAffinity", "Pod was rejected: Predicate NodeAffinity failed: "},
 		{intolerant, "TaintToleration", "Pod was rejected: Predicate TaintToleration failed: "},
 		{unsafe, "SysctlForbidden", `Pod was rejected: forbidden sysctl: "kernel.msgmax" not allowlisted`},
+		{windows, "PodOSNotSupported", "Pod was rejected: Failed to admit pod as the OS field doesn't match node OS"},
 	} {
 		eventually(t, 30*time.Second, c.pod.Name+" rejected with "+c.reason, func() bool {
 			st, _ := e.get(c.pod.UID)
