@@ -299,6 +299,14 @@ func (w *worker) doProbe(ctx context.Context) (keep bool) {
 		return true
 	}
 	w.set(result, message)
+	if w.key.probe == bus.ProbeStartup && result == bus.ProbeSuccess {
+		// kubelet: the startup result syncs the pod, whose status update
+		// runs a not-yet-ready container's readiness probe at once; here
+		// the prober knows first, and runs it itself.
+		if rw := w.m.worker(w.key.uid, w.container.Name, bus.ProbeReadiness); rw != nil {
+			rw.trigger()
+		}
+	}
 	if (w.key.probe == bus.ProbeLiveness && result == bus.ProbeFailure) || w.key.probe == bus.ProbeStartup {
 		// The runtime restarts the container (liveness) or the container
 		// is decided (startup): nothing to do until a new container ID.
