@@ -58,6 +58,9 @@ type Manager struct {
 	sink         Sink
 	reg          prometheus.Registerer
 	restartGrace time.Duration
+	// view is what is kept of a pod: probeView (tests compare with keeping
+	// the whole pod).
+	view func(*corev1.Pod) *corev1.Pod
 
 	http    *probe.HTTP
 	metrics *metrics
@@ -102,6 +105,7 @@ func New(opts ...Option) (*Manager, error) {
 		log:          zap.NewNop(),
 		recorder:     &record.FakeRecorder{},
 		restartGrace: 10 * time.Second,
+		view:         probeView,
 		http:         probe.NewHTTP(),
 		pods:         map[types.UID]*podEntry{},
 		workers:      map[workerKey]*worker{},
@@ -125,8 +129,10 @@ func New(opts ...Option) (*Manager, error) {
 // SET). A pod seen for the first time gets its workers (kubelet: AddPod on
 // pod addition); for a known pod only the stored spec is refreshed, which
 // carries deletionTimestamp to the workers. Probes are immutable in a pod,
-// so workers are never rebuilt for an update.
+// so workers are never rebuilt for an update. Only the pod's view is kept
+// (probeView).
 func (m *Manager) UpsertPod(source string, pod *corev1.Pod) {
+	pod = m.view(pod)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {

@@ -236,6 +236,9 @@ type Manager struct {
 	// view is what is kept of a patch's answer in written: apiView (tests
 	// compare with keeping the whole pod).
 	view func(*corev1.Pod) *corev1.Pod
+	// busView is what is kept of a pod from the bus in entry.spec: busView
+	// (tests compare with keeping the whole pod).
+	busView func(*corev1.Pod) *corev1.Pod
 
 	patches, deletes, failures prometheus.Counter
 	starts                     *startLatency
@@ -254,6 +257,7 @@ func New(client kubernetes.Interface, podInformer cache.SharedIndexInformer, log
 		apiVersions: map[types.UID]uint64{},
 		written:     map[types.UID]*corev1.Pod{},
 		view:        apiView,
+		busView:     busView,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](100*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "statussync"}),
@@ -417,11 +421,9 @@ func (m *Manager) PodUpdate(op bus.Op, source string, partition int, pods []core
 		p := &pods[i]
 		present[p.UID] = true
 		e := m.entry(p.UID)
-		// A shallow copy: the decoded message is this manager's alone and
-		// nothing writes to it, so the copy only stops one entry from
-		// holding the whole message's array.
-		spec := *p
-		e.spec = &spec
+		// Only the view of the pod is kept: a new pod, so that one entry
+		// does not hold the whole message's array either.
+		e.spec = m.busView(p)
 		e.source = source
 		if e.runtime != nil {
 			m.regenerate(e)

@@ -3,6 +3,8 @@ package statusmanager
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/splitlet/splitlet/libs/bus"
 )
 
 // APIView is the informer transform of the API pods statussync caches, and
@@ -68,32 +70,85 @@ func apiView(p *corev1.Pod) *corev1.Pod {
 			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion, Generation: p.Generation,
 			CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
 		},
-		Spec: corev1.PodSpec{
-			RestartPolicy:  p.Spec.RestartPolicy,
-			ReadinessGates: p.Spec.ReadinessGates,
-			Resources:      p.Spec.Resources,
-			InitContainers: viewContainers(p.Spec.InitContainers),
-			Containers:     viewContainers(p.Spec.Containers),
-			Volumes:        statefulVolumes(p.Spec.Volumes),
-		},
+		Spec:   specView(&p.Spec),
 		Status: p.Status,
 	}
-	for _, k := range []string{AnnotationMirror, AnnotationSource} {
-		if v, ok := p.Annotations[k]; ok {
+	out.Spec.Volumes = statefulVolumes(p.Spec.Volumes)
+	keepAnnotations(out, p, AnnotationMirror, AnnotationSource)
+	return out
+}
+
+// busView is what the manager keeps of a pod a PodUpdate brings
+// (entry.spec): a new pod with only the fields statussync reads of it. The
+// bus copy is the spec a status is generated from (specOf: regenerate,
+// updateStatus, sync, syncBatch), and statussync reads of it:
+//   - metadata: namespace and name (the API copy the status goes to, the
+//     cached status's name, log lines), uid (the entry's key already; kept
+//     so that the view names its pod), generation (a generated status's
+//     observedGeneration: the bus copy may be newer than the informer's),
+//     deletionTimestamp (a container that vanished while the pod is being
+//     deleted keeps its restart count), and of the annotations only
+//     kubernetes.io/config.source (isStatic, should a message name no
+//     source) and kubernetes.io/config.seen (when the node first saw the
+//     pod: the pod start SLI);
+//   - spec: as APIView keeps it (restart policy, readiness gates, pod-level
+//     resources, and of the containers what phase, QoS, probes and status
+//     order read), but without the volumes: the start SLI asks the API copy
+//     alone whether a pod is stateful;
+//   - status: only the QoS class, which a generated status takes from the
+//     bus copy when the API copy shows none (qosOf). The status to patch
+//     against and to keep is always the API copy's.
+//
+// Nothing else of the bus copy is read: a PodUpdate's deletionTimestamp is
+// read from the decoded pod before the view is taken, deletion and Events
+// go by the API copy (its own view), and a pod's trace is remembered by the
+// service before the manager sees the pod. The view shares the decoded
+// message's parts it keeps (resource lists, the deletion time): the
+// message is this manager's alone and nothing writes to it.
+func busView(p *corev1.Pod) *corev1.Pod {
+	out := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: p.Name, Namespace: p.Namespace, UID: p.UID, Generation: p.Generation, DeletionTimestamp: p.DeletionTimestamp,
+		},
+		Spec:   specView(&p.Spec),
+		Status: corev1.PodStatus{QOSClass: p.Status.QOSClass},
+	}
+	keepAnnotations(out, p, AnnotationSource, bus.AnnotationSeen)
+	return out
+}
+
+// specView is the part of a pod spec both views keep (see APIView): the
+// restart policy, readiness gates, pod-level resources, and of the init,
+// regular and ephemeral containers what viewContainers keeps (of the
+// ephemeral ones only the name and image).
+func specView(s *corev1.PodSpec) corev1.PodSpec {
+	out := corev1.PodSpec{
+		RestartPolicy:  s.RestartPolicy,
+		ReadinessGates: s.ReadinessGates,
+		Resources:      s.Resources,
+		InitContainers: viewContainers(s.InitContainers),
+		Containers:     viewContainers(s.Containers),
+	}
+	if n := len(s.EphemeralContainers); n > 0 {
+		out.EphemeralContainers = make([]corev1.EphemeralContainer, n)
+		for i := range s.EphemeralContainers {
+			c := &s.EphemeralContainers[i]
+			out.EphemeralContainers[i].Name, out.EphemeralContainers[i].Image = c.Name, c.Image
+		}
+	}
+	return out
+}
+
+// keepAnnotations copies the annotations keys of from that it has to out.
+func keepAnnotations(out, from *corev1.Pod, keys ...string) {
+	for _, k := range keys {
+		if v, ok := from.Annotations[k]; ok {
 			if out.Annotations == nil {
 				out.Annotations = map[string]string{}
 			}
 			out.Annotations[k] = v
 		}
 	}
-	if n := len(p.Spec.EphemeralContainers); n > 0 {
-		out.Spec.EphemeralContainers = make([]corev1.EphemeralContainer, n)
-		for i := range p.Spec.EphemeralContainers {
-			c := &p.Spec.EphemeralContainers[i]
-			out.Spec.EphemeralContainers[i].Name, out.Spec.EphemeralContainers[i].Image = c.Name, c.Image
-		}
-	}
-	return out
 }
 
 // viewContainers keeps what statussync reads of containers: name, image,

@@ -380,9 +380,9 @@ func TestAPIViewDrops(t *testing.T) {
 	t.Logf("conformance pod as JSON: %d bytes, its view %d", len(fullJSON), len(viewJSON))
 }
 
-// twin is a manager whose informer cache holds either the API pods as they
-// come (what the stage did before the view) or their views, with every
-// request it makes recorded.
+// twin is a manager whose informer cache and bus copies hold either the
+// pods as they come (what the stage did before the views) or their views
+// (APIView, busView), with every request it makes recorded.
 type twin struct {
 	name    string
 	view    bool
@@ -479,6 +479,8 @@ func newTwin(t *testing.T, name string, view bool, apiPods ...*corev1.Pod) *twin
 	t.Cleanup(m.queue.ShutDown)
 	if !view {
 		m.view = func(p *corev1.Pod) *corev1.Pod { return p }
+		// what PodUpdate kept before the bus view: a shallow copy
+		m.busView = func(p *corev1.Pod) *corev1.Pod { c := *p; return &c }
 	}
 	tw.m, tw.cs, tw.view = m, cs, view
 	for _, p := range apiPods {
