@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/kube/podheap"
 	"github.com/splitlet/splitlet/services/prober/internal/probe"
 )
 
@@ -391,27 +391,6 @@ func TestProbeViewSameBehaviour(t *testing.T) {
 	}
 }
 
-// retainedPerPod is the heap that n pods decoded from docs hold once each
-// has gone through keep, in bytes a pod (the heap before the decoding is
-// the base).
-func retainedPerPod(docs [][]byte, keep func(*corev1.Pod) any) uint64 {
-	held := make([]any, len(docs))
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	for i, doc := range docs {
-		p := &corev1.Pod{}
-		if err := json.Unmarshal(doc, p); err != nil {
-			panic(err)
-		}
-		held[i] = keep(p)
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	runtime.KeepAlive(held)
-	return (after.HeapAlloc - before.HeapAlloc) / uint64(len(docs))
-}
-
 // BenchmarkPodBytes: heap the prober holds a pod, over 5000 pods each
 // decoded from its own JSON, kept whole (what UpsertPod kept before the
 // view) and as probeView, for probed conformance-like pods and for bench/'s
@@ -442,7 +421,7 @@ func BenchmarkPodBytes(b *testing.B) {
 				}
 				var per uint64
 				for range b.N {
-					per = retainedPerPod(docs, keep)
+					per = podheap.RetainedPerPod(docs, keep)
 				}
 				b.ReportMetric(float64(per), "B/pod")
 			})
@@ -456,7 +435,7 @@ func BenchmarkPodBytes(b *testing.B) {
 					if !view {
 						m.view = func(p *corev1.Pod) *corev1.Pod { return p }
 					}
-					per = retainedPerPod(docs, func(p *corev1.Pod) any { m.UpsertPod("api", p); return nil })
+					per = podheap.RetainedPerPod(docs, func(p *corev1.Pod) any { m.UpsertPod("api", p); return nil })
 					if err := m.Stop(context.Background()); err != nil {
 						b.Fatal(err)
 					}

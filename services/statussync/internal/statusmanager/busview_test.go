@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/kube/podheap"
 )
 
 // onBus is p as podconfig publishes it: without managed fields (its
@@ -218,7 +219,7 @@ func BenchmarkBusPodBytes(b *testing.B) {
 			b.Run(kind.name+"/"+k.name, func(b *testing.B) {
 				var per uint64
 				for range b.N {
-					per = retainedPerPod(docs, k.keep)
+					per = podheap.RetainedPerPod(docs, k.keep)
 				}
 				b.ReportMetric(float64(per), "B/pod")
 			})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/kube"
+	"github.com/splitlet/splitlet/libs/kube/podheap"
 )
 
 // fixtureTime is the time of everything in the fixtures: well before any
@@ -734,27 +734,6 @@ func TestAPIViewSameRequests(t *testing.T) {
 	})
 }
 
-// retainedPerPod is the heap that n decoded pods hold once each has gone
-// through keep (the informer's transform), in bytes a pod. Each pod is
-// decoded from its own JSON, as an informer decodes each from the wire.
-func retainedPerPod(docs [][]byte, keep func(*corev1.Pod) any) uint64 {
-	held := make([]any, len(docs))
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	for i, doc := range docs {
-		p := &corev1.Pod{}
-		if err := json.Unmarshal(doc, p); err != nil {
-			panic(err)
-		}
-		held[i] = keep(p)
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	runtime.KeepAlive(held)
-	return (after.HeapAlloc - before.HeapAlloc) / uint64(len(docs))
-}
-
 // BenchmarkCachedPodBytes: heap a cached pod holds, over 5000 pods, as the
 // informer cached them before the view ("stripped": managed fields dropped,
 // kube.NodePodsFactory) and with it ("view": APIView), for conformance-like
@@ -787,7 +766,7 @@ func BenchmarkCachedPodBytes(b *testing.B) {
 			b.Run(kind.name+"/"+k.name, func(b *testing.B) {
 				var per uint64
 				for range b.N {
-					per = retainedPerPod(docs, k.keep)
+					per = podheap.RetainedPerPod(docs, k.keep)
 				}
 				b.ReportMetric(float64(per), "B/pod")
 			})
