@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/splitlet/splitlet/libs/bus"
-	"github.com/splitlet/splitlet/libs/kube/podheap"
 )
 
 // onBus is p as podconfig publishes it: without managed fields (its
@@ -84,45 +83,18 @@ func TestBusViewSameRequests(t *testing.T) {
 	update := func(tw *twin, op bus.Op, source string, p *corev1.Pod) {
 		tw.m.PodUpdate(op, source, bus.Partition(string(p.UID), 4), []corev1.Pod{*p.DeepCopy()})
 	}
-	ready := func(m *Manager, p *corev1.Pod, containers ...string) {
-		for _, c := range containers {
-			m.ProbeResult(probe(p, c, "c://"+c, bus.ProbeReadiness, bus.ProbeSuccess))
-		}
-	}
-	running := func(p *corev1.Pod) *bus.PodRuntimeStatus {
-		return podStatus(p, []corev1.ContainerStatus{cTerminated("setup", "c://setup", 0), cRunning("proxy", "c://proxy")},
-			[]corev1.ContainerStatus{cRunning("app", "c://app"), cRunning("worker", "c://worker"), cRunning("logger", "c://logger")})
-	}
 	t.Run("spec from the bus", func(t *testing.T) {
 		api := boundPod(20)
 		b := onBus(api, "api")
 		b.Generation = 3 // updated; the informer has not caught up
 		b.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
 			Name: "debugger", Image: "registry.k8s.io/e2e-test-images/busybox:1.37.0-1", Command: []string{"sh"}}, TargetContainerName: "app"}}
-		sameRequests(t, b.UID, []*corev1.Pod{api},
+		sameRequests(t, b.UID, []*corev1.Pod{api}, append([]func(*twin){
 			func(tw *twin) {
 				update(tw, bus.OpAdd, "api", b)
 				tw.m.RuntimeStatus(podStatus(b, []corev1.ContainerStatus{cRunning("setup", "c://setup")}, nil))
 			},
-			func(tw *twin) {
-				tw.m.RuntimeStatus(podStatus(b, []corev1.ContainerStatus{cTerminated("setup", "c://setup", 0), cRunning("proxy", "c://proxy")}, nil))
-			},
-			func(tw *twin) {
-				tw.m.ProbeResult(probe(b, "proxy", "c://proxy", bus.ProbeStartup, bus.ProbeSuccess))
-				ready(tw.m, b, "proxy")
-				rs := podStatus(b, []corev1.ContainerStatus{cTerminated("setup", "c://setup", 0), cRunning("proxy", "c://proxy")},
-					[]corev1.ContainerStatus{cRunning("app", "c://app"), cRunning("worker", "c://worker"), cWaiting("logger")})
-				rs.EphemeralContainerStatuses = []corev1.ContainerStatus{cRunning("debugger", "c://debugger")}
-				tw.m.RuntimeStatus(rs)
-			},
-			func(tw *twin) {
-				ready(tw.m, b, "app")
-				rs := running(b)
-				rs.EphemeralContainerStatuses = []corev1.ContainerStatus{cRunning("debugger", "c://debugger")}
-				tw.m.RuntimeStatus(rs)
-			},
-			func(tw *twin) { ready(tw.m, b, "worker") },
-		)
+		}, sidecarToReady(b)...)...)
 	})
 	t.Run("QoS class and restart policy from the bus", func(t *testing.T) {
 		api := boundPod(21)
@@ -148,25 +120,19 @@ func TestBusViewSameRequests(t *testing.T) {
 		sameRequests(t, b.UID, []*corev1.Pod{api},
 			func(tw *twin) {
 				update(tw, bus.OpAdd, "api", b)
-				ready(tw.m, b, "proxy", "app", "worker")
+				readyProbes(tw.m, b, "proxy", "app", "worker")
 				tw.m.ProbeResult(probe(b, "proxy", "c://proxy", bus.ProbeStartup, bus.ProbeSuccess))
-				tw.m.RuntimeStatus(running(b))
+				tw.m.RuntimeStatus(allRunning(b))
 			},
 			// the bus says the pod is being deleted; the containers stop and
 			// the runtime lost the logger, which was running: shown stopped,
 			// its restart not counted (the bus copy's deletionTimestamp)
 			func(tw *twin) {
 				update(tw, bus.OpDelete, "api", deleted)
-				rs := podStatus(b, []corev1.ContainerStatus{cTerminated("setup", "c://setup", 0), cTerminated("proxy", "c://proxy", 137)},
-					[]corev1.ContainerStatus{cTerminated("app", "c://app", 0), cTerminated("worker", "c://worker", 0)})
-				rs.Terminating = true
-				tw.m.RuntimeStatus(rs)
+				tw.m.RuntimeStatus(deletionStatus(b, false))
 			},
 			func(tw *twin) {
-				rs := podStatus(b, []corev1.ContainerStatus{cTerminated("setup", "c://setup", 0), cTerminated("proxy", "c://proxy", 137)},
-					[]corev1.ContainerStatus{cTerminated("app", "c://app", 0), cTerminated("worker", "c://worker", 0), cTerminated("logger", "c://logger", 0)})
-				rs.Terminating, rs.Terminated = true, true
-				tw.m.RuntimeStatus(rs)
+				tw.m.RuntimeStatus(deletionStatus(b, true))
 			},
 		)
 	})
@@ -181,9 +147,9 @@ func TestBusViewSameRequests(t *testing.T) {
 			func(tw *twin) {
 				// a message that names no source: the annotation decides
 				update(tw, bus.OpAdd, "", static)
-				tw.m.RuntimeStatus(running(static))
+				tw.m.RuntimeStatus(allRunning(static))
 			},
-			func(tw *twin) { ready(tw.m, static, "proxy", "app", "worker") },
+			func(tw *twin) { readyProbes(tw.m, static, "proxy", "app", "worker") },
 		)
 	})
 }
@@ -196,33 +162,7 @@ func TestBusViewSameRequests(t *testing.T) {
 //
 //	go test -run '^$' -bench BusPodBytes -benchtime 1x ./services/statussync/internal/statusmanager/
 func BenchmarkBusPodBytes(b *testing.B) {
-	const n = 5000
-	keeps := []struct {
-		name string
-		keep func(*corev1.Pod) any
-	}{
-		{"shallow", func(p *corev1.Pod) any { c := *p; return &c }},
-		{"view", func(p *corev1.Pod) any { return busView(p) }},
-	}
-	for _, kind := range []struct {
-		name string
-		pod  func(int) *corev1.Pod
-	}{{"conformance", conformancePod}, {"bench", benchPod}} {
-		docs := make([][]byte, n)
-		for i := range docs {
-			var err error
-			if docs[i], err = json.Marshal(onBus(kind.pod(i), "api")); err != nil {
-				b.Fatal(err)
-			}
-		}
-		for _, k := range keeps {
-			b.Run(kind.name+"/"+k.name, func(b *testing.B) {
-				var per uint64
-				for range b.N {
-					per = podheap.RetainedPerPod(docs, k.keep)
-				}
-				b.ReportMetric(float64(per), "B/pod")
-			})
-		}
-	}
+	benchPodBytes(b, func(p *corev1.Pod) *corev1.Pod { return onBus(p, "api") },
+		podKeep{"shallow", func(p *corev1.Pod) any { c := *p; return &c }},
+		podKeep{"view", func(p *corev1.Pod) any { return busView(p) }})
 }

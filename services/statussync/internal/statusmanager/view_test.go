@@ -594,47 +594,16 @@ func boundPod(i int) *corev1.Pod {
 // pod that finishes and is deleted, a static pod's mirror pod, and a
 // restarted stage seeding a runtime status from the API copy.
 func TestAPIViewSameRequests(t *testing.T) {
-	running := func(p *corev1.Pod) *bus.PodRuntimeStatus {
-		return podStatus(p, []corev1.ContainerStatus{cTerminated("setup", "c://setup", 0), cRunning("proxy", "c://proxy")},
-			[]corev1.ContainerStatus{cRunning("app", "c://app"), cRunning("worker", "c://worker"), cRunning("logger", "c://logger")})
-	}
-	ready := func(m *Manager, p *corev1.Pod, containers ...string) {
-		for _, c := range containers {
-			m.ProbeResult(probe(p, c, "c://"+c, bus.ProbeReadiness, bus.ProbeSuccess))
-		}
-	}
 	t.Run("spec from the API copy", func(t *testing.T) {
 		p := boundPod(10)
 		p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
 			Name: "debugger", Image: "registry.k8s.io/e2e-test-images/busybox:1.37.0-1", Command: []string{"sh"}}, TargetContainerName: "app"}}
-		sameRequests(t, p.UID, []*corev1.Pod{p},
+		sameRequests(t, p.UID, []*corev1.Pod{p}, append([]func(*twin){
 			// the init container runs, the rest waits
 			func(tw *twin) {
 				tw.m.RuntimeStatus(podStatus(p, []corev1.ContainerStatus{cRunning("setup", "c://setup")}, nil))
 			},
-			// the sidecar starts, its probes pending
-			func(tw *twin) {
-				tw.m.RuntimeStatus(podStatus(p, []corev1.ContainerStatus{cTerminated("setup", "c://setup", 0), cRunning("proxy", "c://proxy")}, nil))
-			},
-			// the sidecar's probes pass; the containers start
-			func(tw *twin) {
-				tw.m.ProbeResult(probe(p, "proxy", "c://proxy", bus.ProbeStartup, bus.ProbeSuccess))
-				ready(tw.m, p, "proxy")
-				rs := podStatus(p, []corev1.ContainerStatus{cTerminated("setup", "c://setup", 0), cRunning("proxy", "c://proxy")},
-					[]corev1.ContainerStatus{cRunning("app", "c://app"), cRunning("worker", "c://worker"), cWaiting("logger")})
-				rs.EphemeralContainerStatuses = []corev1.ContainerStatus{cRunning("debugger", "c://debugger")}
-				tw.m.RuntimeStatus(rs)
-			},
-			// app ready, worker not yet; logger runs (it has no probe)
-			func(tw *twin) {
-				ready(tw.m, p, "app")
-				rs := running(p)
-				rs.EphemeralContainerStatuses = []corev1.ContainerStatus{cRunning("debugger", "c://debugger")}
-				tw.m.RuntimeStatus(rs)
-			},
-			// worker ready: the pod is Ready (its gate is True)
-			func(tw *twin) { ready(tw.m, p, "worker") },
-		)
+		}, sidecarToReady(p)...)...)
 	})
 	t.Run("QoS class from the containers", func(t *testing.T) {
 		p := boundPod(11)
@@ -652,7 +621,7 @@ func TestAPIViewSameRequests(t *testing.T) {
 		both := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")}
 		p.Spec.Resources = &corev1.ResourceRequirements{Requests: both, Limits: both}
 		sameRequests(t, p.UID, []*corev1.Pod{p},
-			func(tw *twin) { tw.m.RuntimeStatus(running(p)) },
+			func(tw *twin) { tw.m.RuntimeStatus(allRunning(p)) },
 		)
 	})
 	t.Run("readiness gate changed in the API", func(t *testing.T) {
@@ -660,8 +629,8 @@ func TestAPIViewSameRequests(t *testing.T) {
 		sameRequests(t, p.UID, []*corev1.Pod{p},
 			func(tw *twin) {
 				tw.m.ProbeResult(probe(p, "proxy", "c://proxy", bus.ProbeStartup, bus.ProbeSuccess))
-				ready(tw.m, p, "proxy", "app", "worker")
-				tw.m.RuntimeStatus(running(p))
+				readyProbes(tw.m, p, "proxy", "app", "worker")
+				tw.m.RuntimeStatus(allRunning(p))
 			},
 			// the patched pod comes back through the informer
 			func(tw *twin) { tw.apiEvent(t, tw.apiPod(t, p.Namespace, p.Name), false) },
@@ -688,17 +657,11 @@ func TestAPIViewSameRequests(t *testing.T) {
 			// logger (shown stopped, its restart not counted: the pod is
 			// being deleted)
 			func(tw *twin) {
-				rs := podStatus(p, []corev1.ContainerStatus{cTerminated("setup", "c://setup", 0), cTerminated("proxy", "c://proxy", 137)},
-					[]corev1.ContainerStatus{cTerminated("app", "c://app", 0), cTerminated("worker", "c://worker", 0)})
-				rs.Terminating = true
-				tw.m.RuntimeStatus(rs)
+				tw.m.RuntimeStatus(deletionStatus(p, false))
 			},
 			// every container stopped, the resources reclaimed: the pod goes
 			func(tw *twin) {
-				rs := podStatus(p, []corev1.ContainerStatus{cTerminated("setup", "c://setup", 0), cTerminated("proxy", "c://proxy", 137)},
-					[]corev1.ContainerStatus{cTerminated("app", "c://app", 0), cTerminated("worker", "c://worker", 0), cTerminated("logger", "c://logger", 0)})
-				rs.Terminating, rs.Terminated = true, true
-				tw.m.RuntimeStatus(rs)
+				tw.m.RuntimeStatus(deletionStatus(p, true))
 			},
 		)
 	})
@@ -713,9 +676,9 @@ func TestAPIViewSameRequests(t *testing.T) {
 		sameRequests(t, static.UID, []*corev1.Pod{mirror},
 			func(tw *twin) {
 				tw.m.PodUpdate(bus.OpAdd, "file", bus.Partition(string(static.UID), 4), []corev1.Pod{*static.DeepCopy()})
-				tw.m.RuntimeStatus(running(static))
+				tw.m.RuntimeStatus(allRunning(static))
 			},
-			func(tw *twin) { ready(tw.m, static, "proxy", "app", "worker") },
+			func(tw *twin) { readyProbes(tw.m, static, "proxy", "app", "worker") },
 		)
 	})
 	t.Run("restarted stage seeds from the API copy", func(t *testing.T) {
@@ -742,15 +705,23 @@ func TestAPIViewSameRequests(t *testing.T) {
 //
 //	go test -run '^$' -bench CachedPodBytes -benchtime 1x ./services/statussync/internal/statusmanager/
 func BenchmarkCachedPodBytes(b *testing.B) {
+	benchPodBytes(b, func(p *corev1.Pod) *corev1.Pod { return p },
+		podKeep{"decoded", func(p *corev1.Pod) any { return p }},
+		podKeep{"stripped", func(p *corev1.Pod) any { o, _ := kube.StripManagedFields(p); return o }},
+		podKeep{"view", func(p *corev1.Pod) any { o, _ := APIView(p); return o }})
+}
+
+// podKeep is what a cache keeps of a decoded pod.
+type podKeep struct {
+	name string
+	keep func(*corev1.Pod) any
+}
+
+// benchPodBytes reports the heap each keep holds a pod, over 5000
+// conformance-like pods and 5000 of bench/'s, each shaped by shape (as the
+// API or the bus brings it) and decoded from its own JSON.
+func benchPodBytes(b *testing.B, shape func(*corev1.Pod) *corev1.Pod, keeps ...podKeep) {
 	const n = 5000
-	keeps := []struct {
-		name string
-		keep func(*corev1.Pod) any
-	}{
-		{"decoded", func(p *corev1.Pod) any { return p }},
-		{"stripped", func(p *corev1.Pod) any { o, _ := kube.StripManagedFields(p); return o }},
-		{"view", func(p *corev1.Pod) any { o, _ := APIView(p); return o }},
-	}
 	for _, kind := range []struct {
 		name string
 		pod  func(int) *corev1.Pod
@@ -758,7 +729,7 @@ func BenchmarkCachedPodBytes(b *testing.B) {
 		docs := make([][]byte, n)
 		for i := range docs {
 			var err error
-			if docs[i], err = json.Marshal(kind.pod(i)); err != nil {
+			if docs[i], err = json.Marshal(shape(kind.pod(i))); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -772,4 +743,61 @@ func BenchmarkCachedPodBytes(b *testing.B) {
 			})
 		}
 	}
+}
+
+// readyProbes reports the containers' readiness probes passing.
+func readyProbes(m *Manager, p *corev1.Pod, containers ...string) {
+	for _, c := range containers {
+		m.ProbeResult(probe(p, c, "c://"+c, bus.ProbeReadiness, bus.ProbeSuccess))
+	}
+}
+
+// allRunning is the runtime status of boundPod's pod with its init
+// container done and every other container running.
+func allRunning(p *corev1.Pod) *bus.PodRuntimeStatus {
+	return podStatus(p, []corev1.ContainerStatus{cTerminated("setup", "c://setup", 0), cRunning("proxy", "c://proxy")},
+		[]corev1.ContainerStatus{cRunning("app", "c://app"), cRunning("worker", "c://worker"), cRunning("logger", "c://logger")})
+}
+
+// sidecarToReady are the twin steps of boundPod's pod once its init
+// container runs: the sidecar starts and passes its probes, the containers
+// start (and an ephemeral one), app then worker become ready.
+func sidecarToReady(p *corev1.Pod) []func(*twin) {
+	return []func(*twin){
+		// the sidecar starts, its probes pending
+		func(tw *twin) {
+			tw.m.RuntimeStatus(podStatus(p, []corev1.ContainerStatus{cTerminated("setup", "c://setup", 0), cRunning("proxy", "c://proxy")}, nil))
+		},
+		// the sidecar's probes pass; the containers start
+		func(tw *twin) {
+			tw.m.ProbeResult(probe(p, "proxy", "c://proxy", bus.ProbeStartup, bus.ProbeSuccess))
+			readyProbes(tw.m, p, "proxy")
+			rs := podStatus(p, []corev1.ContainerStatus{cTerminated("setup", "c://setup", 0), cRunning("proxy", "c://proxy")},
+				[]corev1.ContainerStatus{cRunning("app", "c://app"), cRunning("worker", "c://worker"), cWaiting("logger")})
+			rs.EphemeralContainerStatuses = []corev1.ContainerStatus{cRunning("debugger", "c://debugger")}
+			tw.m.RuntimeStatus(rs)
+		},
+		// app ready, worker not yet; logger runs (it has no probe)
+		func(tw *twin) {
+			readyProbes(tw.m, p, "app")
+			rs := allRunning(p)
+			rs.EphemeralContainerStatuses = []corev1.ContainerStatus{cRunning("debugger", "c://debugger")}
+			tw.m.RuntimeStatus(rs)
+		},
+		// worker ready: the pod is Ready (its gate is True)
+		func(tw *twin) { readyProbes(tw.m, p, "worker") },
+	}
+}
+
+// deletionStatus is the runtime status of boundPod's pod being deleted: its
+// containers stopped, but the logger, which the runtime lost while it ran;
+// terminated, every container stopped and the pod's resources reclaimed.
+func deletionStatus(p *corev1.Pod, terminated bool) *bus.PodRuntimeStatus {
+	stopped := []corev1.ContainerStatus{cTerminated("app", "c://app", 0), cTerminated("worker", "c://worker", 0)}
+	if terminated {
+		stopped = append(stopped, cTerminated("logger", "c://logger", 0))
+	}
+	rs := podStatus(p, []corev1.ContainerStatus{cTerminated("setup", "c://setup", 0), cTerminated("proxy", "c://proxy", 137)}, stopped)
+	rs.Terminating, rs.Terminated = true, terminated
+	return rs
 }
