@@ -36,6 +36,7 @@ func main() {
 		which       = flag.String("agents", "split,allinone,kwok,kwok-v0.7.0,ideal", "agents to run, in order (also: split-trace1, split-trace100: split with tracing at 1 % and 100 %)")
 		outDir      = flag.String("out", "bench/out", "where the JSON figures go")
 		scalePods   = flag.Int("scale-pods", 2000, "pods of the scaling case (0: skip it)")
+		largePods   = flag.Int("large-pods", 20000, "pods of the large-node case: split alone, once, its CPU and RSS per pod against the main case's (0: skip it)")
 		stages      = flag.Bool("stages", true, "also run the stage cases (each stage's own benchmark)")
 		profiles    = flag.Bool("profiles", false, "save the Splitlet processes' CPU profiles (from the first create) and heap profiles (when all pods are Ready) under -out")
 		pinCPUs     = flag.Bool("pin", runtime.NumCPU() >= 2, "run each agent on the last CPU and the control plane and the bench's client on the others (taskset), so that agents are measured on equal CPU and apart from the API server")
@@ -57,13 +58,13 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Stdout, *which, *pods, *concurrency, *outDir, scaleOptions{startLatency: *scaleLat, maxConcurrent: *scaleConc}, *scalePods, *stages, *profiles, *cpuProfile, *rounds, *pinCPUs); err != nil {
+	if err := run(ctx, os.Stdout, *which, *pods, *concurrency, *outDir, scaleOptions{startLatency: *scaleLat, maxConcurrent: *scaleConc}, *scalePods, *largePods, *stages, *profiles, *cpuProfile, *rounds, *pinCPUs); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, out io.Writer, which string, pods, concurrency int, outDir string, scale scaleOptions, scalePods int, stages, profiles bool, cpuProfile time.Duration, nrounds int, pinCPUs bool) error {
+func run(ctx context.Context, out io.Writer, which string, pods, concurrency int, outDir string, scale scaleOptions, scalePods, largePods int, stages, profiles bool, cpuProfile time.Duration, nrounds int, pinCPUs bool) error {
 	binDir, err := testenv.BinDir()
 	if err != nil {
 		return err
@@ -127,6 +128,20 @@ func run(ctx context.Context, out io.Writer, which string, pods, concurrency int
 	printTable(out, order, results)
 	printBreakdown(out, order, results)
 
+	if largePods > 0 {
+		// One node with many pods: split with its defaults, on the same
+		// pinned CPU as the main case, once (it takes minutes).
+		a, _ := findAgent("split")
+		fmt.Fprintf(out, "large-node case: split, %d pods ...\n", largePods)
+		res, err := runCase(ctx, env, a, "bench-split-large", largePods, concurrency)
+		if err != nil {
+			return fmt.Errorf("large-node case: %w", err)
+		}
+		printCase(out, "split-large", res)
+		printLarge(out, results["split"], res)
+		report["large"] = res
+	}
+
 	if scalePods > 0 {
 		scaleRes := map[string]*result{}
 		// The scaling case is about replicas, not one CPU: it gets the
@@ -172,6 +187,41 @@ func run(ctx context.Context, out io.Writer, which string, pods, concurrency int
 	}
 	fmt.Fprintf(out, "\nraw figures: %s\n", path)
 	return nil
+}
+
+// printLarge compares the large-node case with the main case's split: the
+// cost per pod should not grow with the node (issue 16: at most 1.2 ×).
+func printLarge(out io.Writer, base, large *result) {
+	fmt.Fprintf(out, "\n| large-node case | split, %d pods |", large.Pods)
+	if base != nil {
+		fmt.Fprintf(out, " split, %d pods | per pod, large/main |", base.Pods)
+	}
+	fmt.Fprint(out, "\n|---|---|")
+	if base != nil {
+		fmt.Fprint(out, "---|---|")
+	}
+	fmt.Fprintln(out)
+	row := func(name string, l, b float64, perPod bool) {
+		fmt.Fprintf(out, "| %s | %.1f |", name, l)
+		if base != nil {
+			fmt.Fprintf(out, " %.1f |", b)
+			if perPod && b > 0 {
+				fmt.Fprintf(out, " %.2f |", (l/float64(large.Pods))/(b/float64(base.Pods)))
+			} else {
+				fmt.Fprint(out, " |")
+			}
+		}
+		fmt.Fprintln(out)
+	}
+	var b result
+	if base != nil {
+		b = *base
+	}
+	row("time to all Running+Ready (s)", large.AllReadySec, b.AllReadySec, true)
+	row("all gone after DeleteCollection (s)", large.AllGoneSec, b.AllGoneSec, true)
+	row("agent CPU, create → all gone (s)", large.CPUSec, b.CPUSec, true)
+	row("peak RSS, summed (MiB)", float64(large.PeakRSSBytes)/(1<<20), float64(b.PeakRSSBytes)/(1<<20), true)
+	row("create→Ready p99 (ms)", large.P99Ms, b.P99Ms, false)
 }
 
 // printCase prints one case's headline figures and its processes' shares.
