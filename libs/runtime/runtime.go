@@ -189,6 +189,11 @@ type StartOptions struct {
 	// resourceFieldRef the container sets no limit for (kubelet: limits
 	// default to the node's allocatable).
 	Allocatable corev1.ResourceList
+	// TargetContainer, for an ephemeral container, names the pod's
+	// container whose process namespace it joins (targetContainerName:
+	// kubectl debug --target); a runtime without such namespaces ignores
+	// it.
+	TargetContainer string
 }
 
 // Mount is a volume mount of a container, resolved.

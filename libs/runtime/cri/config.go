@@ -263,6 +263,14 @@ func (r *Runtime) containerConfig(ctx context.Context, p *corev1.Pod, c *corev1.
 	// kubelet: the OOM killer takes best-effort containers first and
 	// guaranteed ones last.
 	cfg.Linux.Resources.OomScoreAdj = kube.OOMScoreAdj(p, c, memoryCapacity())
+	if ns := cfg.Linux.SecurityContext.NamespaceOptions; opts.TargetContainer != "" && ns.Pid == runtimeapi.NamespaceMode_CONTAINER {
+		// kubelet: an ephemeral container with a target shares the
+		// target's process namespace (it sees and may debug its
+		// processes), when the pod shares none.
+		if id := r.runningID(p.UID, opts.TargetContainer); id != "" {
+			ns.Pid, ns.TargetId = runtimeapi.NamespaceMode_TARGET, r.rawID(id)
+		}
+	}
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
 		cfg.Envs = append(cfg.Envs, &runtimeapi.KeyValue{Key: k, Value: []byte(v)})

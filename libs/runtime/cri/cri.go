@@ -669,6 +669,17 @@ func (r *Runtime) PodContainers(uid types.UID) []runtime.ContainerStatus {
 	return out
 }
 
+// runningID is the ID of the running instance of the pod's named
+// container, "" when none runs.
+func (r *Runtime) runningID(uid types.UID, name string) string {
+	for _, c := range r.PodContainers(uid) {
+		if c.Name == name && c.State == runtime.StateRunning {
+			return c.ID
+		}
+	}
+	return ""
+}
+
 // RemovePod implements runtime.Runtime: it refuses while a container of the
 // pod runs; otherwise it stops and removes the pod's sandboxes (and with
 // them their containers), removes any container left, and deletes the

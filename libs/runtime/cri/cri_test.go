@@ -586,3 +586,33 @@ func TestOOMScoreAdj(t *testing.T) {
 		})
 	}
 }
+
+// kubelet: an ephemeral container with a target joins the target's process
+// namespace (kubectl debug --target): its PID 1 is the target's process.
+func TestEphemeralTargetSharesProcesses(t *testing.T) {
+	r := newRuntime(t, WithHostIP("127.0.0.1"))
+	p := newPod("debug-target", true, shell("app", `exec sleep 3600`))
+	cleanupPod(t, p)
+	start(t, r, p, 0, 0)
+	show := `tr '\0' ' ' < /proc/1/cmdline; echo; sleep 3600`
+	for _, c := range []struct {
+		ctr    corev1.Container
+		target string
+		want   string
+	}{
+		{shell("debugger", show), "app", "sleep 3600"},
+		{shell("loner", show), "", "sh -c " + show},
+	} {
+		c.ctr.Image, c.ctr.ImagePullPolicy = p.Spec.Containers[0].Image, p.Spec.Containers[0].ImagePullPolicy
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		_, err := r.StartContainer(ctx, p, &c.ctr, 0, runtime.StartOptions{TargetContainer: c.target})
+		cancel()
+		if err != nil {
+			t.Fatalf("start %s: %v", c.ctr.Name, err)
+		}
+		waitFor(t, c.ctr.Name+"'s PID 1", 30*time.Second, func() (bool, string) {
+			out := strings.TrimSpace(logs(t, r, p.UID, c.ctr.Name, runtime.LogOptions{}))
+			return out == c.want, fmt.Sprintf("PID 1 is %q, want %q", out, c.want)
+		})
+	}
+}

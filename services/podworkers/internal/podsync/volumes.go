@@ -83,6 +83,11 @@ func (s *Syncer) RemoveVolumes(uid types.UID) error {
 // fails it, with CreateContainerConfigError.
 func (s *Syncer) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, attempt int) (runtime.ContainerStatus, error) {
 	var opts runtime.StartOptions
+	for i := range pod.Spec.EphemeralContainers {
+		if ec := &pod.Spec.EphemeralContainers[i]; ec.Name == c.Name {
+			opts.TargetContainer = ec.TargetContainerName
+		}
+	}
 	if s.recorder != nil && ctx.Err() == nil {
 		opts.ImageEvent = func(eventType, reason, message string) { s.event(pod, c.Name, eventType, reason, "%s", message) }
 	}
