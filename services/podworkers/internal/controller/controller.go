@@ -449,6 +449,12 @@ func (c *Controller) HandleProbe(r *bus.ProbeResult) {
 	case bus.ProbeStartup:
 		probe = "startup"
 	}
+	if r.Probe == bus.ProbeStartup && r.Result == bus.ProbeSuccess && r.ContainerID != "" {
+		// kubelet: a started sidecar lets the pod's next containers start.
+		c.syncer.StartupSucceeded(r.PodUID, r.ContainerID)
+		c.HandlePodSyncByUID(r.PodUID)
+		return
+	}
 	if probe == "" || r.Result != bus.ProbeFailure || r.ContainerID == "" {
 		return
 	}

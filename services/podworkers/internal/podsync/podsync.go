@@ -115,6 +115,11 @@ type Syncer struct {
 	// livenessFailed holds container IDs the prober found dead;
 	// livenessKilled those killed for it (they restart unless Never).
 	livenessFailed map[string]bool
+	// startedOK holds the containers whose startup probe has succeeded;
+	// created is when this Syncer began: a container running since before
+	// then counts as started (its probe result went to the replica before).
+	startedOK map[string]bool
+	created   time.Time
 	// probeGrace holds the kill's grace of a failed probe that sets one.
 	probeGrace     map[string]time.Duration
 	livenessKilled map[string]bool
@@ -154,6 +159,8 @@ func New(rt runtime.Runtime, sink StatusSink, opts ...Option) *Syncer {
 		startTime:      map[types.UID]metav1.Time{},
 		received:       map[types.UID]time.Time{},
 		livenessFailed: map[string]bool{},
+		startedOK:      map[string]bool{},
+		created:        time.Now(),
 		probeGrace:     map[string]time.Duration{},
 		livenessKilled: map[string]bool{},
 		ids:            map[types.UID]map[string]bool{},
@@ -203,11 +210,33 @@ func (s *Syncer) killGrace(pod *corev1.Pod, id string) time.Duration {
 	return graceOf(pod)
 }
 
+// StartupSucceeded records that the container's startup probe passed: a
+// sidecar waiting for it lets the pod's next containers start.
+func (s *Syncer) StartupSucceeded(uid types.UID, containerID string) {
+	s.recordID(uid, containerID)
+	s.mu.Lock()
+	s.startedOK[containerID] = true
+	s.mu.Unlock()
+}
+
+// sidecarStarted says whether a running sidecar counts as started (kubelet:
+// isContainerStarted): it has no startup probe, its startup probe has
+// passed, or it was running before this replica began.
+func (s *Syncer) sidecarStarted(c *corev1.Container, inst *runtime.ContainerStatus) bool {
+	if c.StartupProbe == nil {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.startedOK[inst.ID] || (!inst.StartedAt.IsZero() && inst.StartedAt.Before(s.created))
+}
+
 func (s *Syncer) takeLivenessFailure(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.livenessFailed[id] {
 		delete(s.livenessFailed, id)
+		delete(s.startedOK, id)
 		s.livenessKilled[id] = true
 		return true
 	}
@@ -341,6 +370,17 @@ func resizeOf(inst *runtime.ContainerStatus, c *corev1.Container) (want corev1.R
 		}
 	}
 	return want, true, restart
+}
+
+// anyStarted says whether any of the containers has had an instance: the
+// pod got past its initialization.
+func anyStarted(byName map[string][]runtime.ContainerStatus, containers []corev1.Container) bool {
+	for i := range containers {
+		if len(byName[containers[i].Name]) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // instances groups a pod's container instances by name, oldest first.
@@ -565,15 +605,19 @@ func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker
 			// kubelet: a sidecar (restartPolicy Always on an init container)
 			// lets the next init container start once it runs, and is kept
 			// running, restarted with back-off, for the pod's whole life.
+			// kubelet: while the pod initializes, a sidecar with a startup
+			// probe holds the next containers back until the probe passes
+			// (the prober's result wakes this worker).
+			holds := c.StartupProbe != nil && !anyStarted(byName, pod.Spec.Containers)
 			switch {
 			case last == nil:
-				if err := s.start(ctx, pod, c, nil); err != nil {
+				if err := s.start(ctx, pod, c, nil); err != nil || holds {
 					return res, err
 				}
 			case last.State == runtime.StateCreated:
 				// kubelet: a container stuck in Created (its start was cut
 				// short) is started again (computeInitContainerActions).
-				if err := s.start(ctx, pod, c, last); err != nil {
+				if err := s.start(ctx, pod, c, last); err != nil || holds {
 					return res, err
 				}
 			case last.State == runtime.StateExited:
@@ -588,6 +632,8 @@ func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker
 			case s.takeLivenessFailure(last.ID):
 				_ = s.kill(ctx, pod, c.Name, last.ID, s.killGrace(pod, last.ID))
 				requeue(time.Millisecond)
+				return res, nil
+			case holds && last.State == runtime.StateRunning && !s.sidecarStarted(c, last):
 				return res, nil
 			}
 			continue

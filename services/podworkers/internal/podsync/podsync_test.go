@@ -1,6 +1,7 @@
 package podsync
 
 import (
+	"context"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/services/podworkers/internal/fakeruntime"
 	"github.com/splitlet/splitlet/services/podworkers/internal/podworkers"
 )
@@ -349,5 +351,55 @@ func TestCreatedContainerStartedAgain(t *testing.T) {
 		if c.RestartCount != 1 {
 			t.Errorf("%s: restartCount %d, want 1", name, c.RestartCount)
 		}
+	}
+}
+
+// kubelet: a sidecar with a startup probe holds the pod's next containers
+// back until the probe passes; one running since before this replica began
+// counts as started (its result went to the replica before).
+func TestSidecarStartupProbeHoldsTheApp(t *testing.T) {
+	rt := fakeruntime.New()
+	sy := New(rt, &sink{last: map[types.UID]*bus.PodRuntimeStatus{}})
+	always := corev1.ContainerRestartPolicyAlways
+	p := pod("s1", corev1.RestartPolicyAlways, "app")
+	p.Spec.InitContainers = []corev1.Container{{Name: "proxy", Image: "img", RestartPolicy: &always,
+		StartupProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}}}
+	sync := func() {
+		t.Helper()
+		if _, err := sy.SyncPod(context.Background(), podworkers.UpdateSync, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := func() []string {
+		var out []string
+		for _, c := range rt.PodContainers(p.UID) {
+			out = append(out, c.Name+"="+string(c.State))
+		}
+		return out
+	}
+	sync()
+	sync()
+	if got := names(); len(got) != 1 || got[0] != "proxy="+string(runtime.StateRunning) {
+		t.Fatalf("before the sidecar's startup probe passed: %v, want the sidecar alone", got)
+	}
+	sy.StartupSucceeded(p.UID, rt.PodContainers(p.UID)[0].ID)
+	sync()
+	if got := names(); len(got) != 2 {
+		t.Fatalf("after the startup probe passed: %v, want the app started", got)
+	}
+
+	// a replica that begins after the sidecar started does not wait for a
+	// result it will not get again.
+	q := pod("s2", corev1.RestartPolicyAlways, "app")
+	q.Spec.InitContainers = p.Spec.InitContainers
+	if _, err := sy.SyncPod(context.Background(), podworkers.UpdateSync, q); err != nil {
+		t.Fatal(err)
+	}
+	later := New(rt, &sink{last: map[types.UID]*bus.PodRuntimeStatus{}})
+	if _, err := later.SyncPod(context.Background(), podworkers.UpdateSync, q); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(rt.PodContainers(q.UID)); n != 2 {
+		t.Fatalf("a replica that began after the sidecar: %d containers, want the app started too", n)
 	}
 }

@@ -695,3 +695,42 @@ func (e *env) lastReadiness(t *testing.T, js jetstream.JetStream) *bus.AgentRead
 	}
 	return ar
 }
+
+// kubelet: a sidecar with a startup probe holds the app container back
+// until the prober's startup success reaches the replica over the bus.
+func TestSidecarWaitsForItsStartupProbe(t *testing.T) {
+	e := newEnv(t, "pw-sidecar")
+	e.startReplica(t, config.RuntimeSim, nil)
+	always := corev1.ContainerRestartPolicyAlways
+	p := newPod(t, e.cs, "sidecar", func(p *corev1.Pod) {
+		p.Spec.NodeName = e.node
+		p.Spec.InitContainers = []corev1.Container{{Name: "proxy", Image: "busybox", RestartPolicy: &always,
+			StartupProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}}}
+	})
+	e.send(bus.OpAdd, p)
+	var proxy string
+	eventually(t, 30*time.Second, "the sidecar running", func() bool {
+		st, _ := e.get(p.UID)
+		if st == nil || len(st.InitContainerStatuses) == 0 || st.InitContainerStatuses[0].State.Running == nil {
+			return false
+		}
+		proxy = st.InitContainerStatuses[0].ContainerID
+		return true
+	})
+	// a later status of the same pod (the resync) still holds the app back.
+	e.send(bus.OpUpdate, p)
+	eventually(t, 30*time.Second, "a status after the update", func() bool {
+		st, _ := e.get(p.UID)
+		return st != nil && len(st.ContainerStatuses) == 1 && st.ContainerStatuses[0].State.Waiting != nil
+	})
+	if st, _ := e.get(p.UID); containerRunning(st) {
+		t.Fatalf("the app runs before the sidecar's startup probe passed: %+v", st.ContainerStatuses)
+	}
+	part := bus.Partition(string(p.UID), partitions)
+	e.publish(bus.For(e.node).ProbeResults(part), bus.KindProbeResult, "", &bus.ProbeResult{PodUID: p.UID, Namespace: p.Namespace, Name: p.Name,
+		Container: "proxy", ContainerID: proxy, Probe: bus.ProbeStartup, Result: bus.ProbeSuccess})
+	eventually(t, 30*time.Second, "the app running after the startup success", func() bool {
+		st, _ := e.get(p.UID)
+		return containerRunning(st)
+	})
+}
