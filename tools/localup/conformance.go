@@ -445,7 +445,16 @@ func runE2E(ctx context.Context, e2eBin, kubeconfig, reportDir, criEndpoint stri
 	// Its own process group, so that a Ctrl-C reaches it once, from here:
 	// SIGINT lets Ginkgo end the spec that runs and write the report.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.Cancel = func() error {
+		// Ginkgo ends the running specs on the first interrupt and waits
+		// for their cleanup, which a namespace deletion can drag out; a
+		// second one, 30 s on, cuts that short.
+		go func(p *os.Process) {
+			time.Sleep(30 * time.Second)
+			_ = p.Signal(os.Interrupt)
+		}(cmd.Process)
+		return cmd.Process.Signal(os.Interrupt)
+	}
 	cmd.WaitDelay = 2 * time.Minute
 	// Not exec's context: the run's own timeout comes from Ginkgo, and a
 	// report is read even after a Ctrl-C.
