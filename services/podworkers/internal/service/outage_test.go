@@ -90,9 +90,14 @@ func TestNATSClusterServerLostRestartsNoContainer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// the streams at three replicas from the start, as the stages make
-	// them with nats-replicas=3.
-	if err := bus.EnsureStreamsReplicas(ctx, js, "pw-natsloss", 3); err != nil {
-		t.Fatal(err)
+	// them with nats-replicas=3; until every server has joined JetStream's
+	// meta group a placement may find a peer offline, so it is retried.
+	for err := bus.EnsureStreamsReplicas(ctx, js, "pw-natsloss", 3); err != nil; err = bus.EnsureStreamsReplicas(ctx, js, "pw-natsloss", 3) {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the streams at three replicas: %v", err)
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 	e := newEnvOn(t, "pw-natsloss", n3)
 	e.natsReplicas = 3
