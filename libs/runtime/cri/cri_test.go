@@ -615,4 +615,14 @@ func TestEphemeralTargetSharesProcesses(t *testing.T) {
 			return out == c.want, fmt.Sprintf("PID 1 is %q, want %q", out, c.want)
 		})
 	}
+	// the debuggers stop before their target: stopping the target first
+	// kills whatever shares its process namespace under the runtime's feet.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	list := r.PodContainers(p.UID)
+	for i := len(list) - 1; i >= 0; i-- {
+		if err := r.StopContainer(ctx, list[i].ID, 0); err != nil {
+			t.Errorf("stop %s: %v", list[i].Name, err)
+		}
+	}
 }
