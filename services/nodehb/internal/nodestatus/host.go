@@ -100,4 +100,3 @@ func parent(d string) string {
 	}
 	return d[:i]
 }
-
