@@ -267,6 +267,8 @@ func printTable(out io.Writer, order []string, r map[string]*result) {
 		{"control plane CPU, create → all gone (s)", func(x *result) float64 { return x.ControlPlaneCPUSec }},
 		{"bus messages delivered per pod (split)", func(x *result) float64 { return x.BusMsgsPerPod }},
 		{"bus KiB delivered per pod (split)", func(x *result) float64 { return x.BusKiBPerPod }},
+		{"bus messages delivered per pod, create→Ready (split)", func(x *result) float64 { return x.BusMsgsPerPodToReady }},
+		{"bus KiB delivered per pod, create→Ready (split)", func(x *result) float64 { return x.BusKiBPerPodToReady }},
 	}
 	head := "| figure |"
 	sep := "|---|"

@@ -51,6 +51,10 @@ type result struct {
 	// the whole case, per pod (split runs only).
 	BusMsgsPerPod float64 `json:"busMessagesDeliveredPerPod,omitempty"`
 	BusKiBPerPod  float64 `json:"busKiBDeliveredPerPod,omitempty"`
+	// BusMsgsPerPodToReady and BusKiBPerPodToReady: the same from the
+	// first create until every pod is Ready (issue 16's measure).
+	BusMsgsPerPodToReady float64 `json:"busMessagesDeliveredPerPodToReady,omitempty"`
+	BusKiBPerPodToReady  float64 `json:"busKiBDeliveredPerPodToReady,omitempty"`
 	// BusPublishedPerPod: messages each stream stored, per pod.
 	BusPublishedPerPod map[string]float64 `json:"busMessagesPublishedPerPodByStream,omitempty"`
 	// Stages: where a Splitlet run's create→Ready goes, stage by stage
@@ -229,12 +233,20 @@ func measureCase(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a 
 	} else {
 		cpuProfiled <- nil
 	}
+	busAtStart, err := run.busTraffic()
+	if err != nil {
+		return nil, run, fmt.Errorf("bus figures: %w", err)
+	}
 	start := time.Now()
 	if err := createPods(ctx, cs, a.name, node, n, concurrency, created); err != nil {
 		return nil, run, err
 	}
 	if err := waitFor(ctx, 15*time.Minute, run, fmt.Sprintf("%d pods Ready", n), func() bool { return tr.ready.Load() >= int64(n) }); err != nil {
 		return nil, run, fmt.Errorf("%w: %d of %d Ready (logs in %s)", err, tr.ready.Load(), n, run.dir)
+	}
+	busAtReady, err := run.busTraffic()
+	if err != nil {
+		return nil, run, fmt.Errorf("bus figures: %w", err)
 	}
 	if env.profileDir != "" {
 		if err := run.saveProfile(env.profileDir, a.name, "heap"); err != nil {
@@ -246,6 +258,8 @@ func measureCase(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a 
 		return nil, run, err
 	}
 	res := &result{Agent: a.name, Pods: n}
+	res.BusMsgsPerPodToReady = float64(busAtReady.OutMsgs-busAtStart.OutMsgs) / float64(n)
+	res.BusKiBPerPodToReady = float64(busAtReady.OutBytes-busAtStart.OutBytes) / 1024 / float64(n)
 	if a.name == "split" || a.name == "allinone" {
 		if res.Stages, err = readBreakdown(ctx, run); err != nil {
 			return nil, run, fmt.Errorf("the stages' histograms: %w", err)
@@ -464,6 +478,8 @@ func median(rs []*result) *result {
 		func(r *result) *float64 { return &r.ControlPlaneCPUSec },
 		func(r *result) *float64 { return &r.BusMsgsPerPod },
 		func(r *result) *float64 { return &r.BusKiBPerPod },
+		func(r *result) *float64 { return &r.BusMsgsPerPodToReady },
+		func(r *result) *float64 { return &r.BusKiBPerPodToReady },
 	} {
 		vals := make([]float64, len(rs))
 		for i, r := range rs {

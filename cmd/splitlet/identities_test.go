@@ -151,7 +151,9 @@ func TestStageIdentities(t *testing.T) {
 	// What the table does not give, each identity is refused.
 	s := bus.For(node)
 	for _, c := range []struct{ id, subject string }{
-		{bus.StagePodworkers, s.PodUpdates(0)},   // only podconfig says what runs
+		{bus.StagePodworkers, s.PodUpdates(0)},    // only podconfig says what runs
+		{bus.StagePodworkers, s.PodReconciles(0)}, // and what the API's status is
+		{bus.StageProber, s.PodReconciles(0)},
 		{bus.StageProber, s.PodStatus(0)},        // only the pod workers report runtime status
 		{bus.StageStatussync, s.Exec(0)},         // only nodehb and the prober exec
 		{bus.StageStatussync, s.ProbeResults(0)}, // only the prober reports probes
@@ -165,7 +167,7 @@ func TestStageIdentities(t *testing.T) {
 	// (and the server's log shows them: the check above of a quiet log
 	// could have failed.)
 	eventually(t, 10*time.Second, "the refusals in the server's log", func() (bool, string) {
-		return len(seen.all()) >= 6, strings.Join(seen.all(), "\n")
+		return len(seen.all()) >= 8, strings.Join(seen.all(), "\n")
 	})
 }
 

@@ -31,7 +31,7 @@ func TestConformance(t *testing.T) {
 	nc, _ := n.Connect(t)
 	st := waitReady(t, nc, node)
 	t.Run("discovery", func(t *testing.T) { checkDiscovery(t, nc, node, st) })
-	conformance.Prober(t, conformance.Target{NATSURL: n.URL, Node: node, Partitions: 4})
+	conformance.Prober(t, conformance.Target{NATSURL: n.URL, Node: node, Partitions: 4, JSONOnly: true})
 }
 
 // startJSProber runs `node prober.js args...` until the test ends; then it

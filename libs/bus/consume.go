@@ -95,7 +95,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, opts ConsumerOptions, 
 		inflight.Add(1)
 		defer inflight.Done()
 		subject := m.Subject()
-		e, err := Decode(m.Data())
+		e, err := DecodeMsg(m.Headers(), m.Data())
 		if err != nil {
 			log.Error("dropping malformed message", zap.String("subject", subject), zap.Error(err))
 			_ = m.Term()

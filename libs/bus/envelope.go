@@ -8,8 +8,9 @@ import (
 	"time"
 )
 
-// SchemaVersion is the envelope schema this package writes and accepts.
-const SchemaVersion = 1
+// SchemaVersion is the contract this package implements. Its messages carry
+// SchemaVersionJSON or SchemaVersionProtobuf, the version of their form.
+const SchemaVersion = 2
 
 // Kind names what a message's payload is.
 type Kind string
@@ -65,6 +66,8 @@ var knownOps = map[Op]bool{OpSet: true, OpAdd: true, OpUpdate: true, OpDelete: t
 
 // Envelope is the outer form of every message on the bus.
 type Envelope struct {
+	// SchemaVersion is the version of the message's form: 1 for JSON, 2 for
+	// protobuf.
 	SchemaVersion int    `json:"schemaVersion"`
 	Kind          Kind   `json:"kind"`
 	Node          string `json:"node"`
@@ -76,9 +79,14 @@ type Envelope struct {
 	// Seq increases with every message of one source; receivers drop a
 	// message whose Seq is not above the last one seen from that source on
 	// that subject.
-	Seq     uint64          `json:"seq"`
-	SentAt  time.Time       `json:"sentAt"`
+	Seq    uint64    `json:"seq"`
+	SentAt time.Time `json:"sentAt"`
+	// Payload is the kind's payload in the message's encoding: a JSON object,
+	// or the kind's protobuf message.
 	Payload json.RawMessage `json:"payload"`
+	// Encoding is the message's wire form (the Content-Type header), not a
+	// field of it.
+	Encoding Encoding `json:"-"`
 }
 
 // FieldError is a decoding error that names the offending field by its JSON
@@ -94,43 +102,103 @@ func fieldErr(field, format string, args ...any) error {
 	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
-// NewEnvelope wraps a payload. Seq and SentAt are left to the publisher.
+// NewEnvelope wraps a payload as JSON. Seq and SentAt are left to the
+// publisher.
 func NewEnvelope(kind Kind, node, source string, op Op, payload any) (*Envelope, error) {
-	raw, err := json.Marshal(payload)
+	return NewEnvelopeAs(EncodingJSON, kind, node, source, op, payload)
+}
+
+// NewEnvelopeAs wraps a payload in the given encoding. A kind without a
+// protobuf form is wrapped as JSON whatever enc says.
+func NewEnvelopeAs(enc Encoding, kind Kind, node, source string, op Op, payload any) (*Envelope, error) {
+	e := &Envelope{SchemaVersion: SchemaVersionJSON, Kind: kind, Node: node, Source: source, Op: op, Encoding: EncodingJSON}
+	var err error
+	if pp, ok := payload.(protoPayload); ok && enc == EncodingProtobuf {
+		e.SchemaVersion, e.Encoding = SchemaVersionProtobuf, EncodingProtobuf
+		e.Payload, err = pp.appendProto(nil)
+	} else {
+		e.Payload, err = json.Marshal(payload)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("bus: encode %s payload: %w", kind, err)
 	}
-	return &Envelope{SchemaVersion: SchemaVersion, Kind: kind, Node: node, Source: source, Op: op, Payload: raw}, nil
+	return e, nil
 }
 
-// Encode returns the wire form of the envelope after checking it as Decode would.
+// Encode returns the wire form of the envelope, in its Encoding, after
+// checking it as Decode would.
 func Encode(e *Envelope) ([]byte, error) {
 	if err := e.Validate(); err != nil {
 		return nil, err
 	}
+	if e.Encoding == EncodingProtobuf {
+		return marshalProtoEnvelope(e), nil
+	}
 	return json.Marshal(e)
 }
 
-// Decode parses and checks a message. It never panics; every error names the field.
+// Decode parses and checks a message whose encoding is not named: a JSON
+// message begins with '{', a protobuf one never does (its first byte is a
+// field tag). It never panics; every error names the field.
 func Decode(data []byte) (*Envelope, error) {
+	t := bytes.TrimSpace(data)
+	if len(t) == 0 {
+		return nil, fieldErr("(message)", "empty")
+	}
+	if t[0] == '{' {
+		return decodeAs(EncodingJSON, data)
+	}
+	return decodeAs(EncodingProtobuf, data)
+}
+
+// DecodeMsg parses and checks a message in the encoding its Content-Type
+// header names; a message without the header is decoded as Decode does.
+func DecodeMsg(header map[string][]string, data []byte) (*Envelope, error) {
+	ct := ""
+	if v := header[HeaderContentType]; len(v) > 0 {
+		ct = v[0]
+	}
+	if ct == "" {
+		return Decode(data)
+	}
+	enc, ok := encodingOf(ct)
+	if !ok {
+		return nil, fieldErr("(header "+HeaderContentType+")", "unknown content type %q", ct)
+	}
+	return decodeAs(enc, data)
+}
+
+func decodeAs(enc Encoding, data []byte) (*Envelope, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, fieldErr("(message)", "empty")
 	}
-	var e Envelope
-	if err := json.Unmarshal(data, &e); err != nil {
-		return nil, jsonFieldError("", err)
+	var e *Envelope
+	if enc == EncodingProtobuf {
+		var err error
+		if e, err = unmarshalProtoEnvelope(data); err != nil {
+			return nil, err
+		}
+	} else {
+		e = &Envelope{}
+		if err := json.Unmarshal(data, e); err != nil {
+			return nil, jsonFieldError("", err)
+		}
 	}
 	if err := e.Validate(); err != nil {
 		return nil, err
 	}
-	return &e, nil
+	return e, nil
 }
 
 // Validate checks the envelope fields (not the payload's inside).
 func (e *Envelope) Validate() error {
+	want := SchemaVersionJSON
+	if e.Encoding == EncodingProtobuf {
+		want = SchemaVersionProtobuf
+	}
 	switch {
-	case e.SchemaVersion != SchemaVersion:
-		return fieldErr("schemaVersion", "is %d, want %d", e.SchemaVersion, SchemaVersion)
+	case e.SchemaVersion != want:
+		return fieldErr("schemaVersion", "is %d, want %d for %s", e.SchemaVersion, want, e.Encoding)
 	case !knownKinds[e.Kind]:
 		return fieldErr("kind", "unknown kind %q", e.Kind)
 	case e.Node == "":
@@ -145,6 +213,9 @@ func (e *Envelope) Validate() error {
 		return fieldErr("seq", "required (starts at 1)")
 	case e.SentAt.IsZero():
 		return fieldErr("sentAt", "required")
+	}
+	if e.Encoding == EncodingProtobuf {
+		return nil
 	}
 	p := bytes.TrimSpace(e.Payload)
 	if len(p) == 0 || p[0] != '{' {
@@ -191,7 +262,15 @@ func DecodePayload[T any, P interface {
 		return nil, fieldErr("kind", "is %s, want %s", e.Kind, want)
 	}
 	var v T
-	if err := json.Unmarshal(e.Payload, &v); err != nil {
+	if e.Encoding == EncodingProtobuf {
+		pp, ok := any(P(&v)).(protoPayload)
+		if !ok {
+			return nil, fieldErr("payload", "%s has no protobuf form", want)
+		}
+		if err := pp.unmarshalProto(e.Payload); err != nil {
+			return nil, err
+		}
+	} else if err := json.Unmarshal(e.Payload, &v); err != nil {
 		return nil, jsonFieldError("payload", err)
 	}
 	if err := P(&v).validate(e); err != nil {

@@ -77,6 +77,12 @@ func TestPartitionOf(t *testing.T) {
 	if p, ok := bus.PartitionOf(s.PodUpdates(12)); !ok || p != 12 {
 		t.Fatalf("PartitionOf = %d, %v", p, ok)
 	}
+	if got := s.PodReconciles(7); got != "splitlet.v1.node-a_example.podupdates.reconcile.7" {
+		t.Fatalf("reconcile subject %q", got)
+	}
+	if p, ok := bus.PartitionOf(s.PodReconciles(12)); !ok || p != 12 {
+		t.Fatalf("PartitionOf(reconcile) = %d, %v", p, ok)
+	}
 	for _, bad := range []string{"", "a.", "a.b", "a.1x", s.AgentReady()} {
 		if _, ok := bus.PartitionOf(bad); ok {
 			t.Errorf("PartitionOf(%q) ok", bad)

@@ -30,14 +30,32 @@ type Publisher struct {
 	source string
 	seq    atomic.Uint64
 	now    func() time.Time
+	enc    Encoding
+}
+
+// PublisherOption configures a Publisher.
+type PublisherOption func(*Publisher)
+
+// WithEncoding has the publisher write its messages in enc (default:
+// protobuf, for the kinds that have a protobuf form). JSON is for a node
+// with a stage that reads only JSON (a v1 stage, or one in a language
+// without Kubernetes' protobuf types).
+func WithEncoding(enc Encoding) PublisherOption {
+	return func(p *Publisher) { p.enc = enc }
 }
 
 // NewPublisher returns a publisher for the given node and source name.
-func NewPublisher(nc *nats.Conn, js jetstream.JetStream, node, source string) *Publisher {
-	p := &Publisher{nc: nc, js: js, node: node, source: source, now: time.Now}
+func NewPublisher(nc *nats.Conn, js jetstream.JetStream, node, source string, opts ...PublisherOption) *Publisher {
+	p := &Publisher{nc: nc, js: js, node: node, source: source, now: time.Now, enc: EncodingProtobuf}
+	for _, o := range opts {
+		o(p)
+	}
 	p.seq.Store(uint64(time.Now().UnixMicro()))
 	return p
 }
+
+// Encoding is the encoding the publisher writes.
+func (p *Publisher) Encoding() Encoding { return p.enc }
 
 // Source is the publisher's source name.
 func (p *Publisher) Source() string { return p.source }
@@ -48,7 +66,7 @@ func (p *Publisher) Node() string { return p.node }
 // Seal wraps a payload into an envelope with the next sequence number and
 // returns its wire form.
 func (p *Publisher) Seal(kind Kind, op Op, payload any) ([]byte, *Envelope, error) {
-	e, err := NewEnvelope(kind, p.node, p.source, op, payload)
+	e, err := NewEnvelopeAs(p.enc, kind, p.node, p.source, op, payload)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -92,7 +110,7 @@ func (p *Publisher) PublishAsync(ctx context.Context, subject string, kind Kind,
 	if err != nil {
 		return nil, err
 	}
-	msg := &nats.Msg{Subject: subject, Data: data, Header: tracing.Inject(ctx)}
+	msg := &nats.Msg{Subject: subject, Data: data, Header: header(ctx, e)}
 	f, err := p.js.PublishMsgAsync(msg, jetstream.WithMsgID(p.msgID(e)))
 	if err != nil {
 		return nil, fmt.Errorf("bus: publish %s to %s: %w", kind, subject, err)
@@ -115,22 +133,32 @@ func (p *Publisher) Flush(ctx context.Context) error {
 func (p *Publisher) Send(subject string, kind Kind, payload any) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	data, _, err := p.Seal(kind, "", payload)
+	data, e, err := p.Seal(kind, "", payload)
 	if err != nil {
 		return err
 	}
-	return p.nc.Publish(subject, data)
+	return p.nc.PublishMsg(&nats.Msg{Subject: subject, Data: data, Header: header(context.Background(), e)})
+}
+
+// header is a message's headers: its Content-Type and ctx's trace context.
+func header(ctx context.Context, e *Envelope) nats.Header {
+	h := tracing.Inject(ctx)
+	if h == nil {
+		h = nats.Header{}
+	}
+	h[HeaderContentType] = []string{e.Encoding.ContentType()}
+	return h
 }
 
 // Request sends a request and decodes the single answer.
 func (p *Publisher) Request(ctx context.Context, subject string, kind Kind, payload any) (*Envelope, error) {
-	data, _, err := p.Seal(kind, "", payload)
+	data, e, err := p.Seal(kind, "", payload)
 	if err != nil {
 		return nil, err
 	}
-	msg, err := p.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subject, Data: data, Header: tracing.Inject(ctx)})
+	msg, err := p.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subject, Data: data, Header: header(ctx, e)})
 	if err != nil {
 		return nil, fmt.Errorf("bus: request %s on %s: %w", kind, subject, err)
 	}
-	return Decode(msg.Data)
+	return DecodeMsg(msg.Header, msg.Data)
 }

@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/testenv"
@@ -156,6 +158,74 @@ func TestDurableDeliveryAndDedup(t *testing.T) {
 	waitDrained(t, js, opts.Stream, opts.Durable)
 	if n := got.len(); n != 5 {
 		t.Fatalf("handled %d messages, want 5 (duplicate not dropped?)", n)
+	}
+}
+
+// TestReconcilesOnTheirOwnSubject (contract v2): a RECONCILE on its
+// partition's reconcile subject is kept in the pod-updates stream, but a
+// consumer of PodUpdatesAll (the prober's, statussync's) is never sent it,
+// while a consumer of the partition's two subjects (its owner's, the pod
+// workers') gets the partition's updates and reconciles in publish order.
+// The publisher's seq runs across both subjects: the receiver's per-subject
+// dedup drops none of them as already seen.
+func TestReconcilesOnTheirOwnSubject(t *testing.T) {
+	ctx := context.Background()
+	js, pub := nodeN(t, "api")
+	s := bus.For("n")
+	const part = 3
+	p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "default", UID: "uid-r"}}
+	send := func(part int, op bus.Op) {
+		t.Helper()
+		subject := s.PodUpdates(part)
+		if op == bus.OpReconcile {
+			subject = s.PodReconciles(part)
+		}
+		if err := pub.Publish(ctx, subject, bus.KindPodUpdate, op, &bus.PodUpdate{Pods: []corev1.Pod{p}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sent := []bus.Op{bus.OpAdd, bus.OpReconcile, bus.OpUpdate, bus.OpReconcile, bus.OpReconcile, bus.OpDelete, bus.OpReconcile}
+	for _, op := range sent {
+		send(part, op)
+	}
+	// another partition's: for neither consumer of partition 3 (the first
+	// takes only its ADD).
+	send(part+1, bus.OpAdd)
+	send(part+1, bus.OpReconcile)
+
+	stream := bus.StreamName("n", bus.StreamPodUpdates)
+	var all, owner collected
+	for _, c := range []struct {
+		durable string
+		filters []string
+		into    *collected
+	}{
+		{"every-partition", []string{s.PodUpdatesAll()}, &all},
+		{"owner-p3", s.PartitionPodUpdates(part), &owner},
+	} {
+		stop, err := bus.Consume(ctx, js, bus.ConsumerOptions{Stream: stream, Durable: c.durable, Filters: c.filters}, c.into.handler)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stop()
+	}
+	waitLen(t, &owner, len(sent))
+	waitDrained(t, js, stream, "owner-p3")
+	waitDrained(t, js, stream, "every-partition")
+	all.mu.Lock()
+	defer all.mu.Unlock()
+	owner.mu.Lock()
+	defer owner.mu.Unlock()
+	if want := []bus.Op{bus.OpAdd, bus.OpUpdate, bus.OpDelete, bus.OpAdd}; !slices.Equal(all.ops, want) {
+		t.Errorf("a consumer of %s got %v, want %v (no reconcile)", s.PodUpdatesAll(), all.ops, want)
+	}
+	if !slices.Equal(owner.ops, sent) {
+		t.Errorf("the owner of partition %d got %v, want %v in publish order", part, owner.ops, sent)
+	}
+	for i := 1; i < len(owner.seqs); i++ {
+		if owner.seqs[i] <= owner.seqs[i-1] {
+			t.Errorf("the owner got seq %d after %d", owner.seqs[i], owner.seqs[i-1])
+		}
 	}
 }
 

@@ -43,12 +43,42 @@ func (s Subjects) part(name string, partition int) string {
 }
 
 // PodUpdates is where podconfig publishes the PodUpdate events of the pods
-// whose UID falls in the partition. Published by podconfig; consumed by
-// podworkers (the owner of the partition), prober and statussync.
+// whose UID falls in the partition, all but RECONCILE (PodReconciles).
+// Published by podconfig; consumed by podworkers (the owner of the
+// partition), prober and statussync.
 func (s Subjects) PodUpdates(partition int) string { return s.part(tokPodUpdates, partition) }
 
-// PodUpdatesAll matches the pod updates of every partition.
+// PodUpdatesAll matches the pod updates of every partition, and not their
+// reconciles: podupdates.* is one token after podupdates, and
+// podupdates.reconcile.<p> has two.
 func (s Subjects) PodUpdatesAll() string { return s.prefix + "." + tokPodUpdates + ".*" }
+
+// PodReconciles is where podconfig publishes the RECONCILE PodUpdates
+// (status-only changes) of the pods in the partition. New in contract v2
+// (v1 sent them on PodUpdates): only the owner of the partition
+// (podworkers) consumes them, so the NATS server no longer sends the
+// prober and statussync, which filter PodUpdatesAll, what they would drop.
+func (s Subjects) PodReconciles(partition int) string {
+	return s.part(tokPodUpdates+"."+tokReconcile, partition)
+}
+
+// PodReconcilesAll matches the reconciles of every partition.
+func (s Subjects) PodReconcilesAll() string {
+	return s.prefix + "." + tokPodUpdates + "." + tokReconcile + ".*"
+}
+
+// PodUpdatesStream matches every subject of the pod-updates stream: the pod
+// updates and the reconciles of every partition (podupdates.>). One stream
+// holds both, so a consumer of both subjects of a partition
+// (PartitionPodUpdates) gets a pod's UPDATEs and RECONCILEs in publish
+// order.
+func (s Subjects) PodUpdatesStream() string { return s.prefix + "." + tokPodUpdates + ".>" }
+
+// PartitionPodUpdates are the subjects the owner of a partition consumes
+// from the pod-updates stream: the partition's pod updates and reconciles.
+func (s Subjects) PartitionPodUpdates(partition int) []string {
+	return []string{s.PodUpdates(partition), s.PodReconciles(partition)}
+}
 
 // PodStatus is where podworkers publish the runtime status of pods in the
 // partition. Consumed by statussync and prober.
@@ -104,6 +134,7 @@ func (s Subjects) Status(stage string) string { return s.prefix + "." + tokStatu
 const (
 	tokStatus     = "status"
 	tokPodUpdates = "podupdates"
+	tokReconcile  = "reconcile"
 	tokPodStatus  = "podstatus"
 	tokProbes     = "probes"
 	tokState      = "state"

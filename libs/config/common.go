@@ -2,15 +2,17 @@ package config
 
 import (
 	"fmt"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/splitlet/splitlet/libs/bus"
 )
 
 // Runtimes a pod worker can run pods with.
@@ -57,7 +59,16 @@ type Common struct {
 	ShutdownTimeout time.Duration
 	Tracing         TracingKeys
 	MemoryLimit     string
+	// BusEncoding is the form this process's stages write on the bus:
+	// protobuf or json (docs/bus.md, "Encodings").
+	BusEncoding string
 }
+
+// The bus-encoding values.
+const (
+	BusEncodingProtobuf = "protobuf"
+	BusEncodingJSON     = "json"
+)
 
 // TracingKeys turn OpenTelemetry tracing on (libs/tracing).
 type TracingKeys struct {
@@ -102,6 +113,7 @@ func (c *Common) RegisterFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.Partitions, "partitions", 16, "bus partitions of the node's pods; every stage of a node must agree")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown may take to drain in-flight work")
 	fs.StringVar(&c.MemoryLimit, "memory-limit", "auto", "the Go runtime's soft memory limit (GOMEMLIMIT) of this process: a quantity (512Mi), none, or auto: 90% of the container's memory limit (cgroup memory.max) when it has one, else none; a GOMEMLIMIT in the environment wins")
+	fs.Var(newEnum(&c.BusEncoding, BusEncodingProtobuf, BusEncodingProtobuf, BusEncodingJSON), "bus-encoding", "form of the messages this process's stages write on the bus: protobuf (contract v2, Kubernetes' protobuf for the pods in them) or json (the v1 form, for a node with a stage that reads only JSON); every stage reads both")
 	fs.StringVar(&c.Tracing.Endpoint, "tracing-endpoint", "", "OTLP/HTTP collector for traces of each pod across the stages (http://127.0.0.1:4318, or host:port); empty: tracing off")
 	fs.Float64Var(&c.Tracing.SampleRate, "tracing-sample-rate", 1, "share of pods traced when tracing-endpoint is set, 0 to 1 (traces begun elsewhere follow their parent's decision)")
 }
@@ -195,4 +207,13 @@ func (e *enum) Set(v string) error {
 // Enum is a flag value limited to the allowed words, with a default.
 func Enum(target *string, def string, allowed ...string) pflag.Value {
 	return newEnum(target, def, allowed...)
+}
+
+// BusEncodingOption is the encoding the bus-encoding key names, as a publisher
+// option.
+func (c *Common) BusEncodingOption() bus.PublisherOption {
+	if c.BusEncoding == BusEncodingJSON {
+		return bus.WithEncoding(bus.EncodingJSON)
+	}
+	return bus.WithEncoding(bus.EncodingProtobuf)
 }

@@ -65,10 +65,10 @@ func newHarness(t *testing.T, tg Target, opts []Option) *harness {
 	}
 	return &harness{
 		tg: tg, opts: collect(opts), nc: nc, js: js, subjects: bus.For(tg.Node),
-		api:     bus.NewPublisher(nc, js, tg.Node, SourceAPI),
-		workers: bus.NewPublisher(nc, js, tg.Node, SourcePodWorkers),
-		prober:  bus.NewPublisher(nc, js, tg.Node, SourceProber),
-		config:  bus.NewPublisher(nc, js, tg.Node, SourcePodConfig),
+		api:     bus.NewPublisher(nc, js, tg.Node, SourceAPI, tg.publisherOptions()...),
+		workers: bus.NewPublisher(nc, js, tg.Node, SourcePodWorkers, tg.publisherOptions()...),
+		prober:  bus.NewPublisher(nc, js, tg.Node, SourceProber, tg.publisherOptions()...),
+		config:  bus.NewPublisher(nc, js, tg.Node, SourcePodConfig, tg.publisherOptions()...),
 	}
 }
 
@@ -103,7 +103,10 @@ func (h *harness) newPod(name string, containers ...corev1.Container) *corev1.Po
 	}
 }
 
-// sendPods publishes a PodUpdate of the api source, one message per partition.
+// sendPods publishes a PodUpdate of the api source, one message per
+// partition, on the subject podconfig uses for op: a RECONCILE on the
+// partition's reconcile subject (contract v2), anything else on its pod
+// updates subject.
 func (h *harness) sendPods(t testing.TB, op bus.Op, pods ...*corev1.Pod) {
 	t.Helper()
 	byPart := map[int][]corev1.Pod{}
@@ -112,7 +115,11 @@ func (h *harness) sendPods(t testing.TB, op bus.Op, pods ...*corev1.Pod) {
 		byPart[n] = append(byPart[n], *p)
 	}
 	for n, ps := range byPart {
-		h.publish(t, h.api, h.subjects.PodUpdates(n), bus.KindPodUpdate, op, &bus.PodUpdate{Pods: ps})
+		subject := h.subjects.PodUpdates(n)
+		if op == bus.OpReconcile {
+			subject = h.subjects.PodReconciles(n)
+		}
+		h.publish(t, h.api, subject, bus.KindPodUpdate, op, &bus.PodUpdate{Pods: ps})
 	}
 }
 
@@ -184,7 +191,7 @@ func (h *harness) watch(t testing.TB, subject string, skip ...string) *watcher {
 		own[s] = true
 	}
 	sub, err := h.nc.Subscribe(subject, func(m *nats.Msg) {
-		e, err := bus.Decode(m.Data)
+		e, err := bus.DecodeMsg(m.Header, m.Data)
 		w.mu.Lock()
 		if err != nil {
 			w.bad = append(w.bad, fmt.Sprintf("%s: %v", m.Subject, err))
@@ -271,7 +278,7 @@ func (w *watcher) never(t testing.TB, from int, window time.Duration, what strin
 			w.mu.Lock()
 			r := w.msgs[i]
 			w.mu.Unlock()
-			t.Fatalf("unexpected message on %s: %s: %s", r.subject, what, r.env.Payload)
+			t.Fatalf("unexpected message on %s: %s: %s", r.subject, what, payloadText(r.env))
 		}
 		select {
 		case <-next:
@@ -290,7 +297,7 @@ func (w *watcher) summary(from int) string {
 	var b strings.Builder
 	n := 0
 	for i := max(from, len(w.msgs)-8); i < len(w.msgs); i++ {
-		fmt.Fprintf(&b, "[%s %s %s] ", w.msgs[i].subject, w.msgs[i].env.Kind, w.msgs[i].env.Payload)
+		fmt.Fprintf(&b, "[%s %s %s] ", w.msgs[i].subject, w.msgs[i].env.Kind, payloadText(w.msgs[i].env))
 		n++
 	}
 	if n == 0 {
@@ -442,4 +449,12 @@ func (h *harness) consumers() string {
 		}
 	}
 	return b.String()
+}
+
+// payloadText is a message's payload as a person reads it: JSON.
+func payloadText(e *bus.Envelope) string {
+	if j, err := e.AsJSON(); err == nil {
+		return string(j.Payload)
+	}
+	return fmt.Sprintf("(%d bytes of %s)", len(e.Payload), e.Encoding)
 }

@@ -125,12 +125,18 @@ func (h *harness) waitObject(t *testing.T, what string, get func(context.Context
 // PodConfig checks a pod config stage against the API server of
 // Target.Config. What it must do (docs/bus.md, agreement 2): publish the
 // node's API pods as PodUpdate messages (source api) on
-// podupdates.<partition(uid)>, and SourcesReady on state.sources.
+// podupdates.<partition(uid)>, a RECONCILE on
+// podupdates.reconcile.<partition(uid)> instead, and SourcesReady on
+// state.sources.
 //
 // Cases:
 //   - api-pod-added: a pod created for the node arrives (ADD, or a SET that
 //     lists it) on its partition; a pod of another node never does.
 //   - sources-ready: the last SourcesReady lists api as ready.
+//   - status-change: a change of the pod's status alone, then of its
+//     labels: the label change arrives (UPDATE or SET), and no RECONCILE
+//     came on podupdates.<partition(uid)> before it (a RECONCILE, if the
+//     stage sends one, goes to podupdates.reconcile.<partition(uid)>).
 //   - graceful-delete: a pod deleted with a grace period arrives again with
 //     its deletionTimestamp (DELETE, UPDATE or SET).
 //   - removed: once the pod is gone from the API server, a REMOVE (or a SET
@@ -213,7 +219,7 @@ func PodConfig(t *testing.T, tg Target, opts ...Option) {
 			if err != nil {
 				return nil, false, err
 			}
-			e, err := bus.Decode(msg.Data)
+			e, err := bus.DecodeMsg(msg.Header, msg.Data)
 			if err != nil {
 				t.Fatalf("SourcesReady does not decode: %v", err)
 			}
@@ -232,6 +238,44 @@ func PodConfig(t *testing.T, tg Target, opts ...Option) {
 	if pod == nil {
 		return
 	}
+	h.run(t, "status-change", false, func(t *testing.T) {
+		from := updates.count()
+		change := func(what string, status bool, mod func(*corev1.Pod)) {
+			t.Helper()
+			for try := 0; ; try++ {
+				cur, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				mod(cur)
+				if status {
+					_, err = cs.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+				} else {
+					_, err = cs.CoreV1().Pods(pod.Namespace).Update(ctx, cur, metav1.UpdateOptions{})
+				}
+				if err == nil {
+					return
+				}
+				if !apierrors.IsConflict(err) || try == 10 {
+					t.Fatalf("%s: %v", what, err)
+				}
+			}
+		}
+		change("status", true, func(p *corev1.Pod) { p.Status.Message = "conformance: a status-only change" })
+		change("labels", false, func(p *corev1.Pod) {
+			if p.Labels == nil {
+				p.Labels = map[string]string{}
+			}
+			p.Labels["conformance"] = "status-change"
+		})
+		updates.waitFor(t, from, "the label change after the status change (UPDATE or SET)",
+			lists(pod, []bus.Op{bus.OpUpdate, bus.OpSet}, func(p *corev1.Pod) bool { return p.Labels["conformance"] == "status-change" }))
+		var on string
+		if i, _ := updates.find(from, func(r received) bool { on = r.subject; return r.env.Op == bus.OpReconcile }); i >= 0 {
+			t.Errorf("a RECONCILE on %s: since contract v2 a RECONCILE goes to podupdates.reconcile.<partition> (%s for this pod)",
+				on, h.subjects.PodReconciles(h.partition(string(pod.UID))))
+		}
+	})
 	h.run(t, "graceful-delete", false, func(t *testing.T) {
 		from := updates.count()
 		if err := cs.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(30))}); err != nil {

@@ -15,9 +15,10 @@ import (
 )
 
 // PodWorkers checks a pod workers stage (one or more replicas). What it must
-// do (docs/bus.md, agreement 3): consume podupdates.<p> and probes.<p> of the
-// partitions it owns, run the pods, publish PodRuntimeStatus on podstatus.<p>
-// on every change, AgentReadiness on state.agent, and answer
+// do (docs/bus.md, agreement 3): consume podupdates.<p>,
+// podupdates.reconcile.<p> and probes.<p> of the partitions it owns, run
+// the pods, publish PodRuntimeStatus on podstatus.<p> on every change,
+// AgentReadiness on state.agent, and answer
 // runtime.exec/logs/stats.<p>. The pods the kit sends have one container,
 // image busybox, command `sleep 3600`, so any runtime can run them.
 //
@@ -174,7 +175,7 @@ func (h *harness) workersReadiness(t *testing.T) {
 	for {
 		msg, err := stream.GetLastMsgForSubject(ctx, h.subjects.AgentReady())
 		if err == nil {
-			e, err := bus.Decode(msg.Data)
+			e, err := bus.DecodeMsg(msg.Header, msg.Data)
 			if err != nil {
 				t.Fatalf("AgentReadiness does not decode: %v", err)
 			}

@@ -386,7 +386,7 @@ func (h *harness) proberExec(t *testing.T, probes *watcher, exit int, want bus.P
 	asked := make(chan *bus.ExecRequest, 16)
 	var answered atomic.Int32
 	sub, err := h.nc.Subscribe(h.subjects.Exec(h.partition(string(pod.UID))), func(m *nats.Msg) {
-		e, err := bus.Decode(m.Data)
+		e, err := bus.DecodeMsg(m.Header, m.Data)
 		if err != nil {
 			return
 		}

@@ -122,7 +122,7 @@ func StatusSync(t *testing.T, tg Target, opts ...Option) {
 				_ = cs.CoreV1().Pods(created.Namespace).Delete(context.Background(), created.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
 			})
 			n := h.partition(hash)
-			fileSource := bus.NewPublisher(h.nc, h.js, h.tg.Node, "file")
+			fileSource := bus.NewPublisher(h.nc, h.js, h.tg.Node, "file", h.tg.publisherOptions()...)
 			h.publish(t, fileSource, h.subjects.PodUpdates(n), bus.KindPodUpdate, bus.OpSet, &bus.PodUpdate{Pods: []corev1.Pod{*static}})
 			h.sendStatus(t, h.runningStatus(static, map[string]string{"app": "sim://static-1"}, time.Now()))
 			h.waitAPIStatus(t, cs, created, "the mirror pod Running with the static pod's container", func(s *corev1.PodStatus) bool {

@@ -33,6 +33,19 @@ type Target struct {
 	ProbeHost string
 	// Timeout bounds each expectation (default 20 s).
 	Timeout time.Duration
+	// JSONOnly: the stage reads only the JSON form of the bus (a v1 stage,
+	// or one in a language without Kubernetes' protobuf types), so the kit
+	// writes JSON, as the other stages of its node must (bus-encoding json).
+	// By default the kit writes protobuf, contract v2's default.
+	JSONOnly bool
+}
+
+// publisherOptions are the options of the kit's publishers.
+func (t Target) publisherOptions() []bus.PublisherOption {
+	if t.JSONOnly {
+		return []bus.PublisherOption{bus.WithEncoding(bus.EncodingJSON)}
+	}
+	return []bus.PublisherOption{bus.WithEncoding(bus.EncodingProtobuf)}
 }
 
 func (t Target) withDefaults() Target {

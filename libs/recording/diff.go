@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/splitlet/splitlet/libs/bus"
 )
 
 // DefaultIgnore are the payload fields that differ between any two runs
@@ -124,7 +126,11 @@ func byPod(entries []Entry, ignore []string) (map[string][]Item, int) {
 			Op      string         `json:"op"`
 			Payload map[string]any `json:"payload"`
 		}
-		if e.Data == nil || json.Unmarshal(e.Data, &env) != nil || env.Kind == "" {
+		data := e.Data
+		if data == nil {
+			data = jsonForm(e)
+		}
+		if data == nil || json.Unmarshal(data, &env) != nil || env.Kind == "" {
 			skipped++
 			continue
 		}
@@ -221,4 +227,22 @@ func writeCanonical(b *strings.Builder, v any, drop map[string]bool) {
 		vb, _ := json.Marshal(x)
 		b.Write(vb)
 	}
+}
+
+// jsonForm is a binary (protobuf) message in its JSON form, so that
+// recordings made in either encoding compare; nil when it is not a bus
+// message.
+func jsonForm(e Entry) []byte {
+	env, err := bus.DecodeMsg(e.Header, e.Binary)
+	if err != nil {
+		return nil
+	}
+	if env, err = env.AsJSON(); err != nil {
+		return nil
+	}
+	data, err := json.Marshal(env)
+	if err != nil {
+		return nil
+	}
+	return data
 }

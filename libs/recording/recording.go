@@ -64,7 +64,7 @@ type Filter struct {
 func All(node string) Filter {
 	s := bus.For(node)
 	return Filter{Subjects: map[string][]string{
-		bus.StreamPodUpdates: {s.PodUpdatesAll()},
+		bus.StreamPodUpdates: {s.PodUpdatesStream()},
 		bus.StreamPodStatus:  {s.PodStatusAll()},
 		bus.StreamProbes:     {s.ProbeResultsAll()},
 		bus.StreamState:      {s.StateAll()},
@@ -82,7 +82,9 @@ func Inputs(node, stage string) (Filter, error) {
 	case bus.StagePodconfig:
 		return Filter{}, errors.New("podconfig reads the API server and pod files, not the bus: record its outputs instead")
 	case bus.StagePodworkers:
-		f.Subjects[bus.StreamPodUpdates] = []string{s.PodUpdatesAll()}
+		// the pod updates and the reconciles: the prober and statussync
+		// take the pod updates alone.
+		f.Subjects[bus.StreamPodUpdates] = []string{s.PodUpdatesStream()}
 		f.Subjects[bus.StreamProbes] = []string{s.ProbeResultsAll()}
 		f.Subjects[bus.StreamState] = []string{s.SourcesReady()}
 	case bus.StageProber:
@@ -107,7 +109,7 @@ func Outputs(node, stage string) (Filter, error) {
 	f := Filter{Subjects: map[string][]string{}}
 	switch stage {
 	case bus.StagePodconfig:
-		f.Subjects[bus.StreamPodUpdates] = []string{s.PodUpdatesAll()}
+		f.Subjects[bus.StreamPodUpdates] = []string{s.PodUpdatesStream()}
 		f.Subjects[bus.StreamState] = []string{s.SourcesReady()}
 	case bus.StagePodworkers:
 		f.Subjects[bus.StreamPodStatus] = []string{s.PodStatusAll()}

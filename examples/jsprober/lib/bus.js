@@ -19,7 +19,11 @@ export function subjects(node) {
   return {
     prefix,
     podUpdates: (p) => `${prefix}.podupdates.${p}`,
+    // podupdates.* leaves out the reconciles, which contract v2 sends on
+    // podupdates.reconcile.<p> (for the pod workers alone).
     podUpdatesAll: `${prefix}.podupdates.*`,
+    // the pod-updates stream holds both: podupdates.>.
+    podUpdatesStream: `${prefix}.podupdates.>`,
     podStatus: (p) => `${prefix}.podstatus.${p}`,
     podStatusAll: `${prefix}.podstatus.*`,
     probes: (p) => `${prefix}.probes.${p}`,
@@ -226,7 +230,7 @@ export function streamConfigs(node, replicas) {
     num_replicas: Math.max(replicas, 1),
   });
   const state = { ...history("state", s.stateAll), max_msgs_per_subject: 1, max_age: 0 };
-  return [history("podupdates", s.podUpdatesAll), history("podstatus", s.podStatusAll), history("probes", s.probesAll), state];
+  return [history("podupdates", s.podUpdatesStream), history("podstatus", s.podStatusAll), history("probes", s.probesAll), state];
 }
 
 const unlimited = (v) => (!v || v <= 0 ? -1 : v);
@@ -287,6 +291,12 @@ export async function consume(js, jsm, { stream, durable, filter, log }, handler
     for await (const m of messages) {
       let e;
       try {
+        const ct = m.headers?.get("Content-Type") ?? "";
+        if (ct !== "" && ct !== "application/json") {
+          // contract v2's protobuf form: this prober reads JSON only, and the
+          // stages it reads from must run with bus-encoding json.
+          throw new DecodeError("(header Content-Type)", `${ct}: this stage reads JSON only; run the other stages with bus-encoding json`);
+        }
         e = decode(m.data);
       } catch (err) {
         log.error("dropping malformed message", { subject: m.subject, error: err.message });

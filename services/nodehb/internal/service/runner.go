@@ -117,7 +117,7 @@ func Build(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.In
 		Authenticator:  authn,
 		Authorizer:     authz,
 		Pods:           apiPods{cs: cs, node: common.NodeName},
-		Bus:            bus.NewPublisher(nc, js, common.NodeName, "nodehb"),
+		Bus:            bus.NewPublisher(nc, js, common.NodeName, "nodehb", common.BusEncodingOption()),
 		Log:            log.Named("api"),
 		RequestTimeout: cfg.RequestTimeout,
 		Trace:          tp.Handler,

@@ -64,6 +64,12 @@ func WithWaitReady(f func(context.Context) error) Option {
 // WithRegisterer registers the controller's metrics.
 func WithRegisterer(r prometheus.Registerer) Option { return func(c *Controller) { c.reg = r } }
 
+// WithPublisherOptions configures the controller's bus publishers (their
+// encoding).
+func WithPublisherOptions(o ...bus.PublisherOption) Option {
+	return func(c *Controller) { c.pubOpts = append(c.pubOpts, o...) }
+}
+
 // WithTracer has each pod of an ADD, UPDATE, DELETE or REMOVE open a trace
 // (libs/tracing) that its message carries on; nil or a no-op tracer: none.
 func WithTracer(t trace.Tracer) Option { return func(c *Controller) { c.tracer = t } }
@@ -100,6 +106,7 @@ type Controller struct {
 	// readyDirty: SourcesReady is to be (re)published.
 	readyDirty bool
 
+	pubOpts   []bus.PublisherOption
 	published *prometheus.CounterVec
 	failures  prometheus.Counter
 }
@@ -127,7 +134,7 @@ func New(nc *nats.Conn, node string, partitions int, opts ...Option) (*Controlle
 	if c.storage == nil {
 		c.storage = merge.New(partitions)
 	}
-	c.ready = bus.NewPublisher(nc, js, node, SourceName)
+	c.ready = bus.NewPublisher(nc, js, node, SourceName, c.pubOpts...)
 	c.published = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "splitlet_podconfig_pod_updates_published_total",
 		Help: "PodUpdate messages published, by pod source and operation.",
@@ -160,7 +167,7 @@ func (c *Controller) AddSource(name string) {
 		c.sources = append(c.sources, name)
 		slices.Sort(c.sources)
 	}
-	c.pubs[name] = bus.NewPublisher(c.nc, c.js, c.node, name)
+	c.pubs[name] = bus.NewPublisher(c.nc, c.js, c.node, name, c.pubOpts...)
 }
 
 // Submit queues a source's report. It never blocks.
@@ -302,7 +309,7 @@ func (c *Controller) publish(ctx context.Context, msgs []merge.Message) bool {
 	var send func(m merge.Message)
 	send = func(m merge.Message) {
 		k := partKey{m.Source, m.Partition}
-		subject := c.subjects.PodUpdates(m.Partition)
+		subject := c.subject(m)
 		f, err := c.publisher(m.Source).PublishAsync(c.traceMessage(ctx, m), subject, bus.KindPodUpdate, m.Op, &bus.PodUpdate{Pods: derefPods(m.Pods)})
 		if errors.Is(err, nats.ErrMaxPayload) {
 			if m.Op != bus.OpSet && len(m.Pods) > 1 {
@@ -359,6 +366,17 @@ func (c *Controller) publish(ctx context.Context, msgs []merge.Message) bool {
 		}
 	}
 	return ok
+}
+
+// subject is where a message goes: a RECONCILE on its partition's
+// reconcile subject (contract v2), which only the partition's owner
+// consumes, everything else on the partition's pod-updates subject. Both
+// are in the pod-updates stream, so their order holds for the owner.
+func (c *Controller) subject(m merge.Message) string {
+	if m.Op == bus.OpReconcile {
+		return c.subjects.PodReconciles(m.Partition)
+	}
+	return c.subjects.PodUpdates(m.Partition)
 }
 
 // traceMessage opens each pod's span of a message (a new pod's from its
@@ -440,7 +458,7 @@ func (c *Controller) publisher(source string) *bus.Publisher {
 	defer c.mu.Unlock()
 	p, ok := c.pubs[source]
 	if !ok {
-		p = bus.NewPublisher(c.nc, c.js, c.node, source)
+		p = bus.NewPublisher(c.nc, c.js, c.node, source, c.pubOpts...)
 		c.pubs[source] = p
 	}
 	return p

@@ -3,7 +3,9 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -269,4 +271,101 @@ func runPadded(t *testing.T, nc *nats.Conn, node string, period time.Duration, o
 	go func() { c.Run(rctx); close(done) }()
 	t.Cleanup(func() { rcancel(); <-done })
 	return pods
+}
+
+// TestReconcileHasItsOwnSubject (contract v2): a change of a pod's status
+// alone leaves as a RECONCILE on its partition's reconcile subject. A
+// durable consumer of PodUpdatesAll (the prober's and statussync's filter)
+// is never sent it; one of the partition's two subjects (the filter of the
+// partition's owner in the pod workers) gets the pod's ADD, UPDATE,
+// RECONCILE and UPDATE, in that order.
+func TestReconcileHasItsOwnSubject(t *testing.T) {
+	const node, partitions = "node-reconcile", 4
+	n := testenv.NATSForTest(t)
+	nc, js := n.Connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := bus.EnsureStreams(ctx, js, node); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default", UID: "uid-reconcile"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}
+	part := bus.Partition(string(pod.UID), partitions)
+	s := bus.For(node)
+
+	type message struct {
+		subject string
+		op      bus.Op
+	}
+	var mu sync.Mutex
+	got := map[string][]message{}
+	for durable, filters := range map[string][]string{
+		"every-partition": {s.PodUpdatesAll()},
+		"owner":           s.PartitionPodUpdates(part),
+	} {
+		stop, err := bus.Consume(ctx, js, bus.ConsumerOptions{Stream: bus.StreamName(node, bus.StreamPodUpdates), Durable: durable, Filters: filters},
+			func(_ context.Context, subject string, e *bus.Envelope) error {
+				if e.Op == bus.OpSet {
+					return nil
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				got[durable] = append(got[durable], message{subject, e.Op})
+				return nil
+			})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stop()
+	}
+
+	c, err := New(nc, node, partitions, WithSnapshotPeriod(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.AddSource(merge.SourceAPI)
+	rctx, rcancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(rctx); close(done) }()
+	defer func() { rcancel(); <-done }()
+	submit := func(op bus.Op, mod func(*corev1.Pod)) {
+		mod(pod)
+		// the storage takes the pods it is given over: a copy each time.
+		c.Submit(merge.Update{Source: merge.SourceAPI, Op: op, Pods: []*corev1.Pod{pod.DeepCopy()}})
+	}
+	c.Submit(merge.Update{Source: merge.SourceAPI, Op: merge.OpSeen})
+	submit(bus.OpAdd, func(*corev1.Pod) {})
+	submit(bus.OpUpdate, func(p *corev1.Pod) { p.Labels = map[string]string{"v": "1"} })
+	submit(bus.OpUpdate, func(p *corev1.Pod) { p.Status.Phase = corev1.PodRunning })
+	submit(bus.OpUpdate, func(p *corev1.Pod) { p.Labels = map[string]string{"v": "2"} })
+
+	updates, reconciles := s.PodUpdates(part), s.PodReconciles(part)
+	want := map[string][]message{
+		"every-partition": {{updates, bus.OpAdd}, {updates, bus.OpUpdate}, {updates, bus.OpUpdate}},
+		"owner":           {{updates, bus.OpAdd}, {updates, bus.OpUpdate}, {reconciles, bus.OpReconcile}, {updates, bus.OpUpdate}},
+	}
+	// Each consumer's last message is the last UPDATE: a RECONCILE sent to
+	// it would have come before.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		mu.Lock()
+		ok := len(got["every-partition"]) >= len(want["every-partition"]) && len(got["owner"]) >= len(want["owner"])
+		mu.Unlock()
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("after 15 s: %v", got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for durable, w := range want {
+		if !slices.Equal(got[durable], w) {
+			t.Errorf("consumer %s got %v, want %v", durable, got[durable], w)
+		}
+	}
 }

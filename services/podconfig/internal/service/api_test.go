@@ -15,8 +15,8 @@ import (
 
 // TestAPISourceLifecycle: a pod bound to the node goes through ADD, UPDATE,
 // RECONCILE, DELETE (graceful) and REMOVE in that order on its partition's
-// subject; a pod of another node never reaches the bus; a change the
-// kubelet ignores is not re-sent.
+// subjects (the RECONCILE on the reconcile one); a pod of another node never
+// reaches the bus; a change the kubelet ignores is not re-sent.
 func TestAPISourceLifecycle(t *testing.T) {
 	e := newEnv(t, "node-api", false)
 	ctx := context.Background()
@@ -59,6 +59,11 @@ func TestAPISourceLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "RECONCILE", func() bool { return len(e.bus.ops(p.UID)) == 3 })
+	// on its own subject (contract v2), which the prober and statussync do
+	// not consume.
+	if _, rec, _ := e.bus.last(p.UID, bus.OpReconcile); rec.Subject != bus.For(e.node).PodReconciles(bus.Partition(string(p.UID), partitions)) {
+		t.Fatalf("RECONCILE on %s, want %s", rec.Subject, bus.For(e.node).PodReconciles(bus.Partition(string(p.UID), partitions)))
+	}
 	// Graceful deletion: DELETE.
 	if err := pods.Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)

@@ -129,6 +129,7 @@ func New(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.Inte
 	if tp.Enabled() {
 		opts = append(opts, controller.WithTracer(tp.Tracer(tracerName)))
 	}
+	opts = append(opts, controller.WithPublisherOptions(common.BusEncodingOption()))
 	return Build(cfg, common.NodeName, common.Partitions, log, cs, conn.NC, conn.StreamsReady, reg, opts...)
 }
 

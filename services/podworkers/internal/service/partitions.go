@@ -75,7 +75,11 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 	stop, err := bus.Consume(ctx, r.conn.JS, bus.ConsumerOptions{
 		Stream:  bus.StreamName(node, bus.StreamPodUpdates),
 		Durable: updatesDurable(p),
-		Filters: []string{r.subjects.PodUpdates(p)},
+		// the partition's pod updates and its reconciles (their own
+		// subject since contract v2), in stream order: the op is read
+		// from each envelope. (A durable consumer a v1 replica made with
+		// the first filter alone is updated to both.)
+		Filters: r.subjects.PartitionPodUpdates(p),
 		AckWait: consumerAckWait,
 		Logger:  log,
 	}, func(mctx context.Context, subject string, e *bus.Envelope) error {
@@ -396,8 +400,10 @@ func (r *Runner) replay(ctx context.Context, p int) (map[string]map[types.UID]co
 	if floor == 0 {
 		return state, nil
 	}
+	// the durable consumer's subjects: its ack floor may be a reconcile's
+	// sequence, and a reconcile sets its pod like an update.
 	oc, err := r.conn.JS.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{r.subjects.PodUpdates(p)},
+		FilterSubjects: r.subjects.PartitionPodUpdates(p),
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 	})
 	if err != nil {

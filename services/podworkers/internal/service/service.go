@@ -481,7 +481,7 @@ func (r *Runner) run(ctx context.Context) error {
 			return serviceEnv(services, ns, links)
 		}))
 	}
-	pub := bus.NewPublisher(r.conn.NC, r.conn.JS, node, r.Source())
+	pub := bus.NewPublisher(r.conn.NC, r.conn.JS, node, r.Source(), r.common.BusEncodingOption())
 	sysctls, err := kube.NewSysctlAllowlist(kube.SafeSysctls(kernelRelease()), r.cfg.AllowedUnsafeSysctls)
 	if err != nil {
 		return err

@@ -158,7 +158,13 @@ func (e *env) send(op bus.Op, pods ...*corev1.Pod) {
 		byPart[part] = append(byPart[part], *p)
 	}
 	for part, list := range byPart {
-		e.publish(bus.For(e.node).PodUpdates(part), bus.KindPodUpdate, op, &bus.PodUpdate{Pods: list})
+		// as podconfig does: a RECONCILE on the partition's reconcile
+		// subject (contract v2).
+		subject := bus.For(e.node).PodUpdates(part)
+		if op == bus.OpReconcile {
+			subject = bus.For(e.node).PodReconciles(part)
+		}
+		e.publish(subject, bus.KindPodUpdate, op, &bus.PodUpdate{Pods: list})
 	}
 }
 
@@ -284,7 +290,7 @@ func markDeleted(p *corev1.Pod) *corev1.Pod {
 
 func TestPodRunsAndIsTornDown(t *testing.T) {
 	e := newEnv(t, "pw-life")
-	e.startReplica(t, config.RuntimeSim, nil)
+	r := e.startReplica(t, config.RuntimeSim, nil)
 	cs := e.cs
 	a := newPod(t, cs, "life-a", func(p *corev1.Pod) { p.Spec.NodeName = e.node })
 	b := newPod(t, cs, "life-b", func(p *corev1.Pod) { p.Spec.NodeName = e.node })
@@ -299,9 +305,10 @@ func TestPodRunsAndIsTornDown(t *testing.T) {
 		t.Fatalf("status %+v from %q", sa, src)
 	}
 	e.checkRuntimeRequests(t, a)
+	part := bus.Partition(string(a.UID), partitions)
+	e.checkReconcilesInOrder(t, r, a, part)
 	// a liveness failure of the current container kills and restarts it.
 	first := sa.ContainerStatuses[0].ContainerID
-	part := bus.Partition(string(a.UID), partitions)
 	e.publish(bus.For(e.node).ProbeResults(part), bus.KindProbeResult, "", &bus.ProbeResult{PodUID: a.UID, Namespace: a.Namespace, Name: a.Name,
 		Container: "app", ContainerID: first, Probe: bus.ProbeLiveness, Result: bus.ProbeFailure, Message: "probe failed"})
 	eventually(t, 30*time.Second, "container restarted after the liveness failure", func() bool {
@@ -322,6 +329,64 @@ func TestPodRunsAndIsTornDown(t *testing.T) {
 	if sa.ContainerStatuses[0].State.Terminated == nil {
 		t.Fatalf("terminated pod's container: %+v", sa.ContainerStatuses[0].State)
 	}
+}
+
+// checkReconcilesInOrder: the RECONCILEs of a running pod (on their own
+// subject since contract v2) reach the owner of its partition, in publish
+// order with the pod's UPDATEs: once the partition's consumer has
+// acknowledged the last message sent, the pod the controller holds is that
+// message's, whichever of the two subjects it came on.
+func (e *env) checkReconcilesInOrder(t *testing.T, r *Runner, p *corev1.Pod, part int) {
+	t.Helper()
+	stamp := func(step, message string) *corev1.Pod {
+		q := p.DeepCopy()
+		q.Labels = map[string]string{"step": step}
+		q.Status.Message = message
+		return q
+	}
+	held := func() *corev1.Pod {
+		q, _ := r.Controller().Pod(p.UID)
+		return q
+	}
+	settled := func(what, step, message string) {
+		t.Helper()
+		ctx := context.Background()
+		stream := bus.StreamName(e.node, bus.StreamPodUpdates)
+		// the stream's last message is the test's last: the consumer's
+		// acknowledgement floor reaches it once every message is applied
+		// (its pending counts may lag a message just stored).
+		st, err := r.conn.JS.Stream(ctx, stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := st.CachedInfo().State.LastSeq
+		eventually(t, 15*time.Second, what, func() bool {
+			c, err := r.conn.JS.Consumer(ctx, stream, updatesDurable(part))
+			if err != nil {
+				return false
+			}
+			info, err := c.Info(ctx)
+			return err == nil && info.AckFloor.Stream >= last
+		})
+		q := held()
+		if q == nil {
+			t.Fatalf("%s: the controller holds no pod %s", what, p.UID)
+		}
+		if q.Labels["step"] != step || q.Status.Message != message {
+			t.Fatalf("%s: the pod held has labels %v and status message %q, want step %s and message %q",
+				what, q.Labels, q.Status.Message, step, message)
+		}
+	}
+	e.send(bus.OpUpdate, stamp("1", ""))
+	e.send(bus.OpReconcile, stamp("1", "reconciled 1"))
+	settled("an UPDATE, then a RECONCILE", "1", "reconciled 1")
+	e.send(bus.OpReconcile, stamp("1", "reconciled 2"))
+	e.send(bus.OpUpdate, stamp("2", ""))
+	settled("a RECONCILE, then an UPDATE", "2", "")
+	e.send(bus.OpUpdate, stamp("3", ""))
+	e.send(bus.OpReconcile, stamp("3", "reconciled 3"))
+	e.send(bus.OpReconcile, stamp("3", "reconciled 4"))
+	settled("an UPDATE, then two RECONCILEs", "3", "reconciled 4")
 }
 
 func TestCrashLoopBackOffGrows(t *testing.T) {

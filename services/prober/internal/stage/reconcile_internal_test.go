@@ -14,6 +14,9 @@ import (
 // A RECONCILE is a status-only change, which the kubelet's
 // HandlePodReconcile keeps from the probe manager: its payload is not even
 // decoded. The same malformed payload as an UPDATE is decoded and reported.
+// The subject is the one a v1 podconfig sends reconciles on (podupdates.<p>;
+// v2 sends them on podupdates.reconcile.<p>, which the prober's consumer
+// does not take).
 func TestReconcileIsNotDecoded(t *testing.T) {
 	core, logs := observer.New(zap.DebugLevel)
 	r := &Runner{log: zap.New(core)}

@@ -110,7 +110,7 @@ func NewWithDeps(d Deps) (*Runner, error) {
 		nc:         d.NC,
 		js:         d.JS,
 		subjects:   bus.For(d.Common.NodeName),
-		pub:        bus.NewPublisher(d.NC, d.JS, d.Common.NodeName, d.Config.Instance),
+		pub:        bus.NewPublisher(d.NC, d.JS, d.Common.NodeName, d.Config.Instance, d.Common.BusEncodingOption()),
 		snapshots:  bus.NewSnapshots(),
 	}
 	r.out = newOutbox(r.pub, r.subjects, r.partitions, log)
@@ -214,6 +214,8 @@ func (r *Runner) trySubscribe(ctx context.Context) error {
 		stop, err := bus.Consume(ctx, r.js, bus.ConsumerOptions{
 			Stream:  bus.StreamName(r.node, bus.StreamPodUpdates),
 			Durable: DurablePodUpdates,
+			// podupdates.* only: the reconciles (podupdates.reconcile.<p>
+			// since contract v2) are left to the pod workers by the server.
 			Filters: []string{r.subjects.PodUpdatesAll()},
 			Logger:  r.log,
 		}, r.onPodUpdate)
@@ -269,7 +271,9 @@ func (r *Runner) Stop(ctx context.Context) error {
 func (r *Runner) onPodUpdate(_ context.Context, subject string, e *bus.Envelope) error {
 	if e.Op == bus.OpReconcile {
 		// A status-only change; the kubelet's HandlePodReconcile leaves the
-		// probe manager alone, so the payload is not even decoded.
+		// probe manager alone, so the payload is not even decoded. The
+		// consumer's filter keeps contract v2's reconciles away; this is
+		// for a v1 podconfig, which still sends them on podupdates.<p>.
 		return nil
 	}
 	u, err := bus.DecodePodUpdate(e)

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -16,7 +17,9 @@ import (
 // status manager has taken it, before the status is written; a stage that
 // crashed in between would otherwise never write that status. Handling is
 // level-triggered and idempotent, so messages seen twice do no harm.
-func replay(ctx context.Context, js jetstream.JetStream, stream string, window time.Duration, handle bus.Handler, log *zap.Logger) (int, error) {
+// filter, when set, is the only subject of the stream read (the durable
+// consumer's).
+func replay(ctx context.Context, js jetstream.JetStream, stream, filter string, window time.Duration, handle bus.Handler, log *zap.Logger) (int, error) {
 	if window <= 0 {
 		return 0, nil
 	}
@@ -33,10 +36,28 @@ func replay(ctx context.Context, js jetstream.JetStream, stream string, window t
 	if info.State.Msgs == 0 || info.State.LastTime.Before(start) {
 		return 0, nil
 	}
-	c, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+	cfg := jetstream.OrderedConsumerConfig{
 		DeliverPolicy: jetstream.DeliverByStartTimePolicy,
 		OptStartTime:  &start,
-	})
+	}
+	if filter != "" {
+		// The stream's last message may be one the filter leaves out (a
+		// reconcile in the pod-updates stream), which the loop below would
+		// wait for in vain: it stops at the filter's last instead.
+		m, err := s.GetLastMsgForSubject(ctx, filter)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, fmt.Errorf("replay %s: %w", stream, err)
+		}
+		if m.Time.Before(start) {
+			return 0, nil
+		}
+		last = m.Sequence
+		cfg.FilterSubjects = []string{filter}
+	}
+	c, err := js.OrderedConsumer(ctx, stream, cfg)
 	if err != nil {
 		return 0, fmt.Errorf("replay %s: %w", stream, err)
 	}

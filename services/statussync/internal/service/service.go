@@ -237,15 +237,23 @@ func (r *Runner) consume(ctx context.Context, node string, m *statusmanager.Mana
 			return h(ctx, subject, e)
 		}
 	}
+	subjects := bus.For(node)
 	specs := []struct {
 		stream, durable string
-		handle          bus.Handler
+		// filter, when set, is the one subject of the stream consumed.
+		filter string
+		handle bus.Handler
 	}{
-		{bus.StreamPodUpdates, DurablePodUpdates, func(mctx context.Context, subject string, e *bus.Envelope) error {
+		// podupdates.* only: since contract v2 podconfig publishes the
+		// reconciles on podupdates.reconcile.<p>, which the server then
+		// keeps from this consumer.
+		{bus.StreamPodUpdates, DurablePodUpdates, subjects.PodUpdatesAll(), func(mctx context.Context, subject string, e *bus.Envelope) error {
 			if e.Op == bus.OpReconcile {
 				// A status-only change: the spec is the same, and the API
 				// status (readiness gates: NeedToReconcilePodReadiness)
-				// reaches the manager through its own pod informer.
+				// reaches the manager through its own pod informer. Kept
+				// although the filter leaves the v2 reconciles out: a v1
+				// podconfig still publishes them on podupdates.<p>.
 				return nil
 			}
 			u, err := bus.DecodePodUpdate(e)
@@ -270,7 +278,7 @@ func (r *Runner) consume(ctx context.Context, node string, m *statusmanager.Mana
 			m.PodUpdate(op, e.Source, p, pods)
 			return nil
 		}},
-		{bus.StreamPodStatus, DurablePodStatus, func(mctx context.Context, subject string, e *bus.Envelope) error {
+		{bus.StreamPodStatus, DurablePodStatus, "", func(mctx context.Context, subject string, e *bus.Envelope) error {
 			rs, err := bus.DecodePodRuntimeStatus(e)
 			if err != nil {
 				log.Warn("dropping malformed runtime status", zap.String(logging.FieldSubject, subject), zap.Error(err))
@@ -280,7 +288,7 @@ func (r *Runner) consume(ctx context.Context, node string, m *statusmanager.Mana
 			m.RuntimeStatus(rs)
 			return nil
 		}},
-		{bus.StreamProbes, DurableProbes, func(mctx context.Context, subject string, e *bus.Envelope) error {
+		{bus.StreamProbes, DurableProbes, "", func(mctx context.Context, subject string, e *bus.Envelope) error {
 			pr, err := bus.DecodeProbeResult(e)
 			if err != nil {
 				log.Warn("dropping malformed probe result", zap.String(logging.FieldSubject, subject), zap.Error(err))
@@ -296,7 +304,7 @@ func (r *Runner) consume(ctx context.Context, node string, m *statusmanager.Mana
 	}
 	for _, s := range specs {
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		n, err := replay(rctx, r.js, bus.StreamName(node, s.stream), r.cfg.ReplayWindow, s.handle, log)
+		n, err := replay(rctx, r.js, bus.StreamName(node, s.stream), s.filter, r.cfg.ReplayWindow, s.handle, log)
 		cancel()
 		if err != nil {
 			log.Warn("replay of recent bus history incomplete", zap.String("stream", s.stream), zap.Error(err))
@@ -305,9 +313,14 @@ func (r *Runner) consume(ctx context.Context, node string, m *statusmanager.Mana
 		}
 	}
 	for _, s := range specs {
+		var filters []string
+		if s.filter != "" {
+			filters = []string{s.filter}
+		}
 		stop, err := bus.Consume(ctx, r.js, bus.ConsumerOptions{
 			Stream:  bus.StreamName(node, s.stream),
 			Durable: s.durable,
+			Filters: filters,
 			Logger:  log,
 		}, s.handle)
 		if err != nil {

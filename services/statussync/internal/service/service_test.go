@@ -553,3 +553,56 @@ func TestRestartAppliesLateProbeResult(t *testing.T) {
 		t.Errorf("phase %s", got.Status.Phase)
 	}
 }
+
+// TestReconcilesAreNotSent (contract v2): statussync's consumer of the
+// pod-updates stream takes podupdates.* alone, so the server never sends it
+// the reconciles, which podconfig publishes on podupdates.reconcile.<p> and
+// which statussync would drop: of a RECONCILE and an UPDATE published after
+// it, only the UPDATE is delivered.
+func TestReconcilesAreNotSent(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	p := h.createPod("reconciled", nil)
+	stream, err := h.js.Stream(h.ctx, bus.StreamName(h.node, bus.StreamPodUpdates))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// delivered waits until the consumer has delivered and seen
+	// acknowledged the stream's last message, and returns how many
+	// messages it has delivered.
+	delivered := func() uint64 {
+		t.Helper()
+		var n uint64
+		h.eventually("the pod-updates consumer caught up", func() error {
+			si, err := stream.Info(h.ctx)
+			if err != nil {
+				return err
+			}
+			cons, err := stream.Consumer(h.ctx, DurablePodUpdates)
+			if err != nil {
+				return err
+			}
+			ci, err := cons.Info(h.ctx)
+			if err != nil {
+				return err
+			}
+			if ci.NumPending > 0 || ci.NumAckPending > 0 || ci.Delivered.Stream < si.State.LastSeq {
+				return fmt.Errorf("delivered up to %d of %d, %d pending, %d not acknowledged",
+					ci.Delivered.Stream, si.State.LastSeq, ci.NumPending, ci.NumAckPending)
+			}
+			n = ci.Delivered.Consumer
+			return nil
+		})
+		return n
+	}
+	before := delivered()
+	reconciled := p.DeepCopy()
+	reconciled.Status.Message = "a status-only change"
+	if err := h.podconfig.Publish(h.ctx, bus.For(h.node).PodReconciles(h.partition(p.UID)), bus.KindPodUpdate, bus.OpReconcile,
+		&bus.PodUpdate{Pods: []corev1.Pod{*reconciled}}); err != nil {
+		t.Fatal(err)
+	}
+	h.publishPods(bus.OpUpdate, "api", p)
+	if n := delivered() - before; n != 1 {
+		t.Fatalf("%d messages delivered for a RECONCILE and an UPDATE, want 1 (the UPDATE)", n)
+	}
+}

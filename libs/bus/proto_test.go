@@ -1,0 +1,189 @@
+package bus_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/splitlet/splitlet/libs/bus"
+)
+
+// decodedPayload decodes an envelope's payload of any kind.
+func decodedPayload(t testing.TB, e *bus.Envelope) any {
+	t.Helper()
+	var (
+		v   any
+		err error
+	)
+	switch e.Kind {
+	case bus.KindPodUpdate:
+		v, err = bus.DecodePodUpdate(e)
+	case bus.KindPodRuntimeStatus:
+		v, err = bus.DecodePodRuntimeStatus(e)
+	case bus.KindProbeResult:
+		v, err = bus.DecodeProbeResult(e)
+	case bus.KindSourcesReady:
+		v, err = bus.DecodeSourcesReady(e)
+	case bus.KindAgentReadiness:
+		v, err = bus.DecodeAgentReadiness(e)
+	default:
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("%s payload: %v", e.Kind, err)
+	}
+	return v
+}
+
+// reencode writes a decoded message again in enc, with its seq and time.
+func reencode(t testing.TB, enc bus.Encoding, e *bus.Envelope, payload any) []byte {
+	t.Helper()
+	out, err := bus.NewEnvelopeAs(enc, e.Kind, e.Node, e.Source, e.Op, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Seq, out.SentAt = e.Seq, e.SentAt
+	data, err := bus.Encode(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// TestProtobufCarriesWhatJSONCarries: every example of docs/bus.md whose
+// kind has a protobuf form, written as protobuf and read back, is the same
+// message as its JSON (compared in JSON, the form both sides agree on), and
+// smaller.
+func TestProtobufCarriesWhatJSONCarries(t *testing.T) {
+	protoKinds := map[bus.Kind]bool{}
+	for i, data := range docExamples(t) {
+		e, err := bus.Decode(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := decodedPayload(t, e)
+		if v == nil {
+			continue
+		}
+		pb := reencode(t, bus.EncodingProtobuf, e, v)
+		back, err := bus.Decode(pb)
+		if err != nil {
+			t.Fatalf("example %d (%s) as protobuf: %v", i, e.Kind, err)
+		}
+		if back.Encoding != bus.EncodingProtobuf {
+			// SourcesReady and AgentReadiness have no protobuf form.
+			if e.Kind != bus.KindSourcesReady && e.Kind != bus.KindAgentReadiness {
+				t.Fatalf("example %d: %s was not written as protobuf", i, e.Kind)
+			}
+			continue
+		}
+		protoKinds[e.Kind] = true
+		if back.Kind != e.Kind || back.Op != e.Op || back.Seq != e.Seq || back.Source != e.Source || back.Node != e.Node ||
+			!back.SentAt.Equal(e.SentAt) || back.SchemaVersion != bus.SchemaVersionProtobuf {
+			t.Fatalf("example %d: envelope %+v came back as %+v", i, e, back)
+		}
+		want, _ := json.Marshal(v)
+		got, _ := json.Marshal(decodedPayload(t, back))
+		if !bytes.Equal(want, got) {
+			t.Fatalf("example %d (%s): payload changed through protobuf:\n json  %s\n proto %s", i, e.Kind, want, got)
+		}
+		if len(pb) >= len(reencode(t, bus.EncodingJSON, e, v)) {
+			t.Errorf("example %d (%s): protobuf %d bytes, not smaller than JSON", i, e.Kind, len(pb))
+		}
+	}
+	for _, k := range []bus.Kind{bus.KindPodUpdate, bus.KindPodRuntimeStatus, bus.KindProbeResult} {
+		if !protoKinds[k] {
+			t.Errorf("docs/bus.md has no example of %s to check its protobuf form with", k)
+		}
+	}
+}
+
+// TestProtobufPodRuntimeStatusFields fills every field of a runtime status,
+// so that a field the protobuf form forgets shows.
+func TestProtobufPodRuntimeStatusFields(t *testing.T) {
+	start := metav1.NewTime(time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC))
+	cs := func(name string) corev1.ContainerStatus {
+		return corev1.ContainerStatus{Name: name, Ready: true, RestartCount: 2, Image: "busybox", ImageID: "sha256:1",
+			ContainerID: "cri://" + name, Started: new(true),
+			State:                corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: start}},
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 3, Reason: "Error", FinishedAt: start}},
+			AllocatedResources:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")}}
+	}
+	in := &bus.PodRuntimeStatus{UID: "u1", Namespace: "ns", Name: "p", PodIP: "10.0.0.2", HostIP: "10.0.0.1", StartTime: &start,
+		Phase: corev1.PodFailed, Reason: "Evicted", Message: "low on memory",
+		InitContainerStatuses: []corev1.ContainerStatus{cs("init")}, ContainerStatuses: []corev1.ContainerStatus{cs("a"), cs("b")},
+		EphemeralContainerStatuses: []corev1.ContainerStatus{cs("debug")},
+		ContainerHashes:            map[string]string{"cri://a": "0123456789abcdef", "cri://b": "fedcba9876543210"},
+		Terminating:                true, Terminated: true}
+	e, err := bus.NewEnvelopeAs(bus.EncodingProtobuf, bus.KindPodRuntimeStatus, "n", "w", "", in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Seq, e.SentAt = 7, time.Now()
+	data, err := bus.Encode(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := bus.Decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := bus.DecodePodRuntimeStatus(back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := json.Marshal(in)
+	got, _ := json.Marshal(out)
+	if !bytes.Equal(want, got) {
+		t.Fatalf("runtime status changed through protobuf:\n in  %s\n out %s", want, got)
+	}
+	pu := &bus.PodUpdate{Snapshot: &bus.SnapshotPart{ID: "s1", Part: 2, Parts: 3}, Pods: []corev1.Pod{{ObjectMeta: metav1.ObjectMeta{UID: "u", Name: "p", Namespace: "ns"}}}}
+	e, _ = bus.NewEnvelopeAs(bus.EncodingProtobuf, bus.KindPodUpdate, "n", "api", bus.OpSetPart, pu)
+	e.Seq, e.SentAt = 8, time.Now()
+	data, _ = bus.Encode(e)
+	back, err = bus.Decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := bus.DecodePodUpdate(back)
+	if err != nil || u.Snapshot == nil || *u.Snapshot != *pu.Snapshot || len(u.Pods) != 1 || u.Pods[0].UID != "u" {
+		t.Fatalf("SETPART through protobuf: %+v, %v", u, err)
+	}
+}
+
+// TestDecodeMsgFollowsTheHeader: the Content-Type header names the form; a
+// message without one is told by its first byte (a v1 publisher's JSON).
+func TestDecodeMsgFollowsTheHeader(t *testing.T) {
+	ex := docExamples(t)[0]
+	e, err := bus.Decode(ex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb := reencode(t, bus.EncodingProtobuf, e, decodedPayload(t, e))
+	jsonHeader := map[string][]string{bus.HeaderContentType: {bus.ContentTypeJSON}}
+	if _, err := bus.DecodeMsg(jsonHeader, pb); err == nil {
+		t.Error("protobuf under a JSON Content-Type decoded")
+	}
+	if _, err := bus.DecodeMsg(map[string][]string{bus.HeaderContentType: {bus.ContentTypeProtobuf}}, ex); err == nil {
+		t.Error("JSON under a protobuf Content-Type decoded")
+	}
+	_, err = bus.DecodeMsg(map[string][]string{bus.HeaderContentType: {"text/xml"}}, ex)
+	if err == nil || !strings.Contains(err.Error(), "text/xml") {
+		t.Errorf("unknown Content-Type: %v", err)
+	}
+	for name, data := range map[string][]byte{"json": ex, "protobuf": pb} {
+		if _, err := bus.DecodeMsg(nil, data); err != nil {
+			t.Errorf("%s without a header: %v", name, err)
+		}
+	}
+	// A v1 JSON message keeps schemaVersion 1; protobuf must say 2.
+	if _, err := bus.Decode(bytes.Replace(ex, []byte(`"schemaVersion": 1`), []byte(`"schemaVersion": 2`), 1)); err == nil {
+		t.Error("a JSON message with schemaVersion 2 decoded")
+	}
+}
