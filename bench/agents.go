@@ -111,8 +111,12 @@ func (r *agentRun) saveProfile(dir, prefix, kind string) error {
 			defer resp.Body.Close()
 			data, err := io.ReadAll(resp.Body)
 			if err == nil {
-				name := strings.SplitN(kind, "?", 2)[0]
-				err = os.WriteFile(filepath.Join(dir, prefix+"-"+proc+"."+name+".pb.gz"), data, 0o644)
+				name, query, _ := strings.Cut(kind, "?")
+				ext := ".pb.gz"
+				if strings.Contains(query, "debug=") {
+					ext = ".txt" // the text form, with the runtime's MemStats
+				}
+				err = os.WriteFile(filepath.Join(dir, prefix+"-"+proc+"."+name+ext), data, 0o644)
 			}
 			if err != nil {
 				errs <- err

@@ -249,8 +249,10 @@ func measureCase(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a 
 		return nil, run, fmt.Errorf("bus figures: %w", err)
 	}
 	if env.profileDir != "" {
-		if err := run.saveProfile(env.profileDir, a.name, "heap"); err != nil {
-			return nil, run, fmt.Errorf("heap profiles: %w", err)
+		for _, kind := range []string{"heap", "heap?debug=1"} {
+			if err := run.saveProfile(env.profileDir, a.name, kind); err != nil {
+				return nil, run, fmt.Errorf("heap profiles: %w", err)
+			}
 		}
 	}
 	after, err := writeCounts(ctx, cs)

@@ -42,6 +42,10 @@ type Service struct {
 	// Validate, if set, checks the service's keys once they are loaded; an
 	// error stops the process (exit 2) before anything starts.
 	Validate func() error
+	// MemoryPerPod is what the service's memory budget allows a pod of the
+	// node, in bytes, on top of a base every service gets (memory-limit
+	// auto without a cgroup limit: MemoryBudget).
+	MemoryPerPod int64
 }
 
 // Main runs the binary and exits with Run's code.
@@ -120,7 +124,7 @@ func Run(ctx context.Context, binary string, args []string, stderr io.Writer, se
 	}
 	defer func() { _ = log.Sync() }()
 	log = log.With(zap.String(logging.FieldNode, common.NodeName))
-	applyMemoryLimit(common.MemoryLimit, log)
+	applyMemoryLimit(common.MemoryLimit, MemoryBudget(common, run), log)
 
 	opts := []fx.Option{
 		fx.WithLogger(func() fxevent.Logger { return logging.FxLogger(log) }),

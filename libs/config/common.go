@@ -59,6 +59,9 @@ type Common struct {
 	ShutdownTimeout time.Duration
 	Tracing         TracingKeys
 	MemoryLimit     string
+	// MaxPods is the node's pod capacity (the kubelet's --max-pods); 0: by
+	// runtime (PodCapacity).
+	MaxPods int
 	// BusEncoding is the form this process's stages write on the bus:
 	// protobuf or json (docs/bus.md, "Encodings").
 	BusEncoding string
@@ -112,10 +115,30 @@ func (c *Common) RegisterFlags(fs *pflag.FlagSet) {
 	fs.Var(newEnum(&c.LogFormat, "json", "json", "console"), "log-format", "json or console")
 	fs.IntVar(&c.Partitions, "partitions", 16, "bus partitions of the node's pods; every stage of a node must agree")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown may take to drain in-flight work")
-	fs.StringVar(&c.MemoryLimit, "memory-limit", "auto", "the Go runtime's soft memory limit (GOMEMLIMIT) of this process: a quantity (512Mi), none, or auto: 90% of the container's memory limit (cgroup memory.max) when it has one, else none; a GOMEMLIMIT in the environment wins")
+	fs.StringVar(&c.MemoryLimit, "memory-limit", "auto", "the Go runtime's soft memory limit (GOMEMLIMIT) of this process: a quantity (512Mi), none, or auto: 90% of the container's memory limit (cgroup memory.max) when it has one, else the budget of the process's stages for max-pods pods (docs/bench.md, \"Memory\"); a GOMEMLIMIT in the environment wins")
+	fs.IntVar(&c.MaxPods, "max-pods", 0, fmt.Sprintf("the node's pod capacity (the kubelet's --max-pods), which the Node reports and the stages' memory budgets assume; 0: by runtime, %d on process and cri (the kubelet's default), %d on sim", kubeletMaxPods, simMaxPods))
 	fs.Var(newEnum(&c.BusEncoding, BusEncodingProtobuf, BusEncodingProtobuf, BusEncodingJSON), "bus-encoding", "form of the messages this process's stages write on the bus: protobuf (contract v2, Kubernetes' protobuf for the pods in them) or json (the v1 form, for a node with a stage that reads only JSON); every stage reads both")
 	fs.StringVar(&c.Tracing.Endpoint, "tracing-endpoint", "", "OTLP/HTTP collector for traces of each pod across the stages (http://127.0.0.1:4318, or host:port); empty: tracing off")
 	fs.Float64Var(&c.Tracing.SampleRate, "tracing-sample-rate", 1, "share of pods traced when tracing-endpoint is set, 0 to 1 (traces begun elsewhere follow their parent's decision)")
+}
+
+// The node's pod capacity by runtime: the kubelet's default where pods are
+// real, a node as large as the bench's largest case on sim.
+const (
+	kubeletMaxPods = 110
+	simMaxPods     = 20000
+)
+
+// PodCapacity is the node's pod capacity: max-pods, or its runtime's
+// default.
+func (c *Common) PodCapacity() int {
+	switch {
+	case c.MaxPods > 0:
+		return c.MaxPods
+	case c.Runtime == RuntimeSim:
+		return simMaxPods
+	}
+	return kubeletMaxPods
 }
 
 // Complete fills derived defaults and checks the values.
@@ -125,6 +148,9 @@ func (c *Common) Complete() error {
 	}
 	if c.Partitions < 1 || c.Partitions > 1024 {
 		return fmt.Errorf("invalid value %d for partitions: must be 1 to 1024", c.Partitions)
+	}
+	if c.MaxPods < 0 {
+		return fmt.Errorf("invalid value %d for max-pods: must be positive (or 0: by runtime)", c.MaxPods)
 	}
 	if c.KubeAPIQPS < 0 || c.KubeAPIBurst < 0 {
 		return fmt.Errorf("invalid kube-api-qps/kube-api-burst %v/%d: must be positive (or 0: by runtime)", c.KubeAPIQPS, c.KubeAPIBurst)

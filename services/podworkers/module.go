@@ -19,7 +19,13 @@ import (
 const Name = "podworkers"
 
 // Service returns the podworkers stage, ready for app.Run.
-func Service() app.Service { return app.NewService(Name, &service.Config{}, service.New) }
+func Service() app.Service {
+	s := app.NewService(Name, &service.Config{}, service.New)
+	// memory-limit auto's budget for a pod: the pod worker, the runtime's record and the admission view of each pod, with the
+	// collector's headroom (measured: docs/bench.md, "Memory").
+	s.MemoryPerPod = 28 << 10
+	return s
+}
 
 // EnsureLeaseBucket makes the node's partition lease bucket (`splitlet bus
 // init`, with an identity that may manage streams) with the given

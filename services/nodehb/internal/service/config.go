@@ -64,7 +64,7 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.CPU, "nodehb.cpu", "", "Node cpu capacity; empty: 1000 with the sim runtime, the host's CPUs with process or cri")
 	fs.StringVar(&c.Memory, "nodehb.memory", "", "Node memory capacity; empty: 4Ti with sim, the host's memory with process or cri")
 	fs.StringVar(&c.EphemeralStorage, "nodehb.ephemeral-storage", "", "Node ephemeral-storage capacity; empty: 10Ti with sim, the data dir's file system with process or cri")
-	fs.StringVar(&c.Pods, "nodehb.pods", "", "Node pods capacity; empty: 10000 with sim, 110 with process or cri")
+	fs.StringVar(&c.Pods, "nodehb.pods", "", "Node pods capacity; empty: max-pods")
 	fs.StringVar(&c.KubeReserved, "nodehb.kube-reserved", "", "resources kept for Kubernetes' own daemons, subtracted from allocatable: cpu=100m,memory=256Mi,ephemeral-storage=1Gi (kubelet --kube-reserved)")
 	fs.StringVar(&c.SystemReserved, "nodehb.system-reserved", "", "resources kept for the operating system, subtracted from allocatable, in the same form (kubelet --system-reserved)")
 	fs.StringVar(&c.EvictionHard, "nodehb.eviction-hard", nodestatus.DefaultEvictionHard, "hard eviction thresholds; memory.available and nodefs.available are subtracted from allocatable memory and ephemeral-storage (kubelet --eviction-hard and its default; Splitlet does not evict)")
@@ -177,15 +177,14 @@ func (c *Config) capacity(common *config.Common) (corev1.ResourceList, error) {
 	var out corev1.ResourceList
 	if common.Runtime == config.RuntimeProcess || common.Runtime == config.RuntimeCRI {
 		out = nodestatus.HostCapacity(common.DataDir)
-		out[corev1.ResourcePods] = resource.MustParse("110")
 	} else {
 		out = corev1.ResourceList{
 			corev1.ResourceCPU:              resource.MustParse("1000"),
 			corev1.ResourceMemory:           resource.MustParse("4Ti"),
 			corev1.ResourceEphemeralStorage: resource.MustParse("10Ti"),
-			corev1.ResourcePods:             resource.MustParse("10000"),
 		}
 	}
+	out[corev1.ResourcePods] = *resource.NewQuantity(int64(common.PodCapacity()), resource.DecimalSI)
 	for _, k := range []struct {
 		key  string
 		name corev1.ResourceName

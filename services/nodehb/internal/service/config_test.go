@@ -56,7 +56,7 @@ func TestRuntimeDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := sim.Capacity["pods"]; p.Value() != 10000 {
+	if p := sim.Capacity["pods"]; p.Value() != 20000 {
 		t.Errorf("sim pods = %s", p.String())
 	}
 	proc, err := cfg.desired(&config.Common{NodeName: "n1", Runtime: config.RuntimeProcess, DataDir: t.TempDir()}, nodestatus.SystemInfo("v", "process", "v"))
@@ -65,6 +65,13 @@ func TestRuntimeDefaults(t *testing.T) {
 	}
 	if p := proc.Capacity["pods"]; p.Value() != 110 {
 		t.Errorf("process pods = %s", p.String())
+	}
+	sized, err := cfg.desired(&config.Common{NodeName: "n1", Runtime: config.RuntimeSim, MaxPods: 300}, nodestatus.SystemInfo("v", "sim", "v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := sized.Capacity["pods"]; p.Value() != 300 {
+		t.Errorf("sim pods with max-pods 300 = %s", p.String())
 	}
 	if c := proc.Capacity["cpu"]; c.Value() < 1 {
 		t.Errorf("process cpu = %s", c.String())
