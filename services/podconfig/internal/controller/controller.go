@@ -85,6 +85,8 @@ type Controller struct {
 	storage        *merge.Storage
 	static         StaticSink
 	snapshotPeriod time.Duration
+	// lastSnapshotPods: the pods the last periodic snapshot sent.
+	lastSnapshotPods int
 	waitReady      func(context.Context) error
 	reg            prometheus.Registerer
 	subjects       bus.Subjects
@@ -193,7 +195,7 @@ func (c *Controller) Run(ctx context.Context) {
 		}
 	}
 	c.readyDirty = true // say which sources run, none seen yet
-	tick := time.NewTicker(c.snapshotPeriod)
+	tick := time.NewTimer(c.snapshotPeriod)
 	defer tick.Stop()
 	var retry <-chan time.Time
 	if !c.cycle(ctx, false) {
@@ -216,7 +218,23 @@ func (c *Controller) Run(ctx context.Context) {
 		if !c.cycle(ctx, snapshot) && retry == nil {
 			retry = time.After(time.Second)
 		}
+		if snapshot {
+			tick.Reset(snapshotSpacing(c.snapshotPeriod, c.lastSnapshotPods))
+		}
 	}
+}
+
+// SnapshotPodsPerSecond bounds what the periodic snapshots re-send on
+// average: on a node with more pods than the period allows at that rate,
+// the snapshots are spaced further apart, so that their cost per second
+// stays flat and a node's whole cost grows with its pods, not with their
+// square (docs/bench.md, large-node case).
+const SnapshotPodsPerSecond = 100
+
+// snapshotSpacing is the wait until the next periodic snapshot after one of
+// pods pods: the configured period, or longer on a large node.
+func snapshotSpacing(period time.Duration, pods int) time.Duration {
+	return max(period, time.Duration(pods)*time.Second/SnapshotPodsPerSecond)
 }
 
 // cycle merges what is queued and publishes the outcome; false when some
@@ -252,12 +270,15 @@ func (c *Controller) cycle(ctx context.Context, snapshot bool) bool {
 		}
 	}
 	if snapshot {
+		sent := 0
+		defer func() { c.lastSnapshotPods = sent }()
 		for _, src := range sources {
 			if !c.storage.Seen(src) {
 				continue // a partial view must never be sent as a SET
 			}
 			for p, pods := range c.storage.Snapshot(src) {
 				b.set(src, p, pods)
+				sent += len(pods)
 			}
 		}
 	}

@@ -369,3 +369,16 @@ func TestReconcileHasItsOwnSubject(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotSpacing: the configured period on a small node; on a large
+// one, snapshots that re-send at most SnapshotPodsPerSecond pods a second.
+func TestSnapshotSpacing(t *testing.T) {
+	for _, c := range []struct {
+		pods int
+		want time.Duration
+	}{{0, 30 * time.Second}, {3000, 30 * time.Second}, {5000, 50 * time.Second}, {20000, 200 * time.Second}} {
+		if got := snapshotSpacing(30*time.Second, c.pods); got != c.want {
+			t.Errorf("%d pods: %v, want %v", c.pods, got, c.want)
+		}
+	}
+}

@@ -52,7 +52,7 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.ManifestURL, "podconfig.manifest-url", "", "URL serving a Pod or a PodList (source http); empty: off")
 	fs.StringSliceVar(&c.ManifestURLHeader, "podconfig.manifest-url-header", nil, "HTTP headers of the manifest URL request, as Name:value, comma separated (kubelet --manifest-url-header)")
 	fs.DurationVar(&c.HTTPCheckFrequency, "podconfig.http-check-frequency", 20*time.Second, "how often the manifest URL is fetched")
-	fs.DurationVar(&c.SnapshotPeriod, "podconfig.snapshot-period", 30*time.Second, "how often every seen source's pods are re-sent as SET snapshots per partition")
+	fs.DurationVar(&c.SnapshotPeriod, "podconfig.snapshot-period", 30*time.Second, "how often every seen source's pods are re-sent as SET snapshots per partition; on a node with more pods, the snapshots are spaced so that they re-send at most 100 pods a second on average (20000 pods: every 200 s)")
 	fs.StringVar(&c.NotificationMode, "podconfig.notification-mode", "incremental", "incremental (ADD/UPDATE/DELETE/REMOVE/RECONCILE), snapshot (SET of each changed partition) or snapshot-and-updates (SET for additions and removals, UPDATE/DELETE for changes)")
 	fs.BoolVar(&c.MirrorPods, "podconfig.mirror-pods", true, "keep a mirror pod in the API server for every static pod and delete orphaned ones")
 	fs.DurationVar(&c.MirrorResync, "podconfig.mirror-resync", 10*time.Second, "how often every mirror pod is checked against its static pod")

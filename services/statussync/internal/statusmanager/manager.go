@@ -233,6 +233,9 @@ type Manager struct {
 	entries     map[types.UID]*entry
 	apiVersions map[types.UID]uint64
 	written     map[types.UID]*corev1.Pod
+	// matched: the pairs syncBatch last found equal, so that a pod whose
+	// API object and status are unchanged since is not compared again.
+	matched map[types.UID]batchMatch
 	// view is what is kept of a patch's answer in written: apiView (tests
 	// compare with keeping the whole pod).
 	view func(*corev1.Pod) *corev1.Pod
@@ -256,6 +259,7 @@ func New(client kubernetes.Interface, podInformer cache.SharedIndexInformer, log
 		entries:     map[types.UID]*entry{},
 		apiVersions: map[types.UID]uint64{},
 		written:     map[types.UID]*corev1.Pod{},
+		matched:     map[types.UID]batchMatch{},
 		view:        apiView,
 		busView:     busView,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
@@ -404,6 +408,7 @@ func (m *Manager) forget(uid types.UID) {
 	delete(m.entries, uid)
 	delete(m.apiVersions, uid)
 	delete(m.written, uid)
+	delete(m.matched, uid)
 }
 
 // PodUpdate takes a PodUpdate from the bus.
@@ -905,12 +910,28 @@ func (m *Manager) syncBatch() {
 			m.queue.Add(uid)
 			continue
 		}
+		if c, ok := m.matched[uid]; ok && c.api == api && c.status == e.status {
+			// Both sides are the objects found equal last time (neither is
+			// changed in place: a new API object or status replaces it), so
+			// the comparison would find them equal again.
+			continue
+		}
 		current := api.Status.DeepCopy()
 		apistatus.Normalize(api, current)
 		if !apistatus.EqualByAgent(current, &e.status.status) {
 			m.log.Debug("API status differs from the cache; re-sending", podLog(e.status.namespace, e.status.name, uid)...)
 			delete(m.apiVersions, uid)
+			delete(m.matched, uid)
 			m.queue.Add(uid)
+			continue
 		}
+		m.matched[uid] = batchMatch{api: api, status: e.status}
 	}
+}
+
+// batchMatch is a pair of API object and cached status that syncBatch
+// found equal.
+type batchMatch struct {
+	api    *corev1.Pod
+	status *versioned
 }
