@@ -87,10 +87,10 @@ type Controller struct {
 	snapshotPeriod time.Duration
 	// lastSnapshotPods: the pods the last periodic snapshot sent.
 	lastSnapshotPods int
-	waitReady      func(context.Context) error
-	reg            prometheus.Registerer
-	subjects       bus.Subjects
-	tracer         trace.Tracer
+	waitReady        func(context.Context) error
+	reg              prometheus.Registerer
+	subjects         bus.Subjects
+	tracer           trace.Tracer
 
 	mu      sync.Mutex
 	queue   []merge.Update
