@@ -48,36 +48,41 @@ func TestDocExamplesDecode(t *testing.T) {
 	}
 }
 
-func decodeAny(e *bus.Envelope) error {
-	var err error
+// decodeKind decodes an envelope's payload, whatever its kind.
+func decodeKind(e *bus.Envelope) (any, error) {
 	switch e.Kind {
 	case bus.KindPodUpdate:
-		_, err = bus.DecodePodUpdate(e)
+		return bus.DecodePodUpdate(e)
 	case bus.KindPodRuntimeStatus:
-		_, err = bus.DecodePodRuntimeStatus(e)
+		return bus.DecodePodRuntimeStatus(e)
 	case bus.KindProbeResult:
-		_, err = bus.DecodeProbeResult(e)
+		return bus.DecodeProbeResult(e)
 	case bus.KindSourcesReady:
-		_, err = bus.DecodeSourcesReady(e)
+		return bus.DecodeSourcesReady(e)
 	case bus.KindAgentReadiness:
-		_, err = bus.DecodeAgentReadiness(e)
+		return bus.DecodeAgentReadiness(e)
 	case bus.KindLogsRequest:
-		_, err = bus.DecodeLogsRequest(e)
+		return bus.DecodeLogsRequest(e)
 	case bus.KindLogsChunk:
-		_, err = bus.DecodeLogsChunk(e)
+		return bus.DecodeLogsChunk(e)
 	case bus.KindExecRequest:
-		_, err = bus.DecodeExecRequest(e)
+		return bus.DecodeExecRequest(e)
 	case bus.KindExecResult:
-		_, err = bus.DecodeExecResult(e)
+		return bus.DecodeExecResult(e)
 	case bus.KindStatsRequest:
-		_, err = bus.DecodeStatsRequest(e)
+		return bus.DecodeStatsRequest(e)
 	case bus.KindStreamRequest:
-		_, err = bus.DecodeStreamRequest(e)
+		return bus.DecodeStreamRequest(e)
 	case bus.KindStreamResult:
-		_, err = bus.DecodeStreamResult(e)
+		return bus.DecodeStreamResult(e)
 	case bus.KindStatsResult:
-		_, err = bus.DecodeStatsResult(e)
+		return bus.DecodeStatsResult(e)
 	}
+	return nil, nil
+}
+
+func decodeAny(e *bus.Envelope) error {
+	_, err := decodeKind(e)
 	return err
 }
 

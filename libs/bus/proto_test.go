@@ -17,24 +17,7 @@ import (
 // decodedPayload decodes an envelope's payload of any kind.
 func decodedPayload(t testing.TB, e *bus.Envelope) any {
 	t.Helper()
-	var (
-		v   any
-		err error
-	)
-	switch e.Kind {
-	case bus.KindPodUpdate:
-		v, err = bus.DecodePodUpdate(e)
-	case bus.KindPodRuntimeStatus:
-		v, err = bus.DecodePodRuntimeStatus(e)
-	case bus.KindProbeResult:
-		v, err = bus.DecodeProbeResult(e)
-	case bus.KindSourcesReady:
-		v, err = bus.DecodeSourcesReady(e)
-	case bus.KindAgentReadiness:
-		v, err = bus.DecodeAgentReadiness(e)
-	default:
-		return nil
-	}
+	v, err := decodeKind(e)
 	if err != nil {
 		t.Fatalf("%s payload: %v", e.Kind, err)
 	}
@@ -55,6 +38,10 @@ func reencode(t testing.TB, enc bus.Encoding, e *bus.Envelope, payload any) []by
 	}
 	return data
 }
+
+// protoForm are the kinds with a protobuf form; the others are JSON in
+// either encoding.
+var protoForm = map[bus.Kind]bool{bus.KindPodUpdate: true, bus.KindPodRuntimeStatus: true, bus.KindProbeResult: true}
 
 // TestProtobufCarriesWhatJSONCarries: every example of docs/bus.md whose
 // kind has a protobuf form, written as protobuf and read back, is the same
@@ -77,8 +64,7 @@ func TestProtobufCarriesWhatJSONCarries(t *testing.T) {
 			t.Fatalf("example %d (%s) as protobuf: %v", i, e.Kind, err)
 		}
 		if back.Encoding != bus.EncodingProtobuf {
-			// SourcesReady and AgentReadiness have no protobuf form.
-			if e.Kind != bus.KindSourcesReady && e.Kind != bus.KindAgentReadiness {
+			if protoForm[e.Kind] {
 				t.Fatalf("example %d: %s was not written as protobuf", i, e.Kind)
 			}
 			continue
@@ -97,7 +83,7 @@ func TestProtobufCarriesWhatJSONCarries(t *testing.T) {
 			t.Errorf("example %d (%s): protobuf %d bytes, not smaller than JSON", i, e.Kind, len(pb))
 		}
 	}
-	for _, k := range []bus.Kind{bus.KindPodUpdate, bus.KindPodRuntimeStatus, bus.KindProbeResult} {
+	for k := range protoForm {
 		if !protoKinds[k] {
 			t.Errorf("docs/bus.md has no example of %s to check its protobuf form with", k)
 		}
