@@ -141,11 +141,7 @@ func Encode(e *Envelope) ([]byte, error) {
 // message begins with '{', a protobuf one never does (its first byte is a
 // field tag). It never panics; every error names the field.
 func Decode(data []byte) (*Envelope, error) {
-	t := bytes.TrimSpace(data)
-	if len(t) == 0 {
-		return nil, fieldErr("(message)", "empty")
-	}
-	if t[0] == '{' {
+	if t := bytes.TrimSpace(data); len(t) > 0 && t[0] == '{' {
 		return decodeAs(EncodingJSON, data)
 	}
 	return decodeAs(EncodingProtobuf, data)

@@ -41,17 +41,6 @@ const (
 	SchemaVersionProtobuf = 2
 )
 
-// ParseEncoding reads the bus-encoding key: "protobuf" or "json".
-func ParseEncoding(s string) (Encoding, error) {
-	switch strings.ToLower(s) {
-	case "protobuf", "proto":
-		return EncodingProtobuf, nil
-	case "json":
-		return EncodingJSON, nil
-	}
-	return 0, fmt.Errorf("unknown bus encoding %q: want protobuf or json", s)
-}
-
 func (enc Encoding) String() string {
 	if enc == EncodingJSON {
 		return "json"
@@ -342,42 +331,19 @@ func (p *PodRuntimeStatus) appendProto(b []byte) ([]byte, error) {
 }
 
 func (p *PodRuntimeStatus) unmarshalProto(b []byte) error {
-	str := func(dst *string, path string) func(d []byte) error {
-		return func(d []byte) error {
-			if err := wantType(path, true, d); err != nil {
-				return err
-			}
-			*dst = string(d)
-			return nil
-		}
-	}
-	statuses := func(dst *[]corev1.ContainerStatus, path string) func(d []byte) error {
-		return func(d []byte) error {
-			at := fmt.Sprintf("%s[%d]", path, len(*dst))
-			if err := wantType(at, true, d); err != nil {
-				return err
-			}
-			*dst = append(*dst, corev1.ContainerStatus{})
-			if err := (*dst)[len(*dst)-1].Unmarshal(d); err != nil {
-				return fieldErr(at, "malformed ContainerStatus: %v", err)
-			}
-			return nil
-		}
-	}
 	var uid, phase string
-	fields := map[protowire.Number]func(d []byte) error{
-		1: str(&uid, "payload.uid"), 2: str(&p.Namespace, "payload.namespace"), 3: str(&p.Name, "payload.name"),
-		4: str(&p.PodIP, "payload.podIP"), 5: str(&p.HostIP, "payload.hostIP"),
-		7: str(&phase, "payload.phase"), 8: str(&p.Reason, "payload.reason"), 9: str(&p.Message, "payload.message"),
-		10: statuses(&p.InitContainerStatuses, "payload.initContainerStatuses"),
-		11: statuses(&p.ContainerStatuses, "payload.containerStatuses"),
-		12: statuses(&p.EphemeralContainerStatuses, "payload.ephemeralContainerStatuses"),
-	}
 	err := protoFields(b, "payload", func(n protowire.Number, v uint64, d []byte) error {
-		if f, ok := fields[n]; ok {
-			return f(d)
-		}
 		switch n {
+		case 1:
+			return protoString(&uid, "payload.uid", d)
+		case 2:
+			return protoString(&p.Namespace, "payload.namespace", d)
+		case 3:
+			return protoString(&p.Name, "payload.name", d)
+		case 4:
+			return protoString(&p.PodIP, "payload.podIP", d)
+		case 5:
+			return protoString(&p.HostIP, "payload.hostIP", d)
 		case 6:
 			if err := wantType("payload.startTime", true, d); err != nil {
 				return err
@@ -387,6 +353,18 @@ func (p *PodRuntimeStatus) unmarshalProto(b []byte) error {
 				return fieldErr("payload.startTime", "malformed Time: %v", err)
 			}
 			p.StartTime = t
+		case 7:
+			return protoString(&phase, "payload.phase", d)
+		case 8:
+			return protoString(&p.Reason, "payload.reason", d)
+		case 9:
+			return protoString(&p.Message, "payload.message", d)
+		case 10:
+			return protoStatus(&p.InitContainerStatuses, "payload.initContainerStatuses", d)
+		case 11:
+			return protoStatus(&p.ContainerStatuses, "payload.containerStatuses", d)
+		case 12:
+			return protoStatus(&p.EphemeralContainerStatuses, "payload.ephemeralContainerStatuses", d)
 		case 13:
 			if err := wantType("payload.containerHashes", true, d); err != nil {
 				return err
@@ -418,6 +396,28 @@ func (p *PodRuntimeStatus) unmarshalProto(b []byte) error {
 	return err
 }
 
+// protoString takes a string field's value.
+func protoString(dst *string, path string, d []byte) error {
+	if err := wantType(path, true, d); err != nil {
+		return err
+	}
+	*dst = string(d)
+	return nil
+}
+
+// protoStatus appends a repeated ContainerStatus field's next value.
+func protoStatus(dst *[]corev1.ContainerStatus, path string, d []byte) error {
+	at := fmt.Sprintf("%s[%d]", path, len(*dst))
+	if err := wantType(at, true, d); err != nil {
+		return err
+	}
+	*dst = append(*dst, corev1.ContainerStatus{})
+	if err := (*dst)[len(*dst)-1].Unmarshal(d); err != nil {
+		return fieldErr(at, "malformed ContainerStatus: %v", err)
+	}
+	return nil
+}
+
 // ProbeResult: 1 podUID, 2 namespace, 3 name, 4 container, 5 containerID,
 // 6 probe, 7 result, 8 message; all strings.
 func (p *ProbeResult) appendProto(b []byte) ([]byte, error) {
@@ -438,11 +438,7 @@ func (p *ProbeResult) unmarshalProto(b []byte) error {
 		if n < 1 || int(n) > len(fields) {
 			return nil
 		}
-		if err := wantType("payload", true, d); err != nil {
-			return err
-		}
-		*fields[n-1] = string(d)
-		return nil
+		return protoString(fields[n-1], "payload", d)
 	})
 }
 

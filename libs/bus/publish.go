@@ -54,9 +54,6 @@ func NewPublisher(nc *nats.Conn, js jetstream.JetStream, node, source string, op
 	return p
 }
 
-// Encoding is the encoding the publisher writes.
-func (p *Publisher) Encoding() Encoding { return p.enc }
-
 // Source is the publisher's source name.
 func (p *Publisher) Source() string { return p.source }
 

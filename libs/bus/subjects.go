@@ -62,6 +62,15 @@ func (s Subjects) PodReconciles(partition int) string {
 	return s.part(tokPodUpdates+"."+tokReconcile, partition)
 }
 
+// PodUpdatesFor is the subject of a PodUpdate with the given op: a
+// RECONCILE's own (PodReconciles), or the partition's pod updates.
+func (s Subjects) PodUpdatesFor(op Op, partition int) string {
+	if op == OpReconcile {
+		return s.PodReconciles(partition)
+	}
+	return s.PodUpdates(partition)
+}
+
 // PodReconcilesAll matches the reconciles of every partition.
 func (s Subjects) PodReconcilesAll() string {
 	return s.prefix + "." + tokPodUpdates + "." + tokReconcile + ".*"

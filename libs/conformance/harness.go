@@ -115,11 +115,7 @@ func (h *harness) sendPods(t testing.TB, op bus.Op, pods ...*corev1.Pod) {
 		byPart[n] = append(byPart[n], *p)
 	}
 	for n, ps := range byPart {
-		subject := h.subjects.PodUpdates(n)
-		if op == bus.OpReconcile {
-			subject = h.subjects.PodReconciles(n)
-		}
-		h.publish(t, h.api, subject, bus.KindPodUpdate, op, &bus.PodUpdate{Pods: ps})
+		h.publish(t, h.api, h.subjects.PodUpdatesFor(op, n), bus.KindPodUpdate, op, &bus.PodUpdate{Pods: ps})
 	}
 }
 

@@ -15,8 +15,8 @@ const Name = "podconfig"
 // Service returns the podconfig stage, ready for app.Run.
 func Service() app.Service {
 	s := app.NewService(Name, &service.Config{}, service.New)
-	// memory-limit auto's budget for a pod: its informer's pods and the merged sources' copies, with the
-	// collector's headroom (measured: docs/bench.md, "Memory").
+	// memory-limit auto's budget for a pod, with the collector's headroom
+	// (measured: docs/bench.md, "Memory"): its informer's pods and the merged sources' copies.
 	s.MemoryPerPod = 20 << 10
 	return s
 }

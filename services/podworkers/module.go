@@ -21,8 +21,8 @@ const Name = "podworkers"
 // Service returns the podworkers stage, ready for app.Run.
 func Service() app.Service {
 	s := app.NewService(Name, &service.Config{}, service.New)
-	// memory-limit auto's budget for a pod: the pod worker, the runtime's record and the admission view of each pod, with the
-	// collector's headroom (measured: docs/bench.md, "Memory").
+	// memory-limit auto's budget for a pod, with the collector's headroom
+	// (measured: docs/bench.md, "Memory"): the pod worker, the runtime's record and the admission view of each pod.
 	s.MemoryPerPod = 28 << 10
 	return s
 }

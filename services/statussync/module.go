@@ -15,8 +15,8 @@ const Name = "statussync"
 // Service returns the statussync stage, ready for app.Run.
 func Service() app.Service {
 	s := app.NewService(Name, &service.Config{}, service.New)
-	// memory-limit auto's budget for a pod: the API view, the bus view and the versioned status of each pod, with the
-	// collector's headroom (measured: docs/bench.md, "Memory").
+	// memory-limit auto's budget for a pod, with the collector's headroom
+	// (measured: docs/bench.md, "Memory"): the API view, the bus view and the versioned status of each pod.
 	s.MemoryPerPod = 32 << 10
 	return s
 }

@@ -270,15 +270,14 @@ func (c *Controller) cycle(ctx context.Context, snapshot bool) bool {
 		}
 	}
 	if snapshot {
-		sent := 0
-		defer func() { c.lastSnapshotPods = sent }()
+		c.lastSnapshotPods = 0
 		for _, src := range sources {
 			if !c.storage.Seen(src) {
 				continue // a partial view must never be sent as a SET
 			}
 			for p, pods := range c.storage.Snapshot(src) {
 				b.set(src, p, pods)
-				sent += len(pods)
+				c.lastSnapshotPods += len(pods)
 			}
 		}
 	}
@@ -330,7 +329,9 @@ func (c *Controller) publish(ctx context.Context, msgs []merge.Message) bool {
 	var send func(m merge.Message)
 	send = func(m merge.Message) {
 		k := partKey{m.Source, m.Partition}
-		subject := c.subject(m)
+		// a RECONCILE goes to its own subject, which only the partition's
+		// owner consumes; both are in the pod-updates stream, in order.
+		subject := c.subjects.PodUpdatesFor(m.Op, m.Partition)
 		f, err := c.publisher(m.Source).PublishAsync(c.traceMessage(ctx, m), subject, bus.KindPodUpdate, m.Op, &bus.PodUpdate{Pods: derefPods(m.Pods)})
 		if errors.Is(err, nats.ErrMaxPayload) {
 			if m.Op != bus.OpSet && len(m.Pods) > 1 {
@@ -387,17 +388,6 @@ func (c *Controller) publish(ctx context.Context, msgs []merge.Message) bool {
 		}
 	}
 	return ok
-}
-
-// subject is where a message goes: a RECONCILE on its partition's
-// reconcile subject (contract v2), which only the partition's owner
-// consumes, everything else on the partition's pod-updates subject. Both
-// are in the pod-updates stream, so their order holds for the owner.
-func (c *Controller) subject(m merge.Message) string {
-	if m.Op == bus.OpReconcile {
-		return c.subjects.PodReconciles(m.Partition)
-	}
-	return c.subjects.PodUpdates(m.Partition)
 }
 
 // traceMessage opens each pod's span of a message (a new pod's from its
