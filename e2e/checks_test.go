@@ -114,6 +114,35 @@ func runningReady(p *corev1.Pod) bool {
 	return p.Status.Phase == corev1.PodRunning && podCondition(p, corev1.PodReady) == corev1.ConditionTrue
 }
 
+// notReadyWhy says what a pod that is not Running and Ready shows: its
+// phase, its Ready condition and each container's state, so that a failed
+// wait names the cause.
+func notReadyWhy(p *corev1.Pod) string {
+	if p == nil {
+		return " (no such pod)"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, " (phase %s", p.Status.Phase)
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			fmt.Fprintf(&b, ", Ready %s %s", c.Status, c.Reason)
+		}
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		fmt.Fprintf(&b, ", %s ready=%t restarts=%d id=%.20s", c.Name, c.Ready, c.RestartCount, strings.TrimPrefix(c.ContainerID, "process://"))
+		switch st := c.State; {
+		case st.Running != nil:
+			fmt.Fprintf(&b, " running since %s", st.Running.StartedAt.Format(time.TimeOnly))
+		case st.Waiting != nil:
+			fmt.Fprintf(&b, " waiting %s %s", st.Waiting.Reason, st.Waiting.Message)
+		case st.Terminated != nil:
+			fmt.Fprintf(&b, " terminated %d %s", st.Terminated.ExitCode, st.Terminated.Reason)
+		}
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
 func containerID(p *corev1.Pod) string {
 	if len(p.Status.ContainerStatuses) == 0 {
 		return ""
@@ -430,7 +459,7 @@ func (s *stack) converge(t *testing.T, names []string, what string, want int, go
 		for _, n := range names {
 			p := pods[n]
 			if p == nil || !runningReady(p) {
-				waiting = append(waiting, n+" not ready")
+				waiting = append(waiting, n+" not ready"+notReadyWhy(p))
 				continue
 			}
 			if o := ownerOf(by, n); o != ownerOf(byBefore, n) && containerID(p) == containerID(before[n]) {

@@ -241,3 +241,29 @@ func TestClaimIDOfLiveReplica(t *testing.T) {
 		}
 	}
 }
+
+// A heartbeat that fails because a release of this replica deleted the
+// lease meanwhile does not bring the lease back (it would name a replica
+// that neither renews nor frees it); one whose lease vanished while still
+// held claims it again.
+func TestHeartbeatRacingReleaseLeavesLeaseGone(t *testing.T) {
+	kv := bucket(t, "own-race")
+	m := New(Options{KV: kv, ID: "a", Partitions: 2, Refresh: 100 * time.Millisecond, TTL: 600 * time.Millisecond})
+	ctx := context.Background()
+	lost := errors.New("wrong last sequence")
+	if _, _, err := m.reclaim(ctx, 0, lost); !errors.Is(err, errReleased) {
+		t.Fatalf("reclaim of a released partition: %v, want errReleased", err)
+	}
+	if _, err := kv.Get(ctx, partKey(0)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("the released partition's lease came back: %v", err)
+	}
+	m.mu.Lock()
+	m.owned[1] = 1
+	m.mu.Unlock()
+	if _, _, err := m.reclaim(ctx, 1, lost); err != nil {
+		t.Fatalf("reclaim of a held partition: %v", err)
+	}
+	if e, err := kv.Get(ctx, partKey(1)); err != nil || !strings.HasPrefix(string(e.Value()), "a ") {
+		t.Fatalf("the held partition's lease: %v", err)
+	}
+}

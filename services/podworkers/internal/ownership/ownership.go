@@ -460,6 +460,9 @@ func (m *Manager) refresh(ctx context.Context) {
 // errTaken: the lease names another replica.
 var errTaken = errors.New("lease taken by another replica")
 
+// errReleased: the lease was given up while its heartbeat was in flight.
+var errReleased = errors.New("lease released by this replica")
+
 // reclaim handles a failed heartbeat of p's lease: the key is read again,
 // and a lease that still names this replica is claimed again on the
 // revision read (the revision we had was lost, as when a NATS server
@@ -470,7 +473,16 @@ func (m *Manager) reclaim(ctx context.Context, p int, cause error) (uint64, time
 	at, val := m.stamp()
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		// gone (never by another's hand: a taker writes its own name).
+		// gone (never by another's hand: a taker writes its own name). A
+		// release deletes the key only after dropping p from owned, so a
+		// heartbeat that raced a release finds p no longer ours here and
+		// must not bring the lease back: nobody would renew or free it.
+		m.mu.Lock()
+		_, still := m.owned[p]
+		m.mu.Unlock()
+		if !still {
+			return 0, at, errReleased
+		}
 		rev, err := m.o.KV.Create(ctx, partKey(p), val)
 		if err == nil {
 			m.o.Log.Info("partition lease claimed again", zap.Int("partition", p), zap.NamedError("after", cause))

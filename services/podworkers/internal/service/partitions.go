@@ -47,9 +47,12 @@ const consumerAckWait = 5 * time.Second
 // consumers and answers the partition's runtime requests.
 func (r *Runner) acquire(ctx context.Context, p int) error {
 	r.mu.Lock()
-	ctrl, rt, pub := r.ctrl, r.rt, r.pub
+	ctrl, rt, pub, sink := r.ctrl, r.rt, r.pub, r.sink
 	r.mu.Unlock()
 	log := r.log.With(zap.Int("partition", p))
+	// nothing this replica said of the partition's pods before (when it
+	// last owned it) may go out now: the pods' truth is rebuilt below.
+	sink.Open(p)
 	r.setActive(p, true)
 	state, err := r.replay(ctx, p)
 	if err == nil {

@@ -40,6 +40,9 @@ type Publisher struct {
 	dirty  map[types.UID]struct{}
 	// forget: pods to drop once their last status has gone out.
 	forget map[types.UID]struct{}
+	// closed: partitions handed over; what their workers still say is
+	// dropped until the partition is opened again (acquired).
+	closed map[int]bool
 	kick   chan struct{}
 	sentN  int
 	traces *tracing.Pods
@@ -53,7 +56,7 @@ func New(pub *bus.Publisher, partitions int, owned func(int) bool, log *zap.Logg
 	return &Publisher{
 		pub: pub, subjects: bus.For(pub.Node()), partitions: partitions, window: DefaultWindow, log: log, owned: owned,
 		latest: map[types.UID]*bus.PodRuntimeStatus{}, sent: map[types.UID]*bus.PodRuntimeStatus{},
-		dirty: map[types.UID]struct{}{}, forget: map[types.UID]struct{}{}, kick: make(chan struct{}, 1),
+		dirty: map[types.UID]struct{}{}, forget: map[types.UID]struct{}{}, closed: map[int]bool{}, kick: make(chan struct{}, 1),
 	}
 }
 
@@ -67,6 +70,14 @@ func (p *Publisher) SetWindow(d time.Duration) {
 // Set records a pod's newest status.
 func (p *Publisher) Set(st *bus.PodRuntimeStatus) {
 	p.mu.Lock()
+	if p.closed[bus.Partition(string(st.UID), p.partitions)] {
+		// said after the hand-over (a worker still finishing the kill of a
+		// process-local hand-over): the next owner speaks for the pod, and
+		// if this replica takes the partition back later, a status held
+		// from then (a pod killed and terminated) would overwrite the truth.
+		p.mu.Unlock()
+		return
+	}
 	if old, ok := p.latest[st.UID]; ok && apiequality.Semantic.DeepEqual(old, st) {
 		p.mu.Unlock()
 		return
@@ -118,10 +129,25 @@ func (p *Publisher) Resend(part int) {
 	p.mu.Unlock()
 }
 
+// Open starts this publisher's part in partition part (the replica is
+// taking it over): statuses of its pods are taken from now on, and nothing
+// held from an earlier ownership is left to go out.
+func (p *Publisher) Open(part int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.closed, part)
+	for uid := range p.latest {
+		if bus.Partition(string(uid), p.partitions) == part {
+			p.drop(uid)
+		}
+	}
+}
+
 // HandOver ends this publisher's part in partition part: with publish, the
 // statuses of its pods not yet sent go out now (the replica still holds the
 // lease, and the next owner starts from them); then every status of the
-// partition is dropped.
+// partition is dropped, and the partition is closed: statuses of its pods
+// set later are dropped too, until Open.
 func (p *Publisher) HandOver(ctx context.Context, part int, publish bool) error {
 	p.mu.Lock()
 	var batch []*bus.PodRuntimeStatus
@@ -136,6 +162,7 @@ func (p *Publisher) HandOver(ctx context.Context, part int, publish bool) error 
 		}
 		p.drop(uid)
 	}
+	p.closed[part] = true
 	p.mu.Unlock()
 	if len(batch) == 0 {
 		return nil

@@ -124,6 +124,7 @@ func TestBurstIsCoalesced(t *testing.T) {
 	if err := p.HandOver(context.Background(), 0, false); err != nil {
 		t.Fatal(err)
 	}
+	p.Open(0) // taken again
 	owned.Store(true)
 	p.Set(&bus.PodRuntimeStatus{UID: "u5", Namespace: "ns", Name: "e", Message: "after"})
 	for deadline = time.Now().Add(10 * time.Second); ; {
@@ -211,5 +212,71 @@ func TestRefusedPublishIsRetried(t *testing.T) {
 	}
 	if got := lastOf(); got != 2 {
 		t.Fatalf("stream holds %d statuses, want 2", got)
+	}
+}
+
+// What a worker says of a pod after its partition was handed over (the end
+// of a process-local kill) never goes out, not even when the replica takes
+// the partition back later: only what it says after that does.
+func TestHandedOverPartitionStaysSilentAfterReacquire(t *testing.T) {
+	const node = "handback"
+	n := testenv.NATSForTest(t)
+	nc, js := n.Connect(t)
+	ctx := context.Background()
+	if err := bus.EnsureStreams(ctx, js, node); err != nil {
+		t.Fatal(err)
+	}
+	var owned atomic.Bool
+	owned.Store(true)
+	p := New(bus.NewPublisher(nc, js, node, "podworkers-test"), 1, func(int) bool { return owned.Load() }, zap.NewNop())
+	p.SetWindow(10 * time.Millisecond)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); p.Run(rctx) }()
+	defer func() { cancel(); <-done }()
+	cons, err := js.OrderedConsumer(ctx, bus.StreamName(node, bus.StreamPodStatus), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func() (*bus.PodRuntimeStatus, error) {
+		m, err := cons.Next(jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			return nil, err
+		}
+		e, err := bus.Decode(m.Data())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bus.DecodePodRuntimeStatus(e)
+	}
+
+	p.Set(&bus.PodRuntimeStatus{UID: "u1", Namespace: "ns", Name: "a", Message: "running"})
+	if st, err := next(); err != nil || st.Message != "running" {
+		t.Fatalf("first status: %v %v", st, err)
+	}
+	// release: the partition stops being owned, then is handed over; the
+	// kill's last word arrives after the hand-over.
+	owned.Store(false)
+	if err := p.HandOver(ctx, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	p.Set(&bus.PodRuntimeStatus{UID: "u1", Namespace: "ns", Name: "a", Message: "killed", Terminated: true})
+	// taken back: the late status must not go out.
+	p.Open(0)
+	owned.Store(true)
+	p.Set(&bus.PodRuntimeStatus{UID: "u2", Namespace: "ns", Name: "b", Message: "other"})
+	st, err := next()
+	if err != nil {
+		t.Fatalf("no status after the partition was taken back: %v", err)
+	}
+	if st.UID != "u2" {
+		t.Fatalf("a status said after the hand-over went out when the partition was taken back: %+v", st)
+	}
+	if st, err := next(); err == nil {
+		t.Fatalf("unexpected status: %+v", st)
+	}
+	p.Set(&bus.PodRuntimeStatus{UID: "u1", Namespace: "ns", Name: "a", Message: "running again"})
+	if st, err := next(); err != nil || st.Message != "running again" {
+		t.Fatalf("a status after the partition was taken back: %v %v", st, err)
 	}
 }
