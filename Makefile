@@ -85,9 +85,11 @@ endif
 
 # make fuzz: every decoder of outside input, FUZZTIME each (part of make
 # test): bus messages, static pod files and manifest URLs, the --config
-# YAML, the kubelet API's logs and exec queries.
+# YAML, the kubelet API's logs and exec queries; and statussync's status
+# patch, built directly, against the reflective two-way merge.
 FUZZ_TARGETS := FuzzDecode:./libs/bus FuzzDecode:./services/podconfig/internal/manifest \
-	FuzzLoad:./libs/config FuzzQueries:./services/nodehb/internal/kubeletapi FuzzRead:./libs/recording
+	FuzzLoad:./libs/config FuzzQueries:./services/nodehb/internal/kubeletapi FuzzRead:./libs/recording \
+	FuzzStatusPatch:./services/statussync/internal/apistatus
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 		echo "$(GO) test -run '^$$' -fuzz '^$${t%%:*}$$' -fuzztime $(FUZZTIME) $${t#*:}"; \

@@ -234,20 +234,30 @@ func Merge(pod *corev1.Pod, api, next corev1.PodStatus, couldHaveRunningContaine
 // StatusPatch is the two-way strategic merge patch from the API copy's
 // status to the new one, with the pod's UID in it so that the API server
 // refuses it for a pod recreated under the same name. unchanged is true when
-// the patch would carry nothing but the UID (kubelet: PatchPodStatus).
+// the patch would carry nothing but the UID (kubelet: PatchPodStatus). It
+// is built from the typed statuses (fastStatusPatch) when they hold nothing
+// only the reflective diff handles with certainty.
 func StatusPatch(uid types.UID, old, next corev1.PodStatus) (patch []byte, unchanged bool, err error) {
-	oldJSON, err := json.Marshal(corev1.Pod{Status: old})
-	if err != nil {
-		return nil, false, err
-	}
-	newJSON, err := json.Marshal(corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: uid}, Status: next})
-	if err != nil {
-		return nil, false, err
-	}
-	patch, err = strategicpatch.CreateTwoWayMergePatch(oldJSON, newJSON, corev1.Pod{})
-	if err != nil {
-		return nil, false, err
+	patch, ok := fastStatusPatch(uid, &old, &next)
+	if !ok {
+		if patch, err = statusPatchReflective(uid, old, next); err != nil {
+			return nil, false, err
+		}
 	}
 	only := fmt.Appendf(nil, `{"metadata":{"uid":%q}}`, uid)
 	return patch, bytes.Equal(patch, only), nil
+}
+
+// statusPatchReflective is the patch of strategicpatch.CreateTwoWayMergePatch
+// over the JSON of the two pods, the reference fastStatusPatch matches.
+func statusPatchReflective(uid types.UID, old, next corev1.PodStatus) ([]byte, error) {
+	oldJSON, err := json.Marshal(corev1.Pod{Status: old})
+	if err != nil {
+		return nil, err
+	}
+	newJSON, err := json.Marshal(corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: uid}, Status: next})
+	if err != nil {
+		return nil, err
+	}
+	return strategicpatch.CreateTwoWayMergePatch(oldJSON, newJSON, corev1.Pod{})
 }
