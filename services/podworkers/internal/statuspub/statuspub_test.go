@@ -14,24 +14,32 @@ import (
 	"github.com/splitlet/splitlet/libs/testenv"
 )
 
+// runPublisher runs a publisher of one partition, owned until the test says
+// otherwise, on a node's streams of a test NATS server.
+func runPublisher(t *testing.T, node string, window time.Duration) (*Publisher, jetstream.JetStream, *atomic.Bool) {
+	t.Helper()
+	n := testenv.NATSForTest(t)
+	nc, js := n.Connect(t)
+	if err := bus.EnsureStreams(context.Background(), js, node); err != nil {
+		t.Fatal(err)
+	}
+	owned := new(atomic.Bool)
+	owned.Store(true)
+	p := New(bus.NewPublisher(nc, js, node, "podworkers-test"), 1, func(int) bool { return owned.Load() }, zap.NewNop())
+	p.SetWindow(window)
+	rctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); p.Run(rctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return p, js, owned
+}
+
 // A burst of changes to one pod goes out as few messages, the last one
 // being the newest status; unowned partitions are not spoken for.
 func TestBurstIsCoalesced(t *testing.T) {
 	const node = "coalesce"
-	n := testenv.NATSForTest(t)
-	nc, js := n.Connect(t)
 	ctx := context.Background()
-	if err := bus.EnsureStreams(ctx, js, node); err != nil {
-		t.Fatal(err)
-	}
-	var owned atomic.Bool
-	owned.Store(true)
-	p := New(bus.NewPublisher(nc, js, node, "podworkers-test"), 1, func(int) bool { return owned.Load() }, zap.NewNop())
-	p.SetWindow(100 * time.Millisecond)
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); p.Run(rctx) }()
-	defer func() { cancel(); <-done }()
+	p, js, owned := runPublisher(t, node, 100*time.Millisecond)
 
 	for i := 0; i < 200; i++ {
 		p.Set(&bus.PodRuntimeStatus{UID: "u1", Namespace: "ns", Name: "a", Message: fmt.Sprint(i)})
@@ -220,20 +228,8 @@ func TestRefusedPublishIsRetried(t *testing.T) {
 // the partition back later: only what it says after that does.
 func TestHandedOverPartitionStaysSilentAfterReacquire(t *testing.T) {
 	const node = "handback"
-	n := testenv.NATSForTest(t)
-	nc, js := n.Connect(t)
 	ctx := context.Background()
-	if err := bus.EnsureStreams(ctx, js, node); err != nil {
-		t.Fatal(err)
-	}
-	var owned atomic.Bool
-	owned.Store(true)
-	p := New(bus.NewPublisher(nc, js, node, "podworkers-test"), 1, func(int) bool { return owned.Load() }, zap.NewNop())
-	p.SetWindow(10 * time.Millisecond)
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); p.Run(rctx) }()
-	defer func() { cancel(); <-done }()
+	p, js, owned := runPublisher(t, node, 10*time.Millisecond)
 	cons, err := js.OrderedConsumer(ctx, bus.StreamName(node, bus.StreamPodStatus), jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)

@@ -287,9 +287,9 @@ func (b *patchBuilder) canonical(raw []byte) []byte {
 	return b.val(at)
 }
 
-// atomic: a list without patch strategy is sent whole when its encoding
-// changes.
-func atomic[T any](b *patchBuilder, key string, old, next T, hadOld, hasNext bool) {
+// presence handles a member present on one side only: sent whole when
+// added, null when removed; true when that settled it.
+func presence[T any](b *patchBuilder, key string, next T, hadOld, hasNext bool) bool {
 	switch {
 	case !hadOld && !hasNext:
 	case !hasNext:
@@ -299,10 +299,20 @@ func atomic[T any](b *patchBuilder, key string, old, next T, hadOld, hasNext boo
 			b.set(key, v)
 		}
 	default:
-		if raw := b.changed(old, next); raw != nil {
-			if v := b.canonical(raw); v != nil {
-				b.set(key, v)
-			}
+		return false
+	}
+	return true
+}
+
+// atomic: a list without patch strategy is sent whole when its encoding
+// changes.
+func atomic[T any](b *patchBuilder, key string, old, next T, hadOld, hasNext bool) {
+	if presence(b, key, next, hadOld, hasNext) {
+		return
+	}
+	if raw := b.changed(old, next); raw != nil {
+		if v := b.canonical(raw); v != nil {
+			b.set(key, v)
 		}
 	}
 }
@@ -311,15 +321,7 @@ func atomic[T any](b *patchBuilder, key string, old, next T, hadOld, hasNext boo
 // with retainKeys) is sent whole when added and null when removed; a
 // change of it is left to the reflective path.
 func addOrRemove[T any](b *patchBuilder, key string, old, next T, hadOld, hasNext bool) {
-	switch {
-	case !hadOld && !hasNext:
-	case !hasNext:
-		b.null(key)
-	case !hadOld:
-		if v := b.encode(next); v != nil {
-			b.set(key, v)
-		}
-	case b.changed(old, next) != nil:
+	if !presence(b, key, next, hadOld, hasNext) && b.changed(old, next) != nil {
 		b.failed = true
 	}
 }
