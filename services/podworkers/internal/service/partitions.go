@@ -91,6 +91,7 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 			log.Error("dropping malformed pod update", zap.String(logging.FieldSubject, subject), zap.Error(err))
 			return nil
 		}
+		busPodView(u.Pods)
 		if r.traces != nil {
 			for i := range u.Pods {
 				r.traces.Remember(mctx, string(u.Pods[i].UID))
@@ -440,6 +441,7 @@ func (r *Runner) replay(ctx context.Context, p int) (map[string]map[types.UID]co
 		if err != nil {
 			continue
 		}
+		busPodView(u.Pods)
 		src := state[e.Source]
 		if src == nil || e.Op == bus.OpSet {
 			// a SET replaces the source's pods of this partition.

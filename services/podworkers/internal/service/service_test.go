@@ -341,7 +341,8 @@ func (e *env) checkReconcilesInOrder(t *testing.T, r *Runner, p *corev1.Pod, par
 	stamp := func(step, message string) *corev1.Pod {
 		q := p.DeepCopy()
 		q.Labels = map[string]string{"step": step}
-		q.Status.Message = message
+		// a status field podworkers keeps (busPodView) marks the reconcile.
+		q.Status.QOSClass = corev1.PodQOSClass(message)
 		return q
 	}
 	held := func() *corev1.Pod {
@@ -372,9 +373,9 @@ func (e *env) checkReconcilesInOrder(t *testing.T, r *Runner, p *corev1.Pod, par
 		if q == nil {
 			t.Fatalf("%s: the controller holds no pod %s", what, p.UID)
 		}
-		if q.Labels["step"] != step || q.Status.Message != message {
-			t.Fatalf("%s: the pod held has labels %v and status message %q, want step %s and message %q",
-				what, q.Labels, q.Status.Message, step, message)
+		if q.Labels["step"] != step || string(q.Status.QOSClass) != message {
+			t.Fatalf("%s: the pod held has labels %v and status mark %q, want step %s and mark %q",
+				what, q.Labels, q.Status.QOSClass, step, message)
 		}
 	}
 	e.send(bus.OpUpdate, stamp("1", ""))
