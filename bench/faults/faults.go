@@ -396,6 +396,10 @@ func runFaultCase(ctx context.Context, env *faultEnv, c faultCase, logf func(str
 			if now.restarts == b.restarts {
 				res.Hidden++
 			}
+			if res.Restarted <= 3 {
+				res.Notes = append(res.Notes, fmt.Sprintf("restarted %s: %.12s (restarts %d) became %.12s (restarts %d)", key,
+					strings.TrimPrefix(b.id, "containerd://"), b.restarts, strings.TrimPrefix(now.id, "containerd://"), now.restarts))
+			}
 		}
 		if pod := strings.SplitN(key, "/", 2)[0]; b.term != "" && now.term != b.term && isDone(pods[pod]) {
 			res.Rewritten++
@@ -409,7 +413,13 @@ func runFaultCase(ctx context.Context, env *faultEnv, c faultCase, logf func(str
 	}
 	if err := waitUntil(ctx, 2*time.Minute, "every pod gone", func() (bool, string) {
 		_, pods, err := snapshot(ctx, env.cs, label)
-		return err == nil && len(pods) == 0, fmt.Sprint(len(pods), " left")
+		left := fmt.Sprint(len(pods), " left")
+		for _, p := range pods {
+			// the first one named, with what it shows, for a closer look
+			left += fmt.Sprintf(", %s %s %v", p.Name, p.Status.Phase, p.Status.ContainerStatuses)
+			break
+		}
+		return err == nil && len(pods) == 0, left
 	}); err != nil {
 		res.Notes = append(res.Notes, err.Error())
 	}

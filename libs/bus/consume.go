@@ -53,7 +53,13 @@ type ConsumerOptions struct {
 	// InactiveThreshold removes a durable consumer left unused that long
 	// (default: never).
 	InactiveThreshold time.Duration
-	Logger            *zap.Logger
+	// OrderedByHandler: the handler orders messages itself (per pod), so a
+	// message that newer ones of its subject overtook, a redelivery after
+	// the consumer's server was lost, is passed on instead of being taken
+	// for one already seen. Fit for kinds of one pod a message
+	// (PodRuntimeStatus), which the receiver orders per pod.
+	OrderedByHandler bool
+	Logger           *zap.Logger
 }
 
 // Consume runs handler on every new message of a durable consumer, one at a
@@ -101,7 +107,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, opts ConsumerOptions, 
 			_ = m.Term()
 			return
 		}
-		if !dedup.Accept(subject, e) {
+		if !opts.OrderedByHandler && !dedup.Accept(subject, e) {
 			_ = m.Ack()
 			return
 		}

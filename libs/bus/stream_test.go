@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -376,5 +377,45 @@ func TestHandlerPanicIsBounded(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(bus.HandlerPanics.WithLabelValues(durable)) - before; got != bus.MaxPanicDeliveries {
 		t.Errorf("panics counted: %v, want %d", got, bus.MaxPanicDeliveries)
+	}
+}
+
+// TestOvertakenMessageWithOrderedByHandler: a message that reaches the
+// consumer after a newer one of its subject (as a redelivery does after a
+// NATS server was lost) is dropped as already seen by default, and passed
+// on to a handler that orders messages itself (OrderedByHandler).
+func TestOvertakenMessageWithOrderedByHandler(t *testing.T) {
+	ctx := context.Background()
+	js, pub := nodeN(t, "podworkers-a")
+	target := bus.For("n").PodStatus(3)
+	older, _, err := pub.Seal(bus.KindPodRuntimeStatus, "", &bus.PodRuntimeStatus{UID: "uid-a", Namespace: "ns", Name: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer, _, err := pub.Seal(bus.KindPodRuntimeStatus, "", &bus.PodRuntimeStatus{UID: "uid-b", Namespace: "ns", Name: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, data := range [][]byte{newer, older} {
+		if _, err := js.Publish(ctx, target, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, ordered := range []bool{false, true} {
+		var got collected
+		opts := bus.ConsumerOptions{Stream: bus.StreamName("n", bus.StreamPodStatus), Durable: fmt.Sprint("overtaken-", ordered), OrderedByHandler: ordered}
+		stop, err := bus.Consume(ctx, js, opts, got.handler)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitDrained(t, js, opts.Stream, opts.Durable)
+		stop()
+		want := 1
+		if ordered {
+			want = 2
+		}
+		if n := got.len(); n != want {
+			t.Errorf("OrderedByHandler %v: handled %d messages, want %d", ordered, n, want)
+		}
 	}
 }

@@ -222,7 +222,8 @@ func (r *Runner) consume(ctx context.Context, node string, m *statusmanager.Mana
 	var stops []func()
 	// One high-water mark per stream, shared by the replay and the durable
 	// consumer, so that a message replayed is not applied again after a
-	// newer one.
+	// newer one (the runtime statuses, one pod a message, are ordered per
+	// pod by the manager instead).
 	seen := map[string]*bus.Dedup{}
 	snapshots := bus.NewSnapshots()
 	once := func(stream string, h bus.Handler) bus.Handler {
@@ -243,6 +244,9 @@ func (r *Runner) consume(ctx context.Context, node string, m *statusmanager.Mana
 		// filter, when set, is the one subject of the stream consumed.
 		filter string
 		handle bus.Handler
+		// perPod: the handler orders the messages per pod itself (one pod
+		// a message), not by the subject's high-water mark.
+		perPod bool
 	}{
 		// podupdates.* only: since contract v2 podconfig publishes the
 		// reconciles on podupdates.reconcile.<p>, which the server then
@@ -277,7 +281,7 @@ func (r *Runner) consume(ctx context.Context, node string, m *statusmanager.Mana
 			}
 			m.PodUpdate(op, e.Source, p, pods)
 			return nil
-		}},
+		}, false},
 		{bus.StreamPodStatus, DurablePodStatus, "", func(mctx context.Context, subject string, e *bus.Envelope) error {
 			rs, err := bus.DecodePodRuntimeStatus(e)
 			if err != nil {
@@ -285,9 +289,14 @@ func (r *Runner) consume(ctx context.Context, node string, m *statusmanager.Mana
 				return nil
 			}
 			r.traces.Remember(mctx, string(rs.UID))
-			m.RuntimeStatus(rs)
+			// ordered per pod: a status another pod's newer one overtook
+			// (redelivered after a NATS server was lost) is still taken.
+			if !m.RuntimeStatusFrom(e.Source, e.Seq, rs) {
+				log.Debug("dropping a runtime status already seen or overtaken", zap.String(logging.FieldSubject, subject),
+					zap.String("source", e.Source), zap.Uint64("seq", e.Seq), zap.String(logging.FieldUID, string(rs.UID)))
+			}
 			return nil
-		}},
+		}, true},
 		{bus.StreamProbes, DurableProbes, "", func(mctx context.Context, subject string, e *bus.Envelope) error {
 			pr, err := bus.DecodeProbeResult(e)
 			if err != nil {
@@ -297,10 +306,12 @@ func (r *Runner) consume(ctx context.Context, node string, m *statusmanager.Mana
 			r.traces.Remember(mctx, string(pr.PodUID))
 			m.ProbeResult(pr)
 			return nil
-		}},
+		}, false},
 	}
 	for i := range specs {
-		specs[i].handle = once(specs[i].stream, specs[i].handle)
+		if !specs[i].perPod {
+			specs[i].handle = once(specs[i].stream, specs[i].handle)
+		}
 	}
 	for _, s := range specs {
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -318,10 +329,11 @@ func (r *Runner) consume(ctx context.Context, node string, m *statusmanager.Mana
 			filters = []string{s.filter}
 		}
 		stop, err := bus.Consume(ctx, r.js, bus.ConsumerOptions{
-			Stream:  bus.StreamName(node, s.stream),
-			Durable: s.durable,
-			Filters: filters,
-			Logger:  log,
+			Stream:           bus.StreamName(node, s.stream),
+			Durable:          s.durable,
+			Filters:          filters,
+			Logger:           log,
+			OrderedByHandler: s.perPod,
 		}, s.handle)
 		if err != nil {
 			return stops, err

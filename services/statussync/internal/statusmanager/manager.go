@@ -219,6 +219,11 @@ type entry struct {
 	// (splitlet_pod_stage_duration_seconds{stage="statussync"}).
 	runningAt time.Time
 	stageDone bool
+	// runtimeSource and runtimeSeq are the envelope's source and sequence
+	// of the runtime status taken last: an older one from the same source
+	// (a redelivery that newer ones overtook) is not taken after it.
+	runtimeSource string
+	runtimeSeq    uint64
 }
 
 // Manager is the status manager.
@@ -449,9 +454,23 @@ func (m *Manager) PodUpdate(op bus.Op, source string, partition int, pods []core
 
 // RuntimeStatus takes a PodRuntimeStatus from the bus.
 func (m *Manager) RuntimeStatus(rs *bus.PodRuntimeStatus) {
+	m.RuntimeStatusFrom("", 0, rs)
+}
+
+// RuntimeStatusFrom takes a PodRuntimeStatus with its envelope's source and
+// sequence, in any order: one older than the pod's last from the same
+// source is dropped (false), and a pod's status is never held back by
+// another pod's newer one. seq 0 takes it unconditionally.
+func (m *Manager) RuntimeStatusFrom(source string, seq uint64, rs *bus.PodRuntimeStatus) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e := m.entry(rs.UID)
+	if seq != 0 {
+		if e.runtimeSource == source && seq <= e.runtimeSeq {
+			return false
+		}
+		e.runtimeSource, e.runtimeSeq = source, seq
+	}
 	e.runtime = rs
 	if e.runningAt.IsZero() && bus.AllRunning(rs.ContainerStatuses) {
 		e.runningAt = time.Now()
@@ -475,6 +494,7 @@ func (m *Manager) RuntimeStatus(rs *bus.PodRuntimeStatus) {
 	}
 	e.liveIDs = ids
 	m.regenerate(e)
+	return true
 }
 
 // ProbeResult takes a ProbeResult from the bus. Liveness results are the pod

@@ -180,3 +180,35 @@ func TestProbeOvertakingStatusKept(t *testing.T) {
 		t.Fatal("the early readiness result of sim://2 was lost")
 	}
 }
+
+// Runtime statuses are ordered per pod: a pod's status that another pod's
+// newer one overtook (a redelivery after a NATS server was lost) is taken;
+// one older than the pod's own last, or the same again, is not; another
+// source (a replica) has its own sequence.
+func TestRuntimeStatusOrderedPerPod(t *testing.T) {
+	m := newManager(t)
+	for _, uid := range []types.UID{"a", "b"} {
+		m.PodUpdate(bus.OpAdd, "api", bus.Partition(string(uid), 4), []corev1.Pod{specPod(uid, corev1.RestartPolicyAlways)})
+	}
+	if !m.RuntimeStatusFrom("podworkers-r1", 12, rs("b", runningState)) {
+		t.Fatal("first status of b not taken")
+	}
+	if !m.RuntimeStatusFrom("podworkers-r1", 10, rs("a", runningState)) {
+		t.Fatal("a's status, overtaken by b's newer one, not taken")
+	}
+	if s, _, ok := m.Status("a"); !ok || s.Phase != corev1.PodRunning {
+		t.Fatalf("a: %v %s", ok, s.Phase)
+	}
+	pending := corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}
+	for _, seq := range []uint64{9, 10} {
+		if m.RuntimeStatusFrom("podworkers-r1", seq, rs("a", pending)) {
+			t.Errorf("a's status %d taken after its status 10", seq)
+		}
+	}
+	if s, _, _ := m.Status("a"); s.ContainerStatuses[0].State.Running == nil {
+		t.Fatalf("a's status went back: %+v", s.ContainerStatuses[0].State)
+	}
+	if !m.RuntimeStatusFrom("podworkers-r2", 5, rs("a", runningState)) {
+		t.Fatal("another source's status not taken")
+	}
+}
