@@ -116,19 +116,6 @@ func (p *Publisher) dropIfForgotten(uid types.UID) {
 	}
 }
 
-// Resend marks every held status of partition part to be sent again (a
-// replica that takes a partition over speaks for its pods afresh).
-func (p *Publisher) Resend(part int) {
-	p.mu.Lock()
-	for uid := range p.latest {
-		if bus.Partition(string(uid), p.partitions) == part {
-			delete(p.sent, uid)
-			p.dirty[uid] = struct{}{}
-		}
-	}
-	p.mu.Unlock()
-}
-
 // Open starts this publisher's part in partition part (the replica is
 // taking it over): statuses of its pods are taken from now on, and nothing
 // held from an earlier ownership is left to go out.

@@ -224,11 +224,9 @@ func (r *Runner) consume(ctx context.Context, node string, m *statusmanager.Mana
 	// consumer, so that a message replayed is not applied again after a
 	// newer one (the runtime statuses, one pod a message, are ordered per
 	// pod by the manager instead).
-	seen := map[string]*bus.Dedup{}
 	snapshots := bus.NewSnapshots()
-	once := func(stream string, h bus.Handler) bus.Handler {
+	once := func(h bus.Handler) bus.Handler {
 		d := bus.NewDedup()
-		seen[stream] = d
 		return func(ctx context.Context, subject string, e *bus.Envelope) error {
 			if !d.Accept(subject, e) {
 				log.Debug("dropping a message already seen or overtaken", zap.String(logging.FieldSubject, subject),
@@ -310,7 +308,7 @@ func (r *Runner) consume(ctx context.Context, node string, m *statusmanager.Mana
 	}
 	for i := range specs {
 		if !specs[i].perPod {
-			specs[i].handle = once(specs[i].stream, specs[i].handle)
+			specs[i].handle = once(specs[i].handle)
 		}
 	}
 	for _, s := range specs {
