@@ -93,34 +93,23 @@ func Consume(ctx context.Context, js jetstream.JetStream, opts ConsumerOptions, 
 		return nil, fmt.Errorf("bus: consumer %s on %s: %w", opts.Durable, opts.Stream, err)
 	}
 	retry := or(opts.RetryDelay, time.Second)
-	delivery := BusDelivery.WithLabelValues(streamLabel(opts.Stream))
-	dedup := NewDedup()
+	rcv := newReceiver(opts.Stream, opts.Durable, !opts.OrderedByHandler, log, handler)
 	hctx, cancel := context.WithCancel(ctx)
 	var inflight sync.WaitGroup
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		inflight.Add(1)
 		defer inflight.Done()
-		subject := m.Subject()
-		e, err := DecodeMsg(m.Headers(), m.Data())
-		if err != nil {
-			log.Error("dropping malformed message", zap.String("subject", subject), zap.Error(err))
-			_ = m.Term()
-			return
-		}
-		if !opts.OrderedByHandler && !dedup.Accept(subject, e) {
+		switch v, f := rcv.receive(hctx, m); v {
+		case verdictDone:
 			_ = m.Ack()
-			return
-		}
-		delivery.Observe(max(time.Since(e.SentAt), 0).Seconds())
-		if panicked, err := safely(tracing.Extract(hctx, m.Headers()), handler, subject, e); panicked {
-			dedup.Forget(subject, e)
-			HandlerPanics.WithLabelValues(opts.Durable).Inc()
-			var seq, delivered uint64
+		case verdictMalformed:
+			_ = m.Term()
+		case verdictPanic:
+			var delivered uint64
 			if md, merr := m.Metadata(); merr == nil {
-				seq, delivered = md.Sequence.Stream, md.NumDelivered
+				delivered = md.NumDelivered
 			}
-			f := []zap.Field{zap.String("subject", subject), zap.Uint64("streamSeq", seq), zap.String("source", e.Source),
-				zap.Uint64("seq", e.Seq), zap.Uint64("delivered", delivered), zap.Error(err)}
+			f = append(f, zap.Uint64("delivered", delivered))
 			if delivered >= MaxPanicDeliveries {
 				log.Error("message handler panicked; terminating the message", f...)
 				_ = m.Term()
@@ -128,16 +117,12 @@ func Consume(ctx context.Context, js jetstream.JetStream, opts ConsumerOptions, 
 			}
 			log.Error("message handler panicked; will retry", f...)
 			_ = m.NakWithDelay(retry)
-			return
-		} else if err != nil {
-			dedup.Forget(subject, e)
+		case verdictRetry:
 			if hctx.Err() == nil {
-				log.Warn("message handling failed, will retry", zap.String("subject", subject), zap.Error(err))
+				log.Warn("message handling failed, will retry", f...)
 			}
 			_ = m.NakWithDelay(retry)
-			return
 		}
-		_ = m.Ack()
 	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if hctx.Err() == nil && !errors.Is(err, jetstream.ErrNoHeartbeat) {
 			log.Warn("consumer error", zap.String("consumer", opts.Durable), zap.Error(err))
@@ -167,6 +152,73 @@ func safely(ctx context.Context, h Handler, subject string, e *Envelope) (panick
 		}
 	}()
 	return false, h(ctx, subject, e)
+}
+
+// verdict is what became of one message in a receiver's hands.
+type verdict int
+
+const (
+	// verdictDone: handled, or seen before; not to be delivered again.
+	verdictDone verdict = iota
+	// verdictMalformed: it does not decode; never to be delivered again.
+	verdictMalformed
+	// verdictRetry: the handler returned an error; deliver it again.
+	verdictRetry
+	// verdictPanic: the handler panicked; deliver it again, a bounded
+	// number of times.
+	verdictPanic
+)
+
+// receiver is what Consume and Follow do alike with each message: decode
+// it, skip what was seen before (unless the handler orders), observe the
+// delivery time and run the handler without letting a panic out.
+type receiver struct {
+	name     string
+	log      *zap.Logger
+	dedup    *Dedup
+	delivery prometheus.Observer
+	handler  Handler
+}
+
+func newReceiver(stream, name string, dedup bool, log *zap.Logger, h Handler) *receiver {
+	r := &receiver{name: name, log: log, delivery: BusDelivery.WithLabelValues(streamLabel(stream)), handler: h}
+	if dedup {
+		r.dedup = NewDedup()
+	}
+	return r
+}
+
+// receive hands one message to the handler; for a retry or a panic it also
+// returns the log fields that describe the message and the failure.
+func (r *receiver) receive(ctx context.Context, m jetstream.Msg) (verdict, []zap.Field) {
+	subject := m.Subject()
+	e, err := DecodeMsg(m.Headers(), m.Data())
+	if err != nil {
+		r.log.Error("dropping malformed message", zap.String("subject", subject), zap.Error(err))
+		return verdictMalformed, nil
+	}
+	if r.dedup != nil && !r.dedup.Accept(subject, e) {
+		return verdictDone, nil
+	}
+	r.delivery.Observe(max(time.Since(e.SentAt), 0).Seconds())
+	panicked, err := safely(tracing.Extract(ctx, m.Headers()), r.handler, subject, e)
+	if err == nil {
+		return verdictDone, nil
+	}
+	if r.dedup != nil {
+		r.dedup.Forget(subject, e)
+	}
+	var seq uint64
+	if md, merr := m.Metadata(); merr == nil {
+		seq = md.Sequence.Stream
+	}
+	f := []zap.Field{zap.String("subject", subject), zap.Uint64("streamSeq", seq), zap.String("source", e.Source),
+		zap.Uint64("seq", e.Seq), zap.Error(err)}
+	if panicked {
+		HandlerPanics.WithLabelValues(r.name).Inc()
+		return verdictPanic, f
+	}
+	return verdictRetry, f
 }
 
 func or[T comparable](v, def T) T {

@@ -28,9 +28,10 @@ import (
 
 func labelsEverything() labels.Selector { return labels.Everything() }
 
-// Durable consumer names shared by the replicas (docs/bus.md).
-func updatesDurable(p int) string { return fmt.Sprintf("podworkers-p%d", p) }
-func probesDurable(p int) string  { return fmt.Sprintf("podworkers-probes-p%d", p) }
+// The name of a partition's pod update follower (lag reports), and of its
+// probe results' durable consumer, shared by the replicas (docs/bus.md).
+func updatesFollower(p int) string { return fmt.Sprintf("podworkers-p%d", p) }
+func probesDurable(p int) string   { return fmt.Sprintf("podworkers-probes-p%d", p) }
 
 // consumerAckWait is short so that the messages a crashed owner held are
 // redelivered, in order, before the next owner takes the partition (the
@@ -38,13 +39,14 @@ func probesDurable(p int) string  { return fmt.Sprintf("podworkers-probes-p%d", 
 const consumerAckWait = 5 * time.Second
 
 // acquire takes a partition over: it rebuilds the partition's desired pods
-// from the stream up to where the previous owner stopped, tells a runtime
-// that must be told (runtime.Restorer) what the partition's pods last ran,
-// makes a runtime that polls (runtime.Relister) read its containers now,
-// hands the pods to the controller (their workers adopt what the runtime
-// holds: nothing that runs is restarted), from then on lets housekeeping
-// look for the partition's runtime orphans, then resumes the shared durable
-// consumers and answers the partition's runtime requests.
+// from everything the stream holds of it, tells a runtime that must be told
+// (runtime.Restorer) what the partition's pods last ran, makes a runtime
+// that polls (runtime.Relister) read its containers now, hands the pods to
+// the controller (their workers adopt what the runtime holds: nothing that
+// runs is restarted), from then on lets housekeeping look for the
+// partition's runtime orphans, then follows the partition's pod updates
+// from where the replay ended, resumes the shared probe consumer and
+// answers the partition's runtime requests.
 func (r *Runner) acquire(ctx context.Context, p int) error {
 	r.mu.Lock()
 	ctrl, rt, pub, sink := r.ctrl, r.rt, r.pub, r.sink
@@ -54,7 +56,7 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 	// last owned it) may go out now: the pods' truth is rebuilt below.
 	sink.Open(p)
 	r.setActive(p, true)
-	state, err := r.replay(ctx, p)
+	state, after, err := r.replay(ctx, p)
 	if err == nil {
 		err = r.restore(ctx, p, state)
 	}
@@ -75,15 +77,20 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 		return err
 	}
 	node := r.common.NodeName
-	stop, err := bus.Consume(ctx, r.conn.JS, bus.ConsumerOptions{
-		Stream:  bus.StreamName(node, bus.StreamPodUpdates),
-		Durable: updatesDurable(p),
+	// a former version consumed the partition with a durable consumer of
+	// the follower's name: nothing reads it any more.
+	if err := r.conn.JS.DeleteConsumer(ctx, bus.StreamName(node, bus.StreamPodUpdates), updatesFollower(p)); err != nil &&
+		!errors.Is(err, jetstream.ErrConsumerNotFound) {
+		log.Warn("cannot remove the partition's former durable consumer", zap.Error(err))
+	}
+	updates, err := bus.Follow(ctx, r.conn.JS, bus.FollowOptions{
+		Stream: bus.StreamName(node, bus.StreamPodUpdates),
+		Name:   updatesFollower(p),
 		// the partition's pod updates and its reconciles (their own
 		// subject since contract v2), in stream order: the op is read
-		// from each envelope. (A durable consumer a v1 replica made with
-		// the first filter alone is updated to both.)
+		// from each envelope.
 		Filters: r.subjects.PartitionPodUpdates(p),
-		AckWait: consumerAckWait,
+		After:   after,
 		Logger:  log,
 	}, func(mctx context.Context, subject string, e *bus.Envelope) error {
 		u, err := bus.DecodePodUpdate(e)
@@ -101,13 +108,17 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 		if !apply {
 			return nil
 		}
-		return r.gated(p, func() { ctrl.HandleUpdate(e.Source, op, p, pods) })
+		// a message that reaches a released partition is the next
+		// owner's: it replays the stream.
+		_ = r.gated(p, func() { ctrl.HandleUpdate(e.Source, op, p, pods) })
+		return nil
 	})
 	if err != nil {
 		return fail(err)
 	}
-	part.stops = append(part.stops, stop)
-	stop, err = bus.Consume(ctx, r.conn.JS, bus.ConsumerOptions{
+	part.updates = updates
+	part.stops = append(part.stops, updates.Stop)
+	stop, err := bus.Consume(ctx, r.conn.JS, bus.ConsumerOptions{
 		Stream:        bus.StreamName(node, bus.StreamProbes),
 		Durable:       probesDurable(p),
 		Filters:       []string{r.subjects.ProbeResults(p)},
@@ -187,14 +198,13 @@ func (r *Runner) gated(p int, apply func()) error {
 	return nil
 }
 
-// stopPartition stops a partition's consumers and request handlers. The
-// consumers drain first, with the gate still open, so that every message
-// already delivered to this replica is applied here (and covered by the
-// handover) rather than refused and overtaken by newer ones at the next
-// owner. A drain that hangs is abandoned after a while: the closed gate then
-// refuses what it still delivers, and the stream redelivers it. With fence
-// (the lease is lost: another replica may own the partition soon) the gate
-// closes first, and nothing more is applied here.
+// stopPartition stops a partition's follower, consumer and request
+// handlers. They drain first, with the gate still open, so that what was
+// already delivered to this replica is applied here; a drain that hangs is
+// abandoned after a while, and the closed gate then refuses what still
+// comes (the next owner replays the stream, and the probe consumer
+// redelivers). With fence (the lease is lost: another replica may own the
+// partition soon) the gate closes first, and nothing more is applied here.
 func (r *Runner) stopPartition(p int, part *partition, fence bool) {
 	if fence {
 		r.gates[p].Lock()
@@ -381,81 +391,73 @@ func (r *Runner) lastStatuses(ctx context.Context, p int) (map[types.UID]*bus.Po
 	}
 }
 
-// replay folds the partition's pod updates that the previous owner
-// acknowledged into the desired pods, and hands them to the controller, so
-// that the next message the durable consumer delivers applies on top of
-// the state it was sent after (per-pod order across a handover).
-func (r *Runner) replay(ctx context.Context, p int) (map[string]map[types.UID]corev1.Pod, error) {
+// replay folds the partition's pod updates, everything the stream holds
+// of its two subjects, into the desired pods per source, and returns the
+// stream sequence it read up to: the partition's follower starts after it,
+// so the next message applies on top of the state it was sent after
+// (per-pod order across a handover), whatever the previous owner did or did
+// not get to.
+func (r *Runner) replay(ctx context.Context, p int) (map[string]map[types.UID]corev1.Pod, uint64, error) {
 	// per source, the pods it wants.
 	state := map[string]map[types.UID]corev1.Pod{}
-	stream := bus.StreamName(r.common.NodeName, bus.StreamPodUpdates)
-	c, err := r.conn.JS.Consumer(ctx, stream, updatesDurable(p))
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return state, nil // first owner ever: the durable consumer starts at the beginning
-	}
+	streamName := bus.StreamName(r.common.NodeName, bus.StreamPodUpdates)
+	stream, err := r.conn.JS.Stream(ctx, streamName)
 	if err != nil {
-		return nil, fmt.Errorf("partition %d: consumer info: %w", p, err)
+		return nil, 0, fmt.Errorf("partition %d: stream: %w", p, err)
 	}
-	info, err := c.Info(ctx)
+	subjects := r.subjects.PartitionPodUpdates(p)
+	var end uint64
+	for _, subject := range subjects {
+		m, err := stream.GetLastMsgForSubject(ctx, subject)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("partition %d: last message of %s: %w", p, subject, err)
+		}
+		end = max(end, m.Sequence)
+	}
+	if end == 0 {
+		return state, 0, nil // nothing was ever sent to the partition
+	}
+	oc, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverAllPolicy})
 	if err != nil {
-		return nil, fmt.Errorf("partition %d: consumer info: %w", p, err)
+		return nil, 0, fmt.Errorf("partition %d: replay: %w", p, err)
 	}
-	floor := info.AckFloor.Stream
-	if floor == 0 {
-		return state, nil
-	}
-	// the durable consumer's subjects: its ack floor may be a reconcile's
-	// sequence, and a reconcile sets its pod like an update.
-	oc, err := r.conn.JS.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: r.subjects.PartitionPodUpdates(p),
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-	})
+	it, err := oc.Messages()
 	if err != nil {
-		return nil, fmt.Errorf("partition %d: replay: %w", p, err)
+		return nil, 0, fmt.Errorf("partition %d: replay: %w", p, err)
 	}
+	defer it.Stop()
 	n := 0
+	var last uint64
 	for {
-		fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		m, err := oc.Next(jetstream.FetchContext(fctx))
-		cancel()
+		m, err := it.Next(jetstream.NextMaxWait(5 * time.Second))
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return nil, 0, ctx.Err()
 			}
-			// nothing left below the floor (older messages aged out).
+			// what is left aged out of the stream: the follower takes
+			// whatever comes after the last message read.
 			break
 		}
 		md, err := m.Metadata()
 		if err != nil {
-			continue
+			return nil, 0, fmt.Errorf("partition %d: replay: %w", p, err)
 		}
-		if md.Sequence.Stream > floor {
-			break
-		}
+		last = md.Sequence.Stream
 		n++
-		e, err := bus.Decode(m.Data())
-		if err != nil {
-			continue
-		}
-		u, err := bus.DecodePodUpdate(e)
-		if err != nil {
-			continue
-		}
-		busPodView(u.Pods)
-		src := state[e.Source]
-		if src == nil || e.Op == bus.OpSet {
-			// a SET replaces the source's pods of this partition.
-			src = map[types.UID]corev1.Pod{}
-			state[e.Source] = src
-		}
-		for _, pod := range u.Pods {
-			if e.Op == bus.OpRemove {
-				delete(src, pod.UID)
-			} else {
-				src[pod.UID] = pod
+		if e, err := bus.Decode(m.Data()); err == nil {
+			if u, err := bus.DecodePodUpdate(e); err == nil {
+				busPodView(u.Pods)
+				// the follower goes on assembling a snapshot whose first
+				// parts the replay read.
+				if op, pods, apply := r.snapshots.Resolve(m.Subject(), e, u); apply {
+					foldUpdate(state, e.Source, op, pods)
+				}
 			}
 		}
-		if md.Sequence.Stream == floor {
+		if last >= end || md.NumPending == 0 {
 			break
 		}
 	}
@@ -463,21 +465,40 @@ func (r *Runner) replay(ctx context.Context, p int) (map[string]map[types.UID]co
 	for _, pods := range state {
 		total += len(pods)
 	}
-	r.log.Info("partition state rebuilt from the stream", zap.Int("partition", p), zap.Int("messages", n), zap.Int("pods", total), zap.Uint64("ackFloor", floor))
-	return state, nil
+	r.log.Info("partition state rebuilt from the stream", zap.Int("partition", p), zap.Int("messages", n), zap.Int("pods", total), zap.Uint64("upTo", last))
+	return state, last, nil
 }
 
-// caughtUp says whether the partition's durable consumer has delivered and
-// seen acknowledged every pod update published so far.
+// foldUpdate applies one pod update to the desired pods per source: a SET
+// replaces the source's pods of the partition, a REMOVE drops its pods, any
+// other operation sets them.
+func foldUpdate(state map[string]map[types.UID]corev1.Pod, source string, op bus.Op, pods []corev1.Pod) {
+	src := state[source]
+	if src == nil || op == bus.OpSet {
+		src = map[types.UID]corev1.Pod{}
+		state[source] = src
+	}
+	for _, pod := range pods {
+		if op == bus.OpRemove {
+			delete(src, pod.UID)
+		} else {
+			src[pod.UID] = pod
+		}
+	}
+}
+
+// caughtUp says whether the partition's follower has handled every pod
+// update published to the partition so far.
 func (r *Runner) caughtUp(ctx context.Context, p int) bool {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	c, err := r.conn.JS.Consumer(ctx, bus.StreamName(r.common.NodeName, bus.StreamPodUpdates), updatesDurable(p))
-	if err != nil {
+	r.mu.Lock()
+	part := r.parts[p]
+	r.mu.Unlock()
+	if part == nil || part.updates == nil {
 		return false
 	}
-	info, err := c.Info(ctx)
-	return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return part.updates.CaughtUp(ctx)
 }
 
 func (r *Runner) serveLogs(ctx context.Context, rt runtime.Runtime, pub *bus.Publisher, m *nats.Msg) {

@@ -220,10 +220,12 @@ const tracerName = "github.com/splitlet/splitlet/services/podworkers"
 
 // partition is what runs for one owned partition.
 type partition struct {
-	stops  []func()
-	subs   []*nats.Subscription
-	cancel context.CancelFunc
-	reqs   sync.WaitGroup
+	// updates follows the partition's pod updates.
+	updates *bus.Follower
+	stops   []func()
+	subs    []*nats.Subscription
+	cancel  context.CancelFunc
+	reqs    sync.WaitGroup
 }
 
 // New builds the stage.

@@ -333,8 +333,8 @@ func TestPodRunsAndIsTornDown(t *testing.T) {
 
 // checkReconcilesInOrder: the RECONCILEs of a running pod (on their own
 // subject since contract v2) reach the owner of its partition, in publish
-// order with the pod's UPDATEs: once the partition's consumer has
-// acknowledged the last message sent, the pod the controller holds is that
+// order with the pod's UPDATEs: once the partition's follower has handled
+// the last message sent, the pod the controller holds is that
 // message's, whichever of the two subjects it came on.
 func (e *env) checkReconcilesInOrder(t *testing.T, r *Runner, p *corev1.Pod, part int) {
 	t.Helper()
@@ -353,21 +353,18 @@ func (e *env) checkReconcilesInOrder(t *testing.T, r *Runner, p *corev1.Pod, par
 		t.Helper()
 		ctx := context.Background()
 		stream := bus.StreamName(e.node, bus.StreamPodUpdates)
-		// the stream's last message is the test's last: the consumer's
-		// acknowledgement floor reaches it once every message is applied
-		// (its pending counts may lag a message just stored).
+		// the stream's last message is the test's last: the partition's
+		// follower has handled it once every message is applied.
 		st, err := r.conn.JS.Stream(ctx, stream)
 		if err != nil {
 			t.Fatal(err)
 		}
 		last := st.CachedInfo().State.LastSeq
 		eventually(t, 15*time.Second, what, func() bool {
-			c, err := r.conn.JS.Consumer(ctx, stream, updatesDurable(part))
-			if err != nil {
-				return false
-			}
-			info, err := c.Info(ctx)
-			return err == nil && info.AckFloor.Stream >= last
+			r.mu.Lock()
+			pt := r.parts[part]
+			r.mu.Unlock()
+			return pt != nil && pt.updates.Handled() >= last
 		})
 		q := held()
 		if q == nil {

@@ -204,6 +204,9 @@ func (r *Runner) trySubscribe(ctx context.Context) error {
 			Durable: DurablePodStatus,
 			Filters: []string{r.subjects.PodStatusAll()},
 			Logger:  r.log,
+			// one pod a message: the manager orders statuses per pod, so
+			// one redelivered behind another pod's newer status is taken.
+			OrderedByHandler: true,
 		}, r.onStatus)
 		if err != nil {
 			return err
@@ -317,7 +320,10 @@ func (r *Runner) onStatus(ctx context.Context, subject string, e *bus.Envelope) 
 	}
 	// the results that follow this status join the trace it carries.
 	r.traces.Remember(ctx, string(st.UID))
-	r.mgr.UpdateStatus(st)
+	if !r.mgr.UpdateStatusFrom(e.Source, e.Seq, st) {
+		r.log.Debug("dropping a pod status already seen or overtaken", zap.String(logging.FieldSubject, subject),
+			zap.String("source", e.Source), zap.Uint64("seq", e.Seq), zap.String(logging.FieldUID, string(st.UID)))
+	}
 	return nil
 }
 

@@ -76,7 +76,15 @@ type Manager struct {
 	workers map[workerKey]*worker
 
 	statusMu sync.RWMutex
-	status   map[types.UID]*bus.PodRuntimeStatus
+	status   map[types.UID]podStatus
+}
+
+// podStatus is a pod's runtime status and the envelope source and seq it
+// came with (seq 0: not ordered).
+type podStatus struct {
+	st     *bus.PodRuntimeStatus
+	source string
+	seq    uint64
 }
 
 type workerKey struct {
@@ -109,7 +117,7 @@ func New(opts ...Option) (*Manager, error) {
 		http:         probe.NewHTTP(),
 		pods:         map[types.UID]*podEntry{},
 		workers:      map[workerKey]*worker{},
-		status:       map[types.UID]*bus.PodRuntimeStatus{},
+		status:       map[types.UID]podStatus{},
 	}
 	for _, o := range opts {
 		o(m)
@@ -165,8 +173,8 @@ func (m *Manager) UpsertPod(source string, pod *corev1.Pod) {
 	m.log.Debug("pod added", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)), zap.Int("workers", len(m.workers)))...)
 }
 
-// RemovePod stops the pod's workers and forgets the pod and its status
-// (kubelet: RemovePod / CleanupPods).
+// RemovePod stops the pod's workers and forgets the pod and its status,
+// with the status's source and seq (kubelet: RemovePod / CleanupPods).
 func (m *Manager) RemovePod(uid types.UID) {
 	m.mu.Lock()
 	_, known := m.pods[uid]
@@ -217,20 +225,41 @@ func (m *Manager) SyncSource(source string, inScope func(types.UID) bool, pods [
 // readiness worker of a started container that is not yet ready probe at
 // once (kubelet: UpdatePodStatus' manual trigger).
 func (m *Manager) UpdateStatus(st *bus.PodRuntimeStatus) {
+	m.UpdateStatusFrom("", 0, st)
+}
+
+// UpdateStatusFrom is UpdateStatus with the envelope's source and seq,
+// ordered per pod: a status whose seq is not above the pod's last one from
+// the same source is dropped (false); another pod's newer status never
+// holds it back. seq 0 is taken unconditionally.
+func (m *Manager) UpdateStatusFrom(source string, seq uint64, st *bus.PodRuntimeStatus) bool {
 	m.mu.Lock()
 	_, known := m.pods[st.UID]
 	m.mu.Unlock()
 	m.statusMu.Lock()
+	prev, had := m.status[st.UID]
+	if seq != 0 && had && prev.source == source && seq <= prev.seq {
+		m.statusMu.Unlock()
+		return false
+	}
 	if !known && st.Terminated {
 		// A finished pod the prober never saw needs nothing.
 		delete(m.status, st.UID)
 		m.statusMu.Unlock()
-		return
+		return true
 	}
-	m.status[st.UID] = st
+	next := podStatus{st: st, source: source, seq: seq}
+	switch {
+	case seq == 0:
+		// unordered: the pod's last ordered one still counts.
+		next.source, next.seq = prev.source, prev.seq
+	case prev.source == source:
+		next.source = prev.source // one copy of the name per pod
+	}
+	m.status[st.UID] = next
 	m.statusMu.Unlock()
 	if !known {
-		return
+		return true
 	}
 	for _, list := range [][]corev1.ContainerStatus{st.ContainerStatuses, st.InitContainerStatuses} {
 		for i := range list {
@@ -246,13 +275,14 @@ func (m *Manager) UpdateStatus(st *bus.PodRuntimeStatus) {
 			}
 		}
 	}
+	return true
 }
 
 func (m *Manager) statusOf(uid types.UID) (*bus.PodRuntimeStatus, bool) {
 	m.statusMu.RLock()
 	defer m.statusMu.RUnlock()
-	st, ok := m.status[uid]
-	return st, ok
+	ps, ok := m.status[uid]
+	return ps.st, ok
 }
 
 func (m *Manager) worker(uid types.UID, container string, t bus.ProbeType) *worker {

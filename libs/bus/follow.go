@@ -1,0 +1,156 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// FollowOptions describe a reading of some subjects of a stream that keeps
+// no state on the server: an ordered consumer (memory storage, no
+// acknowledgements). It fits a reader that rebuilds what it needs from the
+// stream whenever it starts, so that where it stopped never has to be
+// stored: a durable consumer rewrites its state on the server up to ten
+// times a second while messages flow.
+type FollowOptions struct {
+	// Stream is the stream name (see StreamName).
+	Stream string
+	// Name labels the reader in lag reports (Lags), metrics and logs.
+	Name string
+	// Filters restrict the reader to some subjects of the stream.
+	Filters []string
+	// After is the stream sequence to start after (0: from the first
+	// message the stream holds).
+	After uint64
+	// RetryDelay before a message whose handler failed is handed to it
+	// again (default 1 s).
+	RetryDelay time.Duration
+	// OrderedByHandler: see ConsumerOptions. Without it, a message whose
+	// envelope Seq its source already sent on the subject is skipped.
+	OrderedByHandler bool
+	Logger           *zap.Logger
+}
+
+// Follower is a running Follow.
+type Follower struct {
+	cons    jetstream.Consumer
+	cc      jetstream.ConsumeContext
+	cancel  context.CancelFunc
+	quit    chan struct{}
+	handled atomic.Uint64
+	busy    sync.WaitGroup
+	untrack func()
+	once    sync.Once
+}
+
+// Follow runs handler on every message of the stream's filtered subjects
+// after opts.After, one at a time, in stream order, until Stop. Nothing is
+// ever delivered twice: a handler that returns an error is called again
+// with the same message after RetryDelay (as long as the follower runs),
+// one that panics is called again up to MaxPanicDeliveries times, then the
+// message is skipped; a message that does not decode is logged and
+// skipped. A lost server connection or consumer is repaired from the last
+// message handed to the handler.
+func Follow(ctx context.Context, js jetstream.JetStream, opts FollowOptions, handler Handler) (*Follower, error) {
+	if opts.Stream == "" || opts.Name == "" {
+		return nil, errors.New("bus: a follower needs a stream and a name")
+	}
+	log := opts.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: opts.Filters, DeliverPolicy: jetstream.DeliverAllPolicy}
+	if opts.After > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, opts.After+1
+	}
+	cons, err := js.OrderedConsumer(ctx, opts.Stream, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("bus: follower %s on %s: %w", opts.Name, opts.Stream, err)
+	}
+	retry := or(opts.RetryDelay, time.Second)
+	rcv := newReceiver(opts.Stream, opts.Name, !opts.OrderedByHandler, log, handler)
+	hctx, cancel := context.WithCancel(ctx)
+	f := &Follower{cons: cons, cancel: cancel, quit: make(chan struct{})}
+	f.handled.Store(opts.After)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		f.busy.Add(1)
+		defer f.busy.Done()
+		for attempt := 1; ; attempt++ {
+			v, fields := rcv.receive(hctx, m)
+			if v == verdictPanic && attempt >= MaxPanicDeliveries {
+				log.Error("message handler panicked; skipping the message", append(fields, zap.Int("attempts", attempt))...)
+				break
+			}
+			if v == verdictDone || v == verdictMalformed {
+				break
+			}
+			if f.stopping() {
+				return
+			}
+			if v == verdictPanic {
+				log.Error("message handler panicked; will retry", fields...)
+			} else {
+				log.Warn("message handling failed, will retry", fields...)
+			}
+			select {
+			case <-f.quit:
+				return
+			case <-time.After(retry):
+			}
+		}
+		if md, err := m.Metadata(); err == nil {
+			f.handled.Store(md.Sequence.Stream)
+		}
+	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if hctx.Err() == nil && !errors.Is(err, jetstream.ErrNoHeartbeat) {
+			log.Warn("follower error", zap.String("follower", opts.Name), zap.Error(err))
+		}
+	}))
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("bus: follow %s: %w", opts.Name, err)
+	}
+	f.cc = cc
+	f.untrack = track(opts.Stream, opts.Name, cons)
+	return f, nil
+}
+
+// Handled is the stream sequence of the last message the handler was done
+// with (opts.After before the first).
+func (f *Follower) Handled() uint64 { return f.handled.Load() }
+
+// CaughtUp says whether the follower has handled every message of its
+// subjects that the stream held when asked.
+func (f *Follower) CaughtUp(ctx context.Context) bool {
+	info, err := f.cons.Info(ctx)
+	return err == nil && info.NumPending == 0 && info.Delivered.Stream <= f.Handled()
+}
+
+func (f *Follower) stopping() bool {
+	select {
+	case <-f.quit:
+		return true
+	default:
+		return false
+	}
+}
+
+// Stop ends the follower: the messages it already fetched are handled
+// first, without retries (a message that fails then is left), then it
+// returns.
+func (f *Follower) Stop() {
+	f.once.Do(func() {
+		close(f.quit)
+		f.untrack()
+		f.cc.Drain()
+		<-f.cc.Closed()
+		f.cancel()
+		f.busy.Wait()
+	})
+}

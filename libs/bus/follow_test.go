@@ -1,0 +1,175 @@
+package bus_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/splitlet/splitlet/libs/bus"
+)
+
+func publishProbe(t *testing.T, pub *bus.Publisher, p int, container string) {
+	t.Helper()
+	if err := pub.Publish(context.Background(), bus.For("n").ProbeResults(p), bus.KindProbeResult, "",
+		&bus.ProbeResult{PodUID: "u", Container: container, Probe: bus.ProbeLiveness, Result: bus.ProbeFailure}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func eventuallyTrue(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestFollowStartsAfterAndKeepsNothingOnTheServer: a follower hands on the
+// messages after its start sequence, in order, and no others; it leaves no
+// durable consumer behind; it is caught up once it handled the last one.
+func TestFollowStartsAfterAndKeepsNothingOnTheServer(t *testing.T) {
+	ctx := context.Background()
+	js, pub := nodeN(t, "worker-1")
+	stream := bus.StreamName("n", bus.StreamProbes)
+	for range 3 {
+		publishProbe(t, pub, 0, "c")
+	}
+	publishProbe(t, pub, 1, "other partition")
+	var got collected
+	f, err := bus.Follow(ctx, js, bus.FollowOptions{Stream: stream, Name: "follow-after", Filters: []string{bus.For("n").ProbeResults(0)}, After: 1}, got.handler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Stop()
+	waitLen(t, &got, 2)
+	publishProbe(t, pub, 0, "c")
+	waitLen(t, &got, 3)
+	eventuallyTrue(t, "caught up", func() bool { return f.CaughtUp(ctx) })
+	got.mu.Lock()
+	seqs := append([]uint64(nil), got.seqs...)
+	got.mu.Unlock()
+	// the source's second, third and fifth messages (the fourth went to
+	// partition 1).
+	if len(seqs) != 3 || seqs[1]-seqs[0] != 1 || seqs[2]-seqs[0] != 3 {
+		t.Fatalf("handled envelope seqs %v, want the source's 2nd, 3rd and 5th", seqs)
+	}
+	if f.Handled() != 5 {
+		t.Errorf("Handled() = %d, want stream sequence 5", f.Handled())
+	}
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range s.ListConsumers(ctx).Info() {
+		if name.Config.Durable != "" || name.Config.AckPolicy != jetstream.AckNonePolicy || !name.Config.MemoryStorage {
+			t.Errorf("a follower left consumer %s: durable %q, ack policy %v, memory %v", name.Name, name.Config.Durable, name.Config.AckPolicy, name.Config.MemoryStorage)
+		}
+	}
+}
+
+// TestFollowRetriesAFailedMessageInOrder: a handler error has the same
+// message handed on again, before any later one; a panicking handler is
+// given a message at most MaxPanicDeliveries times, then the message is
+// skipped and the next handled.
+func TestFollowRetriesAFailedMessageInOrder(t *testing.T) {
+	ctx := context.Background()
+	js, pub := nodeN(t, "worker-1")
+	const name = "follow-retries"
+	before := testutil.ToFloat64(bus.HandlerPanics.WithLabelValues(name))
+	var mu sync.Mutex
+	var order []string
+	failures, panics := 0, 0
+	f, err := bus.Follow(ctx, js, bus.FollowOptions{Stream: bus.StreamName("n", bus.StreamProbes), Name: name, RetryDelay: 20 * time.Millisecond},
+		func(_ context.Context, _ string, e *bus.Envelope) error {
+			r, err := bus.DecodeProbeResult(e)
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			switch r.Container {
+			case "flaky":
+				if failures < 2 {
+					failures++
+					return context.DeadlineExceeded
+				}
+			case "poison":
+				panics++
+				var m map[string]int
+				m["boom"]++ // a nil map write: a real runtime panic
+			}
+			order = append(order, r.Container)
+			return nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Stop()
+	publishProbe(t, pub, 0, "flaky")
+	publishProbe(t, pub, 0, "after flaky")
+	publishProbe(t, pub, 0, "poison")
+	publishProbe(t, pub, 0, "after poison")
+	eventuallyTrue(t, "every message handled or skipped", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(order) == 3
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if order[0] != "flaky" || order[1] != "after flaky" || order[2] != "after poison" {
+		t.Errorf("handled %v, want the flaky message first and the poisoned one skipped", order)
+	}
+	if failures != 2 || panics != bus.MaxPanicDeliveries {
+		t.Errorf("the flaky message failed %d times (want 2), the poisoned one panicked %d times (want %d)", failures, panics, bus.MaxPanicDeliveries)
+	}
+	if got := testutil.ToFloat64(bus.HandlerPanics.WithLabelValues(name)) - before; got != bus.MaxPanicDeliveries {
+		t.Errorf("panics counted: %v, want %d", got, bus.MaxPanicDeliveries)
+	}
+}
+
+// TestFollowSurvivesItsConsumerDeleted: a follower whose consumer vanished
+// from the server (a NATS server restarted without it) goes on from the
+// last message it handed on, missing nothing and repeating nothing.
+func TestFollowSurvivesItsConsumerDeleted(t *testing.T) {
+	ctx := context.Background()
+	js, pub := nodeN(t, "worker-1")
+	stream := bus.StreamName("n", bus.StreamProbes)
+	var got collected
+	f, err := bus.Follow(ctx, js, bus.FollowOptions{Stream: stream, Name: "follow-reset"}, got.handler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Stop()
+	publishProbe(t, pub, 0, "c")
+	waitLen(t, &got, 1)
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleted := 0
+	for name := range s.ListConsumers(ctx).Info() {
+		if err := s.DeleteConsumer(ctx, name.Name); err != nil {
+			t.Fatal(err)
+		}
+		deleted++
+	}
+	if deleted != 1 {
+		t.Fatalf("deleted %d consumers, want the follower's one", deleted)
+	}
+	publishProbe(t, pub, 0, "c")
+	publishProbe(t, pub, 0, "c")
+	waitLen(t, &got, 3)
+	eventuallyTrue(t, "caught up", func() bool { return f.CaughtUp(ctx) })
+	got.mu.Lock()
+	defer got.mu.Unlock()
+	if s := got.seqs; len(s) != 3 || s[1]-s[0] != 1 || s[2]-s[0] != 2 {
+		t.Fatalf("handled envelope seqs %v, want three consecutive ones", s)
+	}
+}

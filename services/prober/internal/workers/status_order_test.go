@@ -1,0 +1,77 @@
+package workers
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/splitlet/splitlet/libs/bus"
+)
+
+// Runtime statuses are ordered per pod, not per subject: a pod's status
+// that another pod's newer one overtook is taken; one not above the pod's
+// last from the same source is not; another source has its own seq; seq 0
+// is taken as is; the order is forgotten with the pod.
+func TestStatusOrderedPerPod(t *testing.T) {
+	m, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Stop(context.Background()) }()
+	for _, uid := range []types.UID{"a", "b"} {
+		// no probes: no workers, only the pod is known.
+		m.UpsertPod("api", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: string(uid), Namespace: "default", UID: uid}})
+	}
+	st := func(uid types.UID, id string) *bus.PodRuntimeStatus {
+		return &bus.PodRuntimeStatus{UID: uid, Namespace: "default", Name: string(uid),
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "app", ContainerID: id}}}
+	}
+	idOf := func(uid types.UID) string {
+		t.Helper()
+		s, ok := m.statusOf(uid)
+		if !ok {
+			return ""
+		}
+		return s.ContainerStatuses[0].ContainerID
+	}
+	step := func(source string, seq uint64, s *bus.PodRuntimeStatus, want bool) {
+		t.Helper()
+		if got := m.UpdateStatusFrom(source, seq, s); got != want {
+			t.Fatalf("%s seq %d of %s (%s): taken %v, want %v", source, seq, s.UID, s.ContainerStatuses[0].ContainerID, got, want)
+		}
+	}
+	step("pw-1", 5, st("a", "c://a2"), true)
+	step("pw-1", 4, st("b", "c://b1"), true) // overtaken by a's 5: still b's only status
+	if got := idOf("b"); got != "c://b1" {
+		t.Fatalf("b's status %q, want c://b1", got)
+	}
+	step("pw-1", 3, st("a", "c://a1"), false)
+	step("pw-1", 5, st("a", "c://a1"), false) // the same seq again
+	if got := idOf("a"); got != "c://a2" {
+		t.Fatalf("a's status went back to %q", got)
+	}
+	step("pw-2", 1, st("a", "c://a3"), true) // another source (a replica)
+	step("", 0, st("a", "c://a4"), true)     // unordered
+	step("pw-2", 1, st("a", "c://a1"), false)
+	if got := idOf("a"); got != "c://a4" {
+		t.Fatalf("a's status %q, want c://a4", got)
+	}
+
+	m.RemovePod("a")
+	c := st("c", "c://c1")
+	c.Terminated = true
+	step("pw-1", 9, c, true) // a finished pod never seen: nothing kept
+	m.statusMu.RLock()
+	_, aKept := m.status["a"]
+	_, cKept := m.status["c"]
+	n := len(m.status)
+	m.statusMu.RUnlock()
+	if aKept || cKept || n != 1 {
+		t.Fatalf("statuses kept: %d (a %v, c %v), want b's only", n, aKept, cKept)
+	}
+	m.UpsertPod("api", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "default", UID: "a"}})
+	step("pw-2", 1, st("a", "c://a5"), true) // a's order went with it
+}
