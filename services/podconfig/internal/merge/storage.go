@@ -98,7 +98,8 @@ type Update struct {
 	Pods   []*corev1.Pod
 }
 
-// Message is one PodUpdate to publish: pods of one source in one partition.
+// Message is one PodUpdate to publish: pods of one source in one partition,
+// shared with the storage and so read-only.
 type Message struct {
 	Source    string
 	Op        bus.Op
@@ -185,8 +186,9 @@ func (s *Storage) SeenSources() []string {
 // Partition is the bus partition of a UID.
 func (s *Storage) Partition(uid types.UID) int { return bus.Partition(string(uid), s.partitions) }
 
-// Snapshot returns copies of a source's pods grouped by partition (one slice
-// per partition, empty ones included).
+// Snapshot returns a source's pods grouped by partition (one slice per
+// partition, empty ones included). The pods are the storage's, shared:
+// read-only (the storage never changes a pod in place).
 func (s *Storage) Snapshot(source string) [][]*corev1.Pod {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -212,7 +214,7 @@ func (s *Storage) snapshotLocked(source string, only map[int]bool) [][]*corev1.P
 		if only != nil && !only[e.part] {
 			continue
 		}
-		parts[e.part] = append(parts[e.part], e.pod.DeepCopy())
+		parts[e.part] = append(parts[e.part], e.pod)
 	}
 	for _, p := range parts {
 		sort.Slice(p, func(i, j int) bool { return p[i].UID < p[j].UID })
@@ -244,7 +246,8 @@ func (s *Storage) Merge(u Update) Result {
 			ref.Annotations[AnnotationSource] = u.Source
 			if existing, ok := old[ref.UID]; ok {
 				into[ref.UID] = existing
-				needUpdate, needReconcile, needDelete := checkAndUpdatePod(existing.pod, ref)
+				var needUpdate, needReconcile, needDelete bool
+				existing.pod, needUpdate, needReconcile, needDelete = checkAndUpdatePod(existing.pod, ref)
 				switch {
 				case needUpdate:
 					updates = append(updates, existing)
@@ -344,7 +347,7 @@ func group(source string, op bus.Op, es []*entry, partitions int) []Message {
 	}
 	byPart := map[int][]*corev1.Pod{}
 	for _, e := range es {
-		byPart[e.part] = append(byPart[e.part], e.pod.DeepCopy())
+		byPart[e.part] = append(byPart[e.part], e.pod)
 	}
 	out := make([]Message, 0, len(byPart))
 	for p := 0; p < partitions && len(out) < len(byPart); p++ {
@@ -412,27 +415,33 @@ func podsDifferSemantically(existing, ref *corev1.Pod) bool {
 		annotationsEqual(existing.Annotations, ref.Annotations))
 }
 
-// checkAndUpdatePod folds ref into existing and says what kind of change it
-// was (kubelet: checkAndUpdatePod). At most one result is true.
-func checkAndUpdatePod(existing, ref *corev1.Pod) (needUpdate, needReconcile, needGracefulDelete bool) {
+// checkAndUpdatePod folds ref into existing, returning the pod to store,
+// and says what kind of change it was (kubelet: checkAndUpdatePod). At most
+// one result is true.
+func checkAndUpdatePod(existing, ref *corev1.Pod) (updated *corev1.Pod, needUpdate, needReconcile, needGracefulDelete bool) {
+	// existing is never changed in place: messages and snapshots already
+	// handed out share it, so a change is a new object (a shallow copy whose
+	// changed fields are replaced whole).
 	if !podsDifferSemantically(existing, ref) {
 		// kubelet: a status-only change is a reconcile, anything else is ignored.
 		if !reflect.DeepEqual(existing.Status, ref.Status) {
-			existing.Status = ref.Status
-			needReconcile = true
+			cp := *existing
+			cp.Status = ref.Status
+			return &cp, false, true, false
 		}
-		return
+		return existing, false, false, false
 	}
 	// kubelet: the first-seen time stays the one recorded at the ADD.
 	ref.Annotations[AnnotationSeen] = existing.Annotations[AnnotationSeen]
 
-	existing.Spec = ref.Spec
-	existing.Labels = ref.Labels
-	existing.DeletionTimestamp = ref.DeletionTimestamp
-	existing.DeletionGracePeriodSeconds = ref.DeletionGracePeriodSeconds
-	existing.Generation = ref.Generation
-	existing.Status = ref.Status
-	existing.ResourceVersion = ref.ResourceVersion
+	cp := *existing
+	cp.Spec = ref.Spec
+	cp.Labels = ref.Labels
+	cp.DeletionTimestamp = ref.DeletionTimestamp
+	cp.DeletionGracePeriodSeconds = ref.DeletionGracePeriodSeconds
+	cp.Generation = ref.Generation
+	cp.Status = ref.Status
+	cp.ResourceVersion = ref.ResourceVersion
 	annotations := make(map[string]string, len(ref.Annotations)+3)
 	for k, v := range ref.Annotations {
 		annotations[k] = v
@@ -442,12 +451,6 @@ func checkAndUpdatePod(existing, ref *corev1.Pod) (needUpdate, needReconcile, ne
 			annotations[k] = v
 		}
 	}
-	existing.Annotations = annotations
-
-	if ref.DeletionTimestamp != nil {
-		needGracefulDelete = true
-	} else {
-		needUpdate = true
-	}
-	return
+	cp.Annotations = annotations
+	return &cp, ref.DeletionTimestamp == nil, false, ref.DeletionTimestamp != nil
 }

@@ -168,12 +168,42 @@ func TestSnapshotModes(t *testing.T) {
 	eq(t, ops(r), "SET:a,b", "UPDATE:a")
 }
 
-func TestOutputIsACopy(t *testing.T) {
+// What a merge hands out (messages, snapshots) shares the stored pods
+// without copying them, so the storage never changes a pod in place: a
+// later update, a status-only reconcile or a graceful delete leaves every
+// earlier result as it was.
+func TestOutputIsNeverChangedLater(t *testing.T) {
 	s := New(1)
 	r := s.Merge(Update{Source: "api", Op: bus.OpAdd, Pods: []*corev1.Pod{pod("a", "a")}})
-	s.Merge(Update{Source: "api", Op: bus.OpUpdate, Pods: []*corev1.Pod{pod("a", "a", func(p *corev1.Pod) { p.Spec.Containers[0].Image = "x" })}})
-	if r.Messages[0].Pods[0].Spec.Containers[0].Image != "busybox" {
-		t.Fatal("a later merge changed an earlier result")
+	snap := s.Snapshot("api")[0][0]
+	s.Merge(Update{Source: "api", Op: bus.OpUpdate, Pods: []*corev1.Pod{pod("a", "a", func(p *corev1.Pod) {
+		p.Spec.Containers[0].Image = "x"
+		p.Labels = map[string]string{"k": "v"}
+	})}})
+	updated := s.Snapshot("api")[0][0]
+	s.Merge(Update{Source: "api", Op: bus.OpUpdate, Pods: []*corev1.Pod{pod("a", "a", func(p *corev1.Pod) {
+		p.Spec.Containers[0].Image = "x"
+		p.Labels = map[string]string{"k": "v"}
+		p.Status.Phase = corev1.PodRunning
+	})}})
+	now := metav1.Now()
+	s.Merge(Update{Source: "api", Op: bus.OpUpdate, Pods: []*corev1.Pod{pod("a", "a", func(p *corev1.Pod) {
+		p.Spec.Containers[0].Image = "x"
+		p.Labels = map[string]string{"k": "v"}
+		p.Status.Phase = corev1.PodRunning
+		p.DeletionTimestamp = &now
+	})}})
+	for _, p := range []*corev1.Pod{r.Messages[0].Pods[0], snap} {
+		if p.Spec.Containers[0].Image != "busybox" || p.Labels != nil || p.Status.Phase != "" || p.DeletionTimestamp != nil {
+			t.Fatalf("a later merge changed an earlier result: %+v", p)
+		}
+	}
+	if updated.Spec.Containers[0].Image != "x" || updated.Status.Phase != "" || updated.DeletionTimestamp != nil {
+		t.Fatalf("a later merge changed the updated pod handed out: %+v", updated)
+	}
+	last := s.Snapshot("api")[0][0]
+	if last.Status.Phase != corev1.PodRunning || last.DeletionTimestamp == nil || last.Annotations[AnnotationSeen] == "" {
+		t.Fatalf("the stored pod lacks the later merges: %+v", last)
 	}
 }
 

@@ -5,6 +5,7 @@ package source
 
 import (
 	"context"
+	"maps"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
@@ -97,7 +98,12 @@ func (a *API) submit(op bus.Op, p *corev1.Pod) {
 	if p.Spec.NodeName != a.node {
 		return // the field selector already keeps other nodes' pods away
 	}
-	a.sink.Submit(merge.Update{Source: merge.SourceAPI, Op: op, Pods: []*corev1.Pod{p.DeepCopy()}})
+	// the storage sets annotations on what it is given and replaces other
+	// fields whole, never changing them in place: a copy of the informer's
+	// object with its own annotations is enough.
+	cp := *p
+	cp.Annotations = maps.Clone(p.Annotations)
+	a.sink.Submit(merge.Update{Source: merge.SourceAPI, Op: op, Pods: []*corev1.Pod{&cp}})
 }
 
 func (a *API) mirror(p *corev1.Pod) {

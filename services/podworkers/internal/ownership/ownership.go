@@ -751,6 +751,13 @@ func (m *Manager) Owned(p int) bool {
 	return ok
 }
 
+// OwnsAll reports whether this replica owns every partition now.
+func (m *Manager) OwnsAll() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.owned) == m.o.Partitions
+}
+
 // OwnedList lists the partitions this replica owns.
 func (m *Manager) OwnedList() []int {
 	m.mu.Lock()

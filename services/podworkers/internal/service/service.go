@@ -211,6 +211,8 @@ type Runner struct {
 	// (nil with tracing off).
 	tracer trace.Tracer
 	traces *tracing.Pods
+	// nodePods is the admission view of the node's pods (set by run).
+	nodePods *nodePodsView
 	// snapshots puts SETs sent in parts back together.
 	snapshots *bus.Snapshots
 }
@@ -427,20 +429,20 @@ func (r *Runner) run(ctx context.Context) error {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", node).String()
 	}))
 	nodeLister := nodeFactory.Core().V1().Nodes().Lister()
-	podFactory := kube.NodePodsFactoryWith(r.cs, node, 0, admissionView)
-	podInformer := podFactory.Core().V1().Pods().Informer()
-	if err := podInformer.AddIndexers(cache.Indexers{partitionIndex: partitionIndexFunc(r.common.Partitions)}); err != nil {
+	nodePods, err := newNodePodsView(ctx, r.cs, node, r.common.Partitions, r.log)
+	if err != nil {
 		return err
 	}
+	defer nodePods.shutdown()
+	r.mu.Lock()
+	r.nodePods = nodePods
+	r.mu.Unlock()
 	nodeFactory.Start(ctx.Done())
-	podFactory.Start(ctx.Done())
 	defer nodeFactory.Shutdown()
-	defer podFactory.Shutdown()
-	// admission should see the Node and the node's pods; an API server that
-	// does not answer only delays the start (the fallback applies).
+	// admission should see the Node; an API server that does not answer
+	// only delays the start (the fallback applies).
 	syncCtx, cancelSync := context.WithTimeout(ctx, 10*time.Second)
 	nodeFactory.WaitForCacheSync(syncCtx.Done())
-	podFactory.WaitForCacheSync(syncCtx.Done())
 	cancelSync()
 	allocatable := func() corev1.ResourceList {
 		if n, err := nodeLister.Get(node); err == nil && len(n.Status.Allocatable) > 0 {
@@ -502,7 +504,7 @@ func (r *Runner) run(ctx context.Context) error {
 		Partitions: r.common.Partitions,
 		Log:        r.log,
 		OtherPods: func(except types.UID) []*corev1.Pod {
-			return otherPods(podInformer.GetIndexer(), r.common.Partitions, owned.Load(), except)
+			return nodePods.otherPods(owned.Load(), except)
 		},
 		Housekeeping: r.cfg.Housekeeping,
 		ObserveSync:  r.metrics.observe,
@@ -636,14 +638,67 @@ func admissionContainers(cs []corev1.Container) []corev1.Container {
 	return out
 }
 
+// nodePodsView is the node's pods as the API server lists them, for
+// admission only: the requests and host ports of the pods other replicas
+// admitted. Its watch starts the first time it is needed: a replica that
+// owns every partition admits against its own pods alone (no other replica
+// runs any), so a single replica never watches the node's pods here. Once
+// started (a second replica came, or a restart took the partitions back one
+// by one) it runs until the stage stops.
+type nodePodsView struct {
+	ctx        context.Context
+	partitions int
+	log        *zap.Logger
+	factory    informers.SharedInformerFactory
+	informer   cache.SharedIndexInformer
+	once       sync.Once
+	started    atomic.Bool
+}
+
+func newNodePodsView(ctx context.Context, cs kubernetes.Interface, node string, partitions int, log *zap.Logger) (*nodePodsView, error) {
+	f := kube.NodePodsFactoryWith(cs, node, 0, admissionView)
+	inf := f.Core().V1().Pods().Informer()
+	if err := inf.AddIndexers(cache.Indexers{partitionIndex: partitionIndexFunc(partitions)}); err != nil {
+		return nil, err
+	}
+	return &nodePodsView{ctx: ctx, partitions: partitions, log: log, factory: f, informer: inf}, nil
+}
+
+// indexer starts the watch on first use and waits (at most 10 s: an API
+// server that does not answer delays admission, it does not stop it) for
+// the first list.
+func (v *nodePodsView) indexer() cache.Indexer {
+	v.once.Do(func() {
+		v.started.Store(true)
+		v.log.Info("watching the node's pods for admission: other replicas may hold some")
+		v.factory.Start(v.ctx.Done())
+		sctx, cancel := context.WithTimeout(v.ctx, 10*time.Second)
+		defer cancel()
+		if !cache.WaitForCacheSync(sctx.Done(), v.informer.HasSynced) {
+			v.log.Warn("the node's pods are not listed yet; admitting against what is known")
+		}
+	})
+	return v.informer.GetIndexer()
+}
+
+func (v *nodePodsView) shutdown() { v.factory.Shutdown() }
+
+// watching says whether the watch was started.
+func (v *nodePodsView) watching() bool { return v != nil && v.started.Load() }
+
 // otherPods lists the node's pods in the API server that hold resources and
 // belong to partitions other replicas own (before ownership is known: all
-// of them). Pods of this replica's partitions are counted by the running sum
-// as they arrive, so a partition index keeps admission from walking every pod
-// of the node for every pod it admits.
-func otherPods(idx cache.Indexer, partitions int, owner *ownership.Manager, except types.UID) []*corev1.Pod {
+// of them; when this replica owns every partition: none). Pods of this
+// replica's partitions are counted by the running sum as they arrive, so a
+// partition index keeps admission from walking every pod of the node for
+// every pod it admits.
+func (v *nodePodsView) otherPods(owner *ownership.Manager, except types.UID) []*corev1.Pod {
+	if owner != nil && owner.OwnsAll() {
+		return nil
+	}
+	idx := v.indexer()
 	var out []*corev1.Pod
-	for p := 0; p < partitions; p++ {
+	for p := 0; p < v.partitions; p++ {
 		if owner != nil && owner.Owned(p) {
 			continue
 		}
