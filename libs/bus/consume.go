@@ -123,11 +123,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, opts ConsumerOptions, 
 			}
 			_ = m.NakWithDelay(retry)
 		}
-	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		if hctx.Err() == nil && !errors.Is(err, jetstream.ErrNoHeartbeat) {
-			log.Warn("consumer error", zap.String("consumer", opts.Durable), zap.Error(err))
-		}
-	}))
+	}, consumeErrors(hctx, log, "consumer", opts.Durable))
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("bus: consume %s: %w", opts.Durable, err)
@@ -152,6 +148,16 @@ func safely(ctx context.Context, h Handler, subject string, e *Envelope) (panick
 		}
 	}()
 	return false, h(ctx, subject, e)
+}
+
+// consumeErrors logs what goes wrong under a consumer while it runs (a
+// missed heartbeat is repaired by the client and not worth a line).
+func consumeErrors(ctx context.Context, log *zap.Logger, what, name string) jetstream.PullConsumeOpt {
+	return jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoHeartbeat) {
+			log.Warn(what+" error", zap.String(what, name), zap.Error(err))
+		}
+	})
 }
 
 // verdict is what became of one message in a receiver's hands.

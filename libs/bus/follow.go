@@ -107,11 +107,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, opts FollowOptions, han
 		if md, err := m.Metadata(); err == nil {
 			f.handled.Store(md.Sequence.Stream)
 		}
-	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		if hctx.Err() == nil && !errors.Is(err, jetstream.ErrNoHeartbeat) {
-			log.Warn("follower error", zap.String("follower", opts.Name), zap.Error(err))
-		}
-	}))
+	}, consumeErrors(hctx, log, "follower", opts.Name))
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("bus: follow %s: %w", opts.Name, err)
