@@ -39,7 +39,10 @@ type Runner struct {
 	mu     sync.Mutex
 	pods   map[types.UID]*podEntry
 	status map[types.UID]*bus.PodRuntimeStatus
-	ready  error
+	// statusMark is the envelope source and seq of each pod's last status:
+	// statuses are ordered per pod, not by their subject (docs/bus.md).
+	statusMark map[types.UID]mark
+	ready      error
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -55,6 +58,11 @@ type podEntry struct {
 	workers   map[workerKey]*worker
 	// started holds the containers whose startup probe has succeeded.
 	started map[string]string // container name → container ID
+}
+
+type mark struct {
+	source string
+	seq    uint64
 }
 
 type workerKey struct {
@@ -81,6 +89,7 @@ func New(cfg *Config, common *config.Common, log *zap.Logger, nc *nats.Conn, js 
 		httpGet:    cfg.HTTPGet,
 		pods:       map[types.UID]*podEntry{},
 		status:     map[types.UID]*bus.PodRuntimeStatus{},
+		statusMark: map[types.UID]mark{},
 		ready:      errors.New("not consuming the bus yet"),
 	}, nil
 }
@@ -157,9 +166,11 @@ func (r *Runner) subscribe(ctx context.Context) error {
 	consumers := []struct {
 		stream, durable, filter string
 		handler                 bus.Handler
+		// perPod: the handler orders the messages per pod.
+		perPod bool
 	}{
-		{bus.StreamName(r.node, bus.StreamPodStatus), DurablePodStatus, r.subjects.PodStatusAll(), r.onStatus},
-		{bus.StreamName(r.node, bus.StreamPodUpdates), DurablePodUpdates, r.subjects.PodUpdatesAll(), r.onPodUpdate},
+		{bus.StreamName(r.node, bus.StreamPodStatus), DurablePodStatus, r.subjects.PodStatusAll(), r.onStatus, true},
+		{bus.StreamName(r.node, bus.StreamPodUpdates), DurablePodUpdates, r.subjects.PodUpdatesAll(), r.onPodUpdate, false},
 	}
 	r.mu.Lock()
 	have := len(r.stops)
@@ -169,7 +180,7 @@ func (r *Runner) subscribe(ctx context.Context) error {
 			return fmt.Errorf("reset consumer %s: %w", c.durable, err)
 		}
 		stop, err := bus.Consume(ctx, r.js, bus.ConsumerOptions{
-			Stream: c.stream, Durable: c.durable, Filters: []string{c.filter}, Logger: r.log,
+			Stream: c.stream, Durable: c.durable, Filters: []string{c.filter}, Logger: r.log, OrderedByHandler: c.perPod,
 		}, c.handler)
 		if err != nil {
 			return err
@@ -235,7 +246,13 @@ func (r *Runner) onStatus(_ context.Context, subject string, e *bus.Envelope) er
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// a status not above the pod's last from the same source is stale; one
+	// that another pod's newer status overtook on the subject is not.
+	if m, ok := r.statusMark[st.UID]; ok && m.source == e.Source && e.Seq <= m.seq {
+		return nil
+	}
 	r.status[st.UID] = st
+	r.statusMark[st.UID] = mark{source: e.Source, seq: e.Seq}
 	r.reconcile(st.UID)
 	return nil
 }
@@ -249,6 +266,7 @@ func (r *Runner) forget(uid types.UID) {
 	}
 	delete(r.pods, uid)
 	delete(r.status, uid)
+	delete(r.statusMark, uid)
 }
 
 // reconcile starts the workers a pod's probes need and stops the others.
