@@ -39,10 +39,10 @@ type Runner struct {
 	mu     sync.Mutex
 	pods   map[types.UID]*podEntry
 	status map[types.UID]*bus.PodRuntimeStatus
-	// statusMark is the envelope source and seq of each pod's last status:
-	// statuses are ordered per pod, not by their subject (docs/bus.md).
-	statusMark map[types.UID]mark
-	ready      error
+	// statusOrder is where each pod's statuses stand: they are ordered
+	// per pod, not by their subject (docs/bus.md).
+	statusOrder map[types.UID]bus.PodOrder
+	ready       error
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -60,11 +60,6 @@ type podEntry struct {
 	started map[string]string // container name → container ID
 }
 
-type mark struct {
-	source string
-	seq    uint64
-}
-
 type workerKey struct {
 	container string
 	probe     bus.ProbeType
@@ -79,18 +74,18 @@ func New(cfg *Config, common *config.Common, log *zap.Logger, nc *nats.Conn, js 
 		return nil, fmt.Errorf("invalid value %q for tcpprober.http-get: must be tcp or get", cfg.HTTPGet)
 	}
 	return &Runner{
-		node:       common.NodeName,
-		partitions: common.Partitions,
-		log:        log.Named(Name),
-		js:         js,
-		subjects:   bus.For(common.NodeName),
-		snapshots:  bus.NewSnapshots(),
-		pub:        bus.NewPublisher(nc, js, common.NodeName, cfg.Instance),
-		httpGet:    cfg.HTTPGet,
-		pods:       map[types.UID]*podEntry{},
-		status:     map[types.UID]*bus.PodRuntimeStatus{},
-		statusMark: map[types.UID]mark{},
-		ready:      errors.New("not consuming the bus yet"),
+		node:        common.NodeName,
+		partitions:  common.Partitions,
+		log:         log.Named(Name),
+		js:          js,
+		subjects:    bus.For(common.NodeName),
+		snapshots:   bus.NewSnapshots(),
+		pub:         bus.NewPublisher(nc, js, common.NodeName, cfg.Instance),
+		httpGet:     cfg.HTTPGet,
+		pods:        map[types.UID]*podEntry{},
+		status:      map[types.UID]*bus.PodRuntimeStatus{},
+		statusOrder: map[types.UID]bus.PodOrder{},
+		ready:       errors.New("not consuming the bus yet"),
 	}, nil
 }
 
@@ -248,11 +243,12 @@ func (r *Runner) onStatus(_ context.Context, subject string, e *bus.Envelope) er
 	defer r.mu.Unlock()
 	// a status not above the pod's last from the same source is stale; one
 	// that another pod's newer status overtook on the subject is not.
-	if m, ok := r.statusMark[st.UID]; ok && m.source == e.Source && e.Seq <= m.seq {
+	order := r.statusOrder[st.UID]
+	if !order.Take(e.Source, e.Seq) {
 		return nil
 	}
 	r.status[st.UID] = st
-	r.statusMark[st.UID] = mark{source: e.Source, seq: e.Seq}
+	r.statusOrder[st.UID] = order
 	r.reconcile(st.UID)
 	return nil
 }
@@ -266,7 +262,7 @@ func (r *Runner) forget(uid types.UID) {
 	}
 	delete(r.pods, uid)
 	delete(r.status, uid)
-	delete(r.statusMark, uid)
+	delete(r.statusOrder, uid)
 }
 
 // reconcile starts the workers a pod's probes need and stops the others.

@@ -169,3 +169,21 @@ func TestDecodeErrorsNameTheField(t *testing.T) {
 		})
 	}
 }
+
+// PodOrder takes a pod's statuses in their source's order, another
+// source's at any time, and an unordered one (seq 0) without moving.
+func TestPodOrder(t *testing.T) {
+	var o bus.PodOrder
+	for _, c := range []struct {
+		source string
+		seq    uint64
+		take   bool
+	}{
+		{"a", 5, true}, {"a", 5, false}, {"a", 3, false}, {"b", 1, true}, {"a", 2, true},
+		{"", 0, true}, {"a", 2, false}, {"a", 6, true},
+	} {
+		if got := o.Take(c.source, c.seq); got != c.take {
+			t.Fatalf("Take(%q, %d) after %+v = %v, want %v", c.source, c.seq, o, got, c.take)
+		}
+	}
+}

@@ -290,3 +290,25 @@ func Recover(log *zap.Logger, name, subject string, fn func()) (err error) {
 	fn()
 	return nil
 }
+
+// PodOrder is where one pod's runtime statuses stand: the envelope source
+// and seq of the last one taken. PodRuntimeStatus is ordered per pod, not
+// by its subject (docs/bus.md): a status is stale only when its source
+// already sent a newer one for the same pod. The zero value takes anything.
+type PodOrder struct {
+	Source string
+	Seq    uint64
+}
+
+// Take reports whether a status from source with seq comes after o, and if
+// so moves o to it. Seq 0 (not ordered) is taken and leaves o as it was.
+func (o *PodOrder) Take(source string, seq uint64) bool {
+	if seq == 0 {
+		return true
+	}
+	if o.Source == source && seq <= o.Seq {
+		return false
+	}
+	o.Source, o.Seq = source, seq
+	return true
+}

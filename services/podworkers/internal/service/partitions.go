@@ -33,8 +33,8 @@ func labelsEverything() labels.Selector { return labels.Everything() }
 func updatesFollower(p int) string { return fmt.Sprintf("podworkers-p%d", p) }
 func probesDurable(p int) string   { return fmt.Sprintf("podworkers-probes-p%d", p) }
 
-// consumerAckWait is short so that the messages a crashed owner held are
-// redelivered, in order, before the next owner takes the partition (the
+// consumerAckWait is short so that the probe results a crashed owner held
+// are redelivered, in order, before the next owner takes the partition (the
 // lease TTL is longer).
 const consumerAckWait = 5 * time.Second
 

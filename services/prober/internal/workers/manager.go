@@ -79,12 +79,10 @@ type Manager struct {
 	status   map[types.UID]podStatus
 }
 
-// podStatus is a pod's runtime status and the envelope source and seq it
-// came with (seq 0: not ordered).
+// podStatus is a pod's runtime status and where its statuses stand.
 type podStatus struct {
-	st     *bus.PodRuntimeStatus
-	source string
-	seq    uint64
+	st    *bus.PodRuntimeStatus
+	order bus.PodOrder
 }
 
 type workerKey struct {
@@ -237,8 +235,8 @@ func (m *Manager) UpdateStatusFrom(source string, seq uint64, st *bus.PodRuntime
 	_, known := m.pods[st.UID]
 	m.mu.Unlock()
 	m.statusMu.Lock()
-	prev, had := m.status[st.UID]
-	if seq != 0 && had && prev.source == source && seq <= prev.seq {
+	order := m.status[st.UID].order
+	if !order.Take(source, seq) {
 		m.statusMu.Unlock()
 		return false
 	}
@@ -248,15 +246,7 @@ func (m *Manager) UpdateStatusFrom(source string, seq uint64, st *bus.PodRuntime
 		m.statusMu.Unlock()
 		return true
 	}
-	next := podStatus{st: st, source: source, seq: seq}
-	switch {
-	case seq == 0:
-		// unordered: the pod's last ordered one still counts.
-		next.source, next.seq = prev.source, prev.seq
-	case prev.source == source:
-		next.source = prev.source // one copy of the name per pod
-	}
-	m.status[st.UID] = next
+	m.status[st.UID] = podStatus{st: st, order: order}
 	m.statusMu.Unlock()
 	if !known {
 		return true

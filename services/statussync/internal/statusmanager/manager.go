@@ -219,11 +219,10 @@ type entry struct {
 	// (splitlet_pod_stage_duration_seconds{stage="statussync"}).
 	runningAt time.Time
 	stageDone bool
-	// runtimeSource and runtimeSeq are the envelope's source and sequence
-	// of the runtime status taken last: an older one from the same source
-	// (a redelivery that newer ones overtook) is not taken after it.
-	runtimeSource string
-	runtimeSeq    uint64
+	// runtimeOrder is where the pod's runtime statuses stand: an older one
+	// from the same source (a redelivery that newer ones overtook) is not
+	// taken after it.
+	runtimeOrder bus.PodOrder
 }
 
 // Manager is the status manager.
@@ -465,11 +464,8 @@ func (m *Manager) RuntimeStatusFrom(source string, seq uint64, rs *bus.PodRuntim
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e := m.entry(rs.UID)
-	if seq != 0 {
-		if e.runtimeSource == source && seq <= e.runtimeSeq {
-			return false
-		}
-		e.runtimeSource, e.runtimeSeq = source, seq
+	if !e.runtimeOrder.Take(source, seq) {
+		return false
 	}
 	e.runtime = rs
 	if e.runningAt.IsZero() && bus.AllRunning(rs.ContainerStatuses) {
