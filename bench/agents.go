@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -133,6 +134,8 @@ type benchEnv struct {
 	kubeconfig string
 	caFile     string
 	binDir     string
+	// baseBinDir holds another build's stage binaries (split-base).
+	baseBinDir string
 	workDir    string
 	self       string
 	scale      scaleOptions
@@ -293,6 +296,16 @@ var agents = []agent{
 	// tracing at a sample rate of 1 % and 100 % (-agents split,split-trace1,split-trace100).
 	{name: "split-trace1", registersNode: true, start: startSplitTraced(0.01)},
 	{name: "split-trace100", registersNode: true, start: startSplitTraced(1)},
+	// The split agent from another build's binaries (-base-bin): a change
+	// and what it replaced, measured in one run (-agents split,split-base,kwok).
+	{name: "split-base", registersNode: true, start: startSplitBase},
+}
+
+func startSplitBase(_ context.Context, env *benchEnv, node string) (*agentRun, error) {
+	if env.baseBinDir == "" {
+		return nil, errors.New("split-base needs -base-bin: a directory with another build's nodehb, podconfig, podworkers, prober and statussync")
+	}
+	return startSplitFrom(env, env.baseBinDir, node, "split-base")
 }
 
 // startSplitTraced is startSplit with tracing-endpoint set on every stage.
@@ -302,7 +315,7 @@ func startSplitTraced(rate float64) func(context.Context, *benchEnv, string) (*a
 		if err != nil {
 			return nil, err
 		}
-		r, err := startSplitWith(env, node, fmt.Sprintf("split-trace%g", rate*100),
+		r, err := startSplitFrom(env, env.binDir, node, fmt.Sprintf("split-trace%g", rate*100),
 			"--tracing-endpoint="+col.URL, fmt.Sprintf("--tracing-sample-rate=%g", rate))
 		if r != nil {
 			r.cleanups = append(r.cleanups, col.Stop)
@@ -333,11 +346,12 @@ func startAllInOne(_ context.Context, env *benchEnv, node string) (*agentRun, er
 // startSplit runs a real nats-server and the five services as separate
 // processes (podworkers env.scale.replicas times).
 func startSplit(_ context.Context, env *benchEnv, node string) (*agentRun, error) {
-	return startSplitWith(env, node, "split")
+	return startSplitFrom(env, env.binDir, node, "split")
 }
 
-// startSplitWith runs the split agent with extra keys for every stage.
-func startSplitWith(env *benchEnv, node, name string, extra ...string) (*agentRun, error) {
+// startSplitFrom runs the split agent, its stages from binDir, with extra
+// keys for every stage.
+func startSplitFrom(env *benchEnv, binDir, node, name string, extra ...string) (*agentRun, error) {
 	r, err := newRun(env, name)
 	if err != nil {
 		return nil, err
@@ -386,7 +400,7 @@ func startSplitWith(env *benchEnv, node, name string, extra ...string) (*agentRu
 		case "podworkers":
 			args = append(args, env.scale.podworkerArgs()...)
 		}
-		if err := r.spawn(env, fmt.Sprintf("%s-%d", svc, i), filepath.Join(env.binDir, svc), args...); err != nil {
+		if err := r.spawn(env, fmt.Sprintf("%s-%d", svc, i), filepath.Join(binDir, svc), args...); err != nil {
 			return nil, err
 		}
 	}

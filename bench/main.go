@@ -44,6 +44,7 @@ func main() {
 		cpuProfile  = flag.Duration("cpu-profile", 20*time.Second, "with -profiles: how long the CPU profiles run")
 		scaleLat    = flag.Duration("scale-start-latency", 200*time.Millisecond, "sim start latency of the scaling case")
 		scaleConc   = flag.Int("scale-max-concurrent-starts", 20, "per-replica concurrent starts of the scaling case")
+		baseBin     = flag.String("base-bin", "", "a directory of another build's stage binaries, which the agent split-base runs as split runs this build's")
 		ideal       = flag.Bool("ideal-agent", false, "run as the ideal agent (internal)")
 		node        = flag.String("node", "", "ideal agent: node name")
 		kubeconfig  = flag.String("kubeconfig", "", "ideal agent: kubeconfig")
@@ -58,13 +59,13 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Stdout, *which, *pods, *concurrency, *outDir, scaleOptions{startLatency: *scaleLat, maxConcurrent: *scaleConc}, *scalePods, *largePods, *stages, *profiles, *cpuProfile, *rounds, *pinCPUs); err != nil {
+	if err := run(ctx, os.Stdout, *baseBin, *which, *pods, *concurrency, *outDir, scaleOptions{startLatency: *scaleLat, maxConcurrent: *scaleConc}, *scalePods, *largePods, *stages, *profiles, *cpuProfile, *rounds, *pinCPUs); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, out io.Writer, which string, pods, concurrency int, outDir string, scale scaleOptions, scalePods, largePods int, stages, profiles bool, cpuProfile time.Duration, nrounds int, pinCPUs bool) error {
+func run(ctx context.Context, out io.Writer, baseBin, which string, pods, concurrency int, outDir string, scale scaleOptions, scalePods, largePods int, stages, profiles bool, cpuProfile time.Duration, nrounds int, pinCPUs bool) error {
 	binDir, err := testenv.BinDir()
 	if err != nil {
 		return err
@@ -78,7 +79,7 @@ func run(ctx context.Context, out io.Writer, which string, pods, concurrency int
 		return err
 	}
 	defer os.RemoveAll(work)
-	env := &benchEnv{binDir: binDir, workDir: work, self: self}
+	env := &benchEnv{binDir: binDir, baseBinDir: baseBin, workDir: work, self: self}
 	if profiles {
 		env.profileDir, env.cpuProfile = outDir, cpuProfile
 	}

@@ -24,8 +24,12 @@
 //	                     caller starts the pod afresh.
 //
 // Invariants:
-//   - One goroutine per UID runs the sync functions; two never overlap for
-//     one pod. Different pods never wait for each other.
+//   - At most one goroutine per UID runs the sync functions; two never
+//     overlap for one pod. Different pods never wait for each other. The
+//     goroutine lives only while the pod has work: it takes pending updates
+//     until none is left and then returns (parked), and the next update or
+//     requeue starts a new one. An idle pod (a Running pod between its
+//     resyncs, most of a node) holds no goroutine and no stack.
 //   - At most one update is pending per pod and the newest one replaces it;
 //     once termination is requested every update becomes a kill carrying the
 //     effective grace period, so a kill is never replaced by anything weaker.
@@ -45,10 +49,10 @@
 //     or the pod was handed over (Detach): the sync in flight is cancelled,
 //     nothing is stopped, and the pod's containers go on running in the
 //     runtime for the next owner to adopt. A detached pod ignores every
-//     update until its goroutine has returned; then it is forgotten, and a
-//     later update for its UID starts a new worker that adopts what the
-//     runtime holds (kubelet: a restarted kubelet's workers start from the
-//     containers CRI reports).
+//     update until its goroutine (if one is running) has returned; then it
+//     is forgotten, and a later update for its UID starts a new worker that
+//     adopts what the runtime holds (kubelet: a restarted kubelet's workers
+//     start from the containers CRI reports).
 package podworkers
 
 import (
@@ -198,9 +202,11 @@ type podState struct {
 	fullname string
 	pod      *corev1.Pod // newest pod seen
 
-	// signal wakes the worker goroutine; nil once it has exited.
-	signal chan struct{}
-	// done is closed when the worker goroutine returns.
+	// running: a goroutine is taking this pod's work (it returns once no
+	// work is pending: an idle pod has none).
+	running bool
+	// done, made by a Detach that waits for the running goroutine, is
+	// closed when that goroutine returns.
 	done    chan struct{}
 	working bool
 	pending *work
@@ -302,10 +308,6 @@ func (w *Workers) Stop() {
 	for _, s := range w.pods {
 		if s.cancel != nil {
 			s.cancel()
-		}
-		if s.signal != nil {
-			close(s.signal)
-			s.signal = nil
 		}
 	}
 	w.mu.Unlock()
@@ -432,15 +434,10 @@ func (w *Workers) UpdatePod(opts UpdateOptions) {
 	}
 
 	s.pending = &work{kind: s.workType(), opts: opts}
-	if s.signal == nil {
-		s.signal = make(chan struct{}, 1)
-		s.done = make(chan struct{})
+	if !s.running {
+		s.running = true
 		w.running.Add(1)
-		go w.loop(uid, s.signal, s.done)
-	}
-	select {
-	case s.signal <- struct{}{}:
-	default:
+		go w.loop(uid)
 	}
 	// teardown must not wait for a setup in flight, nor a long grace for a
 	// shorter one (kubelet: cancel the in-flight sync on termination).
@@ -458,15 +455,14 @@ func closeKill(k *KillOptions) {
 	}
 }
 
-// loop is the worker goroutine of one pod.
-func (w *Workers) loop(uid types.UID, signal <-chan struct{}, done chan struct{}) {
+// loop is the worker goroutine of one pod: it runs the pod's pending work
+// until none is left, then returns (take parks it).
+func (w *Workers) loop(uid types.UID) {
 	defer w.running.Done()
-	defer close(done)
-	defer w.forgetDetached(uid, done)
-	for range signal {
+	for {
 		ctx, wk, ok := w.take(uid)
 		if !ok {
-			continue
+			return
 		}
 		pod := wk.opts.Pod
 		log := w.log.With(logging.Pod(pod.Namespace, pod.Name, string(uid))...)
@@ -493,8 +489,8 @@ func (w *Workers) loop(uid types.UID, signal <-chan struct{}, done chan struct{}
 			log.Warn("sync failed, will retry", zap.Stringer("work", wk.kind), zap.Error(err))
 			w.complete(uid, wait.Jitter(w.backOff, backOffJitter))
 		case wk.kind == TerminatedPodWork:
+			// the next take finds the pod finished and parks for good.
 			w.completeTerminated(uid)
-			return
 		case wk.kind == TerminatingPodWork:
 			w.completeTerminating(uid)
 		case res.Terminal:
@@ -519,12 +515,27 @@ func (w *Workers) finalStatus(uid types.UID) *KillOptions {
 	return nil
 }
 
-// take moves the pending update to active and returns the context to run it with.
+// take moves the pending update to active and returns the context to run
+// it with. With nothing to run (no work pending, the pod finished or
+// detached, the workers stopped) it parks the pod's goroutine instead: the
+// pod is marked as having none, a detached pod is forgotten, and the caller
+// returns.
 func (w *Workers) take(uid types.UID) (context.Context, *work, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	s, ok := w.pods[uid]
-	if !ok || s.pending == nil || w.closed {
+	if !ok {
+		return nil, nil, false
+	}
+	if s.pending == nil || w.closed || s.finished || s.detached {
+		s.running = false
+		if s.done != nil {
+			close(s.done)
+			s.done = nil
+		}
+		if s.detached {
+			delete(w.pods, uid)
+		}
 		return nil, nil, false
 	}
 	wk := s.pending
@@ -559,21 +570,11 @@ func (w *Workers) complete(uid types.UID, d time.Duration) {
 	}
 	s.working = false
 	if s.pending != nil {
-		w.wake(s)
+		// the pod's goroutine takes it next.
 		return
 	}
 	if d > 0 {
 		w.queue.AddAfter(uid, d)
-	}
-}
-
-func (w *Workers) wake(s *podState) {
-	if s.signal == nil {
-		return
-	}
-	select {
-	case s.signal <- struct{}{}:
-	default:
 	}
 }
 
@@ -594,7 +595,6 @@ func (w *Workers) completeTerminal(uid types.UID) {
 		s.gracePeriod = g
 		s.pending = &work{kind: TerminatingPodWork, opts: UpdateOptions{Type: UpdateKill, Pod: s.pod, StartTime: w.now(), Kill: &KillOptions{GracePeriodOverride: &g}}}
 	}
-	w.wake(s)
 }
 
 // completeTerminating records that every container stopped and queues the
@@ -608,12 +608,9 @@ func (w *Workers) completeTerminating(uid types.UID) {
 	}
 	s.working = false
 	s.terminatedAt = w.now()
-	for _, ch := range s.notify {
-		close(ch)
-	}
+	closeAll(s.notify)
 	s.notify = nil
 	s.pending = &work{kind: TerminatedPodWork, opts: UpdateOptions{Type: UpdateKill, Pod: s.pod, StartTime: w.now()}}
-	w.wake(s)
 }
 
 // completeTerminated finishes the pod: its worker exits, and updates are
@@ -631,24 +628,22 @@ func (w *Workers) completeTerminated(uid types.UID) {
 	if s.cancel != nil {
 		s.cancel()
 	}
-	if s.signal != nil {
-		close(s.signal)
-		s.signal = nil
-	}
 }
 
 // Detach stops the worker of a pod without terminating the pod (its
 // partition moves to another replica): the sync in flight is cancelled,
 // pending work is dropped, waiters of a kill are released, and the pod is
-// forgotten once its goroutine has returned, which the returned channel
-// tells. The containers are not touched.
+// forgotten once its goroutine (if one runs) has returned, which the
+// returned channel tells. The containers are not touched.
 func (w *Workers) Detach(uid types.UID) <-chan struct{} {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	s, ok := w.pods[uid]
-	if !ok || s.done == nil {
-		// no goroutine ever ran (or a finished one is gone): nothing to wait for.
-		if ok && !s.working {
+	if !ok || !s.running {
+		// no goroutine runs (parked, finished, or never started): nothing
+		// to wait for.
+		if ok {
+			closeAll(s.notify)
 			delete(w.pods, uid)
 		}
 		done := make(chan struct{})
@@ -657,29 +652,20 @@ func (w *Workers) Detach(uid types.UID) <-chan struct{} {
 	}
 	s.detached = true
 	s.pending = nil
-	for _, ch := range s.notify {
-		close(ch)
-	}
+	closeAll(s.notify)
 	s.notify = nil
 	if s.cancel != nil {
 		s.cancel()
 	}
-	if s.signal != nil {
-		close(s.signal)
-		s.signal = nil
-	} else {
-		// the goroutine has returned already (a finished pod).
-		delete(w.pods, uid)
+	if s.done == nil {
+		s.done = make(chan struct{})
 	}
 	return s.done
 }
 
-// forgetDetached drops a detached pod's state as its goroutine returns.
-func (w *Workers) forgetDetached(uid types.UID, done chan struct{}) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if s, ok := w.pods[uid]; ok && s.detached && s.done == done {
-		delete(w.pods, uid)
+func closeAll(chs []chan<- struct{}) {
+	for _, ch := range chs {
+		close(ch)
 	}
 }
 

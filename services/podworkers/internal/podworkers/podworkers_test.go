@@ -3,6 +3,7 @@ package podworkers
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -501,4 +502,77 @@ func TestDetachStopsWithoutTerminating(t *testing.T) {
 	w.UpdatePod(UpdateOptions{Type: UpdateCreate, Pod: p})
 	eventually(t, "a new worker syncs the pod", func() bool { return len(h.callsOf(p.UID)) > before })
 	<-w.Detach("unknown")
+}
+
+// running counts the pods whose goroutine is alive.
+func (w *Workers) runningPods() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, s := range w.pods {
+		if s.running {
+			n++
+		}
+	}
+	return n
+}
+
+// An idle pod holds no goroutine: once its sync is done the worker parks,
+// and an update, a resync or a detach each find it again.
+func TestIdlePodsHoldNoGoroutine(t *testing.T) {
+	const pods = 200
+	h := newFake()
+	w := start(t, h)
+	base := runtime.NumGoroutine()
+	for i := range pods {
+		w.UpdatePod(UpdateOptions{Type: UpdateCreate, Pod: newPod(fmt.Sprint("idle-", i), fmt.Sprint("p", i))})
+	}
+	eventually(t, "every pod synced once", func() bool {
+		for i := range pods {
+			if len(h.callsOf(types.UID(fmt.Sprint("idle-", i)))) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	eventually(t, "every worker parked", func() bool { return w.runningPods() == 0 })
+	// the runtime agrees: no goroutine a pod is left behind.
+	eventually(t, "the goroutines gone", func() bool { return runtime.NumGoroutine() < base+pods/10 })
+
+	// an update wakes a parked pod; it parks again after.
+	p := newPod("idle-0", "p0")
+	before := len(h.callsOf(p.UID))
+	w.UpdatePod(UpdateOptions{Type: UpdateUpdate, Pod: p})
+	eventually(t, "the update synced", func() bool { return len(h.callsOf(p.UID)) > before })
+	eventually(t, "parked again", func() bool { return w.runningPods() == 0 })
+
+	// a parked pod detaches at once and is forgotten.
+	select {
+	case <-w.Detach(p.UID):
+	case <-time.After(10 * time.Second):
+		t.Fatal("detach of a parked pod waited")
+	}
+	if _, ok := w.Pod(p.UID); ok {
+		t.Fatal("detached parked pod still known")
+	}
+
+	// a deletion runs terminating and terminated on a woken worker.
+	q := newPod("idle-1", "p1")
+	w.UpdatePod(UpdateOptions{Type: UpdateUpdate, Pod: deleted(q, 1)})
+	eventually(t, "terminated", func() bool { return w.IsPodKnownTerminated(q.UID) && len(h.callsOf(q.UID)) >= 3 })
+	eventually(t, "parked after termination", func() bool { return w.runningPods() == 0 })
+}
+
+// A resync of a parked pod starts a worker for it.
+func TestParkedPodResyncs(t *testing.T) {
+	h := newFake()
+	w := start(t, h, WithResyncInterval(30*time.Millisecond))
+	p := newPod("r1", "resynced")
+	w.UpdatePod(UpdateOptions{Type: UpdateCreate, Pod: p})
+	eventually(t, "three resyncs", func() bool { return len(h.callsOf(p.UID)) >= 4 })
+	for _, c := range h.callsOf(p.UID)[1:] {
+		if c.t != UpdateSync {
+			t.Fatalf("resync with type %v", c.t)
+		}
+	}
 }

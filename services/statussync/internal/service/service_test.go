@@ -606,3 +606,22 @@ func TestReconcilesAreNotSent(t *testing.T) {
 		t.Fatalf("%d messages delivered for a RECONCILE and an UPDATE, want 1 (the UPDATE)", n)
 	}
 }
+
+// TestWriteAnswersDroppedOnceInformed: the answer of a status write is
+// held only until the informer's copy of the pod catches up with it, so
+// that statussync keeps one copy of each pod, not two.
+func TestWriteAnswersDroppedOnceInformed(t *testing.T) {
+	// no batch within the test: the informer's own events must do it.
+	h := newHarness(t, harnessOptions{batchPeriod: time.Hour})
+	for i := range 5 {
+		p := h.createPod(fmt.Sprint("answers-", i), nil)
+		h.publishStatus(runtimeStatus(p, runningC("app", fmt.Sprint("sim://w", i), 0)))
+		h.waitPod(p.Name, "running", func(p *corev1.Pod) error { return wantPhase(p, corev1.PodRunning) })
+	}
+	h.eventually("no write answer held", func() error {
+		if n := h.runner.Manager().HeldWriteAnswers(); n != 0 {
+			return fmt.Errorf("%d write answers held", n)
+		}
+		return nil
+	})
+}

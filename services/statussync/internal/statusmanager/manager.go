@@ -364,6 +364,7 @@ func (m *Manager) onAPIPod(obj any, added bool) {
 	defer m.mu.Unlock()
 	e := m.entries[uid]
 	m.starts.observe(p, uid, e.seen(), time.Now())
+	m.latest(uid, p)
 	if e == nil {
 		return
 	}
@@ -741,6 +742,30 @@ func freshest(informer, written *corev1.Pod) *corev1.Pod {
 	return informer
 }
 
+// latest is freshest for the pod's informer copy api and the answer of its
+// last status write, and forgets that answer once the informer has caught
+// up with it: from then on the informer holds the same or newer, and keeping
+// the answer too would hold a second copy of every pod.
+func (m *Manager) latest(uid types.UID, api *corev1.Pod) *corev1.Pod {
+	w := m.written[uid]
+	if w == nil {
+		return api
+	}
+	if freshest(api, w) == w {
+		return w
+	}
+	delete(m.written, uid)
+	return api
+}
+
+// HeldWriteAnswers is how many answers of status writes the manager holds
+// because its informer has not caught up with them yet.
+func (m *Manager) HeldWriteAnswers() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.written)
+}
+
 // canBeDeleted: a pod being deleted whose API phase is terminal and whose
 // containers are all stopped with resources reclaimed may go (kubelet:
 // canBeDeleted; mirror pods are never deleted here).
@@ -843,6 +868,10 @@ func (m *Manager) sync(ctx context.Context, uid types.UID) (err error) {
 			updated = m.view(updated)
 			base = updated
 			m.written[uid] = updated
+			if cur := m.apiCopy(uid, st.namespace, st.name, static); cur != nil {
+				// the informer may have seen the write already.
+				m.latest(uid, cur)
+			}
 			m.mu.Unlock()
 		}
 		m.mu.Lock()
@@ -921,7 +950,7 @@ func (m *Manager) syncBatch() {
 		if api == nil {
 			continue
 		}
-		api = freshest(api, m.written[uid])
+		api = m.latest(uid, api)
 		if canBeDeleted(api, e.status) {
 			m.queue.Add(uid)
 			continue
