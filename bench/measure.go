@@ -288,12 +288,25 @@ func measureCase(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a 
 	if err := <-cpuProfiled; err != nil {
 		return nil, run, fmt.Errorf("CPU profiles: %w", err)
 	}
+	// The deletion has a CPU profile of its own (prefix <agent>-delete),
+	// from the DeleteCollection on: most of an agent's work is there.
+	deleteProfiled := make(chan error, 1)
+	if env.profileDir != "" && len(run.health) > 0 {
+		go func() {
+			deleteProfiled <- run.saveProfile(env.profileDir, a.name+"-delete", fmt.Sprintf("profile?seconds=%d", int(env.cpuProfile.Seconds())))
+		}()
+	} else {
+		deleteProfiled <- nil
+	}
 	delStart := time.Now()
 	if err := deleteCollection(ctx, cs, label); err != nil {
 		return nil, run, err
 	}
 	if err := waitFor(ctx, 10*time.Minute, run, fmt.Sprintf("%d pods gone", n), func() bool { return tr.gone.Load() >= int64(n) }); err != nil {
 		return nil, run, fmt.Errorf("%w: %d of %d gone (logs in %s)", err, tr.gone.Load(), n, run.dir)
+	}
+	if err := <-deleteProfiled; err != nil {
+		return nil, run, fmt.Errorf("CPU profiles of the deletion: %w", err)
 	}
 	tr.mu.Lock()
 	lastGone := delStart

@@ -255,18 +255,20 @@ func (p *PodUpdate) appendProto(b []byte) ([]byte, error) {
 }
 
 func (p *PodUpdate) unmarshalProto(b []byte) error {
-	// an empty SET reads as JSON's "pods": [], not null.
-	p.Pods = []corev1.Pod{}
+	// an empty SET reads as JSON's "pods": [], not null. The array is made
+	// to the message's count of pods: a receiver that keeps some of them
+	// keeps no room for more.
+	p.Pods = make([]corev1.Pod, 0, countField(b, 1))
 	return protoFields(b, "payload", func(n protowire.Number, _ uint64, d []byte) error {
 		switch n {
 		case 1:
-			path := fmt.Sprintf("payload.pods[%d]", len(p.Pods))
-			if err := wantType(path, true, d); err != nil {
-				return err
+			i := len(p.Pods)
+			if err := wantType("", true, d); err != nil {
+				return fieldErr(fmt.Sprintf("payload.pods[%d]", i), "has the wrong protobuf wire type")
 			}
 			p.Pods = append(p.Pods, corev1.Pod{})
-			if err := p.Pods[len(p.Pods)-1].Unmarshal(d); err != nil {
-				return fieldErr(path, "malformed Pod: %v", err)
+			if err := p.Pods[i].Unmarshal(d); err != nil {
+				return fieldErr(fmt.Sprintf("payload.pods[%d]", i), "malformed Pod: %v", err)
 			}
 		case 2:
 			if err := wantType("payload.snapshot", true, d); err != nil {
@@ -405,17 +407,40 @@ func protoString(dst *string, path string, d []byte) error {
 	return nil
 }
 
-// protoStatus appends a repeated ContainerStatus field's next value.
+// protoStatus appends a repeated ContainerStatus field's next value (the
+// field's path is only formatted for an error).
 func protoStatus(dst *[]corev1.ContainerStatus, path string, d []byte) error {
-	at := fmt.Sprintf("%s[%d]", path, len(*dst))
-	if err := wantType(at, true, d); err != nil {
-		return err
+	i := len(*dst)
+	if err := wantType("", true, d); err != nil {
+		return fieldErr(fmt.Sprintf("%s[%d]", path, i), "has the wrong protobuf wire type")
 	}
 	*dst = append(*dst, corev1.ContainerStatus{})
-	if err := (*dst)[len(*dst)-1].Unmarshal(d); err != nil {
-		return fieldErr(at, "malformed ContainerStatus: %v", err)
+	if err := (*dst)[i].Unmarshal(d); err != nil {
+		return fieldErr(fmt.Sprintf("%s[%d]", path, i), "malformed ContainerStatus: %v", err)
 	}
 	return nil
+}
+
+// countField counts the values of field n of a protobuf message, to size
+// what they are decoded into; it stops, with what it has counted, where the
+// message is malformed (the decoding that follows reports it).
+func countField(b []byte, n protowire.Number) int {
+	count := 0
+	for len(b) > 0 {
+		num, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return count
+		}
+		b = b[l:]
+		if l = protowire.ConsumeFieldValue(num, typ, b); l < 0 {
+			return count
+		}
+		b = b[l:]
+		if num == n {
+			count++
+		}
+	}
+	return count
 }
 
 // ProbeResult: 1 podUID, 2 namespace, 3 name, 4 container, 5 containerID,

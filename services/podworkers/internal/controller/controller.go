@@ -192,9 +192,13 @@ func podLog(p *corev1.Pod) []zap.Field { return logging.Pod(p.Namespace, p.Name,
 
 // HandleUpdate applies one PodUpdate message of a partition.
 func (c *Controller) HandleUpdate(source string, op bus.Op, partition int, pods []corev1.Pod) {
+	// Each pod kept gets its own copy, not a pointer into the message's
+	// array: that array would stay alive while any pod of it is held,
+	// its other pods too after newer messages replaced them.
 	ptrs := make([]*corev1.Pod, len(pods))
 	for i := range pods {
-		ptrs[i] = &pods[i]
+		p := pods[i]
+		ptrs[i] = &p
 	}
 	switch op {
 	case bus.OpAdd:

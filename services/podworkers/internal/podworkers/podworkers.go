@@ -353,7 +353,7 @@ func (w *Workers) UpdatePod(opts UpdateOptions) {
 		return
 	}
 	uid := pod.UID
-	log := w.log.With(logging.Pod(pod.Namespace, pod.Name, string(uid))...)
+	log := w.log.WithLazy(logging.Pod(pod.Namespace, pod.Name, string(uid))...)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
@@ -465,7 +465,7 @@ func (w *Workers) loop(uid types.UID) {
 			return
 		}
 		pod := wk.opts.Pod
-		log := w.log.With(logging.Pod(pod.Namespace, pod.Name, string(uid))...)
+		log := w.log.WithLazy(logging.Pod(pod.Namespace, pod.Name, string(uid))...)
 		var err error
 		var res SyncResult
 		switch wk.kind {

@@ -802,7 +802,7 @@ func (m *Manager) sync(ctx context.Context, uid types.UID) (err error) {
 	target := m.apiCopy(uid, st.namespace, st.name, static)
 	written := m.written[uid]
 	m.mu.Unlock()
-	log := m.log.With(podLog(st.namespace, st.name, uid)...)
+	log := m.log.WithLazy(podLog(st.namespace, st.name, uid)...)
 	if target == nil && !static {
 		// The informer may lag the bus (a pod created a moment ago), and its
 		// event comes too late when the stage is stopping: ask the API
