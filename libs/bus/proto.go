@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -330,6 +331,24 @@ func (p *PodRuntimeStatus) appendProto(b []byte) ([]byte, error) {
 	}
 	b = appendBool(b, 14, p.Terminating)
 	return appendBool(b, 15, p.Terminated), nil
+}
+
+// SameAs reports whether p and q have the same protobuf form, so that a
+// receiver would read the same from either. The form is deterministic
+// (containerHashes in key order), so equal statuses compare equal; a
+// difference the API's semantic comparison would overlook (a quantity
+// written another way) reads as a change. bufs are two scratch buffers the
+// caller keeps for the next call (nil at first); the comparison allocates
+// nothing once they have grown.
+func (p *PodRuntimeStatus) SameAs(q *PodRuntimeStatus, bufs *[2][]byte) (bool, error) {
+	var err error
+	if bufs[0], err = p.appendProto(bufs[0][:0]); err != nil {
+		return false, err
+	}
+	if bufs[1], err = q.appendProto(bufs[1][:0]); err != nil {
+		return false, err
+	}
+	return bytes.Equal(bufs[0], bufs[1]), nil
 }
 
 func (p *PodRuntimeStatus) unmarshalProto(b []byte) error {

@@ -8,8 +8,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/splitlet/splitlet/libs/bus"
 )
@@ -172,4 +174,80 @@ func TestDecodeMsgFollowsTheHeader(t *testing.T) {
 	if _, err := bus.Decode(bytes.Replace(ex, []byte(`"schemaVersion": 1`), []byte(`"schemaVersion": 2`), 1)); err == nil {
 		t.Error("a JSON message with schemaVersion 2 decoded")
 	}
+}
+
+// SameAs tells statuses apart by everything a receiver reads, and finds
+// equal ones equal however their maps were built.
+func TestRuntimeStatusSameAs(t *testing.T) {
+	started := metav1.NewTime(time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC))
+	base := func() *bus.PodRuntimeStatus {
+		return &bus.PodRuntimeStatus{
+			UID: "u1", Namespace: "ns", Name: "p", PodIP: "10.0.0.1", HostIP: "127.0.0.1", StartTime: &started,
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Image: "busybox", ContainerID: "sim://1", RestartCount: 2,
+				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: started}}}},
+			ContainerHashes: map[string]string{"sim://1": "a", "sim://0": "b", "sim://2": "c"},
+		}
+	}
+	var bufs [2][]byte
+	same := func(a, b *bus.PodRuntimeStatus) bool {
+		t.Helper()
+		eq, err := a.SameAs(b, &bufs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return eq
+	}
+	if !same(base(), base()) {
+		t.Fatal("equal statuses differ")
+	}
+	changes := map[string]func(*bus.PodRuntimeStatus){
+		"phase":        func(s *bus.PodRuntimeStatus) { s.Phase = corev1.PodFailed },
+		"terminated":   func(s *bus.PodRuntimeStatus) { s.Terminated = true },
+		"terminating":  func(s *bus.PodRuntimeStatus) { s.Terminating = true },
+		"restarts":     func(s *bus.PodRuntimeStatus) { s.ContainerStatuses[0].RestartCount = 3 },
+		"ready":        func(s *bus.PodRuntimeStatus) { s.ContainerStatuses[0].Ready = true },
+		"state":        func(s *bus.PodRuntimeStatus) { s.ContainerStatuses[0].State = corev1.ContainerState{} },
+		"hash":         func(s *bus.PodRuntimeStatus) { s.ContainerHashes["sim://1"] = "z" },
+		"init":         func(s *bus.PodRuntimeStatus) { s.InitContainerStatuses = []corev1.ContainerStatus{{Name: "i"}} },
+		"ephemeral":    func(s *bus.PodRuntimeStatus) { s.EphemeralContainerStatuses = []corev1.ContainerStatus{{Name: "e"}} },
+		"start time":   func(s *bus.PodRuntimeStatus) { s.StartTime = nil },
+		"message":      func(s *bus.PodRuntimeStatus) { s.Message = "m" },
+		"pod IP":       func(s *bus.PodRuntimeStatus) { s.PodIP = "" },
+		"container ID": func(s *bus.PodRuntimeStatus) { s.ContainerStatuses[0].ContainerID = "sim://9" },
+	}
+	for name, change := range changes {
+		b := base()
+		change(b)
+		if same(base(), b) || same(b, base()) {
+			t.Errorf("%s: a changed status compares equal", name)
+		}
+	}
+}
+
+// BenchmarkRuntimeStatusCompare: SameAs against the API's semantic
+// comparison, on two equal statuses (a resync's common case).
+func BenchmarkRuntimeStatusCompare(b *testing.B) {
+	started := metav1.NewTime(time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC))
+	mk := func() *bus.PodRuntimeStatus {
+		return &bus.PodRuntimeStatus{UID: "u1", Namespace: "ns", Name: "p", PodIP: "10.0.0.1", HostIP: "127.0.0.1", StartTime: &started,
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Image: "busybox", ImageID: "sim://busybox", ContainerID: "sim://1",
+				Started: ptr.To(true), State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: started}}}},
+			ContainerHashes: map[string]string{"sim://1": "9a3f0c27d41b88e5"}}
+	}
+	x, y := mk(), mk()
+	b.Run("SameAs", func(b *testing.B) {
+		var bufs [2][]byte
+		for b.Loop() {
+			if eq, err := x.SameAs(y, &bufs); err != nil || !eq {
+				b.Fatal(eq, err)
+			}
+		}
+	})
+	b.Run("SemanticDeepEqual", func(b *testing.B) {
+		for b.Loop() {
+			if !apiequality.Semantic.DeepEqual(x, y) {
+				b.Fatal("differ")
+			}
+		}
+	})
 }
