@@ -97,6 +97,9 @@ type podEntry struct {
 	source string
 	mu     sync.RWMutex
 	pod    *corev1.Pod
+	// probed: some container of the pod has a probe (a container's probes
+	// never change), so its runtime status is kept for the workers.
+	probed bool
 }
 
 func (e *podEntry) get() *corev1.Pod {
@@ -151,8 +154,17 @@ func (m *Manager) UpsertPod(source string, pod *corev1.Pod) {
 		e.source = source
 		return
 	}
-	e := &podEntry{source: source, pod: pod}
+	e := &podEntry{source: source, pod: pod, probed: hasProbes(pod)}
 	m.pods[pod.UID] = e
+	if !e.probed {
+		// a status that came before the spec is of no use now: nothing of
+		// the pod is probed (lock order: mu, then statusMu).
+		m.statusMu.Lock()
+		if ps, ok := m.status[pod.UID]; ok {
+			m.status[pod.UID] = podStatus{order: ps.order}
+		}
+		m.statusMu.Unlock()
+	}
 	for _, c := range probedContainers(pod) {
 		for _, t := range []bus.ProbeType{bus.ProbeStartup, bus.ProbeReadiness, bus.ProbeLiveness} {
 			spec := probeOf(c.container, t)
@@ -232,7 +244,8 @@ func (m *Manager) UpdateStatus(st *bus.PodRuntimeStatus) {
 // holds it back. seq 0 is taken unconditionally.
 func (m *Manager) UpdateStatusFrom(source string, seq uint64, st *bus.PodRuntimeStatus) bool {
 	m.mu.Lock()
-	_, known := m.pods[st.UID]
+	e, known := m.pods[st.UID]
+	probed := known && e.probed
 	m.mu.Unlock()
 	m.statusMu.Lock()
 	order := m.status[st.UID].order
@@ -243,6 +256,14 @@ func (m *Manager) UpdateStatusFrom(source string, seq uint64, st *bus.PodRuntime
 	if !known && st.Terminated {
 		// A finished pod the prober never saw needs nothing.
 		delete(m.status, st.UID)
+		m.statusMu.Unlock()
+		return true
+	}
+	if known && !probed {
+		// Nothing of the pod is probed: only where its statuses stand is
+		// kept (most pods of a node have no probe; their statuses were a
+		// copy each).
+		m.status[st.UID] = podStatus{order: order}
 		m.statusMu.Unlock()
 		return true
 	}
@@ -379,6 +400,16 @@ func probedContainers(pod *corev1.Pod) []probedContainer {
 		}
 	}
 	return out
+}
+
+// hasProbes says whether any container the kubelet probes has a probe.
+func hasProbes(pod *corev1.Pod) bool {
+	for _, c := range probedContainers(pod) {
+		if probed(c.container) {
+			return true
+		}
+	}
+	return false
 }
 
 func probeOf(c *corev1.Container, t bus.ProbeType) *corev1.Probe {

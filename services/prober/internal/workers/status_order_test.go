@@ -22,8 +22,9 @@ func TestStatusOrderedPerPod(t *testing.T) {
 	}
 	defer func() { _ = m.Stop(context.Background()) }()
 	for _, uid := range []types.UID{"a", "b"} {
-		// no probes: no workers, only the pod is known.
-		m.UpsertPod("api", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: string(uid), Namespace: "default", UID: uid}})
+		// a probe whose first run is an hour away: the pod's statuses
+		// are kept, and no worker probes within the test.
+		m.UpsertPod("api", laterProbedPod(uid))
 	}
 	st := func(uid types.UID, id string) *bus.PodRuntimeStatus {
 		return &bus.PodRuntimeStatus{UID: uid, Namespace: "default", Name: string(uid),
@@ -72,6 +73,65 @@ func TestStatusOrderedPerPod(t *testing.T) {
 	if aKept || cKept || n != 1 {
 		t.Fatalf("statuses kept: %d (a %v, c %v), want b's only", n, aKept, cKept)
 	}
-	m.UpsertPod("api", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "default", UID: "a"}})
+	m.UpsertPod("api", laterProbedPod("a"))
 	step("pw-2", 1, st("a", "c://a5"), true) // a's order went with it
+}
+
+// laterProbedPod has one container with a readiness probe that first runs
+// an hour from now.
+func laterProbedPod(uid types.UID) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: string(uid), Namespace: "default", UID: uid},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", ReadinessProbe: &corev1.Probe{
+			ProbeHandler:        corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}},
+			InitialDelaySeconds: 3600,
+		}}}}}
+}
+
+// A pod with no probe keeps no runtime status in the prober, only where
+// its statuses stand; one that came before the pod's spec is dropped when
+// the spec shows no probe.
+func TestUnprobedPodKeepsNoStatus(t *testing.T) {
+	m, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Stop(context.Background()) }()
+	st := func(uid types.UID) *bus.PodRuntimeStatus {
+		return &bus.PodRuntimeStatus{UID: uid, Namespace: "default", Name: string(uid),
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "app", ContainerID: "c://" + string(uid)}}}
+	}
+	held := func(uid types.UID) bool {
+		s, _ := m.statusOf(uid)
+		return s != nil
+	}
+	plain := func(uid types.UID) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: string(uid), Namespace: "default", UID: uid},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}}}
+	}
+
+	m.UpsertPod("api", plain("known"))
+	if !m.UpdateStatusFrom("pw-1", 5, st("known")) || held("known") {
+		t.Fatal("an unprobed pod's status was not taken, or was kept")
+	}
+	if m.UpdateStatusFrom("pw-1", 4, st("known")) {
+		t.Fatal("an older status of an unprobed pod was taken: its order was not kept")
+	}
+
+	// the status comes first: kept until the spec says there is no probe.
+	if !m.UpdateStatusFrom("pw-1", 6, st("early")) || !held("early") {
+		t.Fatal("a status before its pod's spec was not kept")
+	}
+	m.UpsertPod("api", plain("early"))
+	if held("early") {
+		t.Fatal("the early status of an unprobed pod was kept")
+	}
+	if m.UpdateStatusFrom("pw-1", 6, st("early")) {
+		t.Fatal("the same status taken again: its order went with it")
+	}
+
+	// a probed pod keeps its status.
+	m.UpsertPod("api", laterProbedPod("probed"))
+	if !m.UpdateStatusFrom("pw-1", 7, st("probed")) || !held("probed") {
+		t.Fatal("a probed pod's status was not kept")
+	}
 }
