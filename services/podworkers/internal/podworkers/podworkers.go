@@ -437,7 +437,7 @@ func (w *Workers) UpdatePod(opts UpdateOptions) {
 	if !s.running {
 		s.running = true
 		w.running.Add(1)
-		go w.loop(uid)
+		go w.loop(uid, s)
 	}
 	// teardown must not wait for a setup in flight, nor a long grace for a
 	// shorter one (kubelet: cancel the in-flight sync on termination).
@@ -457,10 +457,10 @@ func closeKill(k *KillOptions) {
 
 // loop is the worker goroutine of one pod: it runs the pod's pending work
 // until none is left, then returns (take parks it).
-func (w *Workers) loop(uid types.UID) {
+func (w *Workers) loop(uid types.UID, s *podState) {
 	defer w.running.Done()
 	for {
-		ctx, wk, ok := w.take(uid)
+		ctx, wk, ok := w.take(uid, s)
 		if !ok {
 			return
 		}
@@ -515,25 +515,25 @@ func (w *Workers) finalStatus(uid types.UID) *KillOptions {
 	return nil
 }
 
-// take moves the pending update to active and returns the context to run
-// it with. With nothing to run (no work pending, the pod finished or
-// detached, the workers stopped) it parks the pod's goroutine instead: the
-// pod is marked as having none, a detached pod is forgotten, and the caller
-// returns.
-func (w *Workers) take(uid types.UID) (context.Context, *work, bool) {
+// take moves the pending update of s, the state the calling goroutine was
+// started for, to active and returns the context to run it with. With
+// nothing to run (no work pending, the pod finished or detached, the
+// workers stopped) it parks the goroutine instead: the pod is marked as
+// having none, a detached pod is forgotten, and the caller returns. A
+// goroutine whose state was forgotten meanwhile (a finished pod no longer
+// desired, its UID perhaps created again with a worker of its own) never
+// touches the state that replaced it.
+func (w *Workers) take(uid types.UID, s *podState) (context.Context, *work, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	s, ok := w.pods[uid]
-	if !ok {
-		return nil, nil, false
-	}
-	if s.pending == nil || w.closed || s.finished || s.detached {
+	cur, ok := w.pods[uid]
+	if !ok || cur != s || s.pending == nil || w.closed || s.finished || s.detached {
 		s.running = false
 		if s.done != nil {
 			close(s.done)
 			s.done = nil
 		}
-		if s.detached {
+		if ok && cur == s && s.detached {
 			delete(w.pods, uid)
 		}
 		return nil, nil, false
