@@ -403,7 +403,11 @@ func TestStopDrains(t *testing.T) {
 // by the next run.
 func TestRestartRecoversTakenStatus(t *testing.T) {
 	h := newHarness(t, harnessOptions{coalesceDelay: 10 * time.Second, crash: true})
-	p := h.createPod("recovered", nil)
+	// a readiness probe keeps the running pod from Ready, a change that
+	// would be written at once: this one waits out the coalescing delay.
+	p := h.createPod("recovered", func(p *corev1.Pod) {
+		p.Spec.Containers[0].ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}
+	})
 	h.publishStatus(runtimeStatus(p, runningC("app", "sim://rc", 0)))
 	h.eventually("status taken", func() error {
 		if _, _, ok := h.runner.Manager().Status(p.UID); !ok {
@@ -422,7 +426,7 @@ func TestRestartRecoversTakenStatus(t *testing.T) {
 		t.Fatal("the crashed stage wrote the status; the test proves nothing")
 	}
 	h.startRunner(harnessOptions{})
-	h.waitPod(p.Name, "recovered", func(p *corev1.Pod) error { return wantCondition(p, corev1.PodReady, corev1.ConditionTrue) })
+	h.waitPod(p.Name, "recovered", func(p *corev1.Pod) error { return wantPhase(p, corev1.PodRunning) })
 }
 
 // TestReadinessGate: Ready waits for the gate's condition, set by someone

@@ -83,7 +83,11 @@ type Options struct {
 	// within milliseconds on the sim runtime; the kubelet writes each step,
 	// and 100 ms folds them into one patch, which halves the API writes of a
 	// pod start while staying far below any probe period or user-visible
-	// delay. 0 restores the kubelet's write-at-once.
+	// delay. 0 restores the kubelet's write-at-once. Two changes skip the
+	// wait: the pod becoming Ready and the pod finishing. Each is the last
+	// step of its burst (nothing is left to fold into it) and what a user
+	// waits on, so the wait would only add to create->Ready and to the
+	// deletion.
 	CoalesceDelay time.Duration
 	// PendingTTL is how long a status of a pod with no known spec is kept
 	// waiting for the spec before it is dropped.
@@ -641,16 +645,32 @@ func (m *Manager) updateStatus(e *entry, pod *corev1.Pod, old, next corev1.PodSt
 	}
 	apistatus.Prepare(pod, &old, &next, metav1.Now())
 	var version uint64
+	wasFinished := false
 	if e.status != nil {
 		if e.status.finished == finished && apistatus.EqualByAgent(&e.status.status, &next) {
 			return false
 		}
-		version = e.status.version
+		version, wasFinished = e.status.version, e.status.finished
 	}
 	e.status = &versioned{status: next, version: version + 1, namespace: pod.Namespace, name: pod.Name, finished: finished,
 		stopped: finished || apistatus.AllStopped(e.runtime)}
-	m.queue.AddAfter(e.uid, m.opts.CoalesceDelay)
+	if (!isReady(&old) && isReady(&next)) || (finished && !wasFinished) {
+		// Ready, or finished: written without the coalescing wait (Options.CoalesceDelay).
+		m.queue.Add(e.uid)
+	} else {
+		m.queue.AddAfter(e.uid, m.opts.CoalesceDelay)
+	}
 	return true
+}
+
+// isReady says whether a status's Ready condition is True.
+func isReady(st *corev1.PodStatus) bool {
+	for i := range st.Conditions {
+		if st.Conditions[i].Type == corev1.PodReady {
+			return st.Conditions[i].Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // Status returns the cached status of a pod and its version.

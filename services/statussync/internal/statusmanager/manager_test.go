@@ -212,3 +212,48 @@ func TestRuntimeStatusOrderedPerPod(t *testing.T) {
 		t.Fatal("another source's status not taken")
 	}
 }
+
+// The pod becoming Ready and the pod finishing are queued at once; other
+// changes wait the coalescing delay (an hour here).
+func TestReadyAndFinishedSkipTheCoalescingWait(t *testing.T) {
+	m := newManager(t)
+	p := specPod("a", corev1.RestartPolicyAlways)
+	m.PodUpdate(bus.OpAdd, "api", bus.Partition("a", 4), []corev1.Pod{p})
+	due := func() int {
+		t.Helper()
+		n := m.queue.Len()
+		for range n {
+			uid, _ := m.queue.Get()
+			m.queue.Done(uid)
+		}
+		return n
+	}
+	m.RuntimeStatus(rs("a", corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}))
+	if n := due(); n != 0 {
+		t.Fatalf("a pod still creating its container was queued at once (%d due)", n)
+	}
+	m.RuntimeStatus(rs("a", runningState))
+	if st, _, _ := m.Status("a"); !isReady(&st) {
+		t.Fatalf("a running pod without probes is not Ready: %+v", st.Conditions)
+	}
+	if n := due(); n != 1 {
+		t.Fatalf("the pod becoming Ready was not queued at once (%d due)", n)
+	}
+	// a restart count going up while Ready stays: it waits.
+	restarted := rs("a", runningState)
+	restarted.ContainerStatuses[0].RestartCount = 1
+	_, before, _ := m.Status("a")
+	m.RuntimeStatus(restarted)
+	if _, v, _ := m.Status("a"); v != before+1 {
+		t.Fatalf("the restart made no new version (%d after %d)", v, before)
+	}
+	if n := due(); n != 0 {
+		t.Fatalf("a change of a Ready pod was queued at once (%d due)", n)
+	}
+	done := rs("a", terminatedState)
+	done.Terminated = true
+	m.RuntimeStatus(done)
+	if n := due(); n != 1 {
+		t.Fatalf("the pod finishing was not queued at once (%d due)", n)
+	}
+}
