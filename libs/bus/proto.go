@@ -173,13 +173,15 @@ func protoFields(b []byte, path string, fn func(n protowire.Number, v uint64, da
 
 // wantType checks that a known field came with the wire type its schema has.
 func wantType(path string, isBytes bool, data []byte) error {
-	if isBytes && data == nil {
-		return fieldErr(path, "has the wrong protobuf wire type")
-	}
-	if !isBytes && data != nil {
-		return fieldErr(path, "has the wrong protobuf wire type")
+	if isBytes != (data != nil) {
+		return wrongType(path)
 	}
 	return nil
+}
+
+// wrongType is the error of a field that came with the wrong wire type.
+func wrongType(path string) error {
+	return fieldErr(path, "has the wrong protobuf wire type")
 }
 
 // marshalProtoEnvelope returns the protobuf form of an envelope whose payload
@@ -263,9 +265,10 @@ func (p *PodUpdate) unmarshalProto(b []byte) error {
 	return protoFields(b, "payload", func(n protowire.Number, _ uint64, d []byte) error {
 		switch n {
 		case 1:
+			// (the field's path is only formatted for an error)
 			i := len(p.Pods)
-			if err := wantType("", true, d); err != nil {
-				return fieldErr(fmt.Sprintf("payload.pods[%d]", i), "has the wrong protobuf wire type")
+			if d == nil {
+				return wrongType(fmt.Sprintf("payload.pods[%d]", i))
 			}
 			p.Pods = append(p.Pods, corev1.Pod{})
 			if err := p.Pods[i].Unmarshal(d); err != nil {
@@ -430,8 +433,8 @@ func protoString(dst *string, path string, d []byte) error {
 // field's path is only formatted for an error).
 func protoStatus(dst *[]corev1.ContainerStatus, path string, d []byte) error {
 	i := len(*dst)
-	if err := wantType("", true, d); err != nil {
-		return fieldErr(fmt.Sprintf("%s[%d]", path, i), "has the wrong protobuf wire type")
+	if d == nil {
+		return wrongType(fmt.Sprintf("%s[%d]", path, i))
 	}
 	*dst = append(*dst, corev1.ContainerStatus{})
 	if err := (*dst)[i].Unmarshal(d); err != nil {
