@@ -299,6 +299,15 @@ var agents = []agent{
 	// The split agent from another build's binaries (-base-bin): a change
 	// and what it replaced, measured in one run (-agents split,split-base,kwok).
 	{name: "split-base", registersNode: true, start: startSplitBase},
+	// The all-in-one agent from another build's splitlet binary (-base-bin).
+	{name: "allinone-base", registersNode: true, start: startAllInOneBase},
+}
+
+func startAllInOneBase(_ context.Context, env *benchEnv, node string) (*agentRun, error) {
+	if env.baseBinDir == "" {
+		return nil, errors.New("allinone-base needs -base-bin: a directory with another build's splitlet")
+	}
+	return startAllInOneFrom(env, env.baseBinDir, node, "allinone-base")
 }
 
 func startSplitBase(_ context.Context, env *benchEnv, node string) (*agentRun, error) {
@@ -327,7 +336,12 @@ func startSplitTraced(rate float64) func(context.Context, *benchEnv, string) (*a
 }
 
 func startAllInOne(_ context.Context, env *benchEnv, node string) (*agentRun, error) {
-	r, err := newRun(env, "allinone")
+	return startAllInOneFrom(env, env.binDir, node, "allinone")
+}
+
+// startAllInOneFrom runs the all-in-one agent, splitlet from binDir.
+func startAllInOneFrom(env *benchEnv, binDir, node, name string) (*agentRun, error) {
+	r, err := newRun(env, name)
 	if err != nil {
 		return nil, err
 	}
@@ -340,7 +354,7 @@ func startAllInOne(_ context.Context, env *benchEnv, node string) (*agentRun, er
 		return nil, err
 	}
 	args = append(args, "--services=all", fmt.Sprintf("--nodehb.port=%d", kport), "--nodehb.client-ca-file="+env.caFile)
-	return r, r.spawn(env, "splitlet", filepath.Join(env.binDir, "splitlet"), args...)
+	return r, r.spawn(env, "splitlet", filepath.Join(binDir, "splitlet"), args...)
 }
 
 // startSplit runs a real nats-server and the five services as separate

@@ -44,7 +44,7 @@ func main() {
 		cpuProfile  = flag.Duration("cpu-profile", 20*time.Second, "with -profiles: how long each CPU profile runs (the creation's and the deletion's)")
 		scaleLat    = flag.Duration("scale-start-latency", 200*time.Millisecond, "sim start latency of the scaling case")
 		scaleConc   = flag.Int("scale-max-concurrent-starts", 20, "per-replica concurrent starts of the scaling case")
-		baseBin     = flag.String("base-bin", "", "a directory of another build's stage binaries, which the agent split-base runs as split runs this build's")
+		baseBin     = flag.String("base-bin", "", "a directory of another build's stage binaries and splitlet, which the agents split-base and allinone-base run as split and allinone run this build's")
 		ideal       = flag.Bool("ideal-agent", false, "run as the ideal agent (internal)")
 		node        = flag.String("node", "", "ideal agent: node name")
 		kubeconfig  = flag.String("kubeconfig", "", "ideal agent: kubeconfig")

@@ -49,6 +49,10 @@ func TestAllServicesAgainstControlPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	baseWatches, err := podWatches(cp)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var logs apptest.Buffer
 	cmd := exec.Command(bin, "--services=all", "--kubeconfig="+cp.Kubeconfig, "--node-name=test-node",
 		"--data-dir="+t.TempDir(), "--http-addr="+addr)
@@ -97,6 +101,19 @@ func TestAllServicesAgainstControlPlane(t *testing.T) {
 			t.Errorf("no log line from %s", svc)
 		}
 	}
+	// podconfig and statussync, both watching the node's pods, share one
+	// watch in one process (kube.NodePods).
+	var watches float64
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		if watches, err = podWatches(cp); err == nil && watches == baseWatches+1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod watches open on the API server: %v (%v), want one more than before splitlet started (%v)", watches, err, baseWatches)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 
 	start := time.Now()
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -114,6 +131,27 @@ func TestAllServicesAgainstControlPlane(t *testing.T) {
 	if !strings.Contains(logs.String(), "stopped cleanly") {
 		t.Fatalf("no clean stop in the log:\n%s", logs.String())
 	}
+}
+
+// podWatches reads from the API server's metrics how many watches of pods
+// are open.
+func podWatches(cp *testenv.ControlPlane) (float64, error) {
+	raw, err := cp.Clientset().CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		return 0, err
+	}
+	var n float64
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(line, "apiserver_longrunning_requests{") && strings.Contains(line, `resource="pods"`) &&
+			strings.Contains(line, `verb="WATCH"`) && strings.Contains(line, `subresource=""`) {
+			var v float64
+			if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err != nil {
+				return 0, fmt.Errorf("metric line %q: %w", line, err)
+			}
+			n += v
+		}
+	}
+	return n, nil
 }
 
 // TestBadFlagsExitNonZero: a bad value exits 2 with a message naming it.

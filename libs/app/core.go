@@ -23,8 +23,9 @@ import (
 )
 
 // Core provides what every service may ask for: the NATS connection and
-// JetStream, the Kubernetes client (built only if some service asks), the
-// health checks, the metrics registry, and the health server.
+// JetStream, the Kubernetes client and the informer on the node's pods
+// (built only if some service asks), the health checks, the metrics
+// registry, and the health server.
 var Core = fx.Module("core",
 	fx.Provide(
 		newMessaging,
@@ -33,6 +34,7 @@ var Core = fx.Module("core",
 		newTracing,
 		newRESTConfig,
 		newClientset,
+		newNodePods,
 		func() *health.Checks { return health.NewChecks() },
 		health.NewRegistry,
 		func(r *prometheus.Registry) prometheus.Registerer { return r },
@@ -106,6 +108,12 @@ func newClientset(cfg *rest.Config, checks *health.Checks) (kubernetes.Interface
 		return cs.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Error()
 	})
 	return cs, nil
+}
+
+// newNodePods: the informer on the node's pods, shared by the process's
+// stages that watch them (podconfig and statussync in all-in-one).
+func newNodePods(cs kubernetes.Interface, c *config.Common) *kube.NodePods {
+	return kube.NewNodePods(cs, c.NodeName)
 }
 
 func runHealth(lc fx.Lifecycle, s *health.Server, c *config.Common, checks *health.Checks, bin Binary) {

@@ -124,21 +124,22 @@ type Runner struct {
 }
 
 // New builds the stage from the process's common parts.
-func New(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.Interface, conn *messaging.Conn, reg prometheus.Registerer, tp *tracing.Provider) (*Runner, error) {
+func New(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.Interface, pods *kube.NodePods, conn *messaging.Conn, reg prometheus.Registerer, tp *tracing.Provider) (*Runner, error) {
 	var opts []controller.Option
 	if tp.Enabled() {
 		opts = append(opts, controller.WithTracer(tp.Tracer(tracerName)))
 	}
 	opts = append(opts, controller.WithPublisherOptions(common.BusEncodingOption()))
-	return Build(cfg, common.NodeName, common.Partitions, log, cs, conn.NC, conn.StreamsReady, reg, opts...)
+	return Build(cfg, common.NodeName, common.Partitions, log, cs, pods, conn.NC, conn.StreamsReady, reg, opts...)
 }
 
 // tracerName names the stage's spans' instrumentation scope.
 const tracerName = "github.com/splitlet/splitlet/services/podconfig"
 
-// Build wires the stage; waitStreams (may be nil) is waited for before the
-// first publish.
-func Build(cfg *Config, node string, partitions int, log *zap.Logger, cs kubernetes.Interface, nc *nats.Conn,
+// Build wires the stage; pods (nil: an informer of the stage's own) is the
+// process's informer on the node's pods, and waitStreams (may be nil) is
+// waited for before the first publish.
+func Build(cfg *Config, node string, partitions int, log *zap.Logger, cs kubernetes.Interface, pods *kube.NodePods, nc *nats.Conn,
 	waitStreams func(context.Context) error, reg prometheus.Registerer, extra ...controller.Option) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -167,9 +168,10 @@ func Build(cfg *Config, node string, partitions int, log *zap.Logger, cs kuberne
 		if !cfg.APISource {
 			sink = discard{}
 		}
-		if r.api, err = source.NewAPI(cs, node, sink, log.Named("api")); err != nil {
-			return nil, err
+		if pods == nil {
+			pods = kube.NewNodePods(cs, node)
 		}
+		r.api = source.NewAPI(pods, node, sink, log.Named("api"))
 	}
 	if cfg.APISource {
 		ctrl.AddSource(merge.SourceAPI)

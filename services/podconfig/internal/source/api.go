@@ -6,10 +6,11 @@ package source
 import (
 	"context"
 	"maps"
+	"sync"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -35,9 +36,10 @@ func IsMirrorPod(p *corev1.Pod) bool {
 	return ok
 }
 
-// API is the API server source: a shared informer on the pods bound to the
-// node. Informer events go to the sink as ADD, UPDATE and REMOVE of one pod
-// (the storage classifies them); once the informer's initial list has been
+// API is the API server source: the informer on the pods bound to the node
+// (kube.NodePods, shared with the process's other stages that watch them).
+// Informer events go to the sink as ADD, UPDATE and REMOVE of one pod (the
+// storage classifies them); once the informer's initial list has been
 // handed over, the source is marked seen. Mirror pods are not API pods: they
 // go to the MirrorObserver only.
 type API struct {
@@ -45,54 +47,95 @@ type API struct {
 	sink    Sink
 	log     *zap.Logger
 	mirrors MirrorObserver
-	pods    cache.SharedIndexInformer
+	pods    *kube.NodePods
+
+	mu      sync.Mutex
+	inf     cache.SharedIndexInformer
 	reg     cache.ResourceEventHandlerRegistration
-	start   func(stop <-chan struct{})
-	stop    func()
-	lister  corelisters.PodLister
+	release func()
 }
 
-// NewAPI builds the source; Start runs it.
-func NewAPI(cs kubernetes.Interface, node string, sink Sink, log *zap.Logger) (*API, error) {
-	factory := kube.NodePodsFactory(cs, node, 0)
-	inf := factory.Core().V1().Pods()
-	a := &API{node: node, sink: sink, log: log, pods: inf.Informer(), lister: inf.Lister(), stop: factory.Shutdown}
-	reg, err := a.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { a.onAdd(obj) },
-		UpdateFunc: func(old, cur any) { a.onUpdate(old, cur) },
-		DeleteFunc: func(obj any) { a.onDelete(obj) },
-	})
-	if err != nil {
-		return nil, err
-	}
-	a.reg = reg
-	a.start = factory.Start
-	return a, nil
+// NewAPI builds the source; Start runs it. podconfig hands whole pods on,
+// so it wants them whole (but their managed fields).
+func NewAPI(pods *kube.NodePods, node string, sink Sink, log *zap.Logger) *API {
+	pods.Want(kube.FullPods)
+	return &API{node: node, sink: sink, log: log, pods: pods}
 }
 
 // SetMirrorObserver sets who hears of mirror pods; call it before Start.
 func (a *API) SetMirrorObserver(m MirrorObserver) { a.mirrors = m }
 
-// Lister lists the node's pods from the informer's cache (mirror pods too).
-func (a *API) Lister() corelisters.PodLister { return a.lister }
+// Lister lists the node's pods from the informer's cache (mirror pods too);
+// before Start it lists none.
+func (a *API) Lister() corelisters.PodLister { return apiLister{a} }
 
 // HasSynced reports whether the initial list has been handed to the sink.
-func (a *API) HasSynced() bool { return a.reg.HasSynced() }
+func (a *API) HasSynced() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.reg != nil && a.reg.HasSynced()
+}
 
-// Start runs the informer until ctx ends, and marks the source seen once
-// the initial list has been handed over. It does not block.
+// Start takes the informer and hands its events to the sink until Stop, and
+// marks the source seen once the initial list has been handed over. It does
+// not block.
 func (a *API) Start(ctx context.Context) {
-	a.start(ctx.Done())
+	inf, release := a.pods.Acquire(kube.FullPods)
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { a.onAdd(obj) },
+		UpdateFunc: func(old, cur any) { a.onUpdate(old, cur) },
+		DeleteFunc: func(obj any) { a.onDelete(obj) },
+	})
+	if err != nil {
+		// Only a stopped informer refuses a handler, and Acquire hands out
+		// running ones.
+		a.log.Error("the API source cannot follow the node's pods", zap.Error(err))
+		release()
+		return
+	}
+	a.mu.Lock()
+	a.inf, a.reg, a.release = inf, reg, release
+	a.mu.Unlock()
 	go func() {
-		if cache.WaitForCacheSync(ctx.Done(), a.reg.HasSynced) {
+		if cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
 			// kubelet: the first complete view of a source marks it ready.
 			a.sink.Submit(merge.Update{Source: merge.SourceAPI, Op: merge.OpSeen})
 		}
 	}()
 }
 
-// Stop waits for the informer's goroutines (after ctx of Start ended).
-func (a *API) Stop() { a.stop() }
+// Stop lets go of the informer (after ctx of Start ended): no event reaches
+// the sink after it returns.
+func (a *API) Stop() {
+	a.mu.Lock()
+	release := a.release
+	a.release = nil
+	a.mu.Unlock()
+	if release != nil {
+		release()
+	}
+}
+
+// apiLister reads the informer's cache the source holds at the time of the
+// call (the mirror manager is built before the source starts).
+type apiLister struct{ a *API }
+
+func (l apiLister) current() corelisters.PodLister {
+	l.a.mu.Lock()
+	defer l.a.mu.Unlock()
+	if l.a.inf == nil {
+		return corelisters.NewPodLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}))
+	}
+	return corelisters.NewPodLister(l.a.inf.GetIndexer())
+}
+
+func (l apiLister) List(selector labels.Selector) ([]*corev1.Pod, error) {
+	return l.current().List(selector)
+}
+
+func (l apiLister) Pods(namespace string) corelisters.PodNamespaceLister {
+	return l.current().Pods(namespace)
+}
 
 func (a *API) submit(op bus.Op, p *corev1.Pod) {
 	if p.Spec.NodeName != a.node {

@@ -26,6 +26,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/config"
+	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/testenv"
 	"github.com/splitlet/splitlet/libs/tracing"
 )
@@ -206,7 +207,7 @@ func (h *harness) startRunner(o harnessOptions) *Runner {
 	}
 	common := &config.Common{NodeName: h.node, Partitions: h.partitions}
 	r, err := New(&Config{Workers: 4, BatchPeriod: o.batchPeriod, CoalesceDelay: o.coalesceDelay, PendingTTL: time.Minute, ReplayWindow: o.replayWindow},
-		common, o.log, h.kc, h.js, prometheus.NewRegistry(), tracing.Noop())
+		common, o.log, h.kc, kube.NewNodePods(h.kc, h.node), h.js, prometheus.NewRegistry(), tracing.Noop())
 	if err != nil {
 		h.t.Fatal(err)
 	}

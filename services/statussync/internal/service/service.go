@@ -76,6 +76,7 @@ type Runner struct {
 	common *config.Common
 	log    *zap.Logger
 	kube   kubernetes.Interface
+	pods   *kube.NodePods
 	js     jetstream.JetStream
 	reg    prometheus.Registerer
 
@@ -92,16 +93,20 @@ type Runner struct {
 }
 
 // New builds the stage.
-func New(cfg *Config, common *config.Common, log *zap.Logger, kube kubernetes.Interface, js jetstream.JetStream, reg prometheus.Registerer, tp *tracing.Provider) (*Runner, error) {
+func New(cfg *Config, common *config.Common, log *zap.Logger, kube kubernetes.Interface, pods *kube.NodePods, js jetstream.JetStream, reg prometheus.Registerer, tp *tracing.Provider) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Runner{cfg: cfg, common: common, log: log.Named("statussync"), kube: kube, js: js, reg: reg}
+	pods.Want(podView)
+	r := &Runner{cfg: cfg, common: common, log: log.Named("statussync"), kube: kube, pods: pods, js: js, reg: reg}
 	if tp.Enabled() {
 		r.tracer, r.traces = tp.Tracer(tracerName), tracing.NewPods()
 	}
 	return r, nil
 }
+
+// podView is what statussync reads of the node's pods.
+var podView = kube.PodView{Name: "statussync", Transform: statusmanager.APIView}
 
 // tracerName names the stage's spans' instrumentation scope.
 const tracerName = "github.com/splitlet/splitlet/services/statussync"
@@ -135,10 +140,11 @@ func (r *Runner) Manager() *statusmanager.Manager {
 func (r *Runner) run(ctx context.Context) error {
 	node := r.common.NodeName
 	log := r.log.With(zap.String(logging.FieldNode, node))
-	// The informer caches only what the status manager reads of each pod
-	// (statusmanager.APIView).
-	factory := kube.NodePodsFactoryWith(r.kube, node, 0, statusmanager.APIView)
-	podInformer := factory.Core().V1().Pods().Informer()
+	// Alone, the informer caches only what the status manager reads of each
+	// pod (statusmanager.APIView); beside podconfig in one process, the two
+	// share podconfig's.
+	podInformer, release := r.pods.Acquire(podView)
+	defer release()
 	recorder, stopRecorder := kube.NewRecorder(r.kube, node)
 	defer stopRecorder()
 	m, err := statusmanager.New(r.kube, podInformer, log, statusmanager.Options{
@@ -160,9 +166,7 @@ func (r *Runner) run(ctx context.Context) error {
 	r.mu.Lock()
 	r.manager = m
 	r.mu.Unlock()
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), podInformer.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), m.HasSynced) {
 		return ctx.Err()
 	}
 	if err := r.ensureStreams(ctx, node); err != nil {

@@ -55,6 +55,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/health"
+	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/logging"
 	"github.com/splitlet/splitlet/libs/tracing"
 	"github.com/splitlet/splitlet/services/statussync/internal/apistatus"
@@ -253,10 +254,17 @@ type Manager struct {
 
 	patches, deletes, failures prometheus.Counter
 	starts                     *startLatency
+
+	handler cache.ResourceEventHandlerRegistration
 }
 
-// New builds a manager that reads API pods from podInformer (which must not
-// be started yet: New adds its indexers and handlers).
+// HasSynced: the manager's informer handlers have seen the initial list.
+func (m *Manager) HasSynced() bool { return m.handler.HasSynced() }
+
+// New builds a manager that reads API pods from podInformer (kube.NodePods':
+// it may already run for another stage and cache more of each pod than
+// APIView; New adds its indexers and handlers, and HasSynced says when
+// those handlers have seen the informer's initial list).
 func New(client kubernetes.Interface, podInformer cache.SharedIndexInformer, log *zap.Logger, opts Options) (*Manager, error) {
 	opts.defaults()
 	m := &Manager{
@@ -290,7 +298,8 @@ func New(client kubernetes.Interface, podInformer cache.SharedIndexInformer, log
 		return nil, err
 	}
 	m.starts = starts
-	err = podInformer.AddIndexers(cache.Indexers{
+	// A shared informer taken again after a restart has them already.
+	err = kube.AddMissingIndexers(podInformer, cache.Indexers{
 		indexUID: func(obj any) ([]string, error) {
 			if p, ok := obj.(*corev1.Pod); ok {
 				return []string{string(p.UID)}, nil
@@ -309,7 +318,7 @@ func New(client kubernetes.Interface, podInformer cache.SharedIndexInformer, log
 	if err != nil {
 		return nil, fmt.Errorf("statussync: pod indexers: %w", err)
 	}
-	_, err = podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	m.handler, err = podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { m.onAPIPod(obj, true) },
 		UpdateFunc: func(_, obj any) { m.onAPIPod(obj, false) },
 		DeleteFunc: func(obj any) {
