@@ -138,6 +138,24 @@ func TestNodePods(t *testing.T) {
 			t.Error("the informer stopped while a stage still holds it")
 		}
 
+		// A stage that restarts takes the running informer again: its new
+		// handler is given every pod already cached, as a fresh informer's
+		// would be.
+		restarted, releaseRestarted := n.Acquire(kube.FullPods)
+		var c seen
+		regC, err := restarted.AddEventHandler(c.handler())
+		if err != nil {
+			t.Fatal(err)
+		}
+		poll(t, "the restarted stage's handler synced", regC.HasSynced)
+		if !c.has("p1") || !c.has("p2") {
+			t.Errorf("the restarted stage's handler was not given the cached pods (p1 %v, p2 %v)", c.has("p1"), c.has("p2"))
+		}
+		if got := watches.Load() - before; got != 1 {
+			t.Errorf("watches of pods opened after the restart: %d, want still 1", got)
+		}
+		releaseRestarted()
+
 		// The last one lets go: the informer stops; the next stage starts another.
 		releaseNarrow()
 		poll(t, "informer stopped", narrow.IsStopped)
