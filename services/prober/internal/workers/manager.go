@@ -91,8 +91,9 @@ type workerKey struct {
 	probe     bus.ProbeType
 }
 
-// podEntry is a pod the manager knows: the latest spec seen, and the
-// source that sent it (for SET snapshots).
+// podEntry is a pod the manager knows: the latest spec seen (its view; nil
+// for a pod without probes), and the source that sent it (for SET
+// snapshots).
 type podEntry struct {
 	source string
 	mu     sync.RWMutex
@@ -139,22 +140,33 @@ func New(opts ...Option) (*Manager, error) {
 // pod addition); for a known pod only the stored spec is refreshed, which
 // carries deletionTimestamp to the workers. Probes are immutable in a pod,
 // so workers are never rebuilt for an update. Only the pod's view is kept
-// (probeView).
+// (probeView), and only for a pod with a probe: nothing reads the spec of
+// a pod without one (it has no workers), so most of a node's pods cost an
+// entry of a few words.
 func (m *Manager) UpsertPod(source string, pod *corev1.Pod) {
-	pod = m.view(pod)
+	probed := hasProbes(pod)
+	var view *corev1.Pod
+	if probed {
+		view = m.view(pod)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
 		return
 	}
 	if e, ok := m.pods[pod.UID]; ok {
-		e.mu.Lock()
-		e.pod = pod
-		e.mu.Unlock()
+		if e.probed {
+			if view == nil {
+				view = m.view(pod) // a pod's probes do not change; keep its workers fed regardless
+			}
+			e.mu.Lock()
+			e.pod = view
+			e.mu.Unlock()
+		}
 		e.source = source
 		return
 	}
-	e := &podEntry{source: source, pod: pod, probed: hasProbes(pod)}
+	e := &podEntry{source: source, pod: view, probed: probed}
 	m.pods[pod.UID] = e
 	if !e.probed {
 		// a status that came before the spec is of no use now: nothing of
@@ -165,19 +177,22 @@ func (m *Manager) UpsertPod(source string, pod *corev1.Pod) {
 		}
 		m.statusMu.Unlock()
 	}
-	for _, c := range probedContainers(pod) {
-		for _, t := range []bus.ProbeType{bus.ProbeStartup, bus.ProbeReadiness, bus.ProbeLiveness} {
-			spec := probeOf(c.container, t)
-			if spec == nil {
-				continue
+	// A pod without a probe has no view and no workers.
+	if view != nil {
+		for _, c := range probedContainers(view) {
+			for _, t := range []bus.ProbeType{bus.ProbeStartup, bus.ProbeReadiness, bus.ProbeLiveness} {
+				spec := probeOf(c.container, t)
+				if spec == nil {
+					continue
+				}
+				k := workerKey{pod.UID, c.container.Name, t}
+				if _, ok := m.workers[k]; ok {
+					continue
+				}
+				w := m.newWorker(e, view, c.container, c.init, t, spec)
+				m.workers[k] = w
+				w.begin(m.initialDelay(w.period))
 			}
-			k := workerKey{pod.UID, c.container.Name, t}
-			if _, ok := m.workers[k]; ok {
-				continue
-			}
-			w := m.newWorker(e, pod, c.container, c.init, t, spec)
-			m.workers[k] = w
-			w.begin(m.initialDelay(w.period))
 		}
 	}
 	m.log.Debug("pod added", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)), zap.Int("workers", len(m.workers)))...)

@@ -3,6 +3,7 @@ package workers
 import (
 	"context"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -133,5 +134,41 @@ func TestUnprobedPodKeepsNoStatus(t *testing.T) {
 	m.UpsertPod("api", laterProbedPod("probed"))
 	if !m.UpdateStatusFrom("pw-1", 7, st("probed")) || !held("probed") {
 		t.Fatal("a probed pod's status was not kept")
+	}
+}
+
+// TestUnprobedPodKeepsNoSpec: of a pod without probes the manager keeps no
+// view of the spec, on its first upsert or a later one; a probed pod's view
+// is kept for its workers.
+func TestUnprobedPodKeepsNoSpec(t *testing.T) {
+	m, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Stop(context.Background()) }()
+	spec := func(uid types.UID) *corev1.Pod {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		e, ok := m.pods[uid]
+		if !ok {
+			t.Fatalf("pod %s not known", uid)
+		}
+		return e.get()
+	}
+	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "default", UID: "plain"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "img"}}}}
+	m.UpsertPod("api", plain)
+	if p := spec("plain"); p != nil {
+		t.Fatalf("an unprobed pod's spec view was kept: %+v", p.Spec)
+	}
+	deleting := plain.DeepCopy()
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	m.UpsertPod("api", deleting)
+	if p := spec("plain"); p != nil {
+		t.Fatal("an update of an unprobed pod kept its spec view")
+	}
+	m.UpsertPod("api", laterProbedPod("probed"))
+	if p := spec("probed"); p == nil || len(p.Spec.Containers) == 0 {
+		t.Fatal("a probed pod's view was not kept for its workers")
 	}
 }
