@@ -104,8 +104,9 @@ func (a *API) Start(ctx context.Context) {
 	}()
 }
 
-// Stop lets go of the informer (after ctx of Start ended): no event reaches
-// the sink after it returns.
+// Stop lets go of the informer (after ctx of Start ended): the informer
+// hands the sink no event it distributes after that (one being handed over
+// as Stop runs may still arrive; Submit never blocks on a stopped loop).
 func (a *API) Stop() {
 	a.mu.Lock()
 	release := a.release
