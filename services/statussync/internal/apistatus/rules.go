@@ -182,12 +182,14 @@ func EqualByAgent(a, b *corev1.PodStatus) bool {
 			return false
 		}
 	}
-	ac := a.DeepCopy()
+	// A shallow copy is enough: only its own top-level fields are replaced,
+	// nothing of a is written.
+	ac := *a
 	ac.Conditions = b.Conditions
 	ac.ResourceClaimStatuses = b.ResourceClaimStatuses
 	ac.ExtendedResourceClaimStatus = b.ExtendedResourceClaimStatus
 	ac.NodeAllocatableResourceClaimStatuses = b.NodeAllocatableResourceClaimStatuses
-	return equality.Semantic.DeepEqual(ac, b)
+	return equality.Semantic.DeepEqual(&ac, b)
 }
 
 // Merge combines the API copy's status with the generated one for writing
