@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -134,7 +133,7 @@ type benchEnv struct {
 	kubeconfig string
 	caFile     string
 	binDir     string
-	// baseBinDir holds another build's stage binaries (split-base).
+	// baseBinDir holds another build's binaries (split-base, allinone-base).
 	baseBinDir string
 	workDir    string
 	self       string
@@ -296,25 +295,24 @@ var agents = []agent{
 	// tracing at a sample rate of 1 % and 100 % (-agents split,split-trace1,split-trace100).
 	{name: "split-trace1", registersNode: true, start: startSplitTraced(0.01)},
 	{name: "split-trace100", registersNode: true, start: startSplitTraced(1)},
-	// The split agent from another build's binaries (-base-bin): a change
-	// and what it replaced, measured in one run (-agents split,split-base,kwok).
-	{name: "split-base", registersNode: true, start: startSplitBase},
-	// The all-in-one agent from another build's splitlet binary (-base-bin).
-	{name: "allinone-base", registersNode: true, start: startAllInOneBase},
+	// The split and all-in-one agents from another build's binaries
+	// (-base-bin): a change and what it replaced, measured in one run
+	// (-agents split,split-base,kwok).
+	{name: "split-base", registersNode: true, start: fromBaseBin("split-base",
+		func(env *benchEnv, binDir, node, name string) (*agentRun, error) {
+			return startSplitFrom(env, binDir, node, name)
+		})},
+	{name: "allinone-base", registersNode: true, start: fromBaseBin("allinone-base", startAllInOneFrom)},
 }
 
-func startAllInOneBase(_ context.Context, env *benchEnv, node string) (*agentRun, error) {
-	if env.baseBinDir == "" {
-		return nil, errors.New("allinone-base needs -base-bin: a directory with another build's splitlet")
+// fromBaseBin runs an agent, named name, from the binaries of -base-bin.
+func fromBaseBin(name string, start func(env *benchEnv, binDir, node, name string) (*agentRun, error)) func(context.Context, *benchEnv, string) (*agentRun, error) {
+	return func(_ context.Context, env *benchEnv, node string) (*agentRun, error) {
+		if env.baseBinDir == "" {
+			return nil, fmt.Errorf("%s needs -base-bin: a directory with another build's splitlet and stage binaries", name)
+		}
+		return start(env, env.baseBinDir, node, name)
 	}
-	return startAllInOneFrom(env, env.baseBinDir, node, "allinone-base")
-}
-
-func startSplitBase(_ context.Context, env *benchEnv, node string) (*agentRun, error) {
-	if env.baseBinDir == "" {
-		return nil, errors.New("split-base needs -base-bin: a directory with another build's nodehb, podconfig, podworkers, prober and statussync")
-	}
-	return startSplitFrom(env, env.baseBinDir, node, "split-base")
 }
 
 // startSplitTraced is startSplit with tracing-endpoint set on every stage.

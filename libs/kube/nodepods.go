@@ -66,9 +66,13 @@ func (n *NodePods) Want(v PodView) {
 func (n *NodePods) Acquire(v PodView) (inf cache.SharedIndexInformer, release func()) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.cur != nil && n.cur.view.covers(v) {
-		n.cur.users++
-		return n.cur.handle(n)
+	if n.cur != nil {
+		if n.cur.view.covers(v) {
+			n.cur.users++
+			return n.cur.handle(n)
+		}
+		// The running informer caches a narrower view: this stage gets its own.
+		return n.start(v).handle(nil)
 	}
 	view := v
 	for name := range n.wanted {
@@ -77,13 +81,8 @@ func (n *NodePods) Acquire(v PodView) (inf cache.SharedIndexInformer, release fu
 			break
 		}
 	}
-	s := n.start(view)
-	if n.cur != nil {
-		// The running informer caches a narrower view: this stage gets its own.
-		return s.handle(nil)
-	}
-	n.cur = s
-	return s.handle(n)
+	n.cur = n.start(view)
+	return n.cur.handle(n)
 }
 
 func (n *NodePods) start(view PodView) *sharedPods {

@@ -125,10 +125,13 @@ func (l apiLister) current() corelisters.PodLister {
 	l.a.mu.Lock()
 	defer l.a.mu.Unlock()
 	if l.a.inf == nil {
-		return corelisters.NewPodLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}))
+		return noPods
 	}
 	return corelisters.NewPodLister(l.a.inf.GetIndexer())
 }
+
+// noPods lists no pod: the API source before it starts.
+var noPods = corelisters.NewPodLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}))
 
 func (l apiLister) List(selector labels.Selector) ([]*corev1.Pod, error) {
 	return l.current().List(selector)
