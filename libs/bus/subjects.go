@@ -43,7 +43,8 @@ func (s Subjects) part(name string, partition int) string {
 }
 
 // PodUpdates is where podconfig publishes the PodUpdate events of the pods
-// whose UID falls in the partition, all but RECONCILE (PodReconciles).
+// whose UID falls in the partition, all but those only the owner reads
+// (PodReconciles).
 // Published by podconfig; consumed by podworkers (the owner of the
 // partition), prober and statussync.
 func (s Subjects) PodUpdates(partition int) string { return s.part(tokPodUpdates, partition) }
@@ -53,11 +54,13 @@ func (s Subjects) PodUpdates(partition int) string { return s.part(tokPodUpdates
 // podupdates.reconcile.<p> has two.
 func (s Subjects) PodUpdatesAll() string { return s.prefix + "." + tokPodUpdates + ".*" }
 
-// PodReconciles is where podconfig publishes the RECONCILE PodUpdates
-// (status-only changes) of the pods in the partition. New in contract v2
-// (v1 sent them on PodUpdates): only the owner of the partition
-// (podworkers) consumes them, so the NATS server no longer sends the
-// prober and statussync, which filter PodUpdatesAll, what they would drop.
+// PodReconciles is where podconfig publishes the PodUpdates of the pods in
+// the partition that only the partition's owner (podworkers) reads: the
+// RECONCILEs (status-only changes; new in contract v2, v1 sent them on
+// PodUpdates) and the DELETEs that only shorten a terminating pod's grace
+// period (added within v2). Only the owner consumes it, so the NATS server
+// no longer sends the prober and statussync, which filter PodUpdatesAll,
+// what they have no use for.
 func (s Subjects) PodReconciles(partition int) string {
 	return s.part(tokPodUpdates+"."+tokReconcile, partition)
 }

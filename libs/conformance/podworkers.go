@@ -29,6 +29,12 @@ import (
 //     container ID (`<runtime>://<id>`), a start time, on the pod's partition.
 //   - remove-terminates: REMOVE → terminated: true, no container running.
 //   - delete-terminates: DELETE (deletionTimestamp, grace 1 s) → terminated.
+//   - shortened-grace-on-owner-subject: a pod whose container ignores
+//     SIGTERM (a shell that ignores it, then sleeps; the sim runtime's
+//     sim.splitlet.io/ignore-sigterm annotation); a DELETE with a grace
+//     period of 300 s on podupdates.<p>, then one that shortens it to 0 on
+//     podupdates.reconcile.<p> (where podconfig sends a DELETE that only
+//     shortens the grace period) → terminated within the kit's timeout.
 //   - rejected-at-admission: a pod asking for more CPU than any node has →
 //     phase Failed, reason OutOfcpu, terminated: true.
 //   - liveness-failure-restarts: a liveness Failure on probes.<p> for the
@@ -59,6 +65,19 @@ func PodWorkers(t *testing.T, tg Target, opts ...Option) {
 			pod = pod.DeepCopy()
 			pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = &metav1.Time{Time: time.Now()}, ptr(int64(1))
 			h.sendPods(t, bus.OpDelete, pod)
+			h.waitTerminated(t, status, pod, from)
+		})
+		h.run(t, "shortened-grace-on-owner-subject", true, func(t *testing.T) {
+			// A container that outlives SIGTERM: only the shortened grace
+			// period ends it within the kit's timeout.
+			pod, _ := h.runPod(t, status, "shortened", ignoresSIGTERM)
+			from := status.count()
+			pod = pod.DeepCopy()
+			pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = &metav1.Time{Time: time.Now()}, ptr(int64(300))
+			h.sendPods(t, bus.OpDelete, pod)
+			pod = pod.DeepCopy()
+			pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = &metav1.Time{Time: time.Now().Add(-300 * time.Second)}, ptr(int64(0))
+			h.publish(t, h.api, h.subjects.PodReconciles(h.partition(string(pod.UID))), bus.KindPodUpdate, bus.OpDelete, &bus.PodUpdate{Pods: []corev1.Pod{*pod}})
 			h.waitTerminated(t, status, pod, from)
 		})
 		h.run(t, "rejected-at-admission", true, func(t *testing.T) {
@@ -149,6 +168,14 @@ func PodWorkers(t *testing.T, tg Target, opts ...Option) {
 	})
 }
 
+// ignoresSIGTERM makes the pod's container outlive SIGTERM until its grace
+// period is over: a shell that ignores the signal (its sleep inherits that),
+// and the sim runtime's annotation for the same.
+func ignoresSIGTERM(p *corev1.Pod) {
+	p.Spec.Containers[0].Command = []string{"sh", "-c", "trap '' TERM; sleep 3600"}
+	p.Annotations = map[string]string{"sim.splitlet.io/ignore-sigterm": "true"}
+}
+
 func sleeper() corev1.Container {
 	return corev1.Container{Name: "app", Image: "busybox", Command: []string{"sleep", "3600"}}
 }
@@ -200,9 +227,12 @@ func (h *harness) workersReadiness(t *testing.T) {
 }
 
 // runPod sends a pod (ADD) and waits for its running status, which it checks.
-func (h *harness) runPod(t *testing.T, status *watcher, name string) (*corev1.Pod, *bus.PodRuntimeStatus) {
+func (h *harness) runPod(t *testing.T, status *watcher, name string, mutate ...func(*corev1.Pod)) (*corev1.Pod, *bus.PodRuntimeStatus) {
 	t.Helper()
 	pod := h.newPod(name, sleeper())
+	for _, m := range mutate {
+		m(pod)
+	}
 	from := status.count()
 	h.sendPods(t, bus.OpAdd, pod)
 	_, r := status.waitFor(t, from, "the pod's container running", podStatus(pod, func(st *bus.PodRuntimeStatus) bool {

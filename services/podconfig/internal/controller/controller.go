@@ -329,15 +329,19 @@ func (c *Controller) publish(ctx context.Context, msgs []merge.Message) bool {
 	var send func(m merge.Message)
 	send = func(m merge.Message) {
 		k := partKey{m.Source, m.Partition}
-		// a RECONCILE goes to its own subject, which only the partition's
-		// owner consumes; both are in the pod-updates stream, in order.
+		// a RECONCILE, and a DELETE only the owner needs, go to the subject
+		// only the partition's owner consumes; both subjects are in the
+		// pod-updates stream, in order.
 		subject := c.subjects.PodUpdatesFor(m.Op, m.Partition)
+		if m.OwnerOnly {
+			subject = c.subjects.PodReconciles(m.Partition)
+		}
 		f, err := c.publisher(m.Source).PublishAsync(c.traceMessage(ctx, m), subject, bus.KindPodUpdate, m.Op, &bus.PodUpdate{Pods: derefPods(m.Pods)})
 		if errors.Is(err, nats.ErrMaxPayload) {
 			if m.Op != bus.OpSet && len(m.Pods) > 1 {
 				half := len(m.Pods) / 2
-				send(merge.Message{Source: m.Source, Op: m.Op, Partition: m.Partition, Pods: m.Pods[:half]})
-				send(merge.Message{Source: m.Source, Op: m.Op, Partition: m.Partition, Pods: m.Pods[half:]})
+				send(merge.Message{Source: m.Source, Op: m.Op, Partition: m.Partition, Pods: m.Pods[:half], OwnerOnly: m.OwnerOnly})
+				send(merge.Message{Source: m.Source, Op: m.Op, Partition: m.Partition, Pods: m.Pods[half:], OwnerOnly: m.OwnerOnly})
 				return
 			}
 			if m.Op == bus.OpSet && len(m.Pods) > 1 {
@@ -534,9 +538,9 @@ func (b *batch) add(m merge.Message) {
 	pods := m.Pods
 	for len(pods) > 0 {
 		i, ok := b.last[k]
-		if !ok || b.msgs[i].Op != m.Op || len(b.msgs[i].Pods) >= maxPodsPerMessage {
+		if !ok || b.msgs[i].Op != m.Op || b.msgs[i].OwnerOnly != m.OwnerOnly || len(b.msgs[i].Pods) >= maxPodsPerMessage {
 			b.last[k] = len(b.msgs)
-			b.msgs = append(b.msgs, merge.Message{Source: m.Source, Op: m.Op, Partition: m.Partition})
+			b.msgs = append(b.msgs, merge.Message{Source: m.Source, Op: m.Op, Partition: m.Partition, OwnerOnly: m.OwnerOnly})
 			i = b.last[k]
 		}
 		n := min(maxPodsPerMessage-len(b.msgs[i].Pods), len(pods))

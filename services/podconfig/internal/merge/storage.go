@@ -105,6 +105,11 @@ type Message struct {
 	Op        bus.Op
 	Partition int
 	Pods      []*corev1.Pod
+	// OwnerOnly: only the partition's owner (the pod workers) has a use for
+	// the message, so it goes to the owner's subject of the partition (a
+	// RECONCILE, and a DELETE that only shortens a terminating pod's grace
+	// period: docs/bus.md, "PodUpdate operations").
+	OwnerOnly bool
 }
 
 // Result is the outcome of one Merge.
@@ -233,7 +238,7 @@ func (s *Storage) Merge(u Update) Result {
 	if pods == nil {
 		pods = map[types.UID]*entry{}
 	}
-	var adds, updates, deletes, removes, reconciles []*entry
+	var adds, updates, deletes, shortened, removes, reconciles []*entry
 
 	// apply merges reported pods into into, comparing with old (kubelet:
 	// updatePodsFunc); old and into may be the same map.
@@ -247,12 +252,15 @@ func (s *Storage) Merge(u Update) Result {
 			if existing, ok := old[ref.UID]; ok {
 				into[ref.UID] = existing
 				var needUpdate, needReconcile, needDelete bool
+				before := existing.pod
 				existing.pod, needUpdate, needReconcile, needDelete = checkAndUpdatePod(existing.pod, ref)
 				switch {
 				case needUpdate:
 					updates = append(updates, existing)
 				case needReconcile:
 					reconciles = append(reconciles, existing)
+				case needDelete && shortensGrace(before, ref):
+					shortened = append(shortened, existing)
 				case needDelete:
 					deletes = append(deletes, existing)
 				}
@@ -295,6 +303,13 @@ func (s *Storage) Merge(u Update) Result {
 	emit := func(op bus.Op, es []*entry) {
 		res.Messages = append(res.Messages, group(u.Source, op, es, s.partitions)...)
 	}
+	emitToOwner := func(op bus.Op, es []*entry) {
+		msgs := group(u.Source, op, es, s.partitions)
+		for i := range msgs {
+			msgs[i].OwnerOnly = true
+		}
+		res.Messages = append(res.Messages, msgs...)
+	}
 	setOf := func(changed ...[]*entry) {
 		only := map[int]bool{}
 		for _, es := range changed {
@@ -315,11 +330,11 @@ func (s *Storage) Merge(u Update) Result {
 	}
 	switch s.mode {
 	case Snapshot:
-		setOf(adds, updates, deletes, removes)
+		setOf(adds, updates, deletes, shortened, removes)
 	case SnapshotAndUpdates:
 		setOf(adds, removes)
 		emit(bus.OpUpdate, updates)
-		emit(bus.OpDelete, deletes)
+		emit(bus.OpDelete, append(deletes, shortened...))
 	default:
 		// kubelet order: removes, adds, updates, deletes, (first-seen
 		// marker), reconciles.
@@ -327,7 +342,8 @@ func (s *Storage) Merge(u Update) Result {
 		emit(bus.OpAdd, adds)
 		emit(bus.OpUpdate, updates)
 		emit(bus.OpDelete, deletes)
-		emit(bus.OpReconcile, reconciles)
+		emitToOwner(bus.OpDelete, shortened)
+		emitToOwner(bus.OpReconcile, reconciles)
 	}
 	return res
 }
@@ -405,6 +421,20 @@ func annotationsEqual(existing, candidate map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// shortensGrace: ref only changes the deletion fields of a pod that was
+// already terminating, which is what a delete with a shorter grace period
+// does (the API server's second delete of a pod, such as the node agent's
+// own grace-0 delete of a pod that has finished). Of the stages, only the
+// pod workers read the grace period (it bounds the kill); the prober and
+// statussync look only at whether deletionTimestamp is set, and saw it set
+// by the first DELETE.
+func shortensGrace(existing, ref *corev1.Pod) bool {
+	return existing.DeletionTimestamp != nil && ref.DeletionTimestamp != nil &&
+		reflect.DeepEqual(existing.Spec, ref.Spec) &&
+		reflect.DeepEqual(existing.Labels, ref.Labels) &&
+		annotationsEqual(existing.Annotations, ref.Annotations)
 }
 
 func podsDifferSemantically(existing, ref *corev1.Pod) bool {

@@ -3,6 +3,7 @@ package merge
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,11 +23,15 @@ func pod(uid, name string, mut ...func(*corev1.Pod)) *corev1.Pod {
 	return p
 }
 
-// ops flattens a result into "OP:uid,uid" strings, in order.
+// ops flattens a result into "OP:uid,uid" strings, in order, "owner OP:..."
+// for a message only the partition's owner is sent.
 func ops(r Result) []string {
 	var out []string
 	for _, m := range r.Messages {
 		s := string(m.Op) + ":"
+		if m.OwnerOnly {
+			s = "owner " + s
+		}
 		for i, p := range m.Pods {
 			if i > 0 {
 				s += ","
@@ -68,7 +73,7 @@ func TestIncrementalLifecycle(t *testing.T) {
 	eq(t, ops(r))
 	// status alone: RECONCILE.
 	r = s.Merge(Update{Source: "api", Op: bus.OpUpdate, Pods: []*corev1.Pod{pod("a", "a", func(p *corev1.Pod) { p.Status.Phase = corev1.PodRunning })}})
-	eq(t, ops(r), "RECONCILE:a")
+	eq(t, ops(r), "owner RECONCILE:a")
 	// a local annotation alone: nothing.
 	r = s.Merge(Update{Source: "api", Op: bus.OpUpdate, Pods: []*corev1.Pod{pod("a", "a", func(p *corev1.Pod) {
 		p.Status.Phase = corev1.PodRunning
@@ -89,6 +94,25 @@ func TestIncrementalLifecycle(t *testing.T) {
 	r = s.Merge(Update{Source: "api", Op: bus.OpUpdate, Pods: []*corev1.Pod{pod("a", "a", func(p *corev1.Pod) {
 		p.Labels = map[string]string{"x": "y"}
 		p.DeletionTimestamp = &now
+	})}})
+	eq(t, ops(r), "DELETE:a")
+	// a shorter grace period of the terminating pod (the agent's own grace-0
+	// delete of a finished pod): a DELETE for the owner alone.
+	grace0 := metav1.NewTime(now.Add(-30 * time.Second))
+	r = s.Merge(Update{Source: "api", Op: bus.OpUpdate, Pods: []*corev1.Pod{pod("a", "a", func(p *corev1.Pod) {
+		p.Labels = map[string]string{"x": "y"}
+		p.DeletionTimestamp, p.DeletionGracePeriodSeconds = &grace0, new(int64)
+		p.Status.Phase = corev1.PodFailed
+	})}})
+	eq(t, ops(r), "owner DELETE:a")
+	if got := r.Messages[0].Pods[0]; got.DeletionGracePeriodSeconds == nil || *got.DeletionGracePeriodSeconds != 0 || got.Status.Phase != corev1.PodFailed {
+		t.Fatalf("the owner's DELETE carries %v, %q; want the new grace period and status", got.DeletionGracePeriodSeconds, got.Status.Phase)
+	}
+	// ... unless something the other stages read changed with it.
+	r = s.Merge(Update{Source: "api", Op: bus.OpUpdate, Pods: []*corev1.Pod{pod("a", "a", func(p *corev1.Pod) {
+		p.Labels = map[string]string{"x": "z"}
+		p.DeletionTimestamp, p.DeletionGracePeriodSeconds = &now, new(int64)
+		p.Status.Phase = corev1.PodFailed
 	})}})
 	eq(t, ops(r), "DELETE:a")
 	r = s.Merge(Update{Source: "api", Op: bus.OpRemove, Pods: []*corev1.Pod{pod("a", "a")}})

@@ -84,6 +84,20 @@ func TestAPISourceLifecycle(t *testing.T) {
 	// The grace-0 deletion first shortens the grace period (a change of a
 	// deletion field: DELETE again, as the kubelet sees it), then removes.
 	eqOps(t, "web", e.bus.ops(p.UID), "ADD", "UPDATE", "RECONCILE", "DELETE", "DELETE", "REMOVE")
+	// The first DELETE goes to every consumer; the second only shortens the
+	// grace period, which only the owner reads: the owner's subject.
+	part := bus.Partition(string(p.UID), partitions)
+	var deletes []string
+	for _, r := range e.bus.snapshot() {
+		for _, q := range r.Pods {
+			if q.UID == p.UID && r.Op == bus.OpDelete {
+				deletes = append(deletes, r.Subject)
+			}
+		}
+	}
+	if want := []string{bus.For(e.node).PodUpdates(part), bus.For(e.node).PodReconciles(part)}; strings.Join(deletes, " ") != strings.Join(want, " ") {
+		t.Fatalf("the DELETEs went to %v, want %v", deletes, want)
+	}
 
 	// Nothing about the other node's pod, even after it changed.
 	other.Labels = map[string]string{"x": "y"}
