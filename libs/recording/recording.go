@@ -82,8 +82,9 @@ func Inputs(node, stage string) (Filter, error) {
 	case bus.StagePodconfig:
 		return Filter{}, errors.New("podconfig reads the API server and pod files, not the bus: record its outputs instead")
 	case bus.StagePodworkers:
-		// the pod updates and the reconciles: the prober and statussync
-		// take the pod updates alone.
+		// the pod updates and what only the owner reads (the reconciles,
+		// the grace-shortening deletes): the prober and statussync take
+		// the pod updates alone.
 		f.Subjects[bus.StreamPodUpdates] = []string{s.PodUpdatesStream()}
 		f.Subjects[bus.StreamProbes] = []string{s.ProbeResultsAll()}
 		f.Subjects[bus.StreamState] = []string{s.SourcesReady()}
