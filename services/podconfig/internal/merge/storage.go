@@ -21,7 +21,9 @@
 // a new UID is an ADD; a change of spec, labels, non-local annotations or
 // deletion fields is an UPDATE, or a DELETE when deletionTimestamp is set; a
 // change of status alone is a RECONCILE; anything else (resourceVersion,
-// managed fields, ...) produces nothing.
+// managed fields, ...) produces nothing. A RECONCILE, and a DELETE that only
+// shortens the grace period of a pod already terminating, are for the
+// partition's owner alone (Message.OwnerOnly).
 //
 // Invariants:
 //   - the output of one Merge is ordered as the kubelet delivers it: REMOVE,
