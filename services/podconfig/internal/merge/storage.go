@@ -253,17 +253,16 @@ func (s *Storage) Merge(u Update) Result {
 			ref.Annotations[AnnotationSource] = u.Source
 			if existing, ok := old[ref.UID]; ok {
 				into[ref.UID] = existing
-				var needUpdate, needReconcile, needDelete bool
-				before := existing.pod
-				existing.pod, needUpdate, needReconcile, needDelete = checkAndUpdatePod(existing.pod, ref)
-				switch {
-				case needUpdate:
+				var kind change
+				existing.pod, kind = checkAndUpdatePod(existing.pod, ref)
+				switch kind {
+				case changeUpdate:
 					updates = append(updates, existing)
-				case needReconcile:
+				case changeReconcile:
 					reconciles = append(reconciles, existing)
-				case needDelete && shortensGrace(before, ref):
+				case changeGraceShortened:
 					shortened = append(shortened, existing)
-				case needDelete:
+				case changeDelete:
 					deletes = append(deletes, existing)
 				}
 				continue
@@ -302,15 +301,8 @@ func (s *Storage) Merge(u Update) Result {
 	s.pods[u.Source] = pods
 
 	res := Result{FirstSeen: !wasSeen && s.seen[u.Source]}
-	emit := func(op bus.Op, es []*entry) {
-		res.Messages = append(res.Messages, group(u.Source, op, es, s.partitions)...)
-	}
-	emitToOwner := func(op bus.Op, es []*entry) {
-		msgs := group(u.Source, op, es, s.partitions)
-		for i := range msgs {
-			msgs[i].OwnerOnly = true
-		}
-		res.Messages = append(res.Messages, msgs...)
+	emit := func(op bus.Op, es []*entry, ownerOnly bool) {
+		res.Messages = append(res.Messages, group(u.Source, op, es, s.partitions, ownerOnly)...)
 	}
 	setOf := func(changed ...[]*entry) {
 		only := map[int]bool{}
@@ -335,17 +327,17 @@ func (s *Storage) Merge(u Update) Result {
 		setOf(adds, updates, deletes, shortened, removes)
 	case SnapshotAndUpdates:
 		setOf(adds, removes)
-		emit(bus.OpUpdate, updates)
-		emit(bus.OpDelete, append(deletes, shortened...))
+		emit(bus.OpUpdate, updates, false)
+		emit(bus.OpDelete, append(deletes, shortened...), false)
 	default:
 		// kubelet order: removes, adds, updates, deletes, (first-seen
 		// marker), reconciles.
-		emit(bus.OpRemove, removes)
-		emit(bus.OpAdd, adds)
-		emit(bus.OpUpdate, updates)
-		emit(bus.OpDelete, deletes)
-		emitToOwner(bus.OpDelete, shortened)
-		emitToOwner(bus.OpReconcile, reconciles)
+		emit(bus.OpRemove, removes, false)
+		emit(bus.OpAdd, adds, false)
+		emit(bus.OpUpdate, updates, false)
+		emit(bus.OpDelete, deletes, false)
+		emit(bus.OpDelete, shortened, true)
+		emit(bus.OpReconcile, reconciles, true)
 	}
 	return res
 }
@@ -359,7 +351,7 @@ func nonNil(p []*corev1.Pod) []*corev1.Pod {
 
 // group splits one operation's pods by partition, in partition order, keeping
 // the order of pods within a partition.
-func group(source string, op bus.Op, es []*entry, partitions int) []Message {
+func group(source string, op bus.Op, es []*entry, partitions int, ownerOnly bool) []Message {
 	if len(es) == 0 {
 		return nil
 	}
@@ -370,7 +362,7 @@ func group(source string, op bus.Op, es []*entry, partitions int) []Message {
 	out := make([]Message, 0, len(byPart))
 	for p := 0; p < partitions && len(out) < len(byPart); p++ {
 		if pods, ok := byPart[p]; ok {
-			out = append(out, Message{Source: source, Op: op, Partition: p, Pods: pods})
+			out = append(out, Message{Source: source, Op: op, Partition: p, Pods: pods, OwnerOnly: ownerOnly})
 		}
 	}
 	return out
@@ -425,43 +417,60 @@ func annotationsEqual(existing, candidate map[string]string) bool {
 	return true
 }
 
-// shortensGrace: ref only changes the deletion fields of a pod that was
-// already terminating, which is what a delete with a shorter grace period
-// does (the API server's second delete of a pod, such as the node agent's
-// own grace-0 delete of a pod that has finished). Of the stages, only the
-// pod workers read the grace period (it bounds the kill); the prober and
-// statussync look only at whether deletionTimestamp is set, and saw it set
-// by the first DELETE.
-func shortensGrace(existing, ref *corev1.Pod) bool {
-	return existing.DeletionTimestamp != nil && ref.DeletionTimestamp != nil &&
-		reflect.DeepEqual(existing.Spec, ref.Spec) &&
+// change is what a reported pod is against the stored one.
+type change int
+
+const (
+	changeNone      change = iota
+	changeUpdate           // spec, labels, annotations or deletion fields: UPDATE
+	changeDelete           // the same with deletionTimestamp set: DELETE
+	changeReconcile        // the status alone: RECONCILE
+	// changeGraceShortened: only the deletion fields of a pod that was
+	// already terminating changed, which is what a delete with a shorter
+	// grace period does (such as the node agent's own grace-0 delete of a
+	// pod that has finished). A DELETE for the owner alone: of the stages,
+	// only the pod workers read the grace period (it bounds the kill); the
+	// prober and statussync look only at whether deletionTimestamp is set,
+	// and the first DELETE told them.
+	changeGraceShortened
+)
+
+// contentEqual: the spec, labels and (non-local) annotations are the same;
+// with the deletion fields, what the kubelet's podsDifferSemantically
+// compares.
+func contentEqual(existing, ref *corev1.Pod) bool {
+	return reflect.DeepEqual(existing.Spec, ref.Spec) &&
 		reflect.DeepEqual(existing.Labels, ref.Labels) &&
 		annotationsEqual(existing.Annotations, ref.Annotations)
 }
 
-func podsDifferSemantically(existing, ref *corev1.Pod) bool {
-	return !(reflect.DeepEqual(existing.Spec, ref.Spec) &&
-		reflect.DeepEqual(existing.Labels, ref.Labels) &&
-		reflect.DeepEqual(existing.DeletionTimestamp, ref.DeletionTimestamp) &&
-		reflect.DeepEqual(existing.DeletionGracePeriodSeconds, ref.DeletionGracePeriodSeconds) &&
-		annotationsEqual(existing.Annotations, ref.Annotations))
+func deletionEqual(existing, ref *corev1.Pod) bool {
+	return reflect.DeepEqual(existing.DeletionTimestamp, ref.DeletionTimestamp) &&
+		reflect.DeepEqual(existing.DeletionGracePeriodSeconds, ref.DeletionGracePeriodSeconds)
 }
 
 // checkAndUpdatePod folds ref into existing, returning the pod to store,
-// and says what kind of change it was (kubelet: checkAndUpdatePod). At most
-// one result is true.
-func checkAndUpdatePod(existing, ref *corev1.Pod) (updated *corev1.Pod, needUpdate, needReconcile, needGracefulDelete bool) {
+// and says what kind of change it was (kubelet: checkAndUpdatePod).
+func checkAndUpdatePod(existing, ref *corev1.Pod) (*corev1.Pod, change) {
 	// existing is never changed in place: messages and snapshots already
 	// handed out share it, so a change is a new object (a shallow copy whose
 	// changed fields are replaced whole).
-	if !podsDifferSemantically(existing, ref) {
+	sameContent := contentEqual(existing, ref)
+	if sameContent && deletionEqual(existing, ref) {
 		// kubelet: a status-only change is a reconcile, anything else is ignored.
 		if !reflect.DeepEqual(existing.Status, ref.Status) {
 			cp := *existing
 			cp.Status = ref.Status
-			return &cp, false, true, false
+			return &cp, changeReconcile
 		}
-		return existing, false, false, false
+		return existing, changeNone
+	}
+	kind := changeUpdate
+	switch {
+	case ref.DeletionTimestamp != nil && sameContent && existing.DeletionTimestamp != nil:
+		kind = changeGraceShortened
+	case ref.DeletionTimestamp != nil:
+		kind = changeDelete
 	}
 	// kubelet: the first-seen time stays the one recorded at the ADD.
 	ref.Annotations[AnnotationSeen] = existing.Annotations[AnnotationSeen]
@@ -484,5 +493,5 @@ func checkAndUpdatePod(existing, ref *corev1.Pod) (updated *corev1.Pod, needUpda
 		}
 	}
 	cp.Annotations = annotations
-	return &cp, ref.DeletionTimestamp == nil, false, ref.DeletionTimestamp != nil
+	return &cp, kind
 }
