@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -181,28 +182,65 @@ func (r *agentRun) spawn(env *benchEnv, name, bin string, args ...string) error 
 }
 
 // peakRSS sums the peak resident set (VmHWM) of the agent's processes and
-// returns each process's share too.
-func (r *agentRun) peakRSS() (int64, map[string]int64, error) {
-	var total int64
-	each := map[string]int64{}
+// returns each process's share too, and the same for the pages of files
+// (RssFile: the executables' code and read-only data, almost all of it)
+// resident when it is read. The kernel maps an executable's pages in as they
+// are first touched and, with no memory pressure, leaves them mapped, so
+// what is resident at the end was there at the peak too: the peak less it
+// is what the process allocated (heap, stacks, the runtime's own).
+func (r *agentRun) peakRSS() (peak, files memoryFigures, err error) {
+	peak, files = memoryFigures{each: map[string]int64{}}, memoryFigures{each: map[string]int64{}}
 	for i, p := range r.procs {
 		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Process.Pid))
 		if err != nil {
-			return 0, nil, fmt.Errorf("pid %d: %w", p.Process.Pid, err)
+			return peak, files, fmt.Errorf("pid %d: %w", p.Process.Pid, err)
 		}
-		for _, line := range strings.Split(string(data), "\n") {
-			if strings.HasPrefix(line, "VmHWM:") {
-				f := strings.Fields(line)
-				kb, err := strconv.ParseInt(f[1], 10, 64)
-				if err != nil {
-					return 0, nil, err
-				}
-				total += kb * 1024
-				each[r.names[i]] += kb * 1024
-			}
+		kib, err := statusKiB(string(data), "VmHWM", "RssFile")
+		if err != nil {
+			return peak, files, fmt.Errorf("pid %d: %w", p.Process.Pid, err)
+		}
+		peak.add(r.names[i], kib["VmHWM"]*1024)
+		files.add(r.names[i], kib["RssFile"]*1024)
+	}
+	return peak, files, nil
+}
+
+// memoryFigures is a sum over an agent's processes and each one's share.
+type memoryFigures struct {
+	total int64
+	each  map[string]int64
+}
+
+func (m *memoryFigures) add(name string, bytes int64) {
+	m.total += bytes
+	m.each[name] += bytes
+}
+
+// statusKiB reads the named kB fields of a /proc/<pid>/status; every one
+// must be there.
+func statusKiB(status string, keys ...string) (map[string]int64, error) {
+	out := map[string]int64{}
+	for _, line := range strings.Split(status, "\n") {
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok || !slices.Contains(keys, name) {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) != 2 || f[1] != "kB" {
+			return nil, fmt.Errorf("%s: unexpected %q", name, rest)
+		}
+		v, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		out[name] = v
+	}
+	for _, k := range keys {
+		if _, ok := out[k]; !ok {
+			return nil, fmt.Errorf("no %s in the process status", k)
 		}
 	}
-	return total, each, nil
+	return out, nil
 }
 
 // pids of the agent's processes.

@@ -232,6 +232,10 @@ func printCase(out io.Writer, name string, res *result) {
 	for _, p := range slices.Sorted(maps.Keys(res.PeakRSSEach)) {
 		fmt.Fprintf(out, " %s %.0f", p, float64(res.PeakRSSEach[p])/(1<<20))
 	}
+	fmt.Fprint(out, "; of it, executables' pages (MiB):")
+	for _, p := range slices.Sorted(maps.Keys(res.FileRSSEach)) {
+		fmt.Fprintf(out, " %s %.0f", p, float64(res.FileRSSEach[p])/(1<<20))
+	}
 	fmt.Fprint(out, "; CPU by process (s):")
 	for _, p := range slices.Sorted(maps.Keys(res.CPUEach)) {
 		fmt.Fprintf(out, " %s %.1f", p, res.CPUEach[p])
@@ -264,6 +268,8 @@ func printTable(out io.Writer, order []string, r map[string]*result) {
 		{"API writes per pod, pods (create→Ready)", func(x *result) float64 { return x.PodWritesPer }},
 		{"API writes per pod, all resources", func(x *result) float64 { return x.AllWritesPer }},
 		{"peak RSS, summed (MiB)", func(x *result) float64 { return float64(x.PeakRSSBytes) / (1 << 20) }},
+		{"of it, executables' pages (MiB)", func(x *result) float64 { return float64(x.FileRSSBytes) / (1 << 20) }},
+		{"peak RSS less executables' pages (MiB)", func(x *result) float64 { return float64(x.PeakRSSBytes-x.FileRSSBytes) / (1 << 20) }},
 		{"agent CPU, create → all gone (s)", func(x *result) float64 { return x.CPUSec }},
 		{"control plane CPU, create → all gone (s)", func(x *result) float64 { return x.ControlPlaneCPUSec }},
 		{"bus messages delivered per pod (split)", func(x *result) float64 { return x.BusMsgsPerPod }},

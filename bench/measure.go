@@ -28,18 +28,23 @@ import (
 
 // result holds one agent's figures.
 type result struct {
-	Agent         string           `json:"agent"`
-	Pods          int              `json:"pods"`
-	AllReadySec   float64          `json:"allReadySeconds"`
-	P50Ms         float64          `json:"p50Ms"`
-	P90Ms         float64          `json:"p90Ms"`
-	P99Ms         float64          `json:"p99Ms"`
-	MaxMs         float64          `json:"maxMs"`
-	AllGoneSec    float64          `json:"allGoneSeconds"`
-	PodWritesPer  float64          `json:"podWritesPerPod"`
-	AllWritesPer  float64          `json:"allWritesPerPod"`
-	PeakRSSBytes  int64            `json:"peakRSSBytes"`
-	PeakRSSEach   map[string]int64 `json:"peakRSSBytesByProcess"`
+	Agent        string           `json:"agent"`
+	Pods         int              `json:"pods"`
+	AllReadySec  float64          `json:"allReadySeconds"`
+	P50Ms        float64          `json:"p50Ms"`
+	P90Ms        float64          `json:"p90Ms"`
+	P99Ms        float64          `json:"p99Ms"`
+	MaxMs        float64          `json:"maxMs"`
+	AllGoneSec   float64          `json:"allGoneSeconds"`
+	PodWritesPer float64          `json:"podWritesPerPod"`
+	AllWritesPer float64          `json:"allWritesPerPod"`
+	PeakRSSBytes int64            `json:"peakRSSBytes"`
+	PeakRSSEach  map[string]int64 `json:"peakRSSBytesByProcess"`
+	// FileRSSBytes: of the resident set, the pages of files (the
+	// executables) at the end of the case; PeakRSSBytes less it is the
+	// peak of what the processes allocated (see agentRun.peakRSS).
+	FileRSSBytes  int64            `json:"fileRSSBytes"`
+	FileRSSEach   map[string]int64 `json:"fileRSSBytesByProcess"`
 	ThroughputPPS float64          `json:"podsPerSecond"`
 	// CPUSec is the agent's CPU time (user+system, all its processes) from
 	// its start until all pods are gone; ControlPlaneCPUSec is etcd's and
@@ -317,9 +322,11 @@ func measureCase(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a 
 	}
 	tr.mu.Unlock()
 	res.AllGoneSec = lastGone.Sub(delStart).Seconds()
-	if res.PeakRSSBytes, res.PeakRSSEach, err = run.peakRSS(); err != nil {
+	peak, files, err := run.peakRSS()
+	if err != nil {
 		return nil, run, err
 	}
+	res.PeakRSSBytes, res.PeakRSSEach, res.FileRSSBytes, res.FileRSSEach = peak.total, peak.each, files.total, files.each
 	return res, run, nil
 }
 
@@ -502,11 +509,16 @@ func median(rs []*result) *result {
 		}
 		*f(&out) = medianOf(vals)
 	}
-	rss := make([]float64, len(rs))
-	for i, r := range rs {
-		rss[i] = float64(r.PeakRSSBytes)
+	for _, f := range []func(*result) *int64{
+		func(r *result) *int64 { return &r.PeakRSSBytes },
+		func(r *result) *int64 { return &r.FileRSSBytes },
+	} {
+		vals := make([]float64, len(rs))
+		for i, r := range rs {
+			vals[i] = float64(*f(r))
+		}
+		*f(&out) = int64(medianOf(vals))
 	}
-	out.PeakRSSBytes = int64(medianOf(rss))
 	return &out
 }
 

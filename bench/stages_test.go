@@ -21,9 +21,9 @@ func TestPercentile(t *testing.T) {
 }
 
 func TestMedian(t *testing.T) {
-	rs := []*result{{AllReadySec: 3, P99Ms: 10, PeakRSSBytes: 300}, {AllReadySec: 1, P99Ms: 30, PeakRSSBytes: 100}, {AllReadySec: 2, P99Ms: 20, PeakRSSBytes: 200}}
+	rs := []*result{{AllReadySec: 3, P99Ms: 10, PeakRSSBytes: 300, FileRSSBytes: 30}, {AllReadySec: 1, P99Ms: 30, PeakRSSBytes: 100, FileRSSBytes: 10}, {AllReadySec: 2, P99Ms: 20, PeakRSSBytes: 200, FileRSSBytes: 20}}
 	m := median(rs)
-	if m.AllReadySec != 2 || m.P99Ms != 20 || m.PeakRSSBytes != 200 {
+	if m.AllReadySec != 2 || m.P99Ms != 20 || m.PeakRSSBytes != 200 || m.FileRSSBytes != 20 {
 		t.Fatalf("median of three: %+v", m)
 	}
 	if m := median(rs[:2]); m.AllReadySec != 2 || m.P99Ms != 20 {
@@ -31,5 +31,19 @@ func TestMedian(t *testing.T) {
 	}
 	if rs[0].AllReadySec != 3 {
 		t.Fatal("median changed a round's figures")
+	}
+}
+
+func TestStatusKiB(t *testing.T) {
+	status := "Name:\tstatussync\nVmPeak:\t 1000 kB\nVmHWM:\t  196000 kB\nVmRSS:\t  150000 kB\nRssAnon:\t  108000 kB\nRssFile:\t   42000 kB\nThreads:\t9\n"
+	kib, err := statusKiB(status, "VmHWM", "RssFile")
+	if err != nil || kib["VmHWM"] != 196000 || kib["RssFile"] != 42000 || len(kib) != 2 {
+		t.Fatalf("statusKiB = %v, %v", kib, err)
+	}
+	if _, err := statusKiB(status, "VmHWM", "RssShmemX"); err == nil {
+		t.Fatal("a missing field was not an error")
+	}
+	if _, err := statusKiB("VmHWM:\t12 MB\n", "VmHWM"); err == nil {
+		t.Fatal("a field in another unit was not an error")
 	}
 }
