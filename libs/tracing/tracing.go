@@ -20,11 +20,10 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strings"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/propagation"
 	sdkresource "go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -93,17 +92,11 @@ func New(ctx context.Context, cfg Config, id Identity) (*Provider, error) {
 	if cfg.SampleRate < 0 || cfg.SampleRate > 1 {
 		return nil, fmt.Errorf("invalid tracing-sample-rate %v: must be 0 to 1", cfg.SampleRate)
 	}
-	var opt otlptracehttp.Option
-	if strings.Contains(cfg.Endpoint, "://") {
-		opt = otlptracehttp.WithEndpointURL(strings.TrimSuffix(cfg.Endpoint, "/") + "/v1/traces")
-	} else {
-		opt = otlptracehttp.WithEndpoint(cfg.Endpoint)
+	client, err := newOTLPHTTP(cfg.Endpoint)
+	if err != nil {
+		return nil, err
 	}
-	opts := []otlptracehttp.Option{opt}
-	if !strings.HasPrefix(cfg.Endpoint, "https://") {
-		opts = append(opts, otlptracehttp.WithInsecure())
-	}
-	exp, err := otlptracehttp.New(ctx, opts...)
+	exp, err := otlptrace.New(ctx, client)
 	if err != nil {
 		return nil, fmt.Errorf("tracing: exporter for %s: %w", cfg.Endpoint, err)
 	}
