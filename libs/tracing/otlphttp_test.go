@@ -159,11 +159,15 @@ func TestOTLPHTTPGivesUpWhenTheExportTimesOut(t *testing.T) {
 		f.answers[i] = http.StatusServiceUnavailable
 	}
 	c := newTestClient(t, f)
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	err := c.UploadTraces(ctx, testSpans("sync"))
-	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "503") {
-		t.Fatalf("err = %v, want the last 503 and the deadline", err)
+	// the deadline may fall during a wait (the error names the last 503)
+	// or during a request: either way the export ends with it.
+	if err := c.UploadTraces(ctx, testSpans("sync")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want the deadline", err)
+	}
+	if n := len(f.requests()); n < 2 {
+		t.Fatalf("%d requests before the deadline, want retries", n)
 	}
 }
 
@@ -176,7 +180,7 @@ func TestOTLPHTTPRetriesAnAbsentCollector(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.retryBase, c.retryMax = time.Millisecond, 4*time.Millisecond
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	if err := c.UploadTraces(ctx, testSpans("sync")); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want retries until the deadline", err)
