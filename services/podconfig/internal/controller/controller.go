@@ -329,10 +329,10 @@ func (c *Controller) publish(ctx context.Context, msgs []merge.Message) bool {
 	var send func(m merge.Message)
 	send = func(m merge.Message) {
 		k := partKey{m.Source, m.Partition}
-		// a RECONCILE, and a DELETE only the owner needs, go to the subject
-		// only the partition's owner consumes; both subjects are in the
-		// pod-updates stream, in order.
-		subject := c.subjects.PodUpdatesFor(m.Op, m.Partition)
+		// what only the partition's owner reads (merge marks it: RECONCILEs,
+		// grace-shortening DELETEs) goes to the subject only the owner
+		// consumes; both subjects are in the pod-updates stream, in order.
+		subject := c.subjects.PodUpdates(m.Partition)
 		if m.OwnerOnly {
 			subject = c.subjects.PodReconciles(m.Partition)
 		}
@@ -340,8 +340,10 @@ func (c *Controller) publish(ctx context.Context, msgs []merge.Message) bool {
 		if errors.Is(err, nats.ErrMaxPayload) {
 			if m.Op != bus.OpSet && len(m.Pods) > 1 {
 				half := len(m.Pods) / 2
-				send(merge.Message{Source: m.Source, Op: m.Op, Partition: m.Partition, Pods: m.Pods[:half], OwnerOnly: m.OwnerOnly})
-				send(merge.Message{Source: m.Source, Op: m.Op, Partition: m.Partition, Pods: m.Pods[half:], OwnerOnly: m.OwnerOnly})
+				first, second := m, m
+				first.Pods, second.Pods = m.Pods[:half], m.Pods[half:]
+				send(first)
+				send(second)
 				return
 			}
 			if m.Op == bus.OpSet && len(m.Pods) > 1 {
@@ -540,7 +542,9 @@ func (b *batch) add(m merge.Message) {
 		i, ok := b.last[k]
 		if !ok || b.msgs[i].Op != m.Op || b.msgs[i].OwnerOnly != m.OwnerOnly || len(b.msgs[i].Pods) >= maxPodsPerMessage {
 			b.last[k] = len(b.msgs)
-			b.msgs = append(b.msgs, merge.Message{Source: m.Source, Op: m.Op, Partition: m.Partition, OwnerOnly: m.OwnerOnly})
+			empty := m
+			empty.Pods = nil
+			b.msgs = append(b.msgs, empty)
 			i = b.last[k]
 		}
 		n := min(maxPodsPerMessage-len(b.msgs[i].Pods), len(pods))
