@@ -335,7 +335,11 @@ func pct(sorted []float64, p int) float64 {
 	return sorted[max(min(i, len(sorted))-1, 0)]
 }
 
-func podName(agent string, i int) string { return fmt.Sprintf("bench-%s-%05d", agent, i) }
+// podName is a DNS label (the API server warns about, and every client logs,
+// a pod name with a dot, such as one made from "kwok-v0.7.0").
+func podName(agent string, i int) string {
+	return fmt.Sprintf("bench-%s-%05d", strings.ReplaceAll(agent, ".", "-"), i)
+}
 
 func createPods(ctx context.Context, cs kubernetes.Interface, agent, node string, n, concurrency int, created []time.Time) error {
 	var next atomic.Int64

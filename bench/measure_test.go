@@ -1,0 +1,17 @@
+package main
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Every agent's pods have names the API server takes without a warning.
+func TestPodNameIsADNSLabel(t *testing.T) {
+	for _, agent := range []string{"split", "kwok-v0.7.0", "allinone"} {
+		name := podName(agent, 42)
+		if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+			t.Errorf("podName(%q) = %q: %v", agent, name, errs)
+		}
+	}
+}
