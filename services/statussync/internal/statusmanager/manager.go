@@ -251,6 +251,9 @@ type Manager struct {
 	// busView is what is kept of a pod from the bus in entry.spec: busView
 	// (tests compare with keeping the whole pod).
 	busView func(*corev1.Pod) *corev1.Pod
+	// agrees is syncBatch's comparison, run without mu: agreesByAgent
+	// (tests hold it up to see that mu is free meanwhile).
+	agrees func(api *corev1.Pod, st *versioned) bool
 
 	patches, deletes, failures prometheus.Counter
 	starts                     *startLatency
@@ -278,6 +281,7 @@ func New(client kubernetes.Interface, podInformer cache.SharedIndexInformer, log
 		matched:     map[types.UID]batchMatch{},
 		view:        apiView,
 		busView:     busView,
+		agrees:      agreesByAgent,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](100*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "statussync"}),
@@ -944,10 +948,48 @@ func (m *Manager) specOrEmpty(e *entry) *corev1.Pod {
 // copy differs from the cache on what statussync owns (someone else changed
 // it), or that may now be deleted; and drops statuses of unknown pods that
 // waited too long (kubelet: syncBatch with reconcile).
+//
+// The comparisons run without the manager's lock. They are its costly part
+// (tens of microseconds a pod, and while a burst of pods starts, every new
+// pod is compared once): under the lock, a batch at 5000 pods held up every
+// status arriving meanwhile for 130 to 280 ms. A pair taken under the lock
+// can be compared after it, since neither a cached status nor an API object
+// is changed in place (a new one replaces it); a pair whose status was
+// replaced meanwhile is left to the next batch.
 func (m *Manager) syncBatch() {
+	pairs := m.batchScan()
+	if len(pairs) == 0 {
+		return
+	}
+	differs := make([]bool, len(pairs))
+	for i, c := range pairs {
+		differs[i] = !m.agrees(c.api, c.status)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, c := range pairs {
+		e := m.entries[c.uid]
+		if e == nil || e.status != c.status || !e.deletedAt.IsZero() {
+			continue
+		}
+		if !differs[i] {
+			m.matched[c.uid] = batchMatch{api: c.api, status: c.status}
+			continue
+		}
+		m.log.Debug("API status differs from the cache; re-sending", podLog(c.status.namespace, c.status.name, c.uid)...)
+		delete(m.apiVersions, c.uid)
+		delete(m.matched, c.uid)
+		m.queue.Add(c.uid)
+	}
+}
+
+// batchScan is syncBatch's pass under the lock: it forgets, queues what
+// needs no comparison, and returns the pairs to compare.
+func (m *Manager) batchScan() []batchPair {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := time.Now()
+	var pairs []batchPair
 	for uid, e := range m.entries {
 		if !e.deletedAt.IsZero() {
 			if now.Sub(e.deletedAt) > m.opts.PendingTTL {
@@ -985,22 +1027,29 @@ func (m *Manager) syncBatch() {
 			continue
 		}
 		if c, ok := m.matched[uid]; ok && c.api == api && c.status == e.status {
-			// Both sides are the objects found equal last time (neither is
-			// changed in place: a new API object or status replaces it), so
-			// the comparison would find them equal again.
+			// Both sides are the objects found equal last time, so the
+			// comparison would find them equal again.
 			continue
 		}
-		current := api.Status.DeepCopy()
-		apistatus.Normalize(api, current)
-		if !apistatus.EqualByAgent(current, &e.status.status) {
-			m.log.Debug("API status differs from the cache; re-sending", podLog(e.status.namespace, e.status.name, uid)...)
-			delete(m.apiVersions, uid)
-			delete(m.matched, uid)
-			m.queue.Add(uid)
-			continue
-		}
-		m.matched[uid] = batchMatch{api: api, status: e.status}
+		pairs = append(pairs, batchPair{uid: uid, api: api, status: e.status})
 	}
+	return pairs
+}
+
+// batchPair is an API object and a cached status that syncBatch compares.
+type batchPair struct {
+	uid    types.UID
+	api    *corev1.Pod
+	status *versioned
+}
+
+// agreesByAgent says whether the API object shows the cached status, on
+// what statussync owns (kubelet: needsReconcile). It reads both and changes
+// neither.
+func agreesByAgent(api *corev1.Pod, st *versioned) bool {
+	current := api.Status.DeepCopy()
+	apistatus.Normalize(api, current)
+	return apistatus.EqualByAgent(current, &st.status)
 }
 
 // batchMatch is a pair of API object and cached status that syncBatch

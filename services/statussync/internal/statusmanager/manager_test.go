@@ -1,6 +1,7 @@
 package statusmanager
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -255,5 +256,98 @@ func TestReadyAndFinishedSkipTheCoalescingWait(t *testing.T) {
 	m.RuntimeStatus(done)
 	if n := due(); n != 1 {
 		t.Fatalf("the pod finishing was not queued at once (%d due)", n)
+	}
+}
+
+// syncBatch compares without the manager's lock: a status that arrives while
+// a batch compares is taken at once. A pair found different is re-sent; a
+// pair whose status was replaced meanwhile is neither matched nor re-sent
+// on the strength of the stale comparison.
+func TestSyncBatchComparesWithoutTheLock(t *testing.T) {
+	m := newManager(t)
+	apiStatus := map[types.UID]corev1.PodStatus{}
+	for _, uid := range []types.UID{"same", "differs", "replaced"} {
+		p := specPod(uid, corev1.RestartPolicyAlways)
+		m.PodUpdate(bus.OpAdd, "api", bus.Partition(string(uid), 4), []corev1.Pod{p})
+		m.RuntimeStatus(rs(uid, runningState))
+		st, v, ok := m.Status(uid)
+		if !ok {
+			t.Fatalf("%s: no status", uid)
+		}
+		m.mu.Lock()
+		m.apiVersions[uid] = v // as if written
+		m.mu.Unlock()
+		if uid == "same" {
+			apiStatus[uid] = st
+		}
+		api := p.DeepCopy()
+		api.Status = apiStatus[uid]
+		if err := m.indexer.Add(api); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for n := m.queue.Len(); n > 0; n-- {
+		uid, _ := m.queue.Get()
+		m.queue.Done(uid)
+	}
+
+	_, before, _ := m.Status("replaced")
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	m.agrees = func(api *corev1.Pod, st *versioned) bool {
+		once.Do(func() { close(entered); <-release })
+		return agreesByAgent(api, st)
+	}
+	batchDone := make(chan struct{})
+	go func() { defer close(batchDone); m.syncBatch() }()
+	deadline := time.After(10 * time.Second)
+	select {
+	case <-entered:
+	case <-deadline:
+		t.Fatal("syncBatch compared nothing")
+	}
+	// nothing here may take the lock itself: the status's arrival is the probe.
+	took := make(chan struct{})
+	go func() {
+		defer close(took)
+		restarted := rs("replaced", runningState)
+		restarted.ContainerStatuses[0].RestartCount = 1
+		m.RuntimeStatus(restarted)
+	}()
+	select {
+	case <-took:
+	case <-deadline:
+		close(release)
+		t.Fatal("a runtime status waited for the batch's comparisons")
+	}
+	close(release)
+	select {
+	case <-batchDone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("syncBatch did not finish")
+	}
+
+	if _, after, _ := m.Status("replaced"); after != before+1 {
+		t.Fatalf("the status arriving during the batch made no new version (%d after %d)", after, before)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.matched["same"]; !ok {
+		t.Error("the agreeing pair was not recorded as matched")
+	}
+	if _, ok := m.matched["differs"]; ok {
+		t.Error("the differing pair was recorded as matched")
+	}
+	if _, ok := m.apiVersions["differs"]; ok {
+		t.Error("the differing pod still counts as written")
+	}
+	if _, ok := m.matched["replaced"]; ok {
+		t.Error("a pair whose status was replaced during the batch was recorded as matched")
+	}
+	if _, ok := m.apiVersions["replaced"]; !ok {
+		t.Error("the stale comparison of a replaced status reset its written version")
+	}
+	if n := m.queue.Len(); n != 1 {
+		t.Errorf("%d pods queued; want the differing one alone", n)
 	}
 }
