@@ -46,7 +46,7 @@ type Config struct {
 
 // RegisterFlags adds the statussync keys ("statussync.<key>") to fs.
 func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
-	fs.IntVar(&c.Workers, "statussync.workers", 64, "pod status writers working in parallel (the client QPS and burst bound them too); a write waits on the API server, so at a few hundred pods a second fewer writers fall behind (make bench)")
+	fs.IntVar(&c.Workers, "statussync.workers", 32, "pod status writers working in parallel (the client QPS and burst bound them too); a write waits on the API server: at a few hundred pods a second 16 fall behind, and 64 crowd a busy API server more than 32 (make bench)")
 	fs.DurationVar(&c.BatchPeriod, "statussync.batch-period", 10*time.Second, "how often every pod's status is compared with the API server and re-sent where it differs (kubelet: syncBatch)")
 	fs.DurationVar(&c.CoalesceDelay, "statussync.coalesce-delay", 100*time.Millisecond, "how long a changed pod status waits before it is written, so that the changes of that time go out as one patch; 0 writes at once")
 	fs.DurationVar(&c.PendingTTL, "statussync.pending-ttl", time.Minute, "how long a runtime status of a pod whose spec is unknown is held before it is dropped")
