@@ -13,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/splitlet/splitlet/libs/protofields"
 )
 
 // Encoding is a message's wire form. Contract v2 has two: JSON (the v1 form,
@@ -141,34 +143,12 @@ func appendMessage(b []byte, n protowire.Number, m gogoMessage) ([]byte, error) 
 // number, wire type and value: for a varint the value is in v, for bytes in
 // data. Fields fn does not know it must ignore (a newer publisher's).
 func protoFields(b []byte, path string, fn func(n protowire.Number, v uint64, data []byte) error) error {
-	for len(b) > 0 {
-		n, typ, l := protowire.ConsumeTag(b)
-		if l < 0 {
-			return fieldErr(path, "malformed protobuf: %v", protowire.ParseError(l))
-		}
-		b = b[l:]
-		var v uint64
-		var data []byte
-		switch typ {
-		case protowire.VarintType:
-			v, l = protowire.ConsumeVarint(b)
-		case protowire.BytesType:
-			data, l = protowire.ConsumeBytes(b)
-		default:
-			l = protowire.ConsumeFieldValue(n, typ, b)
-		}
-		if l < 0 {
-			return fieldErr(path, "malformed protobuf in field %d: %v", n, protowire.ParseError(l))
-		}
-		b = b[l:]
-		if typ != protowire.VarintType && typ != protowire.BytesType {
-			continue
-		}
-		if err := fn(n, v, data); err != nil {
-			return err
-		}
+	err := protofields.Walk(b, fn)
+	if bad, ok := err.(*protofields.MalformedError); ok {
+		// this message's own parse error; fn's come back as they are.
+		return fieldErr(path, "%v", bad)
 	}
-	return nil
+	return err
 }
 
 // wantType checks that a known field came with the wire type its schema has.

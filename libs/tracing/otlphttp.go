@@ -16,6 +16,8 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/splitlet/splitlet/libs/protofields"
 )
 
 // otlpHTTP is the span exporter's transport (an otlptrace.Client): OTLP/HTTP
@@ -164,50 +166,22 @@ func exportRequest(spans []*tracepb.ResourceSpans) ([]byte, error) {
 // (rejected_spans = 1, error_message = 2); a body it cannot read counts as
 // full success, as an empty one does.
 func partialSuccess(body []byte) (rejected int64, msg string) {
-	for len(body) > 0 {
-		num, typ, n := protowire.ConsumeTag(body)
-		if n < 0 {
-			return 0, ""
+	err := protofields.Walk(body, func(n protowire.Number, _ uint64, ps []byte) error {
+		if n != 1 || ps == nil {
+			return nil
 		}
-		body = body[n:]
-		if num != 1 || typ != protowire.BytesType {
-			if n = protowire.ConsumeFieldValue(num, typ, body); n < 0 {
-				return 0, ""
-			}
-			body = body[n:]
-			continue
-		}
-		ps, n := protowire.ConsumeBytes(body)
-		if n < 0 {
-			return 0, ""
-		}
-		body = body[n:]
-		for len(ps) > 0 {
-			num, typ, n := protowire.ConsumeTag(ps)
-			if n < 0 {
-				return 0, ""
-			}
-			ps = ps[n:]
+		return protofields.Walk(ps, func(n protowire.Number, v uint64, data []byte) error {
 			switch {
-			case num == 1 && typ == protowire.VarintType:
-				v, n := protowire.ConsumeVarint(ps)
-				if n < 0 {
-					return 0, ""
-				}
-				rejected, ps = int64(v), ps[n:]
-			case num == 2 && typ == protowire.BytesType:
-				v, n := protowire.ConsumeBytes(ps)
-				if n < 0 {
-					return 0, ""
-				}
-				msg, ps = string(v), ps[n:]
-			default:
-				if n = protowire.ConsumeFieldValue(num, typ, ps); n < 0 {
-					return 0, ""
-				}
-				ps = ps[n:]
+			case n == 1 && data == nil:
+				rejected = int64(v)
+			case n == 2 && data != nil:
+				msg = string(data)
 			}
-		}
+			return nil
+		})
+	})
+	if err != nil {
+		return 0, ""
 	}
 	return rejected, msg
 }

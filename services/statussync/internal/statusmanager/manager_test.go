@@ -265,7 +265,6 @@ func TestReadyAndFinishedSkipTheCoalescingWait(t *testing.T) {
 // on the strength of the stale comparison.
 func TestSyncBatchComparesWithoutTheLock(t *testing.T) {
 	m := newManager(t)
-	apiStatus := map[types.UID]corev1.PodStatus{}
 	for _, uid := range []types.UID{"same", "differs", "replaced"} {
 		p := specPod(uid, corev1.RestartPolicyAlways)
 		m.PodUpdate(bus.OpAdd, "api", bus.Partition(string(uid), 4), []corev1.Pod{p})
@@ -277,11 +276,10 @@ func TestSyncBatchComparesWithoutTheLock(t *testing.T) {
 		m.mu.Lock()
 		m.apiVersions[uid] = v // as if written
 		m.mu.Unlock()
-		if uid == "same" {
-			apiStatus[uid] = st
-		}
 		api := p.DeepCopy()
-		api.Status = apiStatus[uid]
+		if uid == "same" {
+			api.Status = st // the API shows the cached status; the others show none
+		}
 		if err := m.indexer.Add(api); err != nil {
 			t.Fatal(err)
 		}
