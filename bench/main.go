@@ -191,7 +191,7 @@ func run(ctx context.Context, out io.Writer, baseBin, which string, pods, concur
 }
 
 // printLarge compares the large-node case with the main case's split: the
-// cost per pod should not grow with the node (issue 16: at most 1.2 ×).
+// cost per pod should not grow with the node (the target: at most 1.2 ×).
 func printLarge(out io.Writer, base, large *result) {
 	fmt.Fprintf(out, "\n| large-node case | split, %d pods |", large.Pods)
 	if base != nil {

@@ -57,7 +57,7 @@ type result struct {
 	BusMsgsPerPod float64 `json:"busMessagesDeliveredPerPod,omitempty"`
 	BusKiBPerPod  float64 `json:"busKiBDeliveredPerPod,omitempty"`
 	// BusMsgsPerPodToReady and BusKiBPerPodToReady: the same from the
-	// first create until every pod is Ready (issue 16's measure).
+	// first create until every pod is Ready.
 	BusMsgsPerPodToReady float64 `json:"busMessagesDeliveredPerPodToReady,omitempty"`
 	BusKiBPerPodToReady  float64 `json:"busKiBDeliveredPerPodToReady,omitempty"`
 	// BusPublishedPerPod: messages each stream stored, per pod.
