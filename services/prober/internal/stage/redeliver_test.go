@@ -72,11 +72,9 @@ func (rj *rejecter) failures(durable string) int {
 	return rj.failed[durable]
 }
 
-// TestRejectedMessagesAreRecovered: a pod update and a runtime status that
-// the prober's handlers reject are each delivered a bounded number of
-// times and terminated; the pod is then probed all the same: its spec from
-// the next SET of its partition, its status from the stream.
-func TestRejectedMessagesAreRecovered(t *testing.T) {
+// newRejectingEnv is a prober whose handlers the returned rejecter can make
+// fail, with short redelivery delays.
+func newRejectingEnv(t *testing.T) (*env, *rejecter) {
 	rj := &rejecter{pods: map[rejected]bool{}, failed: map[string]int{}}
 	e := newEnvWith(t, func(d stage.Deps) (*stage.Runner, error) {
 		r, err := stage.NewWithDeps(d)
@@ -85,45 +83,56 @@ func TestRejectedMessagesAreRecovered(t *testing.T) {
 		}
 		return r, err
 	})
+	return e, rj
+}
+
+func terminated(durable string) float64 {
+	return testutil.ToFloat64(bus.HandlerTerminations.WithLabelValues(durable))
+}
+
+// TestRejectedPodUpdateRecoveredBySet: a pod update the prober's handler
+// rejects is delivered a bounded number of times and terminated; the pod
+// is then probed all the same, once the next SET of its partition lists
+// it.
+func TestRejectedPodUpdateRecoveredBySet(t *testing.T) {
+	e, rj := newRejectingEnv(t)
 	tg := newTarget(t, http.StatusOK)
-	terminated := func(durable string) float64 {
-		return testutil.ToFloat64(bus.HandlerTerminations.WithLabelValues(durable))
+	pod := newPod("rejected-update", httpProbe(tg.port(), "/"), nil, nil)
+	before := terminated(stage.DurablePodUpdates)
+	rj.set(stage.DurablePodUpdates, pod.UID, true)
+	e.publishPods(bus.OpAdd, pod)
+	e.publishStatus(running(pod, "sim://u1", time.Now()))
+	e.eventually("the ADD terminated", 10*time.Second, func() bool { return terminated(stage.DurablePodUpdates)-before == 1 })
+	if n := rj.failures(stage.DurablePodUpdates); n != 3 {
+		t.Errorf("the ADD was handled %d times, want 3", n)
 	}
+	if rs := e.resultsOf(pod.UID); len(rs) != 0 {
+		t.Fatalf("probed without its spec: %v", rs)
+	}
+	rj.set(stage.DurablePodUpdates, pod.UID, false)
+	e.publishPods(bus.OpSet, pod)
+	e.waitResult(pod.UID, bus.ProbeReadiness, bus.ProbeSuccess, "sim://u1", 10*time.Second)
+}
 
-	t.Run("pod update, recovered by the next SET", func(t *testing.T) {
-		pod := newPod("rejected-update", httpProbe(tg.port(), "/"), nil, nil)
-		before := terminated(stage.DurablePodUpdates)
-		rj.set(stage.DurablePodUpdates, pod.UID, true)
-		e.publishPods(bus.OpAdd, pod)
-		e.publishStatus(running(pod, "sim://u1", time.Now()))
-		e.eventually("the ADD terminated", 10*time.Second, func() bool { return terminated(stage.DurablePodUpdates)-before == 1 })
-		if n := rj.failures(stage.DurablePodUpdates); n != 3 {
-			t.Errorf("the ADD was handled %d times, want 3", n)
-		}
-		if rs := e.resultsOf(pod.UID); len(rs) != 0 {
-			t.Fatalf("probed without its spec: %v", rs)
-		}
-		rj.set(stage.DurablePodUpdates, pod.UID, false)
-		e.publishPods(bus.OpSet, pod)
-		e.waitResult(pod.UID, bus.ProbeReadiness, bus.ProbeSuccess, "sim://u1", 10*time.Second)
-	})
-
-	t.Run("runtime status, recovered from the stream", func(t *testing.T) {
-		pod := newPod("rejected-status", httpProbe(tg.port(), "/"), nil, nil)
-		before, tried := terminated(stage.DurablePodStatus), rj.failures(stage.DurablePodStatus)
-		rj.set(stage.DurablePodStatus, pod.UID, true)
-		e.publishPods(bus.OpAdd, pod)
-		e.publishStatus(running(pod, "sim://s1", time.Now()))
-		e.eventually("the status terminated", 10*time.Second, func() bool { return terminated(stage.DurablePodStatus)-before == 1 })
-		if n := rj.failures(stage.DurablePodStatus) - tried; n < 3 {
-			t.Errorf("the status was handled %d times, want at least 3", n)
-		}
-		if rs := e.resultsOf(pod.UID); len(rs) != 0 {
-			t.Fatalf("probed without its status: %v", rs)
-		}
-		// nothing is published again: the stage takes the status it
-		// terminated from the stream once its handler takes it.
-		rj.set(stage.DurablePodStatus, pod.UID, false)
-		e.waitResult(pod.UID, bus.ProbeReadiness, bus.ProbeSuccess, "sim://s1", 10*time.Second)
-	})
+// TestRejectedStatusRecoveredFromStream: a runtime status the prober's
+// handler rejects is delivered a bounded number of times and terminated;
+// once the handler takes it, the prober takes it from the stream, with
+// nothing published again, and probes the pod.
+func TestRejectedStatusRecoveredFromStream(t *testing.T) {
+	e, rj := newRejectingEnv(t)
+	tg := newTarget(t, http.StatusOK)
+	pod := newPod("rejected-status", httpProbe(tg.port(), "/"), nil, nil)
+	before := terminated(stage.DurablePodStatus)
+	rj.set(stage.DurablePodStatus, pod.UID, true)
+	e.publishPods(bus.OpAdd, pod)
+	e.publishStatus(running(pod, "sim://s1", time.Now()))
+	e.eventually("the status terminated", 10*time.Second, func() bool { return terminated(stage.DurablePodStatus)-before == 1 })
+	if n := rj.failures(stage.DurablePodStatus); n < 3 {
+		t.Errorf("the status was handled %d times, want at least 3", n)
+	}
+	if rs := e.resultsOf(pod.UID); len(rs) != 0 {
+		t.Fatalf("probed without its status: %v", rs)
+	}
+	rj.set(stage.DurablePodStatus, pod.UID, false)
+	e.waitResult(pod.UID, bus.ProbeReadiness, bus.ProbeSuccess, "sim://s1", 10*time.Second)
 }
