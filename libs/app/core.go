@@ -40,7 +40,9 @@ var Core = fx.Module("core",
 		func(r *prometheus.Registry) prometheus.Registerer { return r },
 		health.NewServer,
 	),
-	fx.Invoke(func(r *prometheus.Registry) { r.MustRegister(bus.HandlerPanics, bus.PodStageDuration, bus.BusDelivery) }),
+	fx.Invoke(func(r *prometheus.Registry) {
+		r.MustRegister(bus.HandlerPanics, bus.HandlerTerminations, bus.PodStageDuration, bus.BusDelivery)
+	}),
 	fx.Invoke(runHealth),
 )
 

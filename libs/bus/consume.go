@@ -17,10 +17,21 @@ import (
 
 // MaxPanicDeliveries bounds how often a message whose handler panicked is
 // delivered: after that many panics it is terminated, so one poisonous
-// message can neither crash a stage nor hold its consumer forever. (A
-// handler that returns an error is retried without bound: its cause, an API
-// server away, say, passes.)
+// message can neither crash a stage nor hold its consumer forever.
 const MaxPanicDeliveries = 5
+
+// How a durable consumer redelivers a message whose handler returned an
+// error (docs/bus.md, "Delivery and ordering"): after DefaultRetryDelay,
+// then twice as long each time up to DefaultMaxRetryDelay, and at most
+// DefaultMaxDeliveries times in all; then the message is terminated and
+// what it carried is recovered from the next snapshot or the stream, tried
+// every DefaultRecoverEvery.
+const (
+	DefaultMaxDeliveries = 10
+	DefaultRetryDelay    = time.Second
+	DefaultMaxRetryDelay = 30 * time.Second
+	DefaultRecoverEvery  = 30 * time.Second
+)
 
 // HandlerPanics counts the handler panics Consume recovered, by consumer.
 // Register it where the process's metrics are served.
@@ -29,8 +40,17 @@ var HandlerPanics = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help: "Bus message handlers that panicked; the message was retried, then terminated after " + fmt.Sprint(MaxPanicDeliveries) + " deliveries.",
 }, []string{"consumer"})
 
+// HandlerTerminations counts the messages Consume terminated because their
+// handler failed on every delivery, by consumer. Register it where the
+// process's metrics are served.
+var HandlerTerminations = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "splitlet_bus_handler_terminated_total",
+	Help: "Bus messages terminated after their handler failed on each delivery (" + fmt.Sprint(DefaultMaxDeliveries) +
+		" errors or " + fmt.Sprint(MaxPanicDeliveries) + " panics); their pods are recovered from the next snapshot or the stream.",
+}, []string{"consumer"})
+
 // Handler processes one decoded message. Returning nil acknowledges it; an
-// error has it delivered again after a delay.
+// error has it delivered again after a delay, a bounded number of times.
 type Handler func(ctx context.Context, subject string, e *Envelope) error
 
 // ConsumerOptions describe a durable consumer of one stream.
@@ -48,8 +68,19 @@ type ConsumerOptions struct {
 	AckWait time.Duration
 	// MaxAckPending bounds messages in flight (default 1000).
 	MaxAckPending int
-	// RetryDelay before a message whose handler failed comes back (default 1 s).
-	RetryDelay time.Duration
+	// RetryDelay before the first redelivery of a message whose handler
+	// failed; each further one waits twice as long as the one before, up
+	// to MaxRetryDelay (defaults DefaultRetryDelay, DefaultMaxRetryDelay).
+	RetryDelay    time.Duration
+	MaxRetryDelay time.Duration
+	// MaxDeliveries of a message whose handler returns an error; at the
+	// last it is terminated (default DefaultMaxDeliveries). The server
+	// stops delivering at twice as many (the consumer's MaxDeliver), a
+	// backstop for a stage that dies on a message before it can answer.
+	MaxDeliveries int
+	// RecoverEvery: how often what terminated messages left undone is
+	// tried again from the stream (default DefaultRecoverEvery).
+	RecoverEvery time.Duration
 	// InactiveThreshold removes a durable consumer left unused that long
 	// (default: never).
 	InactiveThreshold time.Duration
@@ -62,72 +93,72 @@ type ConsumerOptions struct {
 	Logger           *zap.Logger
 }
 
+// withDefaults fills in the options left zero.
+func (o ConsumerOptions) withDefaults() ConsumerOptions {
+	o.AckWait = or(o.AckWait, 30*time.Second)
+	o.MaxAckPending = or(o.MaxAckPending, 1000)
+	o.RetryDelay = or(o.RetryDelay, DefaultRetryDelay)
+	o.MaxRetryDelay = max(or(o.MaxRetryDelay, DefaultMaxRetryDelay), o.RetryDelay)
+	o.MaxDeliveries = or(o.MaxDeliveries, DefaultMaxDeliveries)
+	o.RecoverEvery = or(o.RecoverEvery, DefaultRecoverEvery)
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	return o
+}
+
 // Consume runs handler on every new message of a durable consumer, one at a
 // time, in stream order. Messages that do not decode are logged and
 // terminated (never redelivered); messages seen before (by Seq) are
-// acknowledged without calling the handler. A handler that panics does not
-// take the process down: the panic is logged with the subject and sequence,
-// counted (HandlerPanics), and the message retried, then terminated after
-// MaxPanicDeliveries deliveries. Stop it with the returned
-// function, which waits for the message in hand.
+// acknowledged without calling the handler. A message whose handler returns
+// an error is delivered again after a growing delay, MaxDeliveries times at
+// most; one whose handler panics (logged, counted in HandlerPanics; the
+// process goes on) MaxPanicDeliveries times. Then it is terminated, logged
+// with its subject, stream sequence and pods, counted in
+// HandlerTerminations, and its pods are marked: a pod update is settled by
+// the next snapshot (SET) of its source and partition, any other message
+// is fetched from the stream and handed to the handler again every
+// RecoverEvery until that succeeds or a newer message about the same pod
+// does. Stop it with the returned function, which waits for the message in
+// hand.
 func Consume(ctx context.Context, js jetstream.JetStream, opts ConsumerOptions, handler Handler) (stop func(), err error) {
 	if opts.Stream == "" || opts.Durable == "" {
 		return nil, errors.New("bus: consumer needs a stream and a durable name")
 	}
-	log := opts.Logger
-	if log == nil {
-		log = zap.NewNop()
-	}
-	cfg := jetstream.ConsumerConfig{
-		Durable:           opts.Durable,
-		FilterSubjects:    opts.Filters,
-		AckPolicy:         jetstream.AckExplicitPolicy,
-		DeliverPolicy:     opts.DeliverPolicy,
-		AckWait:           or(opts.AckWait, 30*time.Second),
-		MaxAckPending:     or(opts.MaxAckPending, 1000),
-		MaxDeliver:        -1,
+	opts = opts.withDefaults()
+	cons, err := js.CreateOrUpdateConsumer(ctx, opts.Stream, jetstream.ConsumerConfig{
+		Durable:        opts.Durable,
+		FilterSubjects: opts.Filters,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		DeliverPolicy:  opts.DeliverPolicy,
+		AckWait:        opts.AckWait,
+		MaxAckPending:  opts.MaxAckPending,
+		// an existing consumer made without a bound is updated in place:
+		// it keeps its position and what it has pending.
+		MaxDeliver:        serverMaxDeliver(opts.MaxDeliveries),
 		InactiveThreshold: opts.InactiveThreshold,
-	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, opts.Stream, cfg)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("bus: consumer %s on %s: %w", opts.Durable, opts.Stream, err)
 	}
-	retry := or(opts.RetryDelay, time.Second)
-	rcv := newReceiver(opts.Stream, opts.Durable, !opts.OrderedByHandler, log, handler)
+	c := &consumer{opts: opts, js: js, log: opts.Logger, handler: handler, marks: newUnsettled(),
+		rcv: newReceiver(opts.Stream, opts.Durable, !opts.OrderedByHandler, opts.Logger, handler)}
 	hctx, cancel := context.WithCancel(ctx)
 	var inflight sync.WaitGroup
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		inflight.Add(1)
 		defer inflight.Done()
-		switch v, f := rcv.receive(hctx, m); v {
-		case verdictDone:
-			_ = m.Ack()
-		case verdictMalformed:
-			_ = m.Term()
-		case verdictPanic:
-			var delivered uint64
-			if md, merr := m.Metadata(); merr == nil {
-				delivered = md.NumDelivered
-			}
-			f = append(f, zap.Uint64("delivered", delivered))
-			if delivered >= MaxPanicDeliveries {
-				log.Error("message handler panicked; terminating the message", f...)
-				_ = m.Term()
-				return
-			}
-			log.Error("message handler panicked; will retry", f...)
-			_ = m.NakWithDelay(retry)
-		case verdictRetry:
-			if hctx.Err() == nil {
-				log.Warn("message handling failed, will retry", f...)
-			}
-			_ = m.NakWithDelay(retry)
-		}
-	}, consumeErrors(hctx, log, "consumer", opts.Durable))
+		c.handle(hctx, m)
+	}, consumeErrors(hctx, c.log, "consumer", opts.Durable))
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("bus: consume %s: %w", opts.Durable, err)
 	}
+	recovered := make(chan struct{})
+	go func() {
+		defer close(recovered)
+		c.recoverLoop(hctx)
+	}()
 	untrack := track(opts.Stream, opts.Durable, cons)
 	return func() {
 		untrack()
@@ -135,7 +166,86 @@ func Consume(ctx context.Context, js jetstream.JetStream, opts ConsumerOptions, 
 		<-cc.Closed()
 		cancel()
 		inflight.Wait()
+		<-recovered
 	}, nil
+}
+
+// serverMaxDeliver is the consumer's MaxDeliver for a client bound of
+// maxDeliveries: twice as many, so that the client's termination (logged,
+// counted, marked) always comes first, and deliveries a stage killed with
+// messages in hand used up do not make the server drop one unseen.
+func serverMaxDeliver(maxDeliveries int) int {
+	return 2 * max(maxDeliveries, MaxPanicDeliveries)
+}
+
+// consumer is one running Consume.
+type consumer struct {
+	opts    ConsumerOptions
+	js      jetstream.JetStream
+	log     *zap.Logger
+	handler Handler
+	rcv     *receiver
+	marks   *unsettled
+	// hmu: one handler call at a time, the consumer's or the recovery's.
+	hmu sync.Mutex
+}
+
+// handle settles one delivered message.
+func (c *consumer) handle(ctx context.Context, m jetstream.Msg) {
+	c.hmu.Lock()
+	defer c.hmu.Unlock()
+	switch v, e, f := c.rcv.receive(ctx, m); v {
+	case verdictDone:
+		if e != nil {
+			c.marks.settle(m.Subject(), e, c.log)
+		}
+		_ = m.Ack()
+	case verdictMalformed:
+		_ = m.Term()
+	case verdictPanic, verdictRetry:
+		c.failed(ctx, m, v, e, f)
+	}
+}
+
+// failed has a message whose handler failed delivered again after a
+// growing delay, or terminates it once it has had its deliveries.
+func (c *consumer) failed(ctx context.Context, m jetstream.Msg, v verdict, e *Envelope, f []zap.Field) {
+	var delivered, seq uint64
+	if md, err := m.Metadata(); err == nil {
+		delivered, seq = md.NumDelivered, md.Sequence.Stream
+	}
+	limit := uint64(c.opts.MaxDeliveries)
+	if v == verdictPanic {
+		limit = MaxPanicDeliveries
+	}
+	f = append(f, zap.String("consumer", c.opts.Durable), zap.Uint64("delivered", delivered))
+	if delivered >= limit && ctx.Err() == nil {
+		f = append(f, podFields(e)...)
+		c.log.Error("message handler failed on every delivery; terminating the message, its pods are recovered from the next snapshot or the stream", f...)
+		HandlerTerminations.WithLabelValues(c.opts.Durable).Inc()
+		c.marks.mark(m.Subject(), seq, e)
+		_ = m.TermWithReason("handler failed " + fmt.Sprint(delivered) + " times")
+		return
+	}
+	delay := backoff(c.opts.RetryDelay, c.opts.MaxRetryDelay, delivered)
+	f = append(f, zap.Duration("retryIn", delay))
+	switch {
+	case v == verdictPanic:
+		c.log.Error("message handler panicked; will retry", f...)
+	case ctx.Err() == nil:
+		c.log.Warn("message handling failed, will retry", f...)
+	}
+	_ = m.NakWithDelay(delay)
+}
+
+// backoff is the wait before the next delivery of a message delivered so
+// far delivered times: first, doubled each time, at most limit.
+func backoff(first, limit time.Duration, delivered uint64) time.Duration {
+	d := first
+	for i := uint64(1); i < delivered && d < limit; i++ {
+		d *= 2
+	}
+	return min(d, limit)
 }
 
 // safely runs the handler, turning a panic into an error (with the panic's
@@ -194,22 +304,23 @@ func newReceiver(stream, name string, dedup bool, log *zap.Logger, h Handler) *r
 	return r
 }
 
-// receive hands one message to the handler; for a retry or a panic it also
-// returns the log fields that describe the message and the failure.
-func (r *receiver) receive(ctx context.Context, m jetstream.Msg) (verdict, []zap.Field) {
+// receive hands one message to the handler. It returns the envelope when
+// the handler ran (nil for a message skipped or malformed), and for a retry
+// or a panic the log fields that describe the message and the failure.
+func (r *receiver) receive(ctx context.Context, m jetstream.Msg) (verdict, *Envelope, []zap.Field) {
 	subject := m.Subject()
 	e, err := DecodeMsg(m.Headers(), m.Data())
 	if err != nil {
 		r.log.Error("dropping malformed message", zap.String("subject", subject), zap.Error(err))
-		return verdictMalformed, nil
+		return verdictMalformed, nil, nil
 	}
 	if r.dedup != nil && !r.dedup.Accept(subject, e) {
-		return verdictDone, nil
+		return verdictDone, nil, nil
 	}
 	r.delivery.Observe(max(time.Since(e.SentAt), 0).Seconds())
 	panicked, err := safely(tracing.Extract(ctx, m.Headers()), r.handler, subject, e)
 	if err == nil {
-		return verdictDone, nil
+		return verdictDone, e, nil
 	}
 	if r.dedup != nil {
 		r.dedup.Forget(subject, e)
@@ -222,9 +333,9 @@ func (r *receiver) receive(ctx context.Context, m jetstream.Msg) (verdict, []zap
 		zap.Uint64("seq", e.Seq), zap.Error(err)}
 	if panicked {
 		HandlerPanics.WithLabelValues(r.name).Inc()
-		return verdictPanic, f
+		return verdictPanic, e, f
 	}
-	return verdictRetry, f
+	return verdictRetry, e, f
 }
 
 func or[T comparable](v, def T) T {

@@ -82,7 +82,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, opts FollowOptions, han
 		f.busy.Add(1)
 		defer f.busy.Done()
 		for attempt := 1; ; attempt++ {
-			v, fields := rcv.receive(hctx, m)
+			v, _, fields := rcv.receive(hctx, m)
 			if v == verdictPanic && attempt >= MaxPanicDeliveries {
 				log.Error("message handler panicked; skipping the message", append(fields, zap.Int("attempts", attempt))...)
 				break

@@ -454,3 +454,34 @@ func payloadText(e *bus.Envelope) string {
 	}
 	return fmt.Sprintf("(%d bytes of %s)", len(e.Payload), e.Encoding)
 }
+
+// boundedRedelivery checks that each of the stage's durable consumers (c's
+// stream and durable) bounds its deliveries on the server: max_deliver
+// more than 1 (a message in hand when the stage dies comes back) and not
+// unlimited (one whose handling keeps failing ends; docs/bus.md, "Failed
+// messages").
+func (h *harness) boundedRedelivery(t *testing.T, cs ...consumed) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), h.tg.Timeout)
+	defer cancel()
+	for _, c := range cs {
+		var info *jetstream.ConsumerInfo
+		for info == nil {
+			cons, err := h.js.Consumer(ctx, bus.StreamName(h.tg.Node, c.stream), c.durable)
+			if err == nil {
+				info, err = cons.Info(ctx)
+			}
+			if err != nil {
+				select {
+				case <-ctx.Done():
+					t.Fatalf("durable consumer %s of stream %s: %v", c.durable, c.stream, err)
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+		}
+		if md := info.Config.MaxDeliver; md <= 1 {
+			t.Errorf("durable consumer %s of stream %s has max_deliver %d, want a bound above 1 (docs/bus.md, \"Failed messages\")",
+				c.durable, c.stream, md)
+		}
+	}
+}

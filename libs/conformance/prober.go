@@ -58,6 +58,12 @@ const quiet = 2500 * time.Millisecond
 //     being deleted (DELETE with deletionTimestamp).
 //   - lifecycle/malformed-input: messages that do not decode are dropped
 //     and later pods are still probed.
+//   - lifecycle/set-recovers-missed-pod: a pod first seen in a SET of its
+//     partition (its ADD lost, as when the stage terminated it after its
+//     handler failed) is probed as one added.
+//   - delivery/bounded-redelivery: both durable consumers bound their
+//     deliveries (max_deliver above 1 and not unlimited), so that a message
+//     whose handling keeps failing ends (docs/bus.md, "Failed messages").
 //   - httpGet/status200, httpGet/status500: 200 is Success, 500 Failure.
 //   - exec/exit0, exec/exit1: the command goes to runtime.exec.<p> (the kit
 //     answers as the pod workers); exit code 0 is Success, 1 Failure.
@@ -100,12 +106,17 @@ func Prober(t *testing.T, tg Target, opts ...Option) {
 		h.run(t, "exec/exit1", true, func(t *testing.T) { h.proberExec(t, probes, 1, bus.ProbeFailure) })
 	})
 	// A SET replaces every api pod of its partition, so it runs alone.
+	h.run(t, "lifecycle/set-recovers-missed-pod", false, func(t *testing.T) { h.proberSetRecovers(t, probes) })
 	h.run(t, "lifecycle/set-without-pod-stops-probing", false, func(t *testing.T) {
 		h.proberStops(t, probes, func(t *testing.T, pod *corev1.Pod, st *bus.PodRuntimeStatus) consumed {
 			subject := h.subjects.PodUpdates(h.partition(string(pod.UID)))
 			h.publish(t, h.api, subject, bus.KindPodUpdate, bus.OpSet, &bus.PodUpdate{Pods: []corev1.Pod{}})
 			return consumed{bus.StreamPodUpdates, DurableProberPodUpdates, subject}
 		})
+	})
+	h.run(t, "delivery/bounded-redelivery", true, func(t *testing.T) {
+		h.boundedRedelivery(t, consumed{stream: bus.StreamPodUpdates, durable: DurableProberPodUpdates},
+			consumed{stream: bus.StreamPodStatus, durable: DurableProberPodStatus})
 	})
 	h.run(t, "lifecycle/setpart-without-pod-stops-probing", false, func(t *testing.T) {
 		h.proberStops(t, probes, func(t *testing.T, pod *corev1.Pod, st *bus.PodRuntimeStatus) consumed {
@@ -301,6 +312,21 @@ func (h *harness) proberStops(t *testing.T, probes *watcher, stop func(*testing.
 	l.close()
 	probes.never(t, i+1, quiet, "a readiness Failure for a pod the prober was told is gone",
 		result(pod, "", bus.ProbeReadiness, bus.ProbeFailure))
+}
+
+// proberSetRecovers: a pod the prober first hears of in a SET of its
+// partition, with no ADD before, is probed.
+func (h *harness) proberSetRecovers(t *testing.T, probes *watcher) {
+	l := newListener(t, h.tg.ProbeHost)
+	pod := h.newPod("tcp-from-set", corev1.Container{Name: "app", Image: "busybox", ReadinessProbe: tcpProbe(l.port, 1)})
+	from := probes.count()
+	st := h.runningStatus(pod, map[string]string{"app": fmt.Sprintf("sim://%s-app-1", pod.UID)}, time.Now())
+	h.sendStatus(t, st)
+	h.publish(t, h.api, h.subjects.PodUpdates(h.partition(string(pod.UID))), bus.KindPodUpdate, bus.OpSet,
+		&bus.PodUpdate{Pods: []corev1.Pod{*pod}})
+	_, r := probes.waitFor(t, from, "readiness Success of a pod first seen in a SET",
+		result(pod, st.ContainerStatuses[0].ContainerID, bus.ProbeReadiness, bus.ProbeSuccess))
+	h.checkResult(t, pod, r)
 }
 
 // proberDeleting: while a pod is being deleted, a liveness probe does not

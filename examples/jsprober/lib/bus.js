@@ -266,14 +266,53 @@ export async function ensureStreams(jsm, node, replicas) {
   }
 }
 
-export const MAX_PANIC_DELIVERIES = 5;
+// A handler that throws (docs/bus.md, "Failed messages"): its message comes
+// back after RETRY_DELAY_MS, twice as long each time up to
+// MAX_RETRY_DELAY_MS, and is terminated at its MAX_DELIVERIES-th delivery;
+// the server stops at twice as many (max_deliver), a backstop for a stage
+// that dies on a message. What a terminated message carried is recovered
+// from the next SET or, every RECOVER_EVERY_MS, from the stream.
+export const MAX_DELIVERIES = 5;
+export const RETRY_DELAY_MS = 1000;
+export const MAX_RETRY_DELAY_MS = 30_000;
+export const RECOVER_EVERY_MS = 30_000;
+
+const backoff = (delivered) => Math.min(RETRY_DELAY_MS * 2 ** Math.max(delivered - 1, 0), MAX_RETRY_DELAY_MS);
+
+// markKey says what a message is about, as far as a newer one supersedes
+// it, and whether it is recovered from the stream (redo) rather than by the
+// next SET of its source and partition.
+function markKey(subject, e) {
+  const p = e.payload;
+  if (e.kind === "PodUpdate" && partitionOf(subject) >= 0) return { key: `PodUpdate ${e.source} ${partitionOf(subject)}`, redo: false };
+  if (e.kind === "PodRuntimeStatus" && isString(p.uid)) return { key: `PodRuntimeStatus ${p.uid}`, redo: true };
+  if (e.kind === "ProbeResult" && isString(p.podUID)) return { key: `ProbeResult ${p.podUID} ${p.container} ${p.probe}`, redo: true };
+  return { key: `subject ${subject}`, redo: true };
+}
+
+// settles: the mark a message the handler took supersedes (a pod update's
+// only when it is a whole snapshot: a SET, or the last part of one).
+function settles(subject, e) {
+  if (e.kind === "PodUpdate" && !(e.op === "SET" || (e.op === "SETPART" && e.payload.snapshot?.part === e.payload.snapshot?.parts))) return null;
+  return markKey(subject, e).key;
+}
+
+function decodeMsg(header, data) {
+  const ct = header?.get("Content-Type") ?? "";
+  if (ct !== "" && ct !== "application/json") {
+    // contract v2's protobuf form: this prober reads JSON only, and the
+    // stages it reads from must run with bus-encoding json.
+    throw new DecodeError("(header Content-Type)", `${ct}: this stage reads JSON only; run the other stages with bus-encoding json`);
+  }
+  return decode(data);
+}
 
 // consume runs handler(subject, envelope) on each message of a durable
 // consumer, one at a time, in stream order. A message that does not decode
 // is logged and terminated; one whose seq is not above the last accepted
 // from its source on its subject is acknowledged unhandled; a handler that
-// throws has its message delivered again after a second, and terminated
-// after MAX_PANIC_DELIVERIES tries. Returns the consumer's stop function.
+// throws has its message delivered again, a bounded number of times, then
+// terminated and recovered (above). Returns the consumer's stop function.
 export async function consume(js, jsm, { stream, durable, filter, log }, handler) {
   await jsm.consumers.add(stream, {
     durable_name: durable,
@@ -282,55 +321,89 @@ export async function consume(js, jsm, { stream, durable, filter, log }, handler
     deliver_policy: DeliverPolicy.All,
     ack_wait: nanos(30_000),
     max_ack_pending: 1000,
-    max_deliver: -1,
+    max_deliver: 2 * MAX_DELIVERIES,
   });
   const consumer = await js.consumers.get(stream, durable);
   const messages = await consumer.consume({ max_messages: 256 });
   const last = new Map();
+  const marks = new Map();
+  let busy = Promise.resolve();
+  // one handler call at a time, the consumer's or the recovery's
+  const serial = (f) => (busy = busy.then(f, f));
   const done = (async () => {
     for await (const m of messages) {
-      let e;
-      try {
-        const ct = m.headers?.get("Content-Type") ?? "";
-        if (ct !== "" && ct !== "application/json") {
-          // contract v2's protobuf form: this prober reads JSON only, and the
-          // stages it reads from must run with bus-encoding json.
-          throw new DecodeError("(header Content-Type)", `${ct}: this stage reads JSON only; run the other stages with bus-encoding json`);
-        }
-        e = decode(m.data);
-      } catch (err) {
-        log.error("dropping malformed message", { subject: m.subject, error: err.message });
-        m.term();
-        continue;
-      }
-      const key = `${m.subject}\u0000${e.source}`;
-      const prev = last.get(key) ?? 0;
-      if (e.seq <= prev) {
-        m.ack();
-        continue;
-      }
-      last.set(key, e.seq);
-      try {
-        await handler(m.subject, e);
-        m.ack();
-      } catch (err) {
-        last.set(key, prev);
-        const delivered = m.info.redeliveryCount;
-        const fields = { subject: m.subject, streamSeq: m.seq, source: e.source, seq: e.seq, delivered, error: String(err?.stack ?? err) };
-        if (delivered >= MAX_PANIC_DELIVERIES) {
-          log.error("message handler failed; terminating the message", fields);
-          m.term();
-        } else {
-          log.error("message handler failed; will retry", fields);
-          m.nak(1000);
-        }
-      }
+      await serial(() => take(m));
     }
   })();
+  async function take(m) {
+    let e;
+    try {
+      e = decodeMsg(m.headers, m.data);
+    } catch (err) {
+      log.error("dropping malformed message", { subject: m.subject, error: err.message });
+      m.term();
+      return;
+    }
+    const key = `${m.subject}\u0000${e.source}`;
+    const prev = last.get(key) ?? 0;
+    if (e.seq <= prev) {
+      m.ack();
+      return;
+    }
+    last.set(key, e.seq);
+    try {
+      await handler(m.subject, e);
+      const settled = marks.size > 0 ? settles(m.subject, e) : null;
+      if (settled !== null && marks.delete(settled)) log.info("a newer message settled a terminated one", { subject: m.subject, seq: e.seq });
+      m.ack();
+    } catch (err) {
+      last.set(key, prev);
+      const delivered = m.info.redeliveryCount;
+      const fields = { subject: m.subject, streamSeq: m.seq, consumer: durable, source: e.source, seq: e.seq, delivered, error: String(err?.stack ?? err) };
+      if (delivered >= MAX_DELIVERIES) {
+        log.error("message handler failed on every delivery; terminating the message", fields);
+        const { key: mk, redo } = markKey(m.subject, e);
+        marks.set(mk, { seq: m.seq, redo });
+        m.term(`handler failed ${delivered} times`);
+      } else {
+        log.error("message handler failed; will retry", fields);
+        m.nak(backoff(delivered));
+      }
+    }
+  }
+  // recover hands each terminated message that no snapshot settles to the
+  // handler again, fetched from the stream, until it or a newer one is taken.
+  async function recover() {
+    for (const [mk, { seq, redo }] of [...marks]) {
+      if (!redo) continue;
+      let sm;
+      try {
+        sm = await jsm.streams.getMessage(stream, { seq });
+      } catch (err) {
+        if (err?.api_error?.err_code === 10037) {
+          marks.delete(mk);
+          log.warn("a terminated message is no longer in the stream", { consumer: durable, streamSeq: seq });
+        }
+        continue;
+      }
+      await serial(async () => {
+        if (marks.get(mk)?.seq !== seq) return;
+        try {
+          await handler(sm.subject, decodeMsg(sm.header, sm.data));
+          marks.delete(mk);
+          log.info("recovered a terminated message", { consumer: durable, subject: sm.subject, streamSeq: seq });
+        } catch {
+          // still failing: tried again next time
+        }
+      });
+    }
+  }
+  const timer = setInterval(() => recover().catch(() => {}), RECOVER_EVERY_MS);
   return {
     stream,
     durable,
     async stop() {
+      clearInterval(timer);
       messages.stop();
       await done.catch(() => {});
     },

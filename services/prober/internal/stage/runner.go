@@ -60,6 +60,10 @@ type Runner struct {
 	replaying bool
 	ready     bool
 	lastErr   error
+
+	// consumerHook, set by tests only, adjusts each consumer's options and
+	// wraps its handler.
+	consumerHook func(*bus.ConsumerOptions, bus.Handler) bus.Handler
 }
 
 // Deps are what the runner needs from the process.
@@ -198,8 +202,14 @@ func (r *Runner) trySubscribe(ctx context.Context) error {
 		}
 		r.replaying = true
 	}
+	consume := func(opts bus.ConsumerOptions, h bus.Handler) (func(), error) {
+		if r.consumerHook != nil {
+			h = r.consumerHook(&opts, h)
+		}
+		return bus.Consume(ctx, r.js, opts, h)
+	}
 	if len(r.stops) < 1 {
-		stop, err := bus.Consume(ctx, r.js, bus.ConsumerOptions{
+		stop, err := consume(bus.ConsumerOptions{
 			Stream:  bus.StreamName(r.node, bus.StreamPodStatus),
 			Durable: DurablePodStatus,
 			Filters: []string{r.subjects.PodStatusAll()},
@@ -214,7 +224,7 @@ func (r *Runner) trySubscribe(ctx context.Context) error {
 		r.stops = append(r.stops, stop)
 	}
 	if len(r.stops) < 2 {
-		stop, err := bus.Consume(ctx, r.js, bus.ConsumerOptions{
+		stop, err := consume(bus.ConsumerOptions{
 			Stream:  bus.StreamName(r.node, bus.StreamPodUpdates),
 			Durable: DurablePodUpdates,
 			// podupdates.* only: the reconciles (podupdates.reconcile.<p>

@@ -232,7 +232,9 @@ func (r *Runner) consume(ctx context.Context, node string, m *statusmanager.Mana
 	once := func(h bus.Handler) bus.Handler {
 		d := bus.NewDedup()
 		return func(ctx context.Context, subject string, e *bus.Envelope) error {
-			if !d.Accept(subject, e) {
+			// a terminated message recovered from the stream is older than
+			// some taken since, though none of them supersedes it.
+			if !bus.Recovering(ctx) && !d.Accept(subject, e) {
 				log.Debug("dropping a message already seen or overtaken", zap.String(logging.FieldSubject, subject),
 					zap.String("source", e.Source), zap.Uint64("seq", e.Seq))
 				return nil
