@@ -81,11 +81,11 @@ func (o *owner) restrictDir(dir string) error {
 // restrict makes the pod's directory and those under it down to dir (a
 // plugin's directory) and restricts them.
 func (m *Manager) restrict(uid types.UID, dir string, own *owner) error {
+	if own == nil {
+		return os.MkdirAll(dir, 0o755)
+	}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return err
-	}
-	if own == nil {
-		return nil
 	}
 	if err := m.openRoot(); err != nil {
 		return err
