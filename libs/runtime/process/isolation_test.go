@@ -107,7 +107,8 @@ func TestPodsRunAsUsersOfTheirOwn(t *testing.T) {
 	a := shPod("u-pod-a", `echo "uid=$(id -u) gid=$(id -g) groups=$(id -G)"; echo private > mine; chmod 644 mine; echo ready; sleep 300`)
 	a.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "PASSWORD", Value: "s3cret-of-a"}}
 	b := shPod("u-pod-b", `echo "uid=$(id -u) gid=$(id -g)"; sleep 300`)
-	stA, stB := r.start(a, 0, 0), r.start(b, 0, 0)
+	stA := r.start(a, 0, 0)
+	r.start(b, 0, 0)
 	outA := waitOutput(t, r, a, "c0", "ready")
 	outB := waitOutput(t, r, b, "c0", "uid=")
 
@@ -161,7 +162,6 @@ func TestPodsRunAsUsersOfTheirOwn(t *testing.T) {
 			t.Errorf("%s: %d:%d %v, want %d:%d %o", dir, st.Uid, st.Gid, fi.Mode().Perm(), want[0], want[1], want[2])
 		}
 	}
-	_ = stB
 }
 
 // A pod's uid is claimed on disk: a runtime started afresh on the same
