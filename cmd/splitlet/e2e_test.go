@@ -142,8 +142,8 @@ func TestEndToEndProcessPod(t *testing.T) {
 	ctx := context.Background()
 	waitNodeReady(t, cs, node)
 
-	// the container runs unprivileged (podworkers.process-run-as): the
-	// directory it writes its marks to is open to it.
+	// the container runs as a uid of its own (podworkers.process-uid-range):
+	// the directory it writes its marks to is open to it.
 	dir := t.TempDir()
 	if err := os.Chmod(dir, 0o777); err != nil {
 		t.Fatal(err)

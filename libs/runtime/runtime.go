@@ -262,6 +262,19 @@ type ProcessLocal interface {
 	ProcessLocal()
 }
 
+// PodUsers is implemented by a runtime that runs each pod as a user of its
+// own (process, as root): the pod workers give the pod's files (its
+// volumes) to that user, so that no other pod can read them.
+type PodUsers interface {
+	// PodUser is the uid and gid the pod runs as, claimed for it on first
+	// use and the same for as long as the pod's files exist on the host;
+	// ok is false when the runtime runs pods as itself.
+	PodUser(pod *corev1.Pod) (uid, gid uint32, ok bool, err error)
+	// ReleasePodUser frees the pod's uid once its files are gone (its
+	// runtime files and its volumes).
+	ReleasePodUser(uid types.UID) error
+}
+
 // Streamer is implemented by a runtime with a streaming server of its own
 // (CRI), through which a client runs an interactive command: a terminal,
 // stdin as typed, output as written, terminal resizes (kubelet: the CRI Exec

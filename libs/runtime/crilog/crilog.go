@@ -118,7 +118,14 @@ func Create(path string) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &File{f: f, changed: make(chan struct{}), now: time.Now}, nil
+	return NewFile(f), nil
+}
+
+// NewFile writes the log to f, opened for writing (the caller chose how:
+// a runtime working in a directory a container can write opens it through
+// no link).
+func NewFile(f *os.File) *File {
+	return &File{f: f, changed: make(chan struct{}), now: time.Now}
 }
 
 // Write appends one record.

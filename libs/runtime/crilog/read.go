@@ -98,7 +98,13 @@ func ReadFile(ctx context.Context, path string, opts runtime.LogOptions, live Li
 		return err
 	}
 	defer f.Close()
+	return Read(ctx, f, opts, live, w)
+}
+
+// Read is ReadFile of a log already open (from its start).
+func Read(ctx context.Context, f io.ReadSeeker, opts runtime.LogOptions, live Live, w io.Writer) error {
 	var total int64
+	var err error
 	if opts.TailLines >= 0 {
 		if total, err = countLines(f); err != nil {
 			return err

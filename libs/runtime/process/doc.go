@@ -29,22 +29,53 @@
 // read through the start options' Sources; without them such a reference
 // fails the start with reason CreateContainerConfigError, unless it is
 // optional. Volume mounts are symbolic links at their mountPath under the
-// container's directory, pointing at the volume on the host. The
-// working directory is workingDir, which must exist, or the container's
-// directory <root>/pods/<uid>/<container>. Stdin is /dev/null.
+// container's directory, pointing at the volume on the host; a link the
+// container planted on the way fails the start. The working directory is
+// workingDir, which must exist, or the container's directory
+// <root>/pods/<uid>/<container>; when the way there is closed to the
+// container's user, it starts in / (the cwd of an image without a
+// WORKDIR). Stdin is /dev/null.
 //
-// # User
+// # What it isolates
 //
-// A container runs as the runtime's own user, unless it asks for one
-// (securityContext runAsUser and runAsGroup, the container's over the
-// pod's) or the runtime has a default user (WithDefaultUser; podworkers
-// gives 65534:65534, key podworkers.process-run-as) and runs as root: then
-// it runs as that user, with no supplementary groups, so that it cannot
-// read what only the agent may (its kubeconfig, its bus identity's seed)
-// nor signal the agent's processes. Its directory is given to it; when the
-// way there is closed to it, it starts in / (the cwd of an image without a
-// WORKDIR). A runtime that is not root cannot switch users and refuses a
-// container that asks for another one. Exec runs as the container's user.
+// Processes of the host, with no namespace and no cgroup: pods share the
+// host's network (every port on loopback, the agent's included), its
+// process table (command lines), what any user of the host may read
+// (world-readable files, /tmp, abstract sockets, System V IPC), and no
+// CPU or memory limit is enforced. What keeps pods from each other and
+// from the agent is the user they run as:
+//
+//   - With WithPodUsers and the runtime as root (podworkers as root), each
+//     pod runs as a uid of its own from a range, and the gid of the same
+//     number, with no supplementary groups: pods cannot read each other's
+//     files or /proc/<pid>/environ, nor signal each other or the agent, nor
+//     read the agent's files of mode 0600. The uid is claimed on disk in a
+//     directory every runtime of the host shares (claims.go), so no two
+//     pods share one, and a runtime started afresh (after a kill -9 too)
+//     gives the pod the same; ReleasePodUser frees it once the pod's files
+//     are gone. runAsUser or runAsGroup 0 is refused unless WithAllowRoot;
+//     any other value than the pod's own is refused (it could be another
+//     pod's); both with reason CreateContainerConfigError. runAsNonRoot is
+//     checked with the kubelet's messages. PodUser tells the pod workers
+//     the pod's user, whose its volumes are.
+//   - A root runtime without WithPodUsers runs a container as the user it
+//     asks for (runAsUser, runAsGroup), else as itself: root, which reads
+//     and does anything the agent may.
+//   - A runtime that is not root runs every container as itself and refuses
+//     one asking for another uid.
+//
+// Exec runs as the container's user.
+//
+// # Files
+//
+// A pod's directory is <root>/pods/<uid>; with pod users it is root's, in
+// the pod's group, mode 0750 (the pod enters, changes nothing, no other pod
+// enters), and the container's directory in it is the pod's user's, 0700.
+// Since the container may write its directory, the runtime makes, opens
+// and removes everything beneath the pod's directory through no symbolic
+// link (package safefs): a log or termination message file is made fresh
+// (a link or hard link in its place is replaced, never written through),
+// and logs and messages are read through no link.
 //
 // # Logs
 //
@@ -65,10 +96,13 @@
 // always, and orphans of the group that were reparented to it (it is their
 // parent when it runs as PID 1, or with WithSubreaper). The exit code of a
 // process killed by a signal is 128 + the signal; the reason is Completed
-// for 0 and Error otherwise (OOMKilled is never known). With
-// terminationMessagePolicy FallbackToLogsOnError, a failed container's
-// Message is the end of its log (80 lines, 2 KiB at most); there is no
-// termination message file. Every exit is announced on Events.
+// for 0 and Error otherwise (OOMKilled is never known). A container with
+// a terminationMessagePath gets an empty file there under its directory
+// (as its mounts: /dev/termination-log is ./dev/termination-log), made
+// afresh at each start; what it holds at the exit (4 KiB at most) is the
+// Message. With terminationMessagePolicy FallbackToLogsOnError, a failed
+// container whose file is empty gets the end of its log (80 lines, 2 KiB
+// at most). Every exit is announced on Events.
 //
 // # Containers die with the replica
 //

@@ -65,7 +65,9 @@ type options struct {
 	reapTimeout  time.Duration
 	recordDir    string
 	sweepEvery   time.Duration
-	defaultUser  *User
+	userRange    *UserRange
+	userDir      string
+	allowRoot    bool
 }
 
 // WithRootDir sets the directory under which pods/<uid>/<container>/ hold
@@ -117,6 +119,9 @@ type Runtime struct {
 
 	mu    sync.Mutex
 	table *runtime.PodTable[*container]
+	// users claims pods' uids (nil: pods run as the runtime's user, or
+	// as they ask).
+	users *claims
 
 	// group records (records.go)
 	boot                 string
@@ -131,6 +136,7 @@ var (
 	_ runtime.ProcessLocal = (*Runtime)(nil)
 	_ runtime.Restorer     = (*Runtime)(nil)
 	_ runtime.PodLister    = (*Runtime)(nil)
+	_ runtime.PodUsers     = (*Runtime)(nil)
 )
 
 // ProcessLocal implements runtime.ProcessLocal: the containers are the
@@ -149,6 +155,9 @@ type container struct {
 	done           chan struct{} // closed once exited and the log is complete
 	cpu            cpuSample
 	user           *User // nil: the runtime's own
+	// termMsg is the termination message file, relative to the pod's
+	// directory ("": none).
+	termMsg string
 
 	procMu sync.Mutex
 	pid    int
@@ -183,7 +192,13 @@ func New(opts ...Option) (*Runtime, error) {
 		return nil, fmt.Errorf("process runtime: root dir: %w", err)
 	}
 	o.root = root
-	if err := os.MkdirAll(filepath.Join(root, "pods"), 0o750); err != nil {
+	var users *claims
+	if o.userRange != nil && os.Geteuid() == 0 {
+		if users, err = newClaims(o.userDir, *o.userRange); err != nil {
+			return nil, fmt.Errorf("process runtime: uid claims: %w", err)
+		}
+	}
+	if err := makeRoot(root, users != nil); err != nil {
 		return nil, fmt.Errorf("process runtime: %w", err)
 	}
 	if o.subreaper {
@@ -208,6 +223,7 @@ func New(opts ...Option) (*Runtime, error) {
 		prefix: Type + "://" + hex.EncodeToString(b[:]),
 		table:  runtime.NewPodTable(func(c *container) *runtime.ContainerStatus { return &c.status }),
 		boot:   bootID(),
+		users:  users,
 	}
 	r.ownerPID, r.ownerStart = selfIdentity()
 	if o.recordDir != "" {
@@ -287,23 +303,36 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 	if err != nil {
 		return configErr(err)
 	}
+	user, err := r.userFor(p, c)
+	if err != nil {
+		return configErr(err)
+	}
+	files, err := r.podFiles(p, user)
+	if err != nil {
+		return configErr(err)
+	}
+	defer files.Close()
 	cdir := filepath.Join(r.podDir(p.UID), c.Name)
-	if err := os.MkdirAll(cdir, 0o750); err != nil {
+	if err := files.containerDir(c.Name); err != nil {
 		st.State, st.Reason, st.Message = runtime.StateExited, ReasonCannotRun, err.Error()
 		return st, fmt.Errorf("process: container %q of pod %s: %w", c.Name, p.UID, err)
 	}
-	if err := linkMounts(cdir, opts.Mounts); err != nil {
+	if err := files.linkMounts(c.Name, opts.Mounts); err != nil {
+		return configErr(err)
+	}
+	termMsg, err := files.terminationFile(c)
+	if err != nil {
 		return configErr(err)
 	}
 	st.ID = r.prefix + strconv.FormatUint(r.seq.Add(1), 16)
 	st.CreatedAt = time.Now()
 	st.LogPath = filepath.Join(cdir, strconv.Itoa(attempt)+".log")
-	lf, err := crilog.Create(st.LogPath)
+	lf, err := files.createLog(c.Name + "/" + strconv.Itoa(attempt) + ".log")
 	if err != nil {
 		st.State, st.Reason, st.Message = runtime.StateExited, ReasonCannotRun, err.Error()
 		return st, fmt.Errorf("process: container %q of pod %s: %w", c.Name, p.UID, err)
 	}
-	ct := &container{env: env, log: lf, done: make(chan struct{}),
+	ct := &container{env: env, log: lf, done: make(chan struct{}), user: user, termMsg: termMsg,
 		fallbackToLogs: c.TerminationMessagePolicy == corev1.TerminationMessageFallbackToLogsOnError}
 
 	// kubelet: command replaces the entrypoint, args the cmd; with no
@@ -312,21 +341,12 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 	if len(argv) == 0 {
 		return r.failStart(p, ct, st, errors.New("no command: the process runtime has no image entrypoint, so the container needs command or args"))
 	}
+	// the container's own directory is its; when the way there is closed
+	// to it, it starts in / (kubelet: the cwd of an image without a
+	// WORKDIR).
 	ct.dir = cdir
-	ct.user = r.userFor(p, c)
-	if uid, ok := askedUser(p, c); ok && ct.user == nil && uid != int64(os.Geteuid()) {
-		return r.failStart(p, ct, st, fmt.Errorf("runAsUser: the process runtime runs as uid %d and cannot switch users", os.Geteuid()))
-	}
-	if ct.user != nil {
-		// the container's own directory is its; when the way there is
-		// closed to it, it starts in / (kubelet: the cwd of an image
-		// without a WORKDIR).
-		if err := os.Chown(cdir, int(ct.user.UID), int(ct.user.GID)); err != nil {
-			return r.failStart(p, ct, st, err)
-		}
-		if !reachable(cdir, ct.user) {
-			ct.dir = "/"
-		}
+	if user != nil && !reachable(cdir, user) {
+		ct.dir = "/"
 	}
 	if c.WorkingDir != "" {
 		ct.dir = c.WorkingDir
@@ -406,8 +426,8 @@ func (r *Runtime) store(p *corev1.Pod, ct *container) {
 		}
 	}
 	r.mu.Unlock()
-	for _, p := range drop {
-		_ = os.Remove(p)
+	for _, path := range drop {
+		r.removeLog(ct.status.PodUID, path)
 	}
 }
 
@@ -449,8 +469,10 @@ func (r *Runtime) watch(c *container, cmd *exec.Cmd, outR, errR *os.File) {
 	outR.Close()
 	errR.Close()
 	_ = c.log.Close()
-	var message string
-	if code != 0 && c.fallbackToLogs {
+	// kubelet: the termination message file, else, with
+	// FallbackToLogsOnError, the end of a failed container's log.
+	message := r.terminationMessage(c)
+	if message == "" && code != 0 && c.fallbackToLogs {
 		message = r.lastLog(c)
 	}
 
@@ -474,11 +496,15 @@ func (r *Runtime) watch(c *container, cmd *exec.Cmd, outR, errR *os.File) {
 }
 
 // lastLog is the end of a failed container's log, its termination message
-// under FallbackToLogsOnError (kubelet: the last 80 lines, at most 2 KiB;
-// there is no termination message file for a process).
+// under FallbackToLogsOnError (kubelet: the last 80 lines, at most 2 KiB).
 func (r *Runtime) lastLog(c *container) string {
+	f, err := r.openLog(c.status.PodUID, c.status.LogPath)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
 	var b bytes.Buffer
-	_ = crilog.ReadFile(context.Background(), c.status.LogPath, runtime.LogOptions{TailLines: maxMessageLines}, nil, &b)
+	_ = crilog.Read(context.Background(), f, runtime.LogOptions{TailLines: maxMessageLines}, nil, &b)
 	msg := b.Bytes()
 	if len(msg) > maxMessageBytes {
 		msg = msg[len(msg)-maxMessageBytes:]
@@ -597,7 +623,12 @@ func (r *Runtime) Logs(ctx context.Context, uid types.UID, name string, opts run
 	}
 	path, live := c.status.LogPath, c.log
 	r.mu.Unlock()
-	return crilog.ReadFile(ctx, path, opts, live, w)
+	f, err := r.openLog(uid, path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return crilog.Read(ctx, f, opts, live, w)
 }
 
 // UpdateContainerResources implements runtime.Resizer: the new figures are

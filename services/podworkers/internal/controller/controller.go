@@ -552,6 +552,11 @@ func (c *Controller) cleanupWorkers() (map[types.UID]podworkers.WorkType, bool) 
 			c.log.Warn("cannot remove pod from the runtime", zap.String(logging.FieldUID, string(uid)), zap.Error(err))
 		} else if err := c.syncer.RemoveVolumes(uid); err != nil {
 			c.log.Warn("cannot remove the pod's volumes", zap.String(logging.FieldUID, string(uid)), zap.Error(err))
+		} else if users, ok := c.cfg.Runtime.(runtime.PodUsers); ok {
+			// the pod's files are gone: its uid may go to another pod.
+			if err := users.ReleasePodUser(uid); err != nil {
+				c.log.Warn("cannot release the pod's user", zap.String(logging.FieldUID, string(uid)), zap.Error(err))
+			}
 		}
 		c.mu.Lock()
 		_, still := c.pods[uid]

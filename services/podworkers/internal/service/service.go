@@ -72,7 +72,9 @@ type Config struct {
 	HostIP               string
 	ReadinessInterval    time.Duration
 	ProcessRecordsDir    string
-	ProcessRunAs         string
+	ProcessUIDRange      string
+	ProcessUIDDir        string
+	ProcessAllowRoot     bool
 	ContainerEvents      string
 	Volumes              string
 	RootDir              string
@@ -95,7 +97,9 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.SimMaxStarts, "podworkers.sim-max-concurrent-starts", 0, "containers this replica starts at once (runtime sim); 0: no limit")
 	fs.StringVar(&c.HostIP, "podworkers.host-ip", "127.0.0.1", "host IP reported in pod status")
 	fs.DurationVar(&c.ReadinessInterval, "podworkers.readiness-interval", 10*time.Second, "heartbeat interval of AgentReadiness on state.agent")
-	fs.StringVar(&c.ProcessRunAs, "podworkers.process-run-as", "65534:65534", "runtime process, when podworkers runs as root: the uid:gid of containers that set no runAsUser, so that a pod cannot read the agent's credentials or signal its processes; 'self' runs them as podworkers itself")
+	fs.StringVar(&c.ProcessUIDRange, "podworkers.process-uid-range", process.DefaultUserRange.String(), "runtime process, when podworkers runs as root: the uids (and gids of the same numbers) pods run as, first-last; each pod gets one of its own, so that pods cannot read each other's files and environment nor the agent's credentials; a container asking for another uid (runAsUser) is refused")
+	fs.StringVar(&c.ProcessUIDDir, "podworkers.process-uid-dir", "", "runtime process, when podworkers runs as root: where the pod workers of this host claim their pods' uids, one file per uid (shared by every node and replica of the host, so that no two pods share a uid; mode 0700, this user's); default <tmp>/splitlet-process-uids")
+	fs.BoolVar(&c.ProcessAllowRoot, "podworkers.process-allow-root", false, "runtime process, when podworkers runs as root: run containers that ask for uid or gid 0 (runAsUser, runAsGroup) as root, which reads the agent's credentials and every pod's files; off: such a container is refused with CreateContainerConfigError")
 	fs.StringVar(&c.ContainerEvents, "podworkers.container-events", "auto", "record the kubelet's container Events on pods (Created, Started, Failed, BackOff, Killing): on, off, or auto (on, but for the sim runtime, which is for scale tests: like kwok it records none, sparing the API server two writes a pod)")
 	fs.StringVar(&c.Volumes, "podworkers.volumes", "auto", "set up pods' volumes (emptyDir, hostPath, configMap, secret, downwardAPI, projected with service account tokens) and mount them into containers: on, off, or auto (on, but for the sim runtime, which runs nothing that could read them)")
 	fs.StringVar(&c.RootDir, "podworkers.root-dir", "", "where pods' volumes live, as <root-dir>/pods/<uid>/volumes/ (the kubelet's --root-dir layout); shared by the replicas of a node, and for the cri runtime the same path on the host; default <data-dir>/kubelet")
@@ -123,8 +127,8 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("invalid value %q for %s: must be on, off or auto", v, key)
 		}
 	}
-	if _, err := parseRunAs(c.ProcessRunAs); err != nil {
-		return fmt.Errorf("invalid value %q for podworkers.process-run-as: %w", c.ProcessRunAs, err)
+	if _, err := process.ParseUserRange(c.ProcessUIDRange); err != nil {
+		return fmt.Errorf("invalid value %q for podworkers.process-uid-range: %w", c.ProcessUIDRange, err)
 	}
 	if c.SimMaxStarts < 0 {
 		return fmt.Errorf("invalid value %d for podworkers.sim-max-concurrent-starts: negative", c.SimMaxStarts)
@@ -373,12 +377,15 @@ func (r *Runner) newRuntime(ctx context.Context) (runtime.Runtime, error) {
 		}
 		opts := []process.Option{process.WithRootDir(root), process.WithHostIP(r.cfg.HostIP), process.WithLogger(r.log.Named("process")),
 			process.WithRecordDir(records)}
-		if u, ok := r.cfg.runAs(); ok {
-			opts = append(opts, process.WithDefaultUser(u))
+		if os.Geteuid() == 0 {
+			opts = append(opts, r.cfg.podUsers()...)
+			if err := r.openWayForPods(root); err != nil {
+				return nil, err
+			}
 		}
 		rt, err := process.New(opts...)
 		if err != nil {
-			return nil, fmt.Errorf("%w (key podworkers.process-records-dir)", err)
+			return nil, fmt.Errorf("%w (keys podworkers.process-records-dir, podworkers.process-uid-dir)", err)
 		}
 		return rt, nil
 	default:
@@ -470,8 +477,11 @@ func (r *Runner) run(ctx context.Context) error {
 			root = filepath.Join(r.common.DataDir, "kubelet")
 		}
 		client := volumes.Client{CS: r.cs}
-		syncOpts = append(syncOpts, podsync.WithVolumes(volumes.New(root, client, client,
-			volumes.WithAllocatable(allocatable), volumes.WithLogger(r.log.Named("volumes")))))
+		volOpts := []volumes.Option{volumes.WithAllocatable(allocatable), volumes.WithLogger(r.log.Named("volumes"))}
+		if users, ok := rt.(runtime.PodUsers); ok {
+			volOpts = append(volOpts, volumes.WithPodUsers(users))
+		}
+		syncOpts = append(syncOpts, podsync.WithVolumes(volumes.New(root, client, client, volOpts...)))
 		// the services whose variables containers get (kubelet: a services
 		// informer of the whole cluster; the node may list them).
 		svcFactory := informers.NewSharedInformerFactoryWithOptions(r.cs, 0, informers.WithTransform(kube.StripManagedFields))
@@ -811,35 +821,6 @@ func prefixed(ids []string) []string {
 		out[i] = "podworkers-" + id
 	}
 	return out
-}
-
-// runAs is the default user of process containers (podworkers.process-run-as).
-func (c *Config) runAs() (process.User, bool) {
-	u, _ := parseRunAs(c.ProcessRunAs)
-	if u == nil {
-		return process.User{}, false
-	}
-	return *u, true
-}
-
-// parseRunAs reads "uid:gid" (or "uid", the gid then the same); "self" or
-// empty is nil.
-func parseRunAs(s string) (*process.User, error) {
-	if s == "" || s == "self" {
-		return nil, nil
-	}
-	uidS, gidS, hasGID := strings.Cut(s, ":")
-	uid, err := strconv.ParseUint(uidS, 10, 32)
-	if err != nil {
-		return nil, fmt.Errorf("want uid:gid or self")
-	}
-	gid := uid
-	if hasGID {
-		if gid, err = strconv.ParseUint(gidS, 10, 32); err != nil {
-			return nil, fmt.Errorf("want uid:gid or self")
-		}
-	}
-	return &process.User{UID: uint32(uid), GID: uint32(gid)}, nil
 }
 
 // serviceEnv are the service variables of a container in namespace ns

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -80,6 +81,9 @@ type env struct {
 	onTrack     func(...*corev1.Pod)
 	// replicaCS, if set, is the replicas' clientset (default: admin).
 	replicaCS kubernetes.Interface
+	// uids is the replicas' podworkers.process-uid-dir: shared by them
+	// as by the replicas of a host.
+	uids string
 }
 
 // track names pods the test runs, for the runtime's cleanup.
@@ -101,7 +105,7 @@ func newEnvOn(t *testing.T, node string, n *testenv.NATS) *env {
 	if err := bus.EnsureStreams(ctx, js, node); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, node: node, nats: n, cs: c.Clientset(), pub: bus.NewPublisher(nc, js, node, "api"),
+	e := &env{t: t, node: node, nats: n, cs: c.Clientset(), pub: bus.NewPublisher(nc, js, node, "api"), uids: filepath.Join(t.TempDir(), "uids"),
 		status: map[types.UID]*bus.PodRuntimeStatus{}, source: map[types.UID]string{}}
 	cons, err := js.OrderedConsumer(ctx, bus.StreamName(node, bus.StreamPodStatus), jetstream.OrderedConsumerConfig{})
 	if err != nil {
@@ -185,6 +189,24 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 	}
 }
 
+// openWay makes dir's ancestors up to the temporary directory searchable
+// by every user (a test's directories are 0700), as the way to a node's
+// data directory is on a host: pods running as users of their own reach
+// their directories under it.
+func openWay(t *testing.T, dir string) {
+	t.Helper()
+	tmp := filepath.Clean(os.TempDir())
+	for d := filepath.Dir(dir); strings.HasPrefix(d, tmp+"/"); d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, fi.Mode().Perm()|0o011); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func defaults(t *testing.T) *Config {
 	cfg := &Config{}
 	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
@@ -215,11 +237,14 @@ func (e *env) startReplicaConn(t *testing.T, runtimeName string, mod func(*Confi
 func (e *env) startReplicaRuntime(t *testing.T, runtimeName string, mod func(*Config), rt runtime.Runtime) (*Runner, *messaging.Conn) {
 	t.Helper()
 	cfg := defaults(t)
+	cfg.ProcessUIDDir = e.uids
 	if mod != nil {
 		mod(cfg)
 	}
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
-	common := &config.Common{NodeName: e.node, Partitions: partitions, Runtime: runtimeName, DataDir: t.TempDir(), CRIEndpoint: criEndpoint,
+	dataDir := t.TempDir()
+	openWay(t, dataDir)
+	common := &config.Common{NodeName: e.node, Partitions: partitions, Runtime: runtimeName, DataDir: dataDir, CRIEndpoint: criEndpoint,
 		NATSURL: e.nats.URL, NATSReplicas: max(e.natsReplicas, 1)}
 	conn, err := messaging.Connect(messaging.Options{URL: e.nats.URL, Node: e.node, Name: "podworkers-test", Log: log, Replicas: e.natsReplicas})
 	if err != nil {

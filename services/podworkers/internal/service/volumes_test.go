@@ -140,10 +140,12 @@ func runVolumePod(t *testing.T, e *env, rt, root string) {
 	admin := controlPlane(t).Clientset()
 	cm, secret, account := volumeObjects(t, admin, e.node)
 	rootDir := t.TempDir()
+	openWay(t, rootDir)
 	// (runs before TempDir's removal) a test that stops half-way leaves
 	// its tmpfs mounts behind.
 	t.Cleanup(func() { unmountUnder(rootDir) })
 	hostDir := filepath.Join(t.TempDir(), "host")
+	openWay(t, hostDir)
 	if err := os.MkdirAll(hostDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +156,6 @@ func runVolumePod(t *testing.T, e *env, rt, root string) {
 	e.startReplica(t, rt, func(c *Config) {
 		c.RootDir = rootDir
 		c.ResyncInterval = time.Second
-		c.ProcessRunAs = "self"
 	})
 	shape := volumePod(e.node, root, cm, secret, account, hostDir)
 	p := newPod(t, admin, e.node+"-vol", func(p *corev1.Pod) {

@@ -36,8 +36,10 @@ const (
 //     "..data", so that a path keeps resolving across updates.
 //
 // A payload equal to the current one (contents and modes) changes nothing;
-// changed reports whether a new version was written.
-func writePayload(dir string, payload map[string]File) (changed bool, err error) {
+// changed reports whether a new version was written. With own, the
+// version is given to the pod's user (owners.go), and a version that is
+// not is written again.
+func writePayload(dir string, payload map[string]File, own *owner) (changed bool, err error) {
 	clean := make(map[string]File, len(payload))
 	for p, f := range payload {
 		cp, err := payloadPath(p)
@@ -50,7 +52,7 @@ func writePayload(dir string, payload map[string]File) (changed bool, err error)
 		return false, err
 	}
 	old, _ := os.Readlink(filepath.Join(dir, dataLink))
-	if old != "" && samePayload(filepath.Join(dir, old), clean) {
+	if old != "" && samePayload(filepath.Join(dir, old), clean, own) {
 		return false, nil
 	}
 	version, err := os.MkdirTemp(dir, ".."+time.Now().UTC().Format("2006_01_02_15_04_05."))
@@ -72,6 +74,9 @@ func writePayload(dir string, payload map[string]File) (changed bool, err error)
 		if err := os.Chmod(full, f.Mode.Perm()); err != nil {
 			return false, err
 		}
+	}
+	if err := own.ownPayload(version); err != nil {
+		return false, err
 	}
 	tmp := filepath.Join(dir, dataLinkTmp)
 	_ = os.Remove(tmp)
@@ -137,13 +142,16 @@ func payloadPath(p string) (string, error) {
 }
 
 // samePayload says whether the version directory holds exactly payload.
-func samePayload(version string, payload map[string]File) bool {
+func samePayload(version string, payload map[string]File, own *owner) bool {
 	var found []string
 	err := filepath.WalkDir(version, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		if d.IsDir() {
+			if info, err := d.Info(); err != nil || !own.owns(info) {
+				return errors.New("owner")
+			}
 			return nil
 		}
 		rel, err := filepath.Rel(version, path)
@@ -155,7 +163,7 @@ func samePayload(version string, payload map[string]File) bool {
 			return errors.New("extra")
 		}
 		info, err := d.Info()
-		if err != nil || info.Mode().Perm() != f.Mode.Perm() {
+		if err != nil || info.Mode().Perm() != f.Mode.Perm() || !own.owns(info) {
 			return errors.New("mode")
 		}
 		data, err := os.ReadFile(path)

@@ -70,6 +70,7 @@ import (
 	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/libs/runtime/containerenv"
+	"github.com/splitlet/splitlet/libs/safefs"
 )
 
 // Plugin directory names (kubelet: the plugins' escaped names).
@@ -125,6 +126,7 @@ type Manager struct {
 	root        string
 	sources     runtime.Sources
 	tokens      Tokens
+	users       runtime.PodUsers
 	allocatable func() corev1.ResourceList
 	log         *zap.Logger
 
@@ -151,6 +153,10 @@ type Option func(*Manager)
 
 // WithLogger sets the logger.
 func WithLogger(l *zap.Logger) Option { return func(m *Manager) { m.log = l } }
+
+// WithPodUsers gives each pod's volumes to the user the runtime runs the
+// pod as (package documentation, "Owners").
+func WithPodUsers(u runtime.PodUsers) Option { return func(m *Manager) { m.users = u } }
 
 // WithAllocatable gives the node's allocatable, the default of a
 // resourceFieldRef limit the container does not set.
@@ -204,10 +210,14 @@ func (m *Manager) Setup(ctx context.Context, pod *corev1.Pod) (map[string]Volume
 	if !safeUID(pod.UID) {
 		return nil, fmt.Errorf("pod UID %q cannot name a directory", pod.UID)
 	}
+	own, err := m.owner(pod)
+	if err != nil {
+		return nil, fmt.Errorf("the pod's user: %w", err)
+	}
 	out := make(map[string]Volume, len(pod.Spec.Volumes))
 	for i := range pod.Spec.Volumes {
 		v := &pod.Spec.Volumes[i]
-		vol, err := m.setup(ctx, pod, v)
+		vol, err := m.setup(ctx, pod, v, own)
 		if err != nil {
 			return out, &SetupError{Volume: v.Name, Err: err}
 		}
@@ -216,11 +226,30 @@ func (m *Manager) Setup(ctx context.Context, pod *corev1.Pod) (map[string]Volume
 	return out, nil
 }
 
-func (m *Manager) setup(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) (Volume, error) {
+func (m *Manager) setup(ctx context.Context, pod *corev1.Pod, v *corev1.Volume, own *owner) (Volume, error) {
 	if strings.ContainsAny(v.Name, "/\x00") || v.Name == "" || v.Name == "." || v.Name == ".." {
 		return Volume{}, fmt.Errorf("volume name %q cannot name a directory", v.Name)
 	}
-	dir := func(plugin string) string { return filepath.Join(m.podDir(pod.UID), "volumes", plugin, v.Name) }
+	var dirErr error
+	dir := func(plugin string) string {
+		d := filepath.Join(m.podDir(pod.UID), "volumes", plugin, v.Name)
+		dirErr = m.restrict(pod.UID, filepath.Dir(d), own)
+		return d
+	}
+	if own != nil {
+		own.fileGID = own.gid
+		if g := fsGroup(pod); g != nil {
+			own.fileGID = int(*g)
+		}
+	}
+	vol, err := m.setupKind(ctx, pod, v, dir, own)
+	if dirErr != nil {
+		return Volume{}, dirErr
+	}
+	return vol, err
+}
+
+func (m *Manager) setupKind(ctx context.Context, pod *corev1.Pod, v *corev1.Volume, dir func(string) string, own *owner) (Volume, error) {
 	src := v.VolumeSource
 	switch {
 	case src.EmptyDir != nil:
@@ -236,25 +265,25 @@ func (m *Manager) setup(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) 
 		if err != nil {
 			return Volume{}, err
 		}
-		return m.payloadVolume(dir(dirConfigMap), payload, false, fsGroup(pod))
+		return m.payloadVolume(dir(dirConfigMap), payload, false, fsGroup(pod), own)
 	case src.Secret != nil:
 		payload, err := m.secretPayload(ctx, pod.Namespace, src.Secret.SecretName, src.Secret.Items, src.Secret.Optional, modeOr(src.Secret.DefaultMode))
 		if err != nil {
 			return Volume{}, err
 		}
-		return m.payloadVolume(dir(dirSecret), payload, true, fsGroup(pod))
+		return m.payloadVolume(dir(dirSecret), payload, true, fsGroup(pod), own)
 	case src.DownwardAPI != nil:
 		payload, err := m.downwardPayload(pod, src.DownwardAPI.Items, modeOr(src.DownwardAPI.DefaultMode))
 		if err != nil {
 			return Volume{}, err
 		}
-		return m.payloadVolume(dir(dirDownward), payload, false, fsGroup(pod))
+		return m.payloadVolume(dir(dirDownward), payload, false, fsGroup(pod), own)
 	case src.Projected != nil:
 		payload, err := m.projectedPayload(ctx, pod, v.Name, src.Projected)
 		if err != nil {
 			return Volume{}, err
 		}
-		return m.payloadVolume(dir(dirProjected), payload, true, fsGroup(pod))
+		return m.payloadVolume(dir(dirProjected), payload, true, fsGroup(pod), own)
 	}
 	return Volume{}, fmt.Errorf("volume kind not supported by this node (supported: emptyDir, hostPath, configMap, secret, downwardAPI, projected)")
 }
@@ -327,18 +356,21 @@ func ownDir(dir string, gid *int64) error {
 // payloadVolume writes a payload into dir, a tmpfs first when secret. With
 // an fsGroup, the files are the group's and readable by it (kubelet: the
 // read-only ownership rule adds 0440).
-func (m *Manager) payloadVolume(dir string, payload map[string]File, secret bool, gid *int64) (Volume, error) {
-	if gid != nil {
-		for k, f := range payload {
-			f.Mode |= 0o440
-			payload[k] = f
+func (m *Manager) payloadVolume(dir string, payload map[string]File, secret bool, gid *int64, own *owner) (Volume, error) {
+	for k, f := range payload {
+		if secret && own != nil {
+			f.Mode &= 0o700 // the pod's user's alone
 		}
+		if gid != nil {
+			f.Mode |= 0o440
+		}
+		payload[k] = f
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return Volume{}, err
 	}
 	if secret {
-		if err := mountTmpfs(dir, "0755", ""); err != nil {
+		if err := mountTmpfs(dir, own.dirMode(), ""); err != nil {
 			m.mu.Lock()
 			first := !m.noTmpfs
 			m.noTmpfs = true
@@ -348,11 +380,14 @@ func (m *Manager) payloadVolume(dir string, payload map[string]File, secret bool
 			}
 		}
 	}
-	changed, err := writePayload(dir, payload)
+	if err := own.restrictDir(dir); err != nil {
+		return Volume{}, err
+	}
+	changed, err := writePayload(dir, payload, own)
 	if err != nil {
 		return Volume{}, err
 	}
-	if changed && gid != nil {
+	if changed && gid != nil && own == nil {
 		if err := chownTree(dir, int(*gid)); err != nil {
 			return Volume{}, err
 		}
@@ -744,7 +779,7 @@ func propagation(p *corev1.MountPropagationMode) corev1.MountPropagationMode {
 
 // subPath resolves sub inside the volume at root, refusing a path that
 // leaves it (by "..", or through a symbolic link), and creates it when
-// missing.
+// missing, through no link (a pod may have put links in its volume).
 func subPath(root, sub string) (string, error) {
 	if filepath.IsAbs(sub) {
 		return "", fmt.Errorf("subPath %q must be relative", sub)
@@ -762,10 +797,9 @@ func subPath(root, sub string) (string, error) {
 		if fi, err := os.Stat(root); err == nil {
 			mode = fi.Mode() & (fs.ModePerm | fs.ModeSetgid | fs.ModeSticky)
 		}
-		if err := os.MkdirAll(p, mode); err != nil {
+		if err := makeSubPath(root, sub, mode); err != nil {
 			return "", err
 		}
-		_ = os.Chmod(p, mode)
 	}
 	realRoot, err := filepath.EvalSymlinks(root)
 	if err != nil {
@@ -779,6 +813,20 @@ func subPath(root, sub string) (string, error) {
 		return "", fmt.Errorf("subPath %q is outside the volume", sub)
 	}
 	return p, nil
+}
+
+// makeSubPath makes sub under the volume at root with the volume's mode,
+// through no symbolic link.
+func makeSubPath(root, sub string, mode fs.FileMode) error {
+	d, err := safefs.OpenDir(root)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.MkdirAll(sub, mode); err != nil {
+		return err
+	}
+	return d.Chmod(sub, mode)
 }
 
 // Client reads ConfigMaps and Secrets and requests tokens through a

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 func readVisible(t *testing.T, dir, name string) string {
@@ -33,7 +34,7 @@ func readVisible(t *testing.T, dir, name string) string {
 // no longer has disappear while files not its own stay.
 func TestWritePayload(t *testing.T) {
 	dir := t.TempDir()
-	changed, err := writePayload(dir, map[string]File{"a": {Data: []byte("1"), Mode: 0o644}, "sub/b": {Data: []byte("2"), Mode: 0o400}})
+	changed, err := writePayload(dir, map[string]File{"a": {Data: []byte("1"), Mode: 0o644}, "sub/b": {Data: []byte("2"), Mode: 0o400}}, nil)
 	if err != nil || !changed {
 		t.Fatalf("first write: changed %v, %v", changed, err)
 	}
@@ -47,14 +48,14 @@ func TestWritePayload(t *testing.T) {
 		t.Fatalf("a links to %q, want ..data/a", target)
 	}
 	first, _ := os.Readlink(filepath.Join(dir, dataLink))
-	changed, err = writePayload(dir, map[string]File{"a": {Data: []byte("1"), Mode: 0o644}, "sub/b": {Data: []byte("2"), Mode: 0o400}})
+	changed, err = writePayload(dir, map[string]File{"a": {Data: []byte("1"), Mode: 0o644}, "sub/b": {Data: []byte("2"), Mode: 0o400}}, nil)
 	if err != nil || changed {
 		t.Fatalf("same payload: changed %v, %v", changed, err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "mine"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	changed, err = writePayload(dir, map[string]File{"a": {Data: []byte("new"), Mode: 0o644}})
+	changed, err = writePayload(dir, map[string]File{"a": {Data: []byte("new"), Mode: 0o644}}, nil)
 	if err != nil || !changed {
 		t.Fatalf("update: changed %v, %v", changed, err)
 	}
@@ -71,7 +72,7 @@ func TestWritePayload(t *testing.T) {
 		t.Errorf("a file the writer did not write was touched")
 	}
 	for _, bad := range []string{"../x", "/abs", "..hidden", "a/../../x"} {
-		if _, err := writePayload(dir, map[string]File{bad: {Data: nil, Mode: 0o644}}); err == nil {
+		if _, err := writePayload(dir, map[string]File{bad: {Data: nil, Mode: 0o644}}, nil); err == nil {
 			t.Errorf("path %q accepted", bad)
 		}
 	}
@@ -346,5 +347,86 @@ func TestEmptyDirMemory(t *testing.T) {
 	}
 	if _, err := os.Stat(vols["mem"].Path); !os.IsNotExist(err) {
 		t.Errorf("teardown left %s: %v", vols["mem"].Path, err)
+	}
+}
+
+// fakeUsers gives pod u1 uid 70001 and any other 70002.
+type fakeUsers struct{}
+
+func (fakeUsers) PodUser(p *corev1.Pod) (uint32, uint32, bool, error) {
+	if p.UID == "u1" {
+		return 70001, 70001, true, nil
+	}
+	return 70002, 70002, true, nil
+}
+
+func (fakeUsers) ReleasePodUser(types.UID) error { return nil }
+
+// With pod users, a pod's volumes are its user's alone: the directories
+// down to each volume and those of payload volumes are root's in the
+// pod's group (0750, so the pod reads and changes nothing), the files the
+// pod's user's, Secret and projected ones 0600 whatever defaultMode
+// gives others; a subPath the pod points through a link it planted in
+// its emptyDir makes nothing outside.
+func TestPodUsersOwnTheirVolumes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatalf("giving files to a pod's user needs root (uid %d)", os.Geteuid())
+	}
+	root := t.TempDir()
+	src := fakeSources{cms: map[string]*corev1.ConfigMap{"cm": {Data: map[string]string{"k": "v"}}},
+		secrets: map[string]*corev1.Secret{"s": {Data: map[string][]byte{"password": []byte("s3cret")}}}}
+	m := New(root, src, &fakeTokens{ttl: time.Hour}, WithPodUsers(fakeUsers{}))
+	p := pod(
+		corev1.Volume{Name: "sec", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "s"}}},
+		corev1.Volume{Name: "proj", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}}}}},
+		corev1.Volume{Name: "cm", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cm"}}}},
+		corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	)
+	t.Cleanup(func() { _ = m.Teardown(p.UID) })
+	vols, err := m.Setup(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(path string, uid, gid uint32, mode fs.FileMode) {
+		t.Helper()
+		var st syscall.Stat_t
+		if err := syscall.Stat(path, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Uid != uid || st.Gid != gid || fs.FileMode(st.Mode).Perm() != mode {
+			t.Errorf("%s: %d:%d %o, want %d:%d %o", path, st.Uid, st.Gid, fs.FileMode(st.Mode).Perm(), uid, gid, mode)
+		}
+	}
+	podDir := m.PodDir(p.UID)
+	for _, d := range []string{podDir, filepath.Join(podDir, "volumes"), filepath.Join(podDir, "volumes", dirSecret),
+		vols["sec"].Path, filepath.Join(vols["sec"].Path, dataLink), vols["proj"].Path, vols["cm"].Path} {
+		check(d, 0, 70001, 0o750)
+	}
+	check(filepath.Join(root, "pods"), 0, 0, 0o711)
+	check(filepath.Join(vols["sec"].Path, "password"), 70001, 70001, 0o600)
+	check(filepath.Join(vols["proj"].Path, "token"), 70001, 70001, 0o600)
+	check(filepath.Join(vols["cm"].Path, "k"), 70001, 70001, 0o644)
+	check(vols["scratch"].Path, 0, 0, 0o777)
+
+	// a second sync rewrites nothing.
+	before, _ := os.Readlink(filepath.Join(vols["sec"].Path, dataLink))
+	if _, err := m.Setup(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := os.Readlink(filepath.Join(vols["sec"].Path, dataLink)); after != before {
+		t.Errorf("an unchanged Secret was written again (%s, then %s)", before, after)
+	}
+
+	outside := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(vols["scratch"].Path, "planted")); err != nil {
+		t.Fatal(err)
+	}
+	c := &corev1.Container{Name: "c", VolumeMounts: []corev1.VolumeMount{{Name: "scratch", MountPath: "/x", SubPath: "planted/made"}}}
+	if _, err := Mounts(p, c, vols, nil); err == nil {
+		t.Error("a subPath through a planted link was accepted")
+	}
+	if _, err := os.Stat(filepath.Join(outside, "made")); !os.IsNotExist(err) {
+		t.Errorf("a subPath was made outside the volume: %v", err)
 	}
 }
