@@ -27,6 +27,12 @@ const (
 	AuthzAlwaysAllow = "always-allow"
 )
 
+// MinHeartbeatTimeout is the least time a heartbeat request (Lease, Node
+// status) is given: the kubelet's timeout, the shorter of the status update
+// period and the lease duration, would cut off a slow but working API
+// server when the periods are under a second (as in tests).
+const MinHeartbeatTimeout = 5 * time.Second
+
 // Config holds the nodehb keys.
 type Config struct {
 	Labels           map[string]string
@@ -233,4 +239,10 @@ func (c *Config) Validate() error {
 	}
 	_, err := c.clientCAs()
 	return err
+}
+
+// heartbeatTimeout bounds each request of the heartbeat client (kubelet:
+// the shorter of the status update period and the lease duration).
+func (c *Config) heartbeatTimeout() time.Duration {
+	return max(min(c.StatusUpdate, c.LeaseDuration), MinHeartbeatTimeout)
 }
