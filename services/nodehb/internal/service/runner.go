@@ -125,9 +125,15 @@ func Build(cfg *Config, common *config.Common, log *zap.Logger, clients Clients,
 		authn = append(authn, &kubeletapi.ClientCertAuthenticator{Roots: cas})
 	}
 	if cfg.TokenWebhook {
-		authn = append(authn, &kubeletapi.TokenReviewAuthenticator{Client: clients.Reviews})
+		failures := kubeletapi.NewFailureLimiter(cfg.AuthFailureQPS, cfg.AuthFailureBurst, FailureSources, log.Named("api"))
+		tokens, err := kubeletapi.NewTokenReviewAuthenticator(clients.Reviews, nil, failures)
+		if err != nil {
+			stopEvents()
+			return nil, err
+		}
+		authn = append(authn, tokens)
 	}
-	var authz kubeletapi.Authorizer = &kubeletapi.SubjectAccessReviewAuthorizer{Client: clients.Reviews}
+	var authz kubeletapi.Authorizer = kubeletapi.NewSubjectAccessReviewAuthorizer(clients.Reviews)
 	if cfg.AuthzMode == AuthzAlwaysAllow {
 		authz = kubeletapi.AlwaysAllow{}
 	}
