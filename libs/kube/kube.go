@@ -3,6 +3,7 @@ package kube
 
 import (
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -42,4 +43,26 @@ func Clientset(cfg *rest.Config) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	return cs, nil
+}
+
+// HeartbeatConfig is base for a client of the node's heartbeat alone (Lease
+// and Node status), as the kubelet's heartbeat client: no client-side
+// throttling, so that a renewal never queues behind the process's other
+// calls (its loops bound its rate), and every request cut off after
+// timeout. base is not changed.
+func HeartbeatConfig(base *rest.Config, timeout time.Duration) *rest.Config {
+	cfg := rest.CopyConfig(base)
+	cfg.RateLimiter = nil
+	cfg.QPS = -1
+	cfg.Timeout = timeout
+	return cfg
+}
+
+// OwnLimiterConfig is base for a client with a rate limiter of its own at
+// base's QPS and burst, so that its calls queue only behind each other.
+// base is not changed.
+func OwnLimiterConfig(base *rest.Config) *rest.Config {
+	cfg := rest.CopyConfig(base)
+	cfg.RateLimiter = nil
+	return cfg
 }

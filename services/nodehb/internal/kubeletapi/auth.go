@@ -2,19 +2,22 @@ package kubeletapi
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
-	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
 )
 
 // User is an authenticated caller.
@@ -125,52 +128,82 @@ func (a *ClientCertAuthenticator) Authenticate(r *http.Request) (User, bool, err
 	return User{Name: subj.CommonName, Groups: append([]string(nil), subj.Organization...)}, true, nil
 }
 
-// ttlCache remembers answers for a while: one TTL for positive answers,
-// another for negative ones.
-type ttlCache[V any] struct {
-	mu      sync.Mutex
-	entries map[string]ttlEntry[V]
+// Review cache figures: the kubelet's webhook TTLs (authentication cacheTTL
+// 2 min, a rejected token 30 s; authorization 5 min allowed, 30 s denied),
+// and at most ReviewCacheSize answers of each kind kept.
+const (
+	AuthenticatedTTL   = 2 * time.Minute
+	UnauthenticatedTTL = 30 * time.Second
+	AuthorizedTTL      = 5 * time.Minute
+	UnauthorizedTTL    = 30 * time.Second
+	ReviewCacheSize    = 4096
+)
+
+// reviewCache remembers review answers in two bounded LRUs, positive ones
+// apart from negative ones, each kind with its TTL: a flood of rejected
+// tokens evicts only other rejected tokens, never a good token's answer.
+type reviewCache[V any] struct {
+	pos, neg       *cache.LRUExpireCache
+	posTTL, negTTL time.Duration
 }
 
-type ttlEntry[V any] struct {
-	v   V
-	exp time.Time
+func newReviewCache[V any](size int, posTTL, negTTL time.Duration, clk cache.Clock) *reviewCache[V] {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return &reviewCache[V]{
+		pos: cache.NewLRUExpireCacheWithClock(size, clk), neg: cache.NewLRUExpireCacheWithClock(size, clk),
+		posTTL: posTTL, negTTL: negTTL,
+	}
 }
 
-func (c *ttlCache[V]) get(k string, now time.Time) (V, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.entries[k]
-	if !ok || now.After(e.exp) {
-		var zero V
-		return zero, false
+func (c *reviewCache[V]) get(k [sha256.Size]byte) (V, bool) {
+	if v, ok := c.pos.Get(k); ok {
+		return v.(V), true
 	}
-	return e.v, true
+	if v, ok := c.neg.Get(k); ok {
+		return v.(V), true
+	}
+	var zero V
+	return zero, false
 }
 
-func (c *ttlCache[V]) put(k string, v V, ttl time.Duration, now time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.entries == nil {
-		c.entries = map[string]ttlEntry[V]{}
+func (c *reviewCache[V]) put(k [sha256.Size]byte, v V, positive bool) {
+	if positive {
+		c.neg.Remove(k)
+		c.pos.Add(k, v, c.posTTL)
+		return
 	}
-	if len(c.entries) > 4096 {
-		for key, e := range c.entries {
-			if now.After(e.exp) {
-				delete(c.entries, key)
-			}
-		}
-	}
-	c.entries[k] = ttlEntry[V]{v, now.Add(ttl)}
+	c.pos.Remove(k)
+	c.neg.Add(k, v, c.negTTL)
 }
+
+// len is the number of unexpired answers kept.
+func (c *reviewCache[V]) len() int { return len(c.pos.Keys()) + len(c.neg.Keys()) }
 
 // TokenReviewAuthenticator checks bearer tokens with the API server's
 // TokenReview (kubelet: --authentication-token-webhook), caching answers
-// (2 min for authenticated tokens, 30 s for rejected ones; kubelet defaults).
+// (reviewCache). Tokens are kept only as an HMAC under a key of the
+// process, never as they are.
 type TokenReviewAuthenticator struct {
-	Client    kubernetes.Interface
-	Audiences []string
-	cache     ttlCache[tokenAnswer]
+	client    kubernetes.Interface
+	audiences []string
+	failures  *FailureLimiter
+	cache     *reviewCache[tokenAnswer]
+	key       []byte
+}
+
+// NewTokenReviewAuthenticator reviews tokens with client; failures, if not
+// nil, limits per source the reviews that do not authenticate.
+func NewTokenReviewAuthenticator(client kubernetes.Interface, audiences []string, failures *FailureLimiter) (*TokenReviewAuthenticator, error) {
+	key := make([]byte, sha256.Size)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("token cache key: %w", err)
+	}
+	return &TokenReviewAuthenticator{
+		client: client, audiences: audiences, failures: failures, key: key,
+		cache: newReviewCache[tokenAnswer](ReviewCacheSize, AuthenticatedTTL, UnauthenticatedTTL, nil),
+	}, nil
 }
 
 type tokenAnswer struct {
@@ -189,22 +222,40 @@ func (a *TokenReviewAuthenticator) Authenticate(r *http.Request) (User, bool, er
 	if token == "" {
 		return User{}, false, nil
 	}
-	now := time.Now()
-	// Keyed by a digest, so that tokens are not kept in memory.
-	sum := sha256.Sum256([]byte(token))
-	key := hex.EncodeToString(sum[:])
-	if ans, ok := a.cache.get(key, now); ok {
+	key := a.cacheKey(token)
+	if ans, ok := a.cache.get(key); ok {
 		return ans.user, ans.ok, nil
 	}
-	tr, err := a.Client.AuthenticationV1().TokenReviews().Create(r.Context(), &authenticationv1.TokenReview{
-		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: a.Audiences},
+	ticket, err := a.failures.Admit(r)
+	if err != nil {
+		return User{}, false, err
+	}
+	ans, err := a.review(r.Context(), token)
+	ticket.Done(err != nil || !ans.ok)
+	if err != nil {
+		return User{}, false, err
+	}
+	a.cache.put(key, ans, ans.ok)
+	return ans.user, ans.ok, nil
+}
+
+func (a *TokenReviewAuthenticator) cacheKey(token string) [sha256.Size]byte {
+	m := hmac.New(sha256.New, a.key)
+	m.Write([]byte(token))
+	var k [sha256.Size]byte
+	m.Sum(k[:0])
+	return k
+}
+
+func (a *TokenReviewAuthenticator) review(ctx context.Context, token string) (tokenAnswer, error) {
+	tr, err := a.client.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
+		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: a.audiences},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		return User{}, false, fmt.Errorf("token review: %w", err)
+		return tokenAnswer{}, fmt.Errorf("token review: %w", err)
 	}
 	if !tr.Status.Authenticated {
-		a.cache.put(key, tokenAnswer{}, 30*time.Second, now)
-		return User{}, false, nil
+		return tokenAnswer{}, nil
 	}
 	u := User{Name: tr.Status.User.Username, UID: tr.Status.User.UID, Groups: tr.Status.User.Groups}
 	if len(tr.Status.User.Extra) > 0 {
@@ -213,8 +264,7 @@ func (a *TokenReviewAuthenticator) Authenticate(r *http.Request) (User, bool, er
 			u.Extra[k] = v
 		}
 	}
-	a.cache.put(key, tokenAnswer{u, true}, 2*time.Minute, now)
-	return u, true, nil
+	return tokenAnswer{u, true}, nil
 }
 
 // Union tries authenticators in order; the first that recognises the
@@ -237,11 +287,15 @@ func (u Union) Authenticate(r *http.Request) (User, bool, error) {
 }
 
 // SubjectAccessReviewAuthorizer asks the API server (kubelet:
-// --authorization-mode=Webhook), caching answers 5 min when allowed and
-// 30 s when denied (kubelet defaults).
+// --authorization-mode=Webhook), caching answers (reviewCache).
 type SubjectAccessReviewAuthorizer struct {
-	Client kubernetes.Interface
-	cache  ttlCache[sarAnswer]
+	client kubernetes.Interface
+	cache  *reviewCache[sarAnswer]
+}
+
+// NewSubjectAccessReviewAuthorizer reviews with client.
+func NewSubjectAccessReviewAuthorizer(client kubernetes.Interface) *SubjectAccessReviewAuthorizer {
+	return &SubjectAccessReviewAuthorizer{client: client, cache: newReviewCache[sarAnswer](ReviewCacheSize, AuthorizedTTL, UnauthorizedTTL, nil)}
 }
 
 type sarAnswer struct {
@@ -251,16 +305,18 @@ type sarAnswer struct {
 
 // Authorize implements Authorizer.
 func (z *SubjectAccessReviewAuthorizer) Authorize(ctx context.Context, u User, a Attributes) (bool, string, error) {
-	key := fmt.Sprintf("%s\x00%s\x00%s\x00%v\x00%s\x00%s\x00%s", u.Name, u.UID, strings.Join(u.Groups, ","), u.Extra, a.Verb, a.Subresource, a.Name)
-	now := time.Now()
-	if ans, ok := z.cache.get(key, now); ok {
+	key, err := sarKey(u, a)
+	if err != nil {
+		return false, "", err
+	}
+	if ans, ok := z.cache.get(key); ok {
 		return ans.allowed, ans.reason, nil
 	}
 	extra := map[string]authorizationv1.ExtraValue{}
 	for k, v := range u.Extra {
 		extra[k] = v
 	}
-	sar, err := z.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+	sar, err := z.client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
 		Spec: authorizationv1.SubjectAccessReviewSpec{
 			User: u.Name, UID: u.UID, Groups: u.Groups, Extra: extra,
 			ResourceAttributes: &authorizationv1.ResourceAttributes{
@@ -272,12 +328,21 @@ func (z *SubjectAccessReviewAuthorizer) Authorize(ctx context.Context, u User, a
 		return false, "", fmt.Errorf("subject access review: %w", err)
 	}
 	ans := sarAnswer{sar.Status.Allowed && !sar.Status.Denied, sar.Status.Reason}
-	ttl := 30 * time.Second
-	if ans.allowed {
-		ttl = 5 * time.Minute
-	}
-	z.cache.put(key, ans, ttl, now)
+	z.cache.put(key, ans, ans.allowed)
 	return ans.allowed, ans.reason, nil
+}
+
+// sarKey is a digest of what a review asks: the user (every field, encoded
+// without ambiguity) and the attributes checked.
+func sarKey(u User, a Attributes) ([sha256.Size]byte, error) {
+	b, err := json.Marshal(struct {
+		User                        User
+		Verb, Subresource, NodeName string
+	}{u, a.Verb, a.Subresource, a.Name})
+	if err != nil {
+		return [sha256.Size]byte{}, fmt.Errorf("subject access review key: %w", err)
+	}
+	return sha256.Sum256(b), nil
 }
 
 // AlwaysAllow admits every authenticated request (kubelet:

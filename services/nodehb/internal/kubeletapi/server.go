@@ -1,10 +1,11 @@
 // Package kubeletapi serves the kubelet's HTTPS API (port 10250) for the
 // agent: /healthz, /pods, /containerLogs, /run, /exec, /attach,
 // /stats/summary and /metrics/resource, with the kubelet's webhook
-// authentication and authorization. Logs, exec and stats are answered by the
-// pod workers over the bus (runtime.logs|exec|stats.<p>); interactive exec
-// and attach are proxied to the runtime's streaming server, whose URL the
-// pod workers give (runtime.stream.<p>).
+// authentication and authorization (answers cached in bounded LRUs, failed
+// authentications limited per source address). Logs, exec and stats are
+// answered by the pod workers over the bus (runtime.logs|exec|stats.<p>);
+// interactive exec and attach are proxied to the runtime's streaming
+// server, whose URL the pod workers give (runtime.stream.<p>).
 package kubeletapi
 
 import (
@@ -18,9 +19,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/big"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -176,7 +179,8 @@ func (s *Server) Stop(ctx context.Context) error {
 }
 
 // withAuth authenticates and authorizes every request as the kubelet does:
-// no credentials -> 401 (unless anonymous is allowed), not allowed -> 403.
+// no credentials -> 401 (unless anonymous is allowed), not allowed -> 403;
+// a source whose failed authentications are spent -> 429 (FailureLimiter).
 func (s *Server) withAuth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var user User
@@ -186,7 +190,16 @@ func (s *Server) withAuth(next http.Handler) http.Handler {
 			user, ok, err = s.cfg.Authenticator.Authenticate(r)
 		}
 		if !ok {
-			if err != nil {
+			var throttled *ThrottledError
+			if errors.As(err, &throttled) {
+				// Logged by the limiter, once per source and episode.
+				w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(throttled.RetryAfter.Seconds())))))
+				http.Error(w, "Too many requests, please try again later.", http.StatusTooManyRequests)
+				return
+			}
+			if err != nil && r.Context().Err() == nil {
+				// A client that went away is not worth a line (a flood
+				// leaves many).
 				s.log.Info("authentication failed", zap.String("path", r.URL.Path), zap.Error(err))
 			}
 			if !s.cfg.Anonymous || err != nil {

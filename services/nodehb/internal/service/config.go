@@ -27,6 +27,16 @@ const (
 	AuthzAlwaysAllow = "always-allow"
 )
 
+// FailureSources is how many source addresses the kubelet API's limit on
+// failed authentications remembers (least recently seen forgotten first).
+const FailureSources = 4096
+
+// MinHeartbeatTimeout is the least time a heartbeat request (Lease, Node
+// status) is given: the kubelet's timeout, the shorter of the status update
+// period and the lease duration, would cut off a slow but working API
+// server when the periods are under a second (as in tests).
+const MinHeartbeatTimeout = 5 * time.Second
+
 // Config holds the nodehb keys.
 type Config struct {
 	Labels           map[string]string
@@ -47,6 +57,8 @@ type Config struct {
 	ClientCAFile     string
 	AnonymousAuth    bool
 	TokenWebhook     bool
+	AuthFailureQPS   float64
+	AuthFailureBurst int
 	AuthzMode        string
 	StatusUpdate     time.Duration
 	StatusReport     time.Duration
@@ -77,6 +89,8 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.ClientCAFile, "nodehb.client-ca-file", "", "CA bundle that verifies client certificates (kube-apiserver's kubelet client); empty: client certificates are not accepted")
 	fs.BoolVar(&c.AnonymousAuth, "nodehb.anonymous-auth", false, "admit requests without credentials as system:anonymous (then authorized as such)")
 	fs.BoolVar(&c.TokenWebhook, "nodehb.authentication-token-webhook", true, "check bearer tokens with TokenReview")
+	fs.Float64Var(&c.AuthFailureQPS, "nodehb.authentication-failure-qps", 1, fmt.Sprintf("per source address (an IPv6 /64), token reviews that do not authenticate per second on average; beyond them and the burst the kubelet API answers 429 without a review (%d sources remembered); 0: no limit", FailureSources))
+	fs.IntVar(&c.AuthFailureBurst, "nodehb.authentication-failure-burst", 10, "per source address, token reviews that do not authenticate at once (see nodehb.authentication-failure-qps)")
 	fs.Var(config.Enum(&c.AuthzMode, AuthzWebhook, AuthzWebhook, AuthzAlwaysAllow), "nodehb.authorization-mode", "webhook (SubjectAccessReview) or always-allow")
 	fs.DurationVar(&c.StatusUpdate, "nodehb.node-status-update-frequency", 10*time.Second, "how often the Node status is computed")
 	fs.DurationVar(&c.StatusReport, "nodehb.node-status-report-frequency", 5*time.Minute, "how often an unchanged Node status is written anyway")
@@ -119,6 +133,12 @@ func (c *Config) desired(common *config.Common, nodeInfo corev1.NodeSystemInfo) 
 		if d.v <= 0 {
 			return nil, fmt.Errorf("invalid value %v for %s: must be positive", d.v, d.key)
 		}
+	}
+	if !(c.AuthFailureQPS >= 0) {
+		return nil, fmt.Errorf("invalid value %v for nodehb.authentication-failure-qps: must not be negative", c.AuthFailureQPS)
+	}
+	if c.AuthFailureQPS > 0 && c.AuthFailureBurst < 1 {
+		return nil, fmt.Errorf("invalid value %d for nodehb.authentication-failure-burst: at least 1 (or nodehb.authentication-failure-qps 0: no limit)", c.AuthFailureBurst)
 	}
 	if c.AgentGrace < 0 {
 		return nil, fmt.Errorf("invalid value %v for nodehb.agent-not-ready-grace: must not be negative", c.AgentGrace)
@@ -233,4 +253,10 @@ func (c *Config) Validate() error {
 	}
 	_, err := c.clientCAs()
 	return err
+}
+
+// heartbeatTimeout bounds each request of the heartbeat client (kubelet:
+// the shorter of the status update period and the lease duration).
+func (c *Config) heartbeatTimeout() time.Duration {
+	return max(min(c.StatusUpdate, c.LeaseDuration), MinHeartbeatTimeout)
 }

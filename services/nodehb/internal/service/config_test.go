@@ -1,8 +1,12 @@
 package service
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
 
 	"github.com/splitlet/splitlet/libs/config"
 	"github.com/splitlet/splitlet/services/nodehb/internal/nodestatus"
@@ -29,6 +33,9 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 		{[]string{"--nodehb.lease-duration=0s"}, "nodehb.lease-duration"},
 		{[]string{"--nodehb.tls-cert-file=/x"}, "nodehb.tls-private-key-file"},
 		{[]string{"--nodehb.client-ca-file=/does/not/exist"}, "nodehb.client-ca-file"},
+		{[]string{"--nodehb.authentication-failure-qps=-1"}, "nodehb.authentication-failure-qps"},
+		{[]string{"--nodehb.authentication-failure-qps=NaN"}, "nodehb.authentication-failure-qps"},
+		{[]string{"--nodehb.authentication-failure-burst=0"}, "nodehb.authentication-failure-burst"},
 	}
 	common := &config.Common{NodeName: "n1", Runtime: config.RuntimeSim, Partitions: 4}
 	for _, c := range cases {
@@ -78,5 +85,31 @@ func TestRuntimeDefaults(t *testing.T) {
 	}
 	if m := proc.Capacity["memory"]; m.Value() < 1<<20 {
 		t.Errorf("process memory = %s", m.String())
+	}
+}
+
+// TestFailureLimitKeys: the limit's keys come from the environment and the
+// YAML file like every key; qps 0 with burst 0 (no limit) is accepted.
+func TestFailureLimitKeys(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "splitlet.yaml")
+	if err := os.WriteFile(file, []byte("nodehb:\n  authentication-failure-burst: 7\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := &Config{}
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	fs.String(config.FileKey, "", "")
+	cfg.RegisterFlags(fs)
+	env := map[string]string{config.EnvName("nodehb.authentication-failure-qps"): "0.5"}
+	if err := config.Load(fs, []string{"--config=" + file}, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.AuthFailureQPS != 0.5 || cfg.AuthFailureBurst != 7 {
+		t.Errorf("qps %v burst %d, want 0.5 from the environment and 7 from the file", cfg.AuthFailureQPS, cfg.AuthFailureBurst)
+	}
+	if err := defaults(t, "--nodehb.authentication-failure-qps=0", "--nodehb.authentication-failure-burst=0").Validate(); err != nil {
+		t.Errorf("no limit refused: %v", err)
+	}
+	if d := defaults(t); d.AuthFailureQPS != 1 || d.AuthFailureBurst != 10 {
+		t.Errorf("defaults %v/%d, want 1/10 (README)", d.AuthFailureQPS, d.AuthFailureBurst)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/splitlet/splitlet/libs/app"
 	"github.com/splitlet/splitlet/libs/bus"
@@ -47,9 +48,39 @@ type Runner struct {
 	startedOnce bool
 }
 
+// Clients are the stage's API clients. The heartbeat (Lease, Node status)
+// and the kubelet API's reviews (TokenReview, SubjectAccessReview) each have
+// a client and rate limiter of their own, so that a flood of requests with
+// new tokens never holds up the heartbeat, nor the pod lookups of the
+// kubelet API and the events on the process's shared client.
+type Clients struct {
+	Shared    kubernetes.Interface
+	Heartbeat kubernetes.Interface
+	Reviews   kubernetes.Interface
+}
+
+// NewClients builds the heartbeat client (unthrottled, each request bounded
+// as the kubelet's) and the review client (base's QPS and burst on a limiter
+// of its own) beside shared.
+func (c *Config) NewClients(base *rest.Config, shared kubernetes.Interface) (Clients, error) {
+	hb, err := kube.Clientset(kube.HeartbeatConfig(base, c.heartbeatTimeout()))
+	if err != nil {
+		return Clients{}, err
+	}
+	reviews, err := kube.Clientset(kube.OwnLimiterConfig(base))
+	if err != nil {
+		return Clients{}, err
+	}
+	return Clients{Shared: shared, Heartbeat: hb, Reviews: reviews}, nil
+}
+
 // New builds the stage from the process's parts (fx constructor).
-func New(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.Interface, conn *messaging.Conn, reg prometheus.Registerer, tp *tracing.Provider) (*Runner, error) {
-	r, err := Build(cfg, common, log, cs, conn.NC, conn.JS, conn.StreamsReady, tp)
+func New(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.Interface, restCfg *rest.Config, conn *messaging.Conn, reg prometheus.Registerer, tp *tracing.Provider) (*Runner, error) {
+	clients, err := cfg.NewClients(restCfg, cs)
+	if err != nil {
+		return nil, err
+	}
+	r, err := Build(cfg, common, log, clients, conn.NC, conn.JS, conn.StreamsReady, tp)
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +96,7 @@ func New(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.Inte
 }
 
 // Build builds the stage; every configuration error names its key.
-func Build(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.Interface, nc *nats.Conn, js jetstream.JetStream, streamsReady func(context.Context) error, tp *tracing.Provider) (*Runner, error) {
+func Build(cfg *Config, common *config.Common, log *zap.Logger, clients Clients, nc *nats.Conn, js jetstream.JetStream, streamsReady func(context.Context) error, tp *tracing.Provider) (*Runner, error) {
 	log = log.Named("nodehb")
 	info := nodestatus.SystemInfo(app.Version, common.Runtime, app.Version)
 	desired, err := cfg.desired(common, info)
@@ -78,14 +109,14 @@ func Build(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.In
 	}
 	r := &Runner{log: log, node: common.NodeName, js: js, streamsReady: streamsReady}
 	r.Gate = readiness.New(readiness.WithTimeout(cfg.AgentTimeout), readiness.WithGrace(cfg.AgentGrace), readiness.WithLogger(log.Named("readiness")))
-	recorder, stopEvents := kube.NewRecorder(cs, common.NodeName)
+	recorder, stopEvents := kube.NewRecorder(clients.Shared, common.NodeName)
 	r.stopEvents = stopEvents
-	r.Status = nodestatus.New(cs, desired, r.Gate,
+	r.Status = nodestatus.New(clients.Heartbeat, desired, r.Gate,
 		nodestatus.WithUpdateFrequency(cfg.StatusUpdate),
 		nodestatus.WithReportFrequency(cfg.StatusReport),
 		nodestatus.WithRecorder(recorder),
 		nodestatus.WithLogger(log.Named("status")))
-	r.Lease = lease.New(cs, common.NodeName, r.Status.NodeUID,
+	r.Lease = lease.New(clients.Heartbeat, common.NodeName, r.Status.NodeUID,
 		lease.WithDuration(cfg.LeaseDuration), lease.WithRenewInterval(cfg.LeaseRenew),
 		lease.WithLogger(log.Named("lease")))
 
@@ -94,9 +125,15 @@ func Build(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.In
 		authn = append(authn, &kubeletapi.ClientCertAuthenticator{Roots: cas})
 	}
 	if cfg.TokenWebhook {
-		authn = append(authn, &kubeletapi.TokenReviewAuthenticator{Client: cs})
+		failures := kubeletapi.NewFailureLimiter(cfg.AuthFailureQPS, cfg.AuthFailureBurst, FailureSources, log.Named("api"))
+		tokens, err := kubeletapi.NewTokenReviewAuthenticator(clients.Reviews, nil, failures)
+		if err != nil {
+			stopEvents()
+			return nil, err
+		}
+		authn = append(authn, tokens)
 	}
-	var authz kubeletapi.Authorizer = &kubeletapi.SubjectAccessReviewAuthorizer{Client: cs}
+	var authz kubeletapi.Authorizer = kubeletapi.NewSubjectAccessReviewAuthorizer(clients.Reviews)
 	if cfg.AuthzMode == AuthzAlwaysAllow {
 		authz = kubeletapi.AlwaysAllow{}
 	}
@@ -116,7 +153,7 @@ func Build(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.In
 		Anonymous:      cfg.AnonymousAuth,
 		Authenticator:  authn,
 		Authorizer:     authz,
-		Pods:           apiPods{cs: cs, node: common.NodeName},
+		Pods:           apiPods{cs: clients.Shared, node: common.NodeName},
 		Bus:            bus.NewPublisher(nc, js, common.NodeName, "nodehb", common.BusEncodingOption()),
 		Log:            log.Named("api"),
 		RequestTimeout: cfg.RequestTimeout,

@@ -22,10 +22,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/config"
+	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/testenv"
 	"github.com/splitlet/splitlet/services/nodehb/internal/lease"
 )
@@ -69,6 +71,13 @@ type stack struct {
 // and a fresh NATS server; extra flags go on top of fast test intervals.
 func startStack(t *testing.T, node string, args ...string) *stack {
 	t.Helper()
+	return startStackWith(t, node, cp.Config, args...)
+}
+
+// startStackWith is startStack with base as the process's API client
+// configuration (the one fx provides).
+func startStackWith(t *testing.T, node string, restCfg *rest.Config, args ...string) *stack {
+	t.Helper()
 	port, err := testenv.FreePort()
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +99,15 @@ func startStack(t *testing.T, node string, args ...string) *stack {
 	}
 	common := &config.Common{NodeName: node, Runtime: config.RuntimeSim, Partitions: 4, DataDir: t.TempDir()}
 	cs := cp.Clientset()
-	r, err := Build(cfg, common, zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)), cs, nc, js, nil, nil)
+	shared, err := kube.Clientset(restCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clients, err := cfg.NewClients(restCfg, shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Build(cfg, common, zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)), clients, nc, js, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
