@@ -308,7 +308,7 @@ func (cp *ControlPlane) ClientConfig(user string, groups ...string) (*rest.Confi
 	if cp.pki == nil || cp.pki.caKey == nil {
 		return nil, errNoCA
 	}
-	certPEM, keyPEM, err := cp.pki.signPEM(certificate{cn: user, orgs: groups, usage: x509.ExtKeyUsageClientAuth})
+	certPEM, keyPEM, err := cp.pki.signPEM(certificate{cn: user, orgs: groups, usages: clientUse})
 	if err != nil {
 		return nil, err
 	}
@@ -325,7 +325,7 @@ func (cp *ControlPlane) ServerCertificate(ips []net.IP, dns []string) (certPEM, 
 	if cp.pki == nil || cp.pki.caKey == nil {
 		return nil, nil, errNoCA
 	}
-	return cp.pki.signPEM(certificate{cn: "splitlet-server", usage: x509.ExtKeyUsageServerAuth, ips: ips, dns: dns})
+	return cp.pki.signPEM(certificate{cn: "splitlet-server", usages: serverUse, ips: ips, dns: dns})
 }
 
 func authorizationMode(rbacOnly bool) string {
