@@ -116,9 +116,11 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *Contr
 		}
 		cp.ownDir = true
 	}
+	// On an error, stop what was started (by then the result cp is nil).
+	started := cp
 	defer func() {
 		if err != nil {
-			cp.Stop()
+			started.Stop()
 		}
 	}()
 	if err = os.MkdirAll(cp.Dir, 0o755); err != nil {
