@@ -320,6 +320,25 @@ func (cp *ControlPlane) ClientConfig(user string, groups ...string) (*rest.Confi
 	}, nil
 }
 
+// NodeUser is the user of a node's identity, in the group NodesGroup: a
+// kubelet's, whom the Node authorizer and NodeRestriction keep to the
+// node's own objects.
+func NodeUser(node string) string { return "system:node:" + node }
+
+// NodesGroup is the group of every node's identity.
+const NodesGroup = "system:nodes"
+
+// WriteClientKubeconfig writes a kubeconfig to path (0600) whose
+// credentials are a new client certificate of the user and groups, signed
+// by the control plane's CA.
+func (cp *ControlPlane) WriteClientKubeconfig(path, user string, groups ...string) error {
+	cfg, err := cp.ClientConfig(user, groups...)
+	if err != nil {
+		return err
+	}
+	return WriteKubeconfigFor(path, user, cfg)
+}
+
 // ServerCertificate returns a PEM serving certificate and key for the IP
 // addresses and DNS names, signed by the control plane's CA (for a server
 // the stages reach with the same CA file, such as nats-server).

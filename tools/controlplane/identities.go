@@ -32,11 +32,11 @@ func apiIdentity(id, node string, traced bool) (user string, groups []string) {
 	switch id {
 	case bus.StageStatussync:
 		if traced {
-			return "system:node:" + node, []string{"system:nodes", "system:monitoring"}
+			return testenv.NodeUser(node), []string{testenv.NodesGroup, "system:monitoring"}
 		}
-		return "system:node:" + node, []string{"system:nodes"}
+		return testenv.NodeUser(node), []string{testenv.NodesGroup}
 	case bus.StageNodehb, bus.StagePodconfig, bus.StagePodworkers, nodeIdentity:
-		return "system:node:" + node, []string{"system:nodes"}
+		return testenv.NodeUser(node), []string{testenv.NodesGroup}
 	default:
 		return "splitlet:" + id, nil
 	}
@@ -60,12 +60,8 @@ func writeIdentities(cp *testenv.ControlPlane, dir, natsDir, node string, traced
 			continue
 		}
 		user, groups := apiIdentity(id, node, traced)
-		cfg, err := cp.ClientConfig(user, groups...)
-		if err != nil {
-			return err
-		}
 		tmp := filepath.Join(d, "kubeconfig.tmp")
-		if err := testenv.WriteKubeconfigFor(tmp, user, cfg); err != nil {
+		if err := cp.WriteClientKubeconfig(tmp, user, groups...); err != nil {
 			return err
 		}
 		if err := os.Rename(tmp, filepath.Join(d, "kubeconfig")); err != nil {
