@@ -9,13 +9,15 @@ import (
 
 // TestComposeStack: the split stack (compose.yaml), brought up with one
 // pod worker as `make up` does, first walks README.md's quick start with
-// the real kubectl, checks that each stage runs with its own identity,
+// the real kubectl, checks that each stage runs with its own identity and
+// that etcd and the credentials on the host are closed to others,
 // restarts kube-apiserver (no stage is locked out), then, scaled to three
 // while pods run, passes the whole scenario of checkPodsOnStack.
 func TestComposeStack(t *testing.T) {
 	s := upStack(t, map[string]string{"SPLITLET_PODWORKERS": "1"}, "compose.yaml")
 	walkQuickStart(t, s)
 	s.checkIdentities(t)
+	s.checkClosedDoors(t)
 	// a restarted kube-apiserver keeps its CA and credentials: the stages
 	// go on (the pods below are run after it).
 	s.restartAPIServer(t)
