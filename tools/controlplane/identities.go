@@ -43,11 +43,10 @@ func apiIdentity(id, node string, traced bool) (user string, groups []string) {
 }
 
 // writeIdentities writes every identity's directory (0700; kubeconfig and
-// seed 0600) under dir and, in
-// natsDir, nats-server's auth.conf (the bus identities' public keys and
-// permissions) and its TLS certificate and key for 127.0.0.1. Seeds are
-// kept across starts; kubeconfigs are signed anew by the kept CA, so that
-// old and new ones both work.
+// seed 0600) under dir and, in natsDir (0700), nats-server's auth.conf (the
+// bus identities' public keys and permissions) and its TLS certificate and
+// key for 127.0.0.1. Seeds are kept across starts; kubeconfigs are signed
+// anew by the kept CA, so that old and new ones both work.
 func writeIdentities(cp *testenv.ControlPlane, dir, natsDir, node string, traced bool) error {
 	for _, id := range append(bus.Identities(), nodeIdentity) {
 		d := filepath.Join(dir, id)
