@@ -130,3 +130,35 @@ func wantMode(t *testing.T, path string, want os.FileMode) {
 		t.Errorf("%s: mode %#o, want %#o", path, got, want)
 	}
 }
+
+// TestEnsureEtcdCertsKeeps: etcd's certificates are made once, private, and
+// kept by a later EnsureEtcdCerts (a restarted etcd and its clients go on
+// trusting each other); LoadEtcdCerts refuses a directory without them.
+func TestEnsureEtcdCertsKeeps(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "etcd-pki")
+	if _, err := LoadEtcdCerts(dir); err == nil {
+		t.Fatal("LoadEtcdCerts found certificates in an empty directory")
+	}
+	c, err := EnsureEtcdCerts(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantMode(t, dir, 0o700)
+	before := map[string][]byte{}
+	for _, f := range c.files() {
+		wantMode(t, f, 0o600)
+		before[f], _ = os.ReadFile(f)
+	}
+	again, err := EnsureEtcdCerts(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range again.files() {
+		if now, _ := os.ReadFile(f); string(now) != string(before[f]) {
+			t.Errorf("%s changed on a second EnsureEtcdCerts", f)
+		}
+	}
+	if _, err := again.ClientTLS(); err != nil {
+		t.Error(err)
+	}
+}
