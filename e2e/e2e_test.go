@@ -32,8 +32,8 @@ func TestComposeStackTCPProber(t *testing.T) {
 	if _, err := os.Stat(override); err != nil {
 		t.Fatalf("%s: %v", override, err)
 	}
-	if err := exec.Command("docker", "image", "inspect", "splitlet/tcpprober:dev").Run(); err != nil {
-		t.Fatal("image splitlet/tcpprober:dev missing; run `make images`")
+	if err := exec.Command("docker", "image", "inspect", image("tcpprober")).Run(); err != nil {
+		t.Fatalf("image %s missing; run `make images`", image("tcpprober"))
 	}
 	s := upStack(t, map[string]string{"SPLITLET_PODWORKERS": "3"}, "compose.yaml", "compose.tcpprober.yaml")
 	checkPodsOnStack(t, s, 3)
