@@ -9,13 +9,15 @@ import (
 
 // TestComposeStack: the split stack (compose.yaml), brought up with one
 // pod worker as `make up` does, first walks README.md's quick start with
-// the real kubectl, checks that each stage runs with its own identity,
+// the real kubectl, checks that each stage runs with its own identity and
+// that etcd and the credentials on the host are closed to others,
 // restarts kube-apiserver (no stage is locked out), then, scaled to three
 // while pods run, passes the whole scenario of checkPodsOnStack.
 func TestComposeStack(t *testing.T) {
 	s := upStack(t, map[string]string{"SPLITLET_PODWORKERS": "1"}, "compose.yaml")
 	walkQuickStart(t, s)
 	s.checkIdentities(t)
+	s.checkClosedDoors(t)
 	// a restarted kube-apiserver keeps its CA and credentials: the stages
 	// go on (the pods below are run after it).
 	s.restartAPIServer(t)
@@ -30,8 +32,8 @@ func TestComposeStackTCPProber(t *testing.T) {
 	if _, err := os.Stat(override); err != nil {
 		t.Fatalf("%s: %v", override, err)
 	}
-	if err := exec.Command("docker", "image", "inspect", "splitlet/tcpprober:dev").Run(); err != nil {
-		t.Fatal("image splitlet/tcpprober:dev missing; run `make images`")
+	if err := exec.Command("docker", "image", "inspect", image("tcpprober")).Run(); err != nil {
+		t.Fatalf("image %s missing; run `make images`", image("tcpprober"))
 	}
 	s := upStack(t, map[string]string{"SPLITLET_PODWORKERS": "3"}, "compose.yaml", "compose.tcpprober.yaml")
 	checkPodsOnStack(t, s, 3)

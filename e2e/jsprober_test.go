@@ -35,8 +35,8 @@ func TestComposeStackJSProber(t *testing.T) {
 	if _, err := os.Stat(override); err != nil {
 		t.Fatalf("%s: %v", override, err)
 	}
-	if err := exec.Command("docker", "image", "inspect", "splitlet/jsprober:dev").Run(); err != nil {
-		t.Fatal("image splitlet/jsprober:dev missing; run `make images` (it needs `make jsprober-deps`)")
+	if err := exec.Command("docker", "image", "inspect", image("jsprober")).Run(); err != nil {
+		t.Fatalf("image %s missing; run `make images` (it needs `make jsprober-deps`)", image("jsprober"))
 	}
 	s := upStack(t, map[string]string{"SPLITLET_PODWORKERS": "1"}, "compose.yaml", "compose.jsprober.yaml")
 	ctx := context.Background()

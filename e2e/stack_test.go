@@ -59,8 +59,8 @@ func preflight(t *testing.T) {
 			return
 		}
 		for _, img := range images {
-			if err := exec.Command("docker", "image", "inspect", "splitlet/"+img+":dev").Run(); err != nil {
-				preflightErr = fmt.Errorf("image splitlet/%s:dev missing; run `make images`", img)
+			if err := exec.Command("docker", "image", "inspect", image(img)).Run(); err != nil {
+				preflightErr = fmt.Errorf("image %s missing; run `make images`", image(img))
 				return
 			}
 		}
@@ -77,6 +77,18 @@ func preflight(t *testing.T) {
 		ln.Close()
 	}
 }
+
+// imageTag is the tag of the images the stacks run: $SPLITLET_TAG, as in
+// the compose files (`IMAGE_TAG=x make images` builds them), else dev.
+func imageTag() string {
+	if tag := os.Getenv("SPLITLET_TAG"); tag != "" {
+		return tag
+	}
+	return "dev"
+}
+
+// image is the name of one of the stack's images, with imageTag.
+func image(name string) string { return "splitlet/" + name + ":" + imageTag() }
 
 // stackPorts are the fixed ports of deploy/compose/compose.yaml.
 var stackPorts = []int{16443, 12379, 12380, 14222, 18222, 20250}
@@ -117,6 +129,7 @@ func upStack(t *testing.T, env map[string]string, files ...string) *stack {
 	state := t.TempDir()
 	s.kubeconfig = filepath.Join(state, "kubeconfig")
 	s.env["SPLITLET_STATE_DIR"] = state
+	s.env["SPLITLET_TAG"] = imageTag()
 	for k, v := range env {
 		s.env[k] = v
 	}

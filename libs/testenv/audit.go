@@ -34,17 +34,48 @@ func (cp *ControlPlane) auditArgs() ([]string, error) {
 	}, nil
 }
 
-// auditEvent is the part of an audit.k8s.io/v1 Event that Forbidden reads.
+// auditEvent is the part of an audit.k8s.io/v1 Event that ReadAudit reads.
 type auditEvent struct {
-	Stage string `json:"stage"`
-	Verb  string `json:"verb"`
-	URI   string `json:"requestURI"`
-	User  struct {
+	Stage     string `json:"stage"`
+	Verb      string `json:"verb"`
+	URI       string `json:"requestURI"`
+	UserAgent string `json:"userAgent"`
+	User      struct {
 		Username string `json:"username"`
 	} `json:"user"`
 	ResponseStatus struct {
 		Code int `json:"code"`
 	} `json:"responseStatus"`
+}
+
+// AuditRecord is one answered request of the audit log: who asked, with
+// which client, for what, and the answer's code.
+type AuditRecord struct {
+	User, UserAgent, Verb, URI string
+	Code                       int
+}
+
+// ReadAudit returns the answered requests of an audit log that a control
+// plane started with Audit wrote (Dir/audit.log), oldest first.
+func ReadAudit(path string) ([]AuditRecord, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []AuditRecord
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var ev auditEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return nil, fmt.Errorf("audit log: %w", err)
+		}
+		if ev.Stage == "ResponseComplete" {
+			out = append(out, AuditRecord{User: ev.User.Username, UserAgent: ev.UserAgent, Verb: ev.Verb, URI: ev.URI, Code: ev.ResponseStatus.Code})
+		}
+	}
+	return out, sc.Err()
 }
 
 // Forbidden lists the requests of the users that the API server refused
@@ -53,22 +84,15 @@ func (cp *ControlPlane) Forbidden(users ...string) ([]string, error) {
 	if cp.auditLog == "" {
 		return nil, fmt.Errorf("testenv: the control plane was started without Audit")
 	}
-	f, err := os.Open(cp.auditLog)
+	records, err := ReadAudit(cp.auditLog)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
 	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var ev auditEvent
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return nil, fmt.Errorf("audit log: %w", err)
-		}
-		if ev.Stage == "ResponseComplete" && ev.ResponseStatus.Code == 403 && slices.Contains(users, ev.User.Username) {
-			out = append(out, fmt.Sprintf("%s %s %s", ev.User.Username, ev.Verb, ev.URI))
+	for _, r := range records {
+		if r.Code == 403 && slices.Contains(users, r.User) {
+			out = append(out, fmt.Sprintf("%s %s %s", r.User, r.Verb, r.URI))
 		}
 	}
-	return out, sc.Err()
+	return out, nil
 }

@@ -71,29 +71,9 @@ func loadOrNewPKI(dir string) (*pki, error) {
 	if !all {
 		return newPKI(dir)
 	}
-	caPEM, err := os.ReadFile(p.caFile)
-	if err != nil {
+	if err := p.loadCA(p.caFile, p.caKeyFile); err != nil {
 		return nil, err
 	}
-	block, _ := pem.Decode(caPEM)
-	if block == nil {
-		return nil, fmt.Errorf("%s: no PEM certificate", p.caFile)
-	}
-	if p.caCert, err = x509.ParseCertificate(block.Bytes); err != nil {
-		return nil, fmt.Errorf("%s: %w", p.caFile, err)
-	}
-	keyPEM, err := os.ReadFile(p.caKeyFile)
-	if err != nil {
-		return nil, err
-	}
-	if block, _ = pem.Decode(keyPEM); block == nil {
-		return nil, fmt.Errorf("%s: no PEM key", p.caKeyFile)
-	}
-	key, err := x509.ParseECPrivateKey(block.Bytes)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", p.caKeyFile, err)
-	}
-	p.caPEM, p.caKey = caPEM, key
 	return p, nil
 }
 
@@ -101,7 +81,7 @@ func loadOrNewPKI(dir string) (*pki, error) {
 type certificate struct {
 	cn     string
 	orgs   []string
-	usage  x509.ExtKeyUsage
+	usages []x509.ExtKeyUsage
 	ips    []net.IP
 	dns    []string
 	serial int64
@@ -126,7 +106,7 @@ func (p *pki) sign(c certificate) (certDER, keyDER []byte, err error) {
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(10 * 365 * 24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:  []x509.ExtKeyUsage{c.usage},
+		ExtKeyUsage:  c.usages,
 		IPAddresses:  c.ips,
 		DNSNames:     c.dns,
 	}
@@ -149,37 +129,81 @@ func (p *pki) signPEM(c certificate) (certPEM, keyPEM []byte, err error) {
 		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
 }
 
-func newPKI(dir string) (*pki, error) {
+// The extended key uses of the leaf certificates.
+var (
+	serverUse = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	clientUse = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+)
+
+// newCA makes a self-signed CA: its certificate and key, DER.
+func newCA(cn string) (caDER, caKeyDER []byte, err error) {
 	now := time.Now()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	caTmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "splitlet-testenv-ca"},
+		Subject:               pkix.Name{CommonName: cn},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(10 * 365 * 24 * time.Hour),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if caDER, err = x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey); err != nil {
+		return nil, nil, err
+	}
+	if caKeyDER, err = x509.MarshalECPrivateKey(caKey); err != nil {
+		return nil, nil, err
+	}
+	return caDER, caKeyDER, nil
+}
+
+// useCA makes p sign with the CA (DER certificate and EC key).
+func (p *pki) useCA(caDER, caKeyDER []byte) error {
+	var err error
+	if p.caCert, err = x509.ParseCertificate(caDER); err != nil {
+		return err
+	}
+	if p.caKey, err = x509.ParseECPrivateKey(caKeyDER); err != nil {
+		return err
+	}
+	p.caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+	return nil
+}
+
+// loadCA makes p sign with the CA of the PEM files certFile and keyFile.
+func (p *pki) loadCA(certFile, keyFile string) error {
+	var der [2][]byte
+	for i, f := range []string{certFile, keyFile} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		block, _ := pem.Decode(data)
+		if block == nil {
+			return fmt.Errorf("%s: no PEM block", f)
+		}
+		der[i] = block.Bytes
+	}
+	if err := p.useCA(der[0], der[1]); err != nil {
+		return fmt.Errorf("%s, %s: %w", certFile, keyFile, err)
+	}
+	return nil
+}
+
+func newPKI(dir string) (*pki, error) {
+	caDER, caKeyDER, err := newCA("splitlet-testenv-ca")
 	if err != nil {
 		return nil, err
 	}
 	p := pkiFiles(dir)
-	if p.caCert, err = x509.ParseCertificate(caDER); err != nil {
-		return nil, err
-	}
-	p.caKey = caKey
-	p.caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
-	caKeyDER, err := x509.MarshalECPrivateKey(caKey)
-	if err != nil {
+	if err := p.useCA(caDER, caKeyDER); err != nil {
 		return nil, err
 	}
 	der, keyDER, err := p.sign(certificate{
-		cn: "kube-apiserver", usage: x509.ExtKeyUsageServerAuth, serial: 2,
+		cn: "kube-apiserver", usages: serverUse, serial: 2,
 		ips: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1")},
 		dns: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
 	})
@@ -187,7 +211,7 @@ func newPKI(dir string) (*pki, error) {
 		return nil, err
 	}
 	clientDER, clientKeyDER, err := p.sign(certificate{
-		cn: "kube-apiserver-kubelet-client", orgs: []string{"system:masters"}, usage: x509.ExtKeyUsageClientAuth, serial: 3,
+		cn: "kube-apiserver-kubelet-client", orgs: []string{"system:masters"}, usages: clientUse, serial: 3,
 	})
 	if err != nil {
 		return nil, err

@@ -42,9 +42,11 @@ type ControlPlaneOptions struct {
 	APIServerArgs []string
 	// Port of the API server; a free one when 0.
 	Port int
-	// EtcdURL is an etcd that runs already (http://host:port); empty:
-	// Start runs its own etcd.
-	EtcdURL string
+	// EtcdURL is an etcd that runs already (https://host:port), reached
+	// with EtcdCerts' client certificate; empty: Start runs its own etcd,
+	// with certificates of its own in Dir/etcd-pki.
+	EtcdURL   string
+	EtcdCerts *EtcdCerts
 	// KeepCredentials reuses the CA, certificates and tokens a previous
 	// start left in Dir, so that clients of that start are still served
 	// (a restarted control plane locks no one out).
@@ -84,8 +86,13 @@ type ControlPlane struct {
 	// CAFile holds CAData: a kubelet's (nodehb's) client CA file, so that
 	// it can authenticate kube-apiserver's proxied requests (logs, exec).
 	CAFile string
-	// Dir is the working directory (logs: etcd.log, kube-apiserver.log).
+	// Dir is the working directory (logs: etcd.log, kube-apiserver.log),
+	// mode 0700.
 	Dir string
+	// EtcdURL is etcd's client URL (https), which takes only clients with
+	// a client certificate of EtcdCerts' CA.
+	EtcdURL   string
+	EtcdCerts *EtcdCerts
 
 	etcd, apiserver *process
 	// controllerManager and scheduler run when ControlPlaneOptions.Controllers.
@@ -104,6 +111,8 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *Contr
 		if etcdBin, err = Binary("etcd"); err != nil {
 			return nil, err
 		}
+	} else if opts.EtcdCerts == nil || !strings.HasPrefix(opts.EtcdURL, "https://") {
+		return nil, errNoEtcdCerts
 	}
 	apiBin, err := Binary("kube-apiserver")
 	if err != nil {
@@ -116,12 +125,14 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *Contr
 		}
 		cp.ownDir = true
 	}
+	// On an error, stop what was started (by then the result cp is nil).
+	started := cp
 	defer func() {
 		if err != nil {
-			cp.Stop()
+			started.Stop()
 		}
 	}()
-	if err = os.MkdirAll(cp.Dir, 0o755); err != nil {
+	if err = PrivateDir(cp.Dir); err != nil {
 		return nil, err
 	}
 	newCerts := newPKI
@@ -155,9 +166,9 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *Contr
 
 	waitCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	etcdURL := opts.EtcdURL
-	if etcdURL == "" {
-		if etcdURL, err = cp.startEtcd(waitCtx, etcdBin); err != nil {
+	cp.EtcdURL, cp.EtcdCerts = opts.EtcdURL, opts.EtcdCerts
+	if cp.EtcdURL == "" {
+		if err = cp.startEtcd(waitCtx, etcdBin, opts.KeepCredentials); err != nil {
 			return nil, err
 		}
 	}
@@ -170,7 +181,7 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *Contr
 	}
 	cp.URL = "https://127.0.0.1:" + itoa(port)
 	args := []string{
-		"--etcd-servers=" + etcdURL,
+		"--etcd-servers=" + cp.EtcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
 		"--secure-port=" + itoa(port),
@@ -196,6 +207,7 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *Contr
 		"--kubelet-preferred-address-types=InternalIP,Hostname",
 		"--v=0",
 	}
+	args = append(args, cp.EtcdCerts.APIServerArgs()...)
 	if !opts.ServiceAccountAdmission {
 		// Without kube-controller-manager nothing creates the default
 		// service account of a namespace, so its admission is off.
@@ -232,37 +244,49 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *Contr
 	return cp, nil
 }
 
-// startEtcd runs etcd on two free ports and waits until it is healthy.
-func (cp *ControlPlane) startEtcd(ctx context.Context, bin string) (string, error) {
+// startEtcd runs etcd on two free ports, with TLS and client certificates
+// on both (certificates in Dir/etcd-pki, those of an earlier start when
+// keep), and waits until it is healthy.
+func (cp *ControlPlane) startEtcd(ctx context.Context, bin string, keep bool) error {
+	certs := newEtcdCerts
+	if keep {
+		certs = EnsureEtcdCerts
+	}
+	var err error
+	if cp.EtcdCerts, err = certs(filepath.Join(cp.Dir, "etcd-pki")); err != nil {
+		return fmt.Errorf("testenv: etcd certificates: %w", err)
+	}
 	clientPort, err := FreePort()
 	if err != nil {
-		return "", err
+		return err
 	}
 	peerPort, err := FreePort()
 	if err != nil {
-		return "", err
+		return err
 	}
-	etcdURL := "http://127.0.0.1:" + itoa(clientPort)
-	peerURL := "http://127.0.0.1:" + itoa(peerPort)
-	cp.etcd, err = startProcess("etcd", filepath.Join(cp.Dir, "etcd.log"), bin,
+	cp.EtcdURL = "https://127.0.0.1:" + itoa(clientPort)
+	peerURL := "https://127.0.0.1:" + itoa(peerPort)
+	args := append([]string{
 		"--name=testenv",
-		"--data-dir="+filepath.Join(cp.Dir, "etcd"),
-		"--listen-client-urls="+etcdURL,
-		"--advertise-client-urls="+etcdURL,
-		"--listen-peer-urls="+peerURL,
-		"--initial-advertise-peer-urls="+peerURL,
-		"--initial-cluster=testenv="+peerURL,
+		"--data-dir=" + filepath.Join(cp.Dir, "etcd"),
+		"--listen-client-urls=" + cp.EtcdURL,
+		"--advertise-client-urls=" + cp.EtcdURL,
+		"--listen-peer-urls=" + peerURL,
+		"--initial-advertise-peer-urls=" + peerURL,
+		"--initial-cluster=testenv=" + peerURL,
 		"--unsafe-no-fsync=true",
 		"--quota-backend-bytes=8589934592",
 		"--log-level=warn",
-	)
+	}, cp.EtcdCerts.ServerArgs()...)
+	if cp.etcd, err = startProcess("etcd", filepath.Join(cp.Dir, "etcd.log"), bin, args...); err != nil {
+		return err
+	}
+	tlsConfig, err := cp.EtcdCerts.ClientTLS()
 	if err != nil {
-		return "", err
+		return err
 	}
-	if err := cp.etcd.waitFor(ctx, "etcd health", func() error { return httpOK(probeClient, etcdURL+"/health", "") }); err != nil {
-		return "", err
-	}
-	return etcdURL, nil
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConfig}, Timeout: 5 * time.Second}
+	return cp.etcd.waitFor(ctx, "etcd health", func() error { return httpOK(client, cp.EtcdURL+"/health", "") })
 }
 
 // ConfigFor returns a client configuration that authenticates as the user.
@@ -287,17 +311,44 @@ func (cp *ControlPlane) WriteKubeconfig(path, user string) error {
 }
 
 // WriteKubeconfigFor writes a kubeconfig with cfg's server, CA and
-// credentials (token or client certificate) to path, mode 0600.
+// credentials (token or client certificate) to path, mode 0600 (also over
+// a file of another mode), at once: a reader sees the old file or the new
+// one. A missing directory is made with mode 0700.
 func WriteKubeconfigFor(path, user string, cfg *rest.Config) error {
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["splitlet"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
 	kc.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken, ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
 	kc.Contexts["splitlet"] = &clientcmdapi.Context{Cluster: "splitlet", AuthInfo: user}
 	kc.CurrentContext = "splitlet"
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	data, err := clientcmd.Write(*kc)
+	if err != nil {
 		return err
 	}
-	return clientcmd.WriteToFile(*kc, path)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	return writePrivateFile(path, data)
+}
+
+// writePrivateFile replaces path's content with data at once, mode 0600
+// whatever the mode of the file it replaces.
+func writePrivateFile(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(f.Name(), 0o600)
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }
 
 // ClientConfig returns a client configuration that authenticates with a
@@ -308,7 +359,7 @@ func (cp *ControlPlane) ClientConfig(user string, groups ...string) (*rest.Confi
 	if cp.pki == nil || cp.pki.caKey == nil {
 		return nil, errNoCA
 	}
-	certPEM, keyPEM, err := cp.pki.signPEM(certificate{cn: user, orgs: groups, usage: x509.ExtKeyUsageClientAuth})
+	certPEM, keyPEM, err := cp.pki.signPEM(certificate{cn: user, orgs: groups, usages: clientUse})
 	if err != nil {
 		return nil, err
 	}
@@ -318,6 +369,25 @@ func (cp *ControlPlane) ClientConfig(user string, groups ...string) (*rest.Confi
 	}, nil
 }
 
+// NodeUser is the user of a node's identity, in the group NodesGroup: a
+// kubelet's, whom the Node authorizer and NodeRestriction keep to the
+// node's own objects.
+func NodeUser(node string) string { return "system:node:" + node }
+
+// NodesGroup is the group of every node's identity.
+const NodesGroup = "system:nodes"
+
+// WriteClientKubeconfig writes a kubeconfig to path (0600) whose
+// credentials are a new client certificate of the user and groups, signed
+// by the control plane's CA.
+func (cp *ControlPlane) WriteClientKubeconfig(path, user string, groups ...string) error {
+	cfg, err := cp.ClientConfig(user, groups...)
+	if err != nil {
+		return err
+	}
+	return WriteKubeconfigFor(path, user, cfg)
+}
+
 // ServerCertificate returns a PEM serving certificate and key for the IP
 // addresses and DNS names, signed by the control plane's CA (for a server
 // the stages reach with the same CA file, such as nats-server).
@@ -325,7 +395,7 @@ func (cp *ControlPlane) ServerCertificate(ips []net.IP, dns []string) (certPEM, 
 	if cp.pki == nil || cp.pki.caKey == nil {
 		return nil, nil, errNoCA
 	}
-	return cp.pki.signPEM(certificate{cn: "splitlet-server", usage: x509.ExtKeyUsageServerAuth, ips: ips, dns: dns})
+	return cp.pki.signPEM(certificate{cn: "splitlet-server", usages: serverUse, ips: ips, dns: dns})
 }
 
 func authorizationMode(rbacOnly bool) string {
@@ -391,10 +461,6 @@ func ControlPlaneForTest(t testing.TB, opts ...ControlPlaneOptions) *ControlPlan
 	t.Cleanup(cp.Stop)
 	return cp
 }
-
-// probeClient is for health checks: a port that accepts and never answers
-// must not stall a wait past its deadline.
-var probeClient = &http.Client{Timeout: 5 * time.Second}
 
 func httpOK(c *http.Client, url, token string) error {
 	req, err := http.NewRequest(http.MethodGet, url, nil)

@@ -32,25 +32,25 @@ func apiIdentity(id, node string, traced bool) (user string, groups []string) {
 	switch id {
 	case bus.StageStatussync:
 		if traced {
-			return "system:node:" + node, []string{"system:nodes", "system:monitoring"}
+			return testenv.NodeUser(node), []string{testenv.NodesGroup, "system:monitoring"}
 		}
-		return "system:node:" + node, []string{"system:nodes"}
+		return testenv.NodeUser(node), []string{testenv.NodesGroup}
 	case bus.StageNodehb, bus.StagePodconfig, bus.StagePodworkers, nodeIdentity:
-		return "system:node:" + node, []string{"system:nodes"}
+		return testenv.NodeUser(node), []string{testenv.NodesGroup}
 	default:
 		return "splitlet:" + id, nil
 	}
 }
 
-// writeIdentities writes every identity's directory under dir and, in
-// natsDir, nats-server's auth.conf (the bus identities' public keys and
-// permissions) and its TLS certificate and key for 127.0.0.1. Seeds are
-// kept across starts; kubeconfigs are signed anew by the kept CA, so that
-// old and new ones both work.
+// writeIdentities writes every identity's directory (0700; kubeconfig and
+// seed 0600) under dir and, in natsDir (0700), nats-server's auth.conf (the
+// bus identities' public keys and permissions) and its TLS certificate and
+// key for 127.0.0.1. Seeds are kept across starts; kubeconfigs are signed
+// anew by the kept CA, so that old and new ones both work.
 func writeIdentities(cp *testenv.ControlPlane, dir, natsDir, node string, traced bool) error {
 	for _, id := range append(bus.Identities(), nodeIdentity) {
 		d := filepath.Join(dir, id)
-		if err := os.MkdirAll(d, 0o755); err != nil {
+		if err := testenv.PrivateDir(d); err != nil {
 			return err
 		}
 		if err := writeFile(filepath.Join(d, "ca.crt"), cp.CAData, 0o644); err != nil {
@@ -60,15 +60,7 @@ func writeIdentities(cp *testenv.ControlPlane, dir, natsDir, node string, traced
 			continue
 		}
 		user, groups := apiIdentity(id, node, traced)
-		cfg, err := cp.ClientConfig(user, groups...)
-		if err != nil {
-			return err
-		}
-		tmp := filepath.Join(d, "kubeconfig.tmp")
-		if err := testenv.WriteKubeconfigFor(tmp, user, cfg); err != nil {
-			return err
-		}
-		if err := os.Rename(tmp, filepath.Join(d, "kubeconfig")); err != nil {
+		if err := cp.WriteClientKubeconfig(filepath.Join(d, "kubeconfig"), user, groups...); err != nil {
 			return err
 		}
 	}
@@ -76,7 +68,7 @@ func writeIdentities(cp *testenv.ControlPlane, dir, natsDir, node string, traced
 	if err != nil {
 		return fmt.Errorf("bus identities: %w", err)
 	}
-	if err := os.MkdirAll(natsDir, 0o755); err != nil {
+	if err := testenv.PrivateDir(natsDir); err != nil {
 		return err
 	}
 	certPEM, keyPEM, err := cp.ServerCertificate([]net.IP{net.ParseIP("127.0.0.1")}, []string{"localhost"})
@@ -91,7 +83,7 @@ func writeIdentities(cp *testenv.ControlPlane, dir, natsDir, node string, traced
 		{"server.crt", certPEM, 0o644},
 		{"server.key", keyPEM, 0o600},
 		{"ca.crt", cp.CAData, 0o644},
-		{"auth.conf", []byte(conf), 0o644},
+		{"auth.conf", []byte(conf), 0o600},
 	} {
 		if err := writeFile(filepath.Join(natsDir, f.name), f.data, f.mode); err != nil {
 			return err

@@ -1,11 +1,15 @@
 // Command controlplane is the control plane of the compose stack
-// (deploy/compose): `controlplane run` runs kube-apiserver (from the image,
-// next to this binary) on a fixed port against an etcd that runs already,
-// with a CA and credentials it keeps in the state directory across restarts
-// (a restarted API server locks no stage out). It writes an admin kubeconfig
-// and the CA file, applies manifests (--apply: the stages' roles), writes
-// one identity per stage (--identities-dir: kubeconfig, NATS nkey seed, CA;
-// --nats-dir: nats-server's auth.conf and TLS certificate), and follows
+// (deploy/compose). `controlplane etcd-certs` makes etcd's CA and
+// certificates (kept when there) before etcd starts: etcd takes only
+// clients with a certificate of its own CA. `controlplane run` runs
+// kube-apiserver (from the image, next to this binary) on a fixed port
+// against that etcd, with the client certificate, and with a CA and
+// credentials it keeps in the state directory across restarts (a restarted
+// API server locks no stage out). It writes an admin kubeconfig and the CA
+// file, applies manifests (--apply: the stages' roles), writes one identity
+// per stage (--identities-dir: kubeconfig, NATS nkey seed, CA; --nats-dir:
+// nats-server's auth.conf and TLS certificate), credentials 0600 in
+// directories 0700 owned by the owner of --host-dir, and follows
 // kube-apiserver's log on its own output until a signal or kube-apiserver's
 // exit.
 //
@@ -13,15 +17,20 @@
 // check of the control plane, of etcd and of nats-server:
 //
 //	controlplane check --kubeconfig=/state/kubeconfig   # kube-apiserver /readyz
-//	controlplane check-url http://127.0.0.1:12379/health # any URL answering 200
+//	controlplane check-url http://127.0.0.1:18222/healthz # any URL answering 200
+//	controlplane check-url --cacert=/etcd-pki/ca.crt --cert=/etcd-pki/client.crt \
+//	    --key=/etcd-pki/client.key https://127.0.0.1:12379/health   # with a client certificate
 package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/signal"
@@ -37,9 +46,11 @@ import (
 )
 
 const usage = `usage:
+  controlplane etcd-certs --dir=DIR  make etcd's CA and certificates in DIR, unless there
   controlplane run [flags]           run kube-apiserver against an external etcd
   controlplane check [flags]         exit 0 when kube-apiserver's /readyz answers ok
-  controlplane check-url URL         exit 0 when GET URL answers 200
+  controlplane check-url [--cacert=FILE --cert=FILE --key=FILE] URL
+                                     exit 0 when GET URL answers 200
 `
 
 func main() {
@@ -56,11 +67,9 @@ func main() {
 	case "check":
 		err = checkCmd(ctx, os.Args[2:])
 	case "check-url":
-		if len(os.Args) != 3 {
-			fmt.Fprint(os.Stderr, usage)
-			os.Exit(2)
-		}
-		err = checkURL(ctx, os.Args[2])
+		err = checkURLCmd(ctx, os.Args[2:])
+	case "etcd-certs":
+		err = etcdCertsCmd(os.Args[2:], os.Stdout)
 	default:
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
@@ -75,6 +84,8 @@ type runOptions struct {
 	stateDir    string
 	port        int
 	etcdURL     string
+	etcdCerts   string
+	hostDir     string
 	kubeconfigs []string
 	binDir      string
 	apply       []string
@@ -89,7 +100,9 @@ func parseRun(args []string) (runOptions, error) {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.StringVar(&o.stateDir, "state-dir", "/state", "credentials, kubeconfig and ca.crt go here (a volume the services mount)")
 	fs.IntVar(&o.port, "port", 16443, "kube-apiserver's secure port on 127.0.0.1")
-	fs.StringVar(&o.etcdURL, "etcd-url", "http://127.0.0.1:12379", "the etcd to use")
+	fs.StringVar(&o.etcdURL, "etcd-url", "https://127.0.0.1:12379", "the etcd to use (https)")
+	fs.StringVar(&o.etcdCerts, "etcd-certs", "/etcd-pki", "etcd's CA and the client certificate to reach it (made by etcd-certs)")
+	fs.StringVar(&o.hostDir, "host-dir", "", "the host's directory the copies, identities and nats files go under: made 0700, and what run writes there takes its owner (the host's user reads the 0600 files)")
 	extra := fs.String("kubeconfig-copy", "", "comma-separated extra paths of the admin kubeconfig (e.g. a host bind mount)")
 	fs.StringVar(&o.binDir, "bin-dir", "", "where kube-apiserver is; empty: this binary's directory")
 	apply := fs.String("apply", "", "comma-separated manifests (files or directories) to apply once ready (deploy/rbac)")
@@ -111,8 +124,8 @@ func parseRun(args []string) (runOptions, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
-	if o.etcdURL == "" {
-		return o, errors.New("etcd-url is required")
+	if !strings.HasPrefix(o.etcdURL, "https://") {
+		return o, errors.New("etcd-url must be https:// (etcd takes only clients with a certificate)")
 	}
 	o.kubeconfigs = []string{filepath.Join(o.stateDir, "kubeconfig")}
 	for _, p := range strings.Split(*extra, ",") {
@@ -146,8 +159,12 @@ func runCmd(ctx context.Context, args []string, out io.Writer) error {
 	if err := os.Setenv(testenv.BinDirEnv, o.binDir); err != nil {
 		return err
 	}
+	etcdCerts, err := testenv.LoadEtcdCerts(o.etcdCerts)
+	if err != nil {
+		return err
+	}
 	fmt.Fprintf(out, "controlplane: starting kube-apiserver on 127.0.0.1:%d against etcd %s\n", o.port, o.etcdURL)
-	cpOpts := testenv.ControlPlaneOptions{Dir: dir, Port: o.port, EtcdURL: o.etcdURL, KeepCredentials: true}
+	cpOpts := testenv.ControlPlaneOptions{Dir: dir, Port: o.port, EtcdURL: o.etcdURL, EtcdCerts: etcdCerts, KeepCredentials: true}
 	if o.tracing != "" {
 		cpOpts.APIServerArgs = []string{"--tracing-config-file=" + o.tracing}
 	}
@@ -161,27 +178,8 @@ func runCmd(ctx context.Context, args []string, out io.Writer) error {
 			return err
 		}
 	}
-	if o.identities != "" {
-		if err := writeIdentities(cp, o.identities, o.natsDir, o.node, o.tracing != ""); err != nil {
-			return fmt.Errorf("identities: %w", err)
-		}
-	}
-	if err := writeFile(filepath.Join(o.stateDir, "ca.crt"), cp.CAData, 0o644); err != nil {
+	if err := writeOutputs(cp, o); err != nil {
 		return err
-	}
-	// copies first, the health check's own last.
-	for i := len(o.kubeconfigs) - 1; i >= 0; i-- {
-		p := o.kubeconfigs[i]
-		tmp := p + ".tmp"
-		if err := cp.WriteKubeconfig(tmp, testenv.AdminUser); err != nil {
-			return err
-		}
-		if err := os.Chmod(tmp, 0o644); err != nil {
-			return err
-		}
-		if err := os.Rename(tmp, p); err != nil {
-			return err
-		}
 	}
 	fmt.Fprintf(out, "controlplane: kube-apiserver ready at %s; admin kubeconfig: %s\n", cp.URL, strings.Join(o.kubeconfigs, ", "))
 
@@ -201,6 +199,77 @@ func runCmd(ctx context.Context, args []string, out io.Writer) error {
 			}
 		}
 	}
+}
+
+// writeOutputs writes the identities, the CA file and the admin
+// kubeconfigs (0600): the copies first, the health check's own last, after
+// the host's files took their owner.
+func writeOutputs(cp *testenv.ControlPlane, o runOptions) error {
+	if o.hostDir != "" {
+		if err := testenv.PrivateDir(o.hostDir); err != nil {
+			return err
+		}
+	}
+	if o.identities != "" {
+		if err := writeIdentities(cp, o.identities, o.natsDir, o.node, o.tracing != ""); err != nil {
+			return fmt.Errorf("identities: %w", err)
+		}
+	}
+	if err := writeFile(filepath.Join(o.stateDir, "ca.crt"), cp.CAData, 0o644); err != nil {
+		return err
+	}
+	for i := len(o.kubeconfigs) - 1; i >= 1; i-- {
+		if err := cp.WriteKubeconfig(o.kubeconfigs[i], testenv.AdminUser); err != nil {
+			return err
+		}
+	}
+	if o.hostDir != "" {
+		if err := chownLikeRoot(o.hostDir); err != nil {
+			return fmt.Errorf("owner of %s: %w", o.hostDir, err)
+		}
+	}
+	return cp.WriteKubeconfig(o.kubeconfigs[0], testenv.AdminUser)
+}
+
+// chownLikeRoot gives everything under root root's owner, when this process
+// may (it runs as root in its container, and the host's user owns the
+// directory): the files are 0600, so the host's user could not read them
+// as root's.
+func chownLikeRoot(root string) error {
+	fi, err := os.Stat(root)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || os.Geteuid() != 0 {
+		return nil
+	}
+	uid, gid := int(st.Uid), int(st.Gid)
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(path, uid, gid)
+	})
+}
+
+// etcdCertsCmd makes etcd's CA and certificates in --dir, or keeps those
+// there: the compose stack's one-shot step before etcd starts.
+func etcdCertsCmd(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("etcd-certs", flag.ContinueOnError)
+	dir := fs.String("dir", "/etcd-pki", "where etcd's CA, its certificate and the client certificate go (mode 0700)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	c, err := testenv.EnsureEtcdCerts(*dir)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "controlplane: etcd's certificates in %s\n", c.Dir)
+	return nil
 }
 
 // follow copies what is appended to the file to w until ctx ends.
@@ -255,14 +324,64 @@ func checkCmd(ctx context.Context, args []string) error {
 	return cs.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Error()
 }
 
-func checkURL(ctx context.Context, url string) error {
+// checkURLCmd is check-url: with --cacert, --cert and --key, over TLS with
+// that CA and client certificate (etcd's health).
+func checkURLCmd(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("check-url", flag.ContinueOnError)
+	caFile := fs.String("cacert", "", "CA file that verifies the server (https)")
+	certFile := fs.String("cert", "", "client certificate file (with --key)")
+	keyFile := fs.String("key", "", "client key file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return errors.New("want one URL")
+	}
+	tlsConfig, err := clientTLS(*caFile, *certFile, *keyFile)
+	if err != nil {
+		return err
+	}
+	return checkURL(ctx, fs.Arg(0), tlsConfig)
+}
+
+// clientTLS is the TLS configuration of the files; nil when none is given.
+func clientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
+	if caFile == "" && certFile == "" && keyFile == "" {
+		return nil, nil
+	}
+	if (certFile == "") != (keyFile == "") {
+		return nil, errors.New("--cert and --key go together")
+	}
+	c := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		caPEM, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, err
+		}
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(caPEM) {
+			return nil, fmt.Errorf("%s: no certificate", caFile)
+		}
+	}
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, err
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
+}
+
+func checkURL(ctx context.Context, url string, tlsConfig *tls.Config) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConfig}}
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}

@@ -3,10 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -14,47 +20,142 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
 
 	"github.com/splitlet/splitlet/libs/app/apptest"
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
 
-// startEtcd runs bin/etcd on free ports for the test.
-func startEtcd(t *testing.T) string {
+// composeService is what the tests run of a service of the compose stack.
+type composeService struct {
+	Command     []string `json:"command"`
+	Healthcheck struct {
+		Test []string `json:"test"`
+	} `json:"healthcheck"`
+}
+
+// composeServices reads the services of a file of deploy/compose.
+func composeServices(t *testing.T, file string) map[string]composeService {
 	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "compose", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Services map[string]composeService `json:"services"`
+	}
+	if err := yaml.Unmarshal(data, &f); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	return f.Services
+}
+
+// stackHost maps what the compose stack's commands name (mounts, fixed
+// ports, ${VAR:-default}) to a test's directories, free ports and values.
+type stackHost struct {
+	paths map[string]string // mount point → directory
+	ports map[string]string // fixed port → free port
+	env   map[string]string // variable → value (else its default)
+}
+
+var composeVar = regexp.MustCompile(`\$\{(\w+):-([^}]*)\}`)
+
+// args rewrites a command's arguments for the test.
+func (h stackHost) args(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		a = composeVar.ReplaceAllStringFunc(a, func(m string) string {
+			sub := composeVar.FindStringSubmatch(m)
+			if v, ok := h.env[sub[1]]; ok {
+				return v
+			}
+			return sub[2]
+		})
+		for fixed, free := range h.ports {
+			a = strings.ReplaceAll(a, ":"+fixed, ":"+free)
+			a = strings.ReplaceAll(a, "="+fixed, "="+free)
+		}
+		flag, value, isFlag := strings.Cut(a, "=")
+		if !isFlag {
+			flag, value = "", a
+		}
+		for mount, dir := range h.paths {
+			if value == mount || strings.HasPrefix(value, mount+"/") {
+				value = dir + strings.TrimPrefix(value, mount)
+				break
+			}
+		}
+		if isFlag {
+			a = flag + "=" + value
+		} else {
+			a = value
+		}
+		out[i] = a
+	}
+	return out
+}
+
+// newStackHost gives the stack's mounts directories and its fixed ports free
+// ports.
+func newStackHost(t *testing.T) stackHost {
+	t.Helper()
+	h := stackHost{paths: map[string]string{"/rbac": filepath.Join("..", "..", "deploy", "rbac")}, ports: map[string]string{}, env: map[string]string{}}
+	for _, m := range []string{"/etcd-pki", "/var/lib/etcd", "/state", "/out"} {
+		h.paths[m] = t.TempDir()
+	}
+	for _, fixed := range []string{"12379", "12380", "16443"} {
+		p, err := testenv.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.ports[fixed] = fmt.Sprint(p)
+	}
+	return h
+}
+
+// startEtcd runs bin/etcd as the compose stack does (etcd-certs, then
+// etcd's command) and waits until the stack's health check of etcd passes;
+// it returns etcd's client URL.
+func startEtcd(t *testing.T, h stackHost) string {
+	t.Helper()
+	services := composeServices(t, "compose.yaml")
+	certs := services["etcd-certs"].Command
+	if len(certs) == 0 || certs[0] != "etcd-certs" {
+		t.Fatalf("etcd-certs runs %q", certs)
+	}
+	if err := etcdCertsCmd(h.args(certs[1:]), io.Discard); err != nil {
+		t.Fatal(err)
+	}
 	bin, err := testenv.Binary("etcd")
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := fmt.Sprintf("http://127.0.0.1:%d", client)
-	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peer)
-	cmd := exec.Command(bin, "--name=e", "--data-dir="+t.TempDir(), "--listen-client-urls="+url, "--advertise-client-urls="+url,
-		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL, "--initial-cluster=e="+peerURL,
-		"--unsafe-no-fsync=true", "--log-level=warn")
+	cmd := exec.Command(bin, append(h.args(services["etcd"].Command), "--unsafe-no-fsync=true")...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var logs apptest.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	deadline := time.Now().Add(30 * time.Second)
-	for checkURL(context.Background(), url+"/health") != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("etcd not healthy within 30s")
-		}
-		time.Sleep(100 * time.Millisecond)
+	check := services["etcd"].Healthcheck.Test
+	if len(check) < 3 || check[1] != "/controlplane" || check[2] != "check-url" {
+		t.Fatalf("etcd's health check is %q", check)
 	}
-	return url
+	var last error
+	err = wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		last = checkURLCmd(ctx, h.args(check[3:]))
+		return last == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("etcd not healthy within 30s: %v\n%s", last, logs.String())
+	}
+	return "https://127.0.0.1:" + h.ports["12379"]
 }
 
 // running is one `controlplane run` of a test.
@@ -114,46 +215,57 @@ func whoAmI(t *testing.T, kubeconfig string) (string, []string) {
 	return user, groups
 }
 
-// TestRunAgainstExternalEtcd: run starts kube-apiserver on the given port
-// against an etcd that runs already, writes the kubeconfig (and its copy),
-// the CA, the stages' roles and one identity per stage (API user, bus
-// seed, CA; nats-server's auth.conf and certificate); check passes while it
-// runs and fails once it stopped. A second run on the same state keeps the
-// CA and credentials: what the first wrote still works.
+// TestRunAgainstExternalEtcd: the compose stack's control plane, its
+// services' commands read from deploy/compose/compose.yaml: etcd-certs,
+// then etcd, which takes neither plain HTTP nor TLS without a certificate
+// of its own CA, on its client and its peer URL, and passes the stack's
+// health check; then run starts kube-apiserver against it, writes the
+// kubeconfig (and its copy on the host), the CA, the stages' roles and one
+// identity per stage (API user, bus seed, CA; nats-server's auth.conf and
+// certificate), the credentials on the host 0600 in directories 0700 and
+// owned by the host directory's owner; check passes while it runs and
+// fails once it stopped. A second run on the same state keeps the CA and
+// credentials: what the first wrote still works.
 func TestRunAgainstExternalEtcd(t *testing.T) {
-	etcdURL := startEtcd(t)
+	h := newStackHost(t)
+	const node = "cp-node"
+	h.env["SPLITLET_NODE_NAME"] = node
+	state, out := h.paths["/state"], h.paths["/out"]
+	owner := giveAway(t, out)
+	etcdURL := startEtcd(t, h)
+	peerURL := "https://127.0.0.1:" + h.ports["12380"]
+	etcdCerts, err := testenv.LoadEtcdCerts(h.paths["/etcd-pki"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{etcdURL, peerURL} {
+		etcdRefuses(t, u, etcdCerts, nil)
+	}
 	binDir, err := testenv.BinDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	state, out := t.TempDir(), t.TempDir()
 	copyPath := filepath.Join(out, "kubeconfig")
 	kubeconfig := filepath.Join(state, "kubeconfig")
 	if err := checkCmd(context.Background(), []string{"--kubeconfig=" + kubeconfig}); err == nil {
 		t.Fatal("check passed before run")
 	}
 	ids, natsDir := filepath.Join(out, "identities"), filepath.Join(out, "nats")
-	const node = "cp-node"
-	args := []string{"--state-dir=" + state, fmt.Sprintf("--port=%d", port), "--etcd-url=" + etcdURL,
-		"--kubeconfig-copy=" + copyPath, "--bin-dir=" + binDir, "--apply=../../deploy/rbac",
-		"--identities-dir=" + ids, "--nats-dir=" + natsDir, "--node-name=" + node}
+	args := append(apiserverArgs(t, h), "--bin-dir="+binDir)
 	r := startRun(t, kubeconfig, args...)
 	for _, p := range []string{kubeconfig, copyPath} {
 		cfg, err := clientcmd.BuildConfigFromFlags("", p)
 		if err != nil {
 			t.Fatalf("%s: %v", p, err)
 		}
-		if !strings.HasSuffix(cfg.Host, fmt.Sprintf(":%d", port)) {
-			t.Fatalf("%s: server %s, want port %d", p, cfg.Host, port)
+		if !strings.HasSuffix(cfg.Host, ":"+h.ports["16443"]) {
+			t.Fatalf("%s: server %s, want port %s", p, cfg.Host, h.ports["16443"])
 		}
 		cs := kubernetes.NewForConfigOrDie(cfg)
 		if _, err := cs.CoreV1().Namespaces().Get(context.Background(), "default", metav1.GetOptions{}); err != nil {
 			t.Fatalf("%s: %v", p, err)
 		}
+		wantMode(t, p, 0o600)
 	}
 	if data, err := os.ReadFile(filepath.Join(state, "ca.crt")); err != nil || !bytes.Contains(data, []byte("BEGIN CERTIFICATE")) {
 		t.Fatalf("ca.crt: %v %q", err, data)
@@ -171,6 +283,22 @@ func TestRunAgainstExternalEtcd(t *testing.T) {
 		if strings.HasPrefix(user, "system:node:") && !slices.Contains(groups, "system:nodes") {
 			t.Errorf("identity %s: groups %v, want system:nodes", id, groups)
 		}
+		wantMode(t, filepath.Join(ids, id), 0o700)
+		wantMode(t, filepath.Join(ids, id, "kubeconfig"), 0o600)
+	}
+	for _, d := range []string{out, ids, natsDir} {
+		wantMode(t, d, 0o700)
+	}
+	wantMode(t, filepath.Join(natsDir, "server.key"), 0o600)
+	wantOwner(t, out, owner)
+	// A client certificate of the cluster's CA (the node's identity) does
+	// not open etcd either.
+	nodeCfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(ids, "node", "kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{etcdURL, peerURL} {
+		etcdRefuses(t, u, etcdCerts, nodeCfg)
 	}
 	conf, err := os.ReadFile(filepath.Join(natsDir, "auth.conf"))
 	if err != nil {
@@ -197,11 +325,15 @@ func TestRunAgainstExternalEtcd(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if err := checkURL(context.Background(), etcdURL+"/health"); err != nil {
+	etcdCheck := []string{"--cacert=" + etcdCerts.CAFile, "--cert=" + etcdCerts.ClientCertFile, "--key=" + etcdCerts.ClientKeyFile}
+	if err := checkURLCmd(context.Background(), append(etcdCheck, etcdURL+"/health")); err != nil {
 		t.Fatal(err)
 	}
-	if err := checkURL(context.Background(), etcdURL+"/no-such-path"); err == nil {
+	if err := checkURLCmd(context.Background(), append(etcdCheck, etcdURL+"/no-such-path")); err == nil {
 		t.Fatal("check-url passed on a 404")
+	}
+	if err := checkURLCmd(context.Background(), []string{etcdURL + "/health"}); err == nil {
+		t.Fatal("check-url without the client certificate passed on etcd")
 	}
 	oldAdmin, err := os.ReadFile(copyPath)
 	if err != nil {
@@ -216,7 +348,18 @@ func TestRunAgainstExternalEtcd(t *testing.T) {
 		t.Fatal("check passed after stop")
 	}
 
-	// A restart keeps the CA and credentials: the first run's still work.
+	// A restart keeps the CA and credentials: the first run's still work;
+	// etcd-certs, run again, keeps etcd's.
+	oldEtcdCA, err := os.ReadFile(etcdCerts.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := etcdCertsCmd(h.args(composeServices(t, "compose.yaml")["etcd-certs"].Command[1:]), io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if now, err := os.ReadFile(etcdCerts.CAFile); err != nil || !bytes.Equal(now, oldEtcdCA) {
+		t.Errorf("etcd's CA changed when etcd-certs ran again (%v)", err)
+	}
 	r = startRun(t, kubeconfig, args...)
 	defer r.stop(t)
 	if now, err := os.ReadFile(copyPath); err != nil || !bytes.Equal(now, oldAdmin) {
@@ -229,5 +372,107 @@ func TestRunAgainstExternalEtcd(t *testing.T) {
 		if now, _ := os.ReadFile(filepath.Join(ids, id, "nats.nk")); !bytes.Equal(now, seed) {
 			t.Errorf("the bus seed of %s changed across a restart", id)
 		}
+	}
+}
+
+// apiserverArgs are the arguments of run in the compose stack's apiserver
+// service, for the test's host; compose.tracing.yaml's are the same and
+// the tracing configuration.
+func apiserverArgs(t *testing.T, h stackHost) []string {
+	t.Helper()
+	cmd := composeServices(t, "compose.yaml")["apiserver"].Command
+	if len(cmd) == 0 || cmd[0] != "run" {
+		t.Fatalf("the apiserver service runs %q", cmd)
+	}
+	traced := composeServices(t, "compose.tracing.yaml")["apiserver"].Command
+	if !slices.Equal(traced[:min(len(cmd), len(traced))], cmd) || len(traced) != len(cmd)+1 ||
+		!strings.HasPrefix(traced[len(cmd)], "--tracing-config-file=") {
+		t.Errorf("compose.tracing.yaml's apiserver command is not compose.yaml's and the tracing file:\n%q\n%q", traced, cmd)
+	}
+	return h.args(cmd[1:])
+}
+
+// etcdRefuses checks that etcd at u (client or peer URL) answers neither
+// plain HTTP nor TLS without a client certificate, or with the client
+// certificate of other (when not nil: one of the cluster's CA).
+func etcdRefuses(t *testing.T, u string, certs *testenv.EtcdCerts, other *rest.Config) {
+	t.Helper()
+	caPEM, err := os.ReadFile(certs.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	get := func(url string, c *tls.Config) error {
+		client := &http.Client{Transport: &http.Transport{TLSClientConfig: c}, Timeout: 5 * time.Second}
+		resp, err := client.Get(url)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	if other != nil {
+		cert, err := tls.X509KeyPair(other.CertData, other.KeyData)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if get(u+"/health", &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}}) == nil {
+			t.Errorf("a client certificate of the cluster's CA reaches etcd at %s", u)
+		}
+		return
+	}
+	if plain := "http://" + strings.TrimPrefix(u, "https://") + "/health"; get(plain, nil) == nil {
+		t.Errorf("plain HTTP reaches etcd at %s", plain)
+	}
+	if get(u+"/health", &tls.Config{RootCAs: pool}) == nil {
+		t.Errorf("TLS without a client certificate reaches etcd at %s", u)
+	}
+}
+
+// giveAway makes dir another user's (nobody's) when the test runs as root,
+// as the host's state directory is its user's while the control plane runs
+// as root in its container, and returns the uid expected on what run
+// writes there.
+func giveAway(t *testing.T, dir string) int {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return os.Geteuid()
+	}
+	const nobody = 65534
+	if err := os.Chown(dir, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	return nobody
+}
+
+// wantOwner checks that everything under root belongs to uid.
+func wantOwner(t *testing.T, root string, uid int) {
+	t.Helper()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != uid {
+			t.Errorf("%s belongs to uid %d, want %d (the host directory's owner)", path, st.Uid, uid)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func wantMode(t *testing.T, path string, want os.FileMode) {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fi.Mode().Perm(); got != want {
+		t.Errorf("%s: mode %#o, want %#o", path, got, want)
 	}
 }

@@ -69,13 +69,8 @@ func newKubelet(cp *testenv.ControlPlane, state, node, nodeIP string, port int, 
 		}
 	}
 
-	user := "system:node:" + node
-	clientCfg, err := cp.ClientConfig(user, "system:nodes")
-	if err != nil {
-		return nil, err
-	}
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := testenv.WriteKubeconfigFor(kubeconfig, user, clientCfg); err != nil {
+	if err := cp.WriteClientKubeconfig(kubeconfig, testenv.NodeUser(node), testenv.NodesGroup); err != nil {
 		return nil, err
 	}
 	ips := []net.IP{net.ParseIP("127.0.0.1")}

@@ -1,10 +1,13 @@
 // Command localup is `make run`: it starts a local control plane (etcd and
 // kube-apiserver from bin/), runs bin/splitlet with every service against it
-// and with what a control plane gives a kubelet (the CA that verifies the
-// API server's client certificate, so that logs and exec work), applies a
-// demo pod bound to the node, prints the kubectl commands to try, and on
-// Ctrl-C stops everything it started and exits 0. With --node-agent=kubelet
-// the node is the real kubelet (bin/kubelet) on the cri runtime instead.
+// and with what a control plane gives a kubelet (the node's identity,
+// system:node:<name> in system:nodes, as a client certificate of the
+// control plane's CA under the Node authorizer and NodeRestriction; the CA
+// that verifies the API server's client certificate, so that logs and exec
+// work), applies a demo pod bound to the node, prints the kubectl commands
+// to try (with the admin kubeconfig), and on Ctrl-C stops everything it
+// started and exits 0. With --node-agent=kubelet the node is the real
+// kubelet (bin/kubelet) on the cri runtime instead.
 package main
 
 import (
@@ -56,6 +59,9 @@ type options struct {
 	// up, when set, runs once everything is up and the hints are printed,
 	// with the kubeconfig's path (a test walks the hints there).
 	up func(ctx context.Context, kubeconfig string) error
+	// audit has kube-apiserver write its audit log to
+	// <state>/controlplane/audit.log (a test reads who did what).
+	audit bool
 }
 
 func main() {
@@ -140,12 +146,17 @@ func run(ctx context.Context, o options) error {
 	if err := os.RemoveAll(cpDir); err != nil {
 		return err
 	}
+	// (the state directory is not made 0700 with the control plane's: pods
+	// of the process runtime run as another user under <state>/data)
+	if err := os.MkdirAll(state, 0o755); err != nil {
+		return err
+	}
 	if o.controllers {
 		fmt.Fprintln(o.out, "starting etcd, kube-apiserver, kube-controller-manager and kube-scheduler ...")
 	} else {
 		fmt.Fprintln(o.out, "starting etcd and kube-apiserver ...")
 	}
-	cp, err := testenv.StartControlPlane(ctx, testenv.ControlPlaneOptions{Dir: cpDir, ServiceAccountAdmission: o.controllers, Controllers: o.controllers})
+	cp, err := testenv.StartControlPlane(ctx, testenv.ControlPlaneOptions{Dir: cpDir, ServiceAccountAdmission: o.controllers, Controllers: o.controllers, Audit: o.audit})
 	if err != nil {
 		return err
 	}
@@ -198,10 +209,14 @@ func run(ctx context.Context, o options) error {
 		// After the kubelet is down: the kernel settings it changed.
 		defer saveSysctls(kubeletSysctls)()
 	} else {
+		nodeKubeconfig, err := writeNodeKubeconfig(cp, state, o.node)
+		if err != nil {
+			return err
+		}
 		fmt.Fprintf(o.out, "starting splitlet (all services, embedded NATS, %s runtime) as node %s ...\n", o.runtime, o.node)
 		agent = exec.Command(splitletBin,
 			"--services=all",
-			"--kubeconfig="+kubeconfig,
+			"--kubeconfig="+nodeKubeconfig,
 			"--node-name="+o.node,
 			"--runtime="+o.runtime,
 			"--data-dir="+dataDir,
@@ -311,6 +326,20 @@ Ctrl-C stops everything.
 	case <-exited:
 		return fmt.Errorf("%s exited: %v (see %s)", o.agentName(), exitErr, logPath)
 	}
+}
+
+// writeNodeKubeconfig writes <state>/node/kubeconfig (directory 0700, file
+// 0600) with the node's identity, as a kubelet's: system:node:<node> in
+// system:nodes, a client certificate of the control plane's CA. The Node
+// authorizer keeps it to the node's own Node, Lease and pods and their
+// Secrets, ConfigMaps and tokens; NodeRestriction to its own writes.
+func writeNodeKubeconfig(cp *testenv.ControlPlane, state, node string) (string, error) {
+	dir := filepath.Join(state, "node")
+	if err := testenv.PrivateDir(dir); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "kubeconfig")
+	return path, cp.WriteClientKubeconfig(path, testenv.NodeUser(node), testenv.NodesGroup)
 }
 
 // waitReady waits until splitlet has written its health address and its

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -127,7 +128,8 @@ func follow(t *testing.T, ctx context.Context, export, line string, seen string)
 // TestLocalUpWalk is the newcomer's path: what `make run` runs (process
 // runtime, as make run's default), then every kubectl line it prints, run
 // as printed through the real kubectl and the API server: nodes, pods,
-// describe, logs, logs -f, exec, delete. Then everything stops.
+// describe, logs, logs -f, exec, delete. Then everything stops. The agent
+// ran as the node (checkAgentIdentity), the kubeconfigs are private.
 func TestLocalUpWalk(t *testing.T) {
 	buildSplitlet(t)
 	kubectl := kubectlPath(t)
@@ -182,7 +184,8 @@ func TestLocalUpWalk(t *testing.T) {
 		return nil
 	}
 	t.Logf("kubectl: %s", kubectl)
-	err = run(ctx, options{stateDir: t.TempDir(), node: "splitlet-node", runtime: "process", kubeletPort: port, once: true, out: &out, up: walk})
+	state := t.TempDir()
+	err = run(ctx, options{stateDir: state, node: "splitlet-node", runtime: "process", kubeletPort: port, once: true, out: &out, up: walk, audit: true})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
@@ -192,6 +195,54 @@ func TestLocalUpWalk(t *testing.T) {
 	for _, want := range []string{"Splitlet is up", "stopping splitlet", "stopping the control plane"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	checkAgentIdentity(t, state, "splitlet-node")
+}
+
+// checkAgentIdentity reads the API server's audit log of a run: every
+// request of splitlet (its user agent) came from the node's identity,
+// system:node:<node>, none was refused, and the node's registration and
+// the demo pod's status were among them; the admin kubeconfig and the
+// node's are 0600, their directories 0700.
+func checkAgentIdentity(t *testing.T, state, node string) {
+	t.Helper()
+	records, err := testenv.ReadAudit(filepath.Join(state, "controlplane", "audit.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := testenv.NodeUser(node)
+	seen := map[string]bool{}
+	for _, r := range records {
+		if !strings.HasPrefix(r.UserAgent, "splitlet-") {
+			continue
+		}
+		if r.User != user {
+			t.Errorf("splitlet asked as %q, not the node (%s): %s %s", r.User, user, r.Verb, r.URI)
+		}
+		if r.Code == http.StatusForbidden {
+			t.Errorf("the node was refused %s %s", r.Verb, r.URI)
+		}
+		seen[r.Verb+" "+strings.SplitN(r.URI, "?", 2)[0]] = true
+	}
+	for _, want := range []string{"create /api/v1/nodes", "patch /api/v1/namespaces/default/pods/demo/status"} {
+		if !seen[want] {
+			t.Errorf("no %s by splitlet in the audit log", want)
+		}
+	}
+	for path, mode := range map[string]os.FileMode{
+		filepath.Join(state, "kubeconfig"):         0o600,
+		filepath.Join(state, "node"):               0o700,
+		filepath.Join(state, "node", "kubeconfig"): 0o600,
+		filepath.Join(state, "controlplane"):       0o700,
+	} {
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		if fi.Mode().Perm() != mode {
+			t.Errorf("%s: mode %#o, want %#o", path, fi.Mode().Perm(), mode)
 		}
 	}
 }

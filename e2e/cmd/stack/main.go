@@ -123,13 +123,19 @@ func run(ctx context.Context, cmd, project string, files []string, podworkers in
 	if a := os.Getenv(testenv.ContainerdAddressEnv); a != "" {
 		env[testenv.ContainerdAddressEnv] = a
 	}
+	// The state directory is made here, as the user, 0700: the control
+	// plane gives what it writes there (0600) the directory's owner.
+	state := filepath.Join(dir, ".state")
+	if v := os.Getenv("SPLITLET_STATE_DIR"); v != "" {
+		state = v
+	}
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		return err
+	}
 	if err := dc.WithEnv(env).Up(ctx, tccompose.Wait(true), tccompose.RemoveOrphans(true)); err != nil {
 		return err
 	}
-	kubeconfig := filepath.Join(dir, ".state", "kubeconfig")
-	if v := os.Getenv("SPLITLET_STATE_DIR"); v != "" {
-		kubeconfig = filepath.Join(v, "kubeconfig")
-	}
+	kubeconfig := filepath.Join(state, "kubeconfig")
 	fmt.Printf("stack %s: up and healthy in %v\n  kubectl --kubeconfig %s get nodes\n", project, time.Since(start).Round(time.Second), kubeconfig)
 	if slices.Contains(files, filepath.Join(dir, "compose.tracing.yaml")) {
 		fmt.Printf("  traces: the Jaeger UI at http://127.0.0.1:16686 (API: http://127.0.0.1:16686/api/traces?service=podconfig)\n")
