@@ -25,6 +25,7 @@ import (
 // startEtcd runs bin/etcd on free ports for the test.
 func startEtcd(t *testing.T) string {
 	t.Helper()
+	testenv.SkipShort(t, "etcd and kube-apiserver")
 	bin, err := testenv.Binary("etcd")
 	if err != nil {
 		t.Fatal(err)

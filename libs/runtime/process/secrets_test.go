@@ -41,6 +41,9 @@ func TestContainerGetsNoneOfTheAgentsEnvironment(t *testing.T) {
 // bus identity's seed), and exec runs as the same user. A container that
 // asks for a user (runAsUser, runAsGroup; root included) gets it.
 func TestContainersRunUnprivileged(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs root: skipped under -short")
+	}
 	if os.Geteuid() != 0 {
 		t.Fatal("this test needs root: only a root runtime switches users")
 	}
