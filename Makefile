@@ -22,7 +22,7 @@ FUZZTIME ?= 30000x
 FUZZMINIMIZETIME ?= 500x
 TESTFLAGS ?=
 
-.PHONY: help build test e2e up down run conformance bench bench-go bench-tools faults nats-server images testenv vet fuzz clean jsprober-deps jaeger images-tracing image-jaeger
+.PHONY: help build test test-unit e2e up down run conformance bench bench-go bench-tools faults nats-server images testenv vet fuzz clean jsprober-deps jaeger images-tracing image-jaeger
 
 # Peers and parts of the benchmark, installed with `go install` into bin/.
 NATS_SERVER_VERSION := v2.15.2
@@ -36,7 +36,8 @@ BENCHFLAGS ?=
 
 help:
 	@echo "make build    static binaries of splitlet and each service into bin/"
-	@echo "make test     every module's tests (builds the test control plane first if missing)"
+	@echo "make test     the unit tier, then every module's tests (builds the test control plane first if missing)"
+	@echo "make test-unit  the unit tier: go test -short over every module; needs Go alone (no control plane, containerd, Docker or root)"
 	@echo "make run      local control plane + splitlet (all services) + a demo pod; Ctrl-C stops all (RUNTIME=process|sim|cri)"
 	@echo "make conformance  Kubernetes' node conformance tests (e2e.test v1.36.3) against a control plane and a Splitlet node on containerd; report in conformance/out (CONFORMANCEFLAGS=\"--ginkgo.focus=...\"; NODE=kubelet: the real kubelet as the node, report in conformance/out-kubelet)"
 	@echo "make bench    benchmarks"
@@ -60,11 +61,22 @@ build:
 testenv:
 	@hack/testenv/build.sh $(BIN)
 
-# (the stage binaries and nats-server: the fault suite's short version runs them)
-test: testenv build nats-server jsprober-deps
+# make test: the unit tier first (a logic failure shows in minutes), then
+# everything against the real dependencies (the stage binaries and
+# nats-server: the fault suite's short version runs them).
+test: test-unit
+	$(MAKE) testenv build nats-server jsprober-deps
 	$(GO) test -count=1 -timeout 20m $(TESTFLAGS) $(filter-out $(E2E_PKGS),$(PKGS))
 	$(MAKE) fuzz
 	$(MAKE) e2e
+
+# make test-unit: the unit tier, every module's tests under -short, which
+# needs Go alone: a test that needs the control plane (etcd,
+# kube-apiserver), a nats-server or stage binary, containerd, a Docker
+# engine, Node.js or root skips under -short (libs/testenv.SkipShort) and
+# fails without it when what it needs is missing. NATS runs embedded.
+test-unit:
+	$(GO) test -short -count=1 -timeout 3m $(TESTFLAGS) $(PKGS)
 
 # make up / make down: the compose stack (deploy/compose) without the docker
 # compose CLI; STACKFLAGS="--podworkers=3", "--tcpprober", "--jsprober" or "--allinone",

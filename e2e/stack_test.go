@@ -21,6 +21,8 @@ import (
 	tccompose "github.com/testcontainers/testcontainers-go/modules/compose"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // Fixed addresses of the stack (deploy/compose/compose.yaml).
@@ -36,6 +38,11 @@ var images = []string{"controlplane", "nats", "nodehb", "podconfig", "podworkers
 func TestMain(m *testing.M) {
 	if os.Getenv("SPLITLET_E2E") == "skip" {
 		fmt.Println("e2e: skipped (SPLITLET_E2E=skip)")
+		os.Exit(0)
+	}
+	// Every test here runs the compose stack on a Docker engine.
+	if testenv.Short() {
+		fmt.Println("e2e: skipped under -short (needs a Docker engine)")
 		os.Exit(0)
 	}
 	// No reaper container: it would have to be pulled. Every test takes

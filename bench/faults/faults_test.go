@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // TestShortFaultSuite is make faults' short version (make test): SIGKILL of
@@ -14,6 +16,7 @@ import (
 // restart (or any restart at all on sim and CRI), any terminal status
 // rewritten, any leaked process, any stage crash.
 func TestShortFaultSuite(t *testing.T) {
+	testenv.SkipShort(t, "the stage binaries, nats-server, etcd, kube-apiserver and containerd")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	var out bytes.Buffer

@@ -55,6 +55,7 @@ func (v *violations) all() []string {
 // permission violation. Each identity is refused what the table does not
 // give it.
 func TestStageIdentities(t *testing.T) {
+	testenv.SkipShort(t, "etcd and kube-apiserver")
 	const node = "ids-node"
 	bin := buildBinary(t)
 	dir := t.TempDir()

@@ -42,6 +42,7 @@ func get(url string) (int, string, error) {
 // NATS starts against a real API server, reports ready, serves metrics, and
 // stops cleanly on SIGTERM within 5 s.
 func TestAllServicesAgainstControlPlane(t *testing.T) {
+	testenv.SkipShort(t, "etcd and kube-apiserver")
 	bin := buildBinary(t)
 	cp := testenv.ControlPlaneForTest(t)
 	port, err := testenv.FreePort()

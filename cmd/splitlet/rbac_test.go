@@ -41,6 +41,7 @@ func nodeUser(node string) string { return "system:node:" + node }
 // deletion. The API server's audit log must show no request of theirs
 // refused: a role short of a verb fails the test.
 func TestStageAPIRoles(t *testing.T) {
+	testenv.SkipShort(t, "etcd and kube-apiserver")
 	bin := buildBinary(t)
 	for _, asNode := range []bool{false, true} {
 		name := "roles"

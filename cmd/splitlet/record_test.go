@@ -30,6 +30,7 @@ import (
 // planted behaviour change); `bus diff` must find exactly that: the
 // httpGet probe's results differ, the tcpSocket probe's do not.
 func TestRecordReplayDiff(t *testing.T) {
+	testenv.SkipShort(t, "etcd and kube-apiserver")
 	const node = "rec-node"
 	bin := buildBinary(t)
 	tcpprober := filepath.Join(t.TempDir(), "tcpprober")

@@ -119,6 +119,7 @@ func (b *watchBuffer) found() bool {
 // back, and its exit code is the exec's. `kubectl attach -it` reaches the
 // shell a container with stdin and tty runs.
 func TestEndToEndCRIExecWithTTY(t *testing.T) {
+	testenv.SkipShort(t, "containerd, etcd and kube-apiserver")
 	ctx := context.Background()
 	cd, err := testenv.EnsureContainerd(ctx, testenv.ContainerdOptions{})
 	if err != nil {

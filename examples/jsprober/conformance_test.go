@@ -38,6 +38,7 @@ func TestConformance(t *testing.T) {
 // sends SIGTERM and expects a clean exit, with every log line JSON.
 func startJSProber(t *testing.T, args ...string) {
 	t.Helper()
+	testenv.SkipShort(t, "Node.js and examples/jsprober's node_modules")
 	_, file, _, _ := runtime.Caller(0)
 	dir := filepath.Dir(file)
 	node, err := exec.LookPath("node")

@@ -15,6 +15,7 @@ import (
 // A containerd answers (the host's or one started here) and knows the
 // images built here, under the names pods and the CRI plugin use.
 func TestEnsureContainerd(t *testing.T) {
+	SkipShort(t, "containerd (root to start one)")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cd, err := EnsureContainerd(ctx, ContainerdOptions{})

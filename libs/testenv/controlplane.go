@@ -447,9 +447,11 @@ func (cp *ControlPlane) Running() bool {
 	return cp.apiserver != nil && !cp.apiserver.exited()
 }
 
-// ControlPlaneForTest starts a control plane for t and stops it when t ends.
+// ControlPlaneForTest starts a control plane for t and stops it when t ends;
+// under -short it skips t.
 func ControlPlaneForTest(t testing.TB, opts ...ControlPlaneOptions) *ControlPlane {
 	t.Helper()
+	SkipShort(t, "etcd and kube-apiserver")
 	var o ControlPlaneOptions
 	if len(opts) > 0 {
 		o = opts[0]

@@ -20,6 +20,7 @@ import (
 // TestControlPlane starts etcd and kube-apiserver, creates a pod through a
 // client built from the written kubeconfig, checks the tokens, and stops.
 func TestControlPlane(t *testing.T) {
+	testenv.SkipShort(t, "etcd and kube-apiserver")
 	ctx := context.Background()
 	cp, err := testenv.StartControlPlane(ctx, testenv.ControlPlaneOptions{})
 	if err != nil {

@@ -227,6 +227,7 @@ func whoAmI(t *testing.T, kubeconfig string) (string, []string) {
 // fails once it stopped. A second run on the same state keeps the CA and
 // credentials: what the first wrote still works.
 func TestRunAgainstExternalEtcd(t *testing.T) {
+	testenv.SkipShort(t, "etcd and kube-apiserver")
 	h := newStackHost(t)
 	const node = "cp-node"
 	h.env["SPLITLET_NODE_NAME"] = node

@@ -20,6 +20,7 @@ import (
 // `make run RUNTIME=cri`: containerd is readied (started when none
 // answers), and the demo pod runs as a real busybox container and logs.
 func TestLocalUpCRI(t *testing.T) {
+	testenv.SkipShort(t, "containerd (root to start one), etcd and kube-apiserver")
 	bin, err := testenv.BinDir()
 	if err != nil {
 		t.Fatal(err)

@@ -24,6 +24,7 @@ import (
 // runs the code under test.
 func buildSplitlet(t *testing.T) {
 	t.Helper()
+	testenv.SkipShort(t, "etcd and kube-apiserver")
 	bin, err := testenv.BinDir()
 	if err != nil {
 		t.Fatal(err)

@@ -23,13 +23,17 @@ import (
 )
 
 // The tests run against a real containerd: the host's when it answers,
-// else one started for them (root). They fail, not skip, without one.
+// else one started for them (root). They fail, not skip, without one;
+// under -short they are skipped (newRuntime) and none is looked for.
 var (
 	containerd *testenv.Containerd
 	logRoot    string
 )
 
 func TestMain(m *testing.M) {
+	if testenv.Short() {
+		os.Exit(m.Run())
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	cd, err := testenv.EnsureContainerd(ctx, testenv.ContainerdOptions{})
 	cancel()
@@ -52,6 +56,7 @@ func TestMain(m *testing.M) {
 
 func newRuntime(t *testing.T, opts ...Option) *Runtime {
 	t.Helper()
+	testenv.SkipShort(t, "containerd")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	opts = append([]Option{WithEndpoint(containerd.Endpoint), WithLogRoot(logRoot), WithPollInterval(200 * time.Millisecond)}, opts...)

@@ -35,6 +35,9 @@ import (
 var cp *testenv.ControlPlane
 
 func TestMain(m *testing.M) {
+	if testenv.Short() { // no control plane: startStack skips
+		os.Exit(m.Run())
+	}
 	var err error
 	cp, err = testenv.StartControlPlane(context.Background(), testenv.ControlPlaneOptions{})
 	if err != nil {
@@ -78,6 +81,7 @@ func startStack(t *testing.T, node string, args ...string) *stack {
 // configuration (the one fx provides).
 func startStackWith(t *testing.T, node string, restCfg *rest.Config, args ...string) *stack {
 	t.Helper()
+	testenv.SkipShort(t, "etcd and kube-apiserver")
 	port, err := testenv.FreePort()
 	if err != nil {
 		t.Fatal(err)
@@ -380,6 +384,7 @@ func TestDeletedNodeComesBack(t *testing.T) {
 }
 
 func TestExistingNodeAdopted(t *testing.T) {
+	testenv.SkipShort(t, "etcd and kube-apiserver")
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "adopt-node", Labels: map[string]string{"keep": "me"}}}
 	cs := cp.Clientset()
 	created, err := cs.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{})

@@ -24,6 +24,7 @@ import (
 // to the last ADD on the bus, and the PodUpdate messages and pods per second
 // from the first create to the last ADD.
 func BenchmarkAPI5000Pods(b *testing.B) {
+	testenv.SkipShort(b, "etcd and kube-apiserver")
 	const count = 5000
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()

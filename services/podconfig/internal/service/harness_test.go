@@ -28,6 +28,9 @@ import (
 var cp *testenv.ControlPlane
 
 func TestMain(m *testing.M) {
+	if testenv.Short() { // no control plane: newEnv skips
+		os.Exit(m.Run())
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	var err error
 	cp, err = testenv.StartControlPlane(ctx, testenv.ControlPlaneOptions{})
@@ -57,6 +60,7 @@ type env struct {
 
 func newEnv(t *testing.T, node string, registerNode bool) *env {
 	t.Helper()
+	testenv.SkipShort(t, "etcd and kube-apiserver")
 	n := testenv.NATSForTest(t)
 	nc, js := n.Connect(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

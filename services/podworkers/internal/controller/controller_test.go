@@ -90,7 +90,14 @@ func startStoppable(t testing.TB, rt runtime.Runtime, s *sink, alloc string, mod
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); c.Run(ctx) }()
-	return c, func() { cancel(); <-done }
+	return c, func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("the controller's Run did not return within 10 s of its cancel")
+		}
+	}
 }
 
 func pod(uid string, cpu string) corev1.Pod {

@@ -232,7 +232,15 @@ func TestClaimIDOfLiveReplica(t *testing.T) {
 			t.Cleanup(stop)
 		}()
 	}
-	if x, y := <-got, <-got; x == y {
+	var ids [2]string
+	for i := range ids {
+		select {
+		case ids[i] = <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("simultaneous claims: %d of 2 returned within 10 s", i)
+		}
+	}
+	if x, y := ids[0], ids[1]; x == y {
 		t.Fatalf("simultaneous claims both got %q", x)
 	}
 	for _, bad := range []string{"", "a b", "a..b", ".a", "a*"} {

@@ -22,6 +22,7 @@ type replica struct {
 	lost     map[int]int
 	cancel   context.CancelFunc
 	done     chan struct{}
+	t        *testing.T
 }
 
 func (r *replica) holds() []int {
@@ -43,7 +44,7 @@ func startReplica(t *testing.T, kv jetstream.KeyValue, id string, partitions int
 
 // startReplicaTTL starts a replica; onAcquire, if set, runs in its Acquire hook.
 func startReplicaTTL(t *testing.T, kv jetstream.KeyValue, id string, partitions int, ttl time.Duration, onAcquire func(p int)) *replica {
-	r := &replica{active: map[int]bool{}, released: map[int]int{}, lost: map[int]int{}, done: make(chan struct{})}
+	r := &replica{active: map[int]bool{}, released: map[int]int{}, lost: map[int]int{}, done: make(chan struct{}), t: t}
 	r.m = New(Options{KV: kv, ID: id, Partitions: partitions, Refresh: 100 * time.Millisecond, TTL: ttl,
 		Hooks: Hooks{
 			Acquire: func(_ context.Context, p int) error {
@@ -74,7 +75,11 @@ func startReplicaTTL(t *testing.T, kv jetstream.KeyValue, id string, partitions 
 
 func (r *replica) stop() {
 	r.cancel()
-	<-r.done
+	select {
+	case <-r.done:
+	case <-time.After(10 * time.Second):
+		r.t.Error("a replica's Run did not return within 10 s of its cancel")
+	}
 }
 
 func eventually(t *testing.T, what string, cond func() bool) {

@@ -112,6 +112,17 @@ func start(t *testing.T, h SyncHandler, opts ...Option) *Workers {
 	return w
 }
 
+// receive waits up to 10 s for a value from ch (or its close), failing t
+// with what it waited for.
+func receive[T any](t *testing.T, ch <-chan T, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -192,7 +203,7 @@ func TestKillIsNeverOverwritten(t *testing.T) {
 	w := start(t, f)
 	p := newPod("u1", "a")
 	w.UpdatePod(UpdateOptions{Type: UpdateCreate, Pod: p})
-	<-f.started
+	receive(t, f.started, "the first sync to start")
 	done := make(chan struct{})
 	w.UpdatePod(UpdateOptions{Type: UpdateKill, Pod: p, Kill: &KillOptions{CompletedCh: done, GracePeriodOverride: i64(3), Phase: corev1.PodFailed, Reason: "Evicted"}})
 	// a plain update arriving after the kill
@@ -224,7 +235,7 @@ func TestTerminationCancelsSync(t *testing.T) {
 	w := start(t, f)
 	p := newPod("u1", "a")
 	w.UpdatePod(UpdateOptions{Type: UpdateCreate, Pod: p})
-	<-f.started
+	receive(t, f.started, "the first sync to start")
 	w.UpdatePod(UpdateOptions{Type: UpdateUpdate, Pod: deleted(p, 30)})
 	eventually(t, "terminated", func() bool { return w.IsPodKnownTerminated("u1") })
 }
@@ -393,7 +404,7 @@ func TestKillUnknownAfterStopClosesChannel(t *testing.T) {
 	w.Stop()
 	done := make(chan struct{})
 	w.UpdatePod(UpdateOptions{Type: UpdateKill, Pod: newPod("u", "a"), Kill: &KillOptions{CompletedCh: done}})
-	<-done
+	receive(t, done, "the kill's CompletedCh to close")
 }
 
 // Many pods updated concurrently: every pod's worker ends up having synced
@@ -468,7 +479,7 @@ func TestDetachStopsWithoutTerminating(t *testing.T) {
 	h.block[p.UID] = make(chan struct{}) // the sync hangs until cancelled
 	h.mu.Unlock()
 	w.UpdatePod(UpdateOptions{Type: UpdateCreate, Pod: p})
-	<-h.started
+	receive(t, h.started, "the first sync to start")
 	done := w.Detach(p.UID)
 	select {
 	case <-done:
@@ -493,7 +504,7 @@ func TestDetachStopsWithoutTerminating(t *testing.T) {
 	h.mu.Unlock()
 	w.UpdatePod(UpdateOptions{Type: UpdateCreate, Pod: q})
 	eventually(t, "q terminated", func() bool { return w.IsPodKnownTerminated(q.UID) && len(h.callsOf(q.UID)) == 3 })
-	<-w.Detach(q.UID)
+	receive(t, w.Detach(q.UID), "the finished worker to detach")
 	// the UID starts afresh with a new worker.
 	h.mu.Lock()
 	delete(h.block, p.UID)
@@ -501,7 +512,7 @@ func TestDetachStopsWithoutTerminating(t *testing.T) {
 	before := len(h.callsOf(p.UID))
 	w.UpdatePod(UpdateOptions{Type: UpdateCreate, Pod: p})
 	eventually(t, "a new worker syncs the pod", func() bool { return len(h.callsOf(p.UID)) > before })
-	<-w.Detach("unknown")
+	receive(t, w.Detach("unknown"), "the detach of an unknown pod")
 }
 
 // running counts the pods whose goroutine is alive.

@@ -94,6 +94,7 @@ func removePods(t *testing.T, endpoint string, pods ...*corev1.Pod) {
 // tracked pods leave is removed once the replicas have stopped.
 func criEnv(t *testing.T, node string) (*env, *testenv.Containerd) {
 	t.Helper()
+	testenv.SkipShort(t, "containerd")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cd, err := testenv.EnsureContainerd(ctx, testenv.ContainerdOptions{})

@@ -42,6 +42,7 @@ var (
 // controlPlane is shared by the package's tests (one start, ~3 s).
 func controlPlane(t *testing.T) *testenv.ControlPlane {
 	t.Helper()
+	testenv.SkipShort(t, "etcd and kube-apiserver")
 	cpOnce.Do(func() { cp, cpErr = testenv.StartControlPlane(context.Background(), testenv.ControlPlaneOptions{}) })
 	if cpErr != nil {
 		t.Fatalf("control plane: %v", cpErr)

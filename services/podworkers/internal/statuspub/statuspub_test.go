@@ -30,8 +30,18 @@ func runPublisher(t *testing.T, node string, window time.Duration) (*Publisher, 
 	rctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); p.Run(rctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() { cancel(); stopped(t, done) })
 	return p, js, owned
+}
+
+// stopped waits up to 10 s for a cancelled publisher's Run to return.
+func stopped(t *testing.T, done <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Error("the publisher's Run did not return within 10 s of its cancel")
+	}
 }
 
 // A burst of changes to one pod goes out as few messages, the last one
@@ -184,7 +194,7 @@ func TestRefusedPublishIsRetried(t *testing.T) {
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); p.Run(rctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() { cancel(); stopped(t, done) }()
 	big := make([]byte, 8192)
 	for i := range big {
 		big[i] = 'x'

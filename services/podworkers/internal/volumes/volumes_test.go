@@ -297,6 +297,9 @@ func TestFSGroup(t *testing.T) {
 
 // medium Memory is a tmpfs, with or without a size limit.
 func TestEmptyDirMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs root: skipped under -short")
+	}
 	if os.Geteuid() != 0 {
 		t.Fatalf("mounting a tmpfs needs root (uid %d)", os.Geteuid())
 	}

@@ -39,6 +39,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if testenv.Short() { // no control plane: newHarness skips
+		os.Exit(m.Run())
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	cp, err := testenv.StartControlPlane(ctx, testenv.ControlPlaneOptions{})
 	cancel()
@@ -140,6 +143,7 @@ func randomSuffix() string {
 
 func newHarness(t testing.TB, o harnessOptions) *harness {
 	t.Helper()
+	testenv.SkipShort(t, "etcd and kube-apiserver")
 	if o.batchPeriod == 0 {
 		o.batchPeriod = 10 * time.Second
 	}
