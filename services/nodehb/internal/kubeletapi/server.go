@@ -69,8 +69,8 @@ type Config struct {
 	// Static resolves mirror pods; nil: no static pods, so every mirror pod
 	// stands for none.
 	Static StaticPods
-	Bus           *bus.Publisher
-	Log           *zap.Logger
+	Bus    *bus.Publisher
+	Log    *zap.Logger
 	// RequestTimeout bounds exec and stats requests on the bus.
 	RequestTimeout time.Duration
 	// Trace, if set, wraps the handler: a request that carries a trace
