@@ -68,14 +68,16 @@ func TestRoundTrips(t *testing.T) {
 			func(e *bus.Envelope) (any, error) { return bus.DecodeLogsRequest(e) }},
 		{bus.KindLogsChunk, "", &bus.LogsChunk{Data: []byte("hello\n"), EOF: true},
 			func(e *bus.Envelope) (any, error) { return bus.DecodeLogsChunk(e) }},
-		{bus.KindExecRequest, "", &bus.ExecRequest{ContainerRef: bus.ContainerRef{PodUID: "u", Container: "c"}, Command: []string{"cat", "/etc/hostname"}, TimeoutSeconds: 1},
+		{bus.KindExecRequest, "", &bus.ExecRequest{ContainerRef: bus.ContainerRef{PodUID: "u", Namespace: "default", Pod: "a", Container: "c"}, Command: []string{"cat", "/etc/hostname"}, TimeoutSeconds: 1},
 			func(e *bus.Envelope) (any, error) { return bus.DecodeExecRequest(e) }},
 		{bus.KindExecResult, "", &bus.ExecResult{Stdout: []byte("x"), ExitCode: 3},
 			func(e *bus.Envelope) (any, error) { return bus.DecodeExecResult(e) }},
-		{bus.KindStreamRequest, "", &bus.StreamRequest{ContainerRef: bus.ContainerRef{PodUID: "u", Container: "c"}, Command: []string{"sh"}, Stdin: true, Stdout: true, TTY: true},
+		{bus.KindStreamRequest, "", &bus.StreamRequest{ContainerRef: bus.ContainerRef{PodUID: "u", Namespace: "default", Pod: "a", Container: "c"}, Command: []string{"sh"}, Stdin: true, Stdout: true, TTY: true},
 			func(e *bus.Envelope) (any, error) { return bus.DecodeStreamRequest(e) }},
 		{bus.KindStreamResult, "", &bus.StreamResult{URL: "http://127.0.0.1:35001/exec/Xy7Qz"},
 			func(e *bus.Envelope) (any, error) { return bus.DecodeStreamResult(e) }},
+		{bus.KindStaticPods, "", &bus.StaticPods{Pods: []bus.StaticPod{{UID: "h", Namespace: "kube-system", Name: "etcd-node-a"}}},
+			func(e *bus.Envelope) (any, error) { return bus.DecodeStaticPods(e) }},
 		{bus.KindStatsResult, "", &bus.StatsResult{Pods: []bus.PodStats{{UID: "u", Name: "a", Namespace: "default", StartTime: now, Containers: []bus.ContainerStats{{Name: "c", StartTime: now, MemoryWorkingSetBytes: 42}}}}},
 			func(e *bus.Envelope) (any, error) { return bus.DecodeStatsResult(e) }},
 	}
@@ -184,6 +186,42 @@ func TestPodOrder(t *testing.T) {
 	} {
 		if got := o.Take(c.source, c.seq); got != c.take {
 			t.Fatalf("Take(%q, %d) after %+v = %v, want %v", c.source, c.seq, o, got, c.take)
+		}
+	}
+}
+
+// A runtime request names the pod it means by namespace and name besides its
+// UID (the owner checks the three agree), and a StaticPods entry names all
+// three: a message without one is refused with the field.
+func TestRequestsAndStaticPodsNameThePod(t *testing.T) {
+	p := bus.NewPublisher(nil, nil, "n", "nodehb")
+	cases := []struct {
+		kind    bus.Kind
+		payload any
+		decode  func(*bus.Envelope) error
+		field   string
+	}{
+		{bus.KindExecRequest, &bus.ExecRequest{ContainerRef: bus.ContainerRef{PodUID: "u", Pod: "a", Container: "c"}, Command: []string{"true"}},
+			func(e *bus.Envelope) error { _, err := bus.DecodeExecRequest(e); return err }, "payload.namespace"},
+		{bus.KindLogsRequest, &bus.LogsRequest{ContainerRef: bus.ContainerRef{PodUID: "u", Namespace: "default", Container: "c"}},
+			func(e *bus.Envelope) error { _, err := bus.DecodeLogsRequest(e); return err }, "payload.pod"},
+		{bus.KindStreamRequest, &bus.StreamRequest{ContainerRef: bus.ContainerRef{PodUID: "u", Pod: "a", Container: "c"}, Command: []string{"sh"}, Stdout: true},
+			func(e *bus.Envelope) error { _, err := bus.DecodeStreamRequest(e); return err }, "payload.namespace"},
+		{bus.KindStaticPods, &bus.StaticPods{Pods: []bus.StaticPod{{UID: "h", Namespace: "default", Name: "a"}, {UID: "h2", Namespace: "default"}}},
+			func(e *bus.Envelope) error { _, err := bus.DecodeStaticPods(e); return err }, "payload.pods[1].name"},
+	}
+	for _, c := range cases {
+		data, _, err := p.Seal(c.kind, "", c.payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := bus.Decode(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fe *bus.FieldError
+		if err := c.decode(e); !errors.As(err, &fe) || fe.Field != c.field {
+			t.Errorf("%s: %v, want an error naming %s", c.kind, err, c.field)
 		}
 	}
 }

@@ -30,6 +30,8 @@ const (
 	KindStatsResult      Kind = "StatsResult"
 	KindStreamRequest    Kind = "StreamRequest"
 	KindStreamResult     Kind = "StreamResult"
+	// KindStaticPods was added within v2.
+	KindStaticPods Kind = "StaticPods"
 )
 
 var knownKinds = map[Kind]bool{
@@ -38,6 +40,7 @@ var knownKinds = map[Kind]bool{
 	KindLogsRequest: true, KindLogsChunk: true, KindExecRequest: true, KindExecResult: true,
 	KindStatsRequest: true, KindStatsResult: true,
 	KindStreamRequest: true, KindStreamResult: true,
+	KindStaticPods: true,
 }
 
 // Op is the operation of a PodUpdate, as the kubelet's config package names them.

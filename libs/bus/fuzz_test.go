@@ -41,7 +41,7 @@ func TestDocExamplesDecode(t *testing.T) {
 	}
 	for _, k := range []bus.Kind{bus.KindPodUpdate, bus.KindPodRuntimeStatus, bus.KindProbeResult, bus.KindSourcesReady,
 		bus.KindAgentReadiness, bus.KindLogsRequest, bus.KindLogsChunk, bus.KindExecRequest, bus.KindExecResult,
-		bus.KindStreamRequest, bus.KindStreamResult} {
+		bus.KindStreamRequest, bus.KindStreamResult, bus.KindStaticPods} {
 		if !kinds[k] {
 			t.Errorf("docs/bus.md has no example of %s", k)
 		}
@@ -77,6 +77,8 @@ func decodeKind(e *bus.Envelope) (any, error) {
 		return bus.DecodeStreamResult(e)
 	case bus.KindStatsResult:
 		return bus.DecodeStatsResult(e)
+	case bus.KindStaticPods:
+		return bus.DecodeStaticPods(e)
 	}
 	return nil, nil
 }

@@ -46,7 +46,7 @@ func TestLogsStreaming(t *testing.T) {
 	var got strings.Builder
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := client.RequestLogs(ctx, subject, &bus.LogsRequest{ContainerRef: bus.ContainerRef{PodUID: "u", Container: "c"}}, &got); err != nil {
+	if err := client.RequestLogs(ctx, subject, &bus.LogsRequest{ContainerRef: bus.ContainerRef{PodUID: "u", Namespace: "default", Pod: "a", Container: "c"}}, &got); err != nil {
 		t.Fatal(err)
 	}
 	if got.String() != want {
@@ -56,7 +56,7 @@ func TestLogsStreaming(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An error answer comes back as an error.
-	err = client.RequestLogs(ctx, subject, &bus.LogsRequest{ContainerRef: bus.ContainerRef{PodUID: "u", Container: "other"}}, io.Discard)
+	err = client.RequestLogs(ctx, subject, &bus.LogsRequest{ContainerRef: bus.ContainerRef{PodUID: "u", Namespace: "default", Pod: "a", Container: "other"}}, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "unexpected EOF") {
 		t.Fatalf("want the responder's error, got %v", err)
 	}
@@ -83,7 +83,7 @@ func TestLogsStreaming(t *testing.T) {
 	defer sub2.Unsubscribe()
 	fctx, fcancel := context.WithCancel(context.Background())
 	w := &cancelAfter{n: 20, cancel: fcancel}
-	_ = client.RequestLogs(fctx, subject+"f", &bus.LogsRequest{ContainerRef: bus.ContainerRef{PodUID: "u", Container: "c"}, Follow: true}, w)
+	_ = client.RequestLogs(fctx, subject+"f", &bus.LogsRequest{ContainerRef: bus.ContainerRef{PodUID: "u", Namespace: "default", Pod: "a", Container: "c"}, Follow: true}, w)
 	select {
 	case err := <-served:
 		if err == nil {

@@ -193,6 +193,43 @@ func DecodeSourcesReady(e *Envelope) (*SourcesReady, error) {
 	return DecodePayload[SourcesReady](e, KindSourcesReady)
 }
 
+// StaticPods lists the node's static pods (the file and http sources) as
+// podconfig holds them: a mirror pod in the API server stands for the static
+// pod of its own namespace and name, and only when its
+// kubernetes.io/config.mirror annotation is that pod's UID (kubelet: the pod
+// manager pairs a mirror pod with its static pod by full name). Last value
+// kept; published once every static source has been seen in full.
+type StaticPods struct {
+	Pods []StaticPod `json:"pods"`
+}
+
+// StaticPod names one static pod.
+type StaticPod struct {
+	UID       types.UID `json:"uid"`
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+}
+
+func (p *StaticPods) validate(*Envelope) error {
+	for i, sp := range p.Pods {
+		field := fmt.Sprintf("payload.pods[%d].", i)
+		switch {
+		case sp.UID == "":
+			return fieldErr(field+"uid", "required")
+		case sp.Namespace == "":
+			return fieldErr(field+"namespace", "required")
+		case sp.Name == "":
+			return fieldErr(field+"name", "required")
+		}
+	}
+	return nil
+}
+
+// DecodeStaticPods decodes and checks a StaticPods payload.
+func DecodeStaticPods(e *Envelope) (*StaticPods, error) {
+	return DecodePayload[StaticPods](e, KindStaticPods)
+}
+
 // AgentReadiness is the pod workers' readiness: Ready when every partition
 // has a live owner. Re-sent as a heartbeat; silence means not ready.
 type AgentReadiness struct {
@@ -219,7 +256,9 @@ func DecodeAgentReadiness(e *Envelope) (*AgentReadiness, error) {
 	return DecodePayload[AgentReadiness](e, KindAgentReadiness)
 }
 
-// ContainerRef names a container of a pod for a runtime request.
+// ContainerRef names a container of a pod for a runtime request. Namespace
+// and Pod are the pod's as the requester resolved it: the pod worker answers
+// only when the pod it holds under PodUID has that namespace and name.
 type ContainerRef struct {
 	PodUID    types.UID `json:"podUID"`
 	Namespace string    `json:"namespace"`
@@ -231,6 +270,10 @@ func (r *ContainerRef) validate() error {
 	switch {
 	case r.PodUID == "":
 		return fieldErr("payload.podUID", "required")
+	case r.Namespace == "":
+		return fieldErr("payload.namespace", "required")
+	case r.Pod == "":
+		return fieldErr("payload.pod", "required")
 	case r.Container == "":
 		return fieldErr("payload.container", "required")
 	}

@@ -68,7 +68,7 @@ func StagePermissions(stage, node string) (Permissions, error) {
 		// the pod updates and, on their own subjects (contract v2), the
 		// reconciles: each pattern matches only its own kind, not the
 		// whole of podupdates.>.
-		p.Publish = append(p.Publish, s.PodUpdatesAll(), s.PodReconcilesAll(), s.SourcesReady())
+		p.Publish = append(p.Publish, s.PodUpdatesAll(), s.PodReconcilesAll(), s.SourcesReady(), s.StaticPods())
 		reads(stream(StreamPodUpdates), stream(StreamState))
 	case StagePodworkers:
 		p.Publish = append(p.Publish, s.PodStatusAll(), s.AgentReady(),

@@ -115,6 +115,12 @@ func (s Subjects) SourcesReady() string { return s.prefix + "." + tokState + ".s
 // owner), re-published as a heartbeat. Last value kept. Consumed by nodehb.
 func (s Subjects) AgentReady() string { return s.prefix + "." + tokState + ".agent" }
 
+// StaticPods carries the node's static pods (StaticPods), so that a stage
+// that meets a mirror pod in the API server can tell whether it stands for
+// one. Last value kept. Published by podconfig; consumed by nodehb. Added
+// within v2.
+func (s Subjects) StaticPods() string { return s.prefix + "." + tokState + ".static" }
+
 // StateAll matches the last-value subjects.
 func (s Subjects) StateAll() string { return s.prefix + "." + tokState + ".>" }
 

@@ -122,6 +122,46 @@ func (h *harness) waitObject(t *testing.T, what string, get func(context.Context
 	}
 }
 
+// staticPods waits for a StaticPods on state.static and checks it: every
+// entry names a UID, namespace and name; a stage whose sources are api
+// alone lists none.
+func (h *harness) staticPods(t *testing.T, ctx context.Context) {
+	t.Helper()
+	stream, err := h.js.Stream(ctx, bus.StreamName(h.tg.Node, bus.StreamState))
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := func(subject string) (*bus.Envelope, error) {
+		msg, err := stream.GetLastMsgForSubject(ctx, subject)
+		if err != nil {
+			return nil, err
+		}
+		return bus.DecodeMsg(msg.Header, msg.Data)
+	}
+	var sp *bus.StaticPods
+	h.waitObject(t, "StaticPods on "+h.subjects.StaticPods(), func(context.Context) (any, bool, error) {
+		e, err := last(h.subjects.StaticPods())
+		if err != nil {
+			return nil, false, err
+		}
+		if sp, err = bus.DecodeStaticPods(e); err != nil {
+			t.Fatalf("StaticPods does not decode: %v", err)
+		}
+		return sp, true, nil
+	})
+	e, err := last(h.subjects.SourcesReady())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr, err := bus.DecodeSourcesReady(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sr.Sources) == 1 && sr.Sources[0] == SourceAPI && len(sp.Pods) > 0 {
+		t.Errorf("StaticPods of a stage with the api source alone: %+v, want none", sp.Pods)
+	}
+}
+
 // PodConfig checks a pod config stage against the API server of
 // Target.Config. What it must do (docs/bus.md, agreement 2): publish the
 // node's API pods as PodUpdate messages (source api) on
@@ -133,6 +173,10 @@ func (h *harness) waitObject(t *testing.T, what string, get func(context.Context
 //   - api-pod-added: a pod created for the node arrives (ADD, or a SET that
 //     lists it) on its partition; a pod of another node never does.
 //   - sources-ready: the last SourcesReady lists api as ready.
+//   - static-pods: the last StaticPods on state.static decodes, and is
+//     empty when SourcesReady names the api source alone; a pod whose
+//     author set kubernetes.io/config.mirror to another pod's UID is never
+//     published (a pod created after it is).
 //   - status-change: a change of the pod's status alone, then of its
 //     labels: the label change arrives (UPDATE or SET), and no RECONCILE
 //     came on podupdates.<partition(uid)> before it (a RECONCILE, if the
@@ -234,6 +278,39 @@ func PodConfig(t *testing.T, tg Target, opts ...Option) {
 			}
 			return s, false, nil
 		})
+	})
+	h.run(t, "static-pods", false, func(t *testing.T) {
+		h.staticPods(t, ctx)
+		if pod == nil {
+			t.Skip("no pod of the node to forge a mirror annotation for")
+		}
+		forged := h.newPod("forged-mirror", sleeper())
+		forged.UID, forged.ResourceVersion, forged.CreationTimestamp = "", "", metav1.Time{}
+		forged.Spec.NodeName = h.tg.Node
+		forged.Annotations = map[string]string{"kubernetes.io/config.mirror": string(pod.UID)}
+		got, err := cs.CoreV1().Pods(forged.Namespace).Create(ctx, forged, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		suite.Cleanup(func() {
+			_ = cs.CoreV1().Pods(got.Namespace).Delete(ctx, got.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+		})
+		after := create(t, "after-forged", h.tg.Node)
+		updates.waitFor(t, 0, "the pod created after the forged one (ADD or SET)", lists(after, []bus.Op{bus.OpAdd, bus.OpSet}, anyPod))
+		if i, _ := updates.find(0, func(r received) bool {
+			u, err := bus.DecodePodUpdate(r.env)
+			if err != nil {
+				return false
+			}
+			for _, p := range u.Pods {
+				if p.UID == got.UID || p.Name == got.Name {
+					return true
+				}
+			}
+			return false
+		}); i >= 0 {
+			t.Errorf("a pod with a forged kubernetes.io/config.mirror was published")
+		}
 	})
 	if pod == nil {
 		return

@@ -42,6 +42,9 @@ import (
 //     higher restart count.
 //   - exec-answered, stats-answered, logs-answered: the request/reply
 //     subjects of the pod's partition answer.
+//   - request-naming-another-pod-refused: an ExecRequest and a LogsRequest
+//     with a running pod's UID and another pod's namespace and name (docs/bus.md,
+//     "Runtime requests and the pod they name") → an error, and no output.
 //   - set-without-pod-terminates: a SET of the pod's source and partition
 //     that does not list it → terminated: true (once sources are ready).
 func PodWorkers(t *testing.T, tg Target, opts ...Option) {
@@ -146,6 +149,29 @@ func PodWorkers(t *testing.T, tg Target, opts ...Option) {
 				}
 			}
 			t.Errorf("StatsResult of partition %d does not list the running pod %s (error %q)", h.partition(string(pod.UID)), pod.UID, res.Error)
+		})
+		h.run(t, "request-naming-another-pod-refused", true, func(t *testing.T) {
+			pod, _ := h.runPod(t, status, "named")
+			ctx, cancel := context.WithTimeout(context.Background(), h.tg.Timeout)
+			defer cancel()
+			ref := bus.ContainerRef{PodUID: pod.UID, Namespace: pod.Namespace, Pod: pod.Name + "-another", Container: "app"}
+			e, err := h.prober.Request(ctx, h.subjects.Exec(h.partition(string(pod.UID))), bus.KindExecRequest, &bus.ExecRequest{
+				ContainerRef: ref, Command: []string{"echo", "conformance"}, TimeoutSeconds: 5,
+			})
+			if err != nil {
+				t.Fatalf("no answer on runtime.exec: %v", err)
+			}
+			res, err := bus.DecodeExecResult(e)
+			if err != nil {
+				t.Fatalf("the answer is not an ExecResult: %v", err)
+			}
+			if res.Error == "" || len(res.Stdout) > 0 {
+				t.Errorf("exec under the UID of %s naming %s/%s: %+v, want an error and nothing run", pod.Name, ref.Namespace, ref.Pod, res)
+			}
+			var out strings.Builder
+			if err := h.prober.RequestLogs(ctx, h.subjects.Logs(h.partition(string(pod.UID))), &bus.LogsRequest{ContainerRef: ref}, &out); err == nil || out.Len() > 0 {
+				t.Errorf("logs under the UID of %s naming %s/%s: %q, %v; want an error and no log", pod.Name, ref.Namespace, ref.Pod, out.String(), err)
+			}
 		})
 		h.run(t, "logs-answered", true, func(t *testing.T) {
 			pod, _ := h.runPod(t, status, "logs")

@@ -14,9 +14,10 @@ import (
 )
 
 // execOnBus runs a command in a container through runtime.exec.<p>.
-func (s *Server) execOnBus(ctx context.Context, uid, namespace, pod, container string, cmd []string, stdin []byte) (*bus.ExecResult, error) {
+func (s *Server) execOnBus(ctx context.Context, tg resolved, cmd []string, stdin []byte) (*bus.ExecResult, error) {
+	uid := tg.uid
 	req := &bus.ExecRequest{
-		ContainerRef:   bus.ContainerRef{PodUID: types.UID(uid), Namespace: namespace, Pod: pod, Container: container},
+		ContainerRef:   tg.ref(),
 		Command:        cmd,
 		Stdin:          stdin,
 		TimeoutSeconds: int(s.reqTTL / time.Second),
@@ -38,10 +39,17 @@ func (s *Server) execOnBus(ctx context.Context, uid, namespace, pod, container s
 	return res, nil
 }
 
+// ref names the resolved pod on the bus: its bus UID, and the namespace and name
+// it was resolved by, which the pod worker checks against the pod it holds
+// under that UID.
+func (tg resolved) ref() bus.ContainerRef {
+	return bus.ContainerRef{PodUID: types.UID(tg.uid), Namespace: tg.pod.Namespace, Pod: tg.pod.Name, Container: tg.container}
+}
+
 // handleRun serves POST /run/{namespace}/{pod}[/{uid}]/{container}?cmd=...:
 // the kubelet's non-interactive run, answering with the command's output.
 func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
-	pod, container, ok := s.lookup(w, r)
+	tg, ok := s.lookup(w, r)
 	if !ok {
 		return
 	}
@@ -50,10 +58,9 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cmd: required", http.StatusBadRequest)
 		return
 	}
-	uid := busUID(pod)
-	res, err := s.execOnBus(r.Context(), uid, pod.Namespace, pod.Name, container, cmd, nil)
+	res, err := s.execOnBus(r.Context(), tg, cmd, nil)
 	if err != nil {
-		s.log.Info("run in container failed", append(logging.Pod(pod.Namespace, pod.Name, uid), zap.String("container", container), zap.Error(err))...)
+		s.log.Info("run in container failed", append(logging.Pod(tg.pod.Namespace, tg.pod.Name, tg.uid), zap.String("container", tg.container), zap.Error(err))...)
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}

@@ -25,7 +25,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/remotecommand"
 	"k8s.io/streaming/pkg/httpstream"
@@ -101,17 +100,17 @@ func (s *Server) handleAttach(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	pod, container, ok := s.lookup(w, r)
+	tg, ok := s.lookup(w, r)
 	if !ok {
 		return
 	}
 	// kubelet: an attach has the terminal the container was started with,
 	// whatever the client asks, since a running process cannot change it.
-	opts.tty = containerTTY(pod, container)
+	opts.tty = containerTTY(tg.pod, tg.container)
 	if opts.tty {
 		opts.stderr = false
 	}
-	if handled, why := s.streamed(w, r, pod, container, opts, "attach to container failed"); !handled {
+	if handled, why := s.streamed(w, r, tg, opts, "attach to container failed"); !handled {
 		http.Error(w, why, http.StatusBadRequest)
 	}
 }
@@ -120,12 +119,11 @@ func (s *Server) handleAttach(w http.ResponseWriter, r *http.Request) {
 // there is one, proxies the request there; a refusal is answered with the
 // runtime's error. handled is false when the runtime has no streaming
 // server, and why says so.
-func (s *Server) streamed(w http.ResponseWriter, r *http.Request, pod *corev1.Pod, container string, opts *execOptions, failed string) (handled bool, why string) {
-	uid := busUID(pod)
-	target, why, err := s.streamURL(r.Context(), uid, pod.Namespace, pod.Name, container, opts)
+func (s *Server) streamed(w http.ResponseWriter, r *http.Request, tg resolved, opts *execOptions, failed string) (handled bool, why string) {
+	target, why, err := s.streamURL(r.Context(), tg, opts)
 	switch {
 	case err != nil:
-		s.log.Info(failed, append(logging.Pod(pod.Namespace, pod.Name, uid), zap.String("container", container), zap.Error(err))...)
+		s.log.Info(failed, append(logging.Pod(tg.pod.Namespace, tg.pod.Name, tg.uid), zap.String("container", tg.container), zap.Error(err))...)
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return true, ""
 	case target != nil:
@@ -142,11 +140,11 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	pod, container, ok := s.lookup(w, r)
+	tg, ok := s.lookup(w, r)
 	if !ok {
 		return
 	}
-	handled, why := s.streamed(w, r, pod, container, opts, "exec in container failed")
+	handled, why := s.streamed(w, r, tg, opts, "exec in container failed")
 	if handled {
 		return
 	}
@@ -228,10 +226,9 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	uid := busUID(pod)
-	res, err := s.execOnBus(r.Context(), uid, pod.Namespace, pod.Name, container, opts.command, stdin)
+	res, err := s.execOnBus(r.Context(), tg, opts.command, stdin)
 	if err != nil {
-		s.log.Info("exec in container failed", append(logging.Pod(pod.Namespace, pod.Name, uid), zap.String("container", container), zap.Error(err))...)
+		s.log.Info("exec in container failed", append(logging.Pod(tg.pod.Namespace, tg.pod.Name, tg.uid), zap.String("container", tg.container), zap.Error(err))...)
 		s.writeExecError(st.errs, protocol, err)
 		return
 	}

@@ -9,7 +9,6 @@ import (
 
 	"go.uber.org/zap"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/logging"
@@ -94,12 +93,12 @@ func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	pod, container, ok := s.lookup(w, r)
+	tg, ok := s.lookup(w, r)
 	if !ok {
 		return
 	}
-	uid := busUID(pod)
-	req.ContainerRef = bus.ContainerRef{PodUID: types.UID(uid), Namespace: pod.Namespace, Pod: pod.Name, Container: container}
+	pod, container, uid := tg.pod, tg.container, tg.uid
+	req.ContainerRef = tg.ref()
 	subject := s.subj.Logs(s.partition(uid))
 	lw := &lazyWriter{w: w}
 	err = s.cfg.Bus.RequestLogs(r.Context(), subject, req, lw)

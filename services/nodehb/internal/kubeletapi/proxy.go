@@ -10,7 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/proxy"
 
 	"github.com/splitlet/splitlet/libs/bus"
@@ -22,9 +21,10 @@ import (
 // worker predates runtime.stream and nobody answers it), so that the
 // command may run over the bus; or an error for a request the runtime
 // refused.
-func (s *Server) streamURL(ctx context.Context, uid, namespace, pod, container string, o *execOptions) (*url.URL, string, error) {
+func (s *Server) streamURL(ctx context.Context, tg resolved, o *execOptions) (*url.URL, string, error) {
+	uid := tg.uid
 	req := &bus.StreamRequest{
-		ContainerRef: bus.ContainerRef{PodUID: types.UID(uid), Namespace: namespace, Pod: pod, Container: container},
+		ContainerRef: tg.ref(),
 		Command:      o.command,
 		Attach:       o.attach,
 		Stdin:        o.stdin, Stdout: o.stdout, Stderr: o.stderr, TTY: o.tty,

@@ -31,8 +31,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/logging"
 )
 
 // PodSource gives the pods bound to the node. GetPod returns an error for
@@ -40,6 +42,14 @@ import (
 type PodSource interface {
 	ListPods(ctx context.Context) ([]corev1.Pod, error)
 	GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+}
+
+// StaticPods gives the node's static pods by full name, as podconfig holds
+// them (state.static).
+type StaticPods interface {
+	// UID is the UID of the static pod namespace/name; ok is false when
+	// there is none.
+	UID(namespace, name string) (uid types.UID, ok bool)
 }
 
 // Config of a Server.
@@ -59,8 +69,11 @@ type Config struct {
 	Authenticator Authenticator
 	Authorizer    Authorizer
 	Pods          PodSource
-	Bus           *bus.Publisher
-	Log           *zap.Logger
+	// Static resolves mirror pods; nil: no static pods, so every mirror pod
+	// stands for none.
+	Static StaticPods
+	Bus    *bus.Publisher
+	Log    *zap.Logger
 	// RequestTimeout bounds exec and stats requests on the bus.
 	RequestTimeout time.Duration
 	// Trace, if set, wraps the handler: a request that carries a trace
@@ -271,12 +284,25 @@ func (s *Server) handlePods(w http.ResponseWriter, r *http.Request) {
 // on the bus (kubelet: kubetypes.ConfigMirrorAnnotationKey).
 const MirrorAnnotation = "kubernetes.io/config.mirror"
 
-// busUID is the pod's identity on the bus.
-func busUID(p *corev1.Pod) string {
-	if v, ok := p.Annotations[MirrorAnnotation]; ok && v != "" {
-		return v
+// busUID is the identity on the bus of an API pod of the node, resolved by
+// full name as the kubelet's pod manager resolves it: a pod's own UID; for a
+// mirror pod (one with the annotation, whatever its value), the UID of the
+// static pod of the same namespace and name, when the annotation is that
+// UID. A mirror pod of no such static pod stands for no pod (ok false): the
+// annotation, which anyone who creates a pod may set, never selects another.
+func (s *Server) busUID(p *corev1.Pod) (uid string, ok bool) {
+	h, mirror := p.Annotations[MirrorAnnotation]
+	if !mirror {
+		return string(p.UID), true
 	}
-	return string(p.UID)
+	if s.cfg.Static == nil {
+		return "", false
+	}
+	static, ok := s.cfg.Static.UID(p.Namespace, p.Name)
+	if !ok || string(static) != h {
+		return "", false
+	}
+	return h, true
 }
 
 // containerTTY is the tty of the named container's spec.
@@ -318,29 +344,46 @@ func hasContainer(p *corev1.Pod, name string) bool {
 	return false
 }
 
-// lookup finds the pod and container named in the path; it has written the
-// error when ok is false.
-func (s *Server) lookup(w http.ResponseWriter, r *http.Request) (*corev1.Pod, string, bool) {
+// resolved is the pod and container a request names: the API pod, its
+// identity on the bus (busUID) and the container.
+type resolved struct {
+	pod       *corev1.Pod
+	uid       string
+	container string
+}
+
+// lookup finds the pod and container named in the path, the pod by
+// namespace and name alone; it has written the error when ok is false.
+func (s *Server) lookup(w http.ResponseWriter, r *http.Request) (resolved, bool) {
 	ns, name, container := r.PathValue("namespace"), r.PathValue("pod"), r.PathValue("container")
 	pod, err := s.cfg.Pods.GetPod(r.Context(), ns, name)
 	if apierrors.IsNotFound(err) {
 		http.Error(w, fmt.Sprintf("pod %q not found on node %q", ns+"/"+name, s.cfg.Node), http.StatusNotFound)
-		return nil, "", false
+		return resolved{}, false
 	}
 	if err != nil {
 		s.cfg.Log.Warn("looking up a pod", zap.String("pod", ns+"/"+name), zap.String("node", s.cfg.Node), zap.Error(err))
 		http.Error(w, fmt.Sprintf("looking up pod %q: %v", ns+"/"+name, err), http.StatusServiceUnavailable)
-		return nil, "", false
+		return resolved{}, false
+	}
+	uid, ok := s.busUID(pod)
+	if !ok {
+		// kubelet: a mirror pod without its static pod is not in the pod
+		// manager's pods, so GetPodByName finds nothing.
+		s.cfg.Log.Info("a mirror pod of no static pod of its name; refused",
+			append(logging.Pod(ns, name, string(pod.UID)), zap.String("mirror", pod.Annotations[MirrorAnnotation]))...)
+		http.Error(w, fmt.Sprintf("pod %q does not exist", name), http.StatusNotFound)
+		return resolved{}, false
 	}
 	if uid := r.PathValue("uid"); uid != "" && uid != string(pod.UID) {
 		http.Error(w, fmt.Sprintf("pod %q with UID %s not found", ns+"/"+name, uid), http.StatusNotFound)
-		return nil, "", false
+		return resolved{}, false
 	}
 	if !hasContainer(pod, container) {
 		http.Error(w, fmt.Sprintf("container %q not found in pod %q", container, ns+"/"+name), http.StatusNotFound)
-		return nil, "", false
+		return resolved{}, false
 	}
-	return pod, container, true
+	return resolved{pod: pod, uid: uid, container: container}, true
 }
 
 func (s *Server) partition(uid string) int { return bus.Partition(uid, s.cfg.Partitions) }

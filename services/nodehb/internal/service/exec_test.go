@@ -9,13 +9,16 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 
@@ -262,5 +265,126 @@ func TestExecStreamRefused(t *testing.T) {
 	})
 	if ran.Load() {
 		t.Error("the command ran over the bus after the runtime refused the stream")
+	}
+}
+
+// execRecorder answers exec requests of every partition as a pod worker
+// would, with "ran in <pod UID>", and records them.
+func execRecorder(t *testing.T, s *stack) func() []*bus.ExecRequest {
+	t.Helper()
+	var mu sync.Mutex
+	var got []*bus.ExecRequest
+	pub := bus.NewPublisher(s.nc, nil, s.node, "podworkers-test")
+	sub, err := s.nc.Subscribe(bus.For(s.node).Prefix()+".runtime.exec.*", func(m *nats.Msg) {
+		e, err := bus.Decode(m.Data)
+		var req *bus.ExecRequest
+		if err == nil {
+			req, err = bus.DecodeExecRequest(e)
+		}
+		if err != nil {
+			t.Errorf("decode exec request: %v", err)
+			return
+		}
+		mu.Lock()
+		got = append(got, req)
+		mu.Unlock()
+		if err := pub.Send(m.Reply, bus.KindExecResult, &bus.ExecResult{Stdout: []byte("ran in " + string(req.PodUID))}); err != nil {
+			t.Errorf("exec reply: %v", err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return func() []*bus.ExecRequest {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]*bus.ExecRequest(nil), got...)
+	}
+}
+
+// execThroughAPI runs `kubectl exec <pod> -c hello -- cmd` through the API
+// server and returns its stdout.
+func execThroughAPI(ctx context.Context, cs kubernetes.Interface, pod string, cmd ...string) (string, error) {
+	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: "hello", Command: cmd, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ex, err := remotecommand.NewSPDYExecutor(cp.Config, "POST", req.URL())
+	if err != nil {
+		return "", err
+	}
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr})
+	return stdout.String(), err
+}
+
+// TestForgedMirrorAnnotationRefused: the kubelet API resolves a pod by
+// namespace and name. A pod whose author set kubernetes.io/config.mirror to
+// another pod's UID is a mirror pod of no static pod: exec, run and logs on
+// it answer 404 (the kubelet's "does not exist"), and nothing reaches
+// the bus for the other pod. Neither does a pod named as a static pod whose
+// annotation is not that pod's UID. The mirror pod of a static pod of the
+// same full name, with the static pod's UID, is served as the static pod.
+func TestForgedMirrorAnnotationRefused(t *testing.T) {
+	s := startStack(t, "forged-mirror-node")
+	victim := createPod(t, s.cs, s.node, "victim", nil)
+	forged := createPod(t, s.cs, s.node, "forged", map[string]string{"kubernetes.io/config.mirror": string(victim.UID)})
+	mirror := createPod(t, s.cs, s.node, "static-db", map[string]string{"kubernetes.io/config.mirror": "static-uid-2"})
+	wrongHash := createPod(t, s.cs, s.node, "static-old", map[string]string{"kubernetes.io/config.mirror": "static-uid-3"})
+	s.announceStatic(t, bus.StaticPod{UID: "static-uid-2", Namespace: "default", Name: mirror.Name},
+		bus.StaticPod{UID: "static-uid-4", Namespace: "default", Name: wrongHash.Name})
+	execs := execRecorder(t, s)
+	logs := logResponder(t, s, "the pod's log\n")
+	ctx := t.Context()
+	eventually(t, 15*time.Second, "node registered", func() error {
+		_, err := s.cs.CoreV1().Nodes().Get(ctx, s.node, metav1.GetOptions{})
+		return err
+	})
+
+	var out string
+	eventually(t, 20*time.Second, "exec in the static pod's mirror", func() error {
+		var err error
+		out, err = execThroughAPI(ctx, s.cs, mirror.Name, "id")
+		return err
+	})
+	if out != "ran in static-uid-2" {
+		t.Errorf("exec in the mirror pod ran %q, want in static-uid-2", out)
+	}
+	if got, err := s.cs.CoreV1().Pods("default").GetLogs(mirror.Name, &corev1.PodLogOptions{Container: "hello"}).DoRaw(ctx); err != nil || string(got) != "the pod's log\n" {
+		t.Errorf("logs of the mirror pod: %q, %v", got, err)
+	}
+
+	base := fmt.Sprintf("https://127.0.0.1:%d", s.port)
+	admin := cp.Tokens[testenv.AdminUser]
+	for _, p := range []*corev1.Pod{forged, wrongHash} {
+		if out, err := execThroughAPI(ctx, s.cs, p.Name, "id"); err == nil || !strings.Contains(err.Error(), "does not exist") {
+			t.Errorf("exec in %s: %q, %v; want refused: does not exist", p.Name, out, err)
+		}
+		// the API server passes the kubelet's 404 on as NotFound.
+		if got, err := s.cs.CoreV1().Pods("default").GetLogs(p.Name, &corev1.PodLogOptions{Container: "hello"}).DoRaw(ctx); !apierrors.IsNotFound(err) {
+			t.Errorf("logs of %s: %q, %v; want refused: not found", p.Name, got, err)
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/run/default/"+p.Name+"/hello?cmd=id", nil)
+		req.Header.Set("Authorization", "Bearer "+admin)
+		resp, err := apiClient(t, nil).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound || string(body) != fmt.Sprintf("pod %q does not exist\n", p.Name) {
+			t.Errorf("/run in %s: %d %q, want 404 pod does not exist", p.Name, resp.StatusCode, body)
+		}
+	}
+	for _, r := range execs() {
+		if r.PodUID != "static-uid-2" || r.Namespace != "default" || r.Pod != mirror.Name {
+			t.Errorf("an exec request reached the bus for %s/%s (UID %s)", r.Namespace, r.Pod, r.PodUID)
+		}
+	}
+	for _, r := range logs() {
+		if r.PodUID != "static-uid-2" || r.Pod != mirror.Name {
+			t.Errorf("a logs request reached the bus for %s/%s (UID %s)", r.Namespace, r.Pod, r.PodUID)
+		}
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/splitlet/splitlet/services/nodehb/internal/lease"
 	"github.com/splitlet/splitlet/services/nodehb/internal/nodestatus"
 	"github.com/splitlet/splitlet/services/nodehb/internal/readiness"
+	"github.com/splitlet/splitlet/services/nodehb/internal/staticpods"
 )
 
 // Runner is the running stage.
@@ -38,6 +39,7 @@ type Runner struct {
 	streamsReady func(context.Context) error
 
 	Gate   *readiness.Gate
+	Static *staticpods.Index
 	Status *nodestatus.Controller
 	Lease  *lease.Controller
 	API    *kubeletapi.Server
@@ -108,6 +110,7 @@ func Build(cfg *Config, common *config.Common, log *zap.Logger, clients Clients,
 		return nil, err
 	}
 	r := &Runner{log: log, node: common.NodeName, js: js, streamsReady: streamsReady}
+	r.Static = staticpods.New(log.Named("static"))
 	r.Gate = readiness.New(readiness.WithTimeout(cfg.AgentTimeout), readiness.WithGrace(cfg.AgentGrace), readiness.WithLogger(log.Named("readiness")))
 	recorder, stopEvents := kube.NewRecorder(clients.Shared, common.NodeName)
 	r.stopEvents = stopEvents
@@ -154,6 +157,7 @@ func Build(cfg *Config, common *config.Common, log *zap.Logger, clients Clients,
 		Authenticator:  authn,
 		Authorizer:     authz,
 		Pods:           apiPods{cs: clients.Shared, node: common.NodeName},
+		Static:         r.Static,
 		Bus:            bus.NewPublisher(nc, js, common.NodeName, "nodehb", common.BusEncodingOption()),
 		Log:            log.Named("api"),
 		RequestTimeout: cfg.RequestTimeout,
@@ -178,16 +182,18 @@ func (r *Runner) Start(context.Context) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	r.wg.Add(3)
-	go func() {
-		defer r.wg.Done()
-		if r.streamsReady != nil {
-			if err := r.streamsReady(ctx); err != nil {
-				return
+	r.wg.Add(4)
+	for _, follow := range []func(context.Context, jetstream.JetStream, string){r.Gate.Run, r.Static.Run} {
+		go func() {
+			defer r.wg.Done()
+			if r.streamsReady != nil {
+				if err := r.streamsReady(ctx); err != nil {
+					return
+				}
 			}
-		}
-		r.Gate.Run(ctx, r.js, r.node)
-	}()
+			follow(ctx, r.js, r.node)
+		}()
+	}
 	go func() {
 		defer r.wg.Done()
 		r.Status.Run(ctx)

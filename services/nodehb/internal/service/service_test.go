@@ -67,7 +67,9 @@ type stack struct {
 	runner *Runner
 	nc     *nats.Conn
 	pub    *bus.Publisher
-	port   int
+	// podconfig publishes as podconfig does (StaticPods).
+	podconfig *bus.Publisher
+	port      int
 }
 
 // startStack runs nodehb for a new node against the shared control plane
@@ -126,7 +128,25 @@ func startStackWith(t *testing.T, node string, restCfg *rest.Config, args ...str
 		}
 		_ = cs.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{})
 	})
-	return &stack{node: node, cs: cs, runner: r, nc: nc, pub: bus.NewPublisher(nc, js, node, "podworkers-test"), port: port}
+	return &stack{node: node, cs: cs, runner: r, nc: nc, pub: bus.NewPublisher(nc, js, node, "podworkers-test"),
+		podconfig: bus.NewPublisher(nc, js, node, "podconfig"), port: port}
+}
+
+// announceStatic publishes the node's static pods on state.static as
+// podconfig does, and waits until nodehb knows them.
+func (s *stack) announceStatic(t *testing.T, pods ...bus.StaticPod) {
+	t.Helper()
+	if err := s.podconfig.Publish(t.Context(), bus.For(s.node).StaticPods(), bus.KindStaticPods, "", &bus.StaticPods{Pods: pods}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		eventually(t, 10*time.Second, "nodehb knows the static pod "+p.Name, func() error {
+			if uid, ok := s.runner.Static.UID(p.Namespace, p.Name); !ok || uid != p.UID {
+				return fmt.Errorf("UID %q, %v", uid, ok)
+			}
+			return nil
+		})
+	}
 }
 
 // eventually polls f until it returns nil or the deadline passes.
@@ -546,6 +566,7 @@ func TestLogsThroughAPIServer(t *testing.T) {
 	s := startStack(t, "logs-node")
 	// A mirror pod: the logs go to the static pod's UID on the bus.
 	mirror := createPod(t, s.cs, s.node, "static-web", map[string]string{"kubernetes.io/config.mirror": "static-uid-1"})
+	s.announceStatic(t, bus.StaticPod{UID: "static-uid-1", Namespace: "default", Name: "static-web"})
 	pod := createPod(t, s.cs, s.node, "logs-pod", nil)
 	reqs := logResponder(t, s, "hello\nworld\n")
 	eventually(t, 15*time.Second, "node registered", func() error {

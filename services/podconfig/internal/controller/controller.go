@@ -1,8 +1,9 @@
 // Package controller runs podconfig's merge loop: the sources report into a
 // queue, one goroutine merges every report into the storage in arrival
 // order and publishes the resulting PodUpdates on the bus, batched per
-// (source, partition); it also publishes SourcesReady and the periodic SET
-// snapshots, and tells the mirror pod manager what the static pods are.
+// (source, partition); it also publishes SourcesReady, StaticPods and the
+// periodic SET snapshots, and tells the mirror pod manager what the static
+// pods are.
 package controller
 
 import (
@@ -107,6 +108,9 @@ type Controller struct {
 	staticSent bool
 	// readyDirty: SourcesReady is to be (re)published.
 	readyDirty bool
+	// staticDirty: StaticPods is to be (re)published once every static
+	// source has been seen.
+	staticDirty bool
 
 	pubOpts   []bus.PublisherOption
 	published *prometheus.CounterVec
@@ -195,6 +199,7 @@ func (c *Controller) Run(ctx context.Context) {
 		}
 	}
 	c.readyDirty = true // say which sources run, none seen yet
+	c.staticDirty = true
 	tick := time.NewTimer(c.snapshotPeriod)
 	defer tick.Stop()
 	var retry <-chan time.Time
@@ -285,6 +290,17 @@ func (c *Controller) cycle(ctx context.Context, snapshot bool) bool {
 	if readyChanged || c.readyDirty {
 		c.readyDirty = !c.publishReady(ctx)
 		if c.readyDirty {
+			ok = false
+		}
+	}
+	if staticChanged || snapshot {
+		c.staticDirty = true
+	}
+	if c.staticDirty && c.staticSeen(sources) {
+		// Never a partial list: until every static source is seen, the
+		// last value stands.
+		c.staticDirty = !c.publishStatic(ctx)
+		if c.staticDirty {
 			ok = false
 		}
 	}
@@ -507,6 +523,27 @@ func (c *Controller) publishReady(ctx context.Context) bool {
 	}
 	if all {
 		c.seenOnce.Do(func() { close(c.seenAll) })
+	}
+	return true
+}
+
+// publishStatic sends the static pods' UIDs and full names (StaticPods, a
+// JetStream publish: the stream keeps the last value), by which a stage that
+// meets a mirror pod in the API server tells which static pod it stands for.
+func (c *Controller) publishStatic(ctx context.Context) bool {
+	pods := c.storage.Pods(merge.SourceFile, merge.SourceHTTP)
+	list := make([]bus.StaticPod, 0, len(pods))
+	for _, p := range pods {
+		list = append(list, bus.StaticPod{UID: p.UID, Namespace: p.Namespace, Name: p.Name})
+	}
+	slices.SortFunc(list, func(a, b bus.StaticPod) int {
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := c.ready.Publish(pctx, c.subjects.StaticPods(), bus.KindStaticPods, "", &bus.StaticPods{Pods: list}); err != nil {
+		c.log.Warn("StaticPods not published, will retry", zap.String(logging.FieldSubject, c.subjects.StaticPods()), zap.Error(err))
+		return false
 	}
 	return true
 }

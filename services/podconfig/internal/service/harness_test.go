@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -233,6 +234,44 @@ func (e *env) sourcesReady() *bus.SourcesReady {
 		e.t.Fatalf("SourcesReady: %v", err)
 	}
 	return sr
+}
+
+// staticPods is the last StaticPods on state.static, nil when there is none.
+func (e *env) staticPods() *bus.StaticPods {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := e.js.Stream(ctx, bus.StreamName(e.node, bus.StreamState))
+	if err != nil {
+		return nil
+	}
+	m, err := s.GetLastMsgForSubject(ctx, bus.For(e.node).StaticPods())
+	if err != nil {
+		return nil
+	}
+	env, err := bus.Decode(m.Data)
+	if err != nil {
+		e.t.Fatalf("StaticPods: %v", err)
+	}
+	sp, err := bus.DecodeStaticPods(env)
+	if err != nil {
+		e.t.Fatalf("StaticPods: %v", err)
+	}
+	return sp
+}
+
+// staticPodsAre says whether the last StaticPods lists exactly want
+// ("uid namespace/name", in any order).
+func (e *env) staticPodsAre(want ...string) bool {
+	sp := e.staticPods()
+	if sp == nil || len(sp.Pods) != len(want) {
+		return false
+	}
+	for _, p := range sp.Pods {
+		if !slices.Contains(want, fmt.Sprintf("%s %s/%s", p.UID, p.Namespace, p.Name)) {
+			return false
+		}
+	}
+	return true
 }
 
 func (e *env) waitAllReady() {

@@ -111,6 +111,10 @@ func TestStaticPodsAndMirrors(t *testing.T) {
 		p.Annotations[merge.AnnotationSource] != "file" || p.Annotations[merge.AnnotationHash] != string(uid1) || p.Annotations[merge.AnnotationSeen] == "" {
 		t.Fatalf("static pod from %s: %s/%s node %q annotations %v", rec.Source, p.Namespace, p.Name, p.Spec.NodeName, p.Annotations)
 	}
+	// state.static names it, for nodehb to match its mirror pod by full name.
+	eventually(t, 10*time.Second, "StaticPods with the static pod", func() bool {
+		return e.staticPodsAre(fmt.Sprintf("%s default/%s", uid1, name))
+	})
 	var m1 *corev1.Pod
 	eventually(t, 10*time.Second, "mirror pod", func() bool { m1 = e.mirror(name); return m1 != nil })
 	node, err := e.cs.CoreV1().Nodes().Get(ctx, e.node, metav1.GetOptions{})
@@ -159,6 +163,9 @@ func TestStaticPodsAndMirrors(t *testing.T) {
 	eventually(t, 10*time.Second, "fixed ADD", func() bool { return fmt.Sprint(e.bus.ops("fixed-uid-1")) == "[ADD]" })
 	writeFile(t, filepath.Join(dir, "fixed.yaml"), manifestYAML("fixed", "busybox", "  uid: fixed-uid-1\n  labels: {v: \"2\"}"))
 	eventually(t, 10*time.Second, "fixed UPDATE", func() bool { return fmt.Sprint(e.bus.ops("fixed-uid-1")) == "[ADD UPDATE]" })
+	eventually(t, 10*time.Second, "StaticPods with the changed and the fixed pod", func() bool {
+		return e.staticPodsAre(fmt.Sprintf("%s default/%s", uid2, name), "fixed-uid-1 default/fixed-"+e.node)
+	})
 
 	// The mirror pod deleted by hand comes back.
 	m2 := e.mirror(name)
@@ -177,6 +184,9 @@ func TestStaticPodsAndMirrors(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, "static pod REMOVE", func() bool { return fmt.Sprint(e.bus.ops(uid2)) == "[ADD REMOVE]" })
 	eventually(t, 10*time.Second, "mirror pod deleted", func() bool { return e.mirror(name) == nil })
+	eventually(t, 10*time.Second, "StaticPods without the removed pod", func() bool {
+		return e.staticPodsAre("fixed-uid-1 default/fixed-" + e.node)
+	})
 
 	// Mirror pods never appear as api pods, and bad manifests never at all.
 	for _, r := range e.bus.snapshot() {
@@ -236,6 +246,9 @@ func TestOrphanMirrorWithoutStaticSources(t *testing.T) {
 	if n := len(e.bus.snapshot()); n != 0 {
 		t.Fatalf("%d pod updates published for a node with only a mirror pod", n)
 	}
+	// No static source: an empty StaticPods, so that no mirror pod stands
+	// for a static pod.
+	eventually(t, 10*time.Second, "empty StaticPods", func() bool { return e.staticPodsAre() })
 }
 
 // TestFileNotifications: with periodic reads an hour apart, file system

@@ -501,6 +501,32 @@ func (r *Runner) caughtUp(ctx context.Context, p int) bool {
 	return part.updates.CaughtUp(ctx)
 }
 
+// heldAs refuses a runtime request unless this replica holds a pod under
+// its UID (desired, or still terminating) with the namespace and name the
+// request names (docs/bus.md, "Runtime requests and the pod they name"): a
+// requester that resolved a name to another pod's UID is refused, never
+// served that pod. The refusal does not name the pod that holds the UID.
+func (r *Runner) heldAs(ref bus.ContainerRef) error {
+	ctrl := r.Controller()
+	if ctrl == nil {
+		return errors.New("podworkers: starting")
+	}
+	pod, ok := ctrl.Pod(ref.PodUID)
+	if !ok {
+		pod, ok = ctrl.Workers().Pod(ref.PodUID)
+	}
+	full := ref.Namespace + "/" + ref.Pod
+	if !ok {
+		return fmt.Errorf("pod %q not found on this node", full)
+	}
+	if pod.Namespace != ref.Namespace || pod.Name != ref.Pod {
+		r.log.Warn("runtime request naming another pod's UID refused", append(logging.Pod(ref.Namespace, ref.Pod, string(ref.PodUID)),
+			zap.String("holder", pod.Namespace+"/"+pod.Name), zap.String("container", ref.Container))...)
+		return fmt.Errorf("pod %q not found on this node: UID %s belongs to another pod", full, ref.PodUID)
+	}
+	return nil
+}
+
 func (r *Runner) serveLogs(ctx context.Context, rt runtime.Runtime, pub *bus.Publisher, m *nats.Msg) {
 	if m.Reply == "" {
 		return
@@ -509,6 +535,9 @@ func (r *Runner) serveLogs(ctx context.Context, rt runtime.Runtime, pub *bus.Pub
 	var req *bus.LogsRequest
 	if err == nil {
 		req, err = bus.DecodeLogsRequest(e)
+	}
+	if err == nil {
+		err = r.heldAs(req.ContainerRef)
 	}
 	if err != nil {
 		_ = pub.SendChunkError(ctx, m.Reply, err)
@@ -549,6 +578,9 @@ func (r *Runner) serveExec(ctx context.Context, rt runtime.Runtime, pub *bus.Pub
 	if err == nil {
 		req, err = bus.DecodeExecRequest(e)
 	}
+	if err == nil {
+		err = r.heldAs(req.ContainerRef)
+	}
 	if err != nil {
 		_ = pub.Send(m.Reply, bus.KindExecResult, &bus.ExecResult{ExitCode: -1, Error: err.Error()})
 		return
@@ -578,6 +610,9 @@ func (r *Runner) serveStream(ctx context.Context, rt runtime.Runtime, pub *bus.P
 	var req *bus.StreamRequest
 	if err == nil {
 		req, err = bus.DecodeStreamRequest(e)
+	}
+	if err == nil {
+		err = r.heldAs(req.ContainerRef)
 	}
 	out := &bus.StreamResult{}
 	if err != nil {

@@ -133,6 +133,8 @@ type harnessOptions struct {
 	replayWindow time.Duration
 	crash        bool
 	log          *zap.Logger
+	// registry takes the stage's metrics (default: a registry of its own).
+	registry *prometheus.Registry
 }
 
 func randomSuffix() string {
@@ -209,9 +211,12 @@ func (h *harness) startRunner(o harnessOptions) *Runner {
 	if o.log == nil {
 		o.log = zaptest.NewLogger(h.t, zaptest.Level(zap.InfoLevel))
 	}
+	if o.registry == nil {
+		o.registry = prometheus.NewRegistry()
+	}
 	common := &config.Common{NodeName: h.node, Partitions: h.partitions}
 	r, err := New(&Config{Workers: 4, BatchPeriod: o.batchPeriod, CoalesceDelay: o.coalesceDelay, PendingTTL: time.Minute, ReplayWindow: o.replayWindow},
-		common, o.log, h.kc, kube.NewNodePods(h.kc, h.node), h.js, prometheus.NewRegistry(), tracing.Noop())
+		common, o.log, h.kc, kube.NewNodePods(h.kc, h.node), h.js, o.registry, tracing.Noop())
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -331,8 +331,10 @@ func New(client kubernetes.Interface, podInformer cache.SharedIndexInformer, log
 			}
 			if p, ok := obj.(*corev1.Pod); ok {
 				m.mu.Lock()
-				delete(m.written, busUID(p))
-				m.starts.forget(busUID(p))
+				if uid, ok := m.busUID(p); ok {
+					delete(m.written, uid)
+					m.starts.forget(uid)
+				}
 				m.mu.Unlock()
 			}
 		},
@@ -343,13 +345,23 @@ func New(client kubernetes.Interface, podInformer cache.SharedIndexInformer, log
 	return m, nil
 }
 
-// busUID maps an API pod to its bus identity: a mirror pod stands for the
-// static pod whose UID its annotation holds.
-func busUID(p *corev1.Pod) types.UID {
-	if h, ok := p.Annotations[AnnotationMirror]; ok && h != "" {
-		return types.UID(h)
+// busUID maps an API pod to the pod on the bus it stands for, as the
+// kubelet's pod manager pairs a mirror pod with its static pod, by full
+// name: a pod stands for itself; a mirror pod (the annotation set, whatever
+// its value) for the static pod the bus carries under its own namespace and
+// name, when the annotation is that pod's UID, and for none otherwise (ok
+// false). An annotation a pod's author set never makes the pod another's.
+// Call with m.mu held.
+func (m *Manager) busUID(p *corev1.Pod) (types.UID, bool) {
+	h, mirror := p.Annotations[AnnotationMirror]
+	if !mirror {
+		return p.UID, true
 	}
-	return p.UID
+	e := m.entries[types.UID(h)]
+	if e == nil || e.spec == nil || !isStatic(e.spec, e.source) || e.spec.Namespace != p.Namespace || e.spec.Name != p.Name {
+		return "", false
+	}
+	return types.UID(h), true
 }
 
 func isStatic(p *corev1.Pod, source string) bool {
@@ -376,9 +388,14 @@ func (m *Manager) onAPIPod(obj any, added bool) {
 	if !ok {
 		return
 	}
-	uid := busUID(p)
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	uid, ok := m.busUID(p)
+	if !ok {
+		// a mirror pod of no static pod here (yet): its static pod's
+		// arrival on the bus finds it through apiCopy.
+		return
+	}
 	e := m.entries[uid]
 	m.starts.observe(p, uid, e.seen(), time.Now())
 	m.latest(uid, p)
@@ -546,6 +563,9 @@ func (m *Manager) seedFromAPI(e *entry, containerID string) {
 		api, ok := o.(*corev1.Pod)
 		if !ok {
 			continue
+		}
+		if uid, ok := m.busUID(api); !ok || uid != e.uid {
+			continue // a pod whose annotation names this UID and that is not its mirror
 		}
 		for _, list := range [][]corev1.ContainerStatus{api.Status.InitContainerStatuses, api.Status.ContainerStatuses} {
 			for _, c := range list {
