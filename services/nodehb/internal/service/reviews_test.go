@@ -50,6 +50,7 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // failed reviews are spent gets ThrottledError without a review, while its
 // cached good token still authenticates and other sources are reviewed.
 func TestTokenReviewsCachedAndLimited(t *testing.T) {
+	testenv.SkipShort(t, "etcd and kube-apiserver")
 	counter := &reviewCounter{}
 	rc := rest.CopyConfig(cp.Config)
 	rc.Wrap(counter.wrap)

@@ -76,6 +76,7 @@ type stack struct {
 // and a fresh NATS server; extra flags go on top of fast test intervals.
 func startStack(t *testing.T, node string, args ...string) *stack {
 	t.Helper()
+	testenv.SkipShort(t, "etcd and kube-apiserver")
 	return startStackWith(t, node, cp.Config, args...)
 }
 

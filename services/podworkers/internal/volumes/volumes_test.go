@@ -372,6 +372,9 @@ func (fakeUsers) ReleasePodUser(types.UID) error { return nil }
 // gives others; a subPath the pod points through a link it planted in
 // its emptyDir makes nothing outside.
 func TestPodUsersOwnTheirVolumes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs root: skipped under -short")
+	}
 	if os.Geteuid() != 0 {
 		t.Fatalf("giving files to a pod's user needs root (uid %d)", os.Geteuid())
 	}
