@@ -189,6 +189,11 @@ type StartOptions struct {
 	// resourceFieldRef the container sets no limit for (kubelet: limits
 	// default to the node's allocatable).
 	Allocatable corev1.ResourceList
+	// DNS, if set, computes the pod's resolver configuration (the
+	// kubelet's DNS configurer, with its Events); the runtime calls it when
+	// it makes what the pod's containers share, its sandbox. Nil: the
+	// runtime's default, the host's resolv.conf.
+	DNS func() (*DNSConfig, error)
 	// TargetContainer, for an ephemeral container, names the pod's
 	// container whose process namespace it joins (targetContainerName:
 	// kubectl debug --target); a runtime without such namespaces ignores

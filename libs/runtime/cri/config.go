@@ -88,8 +88,9 @@ func privileged(c *corev1.Container) bool {
 }
 
 // sandboxConfig is the pod's PodSandboxConfig (kubelet:
-// generatePodSandboxConfig, without DNS from a cluster, port mappings or
-// pod-level resources).
+// generatePodSandboxConfig, without its DNS configuration, which
+// ensureSandbox adds to a new sandbox, port mappings or pod-level
+// resources).
 func (r *Runtime) sandboxConfig(p *corev1.Pod, attempt uint32) *runtimeapi.PodSandboxConfig {
 	labels := make(map[string]string, len(p.Labels)+3)
 	for k, v := range p.Labels {
@@ -120,16 +121,7 @@ func (r *Runtime) sandboxConfig(p *corev1.Pod, attempt uint32) *runtimeapi.PodSa
 		},
 	}
 	if !p.Spec.HostNetwork {
-		// kubelet: a pod's hostname is spec.hostname or its name, at most
-		// 63 characters.
-		host := p.Spec.Hostname
-		if host == "" {
-			host = p.Name
-		}
-		if len(host) > 63 {
-			host = host[:63]
-		}
-		cfg.Hostname = host
+		cfg.Hostname, _ = podHostname(p, r.opts.domain())
 	}
 	if sc := p.Spec.SecurityContext; sc != nil {
 		if sc.RunAsUser != nil {
@@ -147,18 +139,6 @@ func (r *Runtime) sandboxConfig(p *corev1.Pod, attempt uint32) *runtimeapi.PodSa
 			}
 		}
 	}
-	// With no DNS config the runtime gives the pod the host's resolv.conf
-	// (the kubelet's dnsPolicy Default; there is no cluster DNS here).
-	if d := p.Spec.DNSConfig; d != nil {
-		cfg.DnsConfig = &runtimeapi.DNSConfig{Servers: d.Nameservers, Searches: d.Searches}
-		for _, o := range d.Options {
-			opt := o.Name
-			if o.Value != nil {
-				opt += ":" + *o.Value
-			}
-			cfg.DnsConfig.Options = append(cfg.DnsConfig.Options, opt)
-		}
-	}
 	return cfg
 }
 
@@ -172,7 +152,7 @@ type sandbox struct {
 // ensureSandbox returns the pod's ready sandbox, creating one when it has
 // none (kubelet: createPodSandbox, a new attempt after a sandbox that
 // stopped).
-func (r *Runtime) ensureSandbox(ctx context.Context, p *corev1.Pod, pd *pod) (*sandbox, error) {
+func (r *Runtime) ensureSandbox(ctx context.Context, p *corev1.Pod, pd *pod, dns func() (*runtime.DNSConfig, error)) (*sandbox, error) {
 	pd.sandboxMu.Lock()
 	defer pd.sandboxMu.Unlock()
 	r.mu.Lock()
@@ -195,10 +175,14 @@ func (r *Runtime) ensureSandbox(ctx context.Context, p *corev1.Pod, pd *pod) (*s
 		attempt++
 	}
 	cfg := r.sandboxConfig(p, attempt)
+	var err error
+	if cfg.DnsConfig, err = sandboxDNS(p, dns); err != nil {
+		return nil, fmt.Errorf("the pod's DNS configuration: %w", err)
+	}
 	if err := os.MkdirAll(cfg.LogDirectory, 0o755); err != nil {
 		return nil, fmt.Errorf("create the pod's log directory: %w", err)
 	}
-	id, err := r.rs.RunPodSandbox(ctx, cfg, "")
+	id, err = r.rs.RunPodSandbox(ctx, cfg, "")
 	if err != nil {
 		return nil, err
 	}
@@ -279,7 +263,7 @@ func (r *Runtime) containerConfig(ctx context.Context, p *corev1.Pod, c *corev1.
 		cfg.Mounts = append(cfg.Mounts, &runtimeapi.Mount{ContainerPath: m.ContainerPath, HostPath: m.HostPath,
 			Readonly: m.ReadOnly, Propagation: propagation(m.Propagation)})
 	}
-	files, err := podFileMounts(p, c, attempt, podIP, opts)
+	files, err := podFileMounts(p, c, attempt, podIP, r.opts.domain(), opts)
 	if err != nil {
 		return nil, err
 	}

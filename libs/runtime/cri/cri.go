@@ -66,6 +66,7 @@ type options struct {
 	imageBackOffMx time.Duration
 	cgroupParent   string
 	node           string
+	clusterDomain  *string
 }
 
 // WithNode names the node the runtime runs pods for: its sandboxes and
@@ -380,7 +381,7 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 	}()
 	// kubelet: the sandbox comes first (SyncPod), then each container's
 	// image, config, create and start (startContainer).
-	sb, err := r.ensureSandbox(ctx, p, pd)
+	sb, err := r.ensureSandbox(ctx, p, pd, opts.DNS)
 	if err != nil {
 		if ctx.Err() != nil {
 			st.State = runtime.StateUnknown

@@ -9,7 +9,9 @@
 // the pod; later containers join it. The sandbox has the pod's name,
 // namespace and UID as metadata and labels, the host's network namespace
 // for hostNetwork pods (NamespaceMode NODE) and a network namespace of its
-// own otherwise (set up by the runtime's CNI configuration), and the log
+// own otherwise (set up by the runtime's CNI configuration), the pod's host
+// name (off the host network), the DNS configuration StartOptions.DNS
+// computes (the runtime writes it as the pod's /etc/resolv.conf), and the log
 // directory <log-root>/<namespace>_<name>_<uid>. A sandbox that is no longer
 // ready is replaced by a new one (next attempt) at the next start. A
 // container is created from the image with command, args, env (package

@@ -22,8 +22,6 @@ const (
 	// maxTerminationMessage is the most of a termination message file read
 	// (kubelet: 4 KiB).
 	maxTerminationMessage = 4096
-	// clusterDomain names pods with a subdomain in /etc/hosts.
-	clusterDomain = "cluster.local"
 )
 
 // hostsFile is the path of the node's own hosts file, which host-network
@@ -35,7 +33,7 @@ var hostsFile = "/etc/hosts"
 // makeMounts): /etc/hosts, unless the container mounts something there, and
 // an empty file at its terminationMessagePath, which the container may
 // write its termination message to. Without a pod directory there are none.
-func podFileMounts(p *corev1.Pod, c *corev1.Container, attempt int, podIP string, opts runtime.StartOptions) ([]*runtimeapi.Mount, error) {
+func podFileMounts(p *corev1.Pod, c *corev1.Container, attempt int, podIP, clusterDomain string, opts runtime.StartOptions) ([]*runtimeapi.Mount, error) {
 	if opts.PodDir == "" {
 		return nil, nil
 	}
@@ -47,7 +45,7 @@ func podFileMounts(p *corev1.Pod, c *corev1.Container, attempt int, podIP string
 		}
 	}
 	if !ownHosts && podIP != "" {
-		content, err := hostsContent(p, podIP)
+		content, err := hostsContent(p, podIP, clusterDomain)
 		if err != nil {
 			return nil, fmt.Errorf("/etc/hosts: %w", err)
 		}
@@ -80,9 +78,9 @@ func podFileMounts(p *corev1.Pod, c *corev1.Container, attempt int, podIP string
 
 // hostsContent is the pod's /etc/hosts as the kubelet writes it: the
 // node's own file for a host-network pod, otherwise localhost entries and
-// the pod's IP with its host name (and FQDN with a subdomain); then the
-// pod's hostAliases.
-func hostsContent(p *corev1.Pod, podIP string) ([]byte, error) {
+// the pod's IP with its host name (first its FQDN, with a subdomain in the
+// cluster's domain); then the pod's hostAliases.
+func hostsContent(p *corev1.Pod, podIP, clusterDomain string) ([]byte, error) {
 	var b bytes.Buffer
 	if p.Spec.HostNetwork {
 		node, err := os.ReadFile(hostsFile)
@@ -99,15 +97,9 @@ func hostsContent(p *corev1.Pod, podIP string) ([]byte, error) {
 		b.WriteString("fe00::0\tip6-mcastprefix\n")
 		b.WriteString("fe00::1\tip6-allnodes\n")
 		b.WriteString("fe00::2\tip6-allrouters\n")
-		host := p.Spec.Hostname
-		if host == "" {
-			host = p.Name
-		}
-		if len(host) > 63 {
-			host = strings.TrimRight(host[:63], "-.")
-		}
-		if p.Spec.Subdomain != "" {
-			fmt.Fprintf(&b, "%s\t%s.%s.%s.svc.%s\t%s\n", podIP, host, p.Spec.Subdomain, p.Namespace, clusterDomain, host)
+		host, domain := podHostname(p, clusterDomain)
+		if domain != "" {
+			fmt.Fprintf(&b, "%s\t%s.%s\t%s\n", podIP, host, domain, host)
 		} else {
 			fmt.Fprintf(&b, "%s\t%s\n", podIP, host)
 		}

@@ -35,6 +35,7 @@ import (
 	"github.com/splitlet/splitlet/libs/logging"
 	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/libs/tracing"
+	"github.com/splitlet/splitlet/services/podworkers/internal/dns"
 	"github.com/splitlet/splitlet/services/podworkers/internal/podworkers"
 	"github.com/splitlet/splitlet/services/podworkers/internal/volumes"
 )
@@ -145,6 +146,10 @@ type Syncer struct {
 	serviceEnv func(namespace string, links bool) []string
 	vols       map[types.UID]map[string]volumes.Volume
 	volBackOff *flowcontrol.Backoff
+	// dns computes pods' resolver configurations (nil: none); dnsTold
+	// holds the pods told what a HostDNS runtime does not apply.
+	dns     *dns.Configurer
+	dnsTold map[types.UID]bool
 }
 
 // New returns a Syncer.
@@ -168,6 +173,7 @@ func New(rt runtime.Runtime, sink StatusSink, opts ...Option) *Syncer {
 		startFailed:    map[types.UID]map[string]*corev1.ContainerStateWaiting{},
 		vols:           map[types.UID]map[string]volumes.Volume{},
 		volBackOff:     flowcontrol.NewBackOff(volumeRetryBase, volumeRetryMax),
+		dnsTold:        map[types.UID]bool{},
 	}
 	for _, o := range opts {
 		o(s)
@@ -273,6 +279,7 @@ func (s *Syncer) Forget(uid types.UID) {
 	delete(s.final, uid)
 	delete(s.startFailed, uid)
 	delete(s.vols, uid)
+	delete(s.dnsTold, uid)
 	s.mu.Unlock()
 	s.volBackOff.Reset(string(uid))
 }

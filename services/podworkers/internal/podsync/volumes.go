@@ -91,6 +91,7 @@ func (s *Syncer) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 	if s.recorder != nil && ctx.Err() == nil {
 		opts.ImageEvent = func(eventType, reason, message string) { s.event(pod, c.Name, eventType, reason, "%s", message) }
 	}
+	s.podDNS(pod, &opts)
 	if s.serviceEnv != nil {
 		links := pod.Spec.EnableServiceLinks == nil || *pod.Spec.EnableServiceLinks
 		opts.ServiceEnv = s.serviceEnv(pod.Namespace, links)

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -34,6 +35,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/splitlet/splitlet/libs/app"
 	"github.com/splitlet/splitlet/libs/bus"
@@ -48,6 +50,7 @@ import (
 	"github.com/splitlet/splitlet/libs/tracing"
 	"github.com/splitlet/splitlet/services/podworkers/internal/admission"
 	"github.com/splitlet/splitlet/services/podworkers/internal/controller"
+	"github.com/splitlet/splitlet/services/podworkers/internal/dns"
 	"github.com/splitlet/splitlet/services/podworkers/internal/ownership"
 	"github.com/splitlet/splitlet/services/podworkers/internal/podsync"
 	"github.com/splitlet/splitlet/services/podworkers/internal/podworkers"
@@ -79,6 +82,9 @@ type Config struct {
 	Volumes              string
 	RootDir              string
 	AllowedUnsafeSysctls []string
+	// DNS are the node's cluster DNS keys (cluster-dns, cluster-domain,
+	// resolv-conf), which only the pod workers use.
+	DNS config.DNS
 }
 
 // RegisterFlags adds the podworkers keys ("podworkers.<key>") to fs.
@@ -104,6 +110,7 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Volumes, "podworkers.volumes", "auto", "set up pods' volumes (emptyDir, hostPath, configMap, secret, downwardAPI, projected with service account tokens) and mount them into containers: on, off, or auto (on, but for the sim runtime, which runs nothing that could read them)")
 	fs.StringVar(&c.RootDir, "podworkers.root-dir", "", "where pods' volumes live, as <root-dir>/pods/<uid>/volumes/ (the kubelet's --root-dir layout); shared by the replicas of a node, and for the cri runtime the same path on the host; default <data-dir>/kubelet")
 	fs.StringSliceVar(&c.AllowedUnsafeSysctls, "podworkers.allowed-unsafe-sysctls", nil, "unsafe sysctls pods may set besides the safe ones (the kubelet's --allowed-unsafe-sysctls): names or prefixes ending in '*', of the ipc or net namespace only (kernel.msg*, net.core.somaxconn); a pod setting any other is rejected with SysctlForbidden")
+	c.DNS.RegisterFlags(fs)
 	fs.StringVar(&c.ProcessRecordsDir, "podworkers.process-records-dir", "", "runtime process: where the replicas of this node on this host write down their containers' process groups, so that what a replica killed with SIGKILL leaves is killed by the next one (mode 0700, this user's); default <tmp>/splitlet-process-groups/<node>")
 }
 
@@ -150,7 +157,7 @@ func (c *Config) Validate() error {
 	if _, err := kube.NewSysctlAllowlist(nil, c.AllowedUnsafeSysctls); err != nil {
 		return fmt.Errorf("invalid value for podworkers.allowed-unsafe-sysctls: %w", err)
 	}
-	return nil
+	return c.DNS.Validate()
 }
 
 // DefaultReplicaID is the replica id a replica takes unless told: the
@@ -363,7 +370,7 @@ func (r *Runner) newRuntime(ctx context.Context) (runtime.Runtime, error) {
 	switch r.common.Runtime {
 	case config.RuntimeCRI:
 		return cri.New(ctx, cri.WithEndpoint(r.common.CRIEndpoint), cri.WithHostIP(r.cfg.HostIP), cri.WithLogger(r.log.Named("cri")),
-			cri.WithNode(r.common.NodeName))
+			cri.WithNode(r.common.NodeName), cri.WithClusterDomain(r.cfg.DNS.ClusterDomain))
 	case config.RuntimeProcess:
 		// the containers of a previous incarnation died with it: their
 		// files are left over.
@@ -468,9 +475,12 @@ func (r *Runner) run(ctx context.Context) error {
 	defer stopRecorder()
 	syncOpts := []podsync.Option{podsync.WithBackOff(r.cfg.ContainerBackOff, r.cfg.ContainerBackOffMax), podsync.WithHostIP(r.cfg.HostIP),
 		podsync.WithStartObserver(r.metrics.started)}
+	var podRecorder record.EventRecorder // the pods' Events, nil when off
 	if r.cfg.ContainerEvents == "on" || (r.cfg.ContainerEvents == "auto" && rt.Type() != sim.Type) {
+		podRecorder = recorder
 		syncOpts = append(syncOpts, podsync.WithRecorder(recorder))
 	}
+	syncOpts = append(syncOpts, podsync.WithDNS(r.dnsConfigurer(podRecorder)))
 	if r.cfg.Volumes == "on" || (r.cfg.Volumes == "auto" && rt.Type() != sim.Type) {
 		root := r.cfg.RootDir
 		if root == "" {
@@ -863,4 +873,17 @@ func kernelRelease() string {
 		return ""
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// dnsConfigurer is the node's DNS configurer (kubelet: the DNS
+// Configurer), its Events through rec; the host's resolver file is
+// checked once as the replica starts, as a kubelet's sync loop does.
+func (r *Runner) dnsConfigurer(rec record.EventRecorder) *dns.Configurer {
+	var nodeIPs []net.IP
+	if ip := net.ParseIP(r.cfg.HostIP); ip != nil {
+		nodeIPs = []net.IP{ip}
+	}
+	c := dns.New(dns.Options{DNS: r.cfg.DNS, NodeIPs: nodeIPs, Node: r.common.NodeName, Recorder: rec, Log: r.log.Named("dns")})
+	c.CheckResolvConf()
+	return c
 }

@@ -1,0 +1,85 @@
+package cri
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/splitlet/splitlet/libs/runtime"
+)
+
+// defaultClusterDomain is the cluster domain of pods' FQDNs unless
+// WithClusterDomain says otherwise.
+const defaultClusterDomain = "cluster.local"
+
+// maxHostname is the longest host name the kernel takes.
+const maxHostname = 63
+
+// WithClusterDomain sets the cluster's DNS domain, of the FQDN of a pod
+// with a subdomain in its /etc/hosts (default cluster.local; empty: none,
+// as a kubelet without a clusterDomain writes it).
+func WithClusterDomain(domain string) Option {
+	return func(o *options) { o.clusterDomain = &domain }
+}
+
+// domain is the cluster domain WithClusterDomain set, or the default.
+func (o *options) domain() string {
+	if o.clusterDomain == nil {
+		return defaultClusterDomain
+	}
+	return *o.clusterDomain
+}
+
+// podHostname is the pod's host name and domain (kubelet:
+// GeneratePodHostNameAndDomain): its hostnameOverride, else spec.hostname
+// or its name, cut to 63 characters without a trailing '-' or '.'; the
+// domain, with a subdomain (and no override), is
+// <subdomain>.<namespace>.svc.<cluster domain>.
+func podHostname(p *corev1.Pod, clusterDomain string) (host, domain string) {
+	if o := p.Spec.HostnameOverride; o != nil {
+		return truncateHostname(*o), ""
+	}
+	host = p.Name
+	if p.Spec.Hostname != "" {
+		host = p.Spec.Hostname
+	}
+	if p.Spec.Subdomain != "" {
+		domain = fmt.Sprintf("%s.%s.svc.%s", p.Spec.Subdomain, p.Namespace, clusterDomain)
+	}
+	return truncateHostname(host), domain
+}
+
+func truncateHostname(h string) string {
+	if len(h) <= maxHostname {
+		return h
+	}
+	return strings.TrimRight(h[:maxHostname], "-.")
+}
+
+// sandboxDNS is the sandbox's resolver configuration: what the pod
+// workers' DNS configurer computes for the pod, or without one the pod's
+// own dnsConfig (nil: the CRI runtime gives the host's resolv.conf).
+func sandboxDNS(p *corev1.Pod, dns func() (*runtime.DNSConfig, error)) (*runtimeapi.DNSConfig, error) {
+	if dns != nil {
+		d, err := dns()
+		if err != nil || d == nil {
+			return nil, err
+		}
+		return &runtimeapi.DNSConfig{Servers: d.Servers, Searches: d.Searches, Options: d.Options}, nil
+	}
+	d := p.Spec.DNSConfig
+	if d == nil {
+		return nil, nil
+	}
+	out := &runtimeapi.DNSConfig{Servers: d.Nameservers, Searches: d.Searches}
+	for _, o := range d.Options {
+		opt := o.Name
+		if o.Value != nil {
+			opt += ":" + *o.Value
+		}
+		out.Options = append(out.Options, opt)
+	}
+	return out, nil
+}

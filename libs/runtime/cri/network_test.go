@@ -1,0 +1,65 @@
+package cri
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/splitlet/splitlet/libs/runtime"
+)
+
+// The sandbox's host name is the one its /etc/hosts names (kubelet:
+// GeneratePodHostNameAndDomain): cut to 63 characters without a trailing
+// '-', the override when there is one; a host-network pod has the node's.
+func TestSandboxHostname(t *testing.T) {
+	r := &Runtime{}
+	long := strings.Repeat("a", 62) + "-b"
+	override := "custom.name"
+	for _, c := range []struct {
+		spec corev1.PodSpec
+		want string
+	}{
+		{corev1.PodSpec{}, "web"},
+		{corev1.PodSpec{Hostname: "h", Subdomain: "sub"}, "h"},
+		{corev1.PodSpec{Hostname: long}, strings.Repeat("a", 62)},
+		{corev1.PodSpec{Hostname: "h", HostnameOverride: &override}, "custom.name"},
+		{corev1.PodSpec{Hostname: "h", HostNetwork: true}, ""},
+	} {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns"}, Spec: c.spec}
+		if got := r.sandboxConfig(p, 0).Hostname; got != c.want {
+			t.Errorf("hostname %q, hostNetwork %v: sandbox hostname %q, want %q", c.spec.Hostname, c.spec.HostNetwork, got, c.want)
+		}
+	}
+}
+
+// A new sandbox's DNS configuration is what the pod workers computed; an
+// error computing it fails the sandbox; without the pod workers' function
+// it is the pod's own dnsConfig, or none (the host's file).
+func TestSandboxDNS(t *testing.T) {
+	ndots := "2"
+	p := &corev1.Pod{Spec: corev1.PodSpec{DNSConfig: &corev1.PodDNSConfig{Nameservers: []string{"1.1.1.1"}, Searches: []string{"a.example"},
+		Options: []corev1.PodDNSConfigOption{{Name: "ndots", Value: &ndots}, {Name: "edns0"}}}}}
+	computed := func() (*runtime.DNSConfig, error) {
+		return &runtime.DNSConfig{Servers: []string{"10.96.0.10"}, Searches: []string{"ns.svc.cluster.local"}, Options: []string{"ndots:5"}}, nil
+	}
+	got, err := sandboxDNS(p, computed)
+	if err != nil || !slices.Equal(got.Servers, []string{"10.96.0.10"}) || !slices.Equal(got.Searches, []string{"ns.svc.cluster.local"}) ||
+		!slices.Equal(got.Options, []string{"ndots:5"}) {
+		t.Errorf("computed: %+v, %v", got, err)
+	}
+	boom := errors.New("open /etc/resolv.conf: no such file or directory")
+	if _, err := sandboxDNS(p, func() (*runtime.DNSConfig, error) { return nil, boom }); !errors.Is(err, boom) {
+		t.Errorf("an error computing it: %v", err)
+	}
+	got, err = sandboxDNS(p, nil)
+	if err != nil || !slices.Equal(got.Servers, []string{"1.1.1.1"}) || !slices.Equal(got.Options, []string{"ndots:2", "edns0"}) {
+		t.Errorf("the pod's own: %+v, %v", got, err)
+	}
+	if got, err := sandboxDNS(&corev1.Pod{}, nil); got != nil || err != nil {
+		t.Errorf("none: %+v, %v", got, err)
+	}
+}
