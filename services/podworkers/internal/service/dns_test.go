@@ -108,7 +108,6 @@ func TestCRIPodDNS(t *testing.T) {
 func TestProcessPodDNSNotApplied(t *testing.T) {
 	e := newEnv(t, "pw-dns-proc")
 	e.startReplica(t, config.RuntimeProcess, func(c *Config) {
-		c.ProcessRunAs = "self"
 		c.DNS = config.DNS{ClusterDNS: []net.IP{net.ParseIP("10.96.0.10")}, ClusterDomain: "cluster.local", ResolvConf: config.DefaultResolvConf}
 	})
 	p := newPod(t, e.cs, "dns-proc", func(p *corev1.Pod) { p.Spec.NodeName = e.node })
