@@ -119,6 +119,7 @@ func (r *Runtime) sandboxConfig(p *corev1.Pod, attempt uint32) *runtimeapi.PodSa
 			},
 		},
 	}
+	r.opts.security.sandbox(p, cfg.Linux.SecurityContext)
 	if !p.Spec.HostNetwork {
 		// kubelet: a pod's hostname is spec.hostname or its name, at most
 		// 63 characters.
@@ -194,6 +195,9 @@ func (r *Runtime) ensureSandbox(ctx context.Context, p *corev1.Pod, pd *pod) (*s
 	if had || id != "" {
 		attempt++
 	}
+	if err := r.opts.security.checkSandbox(p); err != nil {
+		return nil, err
+	}
 	cfg := r.sandboxConfig(p, attempt)
 	if err := os.MkdirAll(cfg.LogDirectory, 0o755); err != nil {
 		return nil, fmt.Errorf("create the pod's log directory: %w", err)
@@ -259,6 +263,9 @@ func (r *Runtime) containerConfig(ctx context.Context, p *corev1.Pod, c *corev1.
 			Resources:       resources(c),
 			SecurityContext: securityContext(p, c),
 		},
+	}
+	if err := r.opts.security.container(p, c, cfg.Linux.SecurityContext); err != nil {
+		return nil, err
 	}
 	// kubelet: the OOM killer takes best-effort containers first and
 	// guaranteed ones last.
