@@ -120,6 +120,7 @@ func (r *Runtime) sandboxConfig(p *corev1.Pod, attempt uint32) *runtimeapi.PodSa
 			},
 		},
 	}
+	r.opts.security.sandbox(p, cfg.Linux.SecurityContext)
 	if !p.Spec.HostNetwork {
 		cfg.Hostname, _ = podHostname(p, r.opts.domain())
 	}
@@ -173,6 +174,9 @@ func (r *Runtime) ensureSandbox(ctx context.Context, p *corev1.Pod, pd *pod, dns
 	}
 	if had || id != "" {
 		attempt++
+	}
+	if err := r.opts.security.checkSandbox(p); err != nil {
+		return nil, err
 	}
 	cfg := r.sandboxConfig(p, attempt)
 	var err error
@@ -243,6 +247,9 @@ func (r *Runtime) containerConfig(ctx context.Context, p *corev1.Pod, c *corev1.
 			Resources:       resources(c),
 			SecurityContext: securityContext(p, c),
 		},
+	}
+	if err := r.opts.security.container(p, c, cfg.Linux.SecurityContext); err != nil {
+		return nil, err
 	}
 	// kubelet: the OOM killer takes best-effort containers first and
 	// guaranteed ones last.

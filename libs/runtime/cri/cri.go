@@ -21,6 +21,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	remote "k8s.io/cri-client/pkg"
 
+	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/logging"
 	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/libs/runtime/internal/eventq"
@@ -64,6 +65,7 @@ type options struct {
 	connTimeout    time.Duration
 	imageBackOff   time.Duration
 	imageBackOffMx time.Duration
+	security       security
 	cgroupParent   string
 	node           string
 	clusterDomain  *string
@@ -208,6 +210,7 @@ func New(ctx context.Context, opts ...Option) (*Runtime, error) {
 		connTimeout:    2 * time.Minute,
 		imageBackOff:   10 * time.Second,
 		imageBackOffMx: 300 * time.Second,
+		security:       security{seccompRoot: DefaultSeccompProfileRoot},
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -220,6 +223,9 @@ func New(ctx context.Context, opts ...Option) (*Runtime, error) {
 		return nil, fmt.Errorf("cri runtime: log root: %w", err)
 	}
 	o.logRoot = root
+	if o.security.seccompRoot, err = filepath.Abs(o.security.seccompRoot); err != nil {
+		return nil, fmt.Errorf("cri runtime: seccomp profile root: %w", err)
+	}
 	dialCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	rs, err := remote.NewRemoteRuntimeService(dialCtx, o.endpoint, o.connTimeout, nil, false)
@@ -237,6 +243,12 @@ func New(ctx context.Context, opts ...Option) (*Runtime, error) {
 		_ = is.Close(ctx)
 		return nil, fmt.Errorf("cri runtime: version of %s: %w", o.endpoint, err)
 	}
+	if err := o.security.readFeatures(dialCtx, rs.Status); err != nil {
+		_ = rs.Close(ctx)
+		_ = is.Close(ctx)
+		return nil, fmt.Errorf("cri runtime: status of %s: %w", o.endpoint, err)
+	}
+	o.security.appArmor = kube.AppArmorHost()
 	r := &Runtime{
 		opts:         o,
 		log:          o.log,

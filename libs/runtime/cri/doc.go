@@ -22,7 +22,31 @@
 // io.kubernetes.container.name as labels; io.kubernetes.container.hash
 // (runtime.ContainerHash), io.kubernetes.container.restartCount (the
 // attempt), the termination message path and policy and the pod's grace
-// periods as annotations. Volumes are not mounted.
+// periods as annotations.
+//
+// # Security settings
+//
+// The security context goes to the CRI as the kubelet sends it
+// (security.go): user, group and supplemental groups (fsGroup included)
+// of the sandbox and the containers, capabilities, privileged,
+// no_new_privs (allowPrivilegeEscalation false), a read-only root
+// filesystem, the kubelet's masked and read-only /proc paths, SELinux
+// options (the container's over the pod's), the supplemental groups
+// policy, the pod's sysctls on the sandbox. The seccomp profile is the
+// container's, else the pod's, else RuntimeDefault with WithSeccompDefault
+// and Unconfined without; a Localhost profile is a file under
+// WithSeccompProfileRoot, read by the CRI runtime when it creates the
+// container (a missing one fails the creation, CreateContainerError). The
+// sandbox runs RuntimeDefault. AppArmor profiles (fields and the deprecated
+// annotations) are passed on where the host has AppArmor; where it has not
+// (AppArmor), a container asking for one is not created
+// (CreateContainerConfigError, "Cannot enforce AppArmor: ..."), never run
+// unconfined. What the runtime cannot give is refused rather than dropped:
+// hostUsers false (no sandbox: no user namespaces are mapped, and
+// containerd 1.6 reports none), procMount Unmasked
+// (CreateContainerConfigError). SupplementalGroupsPolicy reports whether
+// the CRI runtime applies Strict (its status; containerd 1.6 does not), for
+// admission to refuse it.
 //
 // # Reading back
 //

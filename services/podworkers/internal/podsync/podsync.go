@@ -144,6 +144,8 @@ type Syncer struct {
 	// retries of a setup that failed.
 	volumes    *volumes.Manager
 	serviceEnv func(namespace string, links bool) []string
+	// startCheck, if set, may refuse a container's start (WithStartCheck).
+	startCheck func(*corev1.Pod, *corev1.Container) error
 	vols       map[types.UID]map[string]volumes.Volume
 	volBackOff *flowcontrol.Backoff
 	// dns computes pods' resolver configurations (nil: none); dnsTold

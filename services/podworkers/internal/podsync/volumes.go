@@ -82,6 +82,9 @@ func (s *Syncer) RemoveVolumes(uid types.UID) error {
 // sources; a mount that cannot be prepared fails the start as the kubelet
 // fails it, with CreateContainerConfigError.
 func (s *Syncer) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, attempt int) (runtime.ContainerStatus, error) {
+	if st, err := s.checkStart(pod, c, attempt); err != nil {
+		return st, err
+	}
 	var opts runtime.StartOptions
 	for i := range pod.Spec.EphemeralContainers {
 		if ec := &pod.Spec.EphemeralContainers[i]; ec.Name == c.Name {

@@ -48,7 +48,6 @@ import (
 	"github.com/splitlet/splitlet/libs/runtime/process"
 	"github.com/splitlet/splitlet/libs/runtime/sim"
 	"github.com/splitlet/splitlet/libs/tracing"
-	"github.com/splitlet/splitlet/services/podworkers/internal/admission"
 	"github.com/splitlet/splitlet/services/podworkers/internal/controller"
 	"github.com/splitlet/splitlet/services/podworkers/internal/dns"
 	"github.com/splitlet/splitlet/services/podworkers/internal/ownership"
@@ -81,6 +80,8 @@ type Config struct {
 	ContainerEvents      string
 	Volumes              string
 	RootDir              string
+	SeccompProfileRoot   string
+	SeccompDefault       bool
 	AllowedUnsafeSysctls []string
 	// DNS are the node's cluster DNS keys (cluster-dns, cluster-domain,
 	// resolv-conf), which only the pod workers use.
@@ -109,6 +110,8 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.ContainerEvents, "podworkers.container-events", "auto", "record the kubelet's container Events on pods (Created, Started, Failed, BackOff, Killing): on, off, or auto (on, but for the sim runtime, which is for scale tests: like kwok it records none, sparing the API server two writes a pod)")
 	fs.StringVar(&c.Volumes, "podworkers.volumes", "auto", "set up pods' volumes (emptyDir, hostPath, configMap, secret, downwardAPI, projected with service account tokens) and mount them into containers: on, off, or auto (on, but for the sim runtime, which runs nothing that could read them)")
 	fs.StringVar(&c.RootDir, "podworkers.root-dir", "", "where pods' volumes live, as <root-dir>/pods/<uid>/volumes/ (the kubelet's --root-dir layout); shared by the replicas of a node, and for the cri runtime the same path on the host; default <data-dir>/kubelet")
+	fs.StringVar(&c.SeccompProfileRoot, "podworkers.seccomp-profile-root", "", "runtime cri: the directory of Localhost seccomp profiles (a pod's seccompProfile localhostProfile is a path under it; the kubelet's <root-dir>/seccomp), a path of the host containerd runs on; default <root-dir>/seccomp")
+	fs.BoolVar(&c.SeccompDefault, "podworkers.seccomp-default", false, "runtime cri: run a container whose securityContext and pod name no seccomp profile with the runtime's default profile (RuntimeDefault) instead of unconfined (the kubelet's seccompDefault); the process runtime applies no seccomp profile and refuses to start with it on")
 	fs.StringSliceVar(&c.AllowedUnsafeSysctls, "podworkers.allowed-unsafe-sysctls", nil, "unsafe sysctls pods may set besides the safe ones (the kubelet's --allowed-unsafe-sysctls): names or prefixes ending in '*', of the ipc or net namespace only (kernel.msg*, net.core.somaxconn); a pod setting any other is rejected with SysctlForbidden")
 	c.DNS.RegisterFlags(fs)
 	fs.StringVar(&c.ProcessRecordsDir, "podworkers.process-records-dir", "", "runtime process: where the replicas of this node on this host write down their containers' process groups, so that what a replica killed with SIGKILL leaves is killed by the next one (mode 0700, this user's); default <tmp>/splitlet-process-groups/<node>")
@@ -370,7 +373,8 @@ func (r *Runner) newRuntime(ctx context.Context) (runtime.Runtime, error) {
 	switch r.common.Runtime {
 	case config.RuntimeCRI:
 		return cri.New(ctx, cri.WithEndpoint(r.common.CRIEndpoint), cri.WithHostIP(r.cfg.HostIP), cri.WithLogger(r.log.Named("cri")),
-			cri.WithNode(r.common.NodeName), cri.WithClusterDomain(r.cfg.DNS.ClusterDomain))
+			cri.WithNode(r.common.NodeName), cri.WithClusterDomain(r.cfg.DNS.ClusterDomain),
+			cri.WithSeccompProfileRoot(r.seccompRoot()), cri.WithSeccompDefault(r.cfg.SeccompDefault))
 	case config.RuntimeProcess:
 		// the containers of a previous incarnation died with it: their
 		// files are left over.
@@ -436,6 +440,9 @@ func (r *Runner) run(ctx context.Context) error {
 		return fmt.Errorf("runtime %s: %w", r.common.Runtime, err)
 	}
 	defer func() { _ = rt.Close() }()
+	if err := r.checkSecurity(rt); err != nil {
+		return err
+	}
 	fallback, _ := kube.ParseResourceList(r.cfg.FallbackAllocatable)
 
 	// the Node object's allocatable, from an informer on this one node.
@@ -476,6 +483,7 @@ func (r *Runner) run(ctx context.Context) error {
 	syncOpts := []podsync.Option{podsync.WithBackOff(r.cfg.ContainerBackOff, r.cfg.ContainerBackOffMax), podsync.WithHostIP(r.cfg.HostIP),
 		podsync.WithStartObserver(r.metrics.started)}
 	var podRecorder record.EventRecorder // the pods' Events, nil when off
+	syncOpts = append(syncOpts, securitySyncOptions(rt)...)
 	if r.cfg.ContainerEvents == "on" || (r.cfg.ContainerEvents == "auto" && rt.Type() != sim.Type) {
 		podRecorder = recorder
 		syncOpts = append(syncOpts, podsync.WithRecorder(recorder))
@@ -519,7 +527,7 @@ func (r *Runner) run(ctx context.Context) error {
 	ctrl := controller.New(controller.Config{
 		Runtime:    rt,
 		Sink:       sink,
-		Admit:      admission.Chain{admission.Validate(), admission.Sysctls(sysctls), admission.PodOS(), admission.ResourceFit(allocatable), admission.NodePredicates(thisNode)},
+		Admit:      admissionChain(rt, sysctls, allocatable, thisNode),
 		Recorder:   recorder,
 		Partitions: r.common.Partitions,
 		Log:        r.log,
