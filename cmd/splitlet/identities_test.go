@@ -112,7 +112,8 @@ func TestStageIdentities(t *testing.T) {
 			Containers: []corev1.Container{{Name: "app", Image: "busybox", Command: []string{"sleep", "3600"},
 				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}, PeriodSeconds: 1}}}},
 	}
-	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	pod, err = cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 60*time.Second, "pod Ready through an exec probe", func() (bool, string) {
@@ -126,6 +127,7 @@ func TestStageIdentities(t *testing.T) {
 		t.Errorf("logs through nodehb and the pod workers: %v", err)
 	}
 	checkStatus(t, bin, node, url, filepath.Join(ids, "admin.nk"))
+	checkProbeExec(t, url, filepath.Join(ids, bus.StageProber+".nk"), node, pod)
 	// The sim runtime records no container Events by default
 	// (podworkers.container-events auto), as kwok records none.
 	if list, err := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod.Name}); err != nil {
@@ -155,7 +157,9 @@ func TestStageIdentities(t *testing.T) {
 		{bus.StagePodworkers, s.PodReconciles(0)}, // and what the API's status is
 		{bus.StageProber, s.PodReconciles(0)},
 		{bus.StageProber, s.PodStatus(0)},        // only the pod workers report runtime status
-		{bus.StageStatussync, s.Exec(0)},         // only nodehb and the prober exec
+		{bus.StageStatussync, s.Exec(0)},         // only nodehb runs any command
+		{bus.StageProber, s.Exec(0)},             // the prober runs probe commands only
+		{bus.StageStatussync, s.ProbeExec(0)},    // and only the prober asks for them
 		{bus.StageStatussync, s.ProbeResults(0)}, // only the prober reports probes
 		{bus.StageNodehb, s.AgentReady()},        // only the pod workers say they are ready
 		{bus.StagePodconfig, "$JS.API.STREAM.DELETE." + bus.StreamName(node, bus.StreamPodUpdates)}, // no stage manages streams
@@ -167,7 +171,7 @@ func TestStageIdentities(t *testing.T) {
 	// (and the server's log shows them: the check above of a quiet log
 	// could have failed.)
 	eventually(t, 10*time.Second, "the refusals in the server's log", func() (bool, string) {
-		return len(seen.all()) >= 8, strings.Join(seen.all(), "\n")
+		return len(seen.all()) >= 10, strings.Join(seen.all(), "\n")
 	})
 }
 
@@ -250,5 +254,43 @@ func checkStatus(t *testing.T, bin, node, url, adminSeed string) {
 	// another node's status: nothing answers for it, exit 1.
 	if out, err := exec.Command(bin, "status", "--node-name", "no-such-node", "--nats-url", url, "--nats-nkey", adminSeed, "--wait", "300ms").CombinedOutput(); err == nil {
 		t.Errorf("splitlet status of a node with no stages exited 0:\n%s", out)
+	}
+}
+
+// checkProbeExec asks, as the prober's identity, the pod worker that owns
+// the pod for the pod's readiness probe command (run) and for another
+// command (refused by the pod worker: the prober runs probes, nothing
+// else).
+func checkProbeExec(t *testing.T, url, seed, node string, pod *corev1.Pod) {
+	t.Helper()
+	opt, err := nats.NkeyOptionFromSeed(seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(url, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	pub := bus.NewPublisher(nc, nil, node, "prober-test")
+	subject := bus.For(node).ProbeExec(bus.Partition(string(pod.UID), bus.DefaultPartitions))
+	ref := bus.ContainerRef{PodUID: pod.UID, Namespace: pod.Namespace, Pod: pod.Name, Container: "app"}
+	for _, c := range []struct {
+		cmd  []string
+		want string
+	}{{[]string{"true"}, ""}, {[]string{"sh", "-c", "id"}, "probe exec refused"}} {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		env, err := pub.Request(ctx, subject, bus.KindExecRequest, &bus.ExecRequest{ContainerRef: ref, Command: c.cmd, TimeoutSeconds: 5})
+		cancel()
+		if err != nil {
+			t.Fatalf("probe exec %q as the prober: %v", c.cmd, err)
+		}
+		res, err := bus.DecodeExecResult(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.want == "" && (res.Error != "" || res.ExitCode != 0) || c.want != "" && !strings.Contains(res.Error, c.want) {
+			t.Errorf("probe exec %q as the prober: %+v, want error %q", c.cmd, res, c.want)
+		}
 	}
 }

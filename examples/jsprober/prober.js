@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // jsprober: a Splitlet prober stage in JavaScript. It takes the place of
 // services/prober on the bus (docs/bus.md): the same durable consumers, the
-// same ProbeResult messages, exec probes through runtime.exec.<p>.
+// same ProbeResult messages, exec probes through runtime.probeexec.<p>.
 //
 //   node prober.js --nats-url=nats://127.0.0.1:4222 --node-name=splitlet-node
 import fs from "node:fs";

@@ -75,11 +75,13 @@ func StagePermissions(stage, node string) (Permissions, error) {
 			// answers to runtime requests: several messages for logs.
 			"_INBOX.>",
 			"$KV."+LeaseBucket(node)+".>")
-		p.Subscribe = append(p.Subscribe, runtime("logs", "exec", "stream", "stats")...)
+		p.Subscribe = append(p.Subscribe, runtime("logs", "exec", tokProbeExec, "stream", "stats")...)
 		reads(stream(StreamPodUpdates), stream(StreamPodStatus), stream(StreamProbes), stream(StreamState), "KV_"+LeaseBucket(node))
 	case StageProber:
 		p.Publish = append(p.Publish, s.ProbeResultsAll())
-		p.Publish = append(p.Publish, runtime("exec")...)
+		// its exec probes, which the pod workers check against the pod's
+		// probe specs; never the kubelet API's exec.
+		p.Publish = append(p.Publish, runtime(tokProbeExec)...)
 		reads(stream(StreamPodUpdates), stream(StreamPodStatus), stream(StreamProbes))
 	case StageStatussync:
 		reads(stream(StreamPodUpdates), stream(StreamPodStatus), stream(StreamProbes), stream(StreamState))

@@ -169,6 +169,8 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 			bus.KindLogsChunk, func(e string) any { return &bus.LogsChunk{EOF: true, Error: e} }},
 		{r.subjects.Exec(p), func(ctx context.Context, m *nats.Msg) { r.serveExec(ctx, rt, pub, m) },
 			bus.KindExecResult, func(e string) any { return &bus.ExecResult{ExitCode: -1, Error: e} }},
+		{r.subjects.ProbeExec(p), func(ctx context.Context, m *nats.Msg) { r.serveProbeExec(ctx, ctrl, rt, pub, m) },
+			bus.KindExecResult, func(e string) any { return &bus.ExecResult{ExitCode: -1, Error: e} }},
 		{r.subjects.Stats(p), func(ctx context.Context, m *nats.Msg) { r.serveStats(rt, pub, p, m) },
 			bus.KindStatsResult, func(e string) any { return &bus.StatsResult{Error: e} }},
 		{r.subjects.Stream(p), func(ctx context.Context, m *nats.Msg) { r.serveStream(ctx, rt, pub, m) },
@@ -544,15 +546,25 @@ func (r *Runner) serveExec(ctx context.Context, rt runtime.Runtime, pub *bus.Pub
 	if m.Reply == "" {
 		return
 	}
-	e, err := bus.Decode(m.Data)
-	var req *bus.ExecRequest
-	if err == nil {
-		req, err = bus.DecodeExecRequest(e)
-	}
+	req, err := decodeExec(m)
 	if err != nil {
 		_ = pub.Send(m.Reply, bus.KindExecResult, &bus.ExecResult{ExitCode: -1, Error: err.Error()})
 		return
 	}
+	r.answerExec(ctx, rt, pub, m.Reply, req)
+}
+
+func decodeExec(m *nats.Msg) (*bus.ExecRequest, error) {
+	e, err := bus.Decode(m.Data)
+	if err != nil {
+		return nil, err
+	}
+	return bus.DecodeExecRequest(e)
+}
+
+// answerExec runs the request's command in its container and answers with
+// what came of it.
+func (r *Runner) answerExec(ctx context.Context, rt runtime.Runtime, pub *bus.Publisher, reply string, req *bus.ExecRequest) {
 	timeout := time.Duration(req.TimeoutSeconds) * time.Second
 	if timeout <= 0 {
 		timeout = time.Minute
@@ -562,7 +574,7 @@ func (r *Runner) serveExec(ctx context.Context, rt runtime.Runtime, pub *bus.Pub
 	if err != nil {
 		out.Error = err.Error()
 	}
-	if err := pub.Send(m.Reply, bus.KindExecResult, out); err != nil {
+	if err := pub.Send(reply, bus.KindExecResult, out); err != nil {
 		r.log.Warn("cannot answer exec", zap.Error(err))
 	}
 }
