@@ -168,31 +168,70 @@ func TestStageIdentities(t *testing.T) {
 			t.Errorf("%s publishing to %s: %v", c.id, c.subject, err)
 		}
 	}
+	// No stage reads another's replies: each may subscribe to its own
+	// inboxes alone.
+	for _, c := range []struct{ id, subject string }{
+		{bus.StageProber, bus.InboxPrefix(bus.StageNodehb) + ".>"}, // exec output, logs, stream URLs
+		{bus.StageStatussync, bus.InboxPrefix(bus.StagePodworkers) + ".>"},
+		{bus.StageNodehb, "_INBOX.>"},
+	} {
+		if err := refusedSubscribe(t, url, filepath.Join(ids, c.id+".nk"), c.id, c.subject); err != nil {
+			t.Errorf("%s subscribing to %s: %v", c.id, c.subject, err)
+		}
+	}
 	// (and the server's log shows them: the check above of a quiet log
 	// could have failed.)
 	eventually(t, 10*time.Second, "the refusals in the server's log", func() (bool, string) {
-		return len(seen.all()) >= 10, strings.Join(seen.all(), "\n")
+		return len(seen.all()) >= 13, strings.Join(seen.all(), "\n")
 	})
 }
 
-// refused connects as the identity, publishes to subject and says nothing
-// when the server answers with a permissions violation.
-func refused(t *testing.T, url, seed, subject string) error {
+// connectAs connects with the seed, with the inboxes of identity id (as its
+// stage does; none given: nats.go's); errs gets the connection's
+// asynchronous errors.
+func connectAs(t *testing.T, url, seed, id string, errs chan<- error) *nats.Conn {
 	t.Helper()
 	opt, err := nats.NkeyOptionFromSeed(seed)
 	if err != nil {
-		return err
+		t.Fatal(err)
 	}
-	errs := make(chan error, 4)
-	nc, err := nats.Connect(url, opt, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+	opts := []nats.Option{opt}
+	if id != "" {
+		opts = append(opts, nats.CustomInboxPrefix(bus.InboxPrefix(id)))
+	}
+	if errs != nil {
+		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			select {
+			case errs <- err:
+			default:
+			}
+		}))
+	}
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return err
+		t.Fatal(err)
 	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// refusedSubscribe subscribes to subject as the identity and says nothing
+// when the server answers with a permissions violation.
+func refusedSubscribe(t *testing.T, url, seed, id, subject string) error {
+	t.Helper()
+	errs := make(chan error, 4)
+	nc := connectAs(t, url, seed, id, errs)
 	defer nc.Close()
-	if err := nc.Publish(subject, []byte("{}")); err != nil {
+	if _, err := nc.SubscribeSync(subject); err != nil {
 		return err
 	}
 	_ = nc.Flush()
+	return violation(errs)
+}
+
+// violation waits for the connection's error and says nothing when it is a
+// permissions violation.
+func violation(errs <-chan error) error {
 	select {
 	case err := <-errs:
 		if strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
@@ -202,6 +241,20 @@ func refused(t *testing.T, url, seed, subject string) error {
 	case <-time.After(5 * time.Second):
 		return fmt.Errorf("allowed")
 	}
+}
+
+// refused connects as the identity, publishes to subject and says nothing
+// when the server answers with a permissions violation.
+func refused(t *testing.T, url, seed, subject string) error {
+	t.Helper()
+	errs := make(chan error, 4)
+	nc := connectAs(t, url, seed, "", errs)
+	defer nc.Close()
+	if err := nc.Publish(subject, []byte("{}")); err != nil {
+		return err
+	}
+	_ = nc.Flush()
+	return violation(errs)
 }
 
 // checkStatus runs `splitlet status` with the admin identity against a
@@ -263,15 +316,7 @@ func checkStatus(t *testing.T, bin, node, url, adminSeed string) {
 // else).
 func checkProbeExec(t *testing.T, url, seed, node string, pod *corev1.Pod) {
 	t.Helper()
-	opt, err := nats.NkeyOptionFromSeed(seed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := nats.Connect(url, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := connectAs(t, url, seed, bus.StageProber, nil)
 	pub := bus.NewPublisher(nc, nil, node, "prober-test")
 	subject := bus.For(node).ProbeExec(bus.Partition(string(pod.UID), bus.DefaultPartitions))
 	ref := bus.ContainerRef{PodUID: pod.UID, Namespace: pod.Namespace, Pod: pod.Name, Container: "app"}

@@ -21,7 +21,9 @@ const BINARY = "jsprober";
 // (libs/messaging.AuthOptions).
 export function natsOptions(cfg) {
   const servers = [];
-  const opts = { name: `${BINARY} ${cfg.nodeName}` };
+  // the prober's bus identity may subscribe to its own inboxes alone
+  // (docs/bus.md, Identities and permissions).
+  const opts = { name: `${BINARY} ${cfg.nodeName}`, inboxPrefix: "_INBOX.prober" };
   const authenticators = [];
   for (const raw of cfg.natsURL.split(",").map((s) => s.trim()).filter(Boolean)) {
     const u = new URL(raw.includes("://") ? raw : `nats://${raw}`);

@@ -24,6 +24,13 @@ const (
 // Stages lists the stage identities.
 var Stages = []string{StagePodconfig, StagePodworkers, StageProber, StageStatussync, StageNodehb}
 
+// InboxPrefix is the prefix of the inboxes (reply subjects) of a stage
+// identity's connection, _INBOX.<stage>: each stage may subscribe to its
+// own inboxes alone, so that no stage reads the replies another is sent
+// (exec output, logs, stream URLs, JetStream deliveries). A connection sets
+// it with nats.go's CustomInboxPrefix (nats.js: inboxPrefix).
+func InboxPrefix(stage string) string { return "_INBOX." + stage }
+
 // LeaseBucket is the key-value bucket of the pod workers' partition leases.
 func LeaseBucket(node string) string { return "splitlet_v1_" + NodeToken(node) + "_owners" }
 
@@ -42,14 +49,15 @@ func StagePermissions(stage, node string) (Permissions, error) {
 	stream := func(what string) string { return StreamName(node, what) }
 	var p Permissions
 	// Every client: server info, replies to its own requests (JetStream
-	// acknowledgements, API answers, pull deliveries) and the service API.
+	// API answers, pull deliveries, publish acknowledgements) on its own
+	// inboxes alone, and the service API.
 	p.Publish = append(p.Publish, "$JS.API.INFO")
 	// Every stage checks that the node's streams are there (stream info:
 	// read-only metadata).
 	for _, what := range []string{StreamPodUpdates, StreamPodStatus, StreamProbes, StreamState} {
 		p.Publish = append(p.Publish, "$JS.API.STREAM.INFO."+StreamName(node, what))
 	}
-	p.Subscribe = append(p.Subscribe, "_INBOX.>", "$SRV.>")
+	p.Subscribe = append(p.Subscribe, InboxPrefix(stage)+".>", "$SRV.>")
 	p.Responses = true
 	reads := func(names ...string) {
 		for _, n := range names {
@@ -72,8 +80,9 @@ func StagePermissions(stage, node string) (Permissions, error) {
 		reads(stream(StreamPodUpdates), stream(StreamState))
 	case StagePodworkers:
 		p.Publish = append(p.Publish, s.PodStatusAll(), s.AgentReady(),
-			// answers to runtime requests: several messages for logs.
-			"_INBOX.>",
+			// the log chunks after the first, to the kubelet API's
+			// inbox (each one a request nodehb acknowledges).
+			InboxPrefix(StageNodehb)+".>",
 			"$KV."+LeaseBucket(node)+".>")
 		p.Subscribe = append(p.Subscribe, runtime("logs", "exec", tokProbeExec, "stream", "stats")...)
 		reads(stream(StreamPodUpdates), stream(StreamPodStatus), stream(StreamProbes), stream(StreamState), "KV_"+LeaseBucket(node))
@@ -87,8 +96,8 @@ func StagePermissions(stage, node string) (Permissions, error) {
 		reads(stream(StreamPodUpdates), stream(StreamPodStatus), stream(StreamProbes), stream(StreamState))
 	case StageNodehb:
 		p.Publish = append(p.Publish, runtime("logs", "exec", "stream", "stats")...)
-		// acknowledgements of the log chunks it is sent.
-		p.Publish = append(p.Publish, "_INBOX.>")
+		// acknowledgements of the log chunks the pod workers send it.
+		p.Publish = append(p.Publish, InboxPrefix(StagePodworkers)+".>")
 		reads(stream(StreamState))
 	default:
 		return Permissions{}, fmt.Errorf("bus: no stage %q (one of %s)", stage, strings.Join(Stages, ", "))
