@@ -163,6 +163,14 @@ func TestStageIdentities(t *testing.T) {
 		{bus.StageStatussync, s.ProbeResults(0)}, // only the prober reports probes
 		{bus.StageNodehb, s.AgentReady()},        // only the pod workers say they are ready
 		{bus.StagePodconfig, "$JS.API.STREAM.DELETE." + bus.StreamName(node, bus.StreamPodUpdates)}, // no stage manages streams
+		// no stage touches another's durable consumers, even on a stream
+		// it reads with consumers of its own.
+		{bus.StageStatussync, "$JS.API.CONSUMER.DELETE." + bus.StreamName(node, bus.StreamPodUpdates) + "." + bus.DurableProberPodUpdates},
+		{bus.StagePodworkers, "$JS.API.CONSUMER.DELETE." + bus.StreamName(node, bus.StreamPodStatus) + "." + bus.DurableStatussyncPodStatus},
+		{bus.StagePodworkers, "$JS.API.CONSUMER.CREATE." + bus.StreamName(node, bus.StreamPodUpdates) + "." + bus.DurableProberPodUpdates},
+		{bus.StageProber, "$JS.API.CONSUMER.MSG.NEXT." + bus.StreamName(node, bus.StreamPodStatus) + "." + bus.DurableStatussyncPodStatus},
+		{bus.StageStatussync, "$JS.API.CONSUMER.INFO." + bus.StreamName(node, bus.StreamProbes) + "." + bus.DurablePodworkersProbes(0)},
+		{bus.StageNodehb, "$JS.ACK." + bus.StreamName(node, bus.StreamPodStatus) + "." + bus.DurableProberPodStatus + ".1.1.1.1.0"},
 	} {
 		if err := refused(t, url, filepath.Join(ids, c.id+".nk"), c.subject); err != nil {
 			t.Errorf("%s publishing to %s: %v", c.id, c.subject, err)
@@ -182,7 +190,7 @@ func TestStageIdentities(t *testing.T) {
 	// (and the server's log shows them: the check above of a quiet log
 	// could have failed.)
 	eventually(t, 10*time.Second, "the refusals in the server's log", func() (bool, string) {
-		return len(seen.all()) >= 13, strings.Join(seen.all(), "\n")
+		return len(seen.all()) >= 19, strings.Join(seen.all(), "\n")
 	})
 }
 

@@ -22,8 +22,8 @@ import (
 
 // The durable consumer names of a prober (docs/bus.md, agreement 4).
 const (
-	DurableProberPodUpdates = "prober"
-	DurableProberPodStatus  = "prober-status"
+	DurableProberPodUpdates = bus.DurableProberPodUpdates
+	DurableProberPodStatus  = bus.DurableProberPodStatus
 )
 
 // proberNonTCPCases are the prober cases of other handlers than tcpSocket.

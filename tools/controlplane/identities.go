@@ -47,7 +47,7 @@ func apiIdentity(id, node string, traced bool) (user string, groups []string) {
 // permissions) and its TLS certificate and key for 127.0.0.1. Seeds are
 // kept across starts; kubeconfigs are signed anew by the kept CA, so that
 // old and new ones both work.
-func writeIdentities(cp *testenv.ControlPlane, dir, natsDir, node string, traced bool) error {
+func writeIdentities(cp *testenv.ControlPlane, dir, natsDir, node string, partitions int, traced bool) error {
 	for _, id := range append(bus.Identities(), nodeIdentity) {
 		d := filepath.Join(dir, id)
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -72,7 +72,7 @@ func writeIdentities(cp *testenv.ControlPlane, dir, natsDir, node string, traced
 			return err
 		}
 	}
-	conf, err := bus.WriteIdentities(node, func(id string) string { return filepath.Join(dir, id, "nats.nk") })
+	conf, err := bus.WriteIdentities(node, partitions, func(id string) string { return filepath.Join(dir, id, "nats.nk") })
 	if err != nil {
 		return fmt.Errorf("bus identities: %w", err)
 	}

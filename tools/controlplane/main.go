@@ -33,6 +33,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
 
@@ -81,6 +82,7 @@ type runOptions struct {
 	identities  string
 	natsDir     string
 	node        string
+	partitions  int
 	tracing     string
 }
 
@@ -96,6 +98,7 @@ func parseRun(args []string) (runOptions, error) {
 	fs.StringVar(&o.identities, "identities-dir", "", "write one identity directory per stage here (kubeconfig, nats.nk, ca.crt); empty: none")
 	fs.StringVar(&o.natsDir, "nats-dir", "", "with --identities-dir: nats-server's auth.conf, server.crt and server.key go here")
 	fs.StringVar(&o.node, "node-name", "", "with --identities-dir: the node the identities are for")
+	fs.IntVar(&o.partitions, "partitions", bus.DefaultPartitions, "with --identities-dir: the node's partition count (the stages' partitions key), for the pod workers' durable consumers in the bus permissions")
 	fs.StringVar(&o.tracing, "tracing-config-file", "", "kube-apiserver's --tracing-config-file (a TracingConfiguration: its spans go to that OTLP gRPC endpoint); statussync's identity joins system:monitoring, whose trace context kube-apiserver continues")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -107,6 +110,9 @@ func parseRun(args []string) (runOptions, error) {
 	}
 	if o.identities != "" && (o.natsDir == "" || o.node == "") {
 		return o, errors.New("--identities-dir needs --nats-dir and --node-name")
+	}
+	if o.partitions < 1 || o.partitions > bus.MaxPartitions {
+		return o, fmt.Errorf("invalid value %d for --partitions: must be 1 to %d", o.partitions, bus.MaxPartitions)
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
@@ -162,7 +168,7 @@ func runCmd(ctx context.Context, args []string, out io.Writer) error {
 		}
 	}
 	if o.identities != "" {
-		if err := writeIdentities(cp, o.identities, o.natsDir, o.node, o.tracing != ""); err != nil {
+		if err := writeIdentities(cp, o.identities, o.natsDir, o.node, o.partitions, o.tracing != ""); err != nil {
 			return fmt.Errorf("identities: %w", err)
 		}
 	}

@@ -31,7 +31,7 @@ func labelsEverything() labels.Selector { return labels.Everything() }
 // The name of a partition's pod update follower (lag reports), and of its
 // probe results' durable consumer, shared by the replicas (docs/bus.md).
 func updatesFollower(p int) string { return fmt.Sprintf("podworkers-p%d", p) }
-func probesDurable(p int) string   { return fmt.Sprintf("podworkers-probes-p%d", p) }
+func probesDurable(p int) string   { return bus.DurablePodworkersProbes(p) }
 
 // consumerAckWait is short so that the probe results a crashed owner held
 // are redelivered, in order, before the next owner takes the partition (the
@@ -77,12 +77,6 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 		return err
 	}
 	node := r.common.NodeName
-	// a former version consumed the partition with a durable consumer of
-	// the follower's name: nothing reads it any more.
-	if err := r.conn.JS.DeleteConsumer(ctx, bus.StreamName(node, bus.StreamPodUpdates), updatesFollower(p)); err != nil &&
-		!errors.Is(err, jetstream.ErrConsumerNotFound) {
-		log.Warn("cannot remove the partition's former durable consumer", zap.Error(err))
-	}
 	updates, err := bus.Follow(ctx, r.conn.JS, bus.FollowOptions{
 		Stream: bus.StreamName(node, bus.StreamPodUpdates),
 		Name:   updatesFollower(p),
@@ -364,7 +358,8 @@ func (r *Runner) lastStatuses(ctx context.Context, p int) (map[types.UID]*bus.Po
 	if err != nil {
 		return nil, err
 	}
-	oc, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}, DeliverPolicy: jetstream.DeliverAllPolicy})
+	oc, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}, DeliverPolicy: jetstream.DeliverAllPolicy,
+		NamePrefix: bus.OrderedName(fmt.Sprintf("podworkers-status-p%d", p))})
 	if err != nil {
 		return nil, err
 	}
@@ -422,7 +417,8 @@ func (r *Runner) replay(ctx context.Context, p int) (map[string]map[types.UID]co
 	if end == 0 {
 		return state, 0, nil // nothing was ever sent to the partition
 	}
-	oc, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverAllPolicy})
+	oc, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverAllPolicy,
+		NamePrefix: bus.OrderedName(fmt.Sprintf("podworkers-replay-p%d", p))})
 	if err != nil {
 		return nil, 0, fmt.Errorf("partition %d: replay: %w", p, err)
 	}

@@ -30,8 +30,8 @@ import (
 
 // Durable consumer names of the prober (docs/bus.md agreements).
 const (
-	DurablePodUpdates = "prober"
-	DurablePodStatus  = "prober-status"
+	DurablePodUpdates = bus.DurableProberPodUpdates
+	DurablePodStatus  = bus.DurableProberPodStatus
 )
 
 // Runner is the running stage.
