@@ -70,7 +70,15 @@ func TestRequestHandlerPanicIsAnswered(t *testing.T) {
 func TestProbeExecRunsOnlyProbeCommands(t *testing.T) {
 	e := newEnv(t, "pw-probeexec")
 	r := e.startReplica(t, config.RuntimeProcess, nil)
-	marker := filepath.Join(t.TempDir(), "ran")
+	// the process runtime runs commands as another user: a directory it
+	// may write to.
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	marker := filepath.Join(dir, "ran")
 	p := e.busPod("probed", func(p *corev1.Pod) {
 		c := &p.Spec.Containers[0]
 		c.Env = []corev1.EnvVar{{Name: "WHAT", Value: "ready"}}
