@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,34 +18,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/bus/bustest"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
-
-// violations collects what nats-server logs of permission violations.
-type violations struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (v *violations) add(format string, a ...any) {
-	line := fmt.Sprintf(format, a...)
-	if strings.Contains(line, "Violation") {
-		v.mu.Lock()
-		v.lines = append(v.lines, line)
-		v.mu.Unlock()
-	}
-}
-func (v *violations) Noticef(f string, a ...any) { v.add(f, a...) }
-func (v *violations) Warnf(f string, a ...any)   { v.add(f, a...) }
-func (v *violations) Fatalf(f string, a ...any)  { v.add(f, a...) }
-func (v *violations) Errorf(f string, a ...any)  { v.add(f, a...) }
-func (v *violations) Debugf(f string, a ...any)  {}
-func (v *violations) Tracef(f string, a ...any)  {}
-func (v *violations) all() []string {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return append([]string(nil), v.lines...)
-}
 
 // Every stage runs as its own bus identity (splitlet bus identities), with
 // the permissions docs/bus.md's table gives it, on streams made by the
@@ -85,7 +59,7 @@ func TestStageIdentities(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seen := &violations{}
+	seen := &bustest.Violations{}
 	ns.SetLoggerV2(seen, false, false, false)
 	go ns.Start()
 	if !ns.ReadyForConnections(10 * time.Second) {
@@ -146,7 +120,7 @@ func TestStageIdentities(t *testing.T) {
 		_, err := cs.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
-	if v := seen.all(); len(v) > 0 {
+	if v := seen.All(); len(v) > 0 {
 		t.Errorf("permission violations while the stages ran:\n%s", strings.Join(v, "\n"))
 	}
 
@@ -190,7 +164,7 @@ func TestStageIdentities(t *testing.T) {
 	// (and the server's log shows them: the check above of a quiet log
 	// could have failed.)
 	eventually(t, 10*time.Second, "the refusals in the server's log", func() (bool, string) {
-		return len(seen.all()) >= 19, strings.Join(seen.all(), "\n")
+		return len(seen.All()) >= 19, strings.Join(seen.All(), "\n")
 	})
 }
 
