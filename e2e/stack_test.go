@@ -79,7 +79,7 @@ func preflight(t *testing.T) {
 }
 
 // stackPorts are the fixed ports of deploy/compose/compose.yaml.
-var stackPorts = []int{16443, 12379, 12380, 14222, 18222, 20250}
+var stackPorts = []int{16443, 12379, 12380, 14222, 20250}
 
 // composeDir is deploy/compose of this checkout.
 func composeDir(t *testing.T) string {

@@ -99,9 +99,11 @@ func loadOrNewPKI(dir string) (*pki, error) {
 
 // certificate is a leaf certificate's subject and use.
 type certificate struct {
-	cn     string
-	orgs   []string
-	usage  x509.ExtKeyUsage
+	cn    string
+	orgs  []string
+	usage x509.ExtKeyUsage
+	// also is a second use (0: none).
+	also   x509.ExtKeyUsage
 	ips    []net.IP
 	dns    []string
 	serial int64
@@ -120,13 +122,17 @@ func (p *pki) sign(c certificate) (certDER, keyDER []byte, err error) {
 		}
 	}
 	now := time.Now()
+	usage := []x509.ExtKeyUsage{c.usage}
+	if c.also != 0 {
+		usage = append(usage, c.also)
+	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
 		Subject:      pkix.Name{CommonName: c.cn, Organization: c.orgs},
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(10 * 365 * 24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:  []x509.ExtKeyUsage{c.usage},
+		ExtKeyUsage:  usage,
 		IPAddresses:  c.ips,
 		DNSNames:     c.dns,
 	}
@@ -150,31 +156,14 @@ func (p *pki) signPEM(c certificate) (certPEM, keyPEM []byte, err error) {
 }
 
 func newPKI(dir string) (*pki, error) {
-	now := time.Now()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "splitlet-testenv-ca"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(10 * 365 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	ca, err := newCA("splitlet-testenv-ca")
 	if err != nil {
 		return nil, err
 	}
 	p := pkiFiles(dir)
-	if p.caCert, err = x509.ParseCertificate(caDER); err != nil {
-		return nil, err
-	}
-	p.caKey = caKey
-	p.caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
-	caKeyDER, err := x509.MarshalECPrivateKey(caKey)
+	p.caCert, p.caKey, p.caPEM = ca.caCert, ca.caKey, ca.caPEM
+	caDER := ca.caCert.Raw
+	caKeyDER, err := x509.MarshalECPrivateKey(ca.caKey.(*ecdsa.PrivateKey))
 	if err != nil {
 		return nil, err
 	}

@@ -5,7 +5,8 @@
 // (a restarted API server locks no stage out). It writes an admin kubeconfig
 // and the CA file, applies manifests (--apply: the stages' roles), writes
 // one identity per stage (--identities-dir: kubeconfig, NATS nkey seed, CA;
-// --nats-dir: nats-server's auth.conf and TLS certificate), and follows
+// --nats-dir: nats-server's auth.conf and TLS certificate, and with
+// --nats-routes the cluster's route credentials), and follows
 // kube-apiserver's log on its own output until a signal or kube-apiserver's
 // exit.
 //
@@ -14,6 +15,7 @@
 //
 //	controlplane check --kubeconfig=/state/kubeconfig   # kube-apiserver /readyz
 //	controlplane check-url http://127.0.0.1:12379/health # any URL answering 200
+//	controlplane check-nats --ca=ca.crt 127.0.0.1:14222 # nats-server's client port: INFO with JetStream, TLS
 package main
 
 import (
@@ -22,6 +24,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -41,6 +44,8 @@ const usage = `usage:
   controlplane run [flags]           run kube-apiserver against an external etcd
   controlplane check [flags]         exit 0 when kube-apiserver's /readyz answers ok
   controlplane check-url URL         exit 0 when GET URL answers 200
+  controlplane check-nats [--ca F] HOST:PORT
+                                     exit 0 when nats-server answers there with JetStream on (and TLS verified by F)
 `
 
 func main() {
@@ -62,6 +67,8 @@ func main() {
 			os.Exit(2)
 		}
 		err = checkURL(ctx, os.Args[2])
+	case "check-nats":
+		err = checkNATS(ctx, os.Args[2:])
 	default:
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
@@ -83,6 +90,7 @@ type runOptions struct {
 	natsDir     string
 	node        string
 	partitions  int
+	natsRoutes  []string
 	tracing     string
 }
 
@@ -99,6 +107,7 @@ func parseRun(args []string) (runOptions, error) {
 	fs.StringVar(&o.natsDir, "nats-dir", "", "with --identities-dir: nats-server's auth.conf, server.crt and server.key go here")
 	fs.StringVar(&o.node, "node-name", "", "with --identities-dir: the node the identities are for")
 	fs.IntVar(&o.partitions, "partitions", bus.DefaultPartitions, "with --identities-dir: the node's partition count (the stages' partitions key), for the pod workers' durable consumers in the bus permissions")
+	routes := fs.String("nats-routes", os.Getenv("SPLITLET_NATS_ROUTES"), "with --nats-dir: the route ports (host:port, comma-separated) of a NATS cluster: its route credentials (route CA, certificate and key, password) and cluster.conf (the route authorization and the routes) go to --nats-dir; also SPLITLET_NATS_ROUTES")
 	fs.StringVar(&o.tracing, "tracing-config-file", "", "kube-apiserver's --tracing-config-file (a TracingConfiguration: its spans go to that OTLP gRPC endpoint); statussync's identity joins system:monitoring, whose trace context kube-apiserver continues")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -107,6 +116,17 @@ func parseRun(args []string) (runOptions, error) {
 		if p = strings.TrimSpace(p); p != "" {
 			o.apply = append(o.apply, p)
 		}
+	}
+	for _, r := range strings.Split(*routes, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			if _, _, err := net.SplitHostPort(r); err != nil {
+				return o, fmt.Errorf("invalid value %q for --nats-routes: %w", r, err)
+			}
+			o.natsRoutes = append(o.natsRoutes, r)
+		}
+	}
+	if len(o.natsRoutes) > 0 && o.identities == "" {
+		return o, errors.New("--nats-routes needs --identities-dir and --nats-dir")
 	}
 	if o.identities != "" && (o.natsDir == "" || o.node == "") {
 		return o, errors.New("--identities-dir needs --nats-dir and --node-name")
@@ -168,7 +188,7 @@ func runCmd(ctx context.Context, args []string, out io.Writer) error {
 		}
 	}
 	if o.identities != "" {
-		if err := writeIdentities(cp, o.identities, o.natsDir, o.node, o.partitions, o.tracing != ""); err != nil {
+		if err := writeIdentities(cp, o.identities, o.natsDir, o.node, o.partitions, o.natsRoutes, o.tracing != ""); err != nil {
 			return fmt.Errorf("identities: %w", err)
 		}
 	}
