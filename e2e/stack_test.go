@@ -117,6 +117,11 @@ func upStack(t *testing.T, env map[string]string, files ...string) *stack {
 	state := t.TempDir()
 	s.kubeconfig = filepath.Join(state, "kubeconfig")
 	s.env["SPLITLET_STATE_DIR"] = state
+	// images of another tag than dev (hack/images.sh with IMAGE_TAG), so
+	// that a run of one checkout does not replace another's images.
+	if tag := os.Getenv("SPLITLET_TAG"); tag != "" {
+		s.env["SPLITLET_TAG"] = tag
+	}
 	for k, v := range env {
 		s.env[k] = v
 	}
