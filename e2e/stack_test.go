@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -58,9 +59,10 @@ func preflight(t *testing.T) {
 			preflightErr = fmt.Errorf("no Docker engine answers (%v: %s); start dockerd, or set SPLITLET_E2E=skip", err, bytes.TrimSpace(out))
 			return
 		}
+		tag := cmp.Or(os.Getenv("SPLITLET_TAG"), "dev")
 		for _, img := range images {
-			if err := exec.Command("docker", "image", "inspect", "splitlet/"+img+":dev").Run(); err != nil {
-				preflightErr = fmt.Errorf("image splitlet/%s:dev missing; run `make images`", img)
+			if err := exec.Command("docker", "image", "inspect", "splitlet/"+img+":"+tag).Run(); err != nil {
+				preflightErr = fmt.Errorf("image splitlet/%s:%s missing; run `make images`", img, tag)
 				return
 			}
 		}
