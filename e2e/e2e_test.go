@@ -30,8 +30,8 @@ func TestComposeStackTCPProber(t *testing.T) {
 	if _, err := os.Stat(override); err != nil {
 		t.Fatalf("%s: %v", override, err)
 	}
-	if err := exec.Command("docker", "image", "inspect", "splitlet/tcpprober:dev").Run(); err != nil {
-		t.Fatal("image splitlet/tcpprober:dev missing; run `make images`")
+	if err := exec.Command("docker", "image", "inspect", "splitlet/tcpprober:"+imageTag()).Run(); err != nil {
+		t.Fatalf("image splitlet/tcpprober:%s missing; run `make images`", imageTag())
 	}
 	s := upStack(t, map[string]string{"SPLITLET_PODWORKERS": "3"}, "compose.yaml", "compose.tcpprober.yaml")
 	checkPodsOnStack(t, s, 3)

@@ -28,15 +28,15 @@ const jsPort = 18150
 // (compose.jsprober.yaml). It answers as splitlet-prober (implementation
 // jsprober) under the prober's identity; a pod whose containers are gated
 // by a startup probe (tcpSocket) and made ready by an httpGet and an exec
-// probe (through the pod workers, runtime.exec.<p>) becomes Ready; a failing
+// probe (through the pod workers, runtime.probeexec.<p>) becomes Ready; a failing
 // liveness probe restarts a container; deleted pods go.
 func TestComposeStackJSProber(t *testing.T) {
 	override := filepath.Join(composeDir(t), "compose.jsprober.yaml")
 	if _, err := os.Stat(override); err != nil {
 		t.Fatalf("%s: %v", override, err)
 	}
-	if err := exec.Command("docker", "image", "inspect", "splitlet/jsprober:dev").Run(); err != nil {
-		t.Fatal("image splitlet/jsprober:dev missing; run `make images` (it needs `make jsprober-deps`)")
+	if err := exec.Command("docker", "image", "inspect", "splitlet/jsprober:"+imageTag()).Run(); err != nil {
+		t.Fatalf("image splitlet/jsprober:%s missing; run `make images` (it needs `make jsprober-deps`)", imageTag())
 	}
 	s := upStack(t, map[string]string{"SPLITLET_PODWORKERS": "1"}, "compose.yaml", "compose.jsprober.yaml")
 	ctx := context.Background()

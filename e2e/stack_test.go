@@ -50,6 +50,9 @@ var (
 	preflightErr  error
 )
 
+// imageTag is the tag of the stack's images: SPLITLET_TAG, or dev.
+func imageTag() string { return cmp.Or(os.Getenv("SPLITLET_TAG"), "dev") }
+
 // preflight checks once that a Docker engine answers and the images are
 // there (so that `go test -run '^$' -bench .` needs neither).
 func preflight(t *testing.T) {
@@ -59,7 +62,7 @@ func preflight(t *testing.T) {
 			preflightErr = fmt.Errorf("no Docker engine answers (%v: %s); start dockerd, or set SPLITLET_E2E=skip", err, bytes.TrimSpace(out))
 			return
 		}
-		tag := cmp.Or(os.Getenv("SPLITLET_TAG"), "dev")
+		tag := imageTag()
 		for _, img := range images {
 			if err := exec.Command("docker", "image", "inspect", "splitlet/"+img+":"+tag).Run(); err != nil {
 				preflightErr = fmt.Errorf("image splitlet/%s:%s missing; run `make images`", img, tag)
