@@ -5,7 +5,8 @@
 //
 // They need a running Docker engine and the images of `make images`
 // (`make test` builds them first). The stack uses fixed ports on 127.0.0.1
-// (16443, 12379/12380, 14222, 18222, 20250, and 18100-18199 for the test
+// (16443, 12379/12380, 14222, 20250, and 18100-18199 for the test
 // pods), so the tests run one stack at a time and a stack of your own must
-// be down while they run. SPLITLET_E2E=skip skips them.
+// be down while they run. SPLITLET_E2E=skip skips them; SPLITLET_TAG runs
+// images of another tag than dev (hack/images.sh with IMAGE_TAG).
 package e2e

@@ -28,7 +28,7 @@ const jsPort = 18150
 // (compose.jsprober.yaml). It answers as splitlet-prober (implementation
 // jsprober) under the prober's identity; a pod whose containers are gated
 // by a startup probe (tcpSocket) and made ready by an httpGet and an exec
-// probe (through the pod workers, runtime.exec.<p>) becomes Ready; a failing
+// probe (through the pod workers, runtime.probeexec.<p>) becomes Ready; a failing
 // liveness probe restarts a container; deleted pods go.
 func TestComposeStackJSProber(t *testing.T) {
 	override := filepath.Join(composeDir(t), "compose.jsprober.yaml")

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/url"
 	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -13,15 +15,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // natsClusterPorts are the ports compose.natscluster.yaml adds.
-var natsClusterPorts = []int{14223, 14224, 18223, 18224, 16222, 16223, 16224}
+var natsClusterPorts = []int{14223, 14224, 16222, 16223, 16224}
 
 // TestComposeNATSCluster: the stack on a three-server NATS cluster
-// (compose.natscluster.yaml, nats-replicas=3). One NATS server is killed
-// while pods run: the running pods keep their containers, the Node stays
-// Ready, and a pod created afterwards becomes Ready.
+// (compose.natscluster.yaml, nats-replicas=3). Its routes refuse a server
+// without the route credentials and take one with them, and no server has
+// a monitoring port. One NATS server is killed while pods run: the running
+// pods keep their containers, the Node stays Ready, and a pod created
+// afterwards becomes Ready.
 func TestComposeNATSCluster(t *testing.T) {
 	for _, port := range natsClusterPorts {
 		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
@@ -32,6 +37,7 @@ func TestComposeNATSCluster(t *testing.T) {
 	}
 	s := upStack(t, nil, "compose.yaml", "compose.natscluster.yaml")
 	s.waitNodeReady(t)
+	s.checkRoutes(t)
 	// the stages made the streams and the lease bucket at three replicas.
 	nc, err := s.natsConnect(natsURL)
 	if err != nil {
@@ -90,6 +96,42 @@ func TestComposeNATSCluster(t *testing.T) {
 		// Ready throughout: True, and no transition since the kill.
 		if c.Type == corev1.NodeReady && (c.Status != corev1.ConditionTrue || c.LastTransitionTime.After(killed)) {
 			t.Errorf("Node Ready=%s since %s after the NATS server loss at %s: %s", c.Status, c.LastTransitionTime, killed.Format(time.RFC3339), c.Message)
+		}
+	}
+}
+
+// checkRoutes: a server that connects to a route port without the route
+// credentials (the control plane's, in the state directory) is refused,
+// one with them joins; the monitoring ports of before are closed.
+func (s *stack) checkRoutes(t *testing.T) {
+	t.Helper()
+	creds, err := testenv.EnsureNATSRoutes(filepath.Join(s.env["SPLITLET_STATE_DIR"], "nats"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsConfig, err := creds.TLSConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := testenv.RoutedServerForTest(t, &url.URL{Scheme: "nats-route", Host: "127.0.0.1:16222"}, nil)
+	joined := testenv.RoutedServerForTest(t, creds.URL("127.0.0.1:16222"), tlsConfig)
+	deadline := time.Now().Add(30 * time.Second)
+	for joined.NumRoutes() == 0 {
+		if time.Now().After(deadline) {
+			t.Error("a server with the route credentials did not join within 30 s")
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // polling the server's route count
+	}
+	if n := refused.NumRoutes(); n != 0 {
+		t.Errorf("a route without credentials joined the cluster (%d routes)", n)
+	}
+	// leave the cluster as the stack made it.
+	joined.Shutdown()
+	for _, port := range []int{18222, 18223, 18224} {
+		if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second); err == nil {
+			c.Close()
+			t.Errorf("port %d (nats-server monitoring) answers", port)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -98,7 +99,7 @@ func imageTag() string {
 func image(name string) string { return "splitlet/" + name + ":" + imageTag() }
 
 // stackPorts are the fixed ports of deploy/compose/compose.yaml.
-var stackPorts = []int{16443, 12379, 12380, 14222, 18222, 20250}
+var stackPorts = []int{16443, 12379, 12380, 14222, 20250}
 
 // composeDir is deploy/compose of this checkout.
 func composeDir(t *testing.T) string {

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,34 +18,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/bus/bustest"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
-
-// violations collects what nats-server logs of permission violations.
-type violations struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (v *violations) add(format string, a ...any) {
-	line := fmt.Sprintf(format, a...)
-	if strings.Contains(line, "Violation") {
-		v.mu.Lock()
-		v.lines = append(v.lines, line)
-		v.mu.Unlock()
-	}
-}
-func (v *violations) Noticef(f string, a ...any) { v.add(f, a...) }
-func (v *violations) Warnf(f string, a ...any)   { v.add(f, a...) }
-func (v *violations) Fatalf(f string, a ...any)  { v.add(f, a...) }
-func (v *violations) Errorf(f string, a ...any)  { v.add(f, a...) }
-func (v *violations) Debugf(f string, a ...any)  {}
-func (v *violations) Tracef(f string, a ...any)  {}
-func (v *violations) all() []string {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return append([]string(nil), v.lines...)
-}
 
 // Every stage runs as its own bus identity (splitlet bus identities), with
 // the permissions docs/bus.md's table gives it, on streams made by the
@@ -86,7 +60,7 @@ func TestStageIdentities(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seen := &violations{}
+	seen := &bustest.Violations{}
 	ns.SetLoggerV2(seen, false, false, false)
 	go ns.Start()
 	if !ns.ReadyForConnections(10 * time.Second) {
@@ -113,7 +87,8 @@ func TestStageIdentities(t *testing.T) {
 			Containers: []corev1.Container{{Name: "app", Image: "busybox", Command: []string{"sleep", "3600"},
 				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}, PeriodSeconds: 1}}}},
 	}
-	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	pod, err = cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 60*time.Second, "pod Ready through an exec probe", func() (bool, string) {
@@ -127,6 +102,7 @@ func TestStageIdentities(t *testing.T) {
 		t.Errorf("logs through nodehb and the pod workers: %v", err)
 	}
 	checkStatus(t, bin, node, url, filepath.Join(ids, "admin.nk"))
+	checkProbeExec(t, url, filepath.Join(ids, bus.StageProber+".nk"), node, pod)
 	// The sim runtime records no container Events by default
 	// (podworkers.container-events auto), as kwok records none.
 	if list, err := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod.Name}); err != nil {
@@ -145,7 +121,7 @@ func TestStageIdentities(t *testing.T) {
 		_, err := cs.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
-	if v := seen.all(); len(v) > 0 {
+	if v := seen.All(); len(v) > 0 {
 		t.Errorf("permission violations while the stages ran:\n%s", strings.Join(v, "\n"))
 	}
 
@@ -156,40 +132,89 @@ func TestStageIdentities(t *testing.T) {
 		{bus.StagePodworkers, s.PodReconciles(0)}, // and what the API's status is
 		{bus.StageProber, s.PodReconciles(0)},
 		{bus.StageProber, s.PodStatus(0)},        // only the pod workers report runtime status
-		{bus.StageStatussync, s.Exec(0)},         // only nodehb and the prober exec
+		{bus.StageStatussync, s.Exec(0)},         // only nodehb runs any command
+		{bus.StageProber, s.Exec(0)},             // the prober runs probe commands only
+		{bus.StageStatussync, s.ProbeExec(0)},    // and only the prober asks for them
 		{bus.StageStatussync, s.ProbeResults(0)}, // only the prober reports probes
 		{bus.StageNodehb, s.AgentReady()},        // only the pod workers say they are ready
 		{bus.StagePodconfig, "$JS.API.STREAM.DELETE." + bus.StreamName(node, bus.StreamPodUpdates)}, // no stage manages streams
+		// no stage touches another's durable consumers, even on a stream
+		// it reads with consumers of its own.
+		{bus.StageStatussync, "$JS.API.CONSUMER.DELETE." + bus.StreamName(node, bus.StreamPodUpdates) + "." + bus.DurableProberPodUpdates},
+		{bus.StagePodworkers, "$JS.API.CONSUMER.DELETE." + bus.StreamName(node, bus.StreamPodStatus) + "." + bus.DurableStatussyncPodStatus},
+		{bus.StagePodworkers, "$JS.API.CONSUMER.CREATE." + bus.StreamName(node, bus.StreamPodUpdates) + "." + bus.DurableProberPodUpdates},
+		{bus.StageProber, "$JS.API.CONSUMER.MSG.NEXT." + bus.StreamName(node, bus.StreamPodStatus) + "." + bus.DurableStatussyncPodStatus},
+		{bus.StageStatussync, "$JS.API.CONSUMER.INFO." + bus.StreamName(node, bus.StreamProbes) + "." + bus.DurablePodworkersProbes(0)},
+		{bus.StagePodworkers, "$JS.ACK." + bus.StreamName(node, bus.StreamPodStatus) + "." + bus.DurableProberPodStatus + ".1.1.1.1.0"},
 	} {
 		if err := refused(t, url, filepath.Join(ids, c.id+".nk"), c.subject); err != nil {
 			t.Errorf("%s publishing to %s: %v", c.id, c.subject, err)
 		}
 	}
+	// No stage reads another's replies: each may subscribe to its own
+	// inboxes alone.
+	for _, c := range []struct{ id, subject string }{
+		{bus.StageProber, bus.InboxPrefix(bus.StageNodehb) + ".>"}, // exec output, logs, stream URLs
+		{bus.StageStatussync, bus.InboxPrefix(bus.StagePodworkers) + ".>"},
+		{bus.StageNodehb, "_INBOX.>"},
+	} {
+		if err := refusedSubscribe(t, url, filepath.Join(ids, c.id+".nk"), c.id, c.subject); err != nil {
+			t.Errorf("%s subscribing to %s: %v", c.id, c.subject, err)
+		}
+	}
 	// (and the server's log shows them: the check above of a quiet log
 	// could have failed.)
 	eventually(t, 10*time.Second, "the refusals in the server's log", func() (bool, string) {
-		return len(seen.all()) >= 8, strings.Join(seen.all(), "\n")
+		return len(seen.All()) >= 19, strings.Join(seen.All(), "\n")
 	})
 }
 
-// refused connects as the identity, publishes to subject and says nothing
-// when the server answers with a permissions violation.
-func refused(t *testing.T, url, seed, subject string) error {
+// connectAs connects with the seed, with the inboxes of identity id (as its
+// stage does; none given: nats.go's); errs gets the connection's
+// asynchronous errors.
+func connectAs(t *testing.T, url, seed, id string, errs chan<- error) *nats.Conn {
 	t.Helper()
 	opt, err := nats.NkeyOptionFromSeed(seed)
 	if err != nil {
-		return err
+		t.Fatal(err)
 	}
-	errs := make(chan error, 4)
-	nc, err := nats.Connect(url, opt, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+	opts := []nats.Option{opt}
+	if id != "" {
+		opts = append(opts, nats.CustomInboxPrefix(bus.InboxPrefix(id)))
+	}
+	if errs != nil {
+		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			select {
+			case errs <- err:
+			default:
+			}
+		}))
+	}
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return err
+		t.Fatal(err)
 	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// refusedSubscribe subscribes to subject as the identity and says nothing
+// when the server answers with a permissions violation.
+func refusedSubscribe(t *testing.T, url, seed, id, subject string) error {
+	t.Helper()
+	errs := make(chan error, 4)
+	nc := connectAs(t, url, seed, id, errs)
 	defer nc.Close()
-	if err := nc.Publish(subject, []byte("{}")); err != nil {
+	if _, err := nc.SubscribeSync(subject); err != nil {
 		return err
 	}
 	_ = nc.Flush()
+	return violation(errs)
+}
+
+// violation waits for the connection's error and says nothing when it is a
+// permissions violation.
+func violation(errs <-chan error) error {
 	select {
 	case err := <-errs:
 		if strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
@@ -199,6 +224,20 @@ func refused(t *testing.T, url, seed, subject string) error {
 	case <-time.After(5 * time.Second):
 		return fmt.Errorf("allowed")
 	}
+}
+
+// refused connects as the identity, publishes to subject and says nothing
+// when the server answers with a permissions violation.
+func refused(t *testing.T, url, seed, subject string) error {
+	t.Helper()
+	errs := make(chan error, 4)
+	nc := connectAs(t, url, seed, "", errs)
+	defer nc.Close()
+	if err := nc.Publish(subject, []byte("{}")); err != nil {
+		return err
+	}
+	_ = nc.Flush()
+	return violation(errs)
 }
 
 // checkStatus runs `splitlet status` with the admin identity against a
@@ -251,5 +290,35 @@ func checkStatus(t *testing.T, bin, node, url, adminSeed string) {
 	// another node's status: nothing answers for it, exit 1.
 	if out, err := exec.Command(bin, "status", "--node-name", "no-such-node", "--nats-url", url, "--nats-nkey", adminSeed, "--wait", "300ms").CombinedOutput(); err == nil {
 		t.Errorf("splitlet status of a node with no stages exited 0:\n%s", out)
+	}
+}
+
+// checkProbeExec asks, as the prober's identity, the pod worker that owns
+// the pod for the pod's readiness probe command (run) and for another
+// command (refused by the pod worker: the prober runs probes, nothing
+// else).
+func checkProbeExec(t *testing.T, url, seed, node string, pod *corev1.Pod) {
+	t.Helper()
+	nc := connectAs(t, url, seed, bus.StageProber, nil)
+	pub := bus.NewPublisher(nc, nil, node, "prober-test")
+	subject := bus.For(node).ProbeExec(bus.Partition(string(pod.UID), bus.DefaultPartitions))
+	ref := bus.ContainerRef{PodUID: pod.UID, Namespace: pod.Namespace, Pod: pod.Name, Container: "app"}
+	for _, c := range []struct {
+		cmd  []string
+		want string
+	}{{[]string{"true"}, ""}, {[]string{"sh", "-c", "id"}, "probe exec refused"}} {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		env, err := pub.Request(ctx, subject, bus.KindExecRequest, &bus.ExecRequest{ContainerRef: ref, Command: c.cmd, TimeoutSeconds: 5})
+		cancel()
+		if err != nil {
+			t.Fatalf("probe exec %q as the prober: %v", c.cmd, err)
+		}
+		res, err := bus.DecodeExecResult(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.want == "" && (res.Error != "" || res.ExitCode != 0) || c.want != "" && !strings.Contains(res.Error, c.want) {
+			t.Errorf("probe exec %q as the prober: %+v, want error %q", c.cmd, res, c.want)
+		}
 	}
 }

@@ -16,22 +16,28 @@ import (
 
 	"github.com/splitlet/splitlet/libs/app/apptest"
 	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/bus/bustest"
 	"github.com/splitlet/splitlet/libs/conformance"
 	"github.com/splitlet/splitlet/libs/discovery"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // TestConformance: jsprober (Node.js), run as a child process against an
-// embedded NATS, answers as splitlet-prober on the service API and passes
-// every case of the prober conformance kit.
+// embedded NATS as the prober's bus identity, answers as splitlet-prober on
+// the service API and passes every case of the prober conformance kit
+// without a permission violation (its inboxes, pull deliveries included,
+// are the prober's).
 func TestConformance(t *testing.T) {
-	n := testenv.NATSForTest(t)
 	const node = "jsprober-node"
-	startJSProber(t, "--nats-url="+n.URL, "--node-name="+node, "--partitions=4")
-	nc, _ := n.Connect(t)
+	n := bustest.Start(t, node, 4)
+	startJSProber(t, "--nats-url="+n.URL, "--nats-nkey="+n.Seed(bus.StageProber), "--node-name="+node, "--partitions=4")
+	nc := n.Connect(t, bus.AdminIdentity)
 	st := waitReady(t, nc, node)
 	t.Run("discovery", func(t *testing.T) { checkDiscovery(t, nc, node, st) })
-	conformance.Prober(t, conformance.Target{NATSURL: n.URL, Node: node, Partitions: 4, JSONOnly: true})
+	conformance.Prober(t, conformance.Target{NATSURL: n.URL, NATSOptions: n.Options(t, bus.AdminIdentity), Node: node, Partitions: 4, JSONOnly: true})
+	if v := n.Violations.All(); len(v) > 0 {
+		t.Errorf("permission violations:\n%s", strings.Join(v, "\n"))
+	}
 }
 
 // startJSProber runs `node prober.js args...` until the test ends; then it

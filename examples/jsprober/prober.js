@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // jsprober: a Splitlet prober stage in JavaScript. It takes the place of
 // services/prober on the bus (docs/bus.md): the same durable consumers, the
-// same ProbeResult messages, exec probes through runtime.exec.<p>.
+// same ProbeResult messages, exec probes through runtime.probeexec.<p>.
 //
 //   node prober.js --nats-url=nats://127.0.0.1:4222 --node-name=splitlet-node
 import fs from "node:fs";
@@ -21,7 +21,9 @@ const BINARY = "jsprober";
 // (libs/messaging.AuthOptions).
 export function natsOptions(cfg) {
   const servers = [];
-  const opts = { name: `${BINARY} ${cfg.nodeName}` };
+  // the prober's bus identity may subscribe to its own inboxes alone
+  // (docs/bus.md, Identities and permissions).
+  const opts = { name: `${BINARY} ${cfg.nodeName}`, inboxPrefix: "_INBOX.prober" };
   const authenticators = [];
   for (const raw of cfg.natsURL.split(",").map((s) => s.trim()).filter(Boolean)) {
     const u = new URL(raw.includes("://") ? raw : `nats://${raw}`);

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/splitlet/splitlet/libs/app"
+	"github.com/splitlet/splitlet/libs/bus"
 )
 
 // Name is the service's name.
@@ -35,4 +36,9 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 }
 
 // Service returns the stage, ready for app.Run.
-func Service() app.Service { return app.NewService(Name, &Config{}, New) }
+func Service() app.Service {
+	s := app.NewService(Name, &Config{}, New)
+	// it connects as the prober's bus identity.
+	s.Identity = bus.StageProber
+	return s
+}

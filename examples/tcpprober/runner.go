@@ -20,8 +20,8 @@ import (
 
 // The durable consumer names of a prober stage (docs/bus.md, agreement 4).
 const (
-	DurablePodUpdates = "prober"
-	DurablePodStatus  = "prober-status"
+	DurablePodUpdates = bus.DurableProberPodUpdates
+	DurablePodStatus  = bus.DurableProberPodStatus
 )
 
 // Runner is the running stage: a table of pods fed from the bus, and one

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/fx/fxevent"
 	"go.uber.org/zap"
 
+	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/config"
 	"github.com/splitlet/splitlet/libs/logging"
 )
@@ -34,6 +35,10 @@ var Version = "v0.1.0-dev"
 type Service struct {
 	// Name is the service's name, as --services takes it.
 	Name string
+	// Identity is the bus identity the stage connects as (docs/bus.md's
+	// permission table), when it is not Name: a replacement stage in a
+	// role (examples/tcpprober is a prober).
+	Identity string
 	// Flags registers the service's own keys, named "<name>.<key>".
 	Flags func(fs *pflag.FlagSet)
 	// Module returns the service's fx module; it is called after the keys
@@ -128,7 +133,7 @@ func Run(ctx context.Context, binary string, args []string, stderr io.Writer, se
 
 	opts := []fx.Option{
 		fx.WithLogger(func() fxevent.Logger { return logging.FxLogger(log) }),
-		fx.Supply(common, log, Binary(binary)),
+		fx.Supply(common, log, Binary(binary), busIdentity(run)),
 		Core,
 		fx.StartTimeout(60 * time.Second),
 		fx.StopTimeout(common.ShutdownTimeout),
@@ -175,6 +180,24 @@ func Run(ctx context.Context, binary string, args []string, stderr io.Writer, se
 
 // Binary is the name of the running binary, for fx consumers.
 type Binary string
+
+// BusIdentity is the bus identity of a process that runs one stage (its
+// connection's inboxes are that stage's); empty when it runs several.
+type BusIdentity string
+
+func busIdentity(run []Service) BusIdentity {
+	if len(run) != 1 {
+		return ""
+	}
+	id := run[0].Identity
+	if id == "" {
+		id = run[0].Name
+	}
+	if !slices.Contains(bus.Stages, id) {
+		return ""
+	}
+	return BusIdentity(id)
+}
 
 func choose(services []Service, selected []string) ([]Service, error) {
 	if len(services) == 1 {

@@ -46,7 +46,7 @@ var Core = fx.Module("core",
 	fx.Invoke(runHealth),
 )
 
-func newMessaging(lc fx.Lifecycle, c *config.Common, log *zap.Logger, bin Binary, checks *health.Checks) (*messaging.Conn, error) {
+func newMessaging(lc fx.Lifecycle, c *config.Common, log *zap.Logger, bin Binary, id BusIdentity, checks *health.Checks) (*messaging.Conn, error) {
 	conn, err := messaging.Connect(messaging.Options{
 		URL:      c.NATSURL,
 		Listen:   c.NATSListen,
@@ -55,8 +55,9 @@ func newMessaging(lc fx.Lifecycle, c *config.Common, log *zap.Logger, bin Binary
 		Replicas: c.NATSReplicas,
 		NkeyFile: c.NATSNkey, CredsFile: c.NATSCreds,
 		TLSCA: c.NATSTLSCA, TLSCert: c.NATSTLSCert, TLSKey: c.NATSTLSKey,
-		Name: fmt.Sprintf("%s@%s", bin, c.NodeName),
-		Log:  log.Named("nats"),
+		Name:     fmt.Sprintf("%s@%s", bin, c.NodeName),
+		Identity: string(id),
+		Log:      log.Named("nats"),
 	})
 	if err != nil {
 		return nil, err

@@ -65,7 +65,8 @@ func Follow(ctx context.Context, js jetstream.JetStream, opts FollowOptions, han
 	if log == nil {
 		log = zap.NewNop()
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: opts.Filters, DeliverPolicy: jetstream.DeliverAllPolicy}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: opts.Filters, DeliverPolicy: jetstream.DeliverAllPolicy,
+		NamePrefix: OrderedName(opts.Name)}
 	if opts.After > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, opts.After+1
 	}

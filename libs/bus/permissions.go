@@ -24,38 +24,47 @@ const (
 // Stages lists the stage identities.
 var Stages = []string{StagePodconfig, StagePodworkers, StageProber, StageStatussync, StageNodehb}
 
+// InboxPrefix is the prefix of the inboxes (reply subjects) of a stage
+// identity's connection, _INBOX.<stage>: each stage may subscribe to its
+// own inboxes alone, so that no stage reads the replies another is sent
+// (exec output, logs, stream URLs, JetStream deliveries). A connection sets
+// it with nats.go's CustomInboxPrefix (nats.js: inboxPrefix).
+func InboxPrefix(stage string) string { return "_INBOX." + stage }
+
 // LeaseBucket is the key-value bucket of the pod workers' partition leases.
 func LeaseBucket(node string) string { return "splitlet_v1_" + NodeToken(node) + "_owners" }
 
 // Permissions is what one identity may publish and subscribe to.
 type Permissions struct {
-	Publish   []string
-	Subscribe []string
+	Publish []string
+	// PublishDeny wins over Publish: the other stages' durable consumers on
+	// a stream where the identity's ordered consumers take any name.
+	PublishDeny []string
+	Subscribe   []string
 	// Responses: the identity may answer requests it received (NATS
 	// allow_responses: one reply per request), for the service API.
 	Responses bool
 }
 
-// StagePermissions are a stage's permissions on the node's bus.
-func StagePermissions(stage, node string) (Permissions, error) {
+// StagePermissions are a stage's permissions on the bus of a node with the
+// given partition count.
+func StagePermissions(stage, node string, partitions int) (Permissions, error) {
+	if !slices.Contains(Stages, stage) {
+		return Permissions{}, fmt.Errorf("bus: no stage %q (one of %s)", stage, strings.Join(Stages, ", "))
+	}
 	s := For(node)
-	stream := func(what string) string { return StreamName(node, what) }
 	var p Permissions
 	// Every client: server info, replies to its own requests (JetStream
-	// acknowledgements, API answers, pull deliveries) and the service API.
+	// API answers, pull deliveries, publish acknowledgements) on its own
+	// inboxes alone, and the service API.
 	p.Publish = append(p.Publish, "$JS.API.INFO")
 	// Every stage checks that the node's streams are there (stream info:
 	// read-only metadata).
 	for _, what := range []string{StreamPodUpdates, StreamPodStatus, StreamProbes, StreamState} {
 		p.Publish = append(p.Publish, "$JS.API.STREAM.INFO."+StreamName(node, what))
 	}
-	p.Subscribe = append(p.Subscribe, "_INBOX.>", "$SRV.>")
+	p.Subscribe = append(p.Subscribe, InboxPrefix(stage)+".>", "$SRV.>")
 	p.Responses = true
-	reads := func(names ...string) {
-		for _, n := range names {
-			p.Publish = append(p.Publish, readStream(n)...)
-		}
-	}
 	runtime := func(kinds ...string) []string {
 		var out []string
 		for _, k := range kinds {
@@ -69,27 +78,28 @@ func StagePermissions(stage, node string) (Permissions, error) {
 		// reconciles: each pattern matches only its own kind, not the
 		// whole of podupdates.>.
 		p.Publish = append(p.Publish, s.PodUpdatesAll(), s.PodReconcilesAll(), s.SourcesReady(), s.StaticPods())
-		reads(stream(StreamPodUpdates), stream(StreamState))
 	case StagePodworkers:
 		p.Publish = append(p.Publish, s.PodStatusAll(), s.AgentReady(),
-			// answers to runtime requests: several messages for logs.
-			"_INBOX.>",
+			// the log chunks after the first, to the kubelet API's
+			// inbox (each one a request nodehb acknowledges).
+			InboxPrefix(StageNodehb)+".>",
 			"$KV."+LeaseBucket(node)+".>")
-		p.Subscribe = append(p.Subscribe, runtime("logs", "exec", "stream", "stats")...)
-		reads(stream(StreamPodUpdates), stream(StreamPodStatus), stream(StreamProbes), stream(StreamState), "KV_"+LeaseBucket(node))
+		p.Subscribe = append(p.Subscribe, runtime("logs", "exec", tokProbeExec, "stream", "stats")...)
 	case StageProber:
 		p.Publish = append(p.Publish, s.ProbeResultsAll())
-		p.Publish = append(p.Publish, runtime("exec")...)
-		reads(stream(StreamPodUpdates), stream(StreamPodStatus), stream(StreamProbes))
-	case StageStatussync:
-		reads(stream(StreamPodUpdates), stream(StreamPodStatus), stream(StreamProbes), stream(StreamState))
+		// its exec probes, which the pod workers check against the pod's
+		// probe specs; never the kubelet API's exec.
+		p.Publish = append(p.Publish, runtime(tokProbeExec)...)
 	case StageNodehb:
 		p.Publish = append(p.Publish, runtime("logs", "exec", "stream", "stats")...)
-		// acknowledgements of the log chunks it is sent.
-		p.Publish = append(p.Publish, "_INBOX.>")
-		reads(stream(StreamState))
-	default:
-		return Permissions{}, fmt.Errorf("bus: no stage %q (one of %s)", stage, strings.Join(Stages, ", "))
+		// acknowledgements of the log chunks the pod workers send it.
+		p.Publish = append(p.Publish, InboxPrefix(StagePodworkers)+".>")
+	}
+	for _, u := range StageStreams(stage, node, partitions) {
+		p.Publish = append(p.Publish, readStream(u)...)
+		if u.Ordered {
+			p.PublishDeny = append(p.PublishDeny, othersDurables(stage, node, partitions, u.Stream)...)
+		}
 	}
 	// Its own status endpoint of the service API (answered through
 	// allow_responses).
@@ -98,30 +108,73 @@ func StagePermissions(stage, node string) (Permissions, error) {
 }
 
 // readStream is the JetStream API a stage uses to read a stream: its info,
-// its consumers (durable or ordered: create, info, next, delete), their
-// acknowledgements and flow control, and direct or stored message gets.
-func readStream(name string) []string {
-	return []string{
-		"$JS.API.STREAM.INFO." + name,
-		"$JS.API.STREAM.MSG.GET." + name,
-		"$JS.API.DIRECT.GET." + name,
-		"$JS.API.DIRECT.GET." + name + ".>",
-		"$JS.API.CONSUMER.CREATE." + name,
-		"$JS.API.CONSUMER.CREATE." + name + ".>",
-		"$JS.API.CONSUMER.DURABLE.CREATE." + name + ".>",
-		"$JS.API.CONSUMER.INFO." + name + ".>",
-		"$JS.API.CONSUMER.DELETE." + name + ".>",
-		"$JS.API.CONSUMER.MSG.NEXT." + name + ".>",
-		"$JS.ACK." + name + ".>",
-		"$JS.FC." + name + ".>",
+// its own durable consumers (create, info, next message, delete, and their
+// acknowledgements), ordered consumers of any name, and message gets.
+// Nothing lists a stream's consumers, so no stage learns the names of
+// another's ordered consumers.
+func readStream(u StreamUse) []string {
+	out := []string{"$JS.API.STREAM.INFO." + u.Stream}
+	if u.Gets {
+		out = append(out, "$JS.API.STREAM.MSG.GET."+u.Stream, "$JS.API.DIRECT.GET."+u.Stream, "$JS.API.DIRECT.GET."+u.Stream+".>")
 	}
+	names := slices.Clone(u.Durables)
+	if u.Ordered {
+		names = append(names, "*")
+	}
+	for _, n := range names {
+		out = append(out, consumerAPI(u.Stream, n)...)
+	}
+	for _, d := range u.Durables {
+		out = append(out, "$JS.ACK."+u.Stream+"."+d+".>")
+	}
+	if u.Push {
+		out = append(out, "$JS.FC."+u.Stream+".>")
+	}
+	return out
+}
+
+// consumerAPI are the JetStream API subjects of one consumer of a stream
+// (name "*": of any): create (with or without a filter subject token),
+// info, delete and the next messages of a pull.
+func consumerAPI(stream, name string) []string {
+	c := "$JS.API.CONSUMER."
+	return []string{
+		c + "CREATE." + stream + "." + name,
+		c + "CREATE." + stream + "." + name + ".>",
+		c + "INFO." + stream + "." + name,
+		c + "DELETE." + stream + "." + name,
+		c + "MSG.NEXT." + stream + "." + name,
+	}
+}
+
+// othersDurables is the consumer API of the durables the other stages
+// keep on a stream: denied to a stage whose ordered consumers take any
+// name there.
+func othersDurables(stage, node string, partitions int, stream string) []string {
+	var out []string
+	for _, other := range Stages {
+		if other == stage {
+			continue
+		}
+		for _, u := range StageStreams(other, node, partitions) {
+			if u.Stream != stream {
+				continue
+			}
+			for _, d := range u.Durables {
+				out = append(out, consumerAPI(stream, d)...)
+				out = append(out, "$JS.ACK."+stream+"."+d+".>")
+			}
+		}
+	}
+	return out
 }
 
 // AuthorizationConfig is the authorization block of a nats-server
 // configuration for a node: the admin identity (everything) and each
 // stage's, by public nkey. keys maps "admin" and each stage to its public
-// nkey; a stage without a key is left out.
-func AuthorizationConfig(node string, keys map[string]string) (string, error) {
+// nkey; a stage without a key is left out. partitions is the node's
+// partition count (the pod workers have a durable consumer per partition).
+func AuthorizationConfig(node string, partitions int, keys map[string]string) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Splitlet bus identities of node %s (splitlet bus identities).\n", node)
 	b.WriteString("authorization {\n  users: [\n")
@@ -133,12 +186,16 @@ func AuthorizationConfig(node string, keys map[string]string) (string, error) {
 		if k == "" {
 			continue
 		}
-		p, err := StagePermissions(stage, node)
+		p, err := StagePermissions(stage, node, partitions)
 		if err != nil {
 			return "", err
 		}
 		fmt.Fprintf(&b, "    # %s\n    { nkey: %s\n      permissions: {\n", stage, k)
-		fmt.Fprintf(&b, "        publish: { allow: %s }\n", quoteList(p.Publish))
+		if len(p.PublishDeny) > 0 {
+			fmt.Fprintf(&b, "        publish: { allow: %s\n          deny: %s }\n", quoteList(p.Publish), quoteList(p.PublishDeny))
+		} else {
+			fmt.Fprintf(&b, "        publish: { allow: %s }\n", quoteList(p.Publish))
+		}
 		fmt.Fprintf(&b, "        subscribe: { allow: %s }\n", quoteList(p.Subscribe))
 		if p.Responses {
 			b.WriteString("        allow_responses: true\n")

@@ -132,6 +132,16 @@ func (s Subjects) Logs(partition int) string { return s.part(tokRuntime+".logs",
 // in the partition.
 func (s Subjects) Exec(partition int) string { return s.part(tokRuntime+".exec", partition) }
 
+// ProbeExec is the request/reply subject of the prober's exec probes: an
+// ExecRequest that the owner of the partition runs only when its command is
+// one of the exec probe commands (liveness, readiness, startup) of that
+// container of the pod, and refuses otherwise. It is kept apart from Exec
+// (the kubelet API's exec, which the API server authorised) so that the
+// prober's bus identity may ask for probes and nothing else. Added within v2.
+func (s Subjects) ProbeExec(partition int) string {
+	return s.part(tokRuntime+"."+tokProbeExec, partition)
+}
+
 // Stats is the request/reply subject for the runtime's resource figures
 // (stats summary) of pods in the partition.
 func (s Subjects) Stats(partition int) string { return s.part(tokRuntime+".stats", partition) }
@@ -157,6 +167,7 @@ const (
 	tokProbes     = "probes"
 	tokState      = "state"
 	tokRuntime    = "runtime"
+	tokProbeExec  = "probeexec"
 )
 
 // PartitionOf reads the partition number from a partitioned subject (its

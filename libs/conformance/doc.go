@@ -13,7 +13,7 @@
 //
 // The kit plays every other stage itself: it is podconfig (PodUpdate,
 // SourcesReady), the pod workers (PodRuntimeStatus, answers on
-// runtime.exec), the prober (ProbeResult) or nodehb, as the stage under test
+// runtime.probeexec), the prober (ProbeResult) or nodehb, as the stage under test
 // needs. The stage under test must be running against the same NATS server
 // (and API server, for the stages that use one) before the function is
 // called, and use the same node name and partition count. Every case uses

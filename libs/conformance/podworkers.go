@@ -19,7 +19,7 @@ import (
 // podupdates.reconcile.<p> and probes.<p> of the partitions it owns, run
 // the pods, publish PodRuntimeStatus on podstatus.<p> on every change,
 // AgentReadiness on state.agent, and answer
-// runtime.exec/logs/stats.<p>. The pods the kit sends have one container,
+// runtime.exec/probeexec/logs/stats.<p>. The pods the kit sends have one container,
 // image busybox, command `sleep 3600`, so any runtime can run them.
 //
 // Cases:
@@ -45,6 +45,9 @@ import (
 //   - request-naming-another-pod-refused: an ExecRequest and a LogsRequest
 //     with a running pod's UID and another pod's namespace and name (docs/bus.md,
 //     "Runtime requests and the pod they name") → an error, and no output.
+//   - probe-exec-only-probe-commands: on runtime.probeexec.<p> the pod's
+//     exec probe command (of a readiness probe) is run and answered
+//     without error; another command is answered with an error.
 //   - set-without-pod-terminates: a SET of the pod's source and partition
 //     that does not list it → terminated: true (once sources are ready).
 func PodWorkers(t *testing.T, tg Target, opts ...Option) {
@@ -131,6 +134,7 @@ func PodWorkers(t *testing.T, tg Target, opts ...Option) {
 				t.Fatalf("the answer is not an ExecResult: %v", err)
 			}
 		})
+		h.run(t, "probe-exec-only-probe-commands", true, func(t *testing.T) { h.probeExecOnlyProbes(t, status) })
 		h.run(t, "stats-answered", true, func(t *testing.T) {
 			pod, _ := h.runPod(t, status, "stats")
 			ctx, cancel := context.WithTimeout(context.Background(), h.tg.Timeout)
@@ -292,6 +296,40 @@ func (h *harness) waitTerminated(t *testing.T, status *watcher, pod *corev1.Pod,
 	for _, c := range st.ContainerStatuses {
 		if c.State.Running != nil {
 			t.Errorf("terminated: true while container %s runs", c.Name)
+		}
+	}
+}
+
+// probeExecOnlyProbes asks, as the prober, for the pod's readiness probe
+// command on runtime.probeexec.<p> (answered without error) and for
+// another command (answered with an error: the pod workers run only a
+// pod's own probe commands for the prober).
+func (h *harness) probeExecOnlyProbes(t *testing.T, status *watcher) {
+	probeCmd := []string{"echo", "conformance"}
+	pod, _ := h.runPod(t, status, "probeexec", func(p *corev1.Pod) {
+		p.Spec.Containers[0].ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: probeCmd}}}
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), h.tg.Timeout)
+	defer cancel()
+	ref := bus.ContainerRef{PodUID: pod.UID, Namespace: pod.Namespace, Pod: pod.Name, Container: "app"}
+	subject := h.subjects.ProbeExec(h.partition(string(pod.UID)))
+	for _, c := range []struct {
+		cmd     []string
+		refused bool
+	}{{probeCmd, false}, {[]string{"echo", "not-a-probe"}, true}} {
+		e, err := h.prober.Request(ctx, subject, bus.KindExecRequest, &bus.ExecRequest{ContainerRef: ref, Command: c.cmd, TimeoutSeconds: 5})
+		if err != nil {
+			t.Fatalf("no answer on runtime.probeexec for %q: %v", c.cmd, err)
+		}
+		res, err := bus.DecodeExecResult(e)
+		if err != nil {
+			t.Fatalf("the answer is not an ExecResult: %v", err)
+		}
+		if c.refused && res.Error == "" {
+			t.Errorf("%q, not a probe command of the pod, was run on runtime.probeexec: %+v", c.cmd, res)
+		}
+		if !c.refused && res.Error != "" {
+			t.Errorf("the pod's probe command %q was refused on runtime.probeexec: %s", c.cmd, res.Error)
 		}
 	}
 }

@@ -22,8 +22,8 @@ import (
 
 // The durable consumer names of a prober (docs/bus.md, agreement 4).
 const (
-	DurableProberPodUpdates = "prober"
-	DurableProberPodStatus  = "prober-status"
+	DurableProberPodUpdates = bus.DurableProberPodUpdates
+	DurableProberPodStatus  = bus.DurableProberPodStatus
 )
 
 // proberNonTCPCases are the prober cases of other handlers than tcpSocket.
@@ -37,7 +37,7 @@ const quiet = 2500 * time.Millisecond
 // consume podupdates.* and podstatus.*, run the pods' probes against the
 // pod IP of the runtime status, and publish a ProbeResult on probes.<p>
 // whenever a probe worker's result changes, with the container ID of the
-// runtime status; exec probes go as ExecRequest to runtime.exec.<p>.
+// runtime status; exec probes go as ExecRequest to runtime.probeexec.<p>.
 //
 // Cases:
 //   - tcpSocket/readiness-follows-port: Success while the port listens,
@@ -65,7 +65,7 @@ const quiet = 2500 * time.Millisecond
 //     deliveries (max_deliver above 1 and not unlimited), so that a message
 //     whose handling keeps failing ends (docs/bus.md, "Failed messages").
 //   - httpGet/status200, httpGet/status500: 200 is Success, 500 Failure.
-//   - exec/exit0, exec/exit1: the command goes to runtime.exec.<p> (the kit
+//   - exec/exit0, exec/exit1: the command goes to runtime.probeexec.<p> (the kit
 //     answers as the pod workers); exit code 0 is Success, 1 Failure.
 func Prober(t *testing.T, tg Target, opts ...Option) {
 	h := newHarness(t, tg, opts)
@@ -411,7 +411,7 @@ func (h *harness) proberExec(t *testing.T, probes *watcher, exit int, want bus.P
 	}})
 	asked := make(chan *bus.ExecRequest, 16)
 	var answered atomic.Int32
-	sub, err := h.nc.Subscribe(h.subjects.Exec(h.partition(string(pod.UID))), func(m *nats.Msg) {
+	sub, err := h.nc.Subscribe(h.subjects.ProbeExec(h.partition(string(pod.UID))), func(m *nats.Msg) {
 		e, err := bus.DecodeMsg(m.Header, m.Data)
 		if err != nil {
 			return
@@ -446,6 +446,6 @@ func (h *harness) proberExec(t *testing.T, probes *watcher, exit int, want bus.P
 			t.Errorf("ExecRequest for container %q command %q, want app [check health]", req.Container, req.Command)
 		}
 	default:
-		t.Error("a result came but no ExecRequest reached runtime.exec")
+		t.Error("a result came but no ExecRequest reached runtime.probeexec")
 	}
 }

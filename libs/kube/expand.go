@@ -1,6 +1,10 @@
 package kube
 
-import "strings"
+import (
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
 
 // Expand replaces $(NAME) in s with the value lookup finds, as the kubelet
 // expands command, args and env values: $$ is a literal $, and a reference
@@ -37,4 +41,25 @@ func Expand(s string, lookup func(string) (string, bool)) string {
 		}
 	}
 	return b.String()
+}
+
+// ExpandCommandStatic replaces $(NAME) in each argument of cmd with the
+// value of the container's env var NAME when it has a literal value (not
+// valueFrom), as the kubelet expands an exec probe's command; $$ is a
+// literal $ and an unknown reference stays as written.
+func ExpandCommandStatic(cmd []string, env []corev1.EnvVar) []string {
+	vars := map[string]string{}
+	for _, e := range env {
+		if e.ValueFrom == nil {
+			vars[e.Name] = e.Value
+		}
+	}
+	if len(vars) == 0 {
+		return cmd
+	}
+	out := make([]string, len(cmd))
+	for i, a := range cmd {
+		out[i] = Expand(a, func(name string) (string, bool) { v, ok := vars[name]; return v, ok })
+	}
+	return out
 }

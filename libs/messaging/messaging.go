@@ -42,7 +42,12 @@ type Options struct {
 	TLSCA, TLSCert, TLSKey string
 	// Name of this connection, as the server shows it.
 	Name string
-	Log  *zap.Logger
+	// Identity is the bus identity the process connects as (a stage's
+	// name), when it runs one stage: its inboxes are then
+	// bus.InboxPrefix(Identity), the only ones it may subscribe to.
+	// Empty keeps nats.go's _INBOX.
+	Identity string
+	Log      *zap.Logger
 }
 
 // Conn is a process's NATS connection, its JetStream handle and, when
@@ -100,6 +105,9 @@ func Connect(opts Options) (*Conn, error) {
 		return nil, err
 	}
 	natsOpts = append(natsOpts, auth...)
+	if opts.Identity != "" {
+		natsOpts = append(natsOpts, nats.CustomInboxPrefix(bus.InboxPrefix(opts.Identity)))
+	}
 	if url == "" {
 		ns, err := Embedded(opts.StoreDir, opts.Listen)
 		if err != nil {

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net/url"
 	"path/filepath"
@@ -12,17 +13,26 @@ import (
 )
 
 // NATSCluster is a cluster of embedded nats-servers with JetStream on
-// 127.0.0.1, for the replicated streams of nats-replicas.
+// 127.0.0.1, for the replicated streams of nats-replicas. Its routes are
+// authenticated and encrypted (NATSRoutes: TLS both ways with a route CA
+// of their own, and a password); the monitoring port is off.
 type NATSCluster struct {
 	Servers []*server.Server
 	// URLs of the servers' client ports, comma separated (a nats-url).
 	URLs string
-	opts []*server.Options
+	// Routes are the route credentials; RoutePorts the servers' route ports.
+	Routes     *NATSRoutes
+	RoutePorts []int
+	opts       []*server.Options
 }
 
 // StartNATSCluster starts n servers routed to each other, each with its
 // store under dir, and waits until JetStream has a leader.
 func StartNATSCluster(dir string, n int) (*NATSCluster, error) {
+	creds, err := EnsureNATSRoutes(filepath.Join(dir, "routes"))
+	if err != nil {
+		return nil, err
+	}
 	clientPorts := make([]int, n)
 	routePorts := make([]int, n)
 	for i := 0; i < n; i++ {
@@ -36,11 +46,15 @@ func StartNATSCluster(dir string, n int) (*NATSCluster, error) {
 	}
 	var routes []*url.URL
 	for _, p := range routePorts {
-		routes = append(routes, &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", p)})
+		routes = append(routes, creds.URL(fmt.Sprintf("127.0.0.1:%d", p)))
 	}
-	c := &NATSCluster{}
+	c := &NATSCluster{Routes: creds, RoutePorts: routePorts}
 	var urls []string
 	for i := 0; i < n; i++ {
+		tlsConfig, err := creds.TLSConfig()
+		if err != nil {
+			return nil, err
+		}
 		o := &server.Options{
 			ServerName: fmt.Sprintf("s%d", i+1),
 			Host:       "127.0.0.1",
@@ -51,9 +65,13 @@ func StartNATSCluster(dir string, n int) (*NATSCluster, error) {
 			NoLog:      true,
 			Routes:     routes,
 			Cluster: server.ClusterOpts{
-				Name: "splitlet",
-				Host: "127.0.0.1",
-				Port: routePorts[i],
+				Name:       "splitlet",
+				Host:       "127.0.0.1",
+				Port:       routePorts[i],
+				Username:   NATSRouteUser,
+				Password:   creds.Password,
+				TLSConfig:  tlsConfig,
+				TLSTimeout: 2,
 			},
 		}
 		c.opts = append(c.opts, o)
@@ -142,4 +160,40 @@ func NATSClusterForTest(t testing.TB, n int) *NATSCluster {
 	}
 	t.Cleanup(c.Stop)
 	return c
+}
+
+// RoutedServerForTest starts a server of the cluster's name (splitlet) that
+// routes to routeURL (its user and password, if any, are the route's) with
+// the given TLS (nil: none), stopped when t ends: a test's stand-in for any
+// local process that connects to a route port.
+func RoutedServerForTest(t testing.TB, routeURL *url.URL, tlsConfig *tls.Config) *server.Server {
+	t.Helper()
+	port, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &server.Options{
+		ServerName: fmt.Sprintf("routed-%d", port),
+		Host:       "127.0.0.1",
+		Port:       server.RANDOM_PORT,
+		// no JetStream: it joins no Raft group of the cluster.
+		NoSigs:  true,
+		NoLog:   true,
+		Routes:  []*url.URL{routeURL},
+		Cluster: server.ClusterOpts{Name: "splitlet", Host: "127.0.0.1", Port: port, TLSConfig: tlsConfig, TLSTimeout: 2},
+	}
+	if routeURL.User != nil {
+		o.Cluster.Username = routeURL.User.Username()
+		o.Cluster.Password, _ = routeURL.User.Password()
+	}
+	s, err := server.NewServer(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("routed server not ready")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s
 }

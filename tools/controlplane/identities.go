@@ -44,10 +44,11 @@ func apiIdentity(id, node string, traced bool) (user string, groups []string) {
 
 // writeIdentities writes every identity's directory (0700; kubeconfig and
 // seed 0600) under dir and, in natsDir (0700), nats-server's auth.conf (the
-// bus identities' public keys and permissions) and its TLS certificate and
-// key for 127.0.0.1. Seeds are kept across starts; kubeconfigs are signed
-// anew by the kept CA, so that old and new ones both work.
-func writeIdentities(cp *testenv.ControlPlane, dir, natsDir, node string, traced bool) error {
+// bus identities' public keys and permissions), its TLS certificate and key
+// for 127.0.0.1, and with routes a cluster's route credentials
+// (writeRoutes). Seeds are kept across starts; kubeconfigs are signed anew
+// by the kept CA, so that old and new ones both work.
+func writeIdentities(cp *testenv.ControlPlane, dir, natsDir, node string, partitions int, routes []string, traced bool) error {
 	for _, id := range append(bus.Identities(), nodeIdentity) {
 		d := filepath.Join(dir, id)
 		if err := testenv.PrivateDir(d); err != nil {
@@ -64,7 +65,7 @@ func writeIdentities(cp *testenv.ControlPlane, dir, natsDir, node string, traced
 			return err
 		}
 	}
-	conf, err := bus.WriteIdentities(node, func(id string) string { return filepath.Join(dir, id, "nats.nk") })
+	conf, err := bus.WriteIdentities(node, partitions, func(id string) string { return filepath.Join(dir, id, "nats.nk") })
 	if err != nil {
 		return fmt.Errorf("bus identities: %w", err)
 	}
@@ -89,7 +90,22 @@ func writeIdentities(cp *testenv.ControlPlane, dir, natsDir, node string, traced
 			return err
 		}
 	}
-	return nil
+	return writeRoutes(natsDir, routes)
+}
+
+// writeRoutes writes, for a NATS cluster whose route ports are routes, the
+// route credentials (kept across starts: testenv.EnsureNATSRoutes) and
+// cluster.conf, which nats-server's cluster block includes: the route
+// authorization and the routes with the password.
+func writeRoutes(natsDir string, routes []string) error {
+	if len(routes) == 0 {
+		return nil
+	}
+	r, err := testenv.EnsureNATSRoutes(natsDir)
+	if err != nil {
+		return fmt.Errorf("nats routes: %w", err)
+	}
+	return writeFile(filepath.Join(natsDir, "cluster.conf"), []byte(r.ClusterConfig(routes)), 0o600)
 }
 
 // writeFile replaces path's content at once (a reader sees the old file or

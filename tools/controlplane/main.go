@@ -8,7 +8,8 @@
 // API server locks no stage out). It writes an admin kubeconfig and the CA
 // file, applies manifests (--apply: the stages' roles), writes one identity
 // per stage (--identities-dir: kubeconfig, NATS nkey seed, CA; --nats-dir:
-// nats-server's auth.conf and TLS certificate), credentials 0600 in
+// nats-server's auth.conf and TLS certificate, and with --nats-routes the
+// cluster's route credentials), credentials 0600 in
 // directories 0700 owned by the owner of --host-dir, and follows
 // kube-apiserver's log on its own output until a signal or kube-apiserver's
 // exit.
@@ -17,9 +18,10 @@
 // check of the control plane, of etcd and of nats-server:
 //
 //	controlplane check --kubeconfig=/state/kubeconfig   # kube-apiserver /readyz
-//	controlplane check-url http://127.0.0.1:18222/healthz # any URL answering 200
+//	controlplane check-url http://127.0.0.1:16443/livez # any URL answering 200
 //	controlplane check-url --cacert=/etcd-pki/ca.crt --cert=/etcd-pki/client.crt \
 //	    --key=/etcd-pki/client.key https://127.0.0.1:12379/health   # with a client certificate
+//	controlplane check-nats --ca=ca.crt 127.0.0.1:14222 # nats-server's client port: INFO with JetStream, TLS
 package main
 
 import (
@@ -31,6 +33,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -42,6 +45,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
 
@@ -51,6 +55,8 @@ const usage = `usage:
   controlplane check [flags]         exit 0 when kube-apiserver's /readyz answers ok
   controlplane check-url [--cacert=FILE --cert=FILE --key=FILE] URL
                                      exit 0 when GET URL answers 200
+  controlplane check-nats [--ca F] HOST:PORT
+                                     exit 0 when nats-server answers there with JetStream on (and TLS verified by F)
 `
 
 func main() {
@@ -70,6 +76,8 @@ func main() {
 		err = checkURLCmd(ctx, os.Args[2:])
 	case "etcd-certs":
 		err = etcdCertsCmd(os.Args[2:], os.Stdout)
+	case "check-nats":
+		err = checkNATS(ctx, os.Args[2:])
 	default:
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
@@ -92,6 +100,8 @@ type runOptions struct {
 	identities  string
 	natsDir     string
 	node        string
+	partitions  int
+	natsRoutes  []string
 	tracing     string
 }
 
@@ -109,6 +119,8 @@ func parseRun(args []string) (runOptions, error) {
 	fs.StringVar(&o.identities, "identities-dir", "", "write one identity directory per stage here (kubeconfig, nats.nk, ca.crt); empty: none")
 	fs.StringVar(&o.natsDir, "nats-dir", "", "with --identities-dir: nats-server's auth.conf, server.crt and server.key go here")
 	fs.StringVar(&o.node, "node-name", "", "with --identities-dir: the node the identities are for")
+	fs.IntVar(&o.partitions, "partitions", bus.DefaultPartitions, "with --identities-dir: the node's partition count (the stages' partitions key), for the pod workers' durable consumers in the bus permissions")
+	routes := fs.String("nats-routes", os.Getenv("SPLITLET_NATS_ROUTES"), "with --nats-dir: the route ports (host:port, comma-separated) of a NATS cluster: its route credentials (route CA, certificate and key, password) and cluster.conf (the route authorization and the routes) go to --nats-dir; also SPLITLET_NATS_ROUTES")
 	fs.StringVar(&o.tracing, "tracing-config-file", "", "kube-apiserver's --tracing-config-file (a TracingConfiguration: its spans go to that OTLP gRPC endpoint); statussync's identity joins system:monitoring, whose trace context kube-apiserver continues")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -118,8 +130,22 @@ func parseRun(args []string) (runOptions, error) {
 			o.apply = append(o.apply, p)
 		}
 	}
+	for _, r := range strings.Split(*routes, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			if _, _, err := net.SplitHostPort(r); err != nil {
+				return o, fmt.Errorf("invalid value %q for --nats-routes: %w", r, err)
+			}
+			o.natsRoutes = append(o.natsRoutes, r)
+		}
+	}
+	if len(o.natsRoutes) > 0 && o.identities == "" {
+		return o, errors.New("--nats-routes needs --identities-dir and --nats-dir")
+	}
 	if o.identities != "" && (o.natsDir == "" || o.node == "") {
 		return o, errors.New("--identities-dir needs --nats-dir and --node-name")
+	}
+	if o.partitions < 1 || o.partitions > bus.MaxPartitions {
+		return o, fmt.Errorf("invalid value %d for --partitions: must be 1 to %d", o.partitions, bus.MaxPartitions)
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
@@ -211,7 +237,7 @@ func writeOutputs(cp *testenv.ControlPlane, o runOptions) error {
 		}
 	}
 	if o.identities != "" {
-		if err := writeIdentities(cp, o.identities, o.natsDir, o.node, o.tracing != ""); err != nil {
+		if err := writeIdentities(cp, o.identities, o.natsDir, o.node, o.partitions, o.natsRoutes, o.tracing != ""); err != nil {
 			return fmt.Errorf("identities: %w", err)
 		}
 	}

@@ -29,7 +29,8 @@ export function subjects(node) {
     probes: (p) => `${prefix}.probes.${p}`,
     probesAll: `${prefix}.probes.*`,
     stateAll: `${prefix}.state.>`,
-    exec: (p) => `${prefix}.runtime.exec.${p}`,
+    // the prober's exec probes: the pod worker runs only the pod's own probe commands.
+    probeExec: (p) => `${prefix}.runtime.probeexec.${p}`,
     status: (stage) => `${prefix}.status.${stage}`,
   };
 }

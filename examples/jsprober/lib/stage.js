@@ -1,7 +1,7 @@
 // The stage: pod specs from podupdates.* and runtime status from
 // podstatus.* (durable consumers "prober" and "prober-status") feed the
 // probe manager; changed results go to probes.<p>; exec probes go to
-// runtime.exec.<p> as ExecRequest.
+// runtime.probeexec.<p> as ExecRequest.
 import { Buffer } from "node:buffer";
 import * as bus from "./bus.js";
 import { Manager, podFields } from "./workers.js";
@@ -116,13 +116,14 @@ export class Stage {
   }
 
   // exec runs an exec probe's command through the pod worker replica that
-  // owns the pod's partition (runtime.exec.<p>).
+  // owns the pod's partition (runtime.probeexec.<p>, which runs the pod's own
+  // probe commands only).
   async exec(w, cmd, timeoutMs) {
     const pod = w.entry.pod;
     const p = bus.partition(w.uid, this.cfg.partitions);
     let env;
     try {
-      env = await this.pub.request(this.subjects.exec(p), "ExecRequest", {
+      env = await this.pub.request(this.subjects.probeExec(p), "ExecRequest", {
         podUID: w.uid, namespace: pod.metadata.namespace, pod: pod.metadata.name, container: w.container.name,
         command: cmd, timeoutSeconds: Math.floor(timeoutMs / 1000),
       }, timeoutMs + this.cfg.execGraceMs);

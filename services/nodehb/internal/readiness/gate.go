@@ -281,6 +281,7 @@ func (g *Gate) Run(ctx context.Context, js jetstream.JetStream, node string) {
 		cons, err := js.OrderedConsumer(ctx, bus.StreamName(node, bus.StreamState), jetstream.OrderedConsumerConfig{
 			FilterSubjects: []string{subject},
 			DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+			NamePrefix:     bus.OrderedName("nodehb-agent"),
 		})
 		if err != nil {
 			log.Warn("agent readiness consumer not ready, retrying", zap.Error(err))

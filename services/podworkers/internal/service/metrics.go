@@ -16,6 +16,8 @@ import (
 type metrics struct {
 	syncDuration *prometheus.HistogramVec
 	syncErrors   *prometheus.CounterVec
+	// probe execs refused: not a probe command of the pod's container.
+	probeExecRefused prometheus.Counter
 
 	// kubelet_pod_worker_duration_seconds{operation_type}
 	podWorkerDuration *prometheus.HistogramVec
@@ -50,6 +52,10 @@ func newMetrics(reg prometheus.Registerer, r *Runner) (*metrics, error) {
 		Subsystem: "kubelet", Name: "started_containers_errors_total",
 		Help: "Cumulative number of errors when starting containers",
 	}, []string{"container_type", "code"})
+	probeExecRefused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "splitlet", Subsystem: "podworkers", Name: "probe_exec_refused_total",
+		Help: "Exec requests on runtime.probeexec refused because the command is not an exec probe of the pod's container.",
+	}, nil)
 	collectors := []prometheus.Collector{
 		running{r},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -74,7 +80,7 @@ func newMetrics(reg prometheus.Registerer, r *Runner) (*metrics, error) {
 	if m.podWorkerDuration, err = health.Register(reg, m.podWorkerDuration); err != nil {
 		return nil, err
 	}
-	for _, c := range []**prometheus.CounterVec{&m.syncErrors, &m.startedContainers, &m.startErrors} {
+	for _, c := range []**prometheus.CounterVec{&m.syncErrors, &m.startedContainers, &m.startErrors, &probeExecRefused} {
 		if *c, err = health.Register(reg, *c); err != nil {
 			return nil, err
 		}
@@ -84,6 +90,7 @@ func newMetrics(reg prometheus.Registerer, r *Runner) (*metrics, error) {
 			return nil, err
 		}
 	}
+	m.probeExecRefused = probeExecRefused.WithLabelValues()
 	return m, nil
 }
 

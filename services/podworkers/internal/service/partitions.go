@@ -31,7 +31,7 @@ func labelsEverything() labels.Selector { return labels.Everything() }
 // The name of a partition's pod update follower (lag reports), and of its
 // probe results' durable consumer, shared by the replicas (docs/bus.md).
 func updatesFollower(p int) string { return fmt.Sprintf("podworkers-p%d", p) }
-func probesDurable(p int) string   { return fmt.Sprintf("podworkers-probes-p%d", p) }
+func probesDurable(p int) string   { return bus.DurablePodworkersProbes(p) }
 
 // consumerAckWait is short so that the probe results a crashed owner held
 // are redelivered, in order, before the next owner takes the partition (the
@@ -77,12 +77,6 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 		return err
 	}
 	node := r.common.NodeName
-	// a former version consumed the partition with a durable consumer of
-	// the follower's name: nothing reads it any more.
-	if err := r.conn.JS.DeleteConsumer(ctx, bus.StreamName(node, bus.StreamPodUpdates), updatesFollower(p)); err != nil &&
-		!errors.Is(err, jetstream.ErrConsumerNotFound) {
-		log.Warn("cannot remove the partition's former durable consumer", zap.Error(err))
-	}
 	updates, err := bus.Follow(ctx, r.conn.JS, bus.FollowOptions{
 		Stream: bus.StreamName(node, bus.StreamPodUpdates),
 		Name:   updatesFollower(p),
@@ -168,6 +162,8 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 		{r.subjects.Logs(p), func(ctx context.Context, m *nats.Msg) { r.serveLogs(ctx, rt, pub, m) },
 			bus.KindLogsChunk, func(e string) any { return &bus.LogsChunk{EOF: true, Error: e} }},
 		{r.subjects.Exec(p), func(ctx context.Context, m *nats.Msg) { r.serveExec(ctx, rt, pub, m) },
+			bus.KindExecResult, func(e string) any { return &bus.ExecResult{ExitCode: -1, Error: e} }},
+		{r.subjects.ProbeExec(p), func(ctx context.Context, m *nats.Msg) { r.serveProbeExec(ctx, ctrl, rt, pub, m) },
 			bus.KindExecResult, func(e string) any { return &bus.ExecResult{ExitCode: -1, Error: e} }},
 		{r.subjects.Stats(p), func(ctx context.Context, m *nats.Msg) { r.serveStats(rt, pub, p, m) },
 			bus.KindStatsResult, func(e string) any { return &bus.StatsResult{Error: e} }},
@@ -362,7 +358,8 @@ func (r *Runner) lastStatuses(ctx context.Context, p int) (map[types.UID]*bus.Po
 	if err != nil {
 		return nil, err
 	}
-	oc, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}, DeliverPolicy: jetstream.DeliverAllPolicy})
+	oc, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}, DeliverPolicy: jetstream.DeliverAllPolicy,
+		NamePrefix: bus.OrderedName(fmt.Sprintf("podworkers-status-p%d", p))})
 	if err != nil {
 		return nil, err
 	}
@@ -420,7 +417,8 @@ func (r *Runner) replay(ctx context.Context, p int) (map[string]map[types.UID]co
 	if end == 0 {
 		return state, 0, nil // nothing was ever sent to the partition
 	}
-	oc, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverAllPolicy})
+	oc, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverAllPolicy,
+		NamePrefix: bus.OrderedName(fmt.Sprintf("podworkers-replay-p%d", p))})
 	if err != nil {
 		return nil, 0, fmt.Errorf("partition %d: replay: %w", p, err)
 	}
@@ -573,18 +571,29 @@ func (r *Runner) serveExec(ctx context.Context, rt runtime.Runtime, pub *bus.Pub
 	if m.Reply == "" {
 		return
 	}
-	e, err := bus.Decode(m.Data)
-	var req *bus.ExecRequest
-	if err == nil {
-		req, err = bus.DecodeExecRequest(e)
-	}
-	if err == nil {
-		err = r.heldAs(req.ContainerRef)
-	}
+	req, err := r.decodeExec(m)
 	if err != nil {
 		_ = pub.Send(m.Reply, bus.KindExecResult, &bus.ExecResult{ExitCode: -1, Error: err.Error()})
 		return
 	}
+	r.answerExec(ctx, rt, pub, m.Reply, req)
+}
+
+func (r *Runner) decodeExec(m *nats.Msg) (*bus.ExecRequest, error) {
+	e, err := bus.Decode(m.Data)
+	if err != nil {
+		return nil, err
+	}
+	req, err := bus.DecodeExecRequest(e)
+	if err != nil {
+		return nil, err
+	}
+	return req, r.heldAs(req.ContainerRef)
+}
+
+// answerExec runs the request's command in its container and answers with
+// what came of it.
+func (r *Runner) answerExec(ctx context.Context, rt runtime.Runtime, pub *bus.Publisher, reply string, req *bus.ExecRequest) {
 	timeout := time.Duration(req.TimeoutSeconds) * time.Second
 	if timeout <= 0 {
 		timeout = time.Minute
@@ -594,7 +603,7 @@ func (r *Runner) serveExec(ctx context.Context, rt runtime.Runtime, pub *bus.Pub
 	if err != nil {
 		out.Error = err.Error()
 	}
-	if err := pub.Send(m.Reply, bus.KindExecResult, out); err != nil {
+	if err := pub.Send(reply, bus.KindExecResult, out); err != nil {
 		r.log.Warn("cannot answer exec", zap.Error(err))
 	}
 }

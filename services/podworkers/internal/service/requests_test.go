@@ -2,18 +2,19 @@ package service
 
 import (
 	"context"
-	"io"
-	"strings"
-	"testing"
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"k8s.io/apimachinery/pkg/types"
-
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/config"
 	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/libs/runtime/sim"
+	"io"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
 )
 
 // panicky is a sim runtime whose Exec panics (a bug in a runtime).
@@ -111,5 +112,91 @@ func TestRuntimeRequestNamingAnotherPodRefused(t *testing.T) {
 	// the victim named as itself is served.
 	if res := exec(bus.ContainerRef{PodUID: victim.UID, Namespace: victim.Namespace, Pod: victim.Name, Container: "app"}); res.Error != "" || string(res.Stdout) != "ran\n" {
 		t.Errorf("exec in the victim named as itself: %+v (stdout %q)", res, res.Stdout)
+	}
+}
+
+// The prober's exec (runtime.probeexec.<p>) runs a command only when it
+// is an exec probe of that container of the pod: as written, or with its
+// $(VAR) references to the static env expanded as the kubelet runs it.
+// Anything else (another command, another container, a pod the replica
+// does not hold) is refused with an error, counted, and never run; the
+// kubelet API's exec (runtime.exec.<p>) still runs any command.
+func TestProbeExecRunsOnlyProbeCommands(t *testing.T) {
+	e := newEnv(t, "pw-probeexec")
+	r := e.startReplica(t, config.RuntimeProcess, nil)
+	// the process runtime runs commands as another user: a directory it
+	// may write to.
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	marker := filepath.Join(dir, "ran")
+	p := e.busPod("probed", func(p *corev1.Pod) {
+		c := &p.Spec.Containers[0]
+		c.Env = []corev1.EnvVar{{Name: "WHAT", Value: "ready"}}
+		c.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"echo", "$(WHAT)"}}}}
+		c.LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}
+	})
+	e.track(p)
+	e.send(bus.OpAdd, p)
+	eventually(t, 30*time.Second, "running", func() bool { st, _ := e.get(p.UID); return containerRunning(st) })
+	part := bus.Partition(string(p.UID), partitions)
+	subj := bus.For(e.node)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	ref := bus.ContainerRef{PodUID: p.UID, Namespace: p.Namespace, Pod: p.Name, Container: "app"}
+	exec := func(subject string, ref bus.ContainerRef, cmd ...string) *bus.ExecResult {
+		t.Helper()
+		env, err := e.pub.Request(ctx, subject, bus.KindExecRequest, &bus.ExecRequest{ContainerRef: ref, Command: cmd, TimeoutSeconds: 5})
+		if err != nil {
+			t.Fatalf("exec %q on %s: %v", cmd, subject, err)
+		}
+		res, err := bus.DecodeExecResult(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	for _, cmd := range [][]string{{"echo", "ready"}, {"echo", "$(WHAT)"}, {"true"}} {
+		if res := exec(subj.ProbeExec(part), ref, cmd...); res.Error != "" || res.ExitCode != 0 {
+			t.Errorf("probe command %q: %+v, want it run", cmd, res)
+		}
+	}
+	if res := exec(subj.ProbeExec(part), ref, "echo", "ready"); string(res.Stdout) != "ready\n" {
+		t.Errorf("probe command's output %q, want the expanded command's", res.Stdout)
+	}
+	before := testutil.ToFloat64(r.metrics.probeExecRefused)
+	other := ref
+	other.Container = "nope"
+	stranger := ref
+	stranger.PodUID = "no-such-pod"
+	for _, c := range []struct {
+		ref bus.ContainerRef
+		cmd []string
+	}{
+		{ref, []string{"sh", "-c", "echo ran > " + marker}}, // not a probe
+		{ref, []string{"echo", "ready", "now"}},             // a probe's command with more
+		{other, []string{"true"}},                           // a probe of another container
+		{stranger, []string{"true"}},                        // a pod the replica does not hold
+	} {
+		res := exec(subj.ProbeExec(part), c.ref, c.cmd...)
+		if !strings.Contains(res.Error, "probe exec refused") || res.ExitCode != -1 {
+			t.Errorf("probe exec %q in %s/%s: %+v, want it refused", c.cmd, c.ref.PodUID, c.ref.Container, res)
+		}
+	}
+	if _, err := os.Stat(marker); !os.IsNotExist(err) {
+		t.Errorf("the refused command ran: %v", err)
+	}
+	if got := testutil.ToFloat64(r.metrics.probeExecRefused); got != before+4 {
+		t.Errorf("refusals counted %v, want %v", got, before+4)
+	}
+	// the kubelet API's exec runs what the API server authorised.
+	if res := exec(subj.Exec(part), ref, "sh", "-c", "echo ran > "+marker); res.Error != "" || res.ExitCode != 0 {
+		t.Errorf("exec on runtime.exec: %+v", res)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Errorf("runtime.exec's command did not run: %v", err)
 	}
 }

@@ -751,12 +751,12 @@ func (r *Runner) watchSources(ctx context.Context, ctrl *controller.Controller) 
 	cons, err := r.conn.JS.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{r.subjects.SourcesReady()},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+		NamePrefix:     bus.OrderedName("podworkers-sources"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("state.sources consumer: %w", err)
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		_ = m.Ack()
 		e, err := bus.Decode(m.Data())
 		if err != nil {
 			r.log.Warn("dropping malformed SourcesReady", zap.String("subject", m.Subject()), zap.Error(err))

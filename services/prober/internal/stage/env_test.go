@@ -105,7 +105,7 @@ func newEnvWith(t *testing.T, build builder) *env {
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	// The runtime's exec responder.
 	answer := bus.NewPublisher(nc, js, node, "podworkers-test")
-	esub, err := nc.Subscribe(e.subjects.Prefix()+".runtime.exec.*", func(m *nats.Msg) {
+	esub, err := nc.Subscribe(e.subjects.Prefix()+".runtime.probeexec.*", func(m *nats.Msg) {
 		env, err := bus.Decode(m.Data)
 		if err != nil {
 			t.Errorf("bad exec request: %v", err)
@@ -116,7 +116,7 @@ func newEnvWith(t *testing.T, build builder) *env {
 			t.Errorf("bad exec request: %v", err)
 			return
 		}
-		if want := e.subjects.Exec(bus.Partition(string(req.PodUID), partitions)); m.Subject != want {
+		if want := e.subjects.ProbeExec(bus.Partition(string(req.PodUID), partitions)); m.Subject != want {
 			t.Errorf("exec for %s on %s, want %s", req.PodUID, m.Subject, want)
 		}
 		e.mu.Lock()

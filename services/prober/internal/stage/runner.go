@@ -1,7 +1,7 @@
 // Package stage is the prober stage's runner: it feeds the probe workers
 // from the bus (pod specs from podupdates, runtime status from podstatus),
 // sends their changed results to probes.<p>, runs exec probes through
-// runtime.exec.<p>, and records Events through the API server.
+// runtime.probeexec.<p>, and records Events through the API server.
 package stage
 
 import (
@@ -30,8 +30,8 @@ import (
 
 // Durable consumer names of the prober (docs/bus.md agreements).
 const (
-	DurablePodUpdates = "prober"
-	DurablePodStatus  = "prober-status"
+	DurablePodUpdates = bus.DurableProberPodUpdates
+	DurablePodStatus  = bus.DurableProberPodStatus
 )
 
 // Runner is the running stage.
@@ -338,12 +338,13 @@ func (r *Runner) onStatus(ctx context.Context, subject string, e *bus.Envelope) 
 }
 
 // Exec runs an exec probe's command through the pod worker replica that
-// owns the pod's partition (runtime.exec.<p>).
+// owns the pod's partition (runtime.probeexec.<p>, which runs a pod's own
+// probe commands only).
 func (r *Runner) Exec(ctx context.Context, req bus.ExecRequest, timeout time.Duration) (*probe.ExecOutcome, error) {
 	p := bus.Partition(string(req.PodUID), r.partitions)
 	rctx, cancel := context.WithTimeout(ctx, timeout+r.cfg.ExecGrace)
 	defer cancel()
-	env, err := r.pub.Request(rctx, r.subjects.Exec(p), bus.KindExecRequest, req)
+	env, err := r.pub.Request(rctx, r.subjects.ProbeExec(p), bus.KindExecRequest, req)
 	switch {
 	case err == nil:
 	case errors.Is(err, nats.ErrNoResponders):

@@ -8,15 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-func TestExpandCommand(t *testing.T) {
-	env := []corev1.EnvVar{{Name: "FILE", Value: "/tmp/ok"}, {Name: "FROM", ValueFrom: &corev1.EnvVarSource{}}}
-	got := expandCommand([]string{"cat", "$(FILE)", "$(FROM)", "$$(FILE)", "$(NOPE)", "a$(FILE)b", "$(", "$x"}, env)
-	want := []string{"cat", "/tmp/ok", "$(FROM)", "$(FILE)", "$(NOPE)", "a/tmp/okb", "$(", "$x"}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("got %q, want %q", got, want)
-	}
-}
-
 func TestWithDefaults(t *testing.T) {
 	p := withDefaults(&corev1.Probe{})
 	if p.TimeoutSeconds != 1 || p.PeriodSeconds != 10 || p.SuccessThreshold != 1 || p.FailureThreshold != 3 {

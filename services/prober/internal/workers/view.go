@@ -31,7 +31,7 @@ import (
 //     tcpSocket probe names its port (kube.ResolvePort looks the name up;
 //     a port given as a number reads no port);
 //   - of the env only the variables with a literal value, and only when an
-//     exec probe is set (its command's $(VAR) references: expandCommand).
+//     exec probe is set (its command's $(VAR) references: kube.ExpandCommandStatic).
 //
 // Everything else (labels, annotations, owner references, other init
 // containers, containers without a probe, images, commands, mounts,

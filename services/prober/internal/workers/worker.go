@@ -392,7 +392,7 @@ func (w *worker) runExec(ctx context.Context, cmd []string, timeout time.Duratio
 	}
 	// kubelet rule: $(VAR) references to the container's static env are
 	// expanded in the probe's command.
-	cmd = expandCommand(cmd, w.container.Env)
+	cmd = kube.ExpandCommandStatic(cmd, w.container.Env)
 	return probe.Exec(ctx, execRunner{w: w}, cmd, timeout)
 }
 

@@ -39,6 +39,7 @@ func replay(ctx context.Context, js jetstream.JetStream, stream, filter string, 
 	cfg := jetstream.OrderedConsumerConfig{
 		DeliverPolicy: jetstream.DeliverByStartTimePolicy,
 		OptStartTime:  &start,
+		NamePrefix:    bus.OrderedName("statussync-replay"),
 	}
 	if filter != "" {
 		// The stream's last message may be one the filter leaves out (a

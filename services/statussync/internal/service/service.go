@@ -30,9 +30,9 @@ import (
 
 // Durable consumer names (docs/bus.md, cross-stage agreement 5).
 const (
-	DurablePodUpdates = "statussync"
-	DurablePodStatus  = "statussync-status"
-	DurableProbes     = "statussync-probes"
+	DurablePodUpdates = bus.DurableStatussyncPodUpdates
+	DurablePodStatus  = bus.DurableStatussyncPodStatus
+	DurableProbes     = bus.DurableStatussyncProbes
 )
 
 // Config holds the statussync keys.

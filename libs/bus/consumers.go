@@ -1,0 +1,88 @@
+package bus
+
+import (
+	"fmt"
+
+	"github.com/nats-io/nuid"
+)
+
+// Durable consumer names. Every one starts with its stage's name, and a
+// stage identity may create, read, delete and acknowledge its own alone
+// (StageStreams, docs/bus.md's permission table).
+const (
+	DurableProberPodUpdates     = "prober"
+	DurableProberPodStatus      = "prober-status"
+	DurableStatussyncPodUpdates = "statussync"
+	DurableStatussyncPodStatus  = "statussync-status"
+	DurableStatussyncProbes     = "statussync-probes"
+)
+
+// DurablePodworkersProbes is the durable consumer of partition p's probe
+// results, shared by the pod worker replicas (the owner of p reads it).
+func DurablePodworkersProbes(p int) string { return fmt.Sprintf("podworkers-probes-p%d", p) }
+
+// OrderedName is the name prefix of an ordered consumer: the reader's name
+// (its stage's name first) and a random part, to which nats.go appends
+// _<serial>. The server's consumer list then shows whose it is, and no
+// other stage can guess it (a stage may not list consumers).
+func OrderedName(reader string) string { return reader + "-" + nuid.Next() }
+
+// StreamUse is what a stage reads of one stream, and so the JetStream API
+// its identity may use there.
+type StreamUse struct {
+	// Stream is the stream's name.
+	Stream string
+	// Durables are the stage's durable consumers on the stream.
+	Durables []string
+	// Ordered: the stage also reads the stream with ordered consumers,
+	// whose names nats.go makes (OrderedName, or a hash for a key-value
+	// watch). NATS permissions match whole subject tokens only, so these
+	// take any name but the other stages' durables.
+	Ordered bool
+	// Push: one of them is a push consumer (a key-value watch), which
+	// answers the server's flow control.
+	Push bool
+	// Gets: the stage reads single messages (the last of a subject, a key,
+	// or a message one of its durables terminated, which Consume fetches
+	// again to recover what it carried).
+	Gets bool
+}
+
+// StageStreams lists what a stage reads, stream by stream, on a node of the
+// given partition count (the pod workers have a durable per partition).
+func StageStreams(stage, node string, partitions int) []StreamUse {
+	name := func(what string) string { return StreamName(node, what) }
+	switch stage {
+	case StagePodworkers:
+		probes := make([]string, partitions)
+		for p := range probes {
+			probes[p] = DurablePodworkersProbes(p)
+		}
+		return []StreamUse{
+			// a partition's pod updates and runtime status, replayed on
+			// taking it over, then followed.
+			{Stream: name(StreamPodUpdates), Ordered: true, Gets: true},
+			{Stream: name(StreamPodStatus), Ordered: true, Gets: true},
+			{Stream: name(StreamProbes), Durables: probes, Gets: true},
+			{Stream: name(StreamState), Ordered: true},
+			// the partition leases.
+			{Stream: "KV_" + LeaseBucket(node), Ordered: true, Push: true, Gets: true},
+		}
+	case StageProber:
+		return []StreamUse{
+			{Stream: name(StreamPodUpdates), Durables: []string{DurableProberPodUpdates}, Gets: true},
+			{Stream: name(StreamPodStatus), Durables: []string{DurableProberPodStatus}, Gets: true},
+		}
+	case StageStatussync:
+		// each durable resumes after a replay of the last minutes.
+		return []StreamUse{
+			{Stream: name(StreamPodUpdates), Durables: []string{DurableStatussyncPodUpdates}, Ordered: true, Gets: true},
+			{Stream: name(StreamPodStatus), Durables: []string{DurableStatussyncPodStatus}, Ordered: true, Gets: true},
+			{Stream: name(StreamProbes), Durables: []string{DurableStatussyncProbes}, Ordered: true, Gets: true},
+		}
+	case StageNodehb:
+		return []StreamUse{{Stream: name(StreamState), Ordered: true}}
+	}
+	// podconfig publishes only.
+	return nil
+}
