@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // needRoot: only a root runtime switches users. Under -short the test is
@@ -28,23 +29,6 @@ func needRoot(t *testing.T) {
 	}
 }
 
-// openWay makes dir's ancestors up to the temporary directory searchable
-// by every user (the test's own directories are 0700), as the way to a
-// node's state directory is on a host.
-func openWay(t *testing.T, dir string) {
-	t.Helper()
-	tmp := filepath.Clean(os.TempDir())
-	for d := filepath.Dir(dir); strings.HasPrefix(d, tmp+"/"); d = filepath.Dir(d) {
-		fi, err := os.Stat(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(d, fi.Mode().Perm()|0o011); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // testRange is a small range of pod uids for a test.
 var testRange = UserRange{First: DefaultUserRange.First + 4096, Count: 64}
 
@@ -54,7 +38,7 @@ func podUsersRuntime(t *testing.T, opts ...Option) *testRuntime {
 	t.Helper()
 	needRoot(t)
 	root := filepath.Join(t.TempDir(), "root")
-	openWay(t, root)
+	testenv.OpenWay(t, root)
 	opts = append([]Option{WithRootDir(root), WithPodUsers(testRange, filepath.Join(t.TempDir(), "uids"))}, opts...)
 	return newRuntime(t, opts...)
 }
@@ -68,7 +52,7 @@ func agentFiles(t *testing.T) (dir string, files []string) {
 	if err := os.Mkdir(dir, 0o711); err != nil {
 		t.Fatal(err)
 	}
-	openWay(t, dir)
+	testenv.OpenWay(t, dir)
 	for name, data := range map[string]string{"kubeconfig": "token: s3cret-kubeconfig", "nats.nk": "SUAs3cret-seed"} {
 		f := filepath.Join(dir, name)
 		if err := os.WriteFile(f, []byte(data), 0o600); err != nil {
@@ -244,7 +228,7 @@ func TestPlantedLinksAreNotFollowed(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(victims, "etc"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	openWay(t, victims)
+	testenv.OpenWay(t, victims)
 	victim := func(name string) string { return filepath.Join(victims, name) }
 	for _, name := range []string{"log", "term", "read"} {
 		if err := os.WriteFile(victim(name), []byte("precious "+name+"\n"), 0o644); err != nil {

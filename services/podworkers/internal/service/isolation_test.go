@@ -16,6 +16,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/config"
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // Pods of the process runtime, with podworkers as root, are kept apart:
@@ -36,7 +37,7 @@ func TestProcessPodsAreIsolated(t *testing.T) {
 	admin := controlPlane(t).Clientset()
 	_, secret, account := volumeObjects(t, admin, e.node)
 	rootDir := t.TempDir()
-	openWay(t, rootDir)
+	testenv.OpenWay(t, rootDir)
 	t.Cleanup(func() { unmountUnder(rootDir) })
 	e.replicaCS = nodeClientset(t, e.node)
 	r := e.startReplica(t, config.RuntimeProcess, func(c *Config) { c.RootDir = rootDir })

@@ -190,24 +190,6 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 	}
 }
 
-// openWay makes dir's ancestors up to the temporary directory searchable
-// by every user (a test's directories are 0700), as the way to a node's
-// data directory is on a host: pods running as users of their own reach
-// their directories under it.
-func openWay(t *testing.T, dir string) {
-	t.Helper()
-	tmp := filepath.Clean(os.TempDir())
-	for d := filepath.Dir(dir); strings.HasPrefix(d, tmp+"/"); d = filepath.Dir(d) {
-		fi, err := os.Stat(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(d, fi.Mode().Perm()|0o011); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 func defaults(t *testing.T) *Config {
 	cfg := &Config{}
 	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
@@ -244,7 +226,7 @@ func (e *env) startReplicaRuntime(t *testing.T, runtimeName string, mod func(*Co
 	}
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	dataDir := t.TempDir()
-	openWay(t, dataDir)
+	testenv.OpenWay(t, dataDir)
 	common := &config.Common{NodeName: e.node, Partitions: partitions, Runtime: runtimeName, DataDir: dataDir, CRIEndpoint: criEndpoint,
 		NATSURL: e.nats.URL, NATSReplicas: max(e.natsReplicas, 1)}
 	conn, err := messaging.Connect(messaging.Options{URL: e.nats.URL, Node: e.node, Name: "podworkers-test", Log: log, Replicas: e.natsReplicas})

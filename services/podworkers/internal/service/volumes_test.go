@@ -19,6 +19,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/config"
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // nodeClientset is a clientset with the node's identity (system:node:<node>
@@ -140,12 +141,12 @@ func runVolumePod(t *testing.T, e *env, rt, root string) {
 	admin := controlPlane(t).Clientset()
 	cm, secret, account := volumeObjects(t, admin, e.node)
 	rootDir := t.TempDir()
-	openWay(t, rootDir)
+	testenv.OpenWay(t, rootDir)
 	// (runs before TempDir's removal) a test that stops half-way leaves
 	// its tmpfs mounts behind.
 	t.Cleanup(func() { unmountUnder(rootDir) })
 	hostDir := filepath.Join(t.TempDir(), "host")
-	openWay(t, hostDir)
+	testenv.OpenWay(t, hostDir)
 	if err := os.MkdirAll(hostDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
