@@ -102,12 +102,13 @@ endif
 
 # make fuzz: every decoder of outside input, FUZZTIME executions each
 # (part of make test): bus messages, static pod files and manifest URLs,
-# the --config YAML, the kubelet API's logs and exec queries; and
+# the --config YAML, the kubelet API's logs and exec queries, CRI log
+# lines (a container writes its log file); and
 # statussync's status patch, built directly, against the reflective
 # two-way merge.
 FUZZ_TARGETS := FuzzDecode:./libs/bus FuzzDecode:./services/podconfig/internal/manifest \
 	FuzzLoad:./libs/config FuzzQueries:./services/nodehb/internal/kubeletapi FuzzRead:./libs/recording \
-	FuzzStatusPatch:./services/statussync/internal/apistatus
+	FuzzStatusPatch:./services/statussync/internal/apistatus FuzzParse:./libs/runtime/crilog
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 		echo "$(GO) test -run '^$$' -fuzz '^$${t%%:*}$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) $${t#*:}"; \
