@@ -1,6 +1,7 @@
 // Package runtime is the container runtime behind the pod workers: one
-// interface, two implementations (sim: simulated containers that run
-// nothing; process: each container a local child process).
+// interface, three implementations (sim: simulated containers that run
+// nothing; process: each container a local child process; cri: containers
+// of a CRI runtime, containerd).
 //
 // The pod workers drive it container by container, as the kubelet's
 // kuberuntime manager drives CRI: start, stop, inspect, clean up. Container
@@ -34,7 +35,6 @@ package runtime
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -368,20 +368,10 @@ func ContainerHash(c *corev1.Container) uint64 {
 	return h.Sum64()
 }
 
-// specHashV1 is the hash earlier versions stamped on instances: the whole
-// container spec. An instance that carries it is taken as matching while
-// the spec is unchanged, so that an upgrade restarts nothing.
-func specHashV1(c *corev1.Container) uint64 {
-	data, _ := json.Marshal(c)
-	h := fnv.New64a()
-	_, _ = h.Write(data)
-	return h.Sum64()
-}
-
 // MatchesHash says whether an instance stamped with hash (0: unknown,
 // taken as matching) was started from a definition c still matches.
 func MatchesHash(hash uint64, c *corev1.Container) bool {
-	return hash == 0 || hash == ContainerHash(c) || hash == specHashV1(c)
+	return hash == 0 || hash == ContainerHash(c)
 }
 
 // Resizable is the part of a container's resources a running container is

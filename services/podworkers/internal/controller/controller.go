@@ -27,6 +27,7 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/kube"
@@ -583,7 +584,7 @@ func (c *Controller) cleanupWorkers() (map[types.UID]podworkers.WorkType, bool) 
 
 // orphanGrace is the grace of a runtime pod no source wants (kubelet: such
 // pods are killed with a one-second grace period override).
-var orphanGrace int64 = 1
+const orphanGrace int64 = 1
 
 // killRuntimeOrphans kills, through a worker of their own, the pods the
 // runtime holds on active partitions that no source wants and no worker
@@ -633,7 +634,7 @@ func (c *Controller) killRuntimeOrphans(states map[types.UID]podworkers.WorkType
 		pod.UID, pod.Namespace, pod.Name = ref.UID, ref.Namespace, ref.Name
 		c.log.Info("killing pod no source wants (found in the runtime)", podLog(pod)...)
 		c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateKill, Pod: pod, StartTime: time.Now(),
-			Kill: &podworkers.KillOptions{GracePeriodOverride: &orphanGrace}})
+			Kill: &podworkers.KillOptions{GracePeriodOverride: ptr.To(orphanGrace)}})
 	}
 }
 
@@ -673,10 +674,10 @@ func (c *Controller) Admitted() []*corev1.Pod {
 	return out
 }
 
-// HandoverGracePeriod bounds the grace of the pods of a process-local
+// handoverGracePeriod bounds the grace of the pods of a process-local
 // runtime stopped because their partition moves to another replica (they
 // start again there at once).
-var HandoverGracePeriod int64 = 2
+const handoverGracePeriod int64 = 2
 
 // ReleasePartition hands a partition over. The workers of its pods (and of
 // pods of it still terminating) stop where they are, without terminating
@@ -684,7 +685,7 @@ var HandoverGracePeriod int64 = 2
 // finishes any termination under way. A running pod's status as the
 // runtime holds it now goes to the sink, to be its last word from this
 // replica. Only with a process-local runtime are the pods stopped (with a
-// grace of at most HandoverGracePeriod), without being reported. It returns
+// grace of at most handoverGracePeriod), without being reported. It returns
 // once the workers have returned, or ctx ends.
 func (c *Controller) ReleasePartition(ctx context.Context, partition int) error {
 	c.handover.Lock()
@@ -758,12 +759,11 @@ func (c *Controller) stopPartition(ctx context.Context, partition int) error {
 	}
 	c.mu.Unlock()
 	var chans []chan struct{}
-	grace := HandoverGracePeriod
 	for _, p := range pods {
 		ch := make(chan struct{})
 		chans = append(chans, ch)
 		c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateKill, Pod: p, StartTime: time.Now(),
-			Kill: &podworkers.KillOptions{CompletedCh: ch, GracePeriodOverride: &grace}})
+			Kill: &podworkers.KillOptions{CompletedCh: ch, GracePeriodOverride: ptr.To(handoverGracePeriod)}})
 	}
 	for _, ch := range chans {
 		select {
