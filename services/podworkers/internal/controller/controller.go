@@ -485,13 +485,16 @@ func (c *Controller) HandleProbe(r *bus.ProbeResult) {
 // HandlePodCleanups is housekeeping: once every source is ready it forgets
 // finished workers of pods no longer desired, kills workers whose pod is
 // gone, reclaims forgotten pods from the runtime and restarts pods that were
-// created again under a UID that was terminating.
+// created again under a UID that was terminating, and drops stale crash-loop
+// back-offs.
 func (c *Controller) HandlePodCleanups() {
 	if states, ok := c.cleanupWorkers(); ok {
 		// runtime orphans are looked for on active partitions only, which
 		// a release makes inactive first: no need to hold the release up.
 		c.killRuntimeOrphans(states)
 	}
+	// crash-loop back-offs of deleted pods and replaced definitions.
+	c.syncer.GC()
 }
 
 // cleanupWorkers is the part of housekeeping that acts on the workers; it

@@ -115,7 +115,7 @@ func TestAdoptFromReportedStatus(t *testing.T) {
 		t.Fatalf("adoption replaced containers:\nbefore %v\nafter  %v", before, now)
 	}
 	// three restarts: the back-off has doubled twice from the base.
-	if got := sy2.backOff.Get(backOffKey(a, &a.Spec.Containers[1])); got != 4*time.Hour {
+	if got := sy2.backOff.Get(specBackOffKey(a, &a.Spec.Containers[1])); got != 4*time.Hour {
 		t.Fatalf("rebuilt back-off %v, want 4h", got)
 	}
 	st := sk2.get(a.UID)

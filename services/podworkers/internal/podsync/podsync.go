@@ -408,9 +408,23 @@ func latest(list []runtime.ContainerStatus) *runtime.ContainerStatus {
 	return &list[len(list)-1]
 }
 
-func backOffKey(pod *corev1.Pod, c *corev1.Container) string {
-	return string(pod.UID) + "/" + c.Name
+// backOffKey names the crash-loop back-off of one definition of a
+// container: the pod, the container's name and its hash (kubelet:
+// GetBackoffKey), so a changed container (a fixed image) starts at once
+// instead of waiting out the back-off of the one that crashed.
+func backOffKey(pod *corev1.Pod, name string, hash uint64) string {
+	return fmt.Sprintf("%s/%s/%s/%s/%x", pod.Namespace, pod.Name, pod.UID, name, hash)
 }
+
+// specBackOffKey is the back-off key of c as the pod's spec defines it now.
+func specBackOffKey(pod *corev1.Pod, c *corev1.Container) string {
+	return backOffKey(pod, c.Name, runtime.ContainerHash(c))
+}
+
+// GC drops the crash-loop back-offs not touched for twice their cap: those of
+// deleted pods and of replaced definitions (kubelet: crashLoopBackOff.GC in
+// HandlePodCleanups).
+func (s *Syncer) GC() { s.backOff.GC() }
 
 func isSidecar(c *corev1.Container) bool {
 	return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
@@ -439,7 +453,7 @@ func shouldRestart(policy corev1.RestartPolicy, exitCode int) bool {
 // doBackOff: the first restart is immediate, each further one waits the
 // doubled period counted from the last exit).
 func (s *Syncer) inBackOff(pod *corev1.Pod, c *corev1.Container, last *runtime.ContainerStatus) (bool, time.Duration) {
-	key := backOffKey(pod, c)
+	key := specBackOffKey(pod, c)
 	if s.backOff.IsInBackOffSince(key, last.FinishedAt) {
 		return true, s.backOff.Get(key) - time.Since(last.FinishedAt)
 	}
@@ -456,7 +470,7 @@ func (s *Syncer) start(ctx context.Context, pod *corev1.Pod, c *corev1.Container
 		// kubelet: only an exit counts towards the back-off (doBackOff
 		// looks at exited containers); a start cut short does not.
 		if prev.State == runtime.StateExited {
-			s.backOff.Next(backOffKey(pod, c), prev.FinishedAt)
+			s.backOff.Next(specBackOffKey(pod, c), prev.FinishedAt)
 		}
 	}
 	sctx, span := tracing.Start(ctx, "runtime StartContainer", trace.WithAttributes(attribute.String("k8s.container.name", c.Name), attribute.Int("splitlet.attempt", attempt)))
@@ -535,7 +549,13 @@ func (s *Syncer) adopt(pod *corev1.Pod) {
 		for _, inst := range byName[c.Name] {
 			s.recordID(pod.UID, inst.ID)
 		}
-		key := backOffKey(pod, c)
+		// the back-off belongs to the definition that ran: if the spec
+		// changed meanwhile, the new one starts without it.
+		hash := last.Hash
+		if hash == 0 {
+			hash = runtime.ContainerHash(c)
+		}
+		key := backOffKey(pod, c.Name, hash)
 		if last.Attempt == 0 || s.backOff.Get(key) != 0 {
 			continue
 		}
@@ -722,7 +742,7 @@ func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker
 					errs = append(errs, err)
 					continue
 				}
-				s.backOff.Reset(backOffKey(pod, c))
+				s.backOff.Reset(specBackOffKey(pod, c))
 				st, err := s.startContainer(ctx, pod, c, last.Attempt+1)
 				s.observeStart(ctx, pod, c, st, err)
 				s.startEvents(ctx, pod, c, st, err)
@@ -1106,7 +1126,7 @@ func (s *Syncer) containerStatus(pod *corev1.Pod, c *corev1.Container, list []ru
 				cs.LastTerminationState.Terminated = terminatedState(last)
 				cs.State.Waiting = &corev1.ContainerStateWaiting{
 					Reason:  ReasonCrashLoopBackOff,
-					Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", s.backOff.Get(backOffKey(pod, c)), c.Name, pod.Name, pod.Namespace, pod.UID),
+					Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", s.backOff.Get(specBackOffKey(pod, c)), c.Name, pod.Name, pod.Namespace, pod.UID),
 				}
 				break
 			}
