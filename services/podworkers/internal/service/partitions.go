@@ -571,7 +571,10 @@ func (r *Runner) serveExec(ctx context.Context, rt runtime.Runtime, pub *bus.Pub
 	if m.Reply == "" {
 		return
 	}
-	req, err := r.decodeExec(m)
+	req, err := decodeExec(m)
+	if err == nil {
+		err = r.heldAs(req.ContainerRef)
+	}
 	if err != nil {
 		_ = pub.Send(m.Reply, bus.KindExecResult, &bus.ExecResult{ExitCode: -1, Error: err.Error()})
 		return
@@ -579,16 +582,12 @@ func (r *Runner) serveExec(ctx context.Context, rt runtime.Runtime, pub *bus.Pub
 	r.answerExec(ctx, rt, pub, m.Reply, req)
 }
 
-func (r *Runner) decodeExec(m *nats.Msg) (*bus.ExecRequest, error) {
+func decodeExec(m *nats.Msg) (*bus.ExecRequest, error) {
 	e, err := bus.Decode(m.Data)
 	if err != nil {
 		return nil, err
 	}
-	req, err := bus.DecodeExecRequest(e)
-	if err != nil {
-		return nil, err
-	}
-	return req, r.heldAs(req.ContainerRef)
+	return bus.DecodeExecRequest(e)
 }
 
 // answerExec runs the request's command in its container and answers with

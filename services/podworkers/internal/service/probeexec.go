@@ -26,9 +26,12 @@ func (r *Runner) serveProbeExec(ctx context.Context, ctrl *controller.Controller
 	if m.Reply == "" {
 		return
 	}
-	req, err := r.decodeExec(m)
+	req, err := decodeExec(m)
 	if err == nil {
 		err = r.checkProbeExec(ctrl, req)
+	}
+	if err == nil {
+		err = r.heldAs(req.ContainerRef)
 	}
 	if err != nil {
 		_ = pub.Send(m.Reply, bus.KindExecResult, &bus.ExecResult{ExitCode: -1, Error: err.Error()})
