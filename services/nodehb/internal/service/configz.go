@@ -14,11 +14,11 @@ import (
 )
 
 // kubeletConfiguration states what nodehb knows of the node's settings in
-// the kubelet's KubeletConfiguration, for /configz: its own keys and the
-// common ones. Settings of other stages (the static pod directory, the
-// sync frequency, the cluster DNS keys, the CRI runtime's cgroup driver)
-// are left out rather than guessed; cgroupsPerQOS is false, as Splitlet
-// lays out no QoS cgroups.
+// the kubelet's KubeletConfiguration, for /configz: its own keys, the
+// common ones and the node's DNS keys (which it shares with the pod
+// workers). Settings of other stages (the static pod directory, the sync
+// frequency, the CRI runtime's cgroup driver) are left out rather than
+// guessed; cgroupsPerQOS is false, as Splitlet lays out no QoS cgroups.
 func (c *Config) kubeletConfiguration(common *config.Common, bind string, taints []corev1.Taint) (*kubeletv1beta1.KubeletConfiguration, error) {
 	eviction, err := thresholds(c.EvictionHard)
 	if err != nil {
@@ -51,6 +51,11 @@ func (c *Config) kubeletConfiguration(common *config.Common, bind string, taints
 		SystemReserved:            pairs(c.SystemReserved),
 		RegisterNode:              ptr.To(true),
 		RegisterWithTaints:        taints,
+		ClusterDomain:             c.DNS.ClusterDomain,
+		ResolverConfig:            ptr.To(c.DNS.ResolvConf),
+	}
+	for _, ip := range c.DNS.ClusterDNS {
+		kc.ClusterDNS = append(kc.ClusterDNS, ip.String())
 	}
 	if c.AuthzMode == AuthzAlwaysAllow {
 		kc.Authorization.Mode = kubeletv1beta1.KubeletAuthorizationModeAlwaysAllow

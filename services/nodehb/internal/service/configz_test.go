@@ -27,7 +27,8 @@ func TestConfigzThroughAPIServer(t *testing.T) {
 	testenv.SkipShort(t, "etcd and kube-apiserver")
 	addr := globalLoopbackAddress(t)
 	s := startStack(t, "configz-node", "--nodehb.address="+addr, "--nodehb.node-status-report-frequency=3m",
-		"--nodehb.lease-duration=25s", "--nodehb.eviction-hard=memory.available<200Mi", "--nodehb.kube-reserved=cpu=100m")
+		"--nodehb.lease-duration=25s", "--nodehb.eviction-hard=memory.available<200Mi", "--nodehb.kube-reserved=cpu=100m",
+		"--cluster-dns=10.96.0.10", "--cluster-domain=corp.example")
 	var raw []byte
 	eventually(t, 20*time.Second, "/configz through the API server's node proxy", func() error {
 		var err error
@@ -63,6 +64,9 @@ func TestConfigzThroughAPIServer(t *testing.T) {
 		{"maxPods", kc.MaxPods, int32((&config.Common{Runtime: config.RuntimeSim}).PodCapacity())},
 		{"evictionHard", fmt.Sprint(kc.EvictionHard), "map[memory.available:200Mi]"},
 		{"kubeReserved", fmt.Sprint(kc.KubeReserved), "map[cpu:100m]"},
+		{"clusterDNS", fmt.Sprint(kc.ClusterDNS), "[10.96.0.10]"},
+		{"clusterDomain", kc.ClusterDomain, "corp.example"},
+		{"resolvConf", fmt.Sprint(kc.ResolverConfig != nil && *kc.ResolverConfig == "/etc/resolv.conf"), "true"},
 		{"staticPodPath (podconfig's, unknown to nodehb)", kc.StaticPodPath, ""},
 	} {
 		if fmt.Sprint(c.got) != fmt.Sprint(c.want) {
