@@ -110,3 +110,24 @@ func TestDNSKeysRejectBadValues(t *testing.T) {
 		})
 	}
 }
+
+// Two stages in one process register the DNS keys in one flag set: one
+// definition, and each value reaches both (a second registration would
+// otherwise panic, or leave one stage at the defaults).
+func TestDNSKeysShared(t *testing.T) {
+	fs, first := dnsFlags()
+	second := &config.DNS{}
+	second.RegisterFlags(fs)
+	if first.ClusterDomain != "cluster.local" || second.ClusterDomain != "cluster.local" || second.ResolvConf != "/etc/resolv.conf" {
+		t.Errorf("defaults: %+v, %+v", first, second)
+	}
+	args := []string{"--cluster-dns=10.96.0.10", "--cluster-domain=corp.example"}
+	if err := config.Load(fs, args, env(map[string]string{"SPLITLET_RESOLV_CONF": "/run/resolv.conf"})); err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range []*config.DNS{first, second} {
+		if !slices.Equal(ips(d.ClusterDNS), []string{"10.96.0.10"}) || d.ClusterDomain != "corp.example" || d.ResolvConf != "/run/resolv.conf" {
+			t.Errorf("stage %d: %+v", i, d)
+		}
+	}
+}

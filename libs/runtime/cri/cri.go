@@ -57,18 +57,20 @@ const (
 type Option func(*options)
 
 type options struct {
-	endpoint       string
-	logRoot        string
-	hostIP         string
-	log            *zap.Logger
-	poll           time.Duration
-	connTimeout    time.Duration
-	imageBackOff   time.Duration
-	imageBackOffMx time.Duration
-	security       security
-	cgroupParent   string
-	node           string
-	clusterDomain  *string
+	endpoint string
+	logRoot  string
+	// containerLogDir holds a link to each started container's log.
+	containerLogDir string
+	hostIP          string
+	log             *zap.Logger
+	poll            time.Duration
+	connTimeout     time.Duration
+	imageBackOff    time.Duration
+	imageBackOffMx  time.Duration
+	security        security
+	cgroupParent    string
+	node            string
+	clusterDomain   *string
 }
 
 // WithNode names the node the runtime runs pods for: its sandboxes and
@@ -203,14 +205,15 @@ type instance struct {
 // relist loop.
 func New(ctx context.Context, opts ...Option) (*Runtime, error) {
 	o := options{
-		endpoint:       DefaultEndpoint,
-		logRoot:        DefaultLogRoot,
-		hostIP:         "127.0.0.1",
-		poll:           time.Second,
-		connTimeout:    2 * time.Minute,
-		imageBackOff:   10 * time.Second,
-		imageBackOffMx: 300 * time.Second,
-		security:       security{seccompRoot: DefaultSeccompProfileRoot},
+		endpoint:        DefaultEndpoint,
+		logRoot:         DefaultLogRoot,
+		containerLogDir: DefaultContainerLogDir,
+		hostIP:          "127.0.0.1",
+		poll:            time.Second,
+		connTimeout:     2 * time.Minute,
+		imageBackOff:    10 * time.Second,
+		imageBackOffMx:  300 * time.Second,
+		security:        security{seccompRoot: DefaultSeccompProfileRoot},
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -223,6 +226,9 @@ func New(ctx context.Context, opts ...Option) (*Runtime, error) {
 		return nil, fmt.Errorf("cri runtime: log root: %w", err)
 	}
 	o.logRoot = root
+	if o.containerLogDir, err = filepath.Abs(o.containerLogDir); err != nil {
+		return nil, fmt.Errorf("cri runtime: container log directory: %w", err)
+	}
 	if o.security.seccompRoot, err = filepath.Abs(o.security.seccompRoot); err != nil {
 		return nil, fmt.Errorf("cri runtime: seccomp profile root: %w", err)
 	}
@@ -476,6 +482,7 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 	if err != nil {
 		got = running
 	}
+	r.linkLog(p.Namespace, p.Name, c.Name, id, created.LogPath)
 	r.log.Debug("container started", append(logging.Pod(p.Namespace, p.Name, string(p.UID)),
 		zap.String("container", c.Name), zap.String("id", got.ID), zap.Int("attempt", attempt))...)
 	r.prune(ctx, p.UID, c.Name)
@@ -556,6 +563,7 @@ func (r *Runtime) prune(ctx context.Context, uid types.UID, name string) {
 	}
 	sortInstances(same)
 	drop := runtime.Excess(same, func(in *instance) *runtime.ContainerStatus { return &in.status })
+	namespace, podName := pd.namespace, pd.name
 	r.mu.Unlock()
 	for _, in := range drop {
 		if err := r.rs.RemoveContainer(ctx, in.id); err != nil && !isNotFound(err) {
@@ -565,6 +573,7 @@ func (r *Runtime) prune(ctx context.Context, uid types.UID, name string) {
 		if in.status.LogPath != "" {
 			_ = os.Remove(in.status.LogPath)
 		}
+		r.unlinkLog(namespace, podName, name, in.id)
 		r.forget(uid, in.id)
 	}
 }
@@ -734,6 +743,13 @@ func (r *Runtime) RemovePod(ctx context.Context, uid types.UID) error {
 		return fmt.Errorf("cri: remove pod %s: %w", uid, errors.Join(errs...))
 	}
 	dirs, _ := filepath.Glob(filepath.Join(r.opts.logRoot, "*_"+string(uid)))
+	r.mu.Lock()
+	var namespace, podName string
+	if pd := r.pods[uid]; pd != nil {
+		namespace, podName = pd.namespace, pd.name
+	}
+	r.mu.Unlock()
+	r.unlinkPodLogs(namespace, podName, dirs)
 	for _, d := range dirs {
 		if err := os.RemoveAll(d); err != nil {
 			errs = append(errs, err)

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -28,6 +29,9 @@ import (
 var (
 	containerd *testenv.Containerd
 	logRoot    string
+	// linkDir is the tests' container log directory (the host's
+	// /var/log/containers is left alone).
+	linkDir string
 )
 
 func TestMain(m *testing.M) {
@@ -48,6 +52,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	linkDir = filepath.Join(logRoot, "containers")
 	code := m.Run()
 	_ = os.RemoveAll(logRoot)
 	cd.Stop()
@@ -59,7 +64,7 @@ func newRuntime(t *testing.T, opts ...Option) *Runtime {
 	testenv.SkipShort(t, "containerd")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	opts = append([]Option{WithEndpoint(containerd.Endpoint), WithLogRoot(logRoot), WithPollInterval(200 * time.Millisecond)}, opts...)
+	opts = append([]Option{WithEndpoint(containerd.Endpoint), WithLogRoot(logRoot), WithContainerLogDir(linkDir), WithPollInterval(200 * time.Millisecond)}, opts...)
 	r, err := New(ctx, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +104,7 @@ func cleanupPod(t *testing.T, p *corev1.Pod) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		r, err := New(ctx, WithEndpoint(containerd.Endpoint), WithLogRoot(logRoot))
+		r, err := New(ctx, WithEndpoint(containerd.Endpoint), WithLogRoot(logRoot), WithContainerLogDir(linkDir))
 		if err != nil {
 			t.Errorf("cleanup: %v", err)
 			return

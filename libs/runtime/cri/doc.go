@@ -17,7 +17,11 @@
 // container is created from the image with command, args, env (package
 // containerenv; $(VAR) references expanded), working directory, CPU and
 // memory limits, and its log at <container>/<attempt>.log in the sandbox's
-// log directory, then started. Its labels and annotations are the
+// log directory, then started; once it runs, its log is linked from
+// /var/log/containers/<pod>_<namespace>_<container>-<id>.log
+// (WithContainerLogDir), as the kubelet links it for log shippers, and the
+// link goes when the container is removed (with an older instance or with
+// the pod). Its labels and annotations are the
 // kubelet's: io.kubernetes.pod.{uid,name,namespace} and
 // io.kubernetes.container.name as labels; io.kubernetes.container.hash
 // (runtime.ContainerHash), io.kubernetes.container.restartCount (the

@@ -54,8 +54,8 @@ type Attributes struct {
 
 // attributesFor maps a request to the attribute sets to check, in order;
 // any one allowed admits the request (kubelet: nodeAuthorizerAttributesGetter,
-// with fine-grained authz: /pods and /healthz first ask nodes/pods and
-// nodes/healthz, then nodes/proxy).
+// with fine-grained authz: /pods, /healthz and /configz first ask
+// nodes/pods, nodes/healthz and nodes/configz, then nodes/proxy).
 func attributesFor(node string, r *http.Request) []Attributes {
 	verb := ""
 	switch r.Method {
@@ -77,6 +77,8 @@ func attributesFor(node string, r *http.Request) []Attributes {
 		subs = append(subs, "pods")
 	case subpath(p, "/healthz"):
 		subs = append(subs, "healthz")
+	case subpath(p, "/configz"):
+		subs = append(subs, "configz")
 	}
 	switch {
 	case subpath(p, "/stats"):

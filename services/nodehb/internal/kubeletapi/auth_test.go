@@ -14,6 +14,7 @@ func TestAttributes(t *testing.T) {
 	}{
 		{"GET", "/pods", "get", []string{"pods", "proxy"}},
 		{"GET", "/healthz", "get", []string{"healthz", "proxy"}},
+		{"GET", "/configz", "get", []string{"configz", "proxy"}},
 		{"GET", "/stats/summary", "get", []string{"stats"}},
 		{"GET", "/metrics/resource", "get", []string{"metrics"}},
 		{"GET", "/logs/", "get", []string{"log"}},

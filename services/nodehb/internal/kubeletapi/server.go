@@ -1,6 +1,6 @@
 // Package kubeletapi serves the kubelet's HTTPS API (port 10250) for the
 // agent: /healthz, /pods, /containerLogs, /run, /exec, /attach,
-// /stats/summary and /metrics/resource, with the kubelet's webhook
+// /stats/summary, /metrics/resource and /configz, with the kubelet's webhook
 // authentication and authorization (answers cached in bounded LRUs, failed
 // authentications limited per source address). Logs, exec and stats are
 // answered by the pod workers over the bus (runtime.logs|exec|stats.<p>);
@@ -76,6 +76,9 @@ type Config struct {
 	Log    *zap.Logger
 	// RequestTimeout bounds exec and stats requests on the bus.
 	RequestTimeout time.Duration
+	// Configz is the node's KubeletConfiguration as /configz states it,
+	// under "kubeletconfig"; nil: /configz is not served.
+	Configz any
 	// Trace, if set, wraps the handler: a request that carries a trace
 	// context (an API server that traces, proxying logs or exec)
 	// continues it, down to the pod workers' runtime call.
@@ -257,6 +260,9 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("/attach/{namespace}/{pod}/{uid}/{container}", s.handleAttach)
 	s.mux.HandleFunc("GET /stats/summary", s.handleSummary)
 	s.mux.HandleFunc("GET /metrics/resource", s.handleResourceMetrics)
+	if s.cfg.Configz != nil {
+		s.mux.HandleFunc("GET /configz", s.handleConfigz)
+	}
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -278,6 +284,12 @@ func (s *Server) handlePods(w http.ResponseWriter, r *http.Request) {
 		pods = []corev1.Pod{}
 	}
 	writeJSON(w, &corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}, Items: pods})
+}
+
+// handleConfigz answers the node's configuration as the kubelet's /configz
+// does: {"kubeletconfig": <KubeletConfiguration>}.
+func (s *Server) handleConfigz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, map[string]any{"kubeletconfig": s.cfg.Configz})
 }
 
 // MirrorAnnotation on a mirror pod holds the static pod's UID, its identity

@@ -67,6 +67,9 @@ type Config struct {
 	AgentTimeout     time.Duration
 	AgentGrace       time.Duration
 	RequestTimeout   time.Duration
+	// DNS are the node's cluster DNS keys, shared with the pod workers,
+	// which apply them; nodehb states them in /configz.
+	DNS config.DNS
 }
 
 // RegisterFlags adds the nodehb keys ("nodehb.<key>") to fs.
@@ -99,6 +102,7 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.AgentTimeout, "nodehb.agent-ready-timeout", 40*time.Second, "silence of the pod workers' readiness heartbeat after which the Node is NotReady")
 	fs.DurationVar(&c.AgentGrace, "nodehb.agent-not-ready-grace", readiness.DefaultGrace, "once the agent was ready, how long it may report not ready (a pod worker restarting, partitions handed over) before the Node is NotReady; 0: at once")
 	fs.DurationVar(&c.RequestTimeout, "nodehb.runtime-request-timeout", 10*time.Second, "timeout of exec and stats requests to the pod workers")
+	c.DNS.RegisterFlags(fs)
 }
 
 // desired checks the keys and builds the Node the agent describes. Every
@@ -251,8 +255,10 @@ func (c *Config) Validate() error {
 	if _, err := c.desired(common, nodestatus.SystemInfo("", config.RuntimeSim, "")); err != nil {
 		return err
 	}
-	_, err := c.clientCAs()
-	return err
+	if _, err := c.clientCAs(); err != nil {
+		return err
+	}
+	return c.DNS.Validate()
 }
 
 // heartbeatTimeout bounds each request of the heartbeat client (kubelet:

@@ -144,6 +144,11 @@ func Build(cfg *Config, common *config.Common, log *zap.Logger, clients Clients,
 	if bind == "" {
 		bind = cfg.Address
 	}
+	configz, err := cfg.kubeletConfiguration(common, bind, desired.Taints)
+	if err != nil {
+		stopEvents()
+		return nil, err
+	}
 	r.API, err = kubeletapi.New(kubeletapi.Config{
 		Node:           common.NodeName,
 		Addr:           net.JoinHostPort(bind, strconv.Itoa(cfg.Port)),
@@ -161,6 +166,7 @@ func Build(cfg *Config, common *config.Common, log *zap.Logger, clients Clients,
 		Bus:            bus.NewPublisher(nc, js, common.NodeName, "nodehb", common.BusEncodingOption()),
 		Log:            log.Named("api"),
 		RequestTimeout: cfg.RequestTimeout,
+		Configz:        configz,
 		Trace:          tp.Handler,
 	})
 	if err != nil {

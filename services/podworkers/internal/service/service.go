@@ -84,7 +84,7 @@ type Config struct {
 	SeccompDefault       bool
 	AllowedUnsafeSysctls []string
 	// DNS are the node's cluster DNS keys (cluster-dns, cluster-domain,
-	// resolv-conf), which only the pod workers use.
+	// resolv-conf), which the pod workers apply (shared with nodehb).
 	DNS config.DNS
 }
 
