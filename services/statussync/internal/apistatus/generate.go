@@ -400,8 +400,22 @@ func applyProbes(pod *corev1.Pod, s *corev1.PodStatus, probes Probes) {
 // Phase is the kubelet's getPhase over init and app containers and the
 // restart policy (without the ContainerRestartRules feature).
 func Phase(pod *corev1.Pod, statuses []corev1.ContainerStatus, podIsTerminal, podHasInitialized, static bool) corev1.PodPhase {
-	spec := &pod.Spec
-	pendingInit, pendingSidecars, failedInit := 0, 0, 0
+	var n phaseCounts
+	n.countInit(&pod.Spec, statuses)
+	n.countSidecars(&pod.Spec, statuses)
+	n.countContainers(&pod.Spec, statuses)
+	return n.phase(pod.Spec.RestartPolicy, podIsTerminal, podHasInitialized, static)
+}
+
+// phaseCounts tallies a pod's containers by state, as the phase needs them.
+type phaseCounts struct {
+	pendingInit, pendingSidecars, failedInit      int
+	unknown, running, waiting, stopped, succeeded int
+}
+
+// countInit tallies the regular init containers: pending until they exit,
+// failed when the last exit was non-zero.
+func (n *phaseCounts) countInit(spec *corev1.PodSpec, statuses []corev1.ContainerStatus) {
 	for i := range spec.InitContainers {
 		c := &spec.InitContainers[i]
 		if restartableInit(c) {
@@ -409,27 +423,27 @@ func Phase(pod *corev1.Pod, statuses []corev1.ContainerStatus, podIsTerminal, po
 		}
 		st := findStatus(statuses, c.Name)
 		switch {
-		case st == nil:
-			pendingInit++
-		case st.State.Running != nil:
-			pendingInit++
+		case st == nil, st.State.Running != nil:
+			n.pendingInit++
 		case st.State.Terminated != nil:
 			if st.State.Terminated.ExitCode != 0 {
-				failedInit++
+				n.failedInit++
 			}
 		case st.State.Waiting != nil:
-			if t := st.LastTerminationState.Terminated; t != nil {
-				if t.ExitCode != 0 {
-					failedInit++
-				}
-			} else {
-				pendingInit++
+			if t := st.LastTerminationState.Terminated; t == nil {
+				n.pendingInit++
+			} else if t.ExitCode != 0 {
+				n.failedInit++
 			}
 		default:
-			pendingInit++
+			n.pendingInit++
 		}
 	}
-	unknown, running, waiting, stopped, succeeded := 0, 0, 0, 0, 0
+}
+
+// countSidecars tallies the restartable init containers: pending until
+// started; a stopped sidecar does not count towards the phase.
+func (n *phaseCounts) countSidecars(spec *corev1.PodSpec, statuses []corev1.ContainerStatus) {
 	for i := range spec.InitContainers {
 		c := &spec.InitContainers[i]
 		if !restartableInit(c) {
@@ -438,78 +452,89 @@ func Phase(pod *corev1.Pod, statuses []corev1.ContainerStatus, podIsTerminal, po
 		st := findStatus(statuses, c.Name)
 		switch {
 		case st == nil:
-			unknown++
+			n.unknown++
 		case st.State.Running != nil:
 			if st.Started == nil || !*st.Started {
-				pendingSidecars++
+				n.pendingSidecars++
 			}
-			running++
+			n.running++
 		case st.State.Terminated != nil:
-			// A stopped sidecar does not count towards the phase.
 		case st.State.Waiting != nil:
 			if st.LastTerminationState.Terminated == nil {
-				pendingSidecars++
-				waiting++
+				n.pendingSidecars++
+				n.waiting++
 			}
 		default:
-			pendingSidecars++
-			unknown++
+			n.pendingSidecars++
+			n.unknown++
 		}
 	}
+}
+
+// countContainers tallies the regular containers.
+func (n *phaseCounts) countContainers(spec *corev1.PodSpec, statuses []corev1.ContainerStatus) {
 	for i := range spec.Containers {
 		st := findStatus(statuses, spec.Containers[i].Name)
 		switch {
 		case st == nil:
-			unknown++
+			n.unknown++
 		case st.State.Running != nil:
-			running++
+			n.running++
 		case st.State.Terminated != nil:
-			stopped++
+			n.stopped++
 			if st.State.Terminated.ExitCode == 0 {
-				succeeded++
+				n.succeeded++
 			}
 		case st.State.Waiting != nil:
 			if st.LastTerminationState.Terminated != nil {
-				stopped++
+				n.stopped++
 			} else {
-				waiting++
+				n.waiting++
 			}
 		default:
-			unknown++
+			n.unknown++
 		}
 	}
-	if failedInit > 0 && spec.RestartPolicy == corev1.RestartPolicyNever {
+}
+
+// phase decides from the tallies.
+func (n *phaseCounts) phase(policy corev1.RestartPolicy, podIsTerminal, podHasInitialized, static bool) corev1.PodPhase {
+	if n.failedInit > 0 && policy == corev1.RestartPolicyNever {
 		return corev1.PodFailed
 	}
 	switch {
-	case pendingInit > 0 || (pendingSidecars > 0 && !podHasInitialized):
+	case n.pendingInit > 0 || (n.pendingSidecars > 0 && !podHasInitialized):
 		return corev1.PodPending
-	case waiting > 0:
+	case n.waiting > 0:
 		return corev1.PodPending
-	case running > 0 && unknown == 0:
+	case n.running > 0 && n.unknown == 0:
 		return corev1.PodRunning
-	case running == 0 && stopped > 0 && unknown == 0:
-		// A terminal pod's containers do not restart whatever the policy
-		// (kubelet: not for static pods, #116484).
-		if podIsTerminal && !static {
-			if stopped == succeeded {
-				return corev1.PodSucceeded
-			}
-			return corev1.PodFailed
-		}
-		if spec.RestartPolicy == corev1.RestartPolicyAlways {
-			return corev1.PodRunning
-		}
-		if stopped == succeeded {
-			return corev1.PodSucceeded
-		}
-		if spec.RestartPolicy == corev1.RestartPolicyNever {
-			return corev1.PodFailed
-		}
-		return corev1.PodRunning
+	case n.running == 0 && n.stopped > 0 && n.unknown == 0:
+		return n.stoppedPhase(policy, podIsTerminal, static)
 	default:
 		return corev1.PodPending
 	}
+}
+
+// stoppedPhase is the phase of a pod none of whose containers runs.
+func (n *phaseCounts) stoppedPhase(policy corev1.RestartPolicy, podIsTerminal, static bool) corev1.PodPhase {
+	// A terminal pod's containers do not restart whatever the policy
+	// (the kubelet: not for static pods).
+	if podIsTerminal && !static {
+		if n.stopped == n.succeeded {
+			return corev1.PodSucceeded
+		}
+		return corev1.PodFailed
+	}
+	switch {
+	case policy == corev1.RestartPolicyAlways:
+		return corev1.PodRunning
+	case n.stopped == n.succeeded:
+		return corev1.PodSucceeded
+	case policy == corev1.RestartPolicyNever:
+		return corev1.PodFailed
+	}
+	return corev1.PodRunning
 }
 
 func readyToStartCondition(pod *corev1.Pod, rs *bus.PodRuntimeStatus) corev1.PodCondition {
