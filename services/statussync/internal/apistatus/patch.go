@@ -388,14 +388,7 @@ func mergeList[E comparable](b *patchBuilder, key, mergeKey string, old, next []
 			elems[i] = members(b, &next[i])
 		}
 		at := b.mark()
-		b.arena = append(b.arena, '[')
-		for i, ms := range elems {
-			if i > 0 {
-				b.arena = append(b.arena, ',')
-			}
-			b.arena = appendObject(b.arena, ms)
-		}
-		b.arena = append(b.arena, ']')
+		b.arena = appendArray(b.arena, len(elems), func(dst []byte, i int) []byte { return appendObject(dst, elems[i]) })
 		b.set(key, b.val(at))
 		return
 	case slices.Equal(old, next):
@@ -407,6 +400,31 @@ func mergeList[E comparable](b *patchBuilder, key, mergeKey string, old, next []
 		b.failed = true
 		return
 	}
+	patch := changedElements(b, mergeKey, old, next, keyOf, members)
+	patch = deletedElements(b, mergeKey, old, next, keyOf, patch)
+	if len(patch) > 0 {
+		at := b.mark()
+		b.arena = appendArray(b.arena, len(patch), func(dst []byte, i int) []byte { return append(dst, patch[i]...) })
+		b.set(key, b.val(at))
+	}
+	if len(patch) > 0 || !sameKeyOrder(old, next, keyOf) {
+		at := b.mark()
+		b.arena = appendArray(b.arena, len(next), func(dst []byte, i int) []byte {
+			dst = append(dst, '{')
+			dst = appendString(dst, mergeKey)
+			dst = append(dst, ':')
+			dst = appendString(dst, keyOf(&next[i]))
+			return append(dst, '}')
+		})
+		b.set("$setElementOrder/"+key, b.val(at))
+	}
+}
+
+// changedElements is the patch of each element of next that is new (the
+// whole element) or differs from the one of old with its key (the changed
+// members and the merge key).
+func changedElements[E comparable](b *patchBuilder, mergeKey string, old, next []E,
+	keyOf func(*E) string, members func(*patchBuilder, *E) []member) [][]byte {
 	var patch [][]byte
 	for i := range next {
 		k := keyOf(&next[i])
@@ -434,6 +452,12 @@ func mergeList[E comparable](b *patchBuilder, key, mergeKey string, old, next []
 		b.arena = appendObject(b.arena, diff)
 		patch = append(patch, b.val(at))
 	}
+	return patch
+}
+
+// deletedElements appends a $patch delete, in key order, for each element
+// of old that next no longer has.
+func deletedElements[E any](b *patchBuilder, mergeKey string, old, next []E, keyOf func(*E) string, patch [][]byte) [][]byte {
 	var removed []string
 	for i := range old {
 		k := keyOf(&old[i])
@@ -448,38 +472,32 @@ func mergeList[E comparable](b *patchBuilder, key, mergeKey string, old, next []
 		b.arena = appendObject(b.arena, ms)
 		patch = append(patch, b.val(at))
 	}
-	sameOrder := len(old) == len(next)
-	for i := 0; sameOrder && i < len(old); i++ {
-		sameOrder = keyOf(&old[i]) == keyOf(&next[i])
+	return patch
+}
+
+// sameKeyOrder: old and next hold the same keys in the same order.
+func sameKeyOrder[E any](old, next []E, keyOf func(*E) string) bool {
+	if len(old) != len(next) {
+		return false
 	}
-	if len(patch) > 0 {
-		at := b.mark()
-		b.arena = append(b.arena, '[')
-		for i, p := range patch {
-			if i > 0 {
-				b.arena = append(b.arena, ',')
-			}
-			b.arena = append(b.arena, p...)
+	for i := range old {
+		if keyOf(&old[i]) != keyOf(&next[i]) {
+			return false
 		}
-		b.arena = append(b.arena, ']')
-		b.set(key, b.val(at))
 	}
-	if len(patch) > 0 || !sameOrder {
-		at := b.mark()
-		b.arena = append(b.arena, '[')
-		for i := range next {
-			if i > 0 {
-				b.arena = append(b.arena, ',')
-			}
-			b.arena = append(b.arena, '{')
-			b.arena = appendString(b.arena, mergeKey)
-			b.arena = append(b.arena, ':')
-			b.arena = appendString(b.arena, keyOf(&next[i]))
-			b.arena = append(b.arena, '}')
+	return true
+}
+
+// appendArray appends a JSON array of n elements, each appended by elem.
+func appendArray(dst []byte, n int, elem func(dst []byte, i int) []byte) []byte {
+	dst = append(dst, '[')
+	for i := range n {
+		if i > 0 {
+			dst = append(dst, ',')
 		}
-		b.arena = append(b.arena, ']')
-		b.set("$setElementOrder/"+key, b.val(at))
+		dst = elem(dst, i)
 	}
+	return append(dst, ']')
 }
 
 func indexOfKey[E any](list []E, k string, keyOf func(*E) string) int {
