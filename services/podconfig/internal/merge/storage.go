@@ -234,112 +234,128 @@ func (s *Storage) snapshotLocked(source string, only map[int]bool) [][]*corev1.P
 func (s *Storage) Merge(u Update) Result {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-
 	wasSeen := s.seen[u.Source]
+	var ch changes
+	s.pods[u.Source] = s.applyOp(u, &ch)
+	res := Result{FirstSeen: !wasSeen && s.seen[u.Source]}
+	s.messages(u.Source, &res, &ch)
+	return res
+}
+
+// changes are the entries an update touched, by what happened to them.
+type changes struct {
+	adds, updates, deletes, shortened, removes, reconciles []*entry
+}
+
+// applyOp applies u to its source's pods and returns them.
+func (s *Storage) applyOp(u Update, ch *changes) map[types.UID]*entry {
 	pods := s.pods[u.Source]
 	if pods == nil {
 		pods = map[types.UID]*entry{}
 	}
-	var adds, updates, deletes, shortened, removes, reconciles []*entry
-
-	// apply merges reported pods into into, comparing with old (kubelet:
-	// updatePodsFunc); old and into may be the same map.
-	apply := func(reported []*corev1.Pod, old, into map[types.UID]*entry) {
-		for _, ref := range s.filterDuplicates(u.Source, reported) {
-			if ref.Annotations == nil {
-				ref.Annotations = map[string]string{}
-			}
-			// kubelet: the source annotation is set before any comparison.
-			ref.Annotations[AnnotationSource] = u.Source
-			if existing, ok := old[ref.UID]; ok {
-				into[ref.UID] = existing
-				var kind change
-				existing.pod, kind = checkAndUpdatePod(existing.pod, ref)
-				switch kind {
-				case changeUpdate:
-					updates = append(updates, existing)
-				case changeReconcile:
-					reconciles = append(reconciles, existing)
-				case changeGraceShortened:
-					shortened = append(shortened, existing)
-				case changeDelete:
-					deletes = append(deletes, existing)
-				}
-				continue
-			}
-			ref.Annotations[AnnotationSeen] = s.now().UTC().Format(time.RFC3339Nano)
-			e := &entry{pod: ref, part: s.Partition(ref.UID)}
-			into[ref.UID] = e
-			adds = append(adds, e)
-		}
-	}
-
 	switch u.Op {
 	case bus.OpAdd, bus.OpUpdate, bus.OpDelete:
-		apply(u.Pods, pods, pods)
+		s.apply(u.Source, u.Pods, pods, pods, ch)
 	case bus.OpRemove:
 		for _, p := range u.Pods {
 			if existing, ok := pods[p.UID]; ok {
 				delete(pods, p.UID)
-				removes = append(removes, existing)
+				ch.removes = append(ch.removes, existing)
 			}
 		}
 	case bus.OpSet:
 		s.seen[u.Source] = true
 		old := pods
 		pods = make(map[types.UID]*entry, len(u.Pods))
-		apply(u.Pods, old, pods)
+		s.apply(u.Source, u.Pods, old, pods, ch)
 		for uid, existing := range old {
 			if _, ok := pods[uid]; !ok {
-				removes = append(removes, existing)
+				ch.removes = append(ch.removes, existing)
 			}
 		}
-		sort.Slice(removes, func(i, j int) bool { return removes[i].pod.UID < removes[j].pod.UID })
+		sort.Slice(ch.removes, func(i, j int) bool { return ch.removes[i].pod.UID < ch.removes[j].pod.UID })
 	case OpSeen:
 		s.seen[u.Source] = true
 	}
-	s.pods[u.Source] = pods
+	return pods
+}
 
-	res := Result{FirstSeen: !wasSeen && s.seen[u.Source]}
-	emit := func(op bus.Op, es []*entry, ownerOnly bool) {
-		res.Messages = append(res.Messages, group(u.Source, op, es, s.partitions, ownerOnly)...)
+// apply merges reported pods into into, comparing with old (the kubelet's
+// updatePodsFunc); old and into may be the same map.
+func (s *Storage) apply(source string, reported []*corev1.Pod, old, into map[types.UID]*entry, ch *changes) {
+	for _, ref := range s.filterDuplicates(source, reported) {
+		if ref.Annotations == nil {
+			ref.Annotations = map[string]string{}
+		}
+		// the source annotation is set before any comparison, as the kubelet does.
+		ref.Annotations[AnnotationSource] = source
+		existing, ok := old[ref.UID]
+		if !ok {
+			ref.Annotations[AnnotationSeen] = s.now().UTC().Format(time.RFC3339Nano)
+			e := &entry{pod: ref, part: s.Partition(ref.UID)}
+			into[ref.UID] = e
+			ch.adds = append(ch.adds, e)
+			continue
+		}
+		into[ref.UID] = existing
+		var kind change
+		existing.pod, kind = checkAndUpdatePod(existing.pod, ref)
+		switch kind {
+		case changeUpdate:
+			ch.updates = append(ch.updates, existing)
+		case changeReconcile:
+			ch.reconciles = append(ch.reconciles, existing)
+		case changeGraceShortened:
+			ch.shortened = append(ch.shortened, existing)
+		case changeDelete:
+			ch.deletes = append(ch.deletes, existing)
+		}
 	}
-	setOf := func(changed ...[]*entry) {
-		only := map[int]bool{}
-		for _, es := range changed {
-			for _, e := range es {
-				only[e.part] = true
-			}
-		}
-		if res.FirstSeen {
-			only = nil // every partition, empty ones too
-		} else if len(only) == 0 {
-			return
-		}
-		for p, pods := range s.snapshotLocked(u.Source, only) {
-			if only == nil || only[p] {
-				res.Messages = append(res.Messages, Message{Source: u.Source, Op: bus.OpSet, Partition: p, Pods: nonNil(pods)})
-			}
-		}
+}
+
+// messages fills res with what the storage's mode publishes for ch.
+func (s *Storage) messages(source string, res *Result, ch *changes) {
+	emit := func(op bus.Op, es []*entry, ownerOnly bool) {
+		res.Messages = append(res.Messages, group(source, op, es, s.partitions, ownerOnly)...)
 	}
 	switch s.mode {
 	case Snapshot:
-		setOf(adds, updates, deletes, shortened, removes)
+		s.snapshotsOf(source, res, ch.adds, ch.updates, ch.deletes, ch.shortened, ch.removes)
 	case SnapshotAndUpdates:
-		setOf(adds, removes)
-		emit(bus.OpUpdate, updates, false)
-		emit(bus.OpDelete, append(deletes, shortened...), false)
+		s.snapshotsOf(source, res, ch.adds, ch.removes)
+		emit(bus.OpUpdate, ch.updates, false)
+		emit(bus.OpDelete, append(ch.deletes, ch.shortened...), false)
 	default:
-		// kubelet order: removes, adds, updates, deletes, (first-seen
-		// marker), reconciles.
-		emit(bus.OpRemove, removes, false)
-		emit(bus.OpAdd, adds, false)
-		emit(bus.OpUpdate, updates, false)
-		emit(bus.OpDelete, deletes, false)
-		emit(bus.OpDelete, shortened, true)
-		emit(bus.OpReconcile, reconciles, true)
+		// the kubelet's order: removes, adds, updates, deletes, (the
+		// first-seen marker), reconciles.
+		emit(bus.OpRemove, ch.removes, false)
+		emit(bus.OpAdd, ch.adds, false)
+		emit(bus.OpUpdate, ch.updates, false)
+		emit(bus.OpDelete, ch.deletes, false)
+		emit(bus.OpDelete, ch.shortened, true)
+		emit(bus.OpReconcile, ch.reconciles, true)
 	}
-	return res
+}
+
+// snapshotsOf appends a SET of each partition an entry of changed lives in
+// (of every partition, empty ones too, when the source is first seen).
+func (s *Storage) snapshotsOf(source string, res *Result, changed ...[]*entry) {
+	only := map[int]bool{}
+	for _, es := range changed {
+		for _, e := range es {
+			only[e.part] = true
+		}
+	}
+	if res.FirstSeen {
+		only = nil
+	} else if len(only) == 0 {
+		return
+	}
+	for p, pods := range s.snapshotLocked(source, only) {
+		if only == nil || only[p] {
+			res.Messages = append(res.Messages, Message{Source: source, Op: bus.OpSet, Partition: p, Pods: nonNil(pods)})
+		}
+	}
 }
 
 func nonNil(p []*corev1.Pod) []*corev1.Pod {
