@@ -237,155 +237,207 @@ func podCapacity(c faultCase) int {
 // runFaultCase runs one case on a fresh node and measures it.
 func runFaultCase(ctx context.Context, env *faultEnv, c faultCase, logf func(string, ...any)) (*faultResult, error) {
 	node := "faults-" + c.Name
-	res := &faultResult{Case: c.Name, Pods: c.Pods + c.Done}
+	r := &faultRun{env: env, c: c, node: node, label: node, logf: logf, res: &faultResult{Case: c.Name, Pods: c.Pods + c.Done}}
 	a, err := startAgent(env, node, agentOptions{runtime: c.Runtime, replicas: c.Replicas, criEndpoint: env.criEndpoint, natsServers: c.NATSServers, pods: podCapacity(c)})
 	if err != nil {
 		return nil, err
 	}
 	defer a.stop()
+	r.a = a
 	if err := waitUntil(ctx, 90*time.Second, "node "+node+" Ready", func() (bool, string) { return nodeIsReady(ctx, env.cs, node), "" }); err != nil {
 		return nil, err
 	}
 	nw := watchNode(env.cs, node)
 	defer nw.end()
-	label := node
 	errs := make(chan error, 1)
-	go func() { errs <- createPods(ctx, env.cs, c, node, label) }()
+	go func() { errs <- createPods(ctx, env.cs, c, node, r.label) }()
 	// the fault comes when about half the pods are Ready.
-	half := (c.Pods + c.Done) / 2
-	if err := waitUntil(ctx, 3*time.Minute, "half the pods settled", func() (bool, string) {
-		_, pods, err := snapshot(ctx, env.cs, label)
-		if err != nil {
-			return false, err.Error()
-		}
-		n := 0
-		for _, p := range pods {
-			if settledPod(p) {
-				n++
-			}
-		}
-		return n >= max(half, 1), fmt.Sprintf("%d settled", n)
-	}); err != nil {
+	if _, err := r.waitSettled(ctx, max((c.Pods+c.Done)/2, 1), "half the pods settled"); err != nil {
 		return nil, err
 	}
-	before, beforePods, err := snapshot(ctx, env.cs, label)
+	before, beforePods, err := snapshot(ctx, env.cs, r.label)
 	if err != nil {
 		return nil, err
 	}
-	// the pods whose pod worker the fault takes away, which must be
-	// reported again (by the restarted replica, or the survivors).
-	var expect map[string]bool
+	expect, err := r.concerned(ctx, beforePods)
+	if err != nil {
+		return nil, err
+	}
+	restartAt, err := r.inject(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := <-errs; err != nil {
+		return nil, err
+	}
+	r.waitReported(ctx, expect, restartAt)
+	after, pods, err := r.converge(ctx, restartAt)
+	if err != nil {
+		return nil, err
+	}
+	r.compare(before, after, pods)
+	r.res.NotReadySec = nw.end().Seconds()
+	r.res.Crashes = a.crashes()
+	if err := r.teardown(ctx); err != nil {
+		return nil, err
+	}
+	return r.res, nil
+}
+
+// faultRun is one fault case under way.
+type faultRun struct {
+	env         *faultEnv
+	c           faultCase
+	a           *agent
+	node, label string
+	logf        func(string, ...any)
+	res         *faultResult
+}
+
+// waitSettled waits until at least n of the case's pods are settled and
+// returns them.
+func (r *faultRun) waitSettled(ctx context.Context, n int, what string) (map[string]*corev1.Pod, error) {
+	var pods map[string]*corev1.Pod
+	err := waitUntil(ctx, 3*time.Minute, what, func() (bool, string) {
+		var err error
+		if _, pods, err = snapshot(ctx, r.env.cs, r.label); err != nil {
+			return false, err.Error()
+		}
+		settled := 0
+		for _, p := range pods {
+			if settledPod(p) {
+				settled++
+			}
+		}
+		return settled >= n, fmt.Sprintf("%d of %d settled", settled, n)
+	})
+	return pods, err
+}
+
+// concerned lists the pods whose pod worker the fault takes away, which
+// must be reported again (by the restarted replica, or the survivors); nil
+// when the fault takes none.
+func (r *faultRun) concerned(ctx context.Context, pods map[string]*corev1.Pod) (map[string]bool, error) {
 	switch {
-	case strings.HasPrefix(c.Kill, "podworkers"):
-		parts, err := ownedBy(ctx, a.natsURL, node, c.Kill)
+	case strings.HasPrefix(r.c.Kill, "podworkers"):
+		parts, err := ownedBy(ctx, r.a.natsURL, r.node, r.c.Kill)
 		if err != nil {
 			return nil, err
 		}
-		expect = map[string]bool{}
-		for _, p := range beforePods {
+		expect := map[string]bool{}
+		for _, p := range pods {
 			if parts[bus.Partition(string(p.UID), partitions)] {
 				expect[string(p.UID)] = true
 			}
 		}
-	case c.Kill == "nats-server":
-		expect = map[string]bool{}
-		for _, p := range beforePods {
+		return expect, nil
+	case r.c.Kill == "nats-server":
+		expect := map[string]bool{}
+		for _, p := range pods {
 			expect[string(p.UID)] = true
 		}
+		return expect, nil
 	}
-	restartAt := time.Now()
+	return nil, nil
+}
+
+// inject brings the case's fault and returns when what it killed was back
+// (when it began, for a fault with no outage).
+func (r *faultRun) inject(ctx context.Context) (time.Time, error) {
+	c := r.c
+	at := time.Now()
 	switch {
 	case c.Poison:
-		notes, err := poison(ctx, a, node)
+		notes, err := poison(ctx, r.a, r.node)
 		if err != nil {
-			return nil, err
+			return time.Time{}, err
 		}
-		res.Notes = append(res.Notes, notes...)
+		r.res.Notes = append(r.res.Notes, notes...)
 	case c.Kill == apiServer:
-		logf("%s: SIGKILL kube-apiserver", c.Name)
-		env.cp.KillAPIServer()
+		r.logf("%s: SIGKILL kube-apiserver", c.Name)
+		r.env.cp.KillAPIServer()
 		time.Sleep(c.Outage) // the outage itself
-		if err := env.cp.RestartAPIServer(ctx); err != nil {
-			return nil, err
+		if err := r.env.cp.RestartAPIServer(ctx); err != nil {
+			return time.Time{}, err
 		}
-		restartAt = time.Now()
+		at = time.Now()
 	case c.Kill != "":
-		p := a.procs[c.Kill]
+		p := r.a.procs[c.Kill]
 		if p == nil {
-			return nil, fmt.Errorf("no process %q", c.Kill)
+			return time.Time{}, fmt.Errorf("no process %q", c.Kill)
 		}
-		logf("%s: SIGKILL %s", c.Name, c.Kill)
+		r.logf("%s: SIGKILL %s", c.Name, c.Kill)
 		p.kill()
 		if c.Outage > 0 {
 			// the outage itself: the process stays down this long.
 			time.Sleep(c.Outage)
 			if err := p.start(); err != nil {
-				return nil, err
+				return time.Time{}, err
 			}
-			restartAt = time.Now()
+			at = time.Now()
 		}
 	}
-	if err := <-errs; err != nil {
-		return nil, err
+	return at, nil
+}
+
+// waitReported waits until every pod the fault concerned is reported
+// again on the bus (the API may still show what was there before it).
+func (r *faultRun) waitReported(ctx context.Context, expect map[string]bool, restartAt time.Time) {
+	if expect == nil {
+		return
 	}
-	if expect != nil {
-		// the API may still show what was there before the fault: first
-		// every pod the fault concerned is reported again on the bus.
-		since := restartAt
-		if c.Outage == 0 {
-			since = restartAt.Add(-time.Second)
-		}
-		if err := waitUntil(ctx, 3*time.Minute, "every pod of the lost pod worker reported again", func() (bool, string) {
-			seen, err := reportedSince(ctx, a.natsURL, node, since)
-			if err != nil {
-				return false, err.Error()
-			}
-			missing := 0
-			for uid := range expect {
-				if !seen[uid] {
-					missing++
-				}
-			}
-			return missing == 0, fmt.Sprintf("%d of %d not reported yet", missing, len(expect))
-		}); err != nil {
-			res.Notes = append(res.Notes, err.Error())
-		}
+	since := restartAt
+	if r.c.Outage == 0 {
+		since = restartAt.Add(-time.Second)
 	}
-	var pods map[string]*corev1.Pod
-	convergeErr := waitUntil(ctx, 3*time.Minute, "every pod settled after the fault", func() (bool, string) {
-		var err error
-		_, pods, err = snapshot(ctx, env.cs, label)
+	if err := waitUntil(ctx, 3*time.Minute, "every pod of the lost pod worker reported again", func() (bool, string) {
+		seen, err := reportedSince(ctx, r.a.natsURL, r.node, since)
 		if err != nil {
 			return false, err.Error()
 		}
-		n := 0
-		for _, p := range pods {
-			if settledPod(p) {
-				n++
+		missing := 0
+		for uid := range expect {
+			if !seen[uid] {
+				missing++
 			}
 		}
-		return n == c.Pods+c.Done, fmt.Sprintf("%d of %d settled", n, c.Pods+c.Done)
-	})
-	res.ConvergeSec = time.Since(restartAt).Seconds()
-	after, pods, err := snapshot(ctx, env.cs, label)
+		return missing == 0, fmt.Sprintf("%d of %d not reported yet", missing, len(expect))
+	}); err != nil {
+		r.res.Notes = append(r.res.Notes, err.Error())
+	}
+}
+
+// converge waits until every pod settles after the fault and counts the
+// settled and the lost.
+func (r *faultRun) converge(ctx context.Context, restartAt time.Time) (map[string]instance, map[string]*corev1.Pod, error) {
+	_, convergeErr := r.waitSettled(ctx, r.res.Pods, "every pod settled after the fault")
+	r.res.ConvergeSec = time.Since(restartAt).Seconds()
+	after, pods, err := snapshot(ctx, r.env.cs, r.label)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, p := range pods {
 		if settledPod(p) {
-			res.Ready++
+			r.res.Ready++
 		}
 	}
-	res.Lost = res.Pods - res.Ready
+	r.res.Lost = r.res.Pods - r.res.Ready
 	if convergeErr != nil {
-		res.Notes = append(res.Notes, convergeErr.Error())
+		r.res.Notes = append(r.res.Notes, convergeErr.Error())
 		for _, p := range pods {
 			if !settledPod(p) {
-				res.Notes = append(res.Notes, fmt.Sprintf("unsettled %s: %s %s %q %+v", p.Name, p.Status.Phase, p.Status.Reason, p.Status.Message, p.Status.ContainerStatuses))
+				r.res.Notes = append(r.res.Notes, fmt.Sprintf("unsettled %s: %s %s %q %+v", p.Name, p.Status.Phase, p.Status.Reason, p.Status.Message, p.Status.ContainerStatuses))
 				break
 			}
 		}
 	}
+	return after, pods, nil
+}
+
+// compare counts the containers the fault restarted (and those restarted
+// with no restart count to show it) and the terminal statuses rewritten.
+func (r *faultRun) compare(before, after map[string]instance, pods map[string]*corev1.Pod) {
+	res := r.res
 	for key, b := range before {
 		now, ok := after[key]
 		if !ok || b.id == "" {
@@ -405,14 +457,15 @@ func runFaultCase(ctx context.Context, env *faultEnv, c faultCase, logf func(str
 			res.Rewritten++
 		}
 	}
-	res.NotReadySec = nw.end().Seconds()
-	res.Crashes = a.crashes()
-	// the pods go; then nothing of theirs may be left.
-	if err := env.cs.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "faults=" + label}); err != nil {
-		return nil, err
+}
+
+// teardown deletes the case's pods; then nothing of theirs may be left.
+func (r *faultRun) teardown(ctx context.Context) error {
+	if err := r.env.cs.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "faults=" + r.label}); err != nil {
+		return err
 	}
 	if err := waitUntil(ctx, 2*time.Minute, "every pod gone", func() (bool, string) {
-		_, pods, err := snapshot(ctx, env.cs, label)
+		_, pods, err := snapshot(ctx, r.env.cs, r.label)
 		left := fmt.Sprint(len(pods), " left")
 		for _, p := range pods {
 			// the first one named, with what it shows, for a closer look
@@ -421,16 +474,16 @@ func runFaultCase(ctx context.Context, env *faultEnv, c faultCase, logf func(str
 		}
 		return err == nil && len(pods) == 0, left
 	}); err != nil {
-		res.Notes = append(res.Notes, err.Error())
+		r.res.Notes = append(r.res.Notes, err.Error())
 	}
-	if c.Runtime == "process" {
+	if r.c.Runtime == "process" {
 		// the sweep of a dead replica's process groups runs every 5 s.
 		_ = waitUntil(ctx, 15*time.Second, "no process of the pods left", func() (bool, string) {
-			res.Leaked = markedProcesses(node)
-			return res.Leaked == 0, fmt.Sprint(res.Leaked)
+			r.res.Leaked = markedProcesses(r.node)
+			return r.res.Leaked == 0, fmt.Sprint(r.res.Leaked)
 		})
 	}
-	return res, nil
+	return nil
 }
 
 func isDone(p *corev1.Pod) bool { return p != nil && p.Spec.RestartPolicy == corev1.RestartPolicyNever }
