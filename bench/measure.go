@@ -196,122 +196,178 @@ func runCase(ctx context.Context, env *benchEnv, a agent, node string, n, concur
 // measureCase starts the agent on the control plane behind cs and measures
 // it; the caller stops the returned run.
 func measureCase(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a agent, node string, n, concurrency int) (*result, *agentRun, error) {
+	run, err := startReady(ctx, cs, env, a, node)
+	if err != nil {
+		return nil, run, err
+	}
+	label := "bench-run=" + a.name
+	stopCh := make(chan struct{})
+	defer close(stopCh)
+	tr, err := trackPods(cs, label, stopCh)
+	if err != nil {
+		return nil, run, err
+	}
+	res := &result{Agent: a.name, Pods: n}
+	if err := measureCreate(ctx, cs, env, a, run, tr, node, n, concurrency, res); err != nil {
+		return nil, run, err
+	}
+	if err := measureDelete(ctx, cs, env, a, run, tr, label, n, res); err != nil {
+		return nil, run, err
+	}
+	peak, files, err := run.peakRSS()
+	if err != nil {
+		return nil, run, err
+	}
+	res.PeakRSSBytes, res.PeakRSSEach, res.FileRSSBytes, res.FileRSSEach = peak.total, peak.each, files.total, files.each
+	return res, run, nil
+}
+
+// startReady starts the agent (its Node made first when it registers
+// none) and waits for the node to be Ready.
+func startReady(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a agent, node string) (*agentRun, error) {
 	if !a.registersNode {
 		if err := createNode(ctx, cs, node); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
 	run, err := a.start(ctx, env, node)
 	if err != nil {
-		return nil, run, err
+		return run, err
 	}
 	if a.name != "ideal" {
 		if err := waitFor(ctx, 90*time.Second, run, "node "+node+" Ready", func() bool { return nodeReady(ctx, cs, node) }); err != nil {
-			return nil, run, fmt.Errorf("%w (logs in %s)", err, run.dir)
+			return run, fmt.Errorf("%w (logs in %s)", err, run.dir)
 		}
 	}
+	return run, nil
+}
 
-	label := "bench-run=" + a.name
+// trackPods watches the pods with label until stopCh closes, noting when
+// each became Ready and when each was gone.
+func trackPods(cs kubernetes.Interface, label string, stopCh chan struct{}) (*tracker, error) {
 	tr := &tracker{readyAt: map[string]time.Time{}, goneAt: map[string]time.Time{}}
 	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = label }))
 	inf := factory.Core().V1().Pods().Informer()
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: tr.observe, UpdateFunc: func(_, o any) { tr.observe(o) }, DeleteFunc: tr.deleted,
 	}); err != nil {
-		return nil, run, err
+		return nil, err
 	}
-	stopCh := make(chan struct{})
-	defer close(stopCh)
 	factory.Start(stopCh)
 	factory.WaitForCacheSync(stopCh)
+	return tr, nil
+}
 
+// profileCPU takes a CPU profile of the agent, named prefix, in the
+// background when profiles are asked for; the channel gives its outcome.
+func profileCPU(env *benchEnv, run *agentRun, prefix string) <-chan error {
+	done := make(chan error, 1)
+	if env.profileDir == "" || len(run.health) == 0 {
+		done <- nil
+		return done
+	}
+	go func() {
+		done <- run.saveProfile(env.profileDir, prefix, fmt.Sprintf("profile?seconds=%d", int(env.cpuProfile.Seconds())))
+	}()
+	return done
+}
+
+// measureCreate creates the n pods, waits for all of them Ready and fills
+// in the creation figures: latencies, bus traffic, API writes, the stages'
+// breakdown.
+func measureCreate(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a agent, run *agentRun, tr *tracker, node string, n, concurrency int, res *result) error {
 	before, err := writeCounts(ctx, cs)
 	if err != nil {
-		return nil, run, err
+		return err
 	}
 	created := make([]time.Time, n)
-	cpuProfiled := make(chan error, 1)
-	if env.profileDir != "" && len(run.health) > 0 {
-		go func() {
-			cpuProfiled <- run.saveProfile(env.profileDir, a.name, fmt.Sprintf("profile?seconds=%d", int(env.cpuProfile.Seconds())))
-		}()
-	} else {
-		cpuProfiled <- nil
-	}
+	cpuProfiled := profileCPU(env, run, a.name)
 	busAtStart, err := run.busTraffic()
 	if err != nil {
-		return nil, run, fmt.Errorf("bus figures: %w", err)
+		return fmt.Errorf("bus figures: %w", err)
 	}
 	start := time.Now()
 	if err := createPods(ctx, cs, a.name, node, n, concurrency, created); err != nil {
-		return nil, run, err
+		return err
 	}
 	if err := waitFor(ctx, 15*time.Minute, run, fmt.Sprintf("%d pods Ready", n), func() bool { return tr.ready.Load() >= int64(n) }); err != nil {
-		return nil, run, fmt.Errorf("%w: %d of %d Ready (logs in %s)", err, tr.ready.Load(), n, run.dir)
+		return fmt.Errorf("%w: %d of %d Ready (logs in %s)", err, tr.ready.Load(), n, run.dir)
 	}
 	busAtReady, err := run.busTraffic()
 	if err != nil {
-		return nil, run, fmt.Errorf("bus figures: %w", err)
+		return fmt.Errorf("bus figures: %w", err)
 	}
-	if env.profileDir != "" {
-		for _, kind := range []string{"heap", "heap?debug=1"} {
-			if err := run.saveProfile(env.profileDir, a.name, kind); err != nil {
-				return nil, run, fmt.Errorf("heap profiles: %w", err)
-			}
-		}
+	if err := saveHeapProfiles(env, run, a.name); err != nil {
+		return err
 	}
 	after, err := writeCounts(ctx, cs)
 	if err != nil {
-		return nil, run, err
+		return err
 	}
-	res := &result{Agent: a.name, Pods: n}
 	res.BusMsgsPerPodToReady = float64(busAtReady.OutMsgs-busAtStart.OutMsgs) / float64(n)
 	res.BusKiBPerPodToReady = float64(busAtReady.OutBytes-busAtStart.OutBytes) / 1024 / float64(n)
 	if a.name == "split" || a.name == "allinone" {
 		if res.Stages, err = readBreakdown(ctx, run); err != nil {
-			return nil, run, fmt.Errorf("the stages' histograms: %w", err)
+			return fmt.Errorf("the stages' histograms: %w", err)
 		}
 	}
-	tr.mu.Lock()
-	lat := make([]float64, 0, n)
-	last := start
-	for i := 0; i < n; i++ {
-		at := tr.readyAt[podName(a.name, i)]
-		lat = append(lat, float64(at.Sub(created[i]).Microseconds())/1000)
-		if at.After(last) {
-			last = at
-		}
-	}
-	tr.mu.Unlock()
-	slices.Sort(lat)
+	lat, last := tr.latencies(a.name, created, start)
 	res.AllReadySec = last.Sub(start).Seconds()
 	res.ThroughputPPS = float64(n) / res.AllReadySec
 	res.P50Ms, res.P90Ms, res.P99Ms, res.MaxMs = pct(lat, 50), pct(lat, 90), pct(lat, 99), lat[len(lat)-1]
 	res.PodWritesPer = float64(after.pods-before.pods-float64(n)) / float64(n)
 	res.AllWritesPer = float64(after.all-before.all-float64(n)) / float64(n)
-
 	if err := <-cpuProfiled; err != nil {
-		return nil, run, fmt.Errorf("CPU profiles: %w", err)
+		return fmt.Errorf("CPU profiles: %w", err)
 	}
-	// The deletion has a CPU profile of its own (prefix <agent>-delete),
-	// from the DeleteCollection on: most of an agent's work is there.
-	deleteProfiled := make(chan error, 1)
-	if env.profileDir != "" && len(run.health) > 0 {
-		go func() {
-			deleteProfiled <- run.saveProfile(env.profileDir, a.name+"-delete", fmt.Sprintf("profile?seconds=%d", int(env.cpuProfile.Seconds())))
-		}()
-	} else {
-		deleteProfiled <- nil
+	return nil
+}
+
+// saveHeapProfiles saves the agent's heap profiles when asked for.
+func saveHeapProfiles(env *benchEnv, run *agentRun, prefix string) error {
+	if env.profileDir == "" {
+		return nil
 	}
+	for _, kind := range []string{"heap", "heap?debug=1"} {
+		if err := run.saveProfile(env.profileDir, prefix, kind); err != nil {
+			return fmt.Errorf("heap profiles: %w", err)
+		}
+	}
+	return nil
+}
+
+// latencies are the pods' create→Ready times in milliseconds, sorted, and
+// the moment the last one became Ready (start if none did later).
+func (tr *tracker) latencies(agent string, created []time.Time, start time.Time) ([]float64, time.Time) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	lat := make([]float64, 0, len(created))
+	last := start
+	for i := range created {
+		at := tr.readyAt[podName(agent, i)]
+		lat = append(lat, float64(at.Sub(created[i]).Microseconds())/1000)
+		if at.After(last) {
+			last = at
+		}
+	}
+	slices.Sort(lat)
+	return lat, last
+}
+
+// measureDelete deletes the pods and waits until all are gone. The
+// deletion has a CPU profile of its own (prefix <agent>-delete), from the
+// DeleteCollection on: most of an agent's work is there.
+func measureDelete(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a agent, run *agentRun, tr *tracker, label string, n int, res *result) error {
+	deleteProfiled := profileCPU(env, run, a.name+"-delete")
 	delStart := time.Now()
 	if err := deleteCollection(ctx, cs, label); err != nil {
-		return nil, run, err
+		return err
 	}
 	if err := waitFor(ctx, 10*time.Minute, run, fmt.Sprintf("%d pods gone", n), func() bool { return tr.gone.Load() >= int64(n) }); err != nil {
-		return nil, run, fmt.Errorf("%w: %d of %d gone (logs in %s)", err, tr.gone.Load(), n, run.dir)
+		return fmt.Errorf("%w: %d of %d gone (logs in %s)", err, tr.gone.Load(), n, run.dir)
 	}
 	if err := <-deleteProfiled; err != nil {
-		return nil, run, fmt.Errorf("CPU profiles of the deletion: %w", err)
+		return fmt.Errorf("CPU profiles of the deletion: %w", err)
 	}
 	tr.mu.Lock()
 	lastGone := delStart
@@ -322,12 +378,7 @@ func measureCase(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a 
 	}
 	tr.mu.Unlock()
 	res.AllGoneSec = lastGone.Sub(delStart).Seconds()
-	peak, files, err := run.peakRSS()
-	if err != nil {
-		return nil, run, err
-	}
-	res.PeakRSSBytes, res.PeakRSSEach, res.FileRSSBytes, res.FileRSSEach = peak.total, peak.each, files.total, files.each
-	return res, run, nil
+	return nil
 }
 
 func pct(sorted []float64, p int) float64 {
