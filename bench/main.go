@@ -59,62 +59,125 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Stdout, *baseBin, *which, *pods, *concurrency, *outDir, scaleOptions{startLatency: *scaleLat, maxConcurrent: *scaleConc}, *scalePods, *largePods, *stages, *profiles, *cpuProfile, *rounds, *pinCPUs); err != nil {
+	opts := benchOptions{baseBin: *baseBin, which: *which, pods: *pods, concurrency: *concurrency, outDir: *outDir,
+		scale: scaleOptions{startLatency: *scaleLat, maxConcurrent: *scaleConc}, scalePods: *scalePods, largePods: *largePods,
+		stages: *stages, profiles: *profiles, cpuProfile: *cpuProfile, rounds: max(*rounds, 1), pinCPUs: *pinCPUs}
+	if err := run(ctx, os.Stdout, opts); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, out io.Writer, baseBin, which string, pods, concurrency int, outDir string, scale scaleOptions, scalePods, largePods int, stages, profiles bool, cpuProfile time.Duration, nrounds int, pinCPUs bool) error {
-	binDir, err := testenv.BinDir()
-	if err != nil {
-		return err
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
+// benchOptions are the flags of one bench run.
+type benchOptions struct {
+	baseBin, which, outDir string
+	pods, concurrency      int
+	scale                  scaleOptions
+	scalePods, largePods   int
+	stages, profiles       bool
+	cpuProfile             time.Duration
+	rounds                 int
+	pinCPUs                bool
+}
+
+func run(ctx context.Context, out io.Writer, o benchOptions) error {
 	work, err := os.MkdirTemp("", "splitlet-bench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(work)
-	env := &benchEnv{binDir: binDir, baseBinDir: baseBin, workDir: work, self: self}
-	if profiles {
-		env.profileDir, env.cpuProfile = outDir, cpuProfile
+	env, err := newBenchEnv(out, o, work)
+	if err != nil {
+		return err
 	}
-	if pinCPUs {
+	order, err := agentOrder(o.which)
+	if err != nil {
+		return err
+	}
+	results, rounds, err := runRounds(ctx, out, env, o, order)
+	if err != nil {
+		return err
+	}
+	report := map[string]any{"pods": o.pods, "concurrency": o.concurrency, "rounds": o.rounds, "results": results, "byRound": rounds, "at": time.Now().UTC()}
+	fmt.Fprintln(out)
+	printTable(out, order, results)
+	printBreakdown(out, order, results)
+	if o.largePods > 0 {
+		if report["large"], err = runLarge(ctx, out, env, o, results["split"]); err != nil {
+			return err
+		}
+	}
+	if o.scalePods > 0 {
+		if report["scaling"], err = runScaling(ctx, out, env, o); err != nil {
+			return err
+		}
+	}
+	if o.stages {
+		stageRes, err := runStageCases(ctx, out, repoRoot(env.binDir))
+		report["stages"] = stageRes
+		if err != nil {
+			return err
+		}
+	}
+	return writeReport(out, o.outDir, report)
+}
+
+// newBenchEnv sets up what every case shares, pinning the bench itself
+// (and the control plane it starts) apart from the agents when asked.
+func newBenchEnv(out io.Writer, o benchOptions, work string) (*benchEnv, error) {
+	binDir, err := testenv.BinDir()
+	if err != nil {
+		return nil, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	env := &benchEnv{binDir: binDir, baseBinDir: o.baseBin, workDir: work, self: self}
+	if o.profiles {
+		env.profileDir, env.cpuProfile = o.outDir, o.cpuProfile
+	}
+	if o.pinCPUs {
 		n := runtime.NumCPU()
 		env.agentCPUs = strconv.Itoa(n - 1)
 		env.controlPlaneCPUs = fmt.Sprintf("0-%d", max(n-2, 0))
 		if err := pin(env.controlPlaneCPUs, os.Getpid()); err != nil {
-			return err
+			return nil, err
 		}
 		fmt.Fprintf(out, "agents on CPU %s, control plane and bench client on CPUs %s\n", env.agentCPUs, env.controlPlaneCPUs)
 	}
+	return env, nil
+}
 
+// agentOrder parses the comma-separated agent names.
+func agentOrder(which string) ([]string, error) {
 	var order []string
 	for _, name := range strings.Split(which, ",") {
 		if _, ok := findAgent(name); !ok {
-			return fmt.Errorf("unknown agent %q", name)
+			return nil, fmt.Errorf("unknown agent %q", name)
 		}
 		order = append(order, name)
 	}
-	// Rounds alternate the order of the agents, so that neither end of a
-	// run (a machine warming up, a page cache filling) favours one agent;
-	// each figure is the median over the rounds.
+	return order, nil
+}
+
+// runRounds runs the main case for each agent, round after round. Rounds
+// alternate the order of the agents, so that neither end of a run (a
+// machine warming up, a page cache filling) favours one agent; each figure
+// is the median over the rounds.
+func runRounds(ctx context.Context, out io.Writer, env *benchEnv, o benchOptions, order []string) (map[string]*result, map[string][]*result, error) {
 	rounds := map[string][]*result{}
-	for round := range max(nrounds, 1) {
+	for round := range o.rounds {
 		seq := slices.Clone(order)
 		if round%2 == 1 {
 			slices.Reverse(seq)
 		}
 		for _, name := range seq {
 			a, _ := findAgent(name)
-			fmt.Fprintf(out, "%s: %d pods (round %d of %d) ...\n", name, pods, round+1, max(nrounds, 1))
-			res, err := runCase(ctx, env, a, "bench-"+name, pods, concurrency)
+			fmt.Fprintf(out, "%s: %d pods (round %d of %d) ...\n", name, o.pods, round+1, o.rounds)
+			res, err := runCase(ctx, env, a, "bench-"+name, o.pods, o.concurrency)
 			if err != nil {
-				return fmt.Errorf("%s: %w", name, err)
+				return nil, nil, fmt.Errorf("%s: %w", name, err)
 			}
 			printCase(out, name, res)
 			rounds[name] = append(rounds[name], res)
@@ -124,65 +187,62 @@ func run(ctx context.Context, out io.Writer, baseBin, which string, pods, concur
 	for name, rs := range rounds {
 		results[name] = median(rs)
 	}
-	report := map[string]any{"pods": pods, "concurrency": concurrency, "rounds": max(nrounds, 1), "results": results, "byRound": rounds, "at": time.Now().UTC()}
-	fmt.Fprintln(out)
-	printTable(out, order, results)
-	printBreakdown(out, order, results)
+	return results, rounds, nil
+}
 
-	if largePods > 0 {
-		// One node with many pods: split with its defaults, on the same
-		// pinned CPU as the main case, once (it takes minutes).
+// runLarge is the one-node-many-pods case: split with its defaults, on the
+// same pinned CPU as the main case, once (it takes minutes).
+func runLarge(ctx context.Context, out io.Writer, env *benchEnv, o benchOptions, split *result) (*result, error) {
+	a, _ := findAgent("split")
+	fmt.Fprintf(out, "large-node case: split, %d pods ...\n", o.largePods)
+	res, err := runCase(ctx, env, a, "bench-split-large", o.largePods, o.concurrency)
+	if err != nil {
+		return nil, fmt.Errorf("large-node case: %w", err)
+	}
+	printCase(out, "split-large", res)
+	printLarge(out, split, res)
+	return res, nil
+}
+
+// runScaling compares one pod worker replica with three. It is about
+// replicas, not one CPU: it gets the whole machine.
+func runScaling(ctx context.Context, out io.Writer, env *benchEnv, o benchOptions) (map[string]*result, error) {
+	if env.agentCPUs != "" {
+		env.agentCPUs, env.controlPlaneCPUs = "", ""
+		if err := pin(fmt.Sprintf("0-%d", runtime.NumCPU()-1), os.Getpid()); err != nil {
+			return nil, err
+		}
+	}
+	scaleRes := map[string]*result{}
+	for _, replicas := range []int{1, 3} {
+		env.scale = o.scale
+		env.scale.replicas = replicas
+		name := fmt.Sprintf("split-%dpw", replicas)
+		fmt.Fprintf(out, "scaling case: %s, %d pods ...\n", name, o.scalePods)
 		a, _ := findAgent("split")
-		fmt.Fprintf(out, "large-node case: split, %d pods ...\n", largePods)
-		res, err := runCase(ctx, env, a, "bench-split-large", largePods, concurrency)
+		res, err := runCase(ctx, env, a, "bench-"+name, o.scalePods, o.concurrency)
 		if err != nil {
-			return fmt.Errorf("large-node case: %w", err)
+			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		printCase(out, "split-large", res)
-		printLarge(out, results["split"], res)
-		report["large"] = res
+		scaleRes[name] = res
 	}
+	one, three := scaleRes["split-1pw"], scaleRes["split-3pw"]
+	fmt.Fprintf(out, "\n| scaling case (%d pods, start latency %v, %d concurrent starts per replica) | 1 replica | 3 replicas | 3/1 |\n|---|---|---|---|\n",
+		o.scalePods, o.scale.startLatency, o.scale.maxConcurrent)
+	fmt.Fprintf(out, "| throughput (pods/s) | %.1f | %.1f | %.2f |\n", one.ThroughputPPS, three.ThroughputPPS, three.ThroughputPPS/one.ThroughputPPS)
+	return scaleRes, nil
+}
 
-	if scalePods > 0 {
-		scaleRes := map[string]*result{}
-		// The scaling case is about replicas, not one CPU: it gets the
-		// whole machine.
-		if env.agentCPUs != "" {
-			env.agentCPUs, env.controlPlaneCPUs = "", ""
-			if err := pin(fmt.Sprintf("0-%d", runtime.NumCPU()-1), os.Getpid()); err != nil {
-				return err
-			}
-		}
-		for _, replicas := range []int{1, 3} {
-			env.scale = scale
-			env.scale.replicas = replicas
-			name := fmt.Sprintf("split-%dpw", replicas)
-			fmt.Fprintf(out, "scaling case: %s, %d pods ...\n", name, scalePods)
-			a, _ := findAgent("split")
-			res, err := runCase(ctx, env, a, "bench-"+name, scalePods, concurrency)
-			if err != nil {
-				return fmt.Errorf("%s: %w", name, err)
-			}
-			scaleRes[name] = res
-		}
-		one, three := scaleRes["split-1pw"], scaleRes["split-3pw"]
-		fmt.Fprintf(out, "\n| scaling case (%d pods, start latency %v, %d concurrent starts per replica) | 1 replica | 3 replicas | 3/1 |\n|---|---|---|---|\n",
-			scalePods, scale.startLatency, scale.maxConcurrent)
-		fmt.Fprintf(out, "| throughput (pods/s) | %.1f | %.1f | %.2f |\n", one.ThroughputPPS, three.ThroughputPPS, three.ThroughputPPS/one.ThroughputPPS)
-		report["scaling"] = scaleRes
-	}
-	if stages {
-		stageRes, err := runStageCases(ctx, out, repoRoot(binDir))
-		report["stages"] = stageRes
-		if err != nil {
-			return err
-		}
-	}
+// writeReport writes the run's raw figures as JSON under outDir.
+func writeReport(out io.Writer, outDir string, report map[string]any) error {
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return err
 	}
 	path := filepath.Join(outDir, fmt.Sprintf("bench-%s.json", time.Now().UTC().Format("20060102-150405")))
-	data, _ := json.MarshalIndent(report, "", "  ")
+	data, err := json.MarshalIndent(report, "", "  ")
+	if err != nil {
+		return err
+	}
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		return err
 	}
