@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -194,191 +195,197 @@ func PodConfig(t *testing.T, tg Target, opts ...Option) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	updates := h.watch(t, h.subjects.PodUpdatesAll())
-	ctx := context.Background()
 	// Pods live through several cases, so they go when the suite ends.
-	suite := t
-	create := func(t *testing.T, name, node string) *corev1.Pod {
-		p := h.newPod(name, sleeper())
-		p.UID, p.ResourceVersion, p.CreationTimestamp = "", "", metav1.Time{}
-		p.Spec.NodeName = node
-		got, err := cs.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		suite.Cleanup(func() {
-			_ = cs.CoreV1().Pods(got.Namespace).Delete(ctx, got.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
-		})
-		return got
-	}
-	lists := func(pod *corev1.Pod, ops []bus.Op, ok func(*corev1.Pod) bool) func(received) bool {
-		return func(r received) bool {
-			u, err := bus.DecodePodUpdate(r.env)
-			if err != nil || r.env.Source != SourceAPI || r.subject != h.subjects.PodUpdates(h.partition(string(pod.UID))) {
-				return false
-			}
-			opOK := false
-			for _, op := range ops {
-				opOK = opOK || r.env.Op == op
-			}
-			if !opOK {
-				return false
-			}
-			for i := range u.Pods {
-				if u.Pods[i].UID == pod.UID {
-					return ok(&u.Pods[i])
-				}
-			}
-			return false
-		}
-	}
-	anyPod := func(*corev1.Pod) bool { return true }
-	var pod *corev1.Pod
-	h.run(t, "api-pod-added", false, func(t *testing.T) {
-		other := create(t, "elsewhere", h.tg.Node+"-other")
-		pod = create(t, "mine", h.tg.Node)
-		updates.waitFor(t, 0, "the node's new pod (ADD or SET)", lists(pod, []bus.Op{bus.OpAdd, bus.OpSet}, anyPod))
-		if i, _ := updates.find(0, func(r received) bool {
-			u, err := bus.DecodePodUpdate(r.env)
-			if err != nil {
-				return false
-			}
-			for _, p := range u.Pods {
-				if p.UID == other.UID {
-					return true
-				}
-			}
-			return false
-		}); i >= 0 {
-			t.Errorf("a pod bound to another node was published")
-		}
-	})
-	h.run(t, "sources-ready", false, func(t *testing.T) {
-		stream, err := h.js.Stream(ctx, bus.StreamName(h.tg.Node, bus.StreamState))
-		if err != nil {
-			t.Fatal(err)
-		}
-		h.waitObject(t, "SourcesReady with api ready on "+h.subjects.SourcesReady(), func(ctx context.Context) (any, bool, error) {
-			msg, err := stream.GetLastMsgForSubject(ctx, h.subjects.SourcesReady())
-			if err != nil {
-				return nil, false, err
-			}
-			e, err := bus.DecodeMsg(msg.Header, msg.Data)
-			if err != nil {
-				t.Fatalf("SourcesReady does not decode: %v", err)
-			}
-			s, err := bus.DecodeSourcesReady(e)
-			if err != nil {
-				t.Fatalf("SourcesReady does not decode: %v", err)
-			}
-			for _, r := range s.Ready {
-				if r == SourceAPI {
-					return s, true, nil
-				}
-			}
-			return s, false, nil
-		})
-	})
-	h.run(t, "static-pods", false, func(t *testing.T) {
-		h.staticPods(t, ctx)
-		if pod == nil {
-			t.Skip("no pod of the node to forge a mirror annotation for")
-		}
-		forged := h.newPod("forged-mirror", sleeper())
-		forged.UID, forged.ResourceVersion, forged.CreationTimestamp = "", "", metav1.Time{}
-		forged.Spec.NodeName = h.tg.Node
-		forged.Annotations = map[string]string{"kubernetes.io/config.mirror": string(pod.UID)}
-		got, err := cs.CoreV1().Pods(forged.Namespace).Create(ctx, forged, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		suite.Cleanup(func() {
-			_ = cs.CoreV1().Pods(got.Namespace).Delete(ctx, got.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
-		})
-		after := create(t, "after-forged", h.tg.Node)
-		updates.waitFor(t, 0, "the pod created after the forged one (ADD or SET)", lists(after, []bus.Op{bus.OpAdd, bus.OpSet}, anyPod))
-		if i, _ := updates.find(0, func(r received) bool {
-			u, err := bus.DecodePodUpdate(r.env)
-			if err != nil {
-				return false
-			}
-			for _, p := range u.Pods {
-				if p.UID == got.UID || p.Name == got.Name {
-					return true
-				}
-			}
-			return false
-		}); i >= 0 {
-			t.Errorf("a pod with a forged kubernetes.io/config.mirror was published")
-		}
-	})
-	if pod == nil {
+	s := &podConfigSuite{h: h, cs: cs, suite: t, ctx: context.Background(), updates: h.watch(t, h.subjects.PodUpdatesAll())}
+	h.run(t, "api-pod-added", false, s.apiPodAdded)
+	h.run(t, "sources-ready", false, s.sourcesReady)
+	h.run(t, "static-pods", false, s.staticPods)
+	if s.pod == nil {
 		return
 	}
-	h.run(t, "status-change", false, func(t *testing.T) {
-		from := updates.count()
-		change := func(what string, status bool, mod func(*corev1.Pod)) {
-			t.Helper()
-			for try := 0; ; try++ {
-				cur, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				mod(cur)
-				if status {
-					_, err = cs.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, cur, metav1.UpdateOptions{})
-				} else {
-					_, err = cs.CoreV1().Pods(pod.Namespace).Update(ctx, cur, metav1.UpdateOptions{})
-				}
-				if err == nil {
-					return
-				}
-				if !apierrors.IsConflict(err) || try == 10 {
-					t.Fatalf("%s: %v", what, err)
-				}
-			}
-		}
-		change("status", true, func(p *corev1.Pod) { p.Status.Message = "conformance: a status-only change" })
-		change("labels", false, func(p *corev1.Pod) {
-			if p.Labels == nil {
-				p.Labels = map[string]string{}
-			}
-			p.Labels["conformance"] = "status-change"
-		})
-		updates.waitFor(t, from, "the label change after the status change (UPDATE or SET)",
-			lists(pod, []bus.Op{bus.OpUpdate, bus.OpSet}, func(p *corev1.Pod) bool { return p.Labels["conformance"] == "status-change" }))
-		var on string
-		if i, _ := updates.find(from, func(r received) bool { on = r.subject; return r.env.Op == bus.OpReconcile }); i >= 0 {
-			t.Errorf("a RECONCILE on %s: since contract v2 a RECONCILE goes to podupdates.reconcile.<partition> (%s for this pod)",
-				on, h.subjects.PodReconciles(h.partition(string(pod.UID))))
-		}
+	h.run(t, "status-change", false, s.statusChange)
+	h.run(t, "graceful-delete", false, s.gracefulDelete)
+	h.run(t, "removed", false, s.removed)
+}
+
+// podConfigSuite is the state PodConfig's cases share: the pod of the
+// node they follow through its life, and the pod updates seen.
+type podConfigSuite struct {
+	h       *harness
+	cs      kubernetes.Interface
+	suite   *testing.T
+	ctx     context.Context
+	updates *watcher
+	pod     *corev1.Pod
+}
+
+// create makes a pod bound to node, deleted when the suite ends.
+func (s *podConfigSuite) create(t *testing.T, p *corev1.Pod, node string) *corev1.Pod {
+	p.UID, p.ResourceVersion, p.CreationTimestamp = "", "", metav1.Time{}
+	p.Spec.NodeName = node
+	got, err := s.cs.CoreV1().Pods(p.Namespace).Create(s.ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.suite.Cleanup(func() {
+		_ = s.cs.CoreV1().Pods(got.Namespace).Delete(context.Background(), got.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
 	})
-	h.run(t, "graceful-delete", false, func(t *testing.T) {
-		from := updates.count()
-		if err := cs.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(30))}); err != nil {
+	return got
+}
+
+// lists matches an API pod update on pod's partition, with one of ops,
+// that lists pod in a state ok accepts.
+func (s *podConfigSuite) lists(pod *corev1.Pod, ops []bus.Op, ok func(*corev1.Pod) bool) func(received) bool {
+	return func(r received) bool {
+		u, err := bus.DecodePodUpdate(r.env)
+		if err != nil || r.env.Source != SourceAPI || r.subject != s.h.subjects.PodUpdates(s.h.partition(string(pod.UID))) {
+			return false
+		}
+		if !slices.Contains(ops, r.env.Op) {
+			return false
+		}
+		for i := range u.Pods {
+			if u.Pods[i].UID == pod.UID {
+				return ok(&u.Pods[i])
+			}
+		}
+		return false
+	}
+}
+
+// published tells whether any pod update seen so far lists a pod match
+// accepts.
+func (s *podConfigSuite) published(match func(*corev1.Pod) bool) bool {
+	i, _ := s.updates.find(0, func(r received) bool {
+		u, err := bus.DecodePodUpdate(r.env)
+		if err != nil {
+			return false
+		}
+		return slices.ContainsFunc(u.Pods, func(p corev1.Pod) bool { return match(&p) })
+	})
+	return i >= 0
+}
+
+func anyPod(*corev1.Pod) bool { return true }
+
+func (s *podConfigSuite) apiPodAdded(t *testing.T) {
+	other := s.create(t, s.h.newPod("elsewhere", sleeper()), s.h.tg.Node+"-other")
+	s.pod = s.create(t, s.h.newPod("mine", sleeper()), s.h.tg.Node)
+	s.updates.waitFor(t, 0, "the node's new pod (ADD or SET)", s.lists(s.pod, []bus.Op{bus.OpAdd, bus.OpSet}, anyPod))
+	if s.published(func(p *corev1.Pod) bool { return p.UID == other.UID }) {
+		t.Errorf("a pod bound to another node was published")
+	}
+}
+
+func (s *podConfigSuite) sourcesReady(t *testing.T) {
+	h := s.h
+	stream, err := h.js.Stream(s.ctx, bus.StreamName(h.tg.Node, bus.StreamState))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.waitObject(t, "SourcesReady with api ready on "+h.subjects.SourcesReady(), func(ctx context.Context) (any, bool, error) {
+		msg, err := stream.GetLastMsgForSubject(ctx, h.subjects.SourcesReady())
+		if err != nil {
+			return nil, false, err
+		}
+		e, err := bus.DecodeMsg(msg.Header, msg.Data)
+		if err != nil {
+			t.Fatalf("SourcesReady does not decode: %v", err)
+		}
+		sr, err := bus.DecodeSourcesReady(e)
+		if err != nil {
+			t.Fatalf("SourcesReady does not decode: %v", err)
+		}
+		return sr, slices.Contains(sr.Ready, SourceAPI), nil
+	})
+}
+
+// staticPods runs the static pod cases, then checks that a pod whose
+// kubernetes.io/config.mirror names the node's pod is never published.
+func (s *podConfigSuite) staticPods(t *testing.T) {
+	s.h.staticPods(t, s.ctx)
+	if s.pod == nil {
+		t.Skip("no pod of the node to forge a mirror annotation for")
+	}
+	forged := s.h.newPod("forged-mirror", sleeper())
+	forged.Annotations = map[string]string{"kubernetes.io/config.mirror": string(s.pod.UID)}
+	got := s.create(t, forged, s.h.tg.Node)
+	after := s.create(t, s.h.newPod("after-forged", sleeper()), s.h.tg.Node)
+	s.updates.waitFor(t, 0, "the pod created after the forged one (ADD or SET)", s.lists(after, []bus.Op{bus.OpAdd, bus.OpSet}, anyPod))
+	if s.published(func(p *corev1.Pod) bool { return p.UID == got.UID || p.Name == got.Name }) {
+		t.Errorf("a pod with a forged kubernetes.io/config.mirror was published")
+	}
+}
+
+// change writes the pod (its status when status) with mod applied,
+// retrying conflicts.
+func (s *podConfigSuite) change(t *testing.T, what string, status bool, mod func(*corev1.Pod)) {
+	t.Helper()
+	pods := s.cs.CoreV1().Pods(s.pod.Namespace)
+	for try := 0; ; try++ {
+		cur, err := pods.Get(s.ctx, s.pod.Name, metav1.GetOptions{})
+		if err != nil {
 			t.Fatal(err)
 		}
-		updates.waitFor(t, from, "the pod with its deletionTimestamp (DELETE, UPDATE or SET)",
-			lists(pod, []bus.Op{bus.OpDelete, bus.OpUpdate, bus.OpSet}, func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil }))
-	})
-	h.run(t, "removed", false, func(t *testing.T) {
-		from := updates.count()
-		err := cs.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
-		if err != nil && !apierrors.IsNotFound(err) {
-			t.Fatal(err)
+		mod(cur)
+		if status {
+			_, err = pods.UpdateStatus(s.ctx, cur, metav1.UpdateOptions{})
+		} else {
+			_, err = pods.Update(s.ctx, cur, metav1.UpdateOptions{})
 		}
-		part := h.subjects.PodUpdates(h.partition(string(pod.UID)))
-		updates.waitFor(t, from, "REMOVE of the pod, or a SET of its partition without it", func(r received) bool {
-			if r.subject != part || r.env.Source != SourceAPI {
-				return false
-			}
-			if r.env.Op == bus.OpRemove {
-				return lists(pod, []bus.Op{bus.OpRemove}, anyPod)(r)
-			}
-			if r.env.Op != bus.OpSet {
-				return false
-			}
-			return !lists(pod, []bus.Op{bus.OpSet}, anyPod)(r)
-		})
+		if err == nil {
+			return
+		}
+		if !apierrors.IsConflict(err) || try == 10 {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+}
+
+func (s *podConfigSuite) statusChange(t *testing.T) {
+	from := s.updates.count()
+	s.change(t, "status", true, func(p *corev1.Pod) { p.Status.Message = "conformance: a status-only change" })
+	s.change(t, "labels", false, func(p *corev1.Pod) {
+		if p.Labels == nil {
+			p.Labels = map[string]string{}
+		}
+		p.Labels["conformance"] = "status-change"
+	})
+	s.updates.waitFor(t, from, "the label change after the status change (UPDATE or SET)",
+		s.lists(s.pod, []bus.Op{bus.OpUpdate, bus.OpSet}, func(p *corev1.Pod) bool { return p.Labels["conformance"] == "status-change" }))
+	var on string
+	if i, _ := s.updates.find(from, func(r received) bool { on = r.subject; return r.env.Op == bus.OpReconcile }); i >= 0 {
+		t.Errorf("a RECONCILE on %s: a RECONCILE goes to podupdates.reconcile.<partition> (%s for this pod)",
+			on, s.h.subjects.PodReconciles(s.h.partition(string(s.pod.UID))))
+	}
+}
+
+func (s *podConfigSuite) gracefulDelete(t *testing.T) {
+	from := s.updates.count()
+	if err := s.cs.CoreV1().Pods(s.pod.Namespace).Delete(s.ctx, s.pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(30))}); err != nil {
+		t.Fatal(err)
+	}
+	s.updates.waitFor(t, from, "the pod with its deletionTimestamp (DELETE, UPDATE or SET)",
+		s.lists(s.pod, []bus.Op{bus.OpDelete, bus.OpUpdate, bus.OpSet}, func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil }))
+}
+
+func (s *podConfigSuite) removed(t *testing.T) {
+	from := s.updates.count()
+	err := s.cs.CoreV1().Pods(s.pod.Namespace).Delete(s.ctx, s.pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	part := s.h.subjects.PodUpdates(s.h.partition(string(s.pod.UID)))
+	s.updates.waitFor(t, from, "REMOVE of the pod, or a SET of its partition without it", func(r received) bool {
+		if r.subject != part || r.env.Source != SourceAPI {
+			return false
+		}
+		switch r.env.Op {
+		case bus.OpRemove:
+			return s.lists(s.pod, []bus.Op{bus.OpRemove}, anyPod)(r)
+		case bus.OpSet:
+			return !s.lists(s.pod, []bus.Op{bus.OpSet}, anyPod)(r)
+		}
+		return false
 	})
 }

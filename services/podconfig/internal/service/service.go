@@ -42,6 +42,10 @@ type Config struct {
 	NotificationMode   string
 	MirrorPods         bool
 	MirrorResync       time.Duration
+
+	// parsed by Validate
+	mode   merge.Mode
+	header http.Header
 }
 
 // RegisterFlags adds the podconfig keys ("podconfig.<key>") to fs.
@@ -60,7 +64,8 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 
 // Validate checks the values and names the key at fault.
 func (c *Config) Validate() error {
-	if _, ok := merge.ParseMode(c.NotificationMode); !ok {
+	mode, ok := merge.ParseMode(c.NotificationMode)
+	if !ok {
 		return fmt.Errorf("invalid value %q for podconfig.notification-mode: want incremental, snapshot or snapshot-and-updates", c.NotificationMode)
 	}
 	for key, d := range map[string]time.Duration{"podconfig.file-check-frequency": c.FileCheckFrequency,
@@ -76,12 +81,14 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("invalid value %q for podconfig.manifest-url: want an http or https URL", logging.RedactURL(c.ManifestURL))
 		}
 	}
-	if _, err := c.headers(); err != nil {
+	header, err := c.headers()
+	if err != nil {
 		return err
 	}
 	if !c.APISource && c.StaticPodPath == "" && c.ManifestURL == "" {
 		return errors.New("podconfig: no pod source (podconfig.api-source is off, podconfig.static-pod-path and podconfig.manifest-url are empty)")
 	}
+	c.mode, c.header = mode, header
 	return nil
 }
 
@@ -145,11 +152,10 @@ func Build(cfg *Config, node string, partitions int, log *zap.Logger, cs kuberne
 		return nil, err
 	}
 	log = log.Named("podconfig")
-	mode, _ := merge.ParseMode(cfg.NotificationMode)
 	var recorder record.EventRecorder
 	r := &Runner{cfg: cfg, log: log}
 	recorder, r.stopEvents = kube.NewRecorder(cs, node)
-	storage := merge.New(partitions, merge.WithMode(mode), merge.WithRecorder(recorder))
+	storage := merge.New(partitions, merge.WithMode(cfg.mode), merge.WithRecorder(recorder))
 	opts := []controller.Option{controller.WithLogger(log), controller.WithSnapshotPeriod(cfg.SnapshotPeriod),
 		controller.WithStorage(storage), controller.WithWaitReady(waitStreams)}
 	opts = append(opts, extra...)
@@ -182,8 +188,7 @@ func Build(cfg *Config, node string, partitions int, log *zap.Logger, cs kuberne
 	}
 	if cfg.ManifestURL != "" {
 		ctrl.AddSource(merge.SourceHTTP)
-		header, _ := cfg.headers()
-		r.http = source.NewHTTP(cfg.ManifestURL, header, node, cfg.HTTPCheckFrequency, ctrl, recorder, log.Named("http"))
+		r.http = source.NewHTTP(cfg.ManifestURL, cfg.header, node, cfg.HTTPCheckFrequency, ctrl, recorder, log.Named("http"))
 	}
 	if cfg.MirrorPods {
 		r.mirrors = mirror.New(cs, node, r.api.Lister(), r.api.HasSynced, recorder, log.Named("mirror"), cfg.MirrorResync)
