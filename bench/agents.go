@@ -39,6 +39,10 @@ type agentRun struct {
 	natsMonitor string
 	// cleanups run after the processes stopped (a trace collector).
 	cleanups []func()
+	// cpuAtCreate is each process's CPU time when the first pod was
+	// created; mem samples their memory from then on.
+	cpuAtCreate []float64
+	mem         *memSampler
 }
 
 // busTraffic is what the nats-server counted: messages and bytes in (published)
@@ -277,6 +281,9 @@ func (r *agentRun) stop() {
 		}
 		_ = p.Process.Kill()
 	}
+	if r.mem != nil {
+		r.mem.stop()
+	}
 	for _, c := range r.cleanups {
 		c()
 	}
@@ -325,8 +332,11 @@ func (r *agentRun) splitletArgs(env *benchEnv, node, dataDir, proc string) ([]st
 var agents = []agent{
 	{name: "split", registersNode: true, start: startSplit},
 	{name: "allinone", registersNode: true, start: startAllInOne},
-	{name: "kwok", start: startKwok(kwokVersion)},
-	{name: "kwok-" + kwokOldVersion, start: startKwok(kwokOldVersion)},
+	{name: "kwok", start: startKwok(kwokVersion, 0)},
+	// kwok with as many pods played in parallel as Splitlet has status
+	// writers (its default is 4, which queues a burst).
+	{name: "kwok-par32", start: startKwok(kwokVersion, splitletStatusWriters)},
+	{name: "kwok-" + kwokOldVersion, start: startKwok(kwokOldVersion, 0)},
 	{name: "ideal", start: startIdeal},
 	// The split agent with tracing on, every pod's spans sent to a
 	// collector in the bench process that only counts them: the cost of
@@ -475,16 +485,23 @@ const (
 	kwokOldVersion = "v0.7.0"
 )
 
-// startKwok runs kwok of the version. v0.8.0 ships no default stages (it
+// splitletStatusWriters is statussync.workers' default.
+const splitletStatusWriters = 32
+
+// startKwok runs kwok of the version, with podPlayStageParallelism set
+// when parallelism is not 0. v0.8.0 ships no default stages (it
 // exits with "no stages found"): it gets the "fast" stages of its own
 // module (kustomize/stage/fast: node/fast, node/heartbeat-with-lease,
 // pod/fast) through --config, which is what v0.7.0 runs by default.
-func startKwok(version string) func(context.Context, *benchEnv, string) (*agentRun, error) {
+func startKwok(version string, parallelism uint) func(context.Context, *benchEnv, string) (*agentRun, error) {
 	return func(_ context.Context, env *benchEnv, node string) (*agentRun, error) {
 		name, bin := "kwok", filepath.Join(env.binDir, "kwok")
 		if version != kwokVersion {
 			name = "kwok-" + version
 			bin += "-" + version
+		}
+		if parallelism > 0 {
+			name += fmt.Sprintf("-par%d", parallelism)
 		}
 		r, err := newRun(env, name)
 		if err != nil {
@@ -507,6 +524,14 @@ func startKwok(version string) func(context.Context, *benchEnv, string) (*agentR
 				return nil, err
 			}
 			args = append(args, "--config="+stages)
+		}
+		if parallelism > 0 {
+			cfg := filepath.Join(r.dir, "kwok-parallelism.yaml")
+			doc := fmt.Sprintf("apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:\n  podPlayStageParallelism: %d\n", parallelism)
+			if err := os.WriteFile(cfg, []byte(doc), 0o644); err != nil {
+				return nil, err
+			}
+			args = append(args, "--config="+cfg)
 		}
 		return r, r.spawn(env, name, bin, args...)
 	}

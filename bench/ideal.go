@@ -51,6 +51,9 @@ func runIdealAgent(node, kubeconfig string) error {
 	}
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
+	if err := markNodeReady(ctx, cs, node); err != nil {
+		return err
+	}
 	handle := func(name cache.ObjectName) error {
 		pod, err := lister.Pods(name.Namespace).Get(name.Name)
 		if err != nil {
@@ -92,6 +95,22 @@ func runIdealAgent(node, kubeconfig string) error {
 	<-ctx.Done()
 	queue.ShutDown()
 	return nil
+}
+
+// markNodeReady says, through the node's Ready condition, that the agent
+// has synced and takes pods: the bench waits for it before creating them,
+// as it does for every agent.
+func markNodeReady(ctx context.Context, cs kubernetes.Interface, node string) error {
+	now := metav1.Now()
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{{
+		Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "IdealAgentSynced",
+		LastHeartbeatTime: now, LastTransitionTime: now,
+	}}}})
+	if err != nil {
+		return err
+	}
+	_, err = cs.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	return err
 }
 
 func ignoreGone(err error) error {

@@ -100,7 +100,7 @@ func run(ctx context.Context, out io.Writer, o benchOptions) error {
 	}
 	report := map[string]any{"pods": o.pods, "concurrency": o.concurrency, "rounds": o.rounds, "results": results, "byRound": rounds, "at": time.Now().UTC()}
 	fmt.Fprintln(out)
-	printTable(out, order, results)
+	printTable(out, order, results, rounds)
 	printBreakdown(out, order, results)
 	if o.largePods > 0 {
 		if report["large"], err = runLarge(ctx, out, env, o, results["split"]); err != nil {
@@ -250,6 +250,19 @@ func writeReport(out io.Writer, outDir string, report map[string]any) error {
 	return nil
 }
 
+// figureRange is a median figure, with the rounds' min–max after it when
+// there were several.
+func figureRange(median float64, rounds []*result, get func(*result) float64) string {
+	if len(rounds) < 2 {
+		return fmt.Sprintf("%.2f", median)
+	}
+	lo, hi := get(rounds[0]), get(rounds[0])
+	for _, r := range rounds[1:] {
+		lo, hi = min(lo, get(r)), max(hi, get(r))
+	}
+	return fmt.Sprintf("%.2f (%.2f–%.2f)", median, lo, hi)
+}
+
 // printLarge compares the large-node case with the main case's split: the
 // cost per pod should not grow with the node (the target: at most 1.2 ×).
 func printLarge(out io.Writer, base, large *result) {
@@ -314,7 +327,7 @@ func findAgent(name string) (agent, bool) {
 
 // printTable prints every figure per agent and the ratios of the first
 // agent (Splitlet split) to kwok and to the ideal agent.
-func printTable(out io.Writer, order []string, r map[string]*result) {
+func printTable(out io.Writer, order []string, r map[string]*result, rounds map[string][]*result) {
 	rows := []struct {
 		name string
 		get  func(*result) float64
@@ -327,11 +340,14 @@ func printTable(out io.Writer, order []string, r map[string]*result) {
 		{"time to all gone after DeleteCollection (s)", func(x *result) float64 { return x.AllGoneSec }},
 		{"API writes per pod, pods (create→Ready)", func(x *result) float64 { return x.PodWritesPer }},
 		{"API writes per pod, all resources", func(x *result) float64 { return x.AllWritesPer }},
-		{"peak RSS, summed (MiB)", func(x *result) float64 { return float64(x.PeakRSSBytes) / (1 << 20) }},
+		{"peak PSS, summed, sampled (MiB)", func(x *result) float64 { return float64(x.PeakPSSBytes) / (1 << 20) }},
+		{"peak RSS, summed, sampled (MiB)", func(x *result) float64 { return float64(x.SampledRSSBytes) / (1 << 20) }},
+		{"peak RSS, summed, each process's high-water mark (MiB)", func(x *result) float64 { return float64(x.PeakRSSBytes) / (1 << 20) }},
 		{"of it, executables' pages (MiB)", func(x *result) float64 { return float64(x.FileRSSBytes) / (1 << 20) }},
 		{"peak RSS less executables' pages (MiB)", func(x *result) float64 { return float64(x.PeakRSSBytes-x.FileRSSBytes) / (1 << 20) }},
-		{"agent CPU, create → all gone (s)", func(x *result) float64 { return x.CPUSec }},
-		{"control plane CPU, create → all gone (s)", func(x *result) float64 { return x.ControlPlaneCPUSec }},
+		{"agent CPU, first create → all gone (s)", func(x *result) float64 { return x.CPUSec }},
+		{"agent CPU, whole life with start-up (s)", func(x *result) float64 { return x.CPULifeSec }},
+		{"control plane CPU, agent's life (s)", func(x *result) float64 { return x.ControlPlaneCPUSec }},
 		{"bus messages delivered per pod (split)", func(x *result) float64 { return x.BusMsgsPerPod }},
 		{"bus KiB delivered per pod (split)", func(x *result) float64 { return x.BusKiBPerPod }},
 		{"bus messages delivered per pod, create→Ready (split)", func(x *result) float64 { return x.BusMsgsPerPodToReady }},
@@ -357,7 +373,7 @@ func printTable(out io.Writer, order []string, r map[string]*result) {
 	for _, row := range rows {
 		line := "| " + row.name + " |"
 		for _, name := range order {
-			line += fmt.Sprintf(" %.2f |", row.get(r[name]))
+			line += " " + figureRange(row.get(r[name]), rounds[name], row.get) + " |"
 		}
 		for _, p := range peers {
 			d := row.get(r[p])

@@ -43,14 +43,23 @@ type result struct {
 	// FileRSSBytes: of the resident set, the pages of files (the
 	// executables) at the end of the case; PeakRSSBytes less it is the
 	// peak of what the processes allocated (see agentRun.peakRSS).
-	FileRSSBytes  int64            `json:"fileRSSBytes"`
-	FileRSSEach   map[string]int64 `json:"fileRSSBytesByProcess"`
-	ThroughputPPS float64          `json:"podsPerSecond"`
+	FileRSSBytes int64            `json:"fileRSSBytes"`
+	FileRSSEach  map[string]int64 `json:"fileRSSBytesByProcess"`
+	// PeakPSSBytes is the peak of the agent's processes' summed PSS,
+	// sampled from the first create until all pods are gone (each page
+	// shared by n processes counts 1/n in each); SampledRSSBytes the peak
+	// of their summed RSS over the same samples.
+	PeakPSSBytes    int64            `json:"peakPSSBytes"`
+	PeakPSSEach     map[string]int64 `json:"peakPSSBytesByProcess"`
+	SampledRSSBytes int64            `json:"sampledPeakRSSBytes"`
+	ThroughputPPS   float64          `json:"podsPerSecond"`
 	// CPUSec is the agent's CPU time (user+system, all its processes) from
-	// its start until all pods are gone; ControlPlaneCPUSec is etcd's and
-	// kube-apiserver's over the same span.
+	// the first create until all pods are gone; CPULifeSec from its start,
+	// start-up included. ControlPlaneCPUSec is etcd's and kube-apiserver's
+	// over the agent's life.
 	CPUSec             float64            `json:"cpuSeconds"`
 	CPUEach            map[string]float64 `json:"cpuSecondsByProcess"`
+	CPULifeSec         float64            `json:"cpuSecondsWholeLife"`
 	ControlPlaneCPUSec float64            `json:"controlPlaneCPUSeconds"`
 	// BusMsgsPerPod and BusKiBPerPod: what the nats-server delivered over
 	// the whole case, per pod (split runs only).
@@ -170,6 +179,8 @@ func runCase(ctx context.Context, env *benchEnv, a agent, node string, n, concur
 		if err != nil {
 			return nil, err
 		}
+		res.CPULifeSec += sec
+		sec -= run.cpuAtCreate[i]
 		res.CPUEach[run.names[i]] += sec
 		res.CPUSec += sec
 	}
@@ -214,6 +225,11 @@ func measureCase(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a 
 	if err := measureDelete(ctx, cs, env, a, run, tr, label, n, res); err != nil {
 		return nil, run, err
 	}
+	pss, rss, err := run.mem.end()
+	if err != nil {
+		return nil, run, err
+	}
+	res.PeakPSSBytes, res.PeakPSSEach, res.SampledRSSBytes = pss.total, pss.each, rss.total
 	peak, files, err := run.peakRSS()
 	if err != nil {
 		return nil, run, err
@@ -223,7 +239,8 @@ func measureCase(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a 
 }
 
 // startReady starts the agent (its Node made first when it registers
-// none) and waits for the node to be Ready.
+// none) and waits for the node to be Ready: every agent, the ideal one
+// too, has synced before the first pod is created.
 func startReady(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a agent, node string) (*agentRun, error) {
 	if !a.registersNode {
 		if err := createNode(ctx, cs, node); err != nil {
@@ -234,10 +251,8 @@ func startReady(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a a
 	if err != nil {
 		return run, err
 	}
-	if a.name != "ideal" {
-		if err := waitFor(ctx, 90*time.Second, run, "node "+node+" Ready", func() bool { return nodeReady(ctx, cs, node) }); err != nil {
-			return run, fmt.Errorf("%w (logs in %s)", err, run.dir)
-		}
+	if err := waitFor(ctx, 90*time.Second, run, "node "+node+" Ready", func() bool { return nodeReady(ctx, cs, node) }); err != nil {
+		return run, fmt.Errorf("%w (logs in %s)", err, run.dir)
 	}
 	return run, nil
 }
@@ -286,6 +301,9 @@ func measureCreate(ctx context.Context, cs kubernetes.Interface, env *benchEnv, 
 	if err != nil {
 		return fmt.Errorf("bus figures: %w", err)
 	}
+	if err := run.markCreate(); err != nil {
+		return err
+	}
 	start := time.Now()
 	if err := createPods(ctx, cs, a.name, node, n, concurrency, created); err != nil {
 		return err
@@ -322,6 +340,24 @@ func measureCreate(ctx context.Context, cs kubernetes.Interface, env *benchEnv, 
 	}
 	return nil
 }
+
+// markCreate notes each process's CPU time as the first pod is created
+// and starts sampling their memory.
+func (r *agentRun) markCreate() error {
+	r.cpuAtCreate = r.cpuAtCreate[:0]
+	for _, pid := range r.pids() {
+		sec, err := cpuSeconds([]int{pid})
+		if err != nil {
+			return err
+		}
+		r.cpuAtCreate = append(r.cpuAtCreate, sec)
+	}
+	r.mem = sampleMemory(r.pids(), r.names, memSampleEvery)
+	return nil
+}
+
+// memSampleEvery: how often the agents' memory is sampled.
+const memSampleEvery = 200 * time.Millisecond
 
 // saveHeapProfiles saves the agent's heap profiles when asked for.
 func saveHeapProfiles(env *benchEnv, run *agentRun, prefix string) error {
@@ -552,6 +588,7 @@ func median(rs []*result) *result {
 		func(r *result) *float64 { return &r.AllWritesPer },
 		func(r *result) *float64 { return &r.ThroughputPPS },
 		func(r *result) *float64 { return &r.CPUSec },
+		func(r *result) *float64 { return &r.CPULifeSec },
 		func(r *result) *float64 { return &r.ControlPlaneCPUSec },
 		func(r *result) *float64 { return &r.BusMsgsPerPod },
 		func(r *result) *float64 { return &r.BusKiBPerPod },
@@ -566,6 +603,8 @@ func median(rs []*result) *result {
 	}
 	for _, f := range []func(*result) *int64{
 		func(r *result) *int64 { return &r.PeakRSSBytes },
+		func(r *result) *int64 { return &r.PeakPSSBytes },
+		func(r *result) *int64 { return &r.SampledRSSBytes },
 		func(r *result) *int64 { return &r.FileRSSBytes },
 	} {
 		vals := make([]float64, len(rs))
