@@ -35,6 +35,7 @@ func main() {
 		concurrency = flag.Int("concurrency", 20, "concurrent pod creations")
 		which       = flag.String("agents", "split,allinone,kwok,kwok-v0.7.0,ideal", "agents to run, in order (also: split-trace1, split-trace100: split with tracing at 1 % and 100 %)")
 		outDir      = flag.String("out", "bench/out", "where the JSON figures go")
+		backlog     = flag.Int("backlog-pods", 5000, "pods of the backlog case: created before each agent starts, drained from its start (0: skip it)")
 		scalePods   = flag.Int("scale-pods", 2000, "pods of the scaling case (0: skip it)")
 		largePods   = flag.Int("large-pods", 20000, "pods of the large-node case: split alone, once, its CPU and RSS per pod against the main case's (0: skip it)")
 		stages      = flag.Bool("stages", true, "also run the stage cases (each stage's own benchmark)")
@@ -60,7 +61,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	opts := benchOptions{baseBin: *baseBin, which: *which, pods: *pods, concurrency: *concurrency, outDir: *outDir,
-		scale: scaleOptions{startLatency: *scaleLat, maxConcurrent: *scaleConc}, scalePods: *scalePods, largePods: *largePods,
+		scale: scaleOptions{startLatency: *scaleLat, maxConcurrent: *scaleConc}, scalePods: *scalePods, largePods: *largePods, backlogPods: *backlog,
 		stages: *stages, profiles: *profiles, cpuProfile: *cpuProfile, rounds: max(*rounds, 1), pinCPUs: *pinCPUs}
 	if err := run(ctx, os.Stdout, opts); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -74,6 +75,7 @@ type benchOptions struct {
 	pods, concurrency      int
 	scale                  scaleOptions
 	scalePods, largePods   int
+	backlogPods            int
 	stages, profiles       bool
 	cpuProfile             time.Duration
 	rounds                 int
@@ -102,6 +104,11 @@ func run(ctx context.Context, out io.Writer, o benchOptions) error {
 	fmt.Fprintln(out)
 	printTable(out, order, results, rounds)
 	printBreakdown(out, order, results)
+	if o.backlogPods > 0 {
+		if report["backlog"], err = runBacklog(ctx, out, env, o, order); err != nil {
+			return err
+		}
+	}
 	if o.largePods > 0 {
 		if report["large"], err = runLarge(ctx, out, env, o, results["split"]); err != nil {
 			return err
@@ -188,6 +195,35 @@ func runRounds(ctx context.Context, out io.Writer, env *benchEnv, o benchOptions
 		results[name] = median(rs)
 	}
 	return results, rounds, nil
+}
+
+// runBacklog runs the backlog case for each agent, in rounds as the main
+// case: the pods exist before the agent starts, and its drain rate (pods
+// Ready a second from its start) is the figure.
+func runBacklog(ctx context.Context, out io.Writer, env *benchEnv, o benchOptions, order []string) (map[string][]*result, error) {
+	rounds := map[string][]*result{}
+	for round := range o.rounds {
+		seq := slices.Clone(order)
+		if round%2 == 1 {
+			slices.Reverse(seq)
+		}
+		for _, name := range seq {
+			a, _ := findAgent(name)
+			fmt.Fprintf(out, "backlog case: %s, %d pods (round %d of %d) ...\n", name, o.backlogPods, round+1, o.rounds)
+			res, err := runCaseWith(ctx, env, a, "backlog-"+name, o.backlogPods, o.concurrency, measureBacklog)
+			if err != nil {
+				return nil, fmt.Errorf("backlog case, %s: %w", name, err)
+			}
+			rounds[name] = append(rounds[name], res)
+		}
+	}
+	results := map[string]*result{}
+	for name, rs := range rounds {
+		results[name] = median(rs)
+	}
+	fmt.Fprintf(out, "\nbacklog case: %d pods created before the agent starts, figures from its start\n\n", o.backlogPods)
+	printRows(out, backlogRows, order, results, rounds)
+	return rounds, nil
 }
 
 // runLarge is the one-node-many-pods case: split with its defaults, on the
@@ -327,32 +363,54 @@ func findAgent(name string) (agent, bool) {
 
 // printTable prints every figure per agent and the ratios of the first
 // agent (Splitlet split) to kwok and to the ideal agent.
+// tableRow is one figure of a table: its name and how to read it.
+type tableRow struct {
+	name string
+	get  func(*result) float64
+}
+
+// burstRows are the main case's figures.
+var burstRows = []tableRow{
+	{"time to all Running+Ready (s)", func(x *result) float64 { return x.AllReadySec }},
+	{"create→Ready p50 (ms)", func(x *result) float64 { return x.P50Ms }},
+	{"create→Ready p90 (ms)", func(x *result) float64 { return x.P90Ms }},
+	{"create→Ready p99 (ms)", func(x *result) float64 { return x.P99Ms }},
+	{"create→Ready max (ms)", func(x *result) float64 { return x.MaxMs }},
+	{"time to all gone after DeleteCollection (s)", func(x *result) float64 { return x.AllGoneSec }},
+	{"API writes per pod, pods (create→Ready)", func(x *result) float64 { return x.PodWritesPer }},
+	{"API writes per pod, all resources", func(x *result) float64 { return x.AllWritesPer }},
+	{"peak PSS, summed, sampled (MiB)", func(x *result) float64 { return float64(x.PeakPSSBytes) / (1 << 20) }},
+	{"peak RSS, summed, sampled (MiB)", func(x *result) float64 { return float64(x.SampledRSSBytes) / (1 << 20) }},
+	{"peak RSS, summed, each process's high-water mark (MiB)", func(x *result) float64 { return float64(x.PeakRSSBytes) / (1 << 20) }},
+	{"of it, executables' pages (MiB)", func(x *result) float64 { return float64(x.FileRSSBytes) / (1 << 20) }},
+	{"peak RSS less executables' pages (MiB)", func(x *result) float64 { return float64(x.PeakRSSBytes-x.FileRSSBytes) / (1 << 20) }},
+	{"agent CPU, first create → all gone (s)", func(x *result) float64 { return x.CPUSec }},
+	{"agent CPU, whole life with start-up (s)", func(x *result) float64 { return x.CPULifeSec }},
+	{"control plane CPU, agent's life (s)", func(x *result) float64 { return x.ControlPlaneCPUSec }},
+	{"bus messages delivered per pod (split)", func(x *result) float64 { return x.BusMsgsPerPod }},
+	{"bus KiB delivered per pod (split)", func(x *result) float64 { return x.BusKiBPerPod }},
+	{"bus messages delivered per pod, create→Ready (split)", func(x *result) float64 { return x.BusMsgsPerPodToReady }},
+	{"bus KiB delivered per pod, create→Ready (split)", func(x *result) float64 { return x.BusKiBPerPodToReady }},
+}
+
+// backlogRows are the backlog case's figures.
+var backlogRows = []tableRow{
+	{"drain rate, agent start → all Ready (pods/s)", func(x *result) float64 { return x.ThroughputPPS }},
+	{"time from agent start to all Running+Ready (s)", func(x *result) float64 { return x.AllReadySec }},
+	{"agent start → Ready p50 (ms)", func(x *result) float64 { return x.P50Ms }},
+	{"agent start → Ready p99 (ms)", func(x *result) float64 { return x.P99Ms }},
+	{"time to all gone after DeleteCollection (s)", func(x *result) float64 { return x.AllGoneSec }},
+	{"peak PSS, summed, sampled (MiB)", func(x *result) float64 { return float64(x.PeakPSSBytes) / (1 << 20) }},
+	{"agent CPU, start → all gone (s)", func(x *result) float64 { return x.CPUSec }},
+}
+
 func printTable(out io.Writer, order []string, r map[string]*result, rounds map[string][]*result) {
-	rows := []struct {
-		name string
-		get  func(*result) float64
-	}{
-		{"time to all Running+Ready (s)", func(x *result) float64 { return x.AllReadySec }},
-		{"create→Ready p50 (ms)", func(x *result) float64 { return x.P50Ms }},
-		{"create→Ready p90 (ms)", func(x *result) float64 { return x.P90Ms }},
-		{"create→Ready p99 (ms)", func(x *result) float64 { return x.P99Ms }},
-		{"create→Ready max (ms)", func(x *result) float64 { return x.MaxMs }},
-		{"time to all gone after DeleteCollection (s)", func(x *result) float64 { return x.AllGoneSec }},
-		{"API writes per pod, pods (create→Ready)", func(x *result) float64 { return x.PodWritesPer }},
-		{"API writes per pod, all resources", func(x *result) float64 { return x.AllWritesPer }},
-		{"peak PSS, summed, sampled (MiB)", func(x *result) float64 { return float64(x.PeakPSSBytes) / (1 << 20) }},
-		{"peak RSS, summed, sampled (MiB)", func(x *result) float64 { return float64(x.SampledRSSBytes) / (1 << 20) }},
-		{"peak RSS, summed, each process's high-water mark (MiB)", func(x *result) float64 { return float64(x.PeakRSSBytes) / (1 << 20) }},
-		{"of it, executables' pages (MiB)", func(x *result) float64 { return float64(x.FileRSSBytes) / (1 << 20) }},
-		{"peak RSS less executables' pages (MiB)", func(x *result) float64 { return float64(x.PeakRSSBytes-x.FileRSSBytes) / (1 << 20) }},
-		{"agent CPU, first create → all gone (s)", func(x *result) float64 { return x.CPUSec }},
-		{"agent CPU, whole life with start-up (s)", func(x *result) float64 { return x.CPULifeSec }},
-		{"control plane CPU, agent's life (s)", func(x *result) float64 { return x.ControlPlaneCPUSec }},
-		{"bus messages delivered per pod (split)", func(x *result) float64 { return x.BusMsgsPerPod }},
-		{"bus KiB delivered per pod (split)", func(x *result) float64 { return x.BusKiBPerPod }},
-		{"bus messages delivered per pod, create→Ready (split)", func(x *result) float64 { return x.BusMsgsPerPodToReady }},
-		{"bus KiB delivered per pod, create→Ready (split)", func(x *result) float64 { return x.BusKiBPerPodToReady }},
-	}
+	printRows(out, burstRows, order, r, rounds)
+}
+
+// printRows prints a table of rows, an agent a column, with each agent's
+// figure over kwok's and the ideal agent's after them.
+func printRows(out io.Writer, rows []tableRow, order []string, r map[string]*result, rounds map[string][]*result) {
 	head := "| figure |"
 	sep := "|---|"
 	for _, name := range order {

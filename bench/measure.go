@@ -136,6 +136,16 @@ func (t *tracker) deleted(obj any) {
 // on a control plane of its own, so that no case runs against another's
 // history (etcd's size and compactions, the watch cache).
 func runCase(ctx context.Context, env *benchEnv, a agent, node string, n, concurrency int) (*result, error) {
+	return runCaseWith(ctx, env, a, node, n, concurrency, measureCase)
+}
+
+// measureFunc measures one agent on the control plane behind cs; the caller
+// stops the returned run.
+type measureFunc func(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a agent, node string, n, concurrency int) (*result, *agentRun, error)
+
+// runCaseWith runs one case, measured by measure, on a control plane of
+// its own.
+func runCaseWith(ctx context.Context, env *benchEnv, a agent, node string, n, concurrency int, measure measureFunc) (*result, error) {
 	dir := filepath.Join(env.workDir, node+"-controlplane")
 	// A later round of the same agent must not start on the etcd data of an
 	// earlier one.
@@ -166,7 +176,7 @@ func runCase(ctx context.Context, env *benchEnv, a agent, node string, n, concur
 	if err != nil {
 		return nil, err
 	}
-	res, run, err := measureCase(ctx, cs, &caseEnv, a, node, n, concurrency)
+	res, run, err := measure(ctx, cs, &caseEnv, a, node, n, concurrency)
 	if run != nil {
 		defer run.stop()
 	}
@@ -235,6 +245,58 @@ func measureCase(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a 
 		return nil, run, err
 	}
 	res.PeakRSSBytes, res.PeakRSSEach, res.FileRSSBytes, res.FileRSSEach = peak.total, peak.each, files.total, files.each
+	return res, run, nil
+}
+
+// measureBacklog measures how fast an agent drains pods that exist before
+// it starts (a node agent restarted, or a node joining with pods bound to
+// it): the n pods are created first, then the agent is started, and the
+// figures run from its start until every pod is Ready. Creation speed does
+// not bound them, as it can in the burst case.
+func measureBacklog(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a agent, node string, n, concurrency int) (*result, *agentRun, error) {
+	if !a.registersNode {
+		if err := createNode(ctx, cs, node); err != nil {
+			return nil, nil, err
+		}
+	}
+	label := "bench-run=" + a.name
+	stopCh := make(chan struct{})
+	defer close(stopCh)
+	tr, err := trackPods(cs, label, stopCh)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := createPods(ctx, cs, a.name, node, n, concurrency, make([]time.Time, n)); err != nil {
+		return nil, nil, err
+	}
+	start := time.Now()
+	run, err := a.start(ctx, env, node)
+	if err != nil {
+		return nil, run, err
+	}
+	if err := run.markCreate(); err != nil {
+		return nil, run, err
+	}
+	if err := waitFor(ctx, 15*time.Minute, run, fmt.Sprintf("%d pods Ready", n), func() bool { return tr.ready.Load() >= int64(n) }); err != nil {
+		return nil, run, fmt.Errorf("%w: %d of %d Ready (logs in %s)", err, tr.ready.Load(), n, run.dir)
+	}
+	res := &result{Agent: a.name, Pods: n}
+	started := make([]time.Time, n)
+	for i := range started {
+		started[i] = start
+	}
+	lat, last := tr.latencies(a.name, started, start)
+	res.AllReadySec = last.Sub(start).Seconds()
+	res.ThroughputPPS = float64(n) / res.AllReadySec
+	res.P50Ms, res.P90Ms, res.P99Ms, res.MaxMs = pct(lat, 50), pct(lat, 90), pct(lat, 99), lat[len(lat)-1]
+	if err := measureDelete(ctx, cs, env, a, run, tr, label, n, res); err != nil {
+		return nil, run, err
+	}
+	pss, rss, err := run.mem.end()
+	if err != nil {
+		return nil, run, err
+	}
+	res.PeakPSSBytes, res.PeakPSSEach, res.SampledRSSBytes = pss.total, pss.each, rss.total
 	return res, run, nil
 }
 
