@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/testenv"
 	"github.com/splitlet/splitlet/services/podconfig/internal/merge"
 )
 
@@ -35,7 +36,7 @@ func TestAPISourceLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "ADD", func() bool { return len(e.bus.ops(p.UID)) == 1 })
+	testenv.EventuallyTrue(t, 10*time.Second, "ADD", func() bool { return len(e.bus.ops(p.UID)) == 1 })
 	got, rec, _ := e.bus.last(p.UID, bus.OpAdd)
 	if want := bus.For(e.node).PodUpdates(bus.Partition(string(p.UID), partitions)); rec.Subject != want || rec.Source != "api" {
 		t.Fatalf("ADD on %s from %s, want %s from api", rec.Subject, rec.Source, want)
@@ -52,13 +53,13 @@ func TestAPISourceLifecycle(t *testing.T) {
 	if p, err = pods.Update(ctx, p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "UPDATE", func() bool { return len(e.bus.ops(p.UID)) == 2 })
+	testenv.EventuallyTrue(t, 10*time.Second, "UPDATE", func() bool { return len(e.bus.ops(p.UID)) == 2 })
 	// Status alone: RECONCILE.
 	p.Status.Phase = corev1.PodRunning
 	if p, err = pods.UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "RECONCILE", func() bool { return len(e.bus.ops(p.UID)) == 3 })
+	testenv.EventuallyTrue(t, 10*time.Second, "RECONCILE", func() bool { return len(e.bus.ops(p.UID)) == 3 })
 	// on its own subject (contract v2), which the prober and statussync do
 	// not consume.
 	if _, rec, _ := e.bus.last(p.UID, bus.OpReconcile); rec.Subject != bus.For(e.node).PodReconciles(bus.Partition(string(p.UID), partitions)) {
@@ -68,7 +69,7 @@ func TestAPISourceLifecycle(t *testing.T) {
 	if err := pods.Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "DELETE", func() bool { return len(e.bus.ops(p.UID)) == 4 })
+	testenv.EventuallyTrue(t, 10*time.Second, "DELETE", func() bool { return len(e.bus.ops(p.UID)) == 4 })
 	if d, _, _ := e.bus.last(p.UID, bus.OpDelete); d.DeletionTimestamp == nil {
 		t.Fatal("DELETE without deletionTimestamp")
 	}
@@ -77,7 +78,7 @@ func TestAPISourceLifecycle(t *testing.T) {
 	if err := pods.Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "REMOVE", func() bool {
+	testenv.EventuallyTrue(t, 10*time.Second, "REMOVE", func() bool {
 		ops := e.bus.ops(p.UID)
 		return len(ops) > 0 && ops[len(ops)-1] == "REMOVE"
 	})
@@ -108,7 +109,7 @@ func TestAPISourceLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "marker ADD", func() bool { return len(e.bus.ops(marker.UID)) == 1 })
+	testenv.EventuallyTrue(t, 10*time.Second, "marker ADD", func() bool { return len(e.bus.ops(marker.UID)) == 1 })
 	for _, r := range e.bus.snapshot() {
 		for _, q := range r.Pods {
 			if q.UID == other.UID || q.Spec.NodeName != e.node {
@@ -138,7 +139,7 @@ func TestPeriodicSnapshot(t *testing.T) {
 	cfg.SnapshotPeriod = 300 * time.Millisecond
 	e.start(cfg)
 	// Wait for a SET on every partition after all three ADDs.
-	eventually(t, 10*time.Second, "a SET on every partition", func() bool {
+	testenv.EventuallyTrue(t, 10*time.Second, "a SET on every partition", func() bool {
 		seen := map[string]bool{}
 		for _, r := range e.bus.snapshot() {
 			if r.Op == bus.OpSet && r.Source == "api" {
@@ -186,7 +187,7 @@ func TestSnapshotMode(t *testing.T) {
 	cfg.NotificationMode = "snapshot"
 	e.start(cfg)
 	e.waitAllReady()
-	eventually(t, 10*time.Second, "a SET on every partition at first sight", func() bool {
+	testenv.EventuallyTrue(t, 10*time.Second, "a SET on every partition at first sight", func() bool {
 		seen := map[string]bool{}
 		for _, r := range e.bus.snapshot() {
 			if r.Op == bus.OpSet {
@@ -200,7 +201,7 @@ func TestSnapshotMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "a SET holding the new pod", func() bool {
+	testenv.EventuallyTrue(t, 10*time.Second, "a SET holding the new pod", func() bool {
 		_, rec, ok := e.bus.last(p.UID, bus.OpSet)
 		return ok && rec.Subject == bus.For(e.node).PodUpdates(bus.Partition(string(p.UID), partitions))
 	})

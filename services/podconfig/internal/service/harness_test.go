@@ -202,18 +202,6 @@ func (b *busLog) last(uid types.UID, op bus.Op) (corev1.Pod, busRecord, bool) {
 	return corev1.Pod{}, busRecord{}, false
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func (e *env) sourcesReady() *bus.SourcesReady {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -276,7 +264,7 @@ func (e *env) staticPodsAre(want ...string) bool {
 
 func (e *env) waitAllReady() {
 	e.t.Helper()
-	eventually(e.t, 20*time.Second, "SourcesReady allReady", func() bool {
+	testenv.EventuallyTrue(e.t, 20*time.Second, "SourcesReady allReady", func() bool {
 		sr := e.sourcesReady()
 		return sr != nil && sr.AllReady
 	})

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/testenv"
 	"github.com/splitlet/splitlet/services/podconfig/internal/merge"
 )
 
@@ -74,7 +75,7 @@ func TestHTTPSource(t *testing.T) {
 	e.waitAllReady()
 
 	var alpha, beta types.UID
-	eventually(t, 10*time.Second, "both pods added", func() bool {
+	testenv.EventuallyTrue(t, 10*time.Second, "both pods added", func() bool {
 		alpha, beta = e.bus.uidByName("alpha-"+e.node), e.bus.uidByName("beta-"+e.node)
 		return alpha != "" && beta != ""
 	})
@@ -82,22 +83,22 @@ func TestHTTPSource(t *testing.T) {
 	if rec.Source != "http" || p.Namespace != "kube-system" || p.Annotations[merge.AnnotationSource] != "http" || p.Annotations[merge.AnnotationHash] != string(beta) {
 		t.Fatalf("http pod %s/%s from %s, annotations %v", p.Namespace, p.Name, rec.Source, p.Annotations)
 	}
-	eventually(t, 10*time.Second, "mirror pod of alpha", func() bool { return e.mirror("alpha-"+e.node) != nil })
+	testenv.EventuallyTrue(t, 10*time.Second, "mirror pod of alpha", func() bool { return e.mirror("alpha-"+e.node) != nil })
 
 	// Failing and garbage: state kept, polling continues.
 	srv.set(http.StatusInternalServerError, "boom")
 	h := srv.hitCount()
-	eventually(t, 10*time.Second, "polls while failing", func() bool { return srv.hitCount() >= h+3 })
+	testenv.EventuallyTrue(t, 10*time.Second, "polls while failing", func() bool { return srv.hitCount() >= h+3 })
 	srv.set(http.StatusOK, "{not a pod")
 	h = srv.hitCount()
-	eventually(t, 10*time.Second, "polls while garbage", func() bool { return srv.hitCount() >= h+3 })
+	testenv.EventuallyTrue(t, 10*time.Second, "polls while garbage", func() bool { return srv.hitCount() >= h+3 })
 	if got := fmt.Sprint(e.bus.ops(alpha), e.bus.ops(beta)); got != "[ADD] [ADD]" {
 		t.Fatalf("a failing URL changed the pods: %s", got)
 	}
 	// The failures were logged and recorded as Node Events, the URL in them
 	// redacted.
 	var shown []string
-	eventually(t, 10*time.Second, "Events about the failing manifest URL", func() bool {
+	testenv.EventuallyTrue(t, 10*time.Second, "Events about the failing manifest URL", func() bool {
 		list, err := e.cs.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{
 			FieldSelector: fields.Set{"involvedObject.kind": "Node", "involvedObject.name": e.node}.String()})
 		if err != nil {
@@ -122,9 +123,9 @@ func TestHTTPSource(t *testing.T) {
 
 	// One pod now (alpha unchanged, so same UID): beta goes.
 	srv.set(http.StatusOK, onePodYAML)
-	eventually(t, 10*time.Second, "beta removed", func() bool { return fmt.Sprint(e.bus.ops(beta)) == "[ADD REMOVE]" })
+	testenv.EventuallyTrue(t, 10*time.Second, "beta removed", func() bool { return fmt.Sprint(e.bus.ops(beta)) == "[ADD REMOVE]" })
 	eqOps(t, "alpha", e.bus.ops(alpha), "ADD")
-	eventually(t, 10*time.Second, "beta's mirror pod removed", func() bool {
+	testenv.EventuallyTrue(t, 10*time.Second, "beta's mirror pod removed", func() bool {
 		return e.mirrorIn("kube-system", "beta-"+e.node) == nil
 	})
 }

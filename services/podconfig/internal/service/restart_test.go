@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // TestRestartNoSpuriousRemove: podconfig stopped and started again while
@@ -37,11 +38,11 @@ func TestRestartNoSpuriousRemove(t *testing.T) {
 	first := e.start(cfg)
 	e.waitAllReady()
 	staticName := "static-" + e.node
-	eventually(t, 10*time.Second, "first run's ADDs", func() bool {
+	testenv.EventuallyTrue(t, 10*time.Second, "first run's ADDs", func() bool {
 		return len(e.bus.ops(uids["r3"])) == 1 && e.bus.uidByName(staticName) != ""
 	})
 	staticUID := e.bus.uidByName(staticName)
-	eventually(t, 10*time.Second, "mirror pod", func() bool { return e.mirror(staticName) != nil })
+	testenv.EventuallyTrue(t, 10*time.Second, "mirror pod", func() bool { return e.mirror(staticName) != nil })
 	mirrorUID := e.mirror(staticName).UID
 	if err := first.Stop(ctx); err != nil {
 		t.Fatal(err)
@@ -84,7 +85,7 @@ func TestRestartNoSpuriousRemove(t *testing.T) {
 	}
 	want := []string{string(uids["r1"]), string(uids["r2"]), string(uids["r4"])}
 	sort.Strings(want)
-	eventually(t, 15*time.Second, "SETs of the restarted podconfig holding exactly the existing pods", func() bool {
+	testenv.EventuallyTrue(t, 15*time.Second, "SETs of the restarted podconfig holding exactly the existing pods", func() bool {
 		api, file, complete := latest()
 		return complete && strings.Join(api, ",") == strings.Join(want, ",") && strings.Join(file, ",") == string(staticUID)
 	})

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/testenv"
 	"github.com/splitlet/splitlet/services/podconfig/internal/merge"
 )
 
@@ -105,18 +106,18 @@ func TestStaticPodsAndMirrors(t *testing.T) {
 
 	name := "web-" + e.node
 	var uid1 types.UID
-	eventually(t, 10*time.Second, "static pod ADD", func() bool { uid1 = e.bus.uidByName(name); return uid1 != "" })
+	testenv.EventuallyTrue(t, 10*time.Second, "static pod ADD", func() bool { uid1 = e.bus.uidByName(name); return uid1 != "" })
 	p, rec, _ := e.bus.last(uid1, bus.OpAdd)
 	if rec.Source != "file" || p.Namespace != "default" || p.Spec.NodeName != e.node ||
 		p.Annotations[merge.AnnotationSource] != "file" || p.Annotations[merge.AnnotationHash] != string(uid1) || p.Annotations[merge.AnnotationSeen] == "" {
 		t.Fatalf("static pod from %s: %s/%s node %q annotations %v", rec.Source, p.Namespace, p.Name, p.Spec.NodeName, p.Annotations)
 	}
 	// state.static names it, for nodehb to match its mirror pod by full name.
-	eventually(t, 10*time.Second, "StaticPods with the static pod", func() bool {
+	testenv.EventuallyTrue(t, 10*time.Second, "StaticPods with the static pod", func() bool {
 		return e.staticPodsAre(fmt.Sprintf("%s default/%s", uid1, name))
 	})
 	var m1 *corev1.Pod
-	eventually(t, 10*time.Second, "mirror pod", func() bool { m1 = e.mirror(name); return m1 != nil })
+	testenv.EventuallyTrue(t, 10*time.Second, "mirror pod", func() bool { m1 = e.mirror(name); return m1 != nil })
 	node, err := e.cs.CoreV1().Nodes().Get(ctx, e.node, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -125,10 +126,10 @@ func TestStaticPodsAndMirrors(t *testing.T) {
 		m1.OwnerReferences[0].Kind != "Node" || m1.OwnerReferences[0].UID != node.UID {
 		t.Fatalf("mirror pod annotations %v owners %+v", m1.Annotations, m1.OwnerReferences)
 	}
-	eventually(t, 10*time.Second, "orphaned mirror pod deleted", func() bool { return e.mirror("ghost-"+e.node) == nil })
+	testenv.EventuallyTrue(t, 10*time.Second, "orphaned mirror pod deleted", func() bool { return e.mirror("ghost-"+e.node) == nil })
 
 	// Bad manifests: skipped, with one Event on the Node each.
-	eventually(t, 10*time.Second, "Events about the bad manifests", func() bool {
+	testenv.EventuallyTrue(t, 10*time.Second, "Events about the bad manifests", func() bool {
 		evs, err := e.cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{
 			FieldSelector: fields.Set{"involvedObject.kind": "Node", "involvedObject.name": e.node, "reason": "InvalidStaticPodManifest"}.String()})
 		if err != nil {
@@ -149,21 +150,21 @@ func TestStaticPodsAndMirrors(t *testing.T) {
 	// the mirror pod is replaced with one of the new hash.
 	writeFile(t, filepath.Join(dir, "web.yaml"), manifestYAML("web", "nginx:1.26", ""))
 	var uid2 types.UID
-	eventually(t, 10*time.Second, "changed static pod", func() bool {
+	testenv.EventuallyTrue(t, 10*time.Second, "changed static pod", func() bool {
 		uid2 = e.bus.uidByName(name)
 		return uid2 != uid1 && fmt.Sprint(e.bus.ops(uid1)) == "[ADD REMOVE]"
 	})
-	eventually(t, 10*time.Second, "mirror pod replaced", func() bool {
+	testenv.EventuallyTrue(t, 10*time.Second, "mirror pod replaced", func() bool {
 		m := e.mirror(name)
 		return m != nil && m.Annotations[merge.AnnotationMirror] == string(uid2) && m.Spec.Containers[0].Image == "nginx:1.26"
 	})
 
 	// A manifest with its own UID keeps it: a change is an UPDATE.
 	writeFile(t, filepath.Join(dir, "fixed.yaml"), manifestYAML("fixed", "busybox", "  uid: fixed-uid-1"))
-	eventually(t, 10*time.Second, "fixed ADD", func() bool { return fmt.Sprint(e.bus.ops("fixed-uid-1")) == "[ADD]" })
+	testenv.EventuallyTrue(t, 10*time.Second, "fixed ADD", func() bool { return fmt.Sprint(e.bus.ops("fixed-uid-1")) == "[ADD]" })
 	writeFile(t, filepath.Join(dir, "fixed.yaml"), manifestYAML("fixed", "busybox", "  uid: fixed-uid-1\n  labels: {v: \"2\"}"))
-	eventually(t, 10*time.Second, "fixed UPDATE", func() bool { return fmt.Sprint(e.bus.ops("fixed-uid-1")) == "[ADD UPDATE]" })
-	eventually(t, 10*time.Second, "StaticPods with the changed and the fixed pod", func() bool {
+	testenv.EventuallyTrue(t, 10*time.Second, "fixed UPDATE", func() bool { return fmt.Sprint(e.bus.ops("fixed-uid-1")) == "[ADD UPDATE]" })
+	testenv.EventuallyTrue(t, 10*time.Second, "StaticPods with the changed and the fixed pod", func() bool {
 		return e.staticPodsAre(fmt.Sprintf("%s default/%s", uid2, name), "fixed-uid-1 default/fixed-"+e.node)
 	})
 
@@ -173,7 +174,7 @@ func TestStaticPodsAndMirrors(t *testing.T) {
 	if err := e.cs.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "mirror pod recreated", func() bool {
+	testenv.EventuallyTrue(t, 10*time.Second, "mirror pod recreated", func() bool {
 		m := e.mirror(name)
 		return m != nil && m.UID != m2.UID && m.Annotations[merge.AnnotationMirror] == string(uid2)
 	})
@@ -182,9 +183,9 @@ func TestStaticPodsAndMirrors(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, "web.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "static pod REMOVE", func() bool { return fmt.Sprint(e.bus.ops(uid2)) == "[ADD REMOVE]" })
-	eventually(t, 10*time.Second, "mirror pod deleted", func() bool { return e.mirror(name) == nil })
-	eventually(t, 10*time.Second, "StaticPods without the removed pod", func() bool {
+	testenv.EventuallyTrue(t, 10*time.Second, "static pod REMOVE", func() bool { return fmt.Sprint(e.bus.ops(uid2)) == "[ADD REMOVE]" })
+	testenv.EventuallyTrue(t, 10*time.Second, "mirror pod deleted", func() bool { return e.mirror(name) == nil })
+	testenv.EventuallyTrue(t, 10*time.Second, "StaticPods without the removed pod", func() bool {
 		return e.staticPodsAre("fixed-uid-1 default/fixed-" + e.node)
 	})
 
@@ -200,7 +201,7 @@ func TestStaticPodsAndMirrors(t *testing.T) {
 		}
 	}
 	_ = os.Remove(filepath.Join(dir, "fixed.yaml"))
-	eventually(t, 10*time.Second, "fixed mirror pod deleted", func() bool { return e.mirror("fixed-"+e.node) == nil })
+	testenv.EventuallyTrue(t, 10*time.Second, "fixed mirror pod deleted", func() bool { return e.mirror("fixed-"+e.node) == nil })
 }
 
 // TestMirrorPodWaitsForNode: with no Node object yet the static pod is
@@ -214,7 +215,7 @@ func TestMirrorPodWaitsForNode(t *testing.T) {
 	cfg.StaticPodPath = dir
 	e.start(cfg)
 	name := "late-" + e.node
-	eventually(t, 10*time.Second, "static pod ADD", func() bool { return e.bus.uidByName(name) != "" })
+	testenv.EventuallyTrue(t, 10*time.Second, "static pod ADD", func() bool { return e.bus.uidByName(name) != "" })
 	if e.mirror(name) != nil {
 		t.Fatal("a mirror pod exists before its Node")
 	}
@@ -223,12 +224,12 @@ func TestMirrorPodWaitsForNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "mirror pod after the Node registered", func() bool {
+	testenv.EventuallyTrue(t, 20*time.Second, "mirror pod after the Node registered", func() bool {
 		m := e.mirror(name)
 		return m != nil && len(m.OwnerReferences) == 1 && m.OwnerReferences[0].UID == node.UID
 	})
 	_ = os.Remove(filepath.Join(dir, "late.yaml"))
-	eventually(t, 10*time.Second, "mirror pod deleted", func() bool { return e.mirror(name) == nil })
+	testenv.EventuallyTrue(t, 10*time.Second, "mirror pod deleted", func() bool { return e.mirror(name) == nil })
 }
 
 // TestOrphanMirrorWithoutStaticSources: with the API source alone every
@@ -242,13 +243,13 @@ func TestOrphanMirrorWithoutStaticSources(t *testing.T) {
 	}
 	e.start(testConfig())
 	e.waitAllReady()
-	eventually(t, 10*time.Second, "orphaned mirror pod deleted", func() bool { return e.mirror(orphan.Name) == nil })
+	testenv.EventuallyTrue(t, 10*time.Second, "orphaned mirror pod deleted", func() bool { return e.mirror(orphan.Name) == nil })
 	if n := len(e.bus.snapshot()); n != 0 {
 		t.Fatalf("%d pod updates published for a node with only a mirror pod", n)
 	}
 	// No static source: an empty StaticPods, so that no mirror pod stands
 	// for a static pod.
-	eventually(t, 10*time.Second, "empty StaticPods", func() bool { return e.staticPodsAre() })
+	testenv.EventuallyTrue(t, 10*time.Second, "empty StaticPods", func() bool { return e.staticPodsAre() })
 }
 
 // TestFileNotifications: with periodic reads an hour apart, file system
@@ -264,11 +265,11 @@ func TestFileNotifications(t *testing.T) {
 	e.waitAllReady()
 	name := "notified-" + e.node
 	writeFile(t, filepath.Join(dir, "n.json"), `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"notified","uid":"n-1"},"spec":{"containers":[{"name":"c","image":"busybox"}]}}`)
-	eventually(t, 10*time.Second, "ADD on notification", func() bool { return e.bus.uidByName(name) == "n-1" })
+	testenv.EventuallyTrue(t, 10*time.Second, "ADD on notification", func() bool { return e.bus.uidByName(name) == "n-1" })
 	writeFile(t, filepath.Join(dir, "n.json"), `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"notified","uid":"n-1","labels":{"v":"2"}},"spec":{"containers":[{"name":"c","image":"busybox"}]}}`)
-	eventually(t, 10*time.Second, "UPDATE on notification", func() bool { return fmt.Sprint(e.bus.ops("n-1")) == "[ADD UPDATE]" })
+	testenv.EventuallyTrue(t, 10*time.Second, "UPDATE on notification", func() bool { return fmt.Sprint(e.bus.ops("n-1")) == "[ADD UPDATE]" })
 	if err := os.Remove(filepath.Join(dir, "n.json")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "REMOVE on notification", func() bool { return fmt.Sprint(e.bus.ops("n-1")) == "[ADD UPDATE REMOVE]" })
+	testenv.EventuallyTrue(t, 10*time.Second, "REMOVE on notification", func() bool { return fmt.Sprint(e.bus.ops("n-1")) == "[ADD UPDATE REMOVE]" })
 }
