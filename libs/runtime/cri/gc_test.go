@@ -40,7 +40,8 @@ func containersInRuntime(t *testing.T, r *Runtime, p string) []string {
 // newest go once no container is in them.
 func TestContainerGC(t *testing.T) {
 	// no pruning at start: the GC pass alone does the work here.
-	r := newRuntime(t, WithContainerPolicy(gc.ContainerPolicy{MaxPerPodContainer: -1}))
+	// a node of its own: the collection leaves other tests' pods alone.
+	r := newRuntime(t, WithNode(string(uid())), WithContainerPolicy(gc.ContainerPolicy{MaxPerPodContainer: -1}))
 	p := newPod("gc", true, shell("c", `echo attempt $ATTEMPT; exit 1`))
 	cleanupPod(t, p)
 	var ids, logPaths []string
@@ -154,7 +155,7 @@ func lineSeq(t *testing.T, text string) []int {
 // rotation without losing or repeating a line, a plain read shows the
 // newest lines, and --previous of the next instance the old one's last.
 func TestLogRotation(t *testing.T) {
-	r := newRuntime(t)
+	r := newRuntime(t, WithNode(string(uid())))
 	p := newPod("rotate", true, shell("w", `i=0; while true; do echo "line $i 0123456789012345678901234567890123456789"; i=$((i+1)); usleep 5000; done`))
 	cleanupPod(t, p)
 	st := start(t, r, p, 0, 0)
