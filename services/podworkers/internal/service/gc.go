@@ -24,6 +24,10 @@ func (c *Config) containerPolicy() gc.ContainerPolicy {
 // owns gcPartition.
 func (r *Runner) gcConfig() gc.Config {
 	k := r.cfg.GC
+	if k.ImageGCHigh >= 100 && k.ImageMaxAge == 0 {
+		// kubelet: a high threshold of 100 turns image GC off.
+		k.ImagePeriod = 0
+	}
 	return gc.Config{
 		Containers:      r.cfg.containerPolicy(),
 		ContainerPeriod: k.ContainerPeriod,

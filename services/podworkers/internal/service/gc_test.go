@@ -2,6 +2,7 @@ package service
 
 import (
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -29,5 +30,9 @@ func TestGCOwnerAndPolicies(t *testing.T) {
 	if g.Containers.MaxPerPodContainer != 2 || g.Logs.MaxSize != 1<<20 || g.Logs.MaxFiles != 4 || g.Logs.Workers != 3 ||
 		g.Images.HighThresholdPercent != 70 || g.Images.LowThresholdPercent != 60 {
 		t.Errorf("policies %+v", g)
+	}
+	cfg.GC.ImageGCHigh, cfg.GC.ImagePeriod = 100, time.Minute
+	if p := r.gcConfig().ImagePeriod; p != 0 {
+		t.Errorf("image GC every %v with image-gc-high-threshold 100, want off", p)
 	}
 }
