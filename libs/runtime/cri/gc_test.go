@@ -201,7 +201,14 @@ func TestLogRotation(t *testing.T) {
 	mu.Lock()
 	seen := lineSeq(t, followed.String())
 	mu.Unlock()
-	plain := lineSeq(t, logs(t, r, p.UID, "w", runtime.LogOptions{}))
+	// (the live file just rotated may hold no line yet: kubectl logs
+	// reads the live file, as on a kubelet)
+	var text string
+	waitFor(t, "a line in the live log", 10*time.Second, func() (bool, string) {
+		text = logs(t, r, p.UID, "w", runtime.LogOptions{})
+		return text != "", "empty"
+	})
+	plain := lineSeq(t, text)
 	if plain[len(plain)-1] < seen[len(seen)-1] {
 		t.Errorf("plain read ends at line %d, the follower saw %d", plain[len(plain)-1], seen[len(seen)-1])
 	}
