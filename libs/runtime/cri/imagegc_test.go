@@ -88,7 +88,12 @@ func TestImageGC(t *testing.T) {
 	importImage(t, cd, unused)
 	p := newPod("uses-busybox", true, shell("c", "sleep 600"))
 	st := start(t, r, p, 0, 0)
-	t.Cleanup(func() { _ = r.StopContainer(t.Context(), st.ID, 0); _ = r.RemovePod(t.Context(), p.UID) })
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = r.StopContainer(ctx, st.ID, 0)
+		_ = r.RemovePod(ctx, p.UID)
+	})
 
 	fs := &fullFs{Runtime: r, usage: gc.FsUsage{Capacity: 1000, Available: 200}}
 	policy := gc.ImagePolicy{HighThresholdPercent: 85, LowThresholdPercent: 80}
