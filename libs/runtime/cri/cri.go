@@ -24,6 +24,7 @@ import (
 	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/logging"
 	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/runtime/gc"
 	"github.com/splitlet/splitlet/libs/runtime/internal/eventq"
 )
 
@@ -71,6 +72,7 @@ type options struct {
 	cgroupParent    string
 	node            string
 	clusterDomain   *string
+	containerGC     gc.ContainerPolicy
 }
 
 // WithNode names the node the runtime runs pods for: its sandboxes and
@@ -214,6 +216,7 @@ func New(ctx context.Context, opts ...Option) (*Runtime, error) {
 		imageBackOff:    10 * time.Second,
 		imageBackOffMx:  300 * time.Second,
 		security:        security{seccompRoot: DefaultSeccompProfileRoot},
+		containerGC:     DefaultContainerPolicy,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -545,9 +548,9 @@ func (r *Runtime) refresh(ctx context.Context, id string, seen time.Time) (runti
 	return r.apply(id, st, seen), nil
 }
 
-// prune removes the exited instances of a container name beyond the newest
-// ones kept, with their logs (kubelet: container GC, which keeps the
-// newest dead instances per container).
+// prune removes the dead instances of a container the policy lets go, with
+// their logs, once a new instance started (kubelet: container GC, which
+// keeps the newest dead instances per container).
 func (r *Runtime) prune(ctx context.Context, uid types.UID, name string) {
 	r.mu.Lock()
 	pd := r.pods[uid]
@@ -555,26 +558,10 @@ func (r *Runtime) prune(ctx context.Context, uid types.UID, name string) {
 		r.mu.Unlock()
 		return
 	}
-	var same []*instance
-	for _, in := range pd.instances {
-		if in.status.Name == name {
-			same = append(same, in)
-		}
-	}
-	sortInstances(same)
-	drop := runtime.Excess(same, func(in *instance) *runtime.ContainerStatus { return &in.status })
-	namespace, podName := pd.namespace, pd.name
+	drop := evictable(instancesByName(pd)[name], r.opts.containerGC, false, time.Now())
 	r.mu.Unlock()
-	for _, in := range drop {
-		if err := r.rs.RemoveContainer(ctx, in.id); err != nil && !isNotFound(err) {
-			r.log.Debug("cannot remove an old container", zap.String("id", in.id), zap.Error(err))
-			continue
-		}
-		if in.status.LogPath != "" {
-			_ = os.Remove(in.status.LogPath)
-		}
-		r.unlinkLog(namespace, podName, name, in.id)
-		r.forget(uid, in.id)
+	if err := r.removeInstances(ctx, uid, drop); err != nil {
+		r.log.Debug("cannot remove an old container", zap.String("uid", string(uid)), zap.String("container", name), zap.Error(err))
 	}
 }
 

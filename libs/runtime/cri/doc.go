@@ -66,9 +66,23 @@
 // exited is announced on Events once. Exit codes and reasons are
 // containerd's (Completed, Error, OOMKilled, StartError...); with
 // terminationMessagePolicy FallbackToLogsOnError a failed container's
-// message is the end of its log. Of each container name the newest two
-// instances are kept (the current one and the previous, for `logs -p`);
-// older exited ones are removed with their logs.
+// message is the end of its log. Of each container name the newest
+// instance stays, and of the older dead ones as many as the container
+// policy keeps (WithContainerPolicy; one by default, the previous, for
+// `logs -p`): a start removes the others with their logs.
+//
+// # Garbage collection
+//
+// The runtime does the runtime's side of package gc's collections (gc.go,
+// logrotate.go, imagegc.go): CollectContainers removes dead instances beyond
+// the policy and dead sandboxes no container is in but each pod's newest;
+// RotateLogs renames a running container's full log to
+// <log>.<YYYYMMDD-hhmmss>, has the CRI runtime reopen it
+// (ReopenContainerLog), gzips the rotated files but the newest and keeps
+// at most the policy's files; Images, ImagesInUse, RemoveImage and
+// ImageFsUsage serve image GC (the sandbox image of the CRI runtime's
+// configuration is pinned; an image is in use when any container of the
+// CRI runtime is made from it).
 //
 // Relist (runtime.Relister) reads the CRI runtime at once: a pod worker
 // that takes pods over from another replica calls it first, so that it
@@ -95,8 +109,9 @@
 //
 // # Logs, exec, stats
 //
-// Logs read the CRI log files containerd writes (package crilog); Follow
-// polls the file until the container has exited. Exec runs ExecSync
+// Logs read the CRI log files containerd writes (package crilog), the
+// live file of a rotated log; Follow polls the file until the container
+// has exited, and reads on across a rotation. Exec runs ExecSync
 // (probes, kubectl exec without stdin); a command given stdin goes through
 // the streaming Exec endpoint of the runtime (SPDY), without a terminal.
 // RemovePod keeps the interface's contract: it refuses while a container

@@ -2,8 +2,10 @@ package cri
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"time"
 
 	"go.uber.org/zap"
@@ -43,7 +45,18 @@ func (r *Runtime) Logs(ctx context.Context, uid types.UID, name string, opts run
 	if c.State != runtime.StateExited {
 		live = &liveLog{r: r, id: r.rawID(c.ID), every: r.opts.poll / 4}
 	}
-	return crilog.ReadFile(ctx, c.LogPath, opts, live, w)
+	err = crilog.ReadFile(ctx, c.LogPath, opts, live, w)
+	// a running container's log is briefly missing while it is rotated
+	// (renamed, not yet reopened): read it once it is back.
+	for i := 0; live != nil && errors.Is(err, fs.ErrNotExist) && i < 20; i++ {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		err = crilog.ReadFile(ctx, c.LogPath, opts, live, w)
+	}
+	return err
 }
 
 // liveLog follows a log the CRI runtime writes: there is no notice of a

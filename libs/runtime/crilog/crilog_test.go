@@ -3,10 +3,12 @@ package crilog
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -177,4 +179,78 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("round trip of %q: %+v, %v", line, back, err)
 		}
 	})
+}
+
+// polled is a live log that is checked every few milliseconds until done
+// (a log another process writes).
+type polled struct{ done atomic.Bool }
+
+func (p *polled) Changed() <-chan struct{} {
+	ch := make(chan struct{})
+	time.AfterFunc(5*time.Millisecond, func() { close(ch) })
+	return ch
+}
+
+func (p *polled) Done() bool { return p.done.Load() }
+
+// A follower reads on across rotations: the rest of the renamed file, then
+// the new file at the path from its start, losing and repeating no line.
+func TestFollowAcrossRotation(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "0.log")
+	f, err := Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := &polled{}
+	var out lockedBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- ReadFile(t.Context(), path, runtime.LogOptions{Follow: true, TailLines: -1}, live, &out)
+	}()
+	var want strings.Builder
+	n := 0
+	write := func(k int) {
+		for range k {
+			line := fmt.Sprintf("line %d", n)
+			n++
+			if err := f.Write(Stdout, false, []byte(line)); err != nil {
+				t.Fatal(err)
+			}
+			want.WriteString(line + "\n")
+		}
+	}
+	for i := range 3 {
+		write(5)
+		deadline := time.Now().Add(10 * time.Second)
+		for out.String() != want.String() {
+			if time.Now().After(deadline) {
+				t.Fatalf("before rotation %d: followed %q, want %q", i, out.String(), want.String())
+			}
+			time.Sleep(time.Millisecond)
+		}
+		// lines written to the old file after the rename and before the
+		// new file exists are read too.
+		if err := os.Rename(path, fmt.Sprintf("%s.%d", path, i)); err != nil {
+			t.Fatal(err)
+		}
+		write(2)
+		_ = f.Close()
+		if f, err = Create(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(3)
+	live.done.Store(true)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("follow did not end")
+	}
+	_ = f.Close()
+	if out.String() != want.String() {
+		t.Fatalf("followed %q, want %q", out.String(), want.String())
+	}
 }

@@ -90,19 +90,51 @@ func (o *Output) Add(r Record) (bool, error) {
 
 // ReadFile writes the log at path to w as opts select. With opts.Follow and
 // a live log it keeps writing new lines until ctx ends or the log is done
-// and drained; otherwise it stops at the end of the file. Malformed lines
+// and drained, and follows the log across a rotation (the file renamed and
+// a new one made at path: the rest of the old file, then the new one from
+// its start); otherwise it stops at the end of the file. Malformed lines
 // are skipped.
 func ReadFile(ctx context.Context, path string, opts runtime.LogOptions, live Live, w io.Writer) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	return Read(ctx, f, opts, live, w)
+	files := []*os.File{f}
+	defer func() {
+		for _, f := range files {
+			_ = f.Close()
+		}
+	}()
+	// next opens the file that replaced the one read last at path, if
+	// one did; the one before that is read to its end and closed.
+	next := func() io.Reader {
+		cur := files[len(files)-1]
+		was, err1 := cur.Stat()
+		now, err2 := os.Stat(path)
+		if err1 != nil || err2 != nil || os.SameFile(was, now) {
+			return nil
+		}
+		nf, err := os.Open(path)
+		if err != nil {
+			return nil
+		}
+		if len(files) > 1 {
+			_ = files[0].Close()
+			files = files[1:]
+		}
+		files = append(files, nf)
+		return nf
+	}
+	return readLog(ctx, f, opts, live, w, next)
 }
 
-// Read is ReadFile of a log already open (from its start).
+// Read is ReadFile of a log already open (from its start), without
+// following a rotation.
 func Read(ctx context.Context, f io.ReadSeeker, opts runtime.LogOptions, live Live, w io.Writer) error {
+	return readLog(ctx, f, opts, live, w, nil)
+}
+
+func readLog(ctx context.Context, f io.ReadSeeker, opts runtime.LogOptions, live Live, w io.Writer, next func() io.Reader) error {
 	var total int64
 	var err error
 	if opts.TailLines >= 0 {
@@ -116,15 +148,9 @@ func Read(ctx context.Context, f io.ReadSeeker, opts runtime.LogOptions, live Li
 	o := NewOutput(w, opts, total)
 	br := bufio.NewReaderSize(f, 64*1024)
 	var pending []byte
-	for {
-		var changed <-chan struct{}
-		done := true
-		if opts.Follow && live != nil {
-			// Taken before reading: whatever was written before Done
-			// turned true is read below.
-			changed = live.Changed()
-			done = live.Done()
-		}
+	// drain writes what br holds up to its end; stop: the byte limit was
+	// reached.
+	drain := func() (stop bool, err error) {
 		for {
 			line, err := br.ReadSlice('\n')
 			if err == nil {
@@ -138,11 +164,8 @@ func Read(ctx context.Context, f io.ReadSeeker, opts runtime.LogOptions, live Li
 					continue
 				}
 				more, werr := o.Add(rec)
-				if werr != nil {
-					return werr
-				}
-				if !more {
-					return nil
+				if werr != nil || !more {
+					return true, werr
 				}
 				continue
 			}
@@ -153,9 +176,34 @@ func Read(ctx context.Context, f io.ReadSeeker, opts runtime.LogOptions, live Li
 				continue
 			}
 			if errors.Is(err, io.EOF) {
-				break
+				return false, nil
 			}
+			return true, err
+		}
+	}
+	for {
+		var changed <-chan struct{}
+		done := true
+		if opts.Follow && live != nil {
+			// Taken before reading: whatever was written before Done
+			// turned true is read below.
+			changed = live.Changed()
+			done = live.Done()
+		}
+		if stop, err := drain(); stop || err != nil {
 			return err
+		}
+		if next != nil && opts.Follow && live != nil {
+			if nf := next(); nf != nil {
+				// rotated: the old file takes no more writes once the
+				// new one exists; read its last lines, then the new one.
+				if stop, err := drain(); stop || err != nil {
+					return err
+				}
+				br.Reset(nf)
+				pending = pending[:0]
+				continue
+			}
 		}
 		if done {
 			return nil

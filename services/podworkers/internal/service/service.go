@@ -45,6 +45,7 @@ import (
 	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/libs/runtime/containerenv"
 	"github.com/splitlet/splitlet/libs/runtime/cri"
+	"github.com/splitlet/splitlet/libs/runtime/gc"
 	"github.com/splitlet/splitlet/libs/runtime/process"
 	"github.com/splitlet/splitlet/libs/runtime/sim"
 	"github.com/splitlet/splitlet/libs/tracing"
@@ -86,6 +87,9 @@ type Config struct {
 	// DNS are the node's cluster DNS keys (cluster-dns, cluster-domain,
 	// resolv-conf), which the pod workers apply (shared with nodehb).
 	DNS config.DNS
+	// GC are the node's garbage collection keys (dead containers, log
+	// rotation, images), applied by the replica that owns partition 0.
+	GC config.GC
 }
 
 // RegisterFlags adds the podworkers keys ("podworkers.<key>") to fs.
@@ -114,6 +118,7 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.SeccompDefault, "podworkers.seccomp-default", false, "runtime cri: run a container whose securityContext and pod name no seccomp profile with the runtime's default profile (RuntimeDefault) instead of unconfined (the kubelet's seccompDefault); the process runtime applies no seccomp profile and refuses to start with it on")
 	fs.StringSliceVar(&c.AllowedUnsafeSysctls, "podworkers.allowed-unsafe-sysctls", nil, "unsafe sysctls pods may set besides the safe ones (the kubelet's --allowed-unsafe-sysctls): names or prefixes ending in '*', of the ipc or net namespace only (kernel.msg*, net.core.somaxconn); a pod setting any other is rejected with SysctlForbidden")
 	c.DNS.RegisterFlags(fs)
+	c.GC.RegisterFlags(fs)
 	fs.StringVar(&c.ProcessRecordsDir, "podworkers.process-records-dir", "", "runtime process: where the replicas of this node on this host write down their containers' process groups, so that what a replica killed with SIGKILL leaves is killed by the next one (mode 0700, this user's); default <tmp>/splitlet-process-groups/<node>")
 }
 
@@ -159,6 +164,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := kube.NewSysctlAllowlist(nil, c.AllowedUnsafeSysctls); err != nil {
 		return fmt.Errorf("invalid value for podworkers.allowed-unsafe-sysctls: %w", err)
+	}
+	if err := c.GC.Validate(); err != nil {
+		return err
 	}
 	return c.DNS.Validate()
 }
@@ -208,6 +216,7 @@ type Runner struct {
 	owner *ownership.Manager
 	pub   *bus.Publisher
 	sink  *statuspub.Publisher
+	gc    *gc.Manager
 	parts map[int]*partition
 	// active partitions: owned and not being released; only their pods'
 	// statuses are published.
@@ -374,7 +383,8 @@ func (r *Runner) newRuntime(ctx context.Context) (runtime.Runtime, error) {
 	case config.RuntimeCRI:
 		return cri.New(ctx, cri.WithEndpoint(r.common.CRIEndpoint), cri.WithHostIP(r.cfg.HostIP), cri.WithLogger(r.log.Named("cri")),
 			cri.WithNode(r.common.NodeName), cri.WithClusterDomain(r.cfg.DNS.ClusterDomain),
-			cri.WithSeccompProfileRoot(r.seccompRoot()), cri.WithSeccompDefault(r.cfg.SeccompDefault))
+			cri.WithSeccompProfileRoot(r.seccompRoot()), cri.WithSeccompDefault(r.cfg.SeccompDefault),
+			cri.WithContainerPolicy(r.cfg.containerPolicy()))
 	case config.RuntimeProcess:
 		// the containers of a previous incarnation died with it: their
 		// files are left over.
@@ -581,6 +591,7 @@ func (r *Runner) run(ctx context.Context) error {
 	}
 	defer stopSources()
 
+	gcDone := r.runGC(ctx, rt)
 	ownerCtx, stopOwner := context.WithCancel(context.Background())
 	ownerDone := make(chan struct{})
 	go func() { defer close(ownerDone); owner.Run(ownerCtx) }()
@@ -593,6 +604,7 @@ func (r *Runner) run(ctx context.Context) error {
 	r.log.Info("pod workers running", zap.String("runtime", rt.Type()), zap.Int("partitions", r.common.Partitions))
 
 	<-ctx.Done()
+	<-gcDone
 	// hand the partitions over first (consumers drained, pods stopped),
 	// then stop the workers and flush the last statuses.
 	stopOwner()
