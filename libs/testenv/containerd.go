@@ -46,6 +46,29 @@ const PodCNIConfig = `{
 }
 `
 
+// GatewayCNIConfig is a CNI network list whose bridge is the pods' gateway
+// on the host, so that the host reaches pod IPs. No masquerading: the pods
+// still reach nothing beyond the host. The firewall plugin lets each pod's
+// traffic through the host's FORWARD chain: with dockerd running its policy
+// is DROP, and bridged frames pass through it (bridge-nf-call-iptables),
+// which would cut pod from pod.
+func GatewayCNIConfig(name, bridge, subnet string) string {
+	return fmt.Sprintf(`{
+  "cniVersion": "0.4.0",
+  "name": %q,
+  "plugins": [{
+    "type": "bridge",
+    "bridge": %q,
+    "isGateway": true,
+    "ipMasq": false,
+    "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]]}
+  }, {
+    "type": "firewall"
+  }]
+}
+`, name, bridge, subnet)
+}
+
 // ContainerdOptions tune EnsureContainerd.
 type ContainerdOptions struct {
 	// Address of a containerd to use when it answers (default
