@@ -258,6 +258,8 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("/exec/{namespace}/{pod}/{uid}/{container}", s.handleExec)
 	s.mux.HandleFunc("/attach/{namespace}/{pod}/{container}", s.handleAttach)
 	s.mux.HandleFunc("/attach/{namespace}/{pod}/{uid}/{container}", s.handleAttach)
+	s.mux.HandleFunc("/portForward/{namespace}/{pod}", s.handlePortForward)
+	s.mux.HandleFunc("/portForward/{namespace}/{pod}/{uid}", s.handlePortForward)
 	s.mux.HandleFunc("GET /stats/summary", s.handleSummary)
 	s.mux.HandleFunc("GET /metrics/resource", s.handleResourceMetrics)
 	if s.cfg.Configz != nil {
