@@ -375,10 +375,10 @@ type StreamRequest struct {
 	// stream names its port).
 	PortForward bool    `json:"portForward,omitempty"`
 	Ports       []int32 `json:"ports,omitempty"`
-	Stdin   bool     `json:"stdin,omitempty"`
-	Stdout  bool     `json:"stdout,omitempty"`
-	Stderr  bool     `json:"stderr,omitempty"`
-	TTY     bool     `json:"tty,omitempty"`
+	Stdin       bool    `json:"stdin,omitempty"`
+	Stdout      bool    `json:"stdout,omitempty"`
+	Stderr      bool    `json:"stderr,omitempty"`
+	TTY         bool    `json:"tty,omitempty"`
 }
 
 func (p *StreamRequest) validate(*Envelope) error {
