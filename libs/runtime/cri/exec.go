@@ -106,13 +106,14 @@ func (r *Runtime) AttachURL(ctx context.Context, uid types.UID, name string, tty
 // localhost inside the sandbox's network namespace.
 func (r *Runtime) PortForwardURL(ctx context.Context, uid types.UID, ports []int32) (string, error) {
 	r.mu.Lock()
-	id := ""
+	id, name, namespace := "", "", ""
 	if pd := r.pods[uid]; pd != nil {
-		id = pd.sandboxID
+		id, name, namespace = pd.sandboxID, pd.name, pd.namespace
 	}
 	r.mu.Unlock()
 	if id == "" {
-		return "", fmt.Errorf("cri: port-forward: pod %s has no ready sandbox", uid)
+		// kubelet: GetPortForward's message, with format.PodDesc.
+		return "", fmt.Errorf("failed to find sandboxID for pod %s_%s(%s)", name, namespace, uid)
 	}
 	resp, err := r.rs.PortForward(ctx, &runtimeapi.PortForwardRequest{PodSandboxId: id, Port: ports})
 	if err != nil {

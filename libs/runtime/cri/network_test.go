@@ -96,3 +96,12 @@ func TestSandboxPortMappings(t *testing.T) {
 		t.Errorf("a pod without ports: mappings %v, want none", m)
 	}
 }
+
+// A port-forward to a pod without a ready sandbox is refused with the
+// kubelet's message, before the runtime is asked.
+func TestPortForwardWithoutSandbox(t *testing.T) {
+	r := &Runtime{}
+	if _, err := r.PortForwardURL(t.Context(), "uid-1", []int32{80}); err == nil || err.Error() != "failed to find sandboxID for pod _(uid-1)" {
+		t.Errorf("port-forward without a sandbox: %v", err)
+	}
+}
