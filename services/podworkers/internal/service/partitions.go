@@ -608,7 +608,8 @@ func (r *Runner) answerExec(ctx context.Context, rt runtime.Runtime, pub *bus.Pu
 }
 
 // serveStream answers a StreamRequest with the URL of the runtime's
-// streaming server (kubelet: GetExec asks the CRI runtime for it), or says
+// streaming server for an exec, an attach or a port-forward (kubelet:
+// GetExec, GetAttach, GetPortForward ask the CRI runtime for it), or says
 // that the runtime has none.
 func (r *Runner) serveStream(ctx context.Context, rt runtime.Runtime, pub *bus.Publisher, m *nats.Msg) {
 	if m.Reply == "" {
