@@ -74,6 +74,8 @@ func TestRoundTrips(t *testing.T) {
 			func(e *bus.Envelope) (any, error) { return bus.DecodeExecResult(e) }},
 		{bus.KindStreamRequest, "", &bus.StreamRequest{ContainerRef: bus.ContainerRef{PodUID: "u", Namespace: "default", Pod: "a", Container: "c"}, Command: []string{"sh"}, Stdin: true, Stdout: true, TTY: true},
 			func(e *bus.Envelope) (any, error) { return bus.DecodeStreamRequest(e) }},
+		{bus.KindStreamRequest, "", &bus.StreamRequest{ContainerRef: bus.ContainerRef{PodUID: "u", Namespace: "default", Pod: "a"}, PortForward: true, Ports: []int32{80}},
+			func(e *bus.Envelope) (any, error) { return bus.DecodeStreamRequest(e) }},
 		{bus.KindStreamResult, "", &bus.StreamResult{URL: "http://127.0.0.1:35001/exec/Xy7Qz"},
 			func(e *bus.Envelope) (any, error) { return bus.DecodeStreamResult(e) }},
 		{bus.KindStaticPods, "", &bus.StaticPods{Pods: []bus.StaticPod{{UID: "h", Namespace: "kube-system", Name: "etcd-node-a"}}},
@@ -193,6 +195,38 @@ func TestPodOrder(t *testing.T) {
 // A runtime request names the pod it means by namespace and name besides its
 // UID (the owner checks the three agree), and a StaticPods entry names all
 // three: a message without one is refused with the field.
+// A port-forward request names a pod and nothing of a container's: no
+// container, command or streams, ports that are ports; ports go with
+// portForward only.
+func TestPortForwardRequest(t *testing.T) {
+	p := bus.NewPublisher(nil, nil, "n", "nodehb")
+	pod := bus.ContainerRef{PodUID: "u", Namespace: "default", Pod: "a"}
+	for _, c := range []struct {
+		req   bus.StreamRequest
+		field string
+	}{
+		{bus.StreamRequest{ContainerRef: bus.ContainerRef{PodUID: "u", Namespace: "default", Pod: "a", Container: "c"}, PortForward: true}, "payload.container"},
+		{bus.StreamRequest{ContainerRef: pod, PortForward: true, Command: []string{"sh"}}, "payload.command"},
+		{bus.StreamRequest{ContainerRef: pod, PortForward: true, Stdout: true}, "payload.stdin"},
+		{bus.StreamRequest{ContainerRef: pod, PortForward: true, Ports: []int32{0}}, "payload.ports"},
+		{bus.StreamRequest{ContainerRef: pod, PortForward: true, Ports: []int32{65536}}, "payload.ports"},
+		{bus.StreamRequest{ContainerRef: bus.ContainerRef{PodUID: "u", Namespace: "default", Pod: "a", Container: "c"}, Command: []string{"sh"}, Stdout: true, Ports: []int32{80}}, "payload.ports"},
+	} {
+		data, _, err := p.Seal(bus.KindStreamRequest, "", &c.req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := bus.Decode(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fe *bus.FieldError
+		if _, err := bus.DecodeStreamRequest(e); !errors.As(err, &fe) || fe.Field != c.field {
+			t.Errorf("%+v: %v, want an error naming %s", c.req, err, c.field)
+		}
+	}
+}
+
 func TestRequestsAndStaticPodsNameThePod(t *testing.T) {
 	p := bus.NewPublisher(nil, nil, "n", "nodehb")
 	cases := []struct {
@@ -207,6 +241,8 @@ func TestRequestsAndStaticPodsNameThePod(t *testing.T) {
 			func(e *bus.Envelope) error { _, err := bus.DecodeLogsRequest(e); return err }, "payload.pod"},
 		{bus.KindStreamRequest, &bus.StreamRequest{ContainerRef: bus.ContainerRef{PodUID: "u", Pod: "a", Container: "c"}, Command: []string{"sh"}, Stdout: true},
 			func(e *bus.Envelope) error { _, err := bus.DecodeStreamRequest(e); return err }, "payload.namespace"},
+		{bus.KindStreamRequest, &bus.StreamRequest{ContainerRef: bus.ContainerRef{PodUID: "u", Namespace: "default"}, PortForward: true},
+			func(e *bus.Envelope) error { _, err := bus.DecodeStreamRequest(e); return err }, "payload.pod"},
 		{bus.KindStaticPods, &bus.StaticPods{Pods: []bus.StaticPod{{UID: "h", Namespace: "default", Name: "a"}, {UID: "h2", Namespace: "default"}}},
 			func(e *bus.Envelope) error { _, err := bus.DecodeStaticPods(e); return err }, "payload.pods[1].name"},
 	}

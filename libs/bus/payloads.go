@@ -362,20 +362,32 @@ func DecodeExecResult(e *Envelope) (*ExecResult, error) {
 // runtime's streaming server that runs Command in the container with the
 // streams asked for (kubelet: the CRI Exec call behind `kubectl exec`), or
 // with Attach and no Command, that attaches to the container's own process
-// (CRI Attach, `kubectl attach`). The requester proxies its client's
-// connection to that URL, so the URL must be reachable from where the
-// requester runs.
+// (CRI Attach, `kubectl attach`), or with PortForward and no container,
+// that forwards connections to the pod's ports (CRI PortForward, `kubectl
+// port-forward`). The requester proxies its client's connection to that
+// URL, so the URL must be reachable from where the requester runs.
 type StreamRequest struct {
 	ContainerRef
 	Command []string `json:"command,omitempty"`
 	Attach  bool     `json:"attach,omitempty"`
-	Stdin   bool     `json:"stdin,omitempty"`
-	Stdout  bool     `json:"stdout,omitempty"`
-	Stderr  bool     `json:"stderr,omitempty"`
-	TTY     bool     `json:"tty,omitempty"`
+	// PortForward asks for the pod's port forwarding; Ports are the ports
+	// the client named up front (a WebSocket client's; over SPDY each
+	// stream names its port).
+	PortForward bool    `json:"portForward,omitempty"`
+	Ports       []int32 `json:"ports,omitempty"`
+	Stdin       bool    `json:"stdin,omitempty"`
+	Stdout      bool    `json:"stdout,omitempty"`
+	Stderr      bool    `json:"stderr,omitempty"`
+	TTY         bool    `json:"tty,omitempty"`
 }
 
 func (p *StreamRequest) validate(*Envelope) error {
+	if p.PortForward {
+		return p.validatePortForward()
+	}
+	if len(p.Ports) > 0 {
+		return fieldErr("payload.ports", "only with portForward")
+	}
 	if err := p.ContainerRef.validate(); err != nil {
 		return err
 	}
@@ -387,6 +399,30 @@ func (p *StreamRequest) validate(*Envelope) error {
 	}
 	if !p.Stdin && !p.Stdout && !p.Stderr {
 		return fieldErr("payload.stdin", "one of stdin, stdout, stderr required")
+	}
+	return nil
+}
+
+// validatePortForward checks a port-forward request: the pod, no
+// container, command or streams, ports in 1..65535.
+func (p *StreamRequest) validatePortForward() error {
+	ref := p.ContainerRef
+	ref.Container = "-"
+	if err := ref.validate(); err != nil {
+		return err
+	}
+	switch {
+	case p.Container != "":
+		return fieldErr("payload.container", "must be empty with portForward")
+	case len(p.Command) > 0 || p.Attach:
+		return fieldErr("payload.command", "must be empty with portForward")
+	case p.Stdin || p.Stdout || p.Stderr || p.TTY:
+		return fieldErr("payload.stdin", "no streams with portForward")
+	}
+	for _, port := range p.Ports {
+		if port < 1 || port > 65535 {
+			return fieldErr("payload.ports", "%d: not a port", port)
+		}
 	}
 	return nil
 }

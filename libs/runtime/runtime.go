@@ -296,6 +296,17 @@ type Streamer interface {
 	AttachURL(ctx context.Context, uid types.UID, container string, tty, stdin, stdout, stderr bool) (string, error)
 }
 
+// PortForwarder is implemented by a runtime whose streaming server forwards
+// connections into a pod's network namespace (CRI: the PortForward call
+// behind `kubectl port-forward`). A runtime without one (sim, process)
+// forwards nothing: its pods have no network of their own.
+type PortForwarder interface {
+	// PortForwardURL returns the one-time URL that forwards to ports of
+	// the pod's ready sandbox (the port-forward protocol over SPDY or
+	// WebSocket); ports are those the client named up front, if any.
+	PortForwardURL(ctx context.Context, uid types.UID, ports []int32) (string, error)
+}
+
 // Resizer is implemented by a runtime that can change a running
 // container's CPU and memory in place (kubelet: in-place pod resize,
 // UpdateContainerResources); the container then reports res as its

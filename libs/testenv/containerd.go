@@ -32,7 +32,10 @@ const ContainerdAddressEnv = "SPLITLET_CONTAINERD_ADDRESS"
 // the other pods on the bridge, and no traffic leaves the host. (A network
 // with only the loopback plugin would be closer still, but containerd 1.6
 // refuses a sandbox whose network gives no eth0 address: "failed to find
-// network info for sandbox"; its CRI plugin sets up lo by itself.)
+// network info for sandbox"; its CRI plugin sets up lo by itself.) The
+// portmap plugin is in the chain, so that a sandbox's host ports are
+// mapped, but the host reaches no pod here: a test of host ports uses
+// GatewayCNIConfig.
 const PodCNIConfig = `{
   "cniVersion": "0.4.0",
   "name": "splitlet-pods",
@@ -42,9 +45,41 @@ const PodCNIConfig = `{
     "isGateway": false,
     "ipMasq": false,
     "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.89.0.0/16"}]]}
+  }, {
+    "type": "portmap",
+    "capabilities": {"portMappings": true}
   }]
 }
 `
+
+// GatewayCNIConfig is a CNI network list whose bridge is the pods' gateway
+// on the host, so that the host reaches pod IPs. No masquerading: the pods
+// still reach nothing beyond the host. The firewall plugin lets each pod's
+// traffic through the host's FORWARD chain: with dockerd running its policy
+// is DROP, and bridged frames pass through it (bridge-nf-call-iptables),
+// which would cut pod from pod. The portmap plugin maps the sandboxes'
+// host ports (hostPort, hostIP 127.0.0.1 included: it masquerades what
+// comes from the host's loopback).
+func GatewayCNIConfig(name, bridge, subnet string) string {
+	return fmt.Sprintf(`{
+  "cniVersion": "0.4.0",
+  "name": %q,
+  "plugins": [{
+    "type": "bridge",
+    "bridge": %q,
+    "isGateway": true,
+    "ipMasq": false,
+    "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]]}
+  }, {
+    "type": "firewall"
+  }, {
+    "type": "portmap",
+    "capabilities": {"portMappings": true},
+    "snat": true
+  }]
+}
+`, name, bridge, subnet)
+}
 
 // ContainerdOptions tune EnsureContainerd.
 type ContainerdOptions struct {

@@ -53,34 +53,17 @@ const (
 )
 
 // conformanceCNIConfig is the pods' network of the containerd started for
-// make conformance: a bridge whose host side is the pods' gateway, so that
-// the prober and the tests' host-side checks reach pod IPs (the kubelet
-// dials httpGet and tcpSocket probes from the host). No masquerading: the
-// pods still reach nothing beyond the host. The firewall plugin lets each
-// pod's traffic through the host's FORWARD chain: with dockerd running its
-// policy is DROP, and bridged frames pass through it
-// (bridge-nf-call-iptables), which would cut pod from pod. The network's
-// name, which names host-local's store of addresses
-// (/var/lib/cni/networks/<name>), follows the bridge's.
+// make conformance: testenv.GatewayCNIConfig, so that the prober and the
+// tests' host-side checks reach pod IPs (the kubelet dials httpGet and
+// tcpSocket probes from the host). The network's name, which names
+// host-local's store of addresses (/var/lib/cni/networks/<name>), follows
+// the bridge's.
 func conformanceCNIConfig(bridge, subnet string) string {
 	name := "splitlet-conformance"
 	if bridge != defaultCNIBridge {
 		name += "-" + bridge
 	}
-	return fmt.Sprintf(`{
-  "cniVersion": "0.4.0",
-  "name": %q,
-  "plugins": [{
-    "type": "bridge",
-    "bridge": %q,
-    "isGateway": true,
-    "ipMasq": false,
-    "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]]}
-  }, {
-    "type": "firewall"
-  }]
-}
-`, name, bridge, subnet)
+	return testenv.GatewayCNIConfig(name, bridge, subnet)
 }
 
 // The tests are Kubernetes' node conformance suite: the specs labelled

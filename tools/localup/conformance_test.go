@@ -91,7 +91,7 @@ func TestConformanceCNIConfig(t *testing.T) {
 		if err := json.Unmarshal([]byte(conformanceCNIConfig(c.bridge, c.subnet)), &conf); err != nil {
 			t.Fatalf("%s: %v", c.bridge, err)
 		}
-		if conf.Name != c.name || len(conf.Plugins) != 2 || conf.Plugins[0].Bridge != c.bridge || conf.Plugins[0].IPAM.Ranges[0][0].Subnet != c.subnet {
+		if conf.Name != c.name || len(conf.Plugins) != 3 || conf.Plugins[2].Type != "portmap" || conf.Plugins[0].Bridge != c.bridge || conf.Plugins[0].IPAM.Ranges[0][0].Subnet != c.subnet {
 			t.Errorf("%s: %+v", c.bridge, conf)
 		}
 	}

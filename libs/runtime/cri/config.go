@@ -89,8 +89,7 @@ func privileged(c *corev1.Container) bool {
 
 // sandboxConfig is the pod's PodSandboxConfig (kubelet:
 // generatePodSandboxConfig, without its DNS configuration, which
-// ensureSandbox adds to a new sandbox, port mappings or pod-level
-// resources).
+// ensureSandbox adds to a new sandbox, or pod-level resources).
 func (r *Runtime) sandboxConfig(p *corev1.Pod, attempt uint32) *runtimeapi.PodSandboxConfig {
 	labels := make(map[string]string, len(p.Labels)+3)
 	for k, v := range p.Labels {
@@ -112,6 +111,7 @@ func (r *Runtime) sandboxConfig(p *corev1.Pod, attempt uint32) *runtimeapi.PodSa
 		Labels:       labels,
 		Annotations:  p.Annotations,
 		LogDirectory: PodLogDir(r.opts.logRoot, p),
+		PortMappings: portMappings(p),
 		Linux: &runtimeapi.LinuxPodSandboxConfig{
 			CgroupParent: r.opts.cgroupParent,
 			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{

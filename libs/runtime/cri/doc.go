@@ -9,7 +9,9 @@
 // the pod; later containers join it. The sandbox has the pod's name,
 // namespace and UID as metadata and labels, the host's network namespace
 // for hostNetwork pods (NamespaceMode NODE) and a network namespace of its
-// own otherwise (set up by the runtime's CNI configuration), the pod's host
+// own otherwise (set up by the runtime's CNI configuration), the port
+// mappings of its regular containers (hostPort, for the CNI portmap
+// plugin), the pod's host
 // name (off the host network), the DNS configuration StartOptions.DNS
 // computes (the runtime writes it as the pod's /etc/resolv.conf), and the log
 // directory <log-root>/<namespace>_<name>_<uid>. A sandbox that is no longer

@@ -100,6 +100,31 @@ func (r *Runtime) AttachURL(ctx context.Context, uid types.UID, name string, tty
 	return resp.GetUrl(), nil
 }
 
+// PortForwardURL implements runtime.PortForwarder: the runtime's
+// PortForward call for the pod's ready sandbox (kubelet: GetPortForward).
+// containerd's stream server then dials each port the client names on
+// localhost inside the sandbox's network namespace.
+func (r *Runtime) PortForwardURL(ctx context.Context, uid types.UID, ports []int32) (string, error) {
+	r.mu.Lock()
+	id, name, namespace := "", "", ""
+	if pd := r.pods[uid]; pd != nil {
+		id, name, namespace = pd.sandboxID, pd.name, pd.namespace
+	}
+	r.mu.Unlock()
+	if id == "" {
+		// kubelet: GetPortForward's message, with format.PodDesc.
+		return "", fmt.Errorf("failed to find sandboxID for pod %s_%s(%s)", name, namespace, uid)
+	}
+	resp, err := r.rs.PortForward(ctx, &runtimeapi.PortForwardRequest{PodSandboxId: id, Port: ports})
+	if err != nil {
+		return "", fmt.Errorf("cri: port-forward: %w", err)
+	}
+	if resp.GetUrl() == "" {
+		return "", errors.New("cri: port-forward: the runtime answered no stream URL")
+	}
+	return resp.GetUrl(), nil
+}
+
 // streamTarget is the runtime's ID of the running container a stream goes
 // to, and whether stderr is asked for.
 func (r *Runtime) streamTarget(uid types.UID, name, what string, tty, stdin, stdout, stderr bool) (string, bool, error) {
@@ -158,4 +183,7 @@ func (r *Runtime) execStream(ctx context.Context, id string, cmd []string, stdin
 	return res, nil
 }
 
-var _ runtime.Streamer = (*Runtime)(nil)
+var (
+	_ runtime.Streamer      = (*Runtime)(nil)
+	_ runtime.PortForwarder = (*Runtime)(nil)
+)

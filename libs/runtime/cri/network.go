@@ -58,6 +58,59 @@ func truncateHostname(h string) string {
 	return strings.TrimRight(h[:maxHostname], "-.")
 }
 
+// portMappings are the sandbox's host port mappings (kubelet:
+// generatePodSandboxConfig with MakePortMappings): one per port of a
+// regular container, hostPort 0 included (the runtime maps none for it);
+// a port whose name, or without one whose address family, protocol, host
+// IP and ports, repeats within its container is given once. The runtime's
+// CNI chain makes them (the portmap plugin); the node's conflicts were
+// refused at admission.
+func portMappings(p *corev1.Pod) []*runtimeapi.PortMapping {
+	var out []*runtimeapi.PortMapping
+	for _, c := range p.Spec.Containers {
+		seen := make(map[string]bool, len(c.Ports))
+		for _, port := range c.Ports {
+			key := port.Name
+			if key == "" {
+				key = fmt.Sprintf("%s-%s-%s:%d:%d", ipFamily(port.HostIP), port.Protocol, port.HostIP, port.ContainerPort, port.HostPort)
+			}
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			out = append(out, &runtimeapi.PortMapping{
+				Protocol:      runtimeProtocol(port.Protocol),
+				ContainerPort: port.ContainerPort,
+				HostPort:      port.HostPort,
+				HostIp:        port.HostIP,
+			})
+		}
+	}
+	return out
+}
+
+// ipFamily is the address family a port's host IP names: any without one.
+func ipFamily(hostIP string) string {
+	switch {
+	case hostIP == "":
+		return "any"
+	case strings.Contains(hostIP, ":"):
+		return "v6"
+	}
+	return "v4"
+}
+
+// runtimeProtocol is the CRI protocol of a port's; TCP when unset or unknown.
+func runtimeProtocol(p corev1.Protocol) runtimeapi.Protocol {
+	switch p {
+	case corev1.ProtocolUDP:
+		return runtimeapi.Protocol_UDP
+	case corev1.ProtocolSCTP:
+		return runtimeapi.Protocol_SCTP
+	}
+	return runtimeapi.Protocol_TCP
+}
+
 // sandboxDNS is the sandbox's resolver configuration: what the pod
 // workers' DNS configurer computes for the pod, or without one the pod's
 // own dnsConfig (nil: the CRI runtime gives the host's resolv.conf).

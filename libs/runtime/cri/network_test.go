@@ -2,6 +2,7 @@ package cri
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -61,5 +62,46 @@ func TestSandboxDNS(t *testing.T) {
 	}
 	if got, err := sandboxDNS(&corev1.Pod{}, nil); got != nil || err != nil {
 		t.Errorf("none: %+v, %v", got, err)
+	}
+}
+
+// The sandbox maps the ports of the regular containers (kubelet:
+// MakePortMappings): protocol TCP unless set, the host IP as given, a port
+// named twice in one container once; an init container's ports are not
+// mapped.
+func TestSandboxPortMappings(t *testing.T) {
+	r := &Runtime{}
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", UID: "u"},
+		Spec: corev1.PodSpec{
+			InitContainers: []corev1.Container{{Name: "init", Ports: []corev1.ContainerPort{{ContainerPort: 1, HostPort: 1}}}},
+			Containers: []corev1.Container{{Name: "a", Ports: []corev1.ContainerPort{
+				{Name: "http", ContainerPort: 80, HostPort: 8080, HostIP: "127.0.0.1"},
+				{Name: "http", ContainerPort: 81, HostPort: 8081},
+				{ContainerPort: 53, HostPort: 5353, Protocol: corev1.ProtocolUDP},
+				{ContainerPort: 53, HostPort: 5353, Protocol: corev1.ProtocolUDP},
+				{ContainerPort: 9000},
+			}}, {Name: "b", Ports: []corev1.ContainerPort{{ContainerPort: 80, HostPort: 8082, Protocol: corev1.ProtocolSCTP, HostIP: "::1"}}}},
+		},
+	}
+	var got []string
+	for _, m := range r.sandboxConfig(p, 0).PortMappings {
+		got = append(got, fmt.Sprintf("%s %s:%d->%d", m.Protocol, m.HostIp, m.HostPort, m.ContainerPort))
+	}
+	want := []string{"TCP 127.0.0.1:8080->80", "UDP :5353->53", "TCP :0->9000", "SCTP ::1:8082->80"}
+	if !slices.Equal(got, want) {
+		t.Errorf("port mappings %q, want %q", got, want)
+	}
+	if m := r.sandboxConfig(&corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "a"}}}}, 0).PortMappings; m != nil {
+		t.Errorf("a pod without ports: mappings %v, want none", m)
+	}
+}
+
+// A port-forward to a pod without a ready sandbox is refused with the
+// kubelet's message, before the runtime is asked.
+func TestPortForwardWithoutSandbox(t *testing.T) {
+	r := &Runtime{}
+	if _, err := r.PortForwardURL(t.Context(), "uid-1", []int32{80}); err == nil || err.Error() != "failed to find sandboxID for pod _(uid-1)" {
+		t.Errorf("port-forward without a sandbox: %v", err)
 	}
 }

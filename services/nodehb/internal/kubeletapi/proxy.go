@@ -53,11 +53,17 @@ func (s *Server) streamURL(ctx context.Context, tg resolved, o *execOptions) (*u
 	if res.Error != "" {
 		return nil, "", errors.New(res.Error)
 	}
-	u, err := url.Parse(res.URL)
+	u, err := parseStreamURL(res.URL)
+	return u, "", err
+}
+
+// parseStreamURL checks that the URL a pod worker gave is an http(s) URL.
+func parseStreamURL(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, "", fmt.Errorf("the runtime's stream URL %q is not an http(s) URL", res.URL)
+		return nil, fmt.Errorf("the runtime's stream URL %q is not an http(s) URL", s)
 	}
-	return u, "", nil
+	return u, nil
 }
 
 // proxyStream hands the client's connection to the runtime's streaming

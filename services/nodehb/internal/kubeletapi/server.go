@@ -4,8 +4,8 @@
 // authentication and authorization (answers cached in bounded LRUs, failed
 // authentications limited per source address). Logs, exec and stats are
 // answered by the pod workers over the bus (runtime.logs|exec|stats.<p>);
-// interactive exec and attach are proxied to the runtime's streaming
-// server, whose URL the pod workers give (runtime.stream.<p>).
+// interactive exec, attach and port-forward are proxied to the runtime's
+// streaming server, whose URL the pod workers give (runtime.stream.<p>).
 package kubeletapi
 
 import (
@@ -258,6 +258,8 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("/exec/{namespace}/{pod}/{uid}/{container}", s.handleExec)
 	s.mux.HandleFunc("/attach/{namespace}/{pod}/{container}", s.handleAttach)
 	s.mux.HandleFunc("/attach/{namespace}/{pod}/{uid}/{container}", s.handleAttach)
+	s.mux.HandleFunc("/portForward/{namespace}/{pod}", s.handlePortForward)
+	s.mux.HandleFunc("/portForward/{namespace}/{pod}/{uid}", s.handlePortForward)
 	s.mux.HandleFunc("GET /stats/summary", s.handleSummary)
 	s.mux.HandleFunc("GET /metrics/resource", s.handleResourceMetrics)
 	if s.cfg.Configz != nil {
@@ -367,7 +369,24 @@ type resolved struct {
 // lookup finds the pod and container named in the path, the pod by
 // namespace and name alone; it has written the error when ok is false.
 func (s *Server) lookup(w http.ResponseWriter, r *http.Request) (resolved, bool) {
-	ns, name, container := r.PathValue("namespace"), r.PathValue("pod"), r.PathValue("container")
+	tg, ok := s.lookupPod(w, r)
+	if !ok {
+		return resolved{}, false
+	}
+	container := r.PathValue("container")
+	if !hasContainer(tg.pod, container) {
+		http.Error(w, fmt.Sprintf("container %q not found in pod %q", container, tg.pod.Namespace+"/"+tg.pod.Name), http.StatusNotFound)
+		return resolved{}, false
+	}
+	tg.container = container
+	return tg, true
+}
+
+// lookupPod finds the pod named in the path by namespace and name, of the
+// UID the path names if it names one; it has written the error when ok is
+// false.
+func (s *Server) lookupPod(w http.ResponseWriter, r *http.Request) (resolved, bool) {
+	ns, name := r.PathValue("namespace"), r.PathValue("pod")
 	pod, err := s.cfg.Pods.GetPod(r.Context(), ns, name)
 	if apierrors.IsNotFound(err) {
 		http.Error(w, fmt.Sprintf("pod %q not found on node %q", ns+"/"+name, s.cfg.Node), http.StatusNotFound)
@@ -391,11 +410,7 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) (resolved, bool)
 		http.Error(w, fmt.Sprintf("pod %q with UID %s not found", ns+"/"+name, uid), http.StatusNotFound)
 		return resolved{}, false
 	}
-	if !hasContainer(pod, container) {
-		http.Error(w, fmt.Sprintf("container %q not found in pod %q", container, ns+"/"+name), http.StatusNotFound)
-		return resolved{}, false
-	}
-	return resolved{pod: pod, uid: uid, container: container}, true
+	return resolved{pod: pod, uid: uid}, true
 }
 
 func (s *Server) partition(uid string) int { return bus.Partition(uid, s.cfg.Partitions) }

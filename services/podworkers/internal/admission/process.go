@@ -88,8 +88,34 @@ func processPodFields(p *corev1.Pod) *notEnforced {
 }
 
 // processContainerFields checks the fields that apply to container c (at
-// path): its own securityContext and what it takes from the pod's.
+// path): its security settings, then its host ports.
 func processContainerFields(p *corev1.Pod, c *corev1.Container, path string) *notEnforced {
+	if n := processSecurityFields(p, c, path); n != nil {
+		return n
+	}
+	return processHostPorts(c, path)
+}
+
+// processHostPorts refuses a host port the process runtime cannot map: a
+// container's process listens on the host's network itself, so a host port
+// is honoured only as the container port itself on every address.
+func processHostPorts(c *corev1.Container, path string) *notEnforced {
+	for i, port := range c.Ports {
+		at := fmt.Sprintf("%s.ports[%d].", path, i)
+		switch {
+		case port.HostPort == 0:
+		case port.HostPort != port.ContainerPort:
+			return &notEnforced{at + "hostPort", fmt.Sprintf("%d", port.HostPort), fmt.Sprintf("a host process listens on the host's ports itself: it cannot map containerPort %d to another", port.ContainerPort)}
+		case port.HostIP != "" && port.HostIP != "0.0.0.0" && port.HostIP != "::":
+			return &notEnforced{at + "hostIP", port.HostIP, "a host process listens on the addresses it chooses: it cannot be kept to one"}
+		}
+	}
+	return nil
+}
+
+// processSecurityFields checks container c's own securityContext and what
+// it takes from the pod's.
+func processSecurityFields(p *corev1.Pod, c *corev1.Container, path string) *notEnforced {
 	ps, cs := p.Spec.SecurityContext, c.SecurityContext
 	at := path + ".securityContext."
 	// seccomp and SELinux: the container's, else the pod's.

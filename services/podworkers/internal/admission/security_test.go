@@ -130,6 +130,9 @@ func TestProcessUnsupported(t *testing.T) {
 			"spec.securityContext.sysctls: kernel.shm_rmid_forced=1"},
 		{"supplementalGroups", securityPod(podSC(&corev1.PodSecurityContext{SupplementalGroups: []int64{5}})), "spec.securityContext.supplementalGroups: [5]"},
 		{"fsGroup", securityPod(podSC(&corev1.PodSecurityContext{FSGroup: &gid})), "spec.securityContext.fsGroup: 3000"},
+		{"host port as the container port", securityPod(ports(corev1.ContainerPort{ContainerPort: 80}, corev1.ContainerPort{ContainerPort: 81, HostPort: 81, HostIP: "0.0.0.0"})), ""},
+		{"host port mapped to another", securityPod(ports(corev1.ContainerPort{ContainerPort: 80}, corev1.ContainerPort{ContainerPort: 80, HostPort: 8080})), "spec.containers[0].ports[1].hostPort: 8080"},
+		{"host port on one address", securityPod(ports(corev1.ContainerPort{ContainerPort: 80, HostPort: 80, HostIP: "127.0.0.1"})), "spec.containers[0].ports[0].hostIP: 127.0.0.1"},
 	} {
 		r := Unsupported(Enforcement{Unsupported: ProcessUnsupported}).Admit(&Attributes{Pod: tc.pod})
 		if tc.field == "" && !r.Admit ||
@@ -137,6 +140,11 @@ func TestProcessUnsupported(t *testing.T) {
 			t.Errorf("%s: %+v, want %q", tc.name, r, tc.field)
 		}
 	}
+}
+
+// ports gives the pod's first container the ports.
+func ports(ps ...corev1.ContainerPort) func(*corev1.Pod) {
+	return func(p *corev1.Pod) { p.Spec.Containers[0].Ports = ps }
 }
 
 // The start check sees what comes after admission: an ephemeral container

@@ -608,7 +608,8 @@ func (r *Runner) answerExec(ctx context.Context, rt runtime.Runtime, pub *bus.Pu
 }
 
 // serveStream answers a StreamRequest with the URL of the runtime's
-// streaming server (kubelet: GetExec asks the CRI runtime for it), or says
+// streaming server for an exec, an attach or a port-forward (kubelet:
+// GetExec, GetAttach, GetPortForward ask the CRI runtime for it), or says
 // that the runtime has none.
 func (r *Runner) serveStream(ctx context.Context, rt runtime.Runtime, pub *bus.Publisher, m *nats.Msg) {
 	if m.Reply == "" {
@@ -623,30 +624,59 @@ func (r *Runner) serveStream(ctx context.Context, rt runtime.Runtime, pub *bus.P
 		err = r.heldAs(req.ContainerRef)
 	}
 	out := &bus.StreamResult{}
-	if err != nil {
+	switch {
+	case err != nil:
 		out.Error = err.Error()
-	} else if st, ok := rt.(runtime.Streamer); !ok {
-		out.Unsupported = true
-		what := "tty"
-		if req.Attach {
-			what = "attach"
-		}
-		out.Error = fmt.Sprintf("%s: not supported by the %s runtime", what, rt.Type())
-	} else {
-		rctx, cancel := context.WithTimeout(ctx, streamURLTimeout)
-		if req.Attach {
-			out.URL, err = st.AttachURL(rctx, req.PodUID, req.Container, req.TTY, req.Stdin, req.Stdout, req.Stderr)
-		} else {
-			out.URL, err = st.ExecURL(rctx, req.PodUID, req.Container, req.Command, req.TTY, req.Stdin, req.Stdout, req.Stderr)
-		}
-		cancel()
-		if err != nil {
-			out.Error = err.Error()
-		}
+	case req.PortForward:
+		out = portForwardURL(ctx, rt, req)
+	default:
+		out = streamURL(ctx, rt, req)
 	}
 	if err := pub.Send(m.Reply, bus.KindStreamResult, out); err != nil {
 		r.log.Warn("cannot answer a stream request", zap.Error(err))
 	}
+}
+
+// streamURL asks the runtime's streaming server for an exec or attach URL.
+func streamURL(ctx context.Context, rt runtime.Runtime, req *bus.StreamRequest) *bus.StreamResult {
+	out := &bus.StreamResult{}
+	st, ok := rt.(runtime.Streamer)
+	if !ok {
+		what := "tty"
+		if req.Attach {
+			what = "attach"
+		}
+		return &bus.StreamResult{Unsupported: true, Error: fmt.Sprintf("%s: not supported by the %s runtime", what, rt.Type())}
+	}
+	rctx, cancel := context.WithTimeout(ctx, streamURLTimeout)
+	defer cancel()
+	var err error
+	if req.Attach {
+		out.URL, err = st.AttachURL(rctx, req.PodUID, req.Container, req.TTY, req.Stdin, req.Stdout, req.Stderr)
+	} else {
+		out.URL, err = st.ExecURL(rctx, req.PodUID, req.Container, req.Command, req.TTY, req.Stdin, req.Stdout, req.Stderr)
+	}
+	if err != nil {
+		out.Error = err.Error()
+	}
+	return out
+}
+
+// portForwardURL asks the runtime's streaming server for the pod's
+// port-forward URL (kubelet: GetPortForward); a runtime without one
+// forwards nothing.
+func portForwardURL(ctx context.Context, rt runtime.Runtime, req *bus.StreamRequest) *bus.StreamResult {
+	pf, ok := rt.(runtime.PortForwarder)
+	if !ok {
+		return &bus.StreamResult{Unsupported: true, Error: fmt.Sprintf("port-forward: not supported by the %s runtime", rt.Type())}
+	}
+	rctx, cancel := context.WithTimeout(ctx, streamURLTimeout)
+	defer cancel()
+	u, err := pf.PortForwardURL(rctx, req.PodUID, req.Ports)
+	if err != nil {
+		return &bus.StreamResult{Error: err.Error()}
+	}
+	return &bus.StreamResult{URL: u}
 }
 
 // streamURLTimeout bounds the runtime's Exec call (it only hands out a URL).

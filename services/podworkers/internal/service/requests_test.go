@@ -109,6 +109,27 @@ func TestRuntimeRequestNamingAnotherPodRefused(t *testing.T) {
 	if res, err := bus.DecodeStreamResult(env); err != nil || res.Unsupported || !strings.Contains(res.Error, "belongs to another pod") {
 		t.Errorf("stream under the victim's UID naming the attacker: %+v %v, want refused (not unsupported, which would fall back to exec)", res, err)
 	}
+	// A port-forward names the pod alone: refused the same way; the pod
+	// named as itself gets the process runtime's "unsupported".
+	portForward := func(ref bus.ContainerRef) *bus.StreamResult {
+		t.Helper()
+		ref.Container = ""
+		env, err := e.pub.Request(ctx, subj.Stream(part), bus.KindStreamRequest, &bus.StreamRequest{ContainerRef: ref, PortForward: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := bus.DecodeStreamResult(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := portForward(forged); res.Unsupported || res.URL != "" || !strings.Contains(res.Error, "belongs to another pod") {
+		t.Errorf("port-forward under the victim's UID naming the attacker: %+v, want refused", res)
+	}
+	if res := portForward(bus.ContainerRef{PodUID: victim.UID, Namespace: victim.Namespace, Pod: victim.Name}); !res.Unsupported || res.Error != "port-forward: not supported by the process runtime" {
+		t.Errorf("port-forward to the victim named as itself: %+v, want unsupported by the process runtime", res)
+	}
 	// the victim named as itself is served.
 	if res := exec(bus.ContainerRef{PodUID: victim.UID, Namespace: victim.Namespace, Pod: victim.Name, Container: "app"}); res.Error != "" || string(res.Stdout) != "ran\n" {
 		t.Errorf("exec in the victim named as itself: %+v (stdout %q)", res, res.Stdout)
