@@ -115,14 +115,15 @@ func newKeyEntry(key string, a dockerAuth) (keyEntry, error) {
 		return keyEntry{}, fmt.Errorf("registry key %q names no host", key)
 	}
 	host := strings.ToLower(u.Host)
-	p := strings.Trim(u.Path, "/")
+	// "/v1/" and "/v2/" name the registry itself, as in the docker client.
+	p := strings.Trim(strings.TrimPrefix(strings.TrimPrefix(u.Path, "/v1/"), "/v2/"), "/")
+	if p == "v1" || p == "v2" {
+		p = ""
+	}
 	// Docker Hub's legacy key and its hosts name docker.io.
 	switch host {
 	case "index.docker.io", "registry-1.docker.io":
 		host = "docker.io"
-	}
-	if host == "docker.io" && (p == "v1" || p == "v2") {
-		p = ""
 	}
 	if a.Auth != "" && a.Username == "" && a.Password == "" {
 		if dec, err := base64.StdEncoding.DecodeString(a.Auth); err == nil {
@@ -131,10 +132,9 @@ func newKeyEntry(key string, a dockerAuth) (keyEntry, error) {
 			}
 		}
 	}
-	return keyEntry{key: key, host: host, path: p, auth: &runtimeapi.AuthConfig{
-		Username: a.Username, Password: a.Password, Auth: a.Auth, ServerAddress: key,
-		IdentityToken: a.IdentityToken, RegistryToken: a.RegistryToken,
-	}}, nil
+	// only the user and password go to the runtime, as from the kubelet
+	// (a server address would have to be a URL to containerd).
+	return keyEntry{key: key, host: host, path: p, auth: &runtimeapi.AuthConfig{Username: a.Username, Password: a.Password}}, nil
 }
 
 // lookup returns the credentials whose keys match the image, the most
