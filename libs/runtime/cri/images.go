@@ -152,8 +152,12 @@ func (r *Runtime) pullImage(ctx context.Context, p *corev1.Pod, requested string
 	event(corev1.EventTypeNormal, EventPulling, fmt.Sprintf("Pulling image %q", requested))
 	began := time.Now()
 	ref, used, size, pulled, err := r.pullWithCredentials(ctx, spec, auths, sb)
-	if rerr := r.records.done(spec.Image, ref, used); rerr != nil {
-		r.log.Error("cannot record an image pull", podFields(p, "image", requested, "error", rerr.Error())...)
+	// a pull cut short may have landed: its intent stays, so the next pod
+	// pulls again rather than take the image for preloaded.
+	if err == nil || ctx.Err() == nil {
+		if rerr := r.records.done(spec.Image, ref, used); rerr != nil {
+			r.log.Error("cannot record an image pull", podFields(p, "image", requested, "error", rerr.Error())...)
+		}
 	}
 	if err != nil {
 		if ctx.Err() != nil {
