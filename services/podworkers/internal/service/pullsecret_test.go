@@ -2,6 +2,7 @@ package service
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"regexp"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	remote "k8s.io/cri-client/pkg"
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/config"
@@ -46,7 +49,7 @@ func (l *lockedBuffer) String() string {
 // ErrImagePull, then ImagePullBackOff. The Events are the kubelet's, and
 // the registry password is in no log line and no Event.
 func TestCRIImagePullSecrets(t *testing.T) {
-	e, _ := criEnv(t, "pw-pullsecret")
+	e, cd := criEnv(t, "pw-pullsecret")
 	// a control plane of its own, with ServiceAccount admission.
 	cp, err := testenv.StartControlPlane(t.Context(), testenv.ControlPlaneOptions{ServiceAccountAdmission: true})
 	if err != nil {
@@ -68,6 +71,7 @@ func TestCRIImagePullSecrets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { removeImage(t, cd.Endpoint, image) })
 	pullSecretObjects(t, admin, reg)
 	e.startReplica(t, config.RuntimeCRI, nil)
 
@@ -123,6 +127,21 @@ func TestCRIImagePullSecrets(t *testing.T) {
 		t.Errorf("the log capture saw no pull:\n%s", text)
 	} else if strings.Contains(text, reg.Password) {
 		t.Errorf("the registry password is in the replica's log:\n%s", text)
+	}
+}
+
+// removeImage removes an image the test pulled from the containerd.
+func removeImage(t *testing.T, endpoint, image string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	is, err := remote.NewRemoteImageService(ctx, endpoint, time.Minute, nil, false)
+	if err != nil {
+		t.Errorf("cleanup: %v", err)
+		return
+	}
+	defer is.Close(ctx)
+	if err := is.RemoveImage(ctx, &runtimeapi.ImageSpec{Image: image}); err != nil {
+		t.Logf("cleanup: remove %s: %v", image, err)
 	}
 }
 
