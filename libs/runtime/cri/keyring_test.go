@@ -1,12 +1,18 @@
 package cri
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	criapi "k8s.io/cri-api/pkg/apis"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 func dockerConfigJSON(t *testing.T, auths map[string]dockerAuth) corev1.Secret {
@@ -84,6 +90,56 @@ func TestImagePullSlots(t *testing.T) {
 		WithImagePulls(c.serial, c.max)(&o)
 		if got := cap(pullSlots(o.pullSlots)); got != c.want {
 			t.Errorf("serial %v max %d: %d slots, want %d", c.serial, c.max, got, c.want)
+		}
+	}
+}
+
+// slowPulls is an image service whose pulls take a while; it counts the
+// most at once.
+type slowPulls struct {
+	criapi.ImageManagerService
+	mu        sync.Mutex
+	now, most int
+}
+
+func (s *slowPulls) PullImage(ctx context.Context, image *runtimeapi.ImageSpec, _ *runtimeapi.AuthConfig, _ *runtimeapi.PodSandboxConfig) (string, error) {
+	s.mu.Lock()
+	s.now++
+	s.most = max(s.most, s.now)
+	s.mu.Unlock()
+	time.Sleep(200 * time.Millisecond) // the pull's duration, not synchronisation
+	s.mu.Lock()
+	s.now--
+	s.mu.Unlock()
+	return "sha256:" + image.Image, nil
+}
+
+func (s *slowPulls) ImageStatus(context.Context, *runtimeapi.ImageSpec, bool) (*runtimeapi.ImageStatusResponse, error) {
+	return &runtimeapi.ImageStatusResponse{}, nil
+}
+
+// Serial pulls run one at a time; parallel ones up to the limit.
+func TestImagePullsAtOnce(t *testing.T) {
+	for _, c := range []struct {
+		serial bool
+		max    int
+		want   int
+	}{{true, 0, 1}, {false, 2, 2}, {false, 0, 4}} {
+		var o options
+		WithImagePulls(c.serial, c.max)(&o)
+		is := &slowPulls{}
+		r := &Runtime{is: is, pullSlots: pullSlots(o.pullSlots)}
+		var wg sync.WaitGroup
+		for i := range 4 {
+			wg.Go(func() {
+				if _, _, _, _, err := r.pullWithCredentials(t.Context(), &runtimeapi.ImageSpec{Image: fmt.Sprint(i)}, nil, nil); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		if is.most != c.want {
+			t.Errorf("serial %v max %d: %d pulls at once, want %d", c.serial, c.max, is.most, c.want)
 		}
 	}
 }
