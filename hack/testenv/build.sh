@@ -3,6 +3,8 @@
 # module proxy, using the build-only modules beside this script:
 #   kube/  k8s.io/kubernetes v1.36.3, every staging module pinned to v0.36.3
 #   etcd/  go.etcd.io/etcd/server/v3 v3.5.x
+#   registry/  github.com/distribution/distribution/v3, the CNCF registry
+#          the image pull tests push to (htpasswd auth, on 127.0.0.1)
 # A binary already at the pinned version is not built again.
 set -euo pipefail
 bin=${1:?usage: build.sh BIN_DIR}
@@ -11,6 +13,7 @@ mkdir -p "$bin"
 bin=$(cd "$bin" && pwd) # the builds run in the modules' directories
 kube_version=$(awk '$1=="require" && $2=="k8s.io/kubernetes" {print $3}' "$here/kube/go.mod")
 etcd_version=$(awk '$1=="require" && $2=="go.etcd.io/etcd/server/v3" {print $3}' "$here/etcd/go.mod")
+registry_version=$(awk '$1=="require" && $2=="github.com/distribution/distribution/v3" {print $3}' "$here/registry/go.mod")
 minor=${kube_version#v1.}; minor=${minor%%.*}
 
 # The build-only modules stand outside the workspace.
@@ -31,6 +34,21 @@ go_build_kube() { # name
 
 go_build_etcd() {
 	cd "$here/etcd" && go build -trimpath -ldflags "-s -w" -o "$bin/etcd" go.etcd.io/etcd/server/v3
+}
+
+go_build_registry() {
+	cd "$here/registry" && go build -trimpath -ldflags "-s -w \
+		-X github.com/distribution/distribution/v3/version.version=$registry_version" \
+		-o "$bin/registry" github.com/distribution/distribution/v3/cmd/registry
+}
+
+build_registry() {
+	if [[ -x "$bin/registry" ]] && [[ "$("$bin/registry" --version 2>/dev/null)" == *" $registry_version" ]]; then
+		echo "testenv: registry $registry_version already built"
+		return
+	fi
+	echo "testenv: building registry $registry_version ..."
+	built registry go_build_registry
 }
 
 build_kube() { # name
@@ -56,6 +74,7 @@ build_etcd() {
 
 build_etcd
 build_kube kube-apiserver
+build_registry
 # kube-scheduler and kube-controller-manager build the same way when a test
 # needs them: TESTENV_EXTRA="kube-scheduler kube-controller-manager"; so does
 # the kubelet, static too (make conformance NODE=kubelet: TESTENV_EXTRA=kubelet).

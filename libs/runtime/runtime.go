@@ -181,6 +181,10 @@ type StartOptions struct {
 	// ImageEvent, if set, is told of what the runtime did about the image
 	// (the kubelet's Pulling and Pulled Events).
 	ImageEvent func(eventType, reason, message string)
+	// PullSecrets are the pod's image pull secrets (kubernetes.io/
+	// dockerconfigjson or dockercfg) a runtime that pulls images pulls
+	// with; never logged.
+	PullSecrets []corev1.Secret
 	// PodDir is a directory on the host for the files the kubelet manages
 	// for the pod (its /etc/hosts, the containers' termination message
 	// files); empty: none are made.

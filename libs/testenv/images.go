@@ -62,8 +62,43 @@ var epoch = time.Unix(0, 0).UTC()
 // format (what `docker save` writes and `ctr images import` reads) under the
 // given names.
 func WriteImageArchive(w io.Writer, names []string, cfg ImageConfig, files []ImageFile) error {
-	var layer bytes.Buffer
-	lw := tar.NewWriter(&layer)
+	layer, config, err := imageBlobs(cfg, files)
+	if err != nil {
+		return err
+	}
+	layerSum := sha256.Sum256(layer)
+	layerHex := hex.EncodeToString(layerSum[:])
+	configSum := sha256.Sum256(config)
+	configName := hex.EncodeToString(configSum[:]) + ".json"
+	layerName := layerHex + "/layer.tar"
+	manifest, err := json.Marshal([]map[string]any{{"Config": configName, "RepoTags": names, "Layers": []string{layerName}}})
+	if err != nil {
+		return err
+	}
+	tw := tar.NewWriter(w)
+	for _, e := range []struct {
+		name string
+		data []byte
+	}{{layerHex + "/", nil}, {layerName, layer}, {configName, config}, {"manifest.json", manifest}} {
+		h := &tar.Header{Name: e.name, ModTime: epoch, Mode: 0o644, Typeflag: tar.TypeReg, Size: int64(len(e.data))}
+		if strings.HasSuffix(e.name, "/") {
+			h.Typeflag, h.Mode, h.Size = tar.TypeDir, 0o755, 0
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if _, err := tw.Write(e.data); err != nil {
+			return err
+		}
+	}
+	return tw.Close()
+}
+
+// imageBlobs makes an image's only layer (an uncompressed tar of files)
+// and its configuration.
+func imageBlobs(cfg ImageConfig, files []ImageFile) (layer, config []byte, err error) {
+	var buf bytes.Buffer
+	lw := tar.NewWriter(&buf)
 	for _, f := range files {
 		h := &tar.Header{Name: f.Path, ModTime: epoch, Format: tar.FormatPAX, Mode: int64(f.Mode.Perm())}
 		if f.Mode&fs.ModeSticky != 0 {
@@ -81,20 +116,19 @@ func WriteImageArchive(w io.Writer, names []string, cfg ImageConfig, files []Ima
 			h.Typeflag, h.Size = tar.TypeReg, int64(len(f.Data))
 		}
 		if err := lw.WriteHeader(h); err != nil {
-			return err
+			return nil, nil, err
 		}
 		if h.Typeflag == tar.TypeReg {
 			if _, err := lw.Write(f.Data); err != nil {
-				return err
+				return nil, nil, err
 			}
 		}
 	}
 	if err := lw.Close(); err != nil {
-		return err
+		return nil, nil, err
 	}
-	layerSum := sha256.Sum256(layer.Bytes())
-	layerHex := hex.EncodeToString(layerSum[:])
-	config, err := json.Marshal(map[string]any{
+	layerSum := sha256.Sum256(buf.Bytes())
+	config, err = json.Marshal(map[string]any{
 		"architecture": goruntime.GOARCH,
 		"os":           "linux",
 		"created":      epoch.Format(time.RFC3339),
@@ -105,35 +139,9 @@ func WriteImageArchive(w io.Writer, names []string, cfg ImageConfig, files []Ima
 			"WorkingDir": cfg.WorkingDir,
 			"User":       cfg.User,
 		},
-		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + layerHex}},
+		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + hex.EncodeToString(layerSum[:])}},
 	})
-	if err != nil {
-		return err
-	}
-	configSum := sha256.Sum256(config)
-	configName := hex.EncodeToString(configSum[:]) + ".json"
-	layerName := layerHex + "/layer.tar"
-	manifest, err := json.Marshal([]map[string]any{{"Config": configName, "RepoTags": names, "Layers": []string{layerName}}})
-	if err != nil {
-		return err
-	}
-	tw := tar.NewWriter(w)
-	for _, e := range []struct {
-		name string
-		data []byte
-	}{{layerHex + "/", nil}, {layerName, layer.Bytes()}, {configName, config}, {"manifest.json", manifest}} {
-		h := &tar.Header{Name: e.name, ModTime: epoch, Mode: 0o644, Typeflag: tar.TypeReg, Size: int64(len(e.data))}
-		if strings.HasSuffix(e.name, "/") {
-			h.Typeflag, h.Mode, h.Size = tar.TypeDir, 0o755, 0
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		if _, err := tw.Write(e.data); err != nil {
-			return err
-		}
-	}
-	return tw.Close()
+	return buf.Bytes(), config, err
 }
 
 // baseFiles are the directories and files every image here has: what a

@@ -68,11 +68,18 @@ type options struct {
 	connTimeout     time.Duration
 	imageBackOff    time.Duration
 	imageBackOffMx  time.Duration
-	security        security
-	cgroupParent    string
-	node            string
-	clusterDomain   *string
-	containerGC     gc.ContainerPolicy
+	// pullSlots is how many image pulls run at once (0: no limit).
+	pullSlots int
+	// pullRecordsDir keeps which credentials pulled each image ("": no
+	// records, every present image runs for every pod).
+	pullRecordsDir string
+	// credProviders are the credential provider plugins (nil: none).
+	credProviders *CredentialProviders
+	security      security
+	cgroupParent  string
+	node          string
+	clusterDomain *string
+	containerGC   gc.ContainerPolicy
 }
 
 // WithNode names the node the runtime runs pods for: its sandboxes and
@@ -122,6 +129,36 @@ func WithImageBackOff(base, max time.Duration) Option {
 	}
 }
 
+// WithImagePulls sets how many image pulls run at once, as the kubelet's
+// serializeImagePulls and maxParallelImagePulls do: serial, one at a time
+// (the kubelet's default); otherwise maxParallel at once, no limit when it
+// is 0 or less.
+func WithImagePulls(serial bool, maxParallel int) Option {
+	return func(o *options) {
+		switch {
+		case serial:
+			o.pullSlots = 1
+		case maxParallel > 0:
+			o.pullSlots = maxParallel
+		default:
+			o.pullSlots = 0
+		}
+	}
+}
+
+// WithPullRecordsDir keeps, in dir, which credentials pulled each image,
+// so that an image pulled with a pod's pull secret runs for another pod
+// only with the same credentials or after a pull of its own (the
+// kubelet's ensure-secret-pulled-images, with its <root-dir>/image_manager
+// records). Default: no records.
+func WithPullRecordsDir(dir string) Option { return func(o *options) { o.pullRecordsDir = dir } }
+
+// WithCredentialProviders sets the credential provider plugins asked for
+// the credentials of an image (LoadCredentialProviders; default none).
+func WithCredentialProviders(cp *CredentialProviders) Option {
+	return func(o *options) { o.credProviders = cp }
+}
+
 // WithCgroupParent sets the cgroup parent of the sandboxes (default: the
 // CRI runtime's own default).
 func WithCgroupParent(p string) Option { return func(o *options) { o.cgroupParent = p } }
@@ -147,6 +184,10 @@ type Runtime struct {
 	imageBackOff *flowcontrol.Backoff
 	pullMu       sync.Mutex
 	pullErrs     map[string]string
+	// pullSlots holds a token per pull under way (nil: no limit).
+	pullSlots chan struct{}
+	// records is nil without WithPullRecordsDir.
+	records *pullRecords
 
 	mu   sync.Mutex
 	pods map[types.UID]*pod
@@ -215,6 +256,7 @@ func New(ctx context.Context, opts ...Option) (*Runtime, error) {
 		connTimeout:     2 * time.Minute,
 		imageBackOff:    10 * time.Second,
 		imageBackOffMx:  300 * time.Second,
+		pullSlots:       1,
 		security:        security{seccompRoot: DefaultSeccompProfileRoot},
 		containerGC:     DefaultContainerPolicy,
 	}
@@ -268,6 +310,7 @@ func New(ctx context.Context, opts ...Option) (*Runtime, error) {
 		events:       eventq.New(),
 		imageBackOff: flowcontrol.NewBackOff(o.imageBackOff, o.imageBackOffMx),
 		pullErrs:     map[string]string{},
+		pullSlots:    pullSlots(o.pullSlots),
 		pods:         map[types.UID]*pod{},
 		byID:         map[string]*instance{},
 		resized:      map[string]corev1.ResourceRequirements{},
@@ -281,10 +324,20 @@ func New(ctx context.Context, opts ...Option) (*Runtime, error) {
 		r.events.Close()
 		return nil, fmt.Errorf("cri runtime: read the pods of %s: %w", o.endpoint, err)
 	}
+	if o.pullRecordsDir != "" {
+		r.records = &pullRecords{dir: o.pullRecordsDir}
+	}
 	go r.loop()
 	r.log.Info("cri runtime connected", zap.String("endpoint", o.endpoint), zap.String("runtime", r.name),
 		zap.String("version", r.version), zap.Int("containers", len(r.byID)))
 	return r, nil
+}
+
+func pullSlots(n int) chan struct{} {
+	if n <= 0 {
+		return nil
+	}
+	return make(chan struct{}, n)
 }
 
 // Type implements runtime.Runtime.
@@ -414,7 +467,7 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 		// the start that was cut short went through after all.
 		return got, nil
 	}
-	imageRef, reason, msg, err := r.ensureImage(ctx, p, c, sb.config, opts.ImageEvent)
+	imageRef, reason, msg, err := r.ensureImage(ctx, p, c, sb.config, opts.PullSecrets, opts.ImageEvent)
 	if err != nil {
 		if ctx.Err() != nil {
 			st.State = runtime.StateUnknown

@@ -95,6 +95,10 @@ func WithServiceEnv(f func(namespace string, links bool) []string) Option {
 	return func(s *Syncer) { s.serviceEnv = f }
 }
 
+// WithPullSecrets sets where the pods' imagePullSecrets are read (nil:
+// not read, for a runtime that pulls no images).
+func WithPullSecrets(src runtime.Sources) Option { return func(s *Syncer) { s.pullSecretSrc = src } }
+
 // WithLogger sets the logger.
 func WithLogger(l *zap.Logger) Option { return func(s *Syncer) { s.log = l } }
 
@@ -137,6 +141,8 @@ type Syncer struct {
 	startFailed map[types.UID]map[string]*corev1.ContainerStateWaiting
 	// onStart is told of every start attempt (metrics).
 	onStart func(containerType, failure string)
+	// pullSecretSrc reads the imagePullSecrets; nil reads none.
+	pullSecretSrc runtime.Sources
 	// recorder records container Events; nil records none.
 	recorder record.EventRecorder
 	// volumes sets up pods' volumes (nil: none); vols holds, per pod, the

@@ -84,6 +84,12 @@ type Config struct {
 	SeccompProfileRoot   string
 	SeccompDefault       bool
 	AllowedUnsafeSysctls []string
+	SerializeImagePulls  bool
+	MaxParallelPulls     int
+	// CredentialProviderConfig and CredentialProviderBinDir: the image
+	// credential provider plugins (cri runtime).
+	CredentialProviderConfig string
+	CredentialProviderBinDir string
 	// DNS are the node's cluster DNS keys (cluster-dns, cluster-domain,
 	// resolv-conf), which the pod workers apply (shared with nodehb).
 	DNS config.DNS
@@ -117,6 +123,10 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.SeccompProfileRoot, "podworkers.seccomp-profile-root", "", "runtime cri: the directory of Localhost seccomp profiles (a pod's seccompProfile localhostProfile is a path under it; the kubelet's <root-dir>/seccomp), a path of the host containerd runs on; default <root-dir>/seccomp")
 	fs.BoolVar(&c.SeccompDefault, "podworkers.seccomp-default", false, "runtime cri: run a container whose securityContext and pod name no seccomp profile with the runtime's default profile (RuntimeDefault) instead of unconfined (the kubelet's seccompDefault); the process runtime applies no seccomp profile and refuses to start with it on")
 	fs.StringSliceVar(&c.AllowedUnsafeSysctls, "podworkers.allowed-unsafe-sysctls", nil, "unsafe sysctls pods may set besides the safe ones (the kubelet's --allowed-unsafe-sysctls): names or prefixes ending in '*', of the ipc or net namespace only (kernel.msg*, net.core.somaxconn); a pod setting any other is rejected with SysctlForbidden")
+	fs.BoolVar(&c.SerializeImagePulls, "podworkers.serialize-image-pulls", true, "runtime cri: pull one image at a time (the kubelet's serializeImagePulls); off: pulls run in parallel, up to podworkers.max-parallel-image-pulls (the other runtimes pull nothing)")
+	fs.IntVar(&c.MaxParallelPulls, "podworkers.max-parallel-image-pulls", 0, "runtime cri, with podworkers.serialize-image-pulls off: the most image pulls at once (the kubelet's maxParallelImagePulls); 0: no limit")
+	fs.StringVar(&c.CredentialProviderConfig, "podworkers.image-credential-provider-config", "", "runtime cri: the kubelet's CredentialProviderConfig file (kubelet.config.k8s.io/v1, YAML or JSON) naming the exec plugins that give registry credentials for the images they match (the kubelet's --image-credential-provider-config); needs podworkers.image-credential-provider-bin-dir; tokenAttributes is refused")
+	fs.StringVar(&c.CredentialProviderBinDir, "podworkers.image-credential-provider-bin-dir", "", "runtime cri: the directory of the credential provider plugins, each named as its provider (the kubelet's --image-credential-provider-bin-dir)")
 	c.DNS.RegisterFlags(fs)
 	c.GC.RegisterFlags(fs)
 	fs.StringVar(&c.ProcessRecordsDir, "podworkers.process-records-dir", "", "runtime process: where the replicas of this node on this host write down their containers' process groups, so that what a replica killed with SIGKILL leaves is killed by the next one (mode 0700, this user's); default <tmp>/splitlet-process-groups/<node>")
@@ -147,6 +157,15 @@ func (c *Config) Validate() error {
 	}
 	if c.SimMaxStarts < 0 {
 		return fmt.Errorf("invalid value %d for podworkers.sim-max-concurrent-starts: negative", c.SimMaxStarts)
+	}
+	if c.MaxParallelPulls < 0 {
+		return fmt.Errorf("invalid value %d for podworkers.max-parallel-image-pulls: negative", c.MaxParallelPulls)
+	}
+	if c.SerializeImagePulls && c.MaxParallelPulls > 1 {
+		return fmt.Errorf("invalid value %d for podworkers.max-parallel-image-pulls: cannot be larger than 1 unless podworkers.serialize-image-pulls is off", c.MaxParallelPulls)
+	}
+	if (c.CredentialProviderConfig == "") != (c.CredentialProviderBinDir == "") {
+		return errors.New("podworkers.image-credential-provider-config and podworkers.image-credential-provider-bin-dir go together: set both or neither")
 	}
 	if c.SimStartLatency < 0 {
 		return fmt.Errorf("invalid value %v for podworkers.sim-start-latency: negative", c.SimStartLatency)
@@ -379,12 +398,24 @@ func (r *Runner) newRuntime(ctx context.Context) (runtime.Runtime, error) {
 	if r.Runtime != nil {
 		return r.Runtime, nil
 	}
+	if r.cfg.CredentialProviderConfig != "" && r.common.Runtime != config.RuntimeCRI {
+		return nil, fmt.Errorf("podworkers.image-credential-provider-config is set, but the %s runtime pulls no images (use the cri runtime, or unset it)", r.common.Runtime)
+	}
 	switch r.common.Runtime {
 	case config.RuntimeCRI:
+		var providers *cri.CredentialProviders
+		if r.cfg.CredentialProviderConfig != "" {
+			var err error
+			if providers, err = cri.LoadCredentialProviders(r.cfg.CredentialProviderConfig, r.cfg.CredentialProviderBinDir, r.log.Named("cri")); err != nil {
+				return nil, err
+			}
+		}
 		return cri.New(ctx, cri.WithEndpoint(r.common.CRIEndpoint), cri.WithHostIP(r.cfg.HostIP), cri.WithLogger(r.log.Named("cri")),
 			cri.WithNode(r.common.NodeName), cri.WithClusterDomain(r.cfg.DNS.ClusterDomain),
 			cri.WithSeccompProfileRoot(r.seccompRoot()), cri.WithSeccompDefault(r.cfg.SeccompDefault),
-			cri.WithContainerPolicy(r.cfg.containerPolicy()))
+			cri.WithContainerPolicy(r.cfg.containerPolicy()),
+			cri.WithImagePulls(r.cfg.SerializeImagePulls, r.cfg.MaxParallelPulls),
+			cri.WithPullRecordsDir(filepath.Join(r.rootDir(), "image_manager")), cri.WithCredentialProviders(providers))
 	case config.RuntimeProcess:
 		// the containers of a previous incarnation died with it: their
 		// files are left over.
@@ -499,6 +530,10 @@ func (r *Runner) run(ctx context.Context) error {
 		syncOpts = append(syncOpts, podsync.WithRecorder(recorder))
 	}
 	syncOpts = append(syncOpts, podsync.WithDNS(r.dnsConfigurer(podRecorder)))
+	if rt.Type() == cri.Type {
+		// the pods' imagePullSecrets, for the runtime that pulls images.
+		syncOpts = append(syncOpts, podsync.WithPullSecrets(volumes.Client{CS: r.cs}))
+	}
 	if r.cfg.Volumes == "on" || (r.cfg.Volumes == "auto" && rt.Type() != sim.Type) {
 		root := r.cfg.RootDir
 		if root == "" {

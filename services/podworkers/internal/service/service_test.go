@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -82,6 +83,8 @@ type env struct {
 	onTrack     func(...*corev1.Pod)
 	// replicaCS, if set, is the replicas' clientset (default: admin).
 	replicaCS kubernetes.Interface
+	// logSink, if set, also gets every replica's log, at debug level.
+	logSink zapcore.WriteSyncer
 	// uids is the replicas' podworkers.process-uid-dir: shared by them
 	// as by the replicas of a host.
 	uids string
@@ -225,6 +228,10 @@ func (e *env) startReplicaRuntime(t *testing.T, runtimeName string, mod func(*Co
 		mod(cfg)
 	}
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	if e.logSink != nil {
+		sink := zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), e.logSink, zap.DebugLevel)
+		log = zap.New(zapcore.NewTee(log.Core(), sink))
+	}
 	dataDir := t.TempDir()
 	testenv.OpenWay(t, dataDir)
 	common := &config.Common{NodeName: e.node, Partitions: partitions, Runtime: runtimeName, DataDir: dataDir, CRIEndpoint: criEndpoint,
