@@ -74,13 +74,18 @@ func main() {
 	flag.StringVar(&o.nodeAgent, "node-agent", agentSplitlet, "what runs as the node: splitlet, or kubelet (the real kubelet, bin/kubelet, on the cri runtime: the peer of --conformance)")
 	var c conformanceOptions
 	flag.BoolVar(&c.enabled, "conformance", false, "make conformance: run Kubernetes' e2e node conformance tests (bin/e2e.test) against a control plane with kube-controller-manager and kube-scheduler and this node on the cri runtime, then stop; flags after -- go to e2e.test")
-	flag.StringVar(&c.reportDir, "report-dir", "conformance/out", "with --conformance: where the JUnit report, e2e.test's output and the summary go")
+	flag.StringVar(&c.suite, "suite", suiteE2E, "with --conformance: which suite runs: e2e (bin/e2e.test's node conformance specs, make conformance) or node (bin/e2e_node.test, the Node Conformance Test, make node-conformance)")
+	flag.StringVar(&c.reportDir, "report-dir", "conformance/out", "with --conformance: where the JUnit report, the test binary's output and the summary go")
 	flag.DurationVar(&c.timeout, "e2e-timeout", 3*time.Hour, "with --conformance: timeout of the whole e2e.test run (its --ginkgo.timeout)")
 	flag.IntVar(&c.procs, "procs", 4, "with --conformance: how many specs run at once (Ginkgo processes, through bin/ginkgo; Serial specs still run alone); 1 runs bin/e2e.test by itself")
 	flag.StringVar(&c.criAddress, "cri-address", "", "with --conformance: a containerd socket to use (its CNI network must let the host reach pod IPs); empty: a containerd of its own under <state-dir>/containerd")
 	flag.StringVar(&c.cniBridge, "cni-bridge", "", "with --conformance: the CNI bridge of the containerd it starts; empty: "+defaultCNIBridge+" ("+kubeletCNIBridge+" with --node-agent=kubelet, so that both runs can go at once)")
 	flag.StringVar(&c.cniSubnet, "cni-subnet", "", "with --conformance: the pods' subnet on that bridge; empty: "+defaultCNISubnet+" ("+kubeletCNISubnet+" with --node-agent=kubelet)")
 	flag.Parse()
+	if c.suite != suiteE2E && c.suite != suiteNodeE2E {
+		fmt.Fprintf(os.Stderr, "localup: --suite=%s: want %s or %s\n", c.suite, suiteE2E, suiteNodeE2E)
+		os.Exit(2)
+	}
 	if o.nodeAgent != agentSplitlet && o.nodeAgent != agentKubelet {
 		fmt.Fprintf(os.Stderr, "localup: --node-agent=%s: want %s or %s\n", o.nodeAgent, agentSplitlet, agentKubelet)
 		os.Exit(2)
