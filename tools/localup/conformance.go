@@ -250,6 +250,9 @@ func runConformance(ctx context.Context, o options, c conformanceOptions) (*summ
 	// refuses to proxy to (nodes/proxy: "address not allowed") and which a
 	// hostNetwork pod's IP would not equal.
 	o.nodeIP = hostAddress()
+	// Static pods (the node suite's mirror pod specs write manifests where
+	// the node's /configz says staticPodPath is).
+	o.staticPodDir = filepath.Join(state, "manifests")
 	var result *summary
 	o.up = func(ctx context.Context, kubeconfig string) error {
 		cd := &testenv.Containerd{Address: o.containerd.Address, Endpoint: "unix://" + o.containerd.Address}

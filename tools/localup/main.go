@@ -54,6 +54,9 @@ type options struct {
 	// nodeIP is the node's address (its InternalIP); empty: splitlet's
 	// default (127.0.0.1), the host's address for the kubelet.
 	nodeIP string
+	// staticPodDir is the node agent's directory of static pod manifests
+	// (made when missing); empty: none.
+	staticPodDir string
 	// splitletArgs are added to splitlet's command line.
 	splitletArgs []string
 	// up, when set, runs once everything is up and the hints are printed,
@@ -196,6 +199,11 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer stopCRI()
+	if o.staticPodDir != "" {
+		if err := os.MkdirAll(o.staticPodDir, 0o755); err != nil {
+			return err
+		}
+	}
 	var agent *exec.Cmd
 	var kl *kubeletNode
 	if kubelet {
@@ -206,7 +214,7 @@ func run(ctx context.Context, o options) error {
 		if nodeIP == "" {
 			nodeIP = "127.0.0.1"
 		}
-		if kl, err = newKubelet(cp, state, o.node, nodeIP, o.kubeletPort, criEndpoint); err != nil {
+		if kl, err = newKubelet(cp, state, o.node, nodeIP, o.kubeletPort, criEndpoint, o.staticPodDir); err != nil {
 			return err
 		}
 		fmt.Fprintf(o.out, "starting the kubelet (%s, %s runtime) as node %s ...\n", kl.cmd.Path, o.runtime, o.node)
@@ -238,6 +246,9 @@ func run(ctx context.Context, o options) error {
 		}
 		if o.nodeIP != "" {
 			agent.Args = append(agent.Args, "--nodehb.address="+o.nodeIP, "--podworkers.host-ip="+o.nodeIP)
+		}
+		if o.staticPodDir != "" {
+			agent.Args = append(agent.Args, "--podconfig.static-pod-path="+o.staticPodDir)
 		}
 		agent.Args = append(agent.Args, o.splitletArgs...)
 	}
