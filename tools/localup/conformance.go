@@ -164,10 +164,10 @@ func conformanceMain(ctx context.Context, o options, c conformanceOptions) int {
 	s, err := runConformance(ctx, o, c)
 	switch {
 	case ctx.Err() != nil:
-		fmt.Fprintf(o.out, "conformance: interrupted; the control plane, %s and containerd are down\n", o.agentName())
+		fmt.Fprintf(o.out, "%s: interrupted; the control plane, %s and containerd are down\n", suiteOf(c.suite).title, o.agentName())
 		return 130
 	case err != nil:
-		fmt.Fprintf(os.Stderr, "conformance: %v\n", err)
+		fmt.Fprintf(os.Stderr, "%s: %v\n", suiteOf(c.suite).title, err)
 		return 1
 	case len(s.Failed) > 0 || len(s.SuiteFailures) > 0:
 		return 1
