@@ -261,7 +261,7 @@ func TestHostUsersFalseRefused(t *testing.T) {
 func TestFQDNTooLongRefused(t *testing.T) {
 	r := newRuntime(t)
 	yes := true
-	p := newPod("fqdn", true, shell("main", "sleep 30"))
+	p := newPod("fqdn", false, shell("main", "sleep 30"))
 	p.Spec.Hostname, p.Spec.Subdomain, p.Spec.SetHostnameAsFQDN = strings.Repeat("h", 55), "t", &yes
 	cleanupPod(t, p)
 	st, err := r.StartContainer(t.Context(), p, &p.Spec.Containers[0], 0, runtime.StartOptions{})
