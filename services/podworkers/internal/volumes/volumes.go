@@ -135,8 +135,6 @@ type Manager struct {
 	tok map[tokenKey]token
 	// noTmpfs: a tmpfs could not be mounted (the agent may not), logged once.
 	noTmpfs bool
-	// shared: the root is on a shared mount (sharedRoot).
-	shared bool
 }
 
 type tokenKey struct {
@@ -215,11 +213,6 @@ func (m *Manager) Setup(ctx context.Context, pod *corev1.Pod) (map[string]Volume
 	own, err := m.owner(pod)
 	if err != nil {
 		return nil, fmt.Errorf("the pod's user: %w", err)
-	}
-	if bidirectional(pod) {
-		if err := m.sharedRoot(); err != nil {
-			return nil, fmt.Errorf("error configuring root directory: %w", err)
-		}
 	}
 	out := make(map[string]Volume, len(pod.Spec.Volumes))
 	for i := range pod.Spec.Volumes {
