@@ -22,7 +22,7 @@ FUZZTIME ?= 30000x
 FUZZMINIMIZETIME ?= 500x
 TESTFLAGS ?=
 
-.PHONY: help build test test-unit e2e up down run conformance bench bench-go bench-tools faults nats-server images testenv vet fuzz clean jsprober-deps jaeger images-tracing image-jaeger
+.PHONY: help build test test-unit e2e up down run conformance node-conformance bench bench-go bench-tools faults nats-server images testenv vet fuzz clean jsprober-deps jaeger images-tracing image-jaeger
 
 # Peers and parts of the benchmark, installed with `go install` into bin/.
 NATS_SERVER_VERSION := v2.15.2
@@ -39,6 +39,7 @@ help:
 	@echo "make test     the unit tier, then every module's tests (builds the test control plane first if missing)"
 	@echo "make test-unit  the unit tier: go test -short over every module; needs Go alone (no control plane, containerd, Docker or root)"
 	@echo "make run      local control plane + splitlet (all services) + a demo pod; Ctrl-C stops all (RUNTIME=process|sim|cri)"
+	@echo "make node-conformance  Kubernetes' Node Conformance Test (e2e_node.test v1.36.3, NodeConformance && !Serial && !Disruptive) against the same harness; report in conformance/node-out (NODE=kubelet: conformance/node-out-kubelet; CONFORMANCEFLAGS as for make conformance)"
 	@echo "make conformance  Kubernetes' node conformance tests (e2e.test v1.36.3) against a control plane and a Splitlet node on containerd; report in conformance/out (CONFORMANCEFLAGS=\"--ginkgo.focus=...\"; NODE=kubelet: the real kubelet as the node, report in conformance/out-kubelet)"
 	@echo "make bench    benchmarks"
 	@echo "make faults   the fault suite: SIGKILL of each stage, NATS down, pod workers lost, on sim, process and CRI (FAULTSFLAGS=\"-pods 500 -cases ...\")"
@@ -146,6 +147,20 @@ conformance: build
 	@hack/conformance/build.sh $(BIN)
 	@CGO_ENABLED=0 $(GO) build -o $(BIN)/localup ./tools/localup
 	$(BIN)/localup --conformance --node-agent=$(NODE) --report-dir=$(CONFORMANCE_OUT) -- $(CONFORMANCEFLAGS)
+
+# make node-conformance: Kubernetes' Node Conformance Test, e2e_node.test
+# v1.36.3 (built by hack/conformance/build.sh, once), against the harness of
+# make conformance (localup --conformance --suite=node: control plane,
+# containerd with the test images and the test-handler runtime, the node
+# agent of NODE) with --start-services=false; by default the specs labelled
+# NodeConformance && !Serial && !Disruptive, 4 Ginkgo processes. State under
+# .splitlet/node-conformance(-kubelet), report in conformance/node-out(-kubelet).
+NODE_CONFORMANCE_OUT := conformance/node-out$(if $(filter kubelet,$(NODE)),-kubelet)
+node-conformance: build
+	@TESTENV_EXTRA="kube-scheduler kube-controller-manager$(if $(filter kubelet,$(NODE)), kubelet)" hack/testenv/build.sh $(BIN)
+	@hack/conformance/build.sh $(BIN)
+	@CGO_ENABLED=0 $(GO) build -o $(BIN)/localup ./tools/localup
+	$(BIN)/localup --conformance --suite=node --node-agent=$(NODE) --report-dir=$(NODE_CONFORMANCE_OUT) -- $(CONFORMANCEFLAGS)
 
 # make bench: the side-by-side run (Splitlet split and all-in-one, kwok, an
 # ideal agent), the scaling case and the stage cases, in one run (bench/).

@@ -3,6 +3,7 @@
 # given bin directory, from the Go module proxy, in the build-only module
 # beside this script (k8s.io/kubernetes at the version its go.mod pins):
 #   e2e.test  test/e2e compiled (`go test -c`): Kubernetes' e2e suite (~200 MB)
+#   e2e_node.test  test/e2e_node compiled: the Node Conformance Test (make node-conformance)
 #   agnhost   test/images/agnhost: the agnhost test image's binary
 #   nnp       test/images/nonewprivs: the nonewprivs test image's binary
 #   ginkgo    the Ginkgo CLI at the version e2e.test links: it runs e2e.test's
@@ -65,6 +66,7 @@ build() { # how name package hint
 }
 
 build go_test_c e2e.test k8s.io/kubernetes/test/e2e "about 6 minutes on 2 cores the first time"
+build go_test_c e2e_node.test k8s.io/kubernetes/test/e2e_node "about 10 minutes on 2 cores the first time"
 build go_build agnhost k8s.io/kubernetes/test/images/agnhost "a minute or two the first time"
 build go_build nnp k8s.io/kubernetes/test/images/nonewprivs "seconds"
 if pinned ginkgo github.com/onsi/ginkgo/v2 "$ginkgo_version"; then

@@ -78,7 +78,7 @@ func TestRoundTrips(t *testing.T) {
 			func(e *bus.Envelope) (any, error) { return bus.DecodeStreamRequest(e) }},
 		{bus.KindStreamResult, "", &bus.StreamResult{URL: "http://127.0.0.1:35001/exec/Xy7Qz"},
 			func(e *bus.Envelope) (any, error) { return bus.DecodeStreamResult(e) }},
-		{bus.KindStaticPods, "", &bus.StaticPods{Pods: []bus.StaticPod{{UID: "h", Namespace: "kube-system", Name: "etcd-node-a"}}},
+		{bus.KindStaticPods, "", &bus.StaticPods{Pods: []bus.StaticPod{{UID: "h", Namespace: "kube-system", Name: "etcd-node-a"}}, Path: "/etc/kubernetes/manifests"},
 			func(e *bus.Envelope) (any, error) { return bus.DecodeStaticPods(e) }},
 		{bus.KindStatsResult, "", &bus.StatsResult{Pods: []bus.PodStats{{UID: "u", Name: "a", Namespace: "default", StartTime: now, Containers: []bus.ContainerStats{{Name: "c", StartTime: now, MemoryWorkingSetBytes: 42}}}}},
 			func(e *bus.Envelope) (any, error) { return bus.DecodeStatsResult(e) }},

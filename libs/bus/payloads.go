@@ -201,6 +201,10 @@ func DecodeSourcesReady(e *Envelope) (*SourcesReady, error) {
 // kept; published once every static source has been seen in full.
 type StaticPods struct {
 	Pods []StaticPod `json:"pods"`
+	// Path is where the file source reads static pod manifests
+	// (podconfig.static-pod-path, the kubelet's staticPodPath), which the
+	// node's /configz states; empty: no file source.
+	Path string `json:"path,omitempty"`
 }
 
 // StaticPod names one static pod.

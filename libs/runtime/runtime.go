@@ -55,6 +55,12 @@ const (
 	StateUnknown State = "Unknown"
 )
 
+// SandboxFailed starts the message of a start that failed because the
+// pod's sandbox could not be made (kubelet: the FailedCreatePodSandBox
+// Event's message, "Failed to create pod sandbox: <error>"); the pod
+// workers record that Event on the pod for it.
+const SandboxFailed = "Failed to create pod sandbox: "
+
 // ContainerStatus is what the runtime knows of one container instance.
 type ContainerStatus struct {
 	// ID is "<runtime>://<id>", unique across the node's life.

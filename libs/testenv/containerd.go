@@ -96,6 +96,10 @@ type ContainerdOptions struct {
 	// CNIConfig is the CNI network list of a started containerd
 	// (PodCNIConfig when empty).
 	CNIConfig string
+	// RuntimeHandlers are CRI runtime handlers a started containerd has
+	// beside runc, each runc again under another name (the node e2e suite
+	// runs pods with RuntimeClass handler "test-handler").
+	RuntimeHandlers []string
 }
 
 // Containerd is a containerd with its CRI plugin that answers: the host's,
@@ -116,6 +120,7 @@ type Containerd struct {
 	proc      *process
 	ownDir    bool
 	cniConfig string
+	handlers  []string
 }
 
 // EnsureContainerd returns the containerd that answers at opts.Address or,
@@ -132,7 +137,7 @@ func EnsureContainerd(ctx context.Context, opts ContainerdOptions) (c *Container
 	if addr == "" {
 		addr = DefaultContainerdAddress
 	}
-	c = &Containerd{Address: addr, Endpoint: "unix://" + addr, Dir: opts.Dir, cniConfig: opts.CNIConfig}
+	c = &Containerd{Address: addr, Endpoint: "unix://" + addr, Dir: opts.Dir, cniConfig: opts.CNIConfig, handlers: opts.RuntimeHandlers}
 	if info, err := criInfo(ctx, c.Endpoint, 3*time.Second); err == nil {
 		c.SandboxImage = info
 	} else {
@@ -148,6 +153,9 @@ func EnsureContainerd(ctx context.Context, opts ContainerdOptions) (c *Container
 			c.Stop()
 		}
 	}()
+	if err := c.checkHandlers(ctx, opts.RuntimeHandlers); err != nil {
+		return nil, err
+	}
 	if c.SandboxImage == "" {
 		c.SandboxImage = PauseImage
 	}
@@ -177,22 +185,54 @@ func EnsureContainerd(ctx context.Context, opts ContainerdOptions) (c *Container
 // criInfo connects to the CRI endpoint and returns the sandbox image of the
 // runtime's configuration ("" when it does not say).
 func criInfo(ctx context.Context, endpoint string, timeout time.Duration) (string, error) {
+	cfg, err := criConfig(ctx, endpoint, timeout)
+	return cfg.SandboxImage, err
+}
+
+// criRuntimeConfig is the part of the CRI plugin's configuration (its
+// verbose status's "config") read here.
+type criRuntimeConfig struct {
+	SandboxImage string `json:"sandboxImage"`
+	Containerd   struct {
+		Runtimes map[string]json.RawMessage `json:"runtimes"`
+	} `json:"containerd"`
+}
+
+// criConfig connects to the CRI endpoint and returns what its verbose
+// status says of its configuration (empty when it does not say).
+func criConfig(ctx context.Context, endpoint string, timeout time.Duration) (criRuntimeConfig, error) {
+	var cfg criRuntimeConfig
 	rs, err := remote.NewRemoteRuntimeService(ctx, endpoint, timeout, nil, false)
 	if err != nil {
-		return "", err
+		return cfg, err
 	}
 	defer rs.Close(context.Background())
 	st, err := rs.Status(ctx, true)
 	if err != nil {
-		return "", err
-	}
-	var cfg struct {
-		SandboxImage string `json:"sandboxImage"`
+		return cfg, err
 	}
 	if raw, ok := st.GetInfo()["config"]; ok {
 		_ = json.Unmarshal([]byte(raw), &cfg)
 	}
-	return cfg.SandboxImage, nil
+	return cfg, nil
+}
+
+// checkHandlers fails when a containerd not started here lacks one of the
+// runtime handlers asked for (its configuration is not this package's).
+func (c *Containerd) checkHandlers(ctx context.Context, handlers []string) error {
+	if c.Started || len(handlers) == 0 {
+		return nil
+	}
+	cfg, err := criConfig(ctx, c.Endpoint, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	for _, h := range handlers {
+		if _, ok := cfg.Containerd.Runtimes[h]; !ok {
+			return fmt.Errorf("testenv: the containerd at %s has no runtime handler %q (its config.toml needs [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.%s])", c.Address, h, h)
+		}
+	}
+	return nil
 }
 
 // start runs a containerd of its own; why says why the one at c.Address
@@ -232,24 +272,7 @@ func (c *Containerd) start(ctx context.Context, why error) error {
 	c.Address = filepath.Join(c.Dir, "containerd.sock")
 	c.Endpoint = "unix://" + c.Address
 	c.SandboxImage = PauseImage
-	config := fmt.Sprintf(`version = 2
-root = %q
-state = %q
-
-[grpc]
-  address = %q
-
-[ttrpc]
-  address = %q
-
-[plugins]
-  [plugins."io.containerd.grpc.v1.cri"]
-    sandbox_image = %q
-    restrict_oom_score_adj = true
-    [plugins."io.containerd.grpc.v1.cri".cni]
-      bin_dir = %q
-      conf_dir = %q
-`, filepath.Join(c.Dir, "root"), filepath.Join(c.Dir, "state"), c.Address, c.Address+".ttrpc", c.SandboxImage, cniBin, cniConf)
+	config := containerdConfig(c.Dir, c.Address, c.SandboxImage, cniBin, cniConf, c.handlers)
 	// restrict_oom_score_adj: where this process may not lower its OOM
 	// score (as in some VMs and containers), runc would fail every
 	// sandbox, whose score the CRI plugin sets to -998.
@@ -273,6 +296,39 @@ state = %q
 		return fmt.Errorf("testenv: %w", err)
 	}
 	return nil
+}
+
+// containerdConfig is a started containerd's config.toml: its state under
+// dir, its CRI plugin with the sandbox image and the CNI network, runc as
+// the default runtime and each of handlers as runc under that name.
+func containerdConfig(dir, address, sandboxImage, cniBin, cniConf string, handlers []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `version = 2
+root = %q
+state = %q
+
+[grpc]
+  address = %q
+
+[ttrpc]
+  address = %q
+
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = %q
+    restrict_oom_score_adj = true
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = %q
+      conf_dir = %q
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      default_runtime_name = "runc"
+`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), address, address+".ttrpc", sandboxImage, cniBin, cniConf)
+	for _, h := range append([]string{"runc"}, handlers...) {
+		fmt.Fprintf(&b, `      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%q]
+        runtime_type = "io.containerd.runc.v2"
+`, h)
+	}
+	return b.String()
 }
 
 // ImportImages imports docker or OCI archives into the k8s.io namespace

@@ -58,3 +58,61 @@ func sum(t *testing.T, path string) string {
 	h := sha256.Sum256(data)
 	return hex.EncodeToString(h[:])
 }
+
+// A containerd started with runtime handlers runs a pod sandbox under each
+// (runc by another name) and refuses a handler it was not given; a
+// containerd not started here that lacks a handler asked for is refused.
+func TestContainerdRuntimeHandlers(t *testing.T) {
+	SkipShort(t, "root to start a containerd")
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	cd, err := EnsureContainerd(ctx, ContainerdOptions{Address: dir + "/containerd.sock", Dir: dir, RuntimeHandlers: []string{"test-handler"}})
+	if err != nil {
+		t.Fatalf("containerd: %v", err)
+	}
+	defer cd.Stop()
+	if !cd.Started {
+		t.Fatalf("containerd at %s was not started by the test", cd.Address)
+	}
+	rs, err := remote.NewRemoteRuntimeService(ctx, cd.Endpoint, 30*time.Second, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close(context.Background())
+	sandbox := func(handler string) error {
+		cfg := &runtimeapi.PodSandboxConfig{
+			Metadata:     &runtimeapi.PodSandboxMetadata{Name: "h-" + handler, Namespace: "default", Uid: "uid-" + handler},
+			Linux:        &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE}}},
+			LogDirectory: t.TempDir(),
+		}
+		id, err := rs.RunPodSandbox(ctx, cfg, handler)
+		if err != nil {
+			return err
+		}
+		st, err := rs.PodSandboxStatus(ctx, id, false)
+		if err != nil {
+			return err
+		}
+		if got := st.GetStatus().GetRuntimeHandler(); got != handler {
+			t.Errorf("sandbox of handler %q reports handler %q", handler, got)
+		}
+		return nil
+	}
+	if err := sandbox("test-handler"); err != nil {
+		t.Errorf("sandbox with handler test-handler: %v", err)
+	}
+	if err := sandbox("no-such-handler"); err == nil {
+		t.Error("a sandbox with an unknown handler ran")
+	}
+	// The same containerd, found answering: it has test-handler, not
+	// another one.
+	if other, err := EnsureContainerd(ctx, ContainerdOptions{Address: cd.Address, NoStart: true, NoImages: true, RuntimeHandlers: []string{"test-handler"}}); err != nil {
+		t.Errorf("a running containerd with test-handler refused: %v", err)
+	} else {
+		other.Stop()
+	}
+	if _, err := EnsureContainerd(ctx, ContainerdOptions{Address: cd.Address, NoStart: true, NoImages: true, RuntimeHandlers: []string{"other-handler"}}); err == nil {
+		t.Error("a running containerd without other-handler was accepted for it")
+	}
+}

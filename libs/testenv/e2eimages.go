@@ -18,6 +18,7 @@ var e2eImageRepos = map[string]string{
 	"registry.k8s.io/e2e-test-images/busybox":    "busybox",
 	"registry.k8s.io/e2e-test-images/nonroot":    "nonroot",
 	"registry.k8s.io/e2e-test-images/nonewprivs": "nonewprivs",
+	"registry.k8s.io/e2e-test-images/nginx":      "nginx",
 	"registry.k8s.io/pause":                      "pause",
 }
 
@@ -42,7 +43,7 @@ type E2EBinaries struct {
 
 // E2EImage is one image to build, under all its names.
 type E2EImage struct {
-	Kind   string // agnhost, busybox, nonroot, nonewprivs, pause
+	Kind   string // agnhost, busybox, nginx, nonroot, nonewprivs, pause
 	Names  []string
 	Config ImageConfig
 	Files  []ImageFile
@@ -91,7 +92,7 @@ func E2EImages(kinds map[string][]string, bins E2EBinaries, pause []byte) ([]E2E
 		busybox = "/bin/busybox"
 	}
 	var bbFiles []ImageFile
-	if len(kinds["agnhost"])+len(kinds["busybox"])+len(kinds["nonroot"])+len(kinds["nonewprivs"]) > 0 {
+	if len(kinds["agnhost"])+len(kinds["busybox"])+len(kinds["nginx"])+len(kinds["nonroot"])+len(kinds["nonewprivs"]) > 0 {
 		var err error
 		if bbFiles, err = BusyboxImageFiles(busybox); err != nil {
 			return nil, err
@@ -156,6 +157,8 @@ func E2EImages(kinds map[string][]string, bins E2EBinaries, pause []byte) ([]E2E
 					img.Files = append(img.Files, ImageFile{Path: name, Mode: 0o644, Data: data})
 				}
 			}
+		case "nginx":
+			img.Config, img.Files = nginxConfig, withBusybox(nginxFiles()...)
 		case "nonewprivs":
 			// As test/images/nonewprivs: nnp, setuid root, prints its
 			// effective uid.
@@ -175,6 +178,33 @@ func E2EImages(kinds map[string][]string, bins E2EBinaries, pause []byte) ([]E2E
 		out = append(out, img)
 	}
 	return out, nil
+}
+
+// nginxConfig and nginxFiles make a stand-in for the nginx test image out
+// of busybox: its command (nginx -g "daemon off;") runs /usr/sbin/nginx, a
+// script that serves /usr/share/nginx/html on port 80 with busybox's httpd
+// in the foreground, keeps its own PID in /var/run/nginx.pid and goes on
+// SIGTERM at once, as nginx does. Enough for the specs that only run it
+// (the node suite's mirror pods); not nginx.
+var nginxConfig = ImageConfig{Cmd: []string{"nginx", "-g", "daemon off;"}, Env: busyboxConfig.Env}
+
+func nginxFiles() []ImageFile {
+	dir := fs.ModeDir | 0o755
+	script := `#!/bin/sh
+# nginx stand-in (busybox httpd on port 80); the arguments are nginx's, ignored
+mkdir -p /var/run
+echo $$ > /var/run/nginx.pid
+httpd -f -p 80 -h /usr/share/nginx/html &
+child=$!
+trap 'kill $child 2>/dev/null; exit 0' TERM INT QUIT
+wait $child
+`
+	return []ImageFile{
+		{Path: "usr", Mode: dir}, {Path: "usr/sbin", Mode: dir}, {Path: "usr/share", Mode: dir},
+		{Path: "usr/share/nginx", Mode: dir}, {Path: "usr/share/nginx/html", Mode: dir},
+		{Path: "usr/share/nginx/html/index.html", Mode: 0o644, Data: []byte("<h1>Welcome to nginx!</h1>\n")},
+		{Path: "usr/sbin/nginx", Mode: 0o755, Data: []byte(script)},
+	}
 }
 
 // replaceFile puts f in place of the file of the same path (or appends it).

@@ -32,6 +32,7 @@ func TestPlanE2EImages(t *testing.T) {
 	want := map[string][]string{
 		"agnhost": {"registry.k8s.io/e2e-test-images/agnhost:2.55", "registry.k8s.io/e2e-test-images/agnhost:2.63.0"},
 		"busybox": {"registry.k8s.io/e2e-test-images/busybox:1.37.0-1"},
+		"nginx":   {"registry.k8s.io/e2e-test-images/nginx:1.15-4"},
 		"nonroot": {"registry.k8s.io/e2e-test-images/nonroot:1.5"},
 		"pause":   {"registry.k8s.io/pause:3.10.2"},
 	}
@@ -40,7 +41,6 @@ func TestPlanE2EImages(t *testing.T) {
 	}
 	for _, name := range []string{
 		"gcr.io/k8s-authenticated-test/agnhost:2.6", // another registry: not agnhost's repository
-		"registry.k8s.io/e2e-test-images/nginx:1.15-4",
 		"invalid.registry.k8s.io/invalid/alpine:3.1",
 	} {
 		if leftOut[name] == "" {
@@ -77,7 +77,7 @@ func TestBuildE2EImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(archives) != 5 || len(built) != 6 || len(leftOut) != 3 {
+	if len(archives) != 6 || len(built) != 7 || len(leftOut) != 2 {
 		t.Fatalf("archives %v, built %v, left out %v", archives, built, leftOut)
 	}
 	read := func(kind string) (cfg map[string]any, tags []string, files map[string]*tar.Header) {
@@ -139,6 +139,13 @@ func TestBuildE2EImages(t *testing.T) {
 	}
 	if _, _, files := read("nonewprivs"); files["usr/local/bin/nnp"] == nil || files["usr/local/bin/nnp"].Mode&0o4000 == 0 {
 		t.Errorf("nnp is not setuid: %v", files["usr/local/bin/nnp"])
+	}
+	// The nginx stand-in: nginx -g "daemon off;" runs /usr/sbin/nginx,
+	// which keeps its PID where nginx does and serves on port 80.
+	if cfg, _, files := read("nginx"); files["usr/sbin/nginx"] == nil || files["usr/sbin/nginx"].Mode&0o111 == 0 || files["bin/sh"] == nil {
+		t.Errorf("nginx: files %v", keys(files))
+	} else if cmd, _ := json.Marshal(cfg["Cmd"]); string(cmd) != `["nginx","-g","daemon off;"]` {
+		t.Errorf("nginx command %s", cmd)
 	}
 	if _, tags, files := read("pause"); !reflect.DeepEqual(tags, []string{"registry.k8s.io/pause:3.10.2"}) || files["pause"] == nil || files["bin/sh"] != nil {
 		t.Errorf("pause: tags %v, files %v", tags, keys(files))

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -178,8 +179,27 @@ func BusyboxImageFiles(path string) ([]ImageFile, error) {
 		}
 		files = append(files, ImageFile{Path: "bin/" + a, Mode: fs.ModeSymlink, Link: "busybox"})
 	}
+	if !slices.Contains(applets, "nmeter") {
+		files = append(files, ImageFile{Path: "bin/nmeter", Mode: 0o755, Data: []byte(nmeterScript)})
+	}
 	return files, nil
 }
+
+// nmeterScript stands in for busybox's nmeter applet where the busybox
+// lacks it (Debian's): the node suite's container lifecycle specs stamp
+// their log lines with `date -u +%FT$(nmeter -d0 '%3t' | head -n1)Z`, the
+// UTC time of day with milliseconds, which busybox's date cannot print.
+// It prints that (adjtimex's seconds and microseconds) again and again
+// (nmeter -d0: no delay), whatever the arguments, until its output is
+// closed.
+const nmeterScript = `#!/bin/sh
+# nmeter stand-in: the time of day as nmeter's %3t prints it (HH:MM:SS.mmm, UTC)
+while :; do
+	set -- $(adjtimex | sed -n 's/^ *time.tv_sec: *//p; s/^ *time.tv_usec: *//p')
+	s=$(($1 % 86400))
+	printf '%02d:%02d:%02d.%03d\n' $((s / 3600)) $((s % 3600 / 60)) $((s % 60)) $(($2 / 1000)) || exit 0
+done
+`
 
 // RepoRoot is the directory of the go.work file above the working directory.
 func RepoRoot() (string, error) {

@@ -37,8 +37,13 @@ type conformanceOptions struct {
 	// procs is how many Ginkgo processes run the specs at once (the ginkgo
 	// CLI, bin/ginkgo); 1 runs e2e.test alone, one spec after the other.
 	procs int
-	// e2eArgs are passed to e2e.test after the defaults (CONFORMANCEFLAGS).
+	// e2eArgs are passed to the test binary after the defaults
+	// (CONFORMANCEFLAGS).
 	e2eArgs []string
+	// suite is which of Kubernetes' suites runs: suiteE2E (e2e.test's node
+	// conformance specs, also when empty) or suiteNodeE2E (e2e_node.test, the
+	// Node Conformance Test).
+	suite string
 }
 
 // The pods' network of make conformance: a bridge and its subnet. A run
@@ -123,9 +128,9 @@ func shellJoin(args []string) string {
 }
 
 // junitSkips are the skip patterns, compiled, for the summary.
-func junitSkips() []junitSkip {
-	out := make([]junitSkip, 0, len(conformanceSkips))
-	for _, s := range conformanceSkips {
+func junitSkips(skips []conformanceSkip) []junitSkip {
+	out := make([]junitSkip, 0, len(skips))
+	for _, s := range skips {
 		out = append(out, junitSkip{re: regexp.MustCompile(s.pattern), cause: s.cause})
 	}
 	return out
@@ -142,10 +147,10 @@ func conformanceMain(ctx context.Context, o options, c conformanceOptions) int {
 	s, err := runConformance(ctx, o, c)
 	switch {
 	case ctx.Err() != nil:
-		fmt.Fprintf(o.out, "conformance: interrupted; the control plane, %s and containerd are down\n", o.agentName())
+		fmt.Fprintf(o.out, "%s: interrupted; the control plane, %s and containerd are down\n", suiteOf(c.suite).title, o.agentName())
 		return 130
 	case err != nil:
-		fmt.Fprintf(os.Stderr, "conformance: %v\n", err)
+		fmt.Fprintf(os.Stderr, "%s: %v\n", suiteOf(c.suite).title, err)
 		return 1
 	case len(s.Failed) > 0 || len(s.SuiteFailures) > 0:
 		return 1
@@ -155,7 +160,8 @@ func conformanceMain(ctx context.Context, o options, c conformanceOptions) int {
 
 func runConformance(ctx context.Context, o options, c conformanceOptions) (*summary, error) {
 	start := time.Now()
-	e2eBin, err := testenv.Binary("e2e.test")
+	st := suiteOf(c.suite)
+	e2eBin, err := testenv.Binary(st.binary)
 	if err != nil {
 		return nil, fmt.Errorf("%w (make conformance builds it: hack/conformance/build.sh bin)", err)
 	}
@@ -188,10 +194,11 @@ func runConformance(ctx context.Context, o options, c conformanceOptions) (*summ
 	}
 
 	// The kubelet's run has a state directory of its own, so that it can go
-	// at the same time as a Splitlet run with the same --state-dir.
-	sub := "conformance"
+	// at the same time as a Splitlet run with the same --state-dir; so has
+	// each suite.
+	sub := st.stateDir
 	if o.nodeAgent == agentKubelet {
-		sub = "conformance-kubelet"
+		sub += "-kubelet"
 	}
 	o.stateDir = filepath.Join(o.stateDir, sub)
 	state, err := filepath.Abs(o.stateDir)
@@ -202,9 +209,9 @@ func runConformance(ctx context.Context, o options, c conformanceOptions) (*summ
 	if o.kubeletPort, err = testenv.FreePort(); err != nil {
 		return nil, err
 	}
-	bridge, subnet := defaultCNIBridge, defaultCNISubnet
+	bridge, subnet := st.bridge, st.subnet
 	if o.nodeAgent == agentKubelet {
-		bridge, subnet = kubeletCNIBridge, kubeletCNISubnet
+		bridge, subnet = st.kubeletBridge, st.kubeletSubnet
 	}
 	if c.cniBridge != "" {
 		bridge = c.cniBridge
@@ -212,7 +219,9 @@ func runConformance(ctx context.Context, o options, c conformanceOptions) (*summ
 	if c.cniSubnet != "" {
 		subnet = c.cniSubnet
 	}
-	o.containerd = testenv.ContainerdOptions{Address: c.criAddress, Dir: filepath.Join(state, "containerd"), CNIConfig: conformanceCNIConfig(bridge, subnet)}
+	o.containerd = testenv.ContainerdOptions{Address: c.criAddress, Dir: filepath.Join(state, "containerd"), CNIConfig: conformanceCNIConfig(bridge, subnet),
+		// The handler the suites' RuntimeClass specs name.
+		RuntimeHandlers: []string{runtimeClassHandler}}
 	if c.criAddress == "" {
 		// A containerd of its own (not the host's): the pods' network must
 		// let the host reach them.
@@ -224,6 +233,9 @@ func runConformance(ctx context.Context, o options, c conformanceOptions) (*summ
 	// refuses to proxy to (nodes/proxy: "address not allowed") and which a
 	// hostNetwork pod's IP would not equal.
 	o.nodeIP = hostAddress()
+	// Static pods (the node suite's mirror pod specs write manifests where
+	// the node's /configz says staticPodPath is).
+	o.staticPodDir = filepath.Join(state, "manifests")
 	var result *summary
 	o.up = func(ctx context.Context, kubeconfig string) error {
 		cd := &testenv.Containerd{Address: o.containerd.Address, Endpoint: "unix://" + o.containerd.Address}
@@ -233,8 +245,12 @@ func runConformance(ctx context.Context, o options, c conformanceOptions) (*summ
 		if err := waitClusterReady(ctx, kubeconfig, o.node); err != nil {
 			return err
 		}
+		run := suiteRun{bin: e2eBin, dir: state, reportDir: reportDir, skips: st.skips, title: st.title}
 		var err error
-		result, err = runE2E(ctx, e2eBin, kubeconfig, reportDir, cd.Endpoint, c, o.out)
+		if run.args, run.secrets, err = st.args(suiteEnv{kubeconfig: kubeconfig, reportDir: reportDir, criEndpoint: cd.Endpoint, state: state}, c); err != nil {
+			return err
+		}
+		result, err = runE2E(ctx, run, c, o.out)
 		return err
 	}
 	if err := run(ctx, o); err != nil {
@@ -243,8 +259,8 @@ func runConformance(ctx context.Context, o options, c conformanceOptions) (*summ
 	if result == nil {
 		return nil, errors.New("the e2e run did not happen")
 	}
-	fmt.Fprintf(o.out, "\nconformance: %s\nconformance: the whole run took %s; report: %s\n",
-		result.headline(), time.Since(start).Round(time.Second), filepath.Join(reportDir, "summary.txt"))
+	fmt.Fprintf(o.out, "\n%[1]s: %[2]s\n%[1]s: the whole run took %[3]s; report: %[4]s\n",
+		st.title, result.headline(), time.Since(start).Round(time.Second), filepath.Join(reportDir, "summary.txt"))
 	return result, nil
 }
 
@@ -402,27 +418,43 @@ func ginkgoArgs(e2eBin string, procs int, args []string) []string {
 	return append(cli, rest...)
 }
 
-// runE2E runs e2e.test, its output on out and in <reportDir>/e2e.log, and
-// reads its JUnit report into the summary it writes to summary.txt and
-// summary.json. Failing specs are no error; a run without a report is.
-func runE2E(ctx context.Context, e2eBin, kubeconfig, reportDir, criEndpoint string, c conformanceOptions, out io.Writer) (*summary, error) {
+// suiteRun is one run of a suite's test binary.
+type suiteRun struct {
+	bin  string
+	args []string
+	// secrets are values of args shown as <redacted> in what is printed
+	// and written (the node suite's bearer token).
+	secrets   []string
+	dir       string // the working directory
+	reportDir string
+	skips     []conformanceSkip
+	title     string // make conformance, make node-conformance
+}
+
+// runE2E runs the suite's test binary, its output on out and in
+// <reportDir>/e2e.log, and reads its JUnit report into the summary it
+// writes to summary.txt and summary.json. Failing specs are no error; a
+// run without a report is.
+func runE2E(ctx context.Context, r suiteRun, c conformanceOptions, out io.Writer) (*summary, error) {
+	reportDir := r.reportDir
 	logPath := filepath.Join(reportDir, "e2e.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	defer logFile.Close()
-	args := e2eArgs(kubeconfig, reportDir, criEndpoint, c.timeout, c.e2eArgs)
-	bin, cmdArgs := e2eBin, args
+	args := r.args
+	bin, cmdArgs := r.bin, args
 	if c.procs > 1 {
 		ginkgo, err := testenv.Binary("ginkgo")
 		if err != nil {
 			return nil, fmt.Errorf("%w (make conformance builds it: hack/conformance/build.sh bin; --procs=1 runs without it)", err)
 		}
-		bin, cmdArgs = ginkgo, ginkgoArgs(e2eBin, c.procs, args)
+		bin, cmdArgs = ginkgo, ginkgoArgs(r.bin, c.procs, args)
 	}
-	fmt.Fprintf(out, "\nrunning %s %s\n(output also in %s)\n\n", bin, shellJoin(cmdArgs), logPath)
+	fmt.Fprintf(out, "\nrunning %s %s\n(output also in %s)\n\n", bin, shellJoin(redact(cmdArgs, r.secrets)), logPath)
 	cmd := exec.CommandContext(ctx, bin, cmdArgs...)
+	cmd.Dir = r.dir
 	cmd.Stdout = io.MultiWriter(out, logFile)
 	cmd.Stderr = cmd.Stdout
 	// Its own process group, so that a Ctrl-C reaches it once, from here:
@@ -452,7 +484,7 @@ func runE2E(ctx context.Context, e2eBin, kubeconfig, reportDir, criEndpoint stri
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, fmt.Errorf("e2e.test wrote no JUnit report in %s (exit: %v; see %s)", reportDir, runErr, logPath)
+		return nil, fmt.Errorf("%s wrote no JUnit report in %s (exit: %v; see %s)", filepath.Base(r.bin), reportDir, runErr, logPath)
 	}
 	f, err := os.Open(reports[0])
 	if err != nil {
@@ -461,7 +493,7 @@ func runE2E(ctx context.Context, e2eBin, kubeconfig, reportDir, criEndpoint stri
 	defer f.Close()
 	// With a focus of the user's (CONFORMANCEFLAGS), the skip list's specs
 	// may lie outside it: they are not counted as skipped then.
-	skips := junitSkips()
+	skips := junitSkips(r.skips)
 	if userFiltered(c.e2eArgs) {
 		skips = nil
 	}
@@ -469,11 +501,11 @@ func runE2E(ctx context.Context, e2eBin, kubeconfig, reportDir, criEndpoint stri
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", reports[0], err)
 	}
-	if err := writeSummary(reportDir, s, args); err != nil {
+	if err := writeSummary(r, s, redact(args, r.secrets)); err != nil {
 		return nil, err
 	}
 	if ctx.Err() != nil {
-		fmt.Fprintf(out, "\nconformance (interrupted): %s\n", s.headline())
+		fmt.Fprintf(out, "\n%s (interrupted): %s\n", r.title, s.headline())
 		return nil, ctx.Err()
 	}
 	return s, nil
@@ -481,11 +513,12 @@ func runE2E(ctx context.Context, e2eBin, kubeconfig, reportDir, criEndpoint stri
 
 // writeSummary writes summary.txt (the headline, the command, the skip
 // groups, every failed, skipped and passed spec) and summary.json.
-func writeSummary(reportDir string, s *summary, args []string) error {
+func writeSummary(r suiteRun, s *summary, args []string) error {
+	reportDir := r.reportDir
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "make conformance, %s\n\ne2e.test %s\n\n", time.Now().UTC().Format(time.RFC3339), shellJoin(args))
+	fmt.Fprintf(&b, "%s, %s\n\n%s %s\n\n", r.title, time.Now().UTC().Format(time.RFC3339), filepath.Base(r.bin), shellJoin(args))
 	fmt.Fprintln(&b, "skipped by --ginkgo.skip:")
-	for _, sk := range conformanceSkips {
+	for _, sk := range r.skips {
 		fmt.Fprintf(&b, "  %s\n      %s\n", sk.pattern, sk.cause)
 	}
 	fmt.Fprintln(&b)

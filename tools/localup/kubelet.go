@@ -46,7 +46,8 @@ func kubeletRoot(dir string) string { return filepath.Join(dir, "root") }
 // KubeletConfiguration under <state>/kubelet. The kubelet talks to the CRI
 // runtime at criEndpoint and registers the node with nodeIP as its
 // InternalIP.
-func newKubelet(cp *testenv.ControlPlane, state, node, nodeIP string, port int, criEndpoint string) (*kubeletNode, error) {
+// staticPodDir, when not empty, is its staticPodPath.
+func newKubelet(cp *testenv.ControlPlane, state, node, nodeIP string, port int, criEndpoint, staticPodDir string) (*kubeletNode, error) {
 	bin, err := testenv.Binary(agentKubelet)
 	if err != nil {
 		return nil, fmt.Errorf("%w (build it: TESTENV_EXTRA=kubelet hack/testenv/build.sh bin)", err)
@@ -101,6 +102,7 @@ func newKubelet(cp *testenv.ControlPlane, state, node, nodeIP string, port int, 
 		criEndpoint:  criEndpoint,
 		podLogsDir:   filepath.Join(dir, "pod-logs"),
 		resolvConf:   resolvConf(),
+		staticPodDir: staticPodDir,
 	})
 	configPath := filepath.Join(dir, "config.yaml")
 	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
@@ -129,6 +131,7 @@ type kubeletConfigOptions struct {
 	criEndpoint       string
 	podLogsDir        string
 	resolvConf        string
+	staticPodDir      string
 }
 
 // kubeletConfig is the kubelet's configuration file (YAML, strings quoted
@@ -184,7 +187,8 @@ evictionHard:
 serializeImagePulls: false
 rotateCertificates: false
 serverTLSBootstrap: false
-`, o.port, o.healthzPort, o.certFile, o.keyFile, o.clientCAFile, o.criEndpoint, o.resolvConf, o.podLogsDir)
+staticPodPath: %q
+`, o.port, o.healthzPort, o.certFile, o.keyFile, o.clientCAFile, o.criEndpoint, o.resolvConf, o.podLogsDir, o.staticPodDir)
 }
 
 // resolvConf is the host's resolver configuration the kubelet gives pods

@@ -13,6 +13,7 @@ func TestKubeletConfig(t *testing.T) {
 		port: 10301, healthzPort: 10302, clientCAFile: "/cp/ca.crt",
 		certFile: "/k/kubelet.crt", keyFile: "/k/kubelet.key",
 		criEndpoint: "unix:///c/containerd.sock", podLogsDir: "/k/pod-logs", resolvConf: "/etc/resolv.conf",
+		staticPodDir: "/s/manifests",
 	})
 	for _, want := range []string{
 		"kind: KubeletConfiguration\n",
@@ -21,7 +22,7 @@ func TestKubeletConfig(t *testing.T) {
 		"containerRuntimeEndpoint: \"unix:///c/containerd.sock\"\n",
 		"cgroupDriver: cgroupfs\n", "failSwapOn: false\n", "failCgroupV1: false\n",
 		"podLogsDir: \"/k/pod-logs\"\n", "imageGCHighThresholdPercent: 100\n",
-		"  nodefs.available: \"1%\"\n",
+		"  nodefs.available: \"1%\"\n", "staticPodPath: \"/s/manifests\"\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("missing %q in\n%s", want, got)

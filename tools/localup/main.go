@@ -54,6 +54,9 @@ type options struct {
 	// nodeIP is the node's address (its InternalIP); empty: splitlet's
 	// default (127.0.0.1), the host's address for the kubelet.
 	nodeIP string
+	// staticPodDir is the node agent's directory of static pod manifests
+	// (made when missing); empty: none.
+	staticPodDir string
 	// splitletArgs are added to splitlet's command line.
 	splitletArgs []string
 	// up, when set, runs once everything is up and the hints are printed,
@@ -74,13 +77,18 @@ func main() {
 	flag.StringVar(&o.nodeAgent, "node-agent", agentSplitlet, "what runs as the node: splitlet, or kubelet (the real kubelet, bin/kubelet, on the cri runtime: the peer of --conformance)")
 	var c conformanceOptions
 	flag.BoolVar(&c.enabled, "conformance", false, "make conformance: run Kubernetes' e2e node conformance tests (bin/e2e.test) against a control plane with kube-controller-manager and kube-scheduler and this node on the cri runtime, then stop; flags after -- go to e2e.test")
-	flag.StringVar(&c.reportDir, "report-dir", "conformance/out", "with --conformance: where the JUnit report, e2e.test's output and the summary go")
+	flag.StringVar(&c.suite, "suite", suiteE2E, "with --conformance: which suite runs: e2e (bin/e2e.test's node conformance specs, make conformance) or node (bin/e2e_node.test, the Node Conformance Test, make node-conformance)")
+	flag.StringVar(&c.reportDir, "report-dir", "conformance/out", "with --conformance: where the JUnit report, the test binary's output and the summary go")
 	flag.DurationVar(&c.timeout, "e2e-timeout", 3*time.Hour, "with --conformance: timeout of the whole e2e.test run (its --ginkgo.timeout)")
 	flag.IntVar(&c.procs, "procs", 4, "with --conformance: how many specs run at once (Ginkgo processes, through bin/ginkgo; Serial specs still run alone); 1 runs bin/e2e.test by itself")
 	flag.StringVar(&c.criAddress, "cri-address", "", "with --conformance: a containerd socket to use (its CNI network must let the host reach pod IPs); empty: a containerd of its own under <state-dir>/containerd")
 	flag.StringVar(&c.cniBridge, "cni-bridge", "", "with --conformance: the CNI bridge of the containerd it starts; empty: "+defaultCNIBridge+" ("+kubeletCNIBridge+" with --node-agent=kubelet, so that both runs can go at once)")
 	flag.StringVar(&c.cniSubnet, "cni-subnet", "", "with --conformance: the pods' subnet on that bridge; empty: "+defaultCNISubnet+" ("+kubeletCNISubnet+" with --node-agent=kubelet)")
 	flag.Parse()
+	if c.suite != suiteE2E && c.suite != suiteNodeE2E {
+		fmt.Fprintf(os.Stderr, "localup: --suite=%s: want %s or %s\n", c.suite, suiteE2E, suiteNodeE2E)
+		os.Exit(2)
+	}
 	if o.nodeAgent != agentSplitlet && o.nodeAgent != agentKubelet {
 		fmt.Fprintf(os.Stderr, "localup: --node-agent=%s: want %s or %s\n", o.nodeAgent, agentSplitlet, agentKubelet)
 		os.Exit(2)
@@ -191,6 +199,11 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer stopCRI()
+	if o.staticPodDir != "" {
+		if err := os.MkdirAll(o.staticPodDir, 0o755); err != nil {
+			return err
+		}
+	}
 	var agent *exec.Cmd
 	var kl *kubeletNode
 	if kubelet {
@@ -201,7 +214,7 @@ func run(ctx context.Context, o options) error {
 		if nodeIP == "" {
 			nodeIP = "127.0.0.1"
 		}
-		if kl, err = newKubelet(cp, state, o.node, nodeIP, o.kubeletPort, criEndpoint); err != nil {
+		if kl, err = newKubelet(cp, state, o.node, nodeIP, o.kubeletPort, criEndpoint, o.staticPodDir); err != nil {
 			return err
 		}
 		fmt.Fprintf(o.out, "starting the kubelet (%s, %s runtime) as node %s ...\n", kl.cmd.Path, o.runtime, o.node)
@@ -233,6 +246,9 @@ func run(ctx context.Context, o options) error {
 		}
 		if o.nodeIP != "" {
 			agent.Args = append(agent.Args, "--nodehb.address="+o.nodeIP, "--podworkers.host-ip="+o.nodeIP)
+		}
+		if o.staticPodDir != "" {
+			agent.Args = append(agent.Args, "--podconfig.static-pod-path="+o.staticPodDir)
 		}
 		agent.Args = append(agent.Args, o.splitletArgs...)
 	}

@@ -122,7 +122,8 @@ func (r *Runtime) sandboxConfig(p *corev1.Pod, attempt uint32) *runtimeapi.PodSa
 	}
 	r.opts.security.sandbox(p, cfg.Linux.SecurityContext)
 	if !p.Spec.HostNetwork {
-		cfg.Hostname, _ = podHostname(p, r.opts.domain())
+		// (an FQDN too long: ensureSandbox refuses the pod before this)
+		cfg.Hostname, _ = kernelHostname(p, r.opts.domain())
 	}
 	if sc := p.Spec.SecurityContext; sc != nil {
 		if sc.RunAsUser != nil {
@@ -177,6 +178,11 @@ func (r *Runtime) ensureSandbox(ctx context.Context, p *corev1.Pod, pd *pod, dns
 	}
 	if err := r.opts.security.checkSandbox(p); err != nil {
 		return nil, err
+	}
+	if !p.Spec.HostNetwork {
+		if _, err := kernelHostname(p, r.opts.domain()); err != nil {
+			return nil, err
+		}
 	}
 	cfg := r.sandboxConfig(p, attempt)
 	var err error

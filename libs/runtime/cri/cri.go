@@ -461,7 +461,7 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 			st.State = runtime.StateUnknown
 			return st, ctx.Err()
 		}
-		return fail(ReasonContainerCreating, fmt.Sprintf("Failed to create pod sandbox: %v", grpcMessage(err)), err)
+		return fail(ReasonContainerCreating, runtime.SandboxFailed+grpcMessage(err), err)
 	}
 	if got, ok := r.settleCreated(ctx, p.UID, c.Name); ok {
 		// the start that was cut short went through after all.

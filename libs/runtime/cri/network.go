@@ -17,6 +17,11 @@ const defaultClusterDomain = "cluster.local"
 // maxHostname is the longest host name the kernel takes.
 const maxHostname = 63
 
+// maxFQDN is the longest FQDN a pod may have as its host name (kubelet:
+// GetNodenameForKernel; the kernel's nodename field, 64 characters and the
+// terminating NUL).
+const maxFQDN = 64
+
 // WithClusterDomain sets the cluster's DNS domain, of the FQDN of a pod
 // with a subdomain in its /etc/hosts (default cluster.local; empty: none,
 // as a kubelet without a clusterDomain writes it).
@@ -49,6 +54,23 @@ func podHostname(p *corev1.Pod, clusterDomain string) (host, domain string) {
 		domain = fmt.Sprintf("%s.%s.svc.%s", p.Spec.Subdomain, p.Namespace, clusterDomain)
 	}
 	return truncateHostname(host), domain
+}
+
+// kernelHostname is the host name of the pod's UTS namespace (kubelet:
+// GetNodenameForKernel): with setHostnameAsFQDN and a domain, the FQDN
+// <host>.<domain>, refused when longer than the kernel takes (the
+// kubelet's message, which its FailedCreatePodSandBox Event carries);
+// otherwise the host name.
+func kernelHostname(p *corev1.Pod, clusterDomain string) (string, error) {
+	host, domain := podHostname(p, clusterDomain)
+	if domain == "" || p.Spec.SetHostnameAsFQDN == nil || !*p.Spec.SetHostnameAsFQDN {
+		return host, nil
+	}
+	fqdn := host + "." + domain
+	if len(fqdn) > maxFQDN {
+		return "", fmt.Errorf("failed to construct FQDN from pod hostname and cluster domain, FQDN %s is too long (%d characters is the max, %d characters requested)", fqdn, maxFQDN, len(fqdn))
+	}
+	return fqdn, nil
 }
 
 func truncateHostname(h string) string {

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/splitlet/splitlet/libs/runtime"
 )
@@ -29,10 +30,35 @@ func TestSandboxHostname(t *testing.T) {
 		{corev1.PodSpec{Hostname: long}, strings.Repeat("a", 62)},
 		{corev1.PodSpec{Hostname: "h", HostnameOverride: &override}, "custom.name"},
 		{corev1.PodSpec{Hostname: "h", HostNetwork: true}, ""},
+		// setHostnameAsFQDN: the FQDN, with a subdomain only.
+		{corev1.PodSpec{Hostname: "h", Subdomain: "sub", SetHostnameAsFQDN: ptr.To(true)}, "h.sub.ns.svc.cluster.local"},
+		{corev1.PodSpec{Hostname: "h", SetHostnameAsFQDN: ptr.To(true)}, "h"},
+		{corev1.PodSpec{Hostname: "h", Subdomain: "sub", SetHostnameAsFQDN: ptr.To(false)}, "h"},
 	} {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns"}, Spec: c.spec}
 		if got := r.sandboxConfig(p, 0).Hostname; got != c.want {
 			t.Errorf("hostname %q, hostNetwork %v: sandbox hostname %q, want %q", c.spec.Hostname, c.spec.HostNetwork, got, c.want)
+		}
+	}
+}
+
+// setHostnameAsFQDN with an FQDN longer than the kernel's 64 characters
+// is refused with the kubelet's message; 64 are taken.
+func TestKernelHostnameFQDNLimit(t *testing.T) {
+	// <host>.t.ns.svc.cluster.local: 23 characters after the host.
+	for _, c := range []struct {
+		host string
+		ok   bool
+	}{{strings.Repeat("a", 41), true}, {strings.Repeat("a", 42), false}} {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns"},
+			Spec: corev1.PodSpec{Hostname: c.host, Subdomain: "t", SetHostnameAsFQDN: ptr.To(true)}}
+		got, err := kernelHostname(p, "cluster.local")
+		fqdn := c.host + ".t.ns.svc.cluster.local"
+		switch {
+		case c.ok && (err != nil || got != fqdn):
+			t.Errorf("%d characters: %q, %v", len(fqdn), got, err)
+		case !c.ok && (err == nil || err.Error() != "failed to construct FQDN from pod hostname and cluster domain, FQDN "+fqdn+" is too long (64 characters is the max, 65 characters requested)"):
+			t.Errorf("%d characters: %q, %v", len(fqdn), got, err)
 		}
 	}
 }

@@ -255,3 +255,21 @@ func TestHostUsersFalseRefused(t *testing.T) {
 		t.Errorf("a sandbox was made for the pod: %+v", pods)
 	}
 }
+
+// setHostnameAsFQDN with an FQDN over 64 characters: no sandbox is made,
+// the container waits with the kubelet's FailedCreatePodSandBox message.
+func TestFQDNTooLongRefused(t *testing.T) {
+	r := newRuntime(t)
+	yes := true
+	p := newPod("fqdn", false, shell("main", "sleep 30"))
+	p.Spec.Hostname, p.Spec.Subdomain, p.Spec.SetHostnameAsFQDN = strings.Repeat("h", 55), "t", &yes
+	cleanupPod(t, p)
+	st, err := r.StartContainer(t.Context(), p, &p.Spec.Containers[0], 0, runtime.StartOptions{})
+	if err == nil || st.Reason != ReasonContainerCreating ||
+		!strings.HasPrefix(st.Message, "Failed to create pod sandbox: failed to construct FQDN from pod hostname and cluster domain, FQDN "+p.Spec.Hostname+".t.") {
+		t.Errorf("FQDN too long: %+v, %v", st, err)
+	}
+	if pods := r.Pods(); slices.ContainsFunc(pods, func(ref runtime.PodRef) bool { return ref.UID == p.UID }) {
+		t.Errorf("a sandbox was made for the pod: %+v", pods)
+	}
+}

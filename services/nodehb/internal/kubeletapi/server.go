@@ -76,9 +76,9 @@ type Config struct {
 	Log    *zap.Logger
 	// RequestTimeout bounds exec and stats requests on the bus.
 	RequestTimeout time.Duration
-	// Configz is the node's KubeletConfiguration as /configz states it,
-	// under "kubeletconfig"; nil: /configz is not served.
-	Configz any
+	// Configz gives the node's KubeletConfiguration as /configz states it
+	// (under "kubeletconfig") at each request; nil: /configz is not served.
+	Configz func() any
 	// Trace, if set, wraps the handler: a request that carries a trace
 	// context (an API server that traces, proxying logs or exec)
 	// continues it, down to the pod workers' runtime call.
@@ -291,7 +291,7 @@ func (s *Server) handlePods(w http.ResponseWriter, r *http.Request) {
 // handleConfigz answers the node's configuration as the kubelet's /configz
 // does: {"kubeletconfig": <KubeletConfiguration>}.
 func (s *Server) handleConfigz(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, map[string]any{"kubeletconfig": s.cfg.Configz})
+	writeJSON(w, map[string]any{"kubeletconfig": s.cfg.Configz()})
 }
 
 // MirrorAnnotation on a mirror pod holds the static pod's UID, its identity

@@ -93,3 +93,11 @@ func pairs(s string) map[string]string {
 	}
 	return out
 }
+
+// withStaticPodPath is kc with the static pod path podconfig announced
+// (its file source is podconfig's setting, not nodehb's), a copy.
+func withStaticPodPath(kc *kubeletv1beta1.KubeletConfiguration, path string) *kubeletv1beta1.KubeletConfiguration {
+	out := *kc
+	out.StaticPodPath = path
+	return &out
+}

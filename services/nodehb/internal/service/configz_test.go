@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
+	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/config"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
@@ -67,12 +68,29 @@ func TestConfigzThroughAPIServer(t *testing.T) {
 		{"clusterDNS", fmt.Sprint(kc.ClusterDNS), "[10.96.0.10]"},
 		{"clusterDomain", kc.ClusterDomain, "corp.example"},
 		{"resolvConf", fmt.Sprint(kc.ResolverConfig != nil && *kc.ResolverConfig == "/etc/resolv.conf"), "true"},
-		{"staticPodPath (podconfig's, unknown to nodehb)", kc.StaticPodPath, ""},
+		{"staticPodPath (podconfig announced none here)", kc.StaticPodPath, ""},
 	} {
 		if fmt.Sprint(c.got) != fmt.Sprint(c.want) {
 			t.Errorf("%s = %v, want %v", c.what, c.got, c.want)
 		}
 	}
+
+	// podconfig's static pod path, once it announces it, as the kubelet's
+	// staticPodPath (the node suite writes its static pods there).
+	if err := s.podconfig.Publish(t.Context(), bus.For(s.node).StaticPods(), bus.KindStaticPods, "", &bus.StaticPods{Path: "/etc/splitlet/manifests"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "/configz states podconfig's static pod path", func() error {
+		raw, err := s.cs.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", s.node, "proxy", "configz").DoRaw(t.Context())
+		if err != nil {
+			return err
+		}
+		got.KC = kubeletv1beta1.KubeletConfiguration{}
+		if err := json.Unmarshal(raw, &got); err != nil || got.KC.StaticPodPath != "/etc/splitlet/manifests" {
+			return fmt.Errorf("staticPodPath %q (%v)", got.KC.StaticPodPath, err)
+		}
+		return nil
+	})
 
 	nobody, err := kubernetes.NewForConfig(cp.ConfigFor(testenv.NobodyUser))
 	if err != nil {

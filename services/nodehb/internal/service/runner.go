@@ -166,7 +166,7 @@ func Build(cfg *Config, common *config.Common, log *zap.Logger, clients Clients,
 		Bus:            bus.NewPublisher(nc, js, common.NodeName, "nodehb", common.BusEncodingOption()),
 		Log:            log.Named("api"),
 		RequestTimeout: cfg.RequestTimeout,
-		Configz:        configz,
+		Configz:        func() any { return withStaticPodPath(configz, r.Static.Path()) },
 		Trace:          tp.Handler,
 	})
 	if err != nil {

@@ -26,6 +26,7 @@ type Index struct {
 	log    *zap.Logger
 	mu     sync.RWMutex
 	byName map[string]types.UID // namespace/name → UID
+	path   string               // podconfig's static pod path
 }
 
 // New returns an empty index.
@@ -43,8 +44,16 @@ func (x *Index) Set(sp *bus.StaticPods) {
 		byName[p.Namespace+"/"+p.Name] = p.UID
 	}
 	x.mu.Lock()
-	x.byName = byName
+	x.byName, x.path = byName, sp.Path
 	x.mu.Unlock()
+}
+
+// Path is where podconfig reads static pod manifests, as it last announced
+// it; "" when it has no file source or has not announced yet.
+func (x *Index) Path() string {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.path
 }
 
 // UID is the UID of the static pod namespace/name; ok is false when

@@ -54,6 +54,10 @@ func WithSnapshotPeriod(d time.Duration) Option { return func(c *Controller) { c
 // WithStorage sets the pod storage (default: incremental mode).
 func WithStorage(s *merge.Storage) Option { return func(c *Controller) { c.storage = s } }
 
+// WithStaticPodPath names the file source's path in StaticPods (what the
+// node's /configz states as staticPodPath).
+func WithStaticPodPath(path string) Option { return func(c *Controller) { c.staticPath = path } }
+
 // WithStaticSink sets who learns the static pods (the mirror pod manager).
 func WithStaticSink(s StaticSink) Option { return func(c *Controller) { c.static = s } }
 
@@ -85,6 +89,7 @@ type Controller struct {
 	log            *zap.Logger
 	storage        *merge.Storage
 	static         StaticSink
+	staticPath     string
 	snapshotPeriod time.Duration
 	// lastSnapshotPods: the pods the last periodic snapshot sent.
 	lastSnapshotPods int
@@ -541,7 +546,7 @@ func (c *Controller) publishStatic(ctx context.Context) bool {
 	})
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := c.ready.Publish(pctx, c.subjects.StaticPods(), bus.KindStaticPods, "", &bus.StaticPods{Pods: list}); err != nil {
+	if err := c.ready.Publish(pctx, c.subjects.StaticPods(), bus.KindStaticPods, "", &bus.StaticPods{Pods: list, Path: c.staticPath}); err != nil {
 		c.log.Warn("StaticPods not published, will retry", zap.String(logging.FieldSubject, c.subjects.StaticPods()), zap.Error(err))
 		return false
 	}

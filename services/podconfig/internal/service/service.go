@@ -157,7 +157,7 @@ func Build(cfg *Config, node string, partitions int, log *zap.Logger, cs kuberne
 	recorder, r.stopEvents = kube.NewRecorder(cs, node)
 	storage := merge.New(partitions, merge.WithMode(cfg.mode), merge.WithRecorder(recorder))
 	opts := []controller.Option{controller.WithLogger(log), controller.WithSnapshotPeriod(cfg.SnapshotPeriod),
-		controller.WithStorage(storage), controller.WithWaitReady(waitStreams)}
+		controller.WithStorage(storage), controller.WithWaitReady(waitStreams), controller.WithStaticPodPath(cfg.StaticPodPath)}
 	opts = append(opts, extra...)
 	if reg != nil {
 		opts = append(opts, controller.WithRegisterer(reg))

@@ -116,6 +116,10 @@ func TestStaticPodsAndMirrors(t *testing.T) {
 	testenv.EventuallyTrue(t, 10*time.Second, "StaticPods with the static pod", func() bool {
 		return e.staticPodsAre(fmt.Sprintf("%s default/%s", uid1, name))
 	})
+	// and where the file source reads, which the node's /configz states.
+	if sp := e.staticPods(); sp.Path != dir {
+		t.Errorf("StaticPods path %q, want %q", sp.Path, dir)
+	}
 	var m1 *corev1.Pod
 	testenv.EventuallyTrue(t, 10*time.Second, "mirror pod", func() bool { m1 = e.mirror(name); return m1 != nil })
 	node, err := e.cs.CoreV1().Nodes().Get(ctx, e.node, metav1.GetOptions{})

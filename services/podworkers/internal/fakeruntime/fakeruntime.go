@@ -43,6 +43,10 @@ type Runtime struct {
 	Execs     []string
 	// LastOptions holds, by container name, the options of its last start.
 	LastOptions map[string]runtime.StartOptions
+	// SandboxFails, by pod UID, makes every start of the pod's containers
+	// fail as a sandbox that could not be made does (waiting
+	// ContainerCreating, runtime.SandboxFailed and the error).
+	SandboxFails map[types.UID]string
 }
 
 // New returns an empty runtime.
@@ -62,6 +66,11 @@ func (r *Runtime) StartContainer(ctx context.Context, pod *corev1.Pod, c *corev1
 	r.mu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if msg, ok := r.SandboxFails[pod.UID]; ok {
+		r.Starts[c.Name]++
+		return runtime.ContainerStatus{PodUID: pod.UID, Name: c.Name, Attempt: attempt, State: runtime.StateExited,
+			Reason: "ContainerCreating", Message: runtime.SandboxFailed + msg}, fmt.Errorf("fake: sandbox of %s: %s", pod.UID, msg)
+	}
 	r.next++
 	now := time.Now()
 	st := runtime.ContainerStatus{ID: fmt.Sprintf("fake://%d", r.next), PodUID: pod.UID, Name: c.Name, Attempt: attempt, Hash: runtime.ContainerHash(c),

@@ -2,6 +2,7 @@ package podsync
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -153,4 +154,29 @@ func TestBackOffGCDropsReplacedDefinitions(t *testing.T) {
 		sy.GC()
 		return sy.backOff.Get(old) == 0
 	})
+}
+
+// A pod whose sandbox cannot be made gets the kubelet's Warning on the pod,
+// FailedCreatePodSandBox "Failed to create pod sandbox: <error>", not a
+// container's Failed Event (no container was made), and stays waiting.
+func TestSandboxFailureEvent(t *testing.T) {
+	rt := fakeruntime.New()
+	rec := record.NewFakeRecorder(100)
+	sy := New(rt, &sink{last: map[types.UID]*bus.PodRuntimeStatus{}}, WithRecorder(rec))
+	p := pod("sb1", corev1.RestartPolicyAlways, "main")
+	rt.SandboxFails = map[types.UID]string{p.UID: "failed to construct FQDN from pod hostname and cluster domain"}
+	if _, err := sy.SyncPod(t.Context(), podworkers.UpdateSync, p); err == nil {
+		t.Fatal("a sync whose sandbox failed reported no error (the pod worker would not retry)")
+	}
+	var events []string
+	for len(rec.Events) > 0 {
+		events = append(events, <-rec.Events)
+	}
+	want := "Warning FailedCreatePodSandBox Failed to create pod sandbox: failed to construct FQDN from pod hostname and cluster domain"
+	if !slices.Contains(events, want) || slices.ContainsFunc(events, func(e string) bool { return strings.HasPrefix(e, "Warning "+EventFailed+" ") }) {
+		t.Errorf("events %q, want %q and no %s", events, want, EventFailed)
+	}
+	if c, ok := containerState(sy.CurrentStatus(p), "main"); !ok || c.State.Waiting == nil || c.State.Waiting.Reason != ReasonContainerCreating {
+		t.Errorf("main: %+v, want waiting %s", c.State, ReasonContainerCreating)
+	}
 }

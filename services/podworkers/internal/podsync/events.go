@@ -3,6 +3,7 @@ package podsync
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -20,6 +21,9 @@ const (
 	EventFailed  = "Failed"
 	EventKilling = "Killing"
 	EventBackOff = "BackOff"
+	// EventFailedCreatePodSandBox: the pod's sandbox could not be made
+	// (kubelet: a Warning on the pod, "Failed to create pod sandbox: ...").
+	EventFailedCreatePodSandBox = "FailedCreatePodSandBox"
 )
 
 // Image failures a runtime reports as a start's waiting reason (kubelet:
@@ -70,6 +74,13 @@ func (s *Syncer) startEvents(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 		s.event(pod, c.Name, corev1.EventTypeWarning, reasonErrImageNeverPull, "%s", msg)
 		s.event(pod, c.Name, corev1.EventTypeWarning, EventFailed, "Error: %s", st.Reason)
 	default:
+		if strings.HasPrefix(msg, runtime.SandboxFailed) {
+			// on the pod, not a container: no container was made.
+			if s.recorder != nil {
+				s.recorder.Event(kube.PodRef(pod.Namespace, pod.Name, pod.UID), corev1.EventTypeWarning, EventFailedCreatePodSandBox, msg)
+			}
+			return
+		}
 		if st.ID != "" {
 			// created, then it would not start (kubelet: Created, then Failed).
 			s.event(pod, c.Name, corev1.EventTypeNormal, EventCreated, "Container created")

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// The suites localup --conformance runs (--suite).
+const (
+	// suiteE2E: e2e.test's node conformance specs (make conformance).
+	suiteE2E = "e2e"
+	// suiteNodeE2E: e2e_node.test, Kubernetes' Node Conformance Test, against
+	// the node agent started here (make node-conformance).
+	suiteNodeE2E = "node"
+)
+
+// runtimeClassHandler is the CRI runtime handler the suites' RuntimeClass
+// specs name (e2e/framework/node/runtimeclass.PreconfiguredRuntimeClassHandler):
+// the containerd of a run has it, runc under that name.
+const runtimeClassHandler = "test-handler"
+
+// suiteEnv is what a suite's command line is made of: the run's admin
+// kubeconfig, report directory, CRI endpoint and state directory.
+type suiteEnv struct {
+	kubeconfig, reportDir, criEndpoint, state string
+}
+
+// conformanceSuite tells the suites apart: the test binary, the state
+// directory and pods' network of a run (so that runs of either suite and
+// either node agent may go at the same time), the skip list and the
+// command line.
+type conformanceSuite struct {
+	name, title, binary, stateDir string
+	bridge, subnet                string
+	kubeletBridge, kubeletSubnet  string
+	skips                         []conformanceSkip
+	// args is the test binary's command line and the secrets in it (shown
+	// redacted).
+	args func(env suiteEnv, c conformanceOptions) (args, secrets []string, err error)
+}
+
+// suiteOf is the suite of that name (suiteE2E when empty).
+func suiteOf(name string) conformanceSuite {
+	if name == suiteNodeE2E {
+		return conformanceSuite{
+			name: suiteNodeE2E, title: "make node-conformance", binary: "e2e_node.test", stateDir: "node-conformance",
+			bridge: "splitlet-node0", subnet: "10.92.0.0/16", kubeletBridge: "kubelet-node0", kubeletSubnet: "10.93.0.0/16",
+			skips: nodeConformanceSkips,
+			args:  nodeSuiteArgs,
+		}
+	}
+	return conformanceSuite{
+		name: suiteE2E, title: "make conformance", binary: "e2e.test", stateDir: "conformance",
+		bridge: defaultCNIBridge, subnet: defaultCNISubnet, kubeletBridge: kubeletCNIBridge, kubeletSubnet: kubeletCNISubnet,
+		skips: conformanceSkips,
+		args: func(env suiteEnv, c conformanceOptions) ([]string, []string, error) {
+			return e2eArgs(env.kubeconfig, env.reportDir, env.criEndpoint, c.timeout, c.e2eArgs), nil, nil
+		},
+	}
+}
+
+// nodeConformanceLabels selects the node suite's specs by default: the
+// NodeConformance ones that may run beside others and leave the node
+// agent alone (Serial specs restart it as a systemd unit, Disruptive ones
+// break the node).
+const nodeConformanceLabels = `NodeConformance && !Serial && !Disruptive`
+
+// nodeConformanceSkips are the node suite's groups that this harness (one
+// node, no registry, the test images built FROM scratch) cannot give,
+// whatever the node agent: the e2e suite's list (the node suite runs
+// test/e2e/common too) and its own.
+var nodeConformanceSkips = append(append([]conformanceSkip(nil), conformanceSkips...),
+	conformanceSkip{`Hostname of Pod \[NodeConformance\] a pod (without subdomain|without FQDN|with subdomain)`,
+		"run registry.k8s.io/e2e-test-images/glibc-dns-testing (glibc's resolver for hostname -f), which is not built here"},
+)
+
+// nodeSystemSpec is the system spec the node suite validates the host
+// against before its specs (--system-spec-file): Linux, any kernel release
+// and no kernel configuration checks (the kernel is the machine's, not the
+// node agent's), the cgroup controllers a node needs (as the default spec).
+const nodeSystemSpec = `os: Linux
+kernelSpec:
+  versions: ['.*']
+cgroups: [cpu, cpuacct, cpuset, devices, freezer, memory, pids]
+cgroupsOptional: [hugetlb, blkio]
+cgroupsV2: [cpu, cpuset, devices, freezer, memory, pids]
+cgroupsV2Optional: [hugetlb, io]
+`
+
+// nodeSuiteArgs is e2e_node.test's command line against the node agent
+// started here: the suite starts nothing (--start-services=false), talks to
+// the API server as the run's admin (node e2e has no --kubeconfig: the
+// host and a bearer token, the secret), pulls nothing beforehand, finds the
+// node's CRI runtime and validates the host against nodeSystemSpec. The
+// NodeConformance specs that may run in parallel by default; a label
+// filter in extra replaces that one.
+func nodeSuiteArgs(env suiteEnv, c conformanceOptions) ([]string, []string, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", env.kubeconfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	if cfg.BearerToken == "" {
+		return nil, nil, fmt.Errorf("%s: no bearer token (the node suite authenticates with one)", env.kubeconfig)
+	}
+	specFile := filepath.Join(env.state, "system-spec.yaml")
+	if err := os.WriteFile(specFile, []byte(nodeSystemSpec), 0o644); err != nil {
+		return nil, nil, err
+	}
+	return nodeE2EArgs(cfg.Host, cfg.BearerToken, specFile, env, c.timeout, c.e2eArgs), []string{cfg.BearerToken}, nil
+}
+
+// nodeE2EArgs is nodeSuiteArgs's command line.
+func nodeE2EArgs(host, token, specFile string, env suiteEnv, timeout time.Duration, extra []string) []string {
+	args := []string{
+		"--start-services=false",
+		"--host=" + host,
+		"--bearer-token=" + token,
+		"--prepull-images=false",
+		"--container-runtime-endpoint=" + env.criEndpoint,
+		"--system-spec-file=" + specFile,
+		"--report-dir=" + env.reportDir,
+		"--ginkgo.timeout=" + timeout.String(),
+		"--ginkgo.no-color",
+	}
+	if !hasFlag(extra, "ginkgo.label-filter") {
+		args = append(args, "--ginkgo.label-filter="+nodeConformanceLabels)
+	}
+	for _, s := range nodeConformanceSkips {
+		args = append(args, "--ginkgo.skip="+s.pattern)
+	}
+	return append(args, extra...)
+}
+
+// hasFlag tells whether args set the flag (-name, --name, =value or not).
+func hasFlag(args []string, name string) bool {
+	for _, a := range args {
+		a = strings.TrimLeft(a, "-")
+		if a == name || strings.HasPrefix(a, name+"=") {
+			return true
+		}
+	}
+	return false
+}
+
+// redact replaces each secret in args by <redacted>.
+func redact(args, secrets []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		for _, s := range secrets {
+			if s != "" {
+				a = strings.ReplaceAll(a, s, "<redacted>")
+			}
+		}
+		out[i] = a
+	}
+	return out
+}
