@@ -140,7 +140,7 @@ func Run(ctx context.Context, binary string, args []string, stderr io.Writer, se
 	defer func() { _ = log.Sync() }()
 	log = log.With(zap.String(logging.FieldNode, common.NodeName))
 	applyMemoryLimit(common.MemoryLimit, MemoryBudget(common, run), log)
-	if owner && common.BootstrapKubeconfig != "" {
+	if bool(owner) && common.BootstrapKubeconfig != "" {
 		if err := ensureClientCert(ctx, common, binary, log); err != nil {
 			log.Error("no client certificate for the node", zap.Error(err))
 			fmt.Fprintf(stderr, "%s: %v\n", binary, err)
@@ -154,6 +154,9 @@ func Run(ctx context.Context, binary string, args []string, stderr io.Writer, se
 		Core,
 		fx.StartTimeout(60 * time.Second),
 		fx.StopTimeout(common.ShutdownTimeout),
+	}
+	if bool(owner) && common.RotateCertificates {
+		opts = append(opts, fx.Invoke(runClientRotation))
 	}
 	started := make([]string, 0, len(run))
 	for _, s := range run {

@@ -45,7 +45,6 @@ var Core = fx.Module("core",
 		r.MustRegister(bus.HandlerPanics, bus.HandlerTerminations, bus.PodStageDuration, bus.BusDelivery)
 	}),
 	fx.Invoke(runHealth),
-	fx.Invoke(runClientRotation),
 )
 
 func newMessaging(lc fx.Lifecycle, c *config.Common, log *zap.Logger, bin Binary, id BusIdentity, checks *health.Checks) (*messaging.Conn, error) {
@@ -124,12 +123,10 @@ func ensureClientCert(ctx context.Context, c *config.Common, bin string, log *za
 	})
 }
 
-// runClientRotation renews the node's client certificate in the process
-// that keeps the node's credentials, when rotate-certificates is on.
-func runClientRotation(lc fx.Lifecycle, c *config.Common, owner CredentialsOwner, bin Binary, log *zap.Logger, cfg *rest.Config) error {
-	if !bool(owner) || !c.RotateCertificates {
-		return nil
-	}
+// runClientRotation renews the node's client certificate (invoked in the
+// process that keeps the node's credentials, when rotate-certificates is
+// on).
+func runClientRotation(lc fx.Lifecycle, c *config.Common, bin Binary, log *zap.Logger, cfg *rest.Config) error {
 	// A client of its own: renewal never waits behind the stages' calls.
 	cs, err := kube.Clientset(kube.OwnLimiterConfig(cfg))
 	if err != nil {
