@@ -88,6 +88,12 @@ var clientUsages = []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignatur
 // cluster's kube-controller-manager), then writes the pair (0600) and the
 // kubeconfig. It returns when ctx ends.
 func EnsureClientCert(ctx context.Context, log *zap.Logger, o Options) error {
+	// The kubeconfig names the pair by an absolute path, for any process.
+	certDir, err := filepath.Abs(o.CertDir)
+	if err != nil {
+		return fmt.Errorf("cert-dir: %w", err)
+	}
+	o.CertDir = certDir
 	if err := os.MkdirAll(o.CertDir, 0o700); err != nil {
 		return fmt.Errorf("cert-dir: %w", err)
 	}
@@ -99,9 +105,12 @@ func EnsureClientCert(ctx context.Context, log *zap.Logger, o Options) error {
 	if err != nil {
 		return fmt.Errorf("bootstrap-kubeconfig: %w", err)
 	}
-	if cert, err := store.Current(); err == nil && cert.Leaf != nil && time.Now().Before(cert.Leaf.NotAfter) && kubeconfigNames(o.Kubeconfig, ClientCertPath(o.CertDir)) {
+	if cert, err := store.Current(); err == nil && cert.Leaf != nil && time.Now().Before(cert.Leaf.NotAfter) {
 		log.Info("the node's client certificate is valid", zap.String("subject", cert.Leaf.Subject.CommonName), zap.Time("notAfter", cert.Leaf.NotAfter))
-		return nil
+		if kubeconfigNames(o.Kubeconfig, ClientCertPath(o.CertDir)) {
+			return nil
+		}
+		return writeKubeconfig(o.Kubeconfig, bootstrap, ClientCertPath(o.CertDir))
 	}
 	cfg, err := clientcmd.NewDefaultClientConfig(*bootstrap, &clientcmd.ConfigOverrides{}).ClientConfig()
 	if err != nil {
