@@ -85,9 +85,11 @@ func TestBootstrapTokenJoin(t *testing.T) {
 	}
 	waitNodeReady(t, cs, node)
 	pod := runSleepPod(t, cs, node)
-	if out, err := logsOf(ctx, cs, pod.Name, &corev1.PodLogOptions{}); err != nil {
-		t.Fatalf("logs through the API server's node proxy: %v (%q)", err, out)
-	}
+	// The kubelet API serves once its certificate is approved and issued.
+	eventually(t, 60*time.Second, "logs through the API server's node proxy", func() (bool, string) {
+		_, err := logsOf(ctx, cs, pod.Name, &corev1.PodLogOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
 
 	// The serving certificate: served once approved; a connection opened
 	// now must survive its renewal.
@@ -158,6 +160,13 @@ func TestBootstrapTokenJoin(t *testing.T) {
 		}
 	}
 	csrs.Stop()
+	// The first nodehb was refused until the API server knew the token;
+	// from its start on, it was the node.
+	first := nodehb.logs.String()
+	first = first[strings.Index(first, "splitlet up"):]
+	if m := authErrors.FindAllString(first, 5); len(m) > 0 {
+		t.Errorf("nodehb logged authentication errors once up: %v\n%s", m, tail(first, 4000))
+	}
 	nodehb = startKillable(t, bin, nodehbArgs...)
 	stages["nodehb"] = nodehb
 	eventually(t, 90*time.Second, "nodehb back with a valid client certificate", func() (bool, string) {
