@@ -169,6 +169,10 @@ func TestBadFlagsExitNonZero(t *testing.T) {
 		{[]string{"--partitions=0"}, "", "partitions"},
 		{[]string{"--no-such-flag"}, "", "no-such-flag"},
 		{nil, "SPLITLET_LOG_LEVEL=loud", "SPLITLET_LOG_LEVEL"},
+		// The node's certificate has one writer, the process of nodehb.
+		{[]string{"--services=podworkers", "--bootstrap-kubeconfig=/nonexistent"}, "", "bootstrap-kubeconfig: only the process that runs nodehb"},
+		{[]string{"--rotate-certificates"}, "", "rotate-certificates needs bootstrap-kubeconfig"},
+		{[]string{"--nodehb.rotate-server-certificates", "--nodehb.tls-cert-file=/a", "--nodehb.tls-private-key-file=/b"}, "", "nodehb.rotate-server-certificates and nodehb.tls-cert-file"},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " ")+c.env, func(t *testing.T) {

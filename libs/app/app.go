@@ -51,6 +51,11 @@ type Service struct {
 	// node, in bytes, on top of a base every service gets (memory-limit
 	// auto without a cgroup limit: MemoryBudget).
 	MemoryPerPod int64
+	// NodeCredentials marks the service whose process keeps the node's
+	// API server credentials (nodehb): TLS bootstrap and the rotation of
+	// the client certificate run in that process alone, the one writer of
+	// cert-dir's client pair.
+	NodeCredentials bool
 }
 
 // Main runs the binary and exits with Run's code.
@@ -122,6 +127,11 @@ func Run(ctx context.Context, binary string, args []string, stderr io.Writer, se
 			return 2
 		}
 	}
+	owner := CredentialsOwner(slices.ContainsFunc(run, func(s Service) bool { return s.NodeCredentials }))
+	if common.BootstrapKubeconfig != "" && !owner {
+		fmt.Fprintf(stderr, "%s: bootstrap-kubeconfig: only the process that runs nodehb asks for the node's certificate; give this one kubeconfig=<the kubeconfig nodehb writes>\n", binary)
+		return 2
+	}
 	log, err := logging.New(common.LogLevel, common.LogFormat)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", binary, err)
@@ -130,13 +140,23 @@ func Run(ctx context.Context, binary string, args []string, stderr io.Writer, se
 	defer func() { _ = log.Sync() }()
 	log = log.With(zap.String(logging.FieldNode, common.NodeName))
 	applyMemoryLimit(common.MemoryLimit, MemoryBudget(common, run), log)
+	if bool(owner) && common.BootstrapKubeconfig != "" {
+		if err := ensureClientCert(ctx, common, binary, log); err != nil {
+			log.Error("no client certificate for the node", zap.Error(err))
+			fmt.Fprintf(stderr, "%s: %v\n", binary, err)
+			return 1
+		}
+	}
 
 	opts := []fx.Option{
 		fx.WithLogger(func() fxevent.Logger { return logging.FxLogger(log) }),
-		fx.Supply(common, log, Binary(binary), busIdentity(run)),
+		fx.Supply(common, log, Binary(binary), busIdentity(run), owner),
 		Core,
 		fx.StartTimeout(60 * time.Second),
 		fx.StopTimeout(common.ShutdownTimeout),
+	}
+	if bool(owner) && common.RotateCertificates {
+		opts = append(opts, fx.Invoke(runClientRotation))
 	}
 	started := make([]string, 0, len(run))
 	for _, s := range run {
@@ -177,6 +197,10 @@ func Run(ctx context.Context, binary string, args []string, stderr io.Writer, se
 	log.Info("stopped cleanly")
 	return code
 }
+
+// CredentialsOwner tells whether this process keeps the node's API server
+// credentials (runs the service marked NodeCredentials).
+type CredentialsOwner bool
 
 // Binary is the name of the running binary, for fx consumers.
 type Binary string

@@ -19,6 +19,7 @@ import (
 	"github.com/splitlet/splitlet/libs/health"
 	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/messaging"
+	"github.com/splitlet/splitlet/libs/nodecert"
 	"github.com/splitlet/splitlet/libs/tracing"
 )
 
@@ -90,15 +91,56 @@ func newTracing(lc fx.Lifecycle, c *config.Common, bin Binary, log *zap.Logger) 
 
 // newRESTConfig: the API client; with tracing on its requests carry the
 // trace context, so an API server that traces joins each pod's trace.
-func newRESTConfig(c *config.Common, bin Binary, tp *tracing.Provider) (*rest.Config, error) {
-	cfg, err := kube.RESTConfig(c.Kubeconfig, c.KubeAPIQPS, c.KubeAPIBurst, fmt.Sprintf("splitlet-%s/%s", bin, Version), c.KubeAPIContent)
+// A kubeconfig that names its client certificate by file (the node's after
+// TLS bootstrap) gets a transport that follows the file as it is renewed.
+func newRESTConfig(lc fx.Lifecycle, c *config.Common, bin Binary, tp *tracing.Provider, log *zap.Logger) (*rest.Config, error) {
+	cfg, err := kube.RESTConfig(c.Kubeconfig, c.KubeAPIQPS, c.KubeAPIBurst, userAgent(bin), c.KubeAPIContent)
 	if err != nil {
 		return nil, err
+	}
+	cfg, follower, err := nodecert.FollowCertFiles(cfg, log.Named("kube-client"), nodecert.DefaultReloadPeriod)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: client certificate: %w", err)
+	}
+	if follower != nil {
+		lc.Append(fx.StartStopHook(follower.Start, follower.Stop))
 	}
 	if tp.Enabled() {
 		cfg.Wrap(tp.Transport)
 	}
 	return cfg, nil
+}
+
+func userAgent(bin Binary) string { return fmt.Sprintf("splitlet-%s/%s", bin, Version) }
+
+// ensureClientCert runs TLS bootstrap (before anything that needs the API
+// server starts, as the kubelet does): the node's client certificate in
+// cert-dir and the kubeconfig that names it.
+func ensureClientCert(ctx context.Context, c *config.Common, bin string, log *zap.Logger) error {
+	return nodecert.EnsureClientCert(ctx, log.Named("nodecert"), nodecert.Options{
+		Node: c.NodeName, BootstrapKubeconfig: c.BootstrapKubeconfig, Kubeconfig: c.Kubeconfig,
+		CertDir: c.CertDir, UserAgent: userAgent(Binary(bin)),
+	})
+}
+
+// runClientRotation renews the node's client certificate (invoked in the
+// process that keeps the node's credentials, when rotate-certificates is
+// on).
+func runClientRotation(lc fx.Lifecycle, c *config.Common, bin Binary, log *zap.Logger, cfg *rest.Config) error {
+	// A client of its own: renewal never waits behind the stages' calls.
+	cs, err := kube.Clientset(kube.OwnLimiterConfig(cfg))
+	if err != nil {
+		return err
+	}
+	m, err := nodecert.NewClientRotator(log.Named("nodecert"), nodecert.Options{
+		Node: c.NodeName, BootstrapKubeconfig: c.BootstrapKubeconfig, Kubeconfig: c.Kubeconfig,
+		CertDir: c.CertDir, UserAgent: userAgent(bin),
+	}, cs)
+	if err != nil {
+		return err
+	}
+	lc.Append(fx.StartStopHook(m.Start, m.Stop))
+	return nil
 }
 
 // newClientset builds the client and has /readyz ask the API server's own /readyz.

@@ -34,31 +34,37 @@ const (
 
 // Common holds the keys every Splitlet binary takes.
 type Common struct {
-	ConfigFile      string
-	NodeName        string
-	Kubeconfig      string
-	KubeAPIQPS      float32
-	KubeAPIBurst    int
-	KubeAPIContent  string
-	NATSURL         string
-	NATSListen      string
-	NATSReplicas    int
-	NATSNkey        string
-	NATSCreds       string
-	NATSTLSCA       string
-	NATSTLSCert     string
-	NATSTLSKey      string
-	Runtime         string
-	CRIEndpoint     string
-	DataDir         string
-	HTTPAddr        string
-	DebugPprof      bool
-	LogLevel        string
-	LogFormat       string
-	Partitions      int
-	ShutdownTimeout time.Duration
-	Tracing         TracingKeys
-	MemoryLimit     string
+	ConfigFile string
+	NodeName   string
+	Kubeconfig string
+	// BootstrapKubeconfig, RotateCertificates and CertDir are the kubelet's
+	// TLS bootstrap keys (libs/nodecert): the process that runs nodehb
+	// asks for the node's client certificate and keeps it in CertDir.
+	BootstrapKubeconfig string
+	RotateCertificates  bool
+	CertDir             string
+	KubeAPIQPS          float32
+	KubeAPIBurst        int
+	KubeAPIContent      string
+	NATSURL             string
+	NATSListen          string
+	NATSReplicas        int
+	NATSNkey            string
+	NATSCreds           string
+	NATSTLSCA           string
+	NATSTLSCert         string
+	NATSTLSKey          string
+	Runtime             string
+	CRIEndpoint         string
+	DataDir             string
+	HTTPAddr            string
+	DebugPprof          bool
+	LogLevel            string
+	LogFormat           string
+	Partitions          int
+	ShutdownTimeout     time.Duration
+	Tracing             TracingKeys
+	MemoryLimit         string
 	// MaxPods is the node's pod capacity (the kubelet's --max-pods); 0: by
 	// runtime (PodCapacity).
 	MaxPods int
@@ -95,6 +101,9 @@ func (c *Common) RegisterFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.ConfigFile, FileKey, "", "YAML file with any of these keys (flags and "+EnvPrefix+"* variables win over it)")
 	fs.StringVar(&c.NodeName, "node-name", defaultNodeName(), "name of the Node this agent runs")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: KUBECONFIG, in-cluster, then ~/.kube/config, as kubectl does")
+	fs.StringVar(&c.BootstrapKubeconfig, "bootstrap-kubeconfig", "", "kubeconfig with a bootstrap token (kubelet --bootstrap-kubeconfig): when the node has no valid client certificate, the process that runs nodehb asks for one, system:node:<node-name> in system:nodes, by CertificateSigningRequest, keeps it in cert-dir and writes kubeconfig (default <data-dir>/kubeconfig) to use it; only a process that runs nodehb takes it")
+	fs.BoolVar(&c.RotateCertificates, "rotate-certificates", false, "renew the node's client certificate in cert-dir at 70 to 90 % of its lifetime, without a restart (kubelet --rotate-certificates); needs bootstrap-kubeconfig")
+	fs.StringVar(&c.CertDir, "cert-dir", "", "directory of the node's certificate pairs (kubelet --cert-dir); empty: <data-dir>/pki")
 	fs.Float32Var(&c.KubeAPIQPS, "kube-api-qps", 0, fmt.Sprintf("queries per second to the API server; 0: by runtime, %v on process and cri (the kubelet's default), %v on sim (simulated pods are for scale tests)", kubeletQPS, simQPS))
 	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", 0, fmt.Sprintf("burst of queries to the API server; 0: by runtime, %d on process and cri (the kubelet's default), %d on sim", kubeletBurst, simBurst))
 	fs.Var(newEnum(&c.KubeAPIContent, ContentProtobuf, ContentProtobuf, ContentJSON), "kube-api-content-type", "encoding of requests to the API server: "+ContentProtobuf+" (kubelet default) or "+ContentJSON)
@@ -195,6 +204,15 @@ func (c *Common) Complete() error {
 	}
 	if c.DataDir == "" {
 		c.DataDir = filepath.Join(os.TempDir(), "splitlet", c.NodeName)
+	}
+	if c.CertDir == "" {
+		c.CertDir = filepath.Join(c.DataDir, "pki")
+	}
+	if c.RotateCertificates && c.BootstrapKubeconfig == "" {
+		return fmt.Errorf("rotate-certificates needs bootstrap-kubeconfig (the pair it renews is the one TLS bootstrap keeps in cert-dir, and its credentials are the fallback once that pair expired)")
+	}
+	if c.BootstrapKubeconfig != "" && c.Kubeconfig == "" {
+		c.Kubeconfig = filepath.Join(c.DataDir, "kubeconfig")
 	}
 	return nil
 }

@@ -28,14 +28,28 @@ const (
 // Their logs are Dir/kube-controller-manager.log and
 // Dir/kube-scheduler.log; Stop stops them.
 func (cp *ControlPlane) StartControllers(ctx context.Context) (err error) {
+	return cp.startControllers(ctx, true, nil)
+}
+
+// CSRControllers are the controllers of kube-controller-manager a node's
+// TLS bootstrap needs: approval of node client CSRs (csrapproving), their
+// signing with the CA (csrsigning), clean-up of old CSRs (csrcleaner) and
+// of expired bootstrap tokens (tokencleaner).
+var CSRControllers = []string{"csrapproving", "csrsigning", "csrcleaner", "tokencleaner"}
+
+// StartCSRControllers runs kube-controller-manager alone with the
+// CSRControllers (no scheduler), as StartControllers runs it otherwise.
+func (cp *ControlPlane) StartCSRControllers(ctx context.Context) error {
+	return cp.startControllers(ctx, false, CSRControllers)
+}
+
+// startControllers runs kube-controller-manager (with the controllers
+// named, all defaults when none) and, when scheduler, kube-scheduler.
+func (cp *ControlPlane) startControllers(ctx context.Context, scheduler bool, controllers []string) (err error) {
 	if cp.pki == nil || cp.pki.caKey == nil {
 		return errNoCA
 	}
 	kcmBin, err := Binary("kube-controller-manager")
-	if err != nil {
-		return err
-	}
-	schedBin, err := Binary("kube-scheduler")
 	if err != nil {
 		return err
 	}
@@ -44,8 +58,12 @@ func (cp *ControlPlane) StartControllers(ctx context.Context) (err error) {
 			cp.stopControllers()
 		}
 	}()
+	users := []string{ControllerManagerUser}
+	if scheduler {
+		users = append(users, SchedulerUser)
+	}
 	kubeconfigs := map[string]string{}
-	for _, user := range []string{ControllerManagerUser, SchedulerUser} {
+	for _, user := range users {
 		cfg, err := cp.ClientConfig(user)
 		if err != nil {
 			return err
@@ -60,26 +78,7 @@ func (cp *ControlPlane) StartControllers(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	schedPort, err := FreePort()
-	if err != nil {
-		return err
-	}
-	// Both authenticate and authorize their own HTTPS requests through the
-	// API server (TokenReview, SubjectAccessReview), which their roles
-	// allow; /healthz is always allowed.
-	serving := func(name, kubeconfig string, port int) []string {
-		return []string{
-			"--kubeconfig=" + kubeconfig,
-			"--authentication-kubeconfig=" + kubeconfig,
-			"--authorization-kubeconfig=" + kubeconfig,
-			"--bind-address=127.0.0.1",
-			"--secure-port=" + itoa(port),
-			"--cert-dir=" + filepath.Join(cp.Dir, name+"-certs"),
-			"--leader-elect=false",
-			"--v=0",
-		}
-	}
-	kcmArgs := append(serving("kube-controller-manager", kubeconfigs[ControllerManagerUser], kcmPort),
+	kcmArgs := append(servingArgs(cp.Dir, "kube-controller-manager", kubeconfigs[ControllerManagerUser], kcmPort),
 		"--use-service-account-credentials=true",
 		"--service-account-private-key-file="+cp.pki.saKey,
 		"--root-ca-file="+cp.pki.caFile,
@@ -87,28 +86,65 @@ func (cp *ControlPlane) StartControllers(ctx context.Context) (err error) {
 		"--cluster-signing-key-file="+cp.pki.caKeyFile,
 		"--service-cluster-ip-range=10.0.0.0/24",
 	)
+	if len(controllers) > 0 {
+		kcmArgs = append(kcmArgs, "--controllers="+strings.Join(controllers, ","))
+	}
+	if cp.signingDuration > 0 {
+		kcmArgs = append(kcmArgs, "--cluster-signing-duration="+cp.signingDuration.String())
+	}
 	if cp.controllerManager, err = startProcess("kube-controller-manager", filepath.Join(cp.Dir, "kube-controller-manager.log"), kcmBin, kcmArgs...); err != nil {
 		return err
 	}
-	if cp.scheduler, err = startProcess("kube-scheduler", filepath.Join(cp.Dir, "kube-scheduler.log"), schedBin,
-		serving("kube-scheduler", kubeconfigs[SchedulerUser], schedPort)...); err != nil {
-		return err
+	waits := []struct {
+		p    *process
+		port int
+	}{{cp.controllerManager, kcmPort}}
+	if scheduler {
+		schedBin, err := Binary("kube-scheduler")
+		if err != nil {
+			return err
+		}
+		schedPort, err := FreePort()
+		if err != nil {
+			return err
+		}
+		if cp.scheduler, err = startProcess("kube-scheduler", filepath.Join(cp.Dir, "kube-scheduler.log"), schedBin,
+			servingArgs(cp.Dir, "kube-scheduler", kubeconfigs[SchedulerUser], schedPort)...); err != nil {
+			return err
+		}
+		waits = append(waits, struct {
+			p    *process
+			port int
+		}{cp.scheduler, schedPort})
 	}
 	// Their serving certificates are self-signed (--cert-dir): only
 	// liveness is checked here, not who serves.
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	for _, c := range []struct {
-		p    *process
-		port int
-	}{{cp.controllerManager, kcmPort}, {cp.scheduler, schedPort}} {
+	for _, c := range waits {
 		url := fmt.Sprintf("https://127.0.0.1:%d/healthz", c.port)
 		if err := c.p.waitFor(waitCtx, "/healthz", func() error { return httpOK(client, url, "") }); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// servingArgs: both controllers authenticate and authorize their own HTTPS
+// requests through the API server (TokenReview, SubjectAccessReview),
+// which their roles allow; /healthz is always allowed.
+func servingArgs(dir, name, kubeconfig string, port int) []string {
+	return []string{
+		"--kubeconfig=" + kubeconfig,
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + itoa(port),
+		"--cert-dir=" + filepath.Join(dir, name+"-certs"),
+		"--leader-elect=false",
+		"--v=0",
+	}
 }
 
 // stopControllers stops kube-scheduler and kube-controller-manager, when

@@ -68,6 +68,18 @@ type ControlPlaneOptions struct {
 	// bin/ beside the API server (StartControllers), each with its own
 	// identity; Stop stops them first.
 	Controllers bool
+	// CSRControllers runs kube-controller-manager alone with the
+	// controllers of a node's TLS bootstrap (StartCSRControllers), when
+	// Controllers is off.
+	CSRControllers bool
+	// BootstrapTokens turns on bootstrap token authentication
+	// (--enable-bootstrap-token-auth) and makes the RBAC bindings kubeadm
+	// makes for TLS bootstrap (BootstrapRBAC).
+	BootstrapTokens bool
+	// SigningDuration is kube-controller-manager's
+	// --cluster-signing-duration, the lifetime of the certificates it
+	// signs; 0: its default (a year).
+	SigningDuration time.Duration
 }
 
 // ControlPlane is a running etcd and kube-apiserver on 127.0.0.1.
@@ -101,6 +113,7 @@ type ControlPlane struct {
 	auditLog                     string
 	ownDir                       bool
 	restarts                     int // of kube-apiserver (RestartAPIServer)
+	signingDuration              time.Duration
 }
 
 // StartControlPlane starts etcd and kube-apiserver and waits until the API
@@ -118,7 +131,7 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *Contr
 	if err != nil {
 		return nil, err
 	}
-	cp = &ControlPlane{Dir: opts.Dir, Tokens: map[string]string{}}
+	cp = &ControlPlane{Dir: opts.Dir, Tokens: map[string]string{}, signingDuration: opts.SigningDuration}
 	if cp.Dir == "" {
 		if cp.Dir, err = os.MkdirTemp("", "splitlet-cp-"); err != nil {
 			return nil, err
@@ -208,6 +221,9 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *Contr
 		"--v=0",
 	}
 	args = append(args, cp.EtcdCerts.APIServerArgs()...)
+	if opts.BootstrapTokens {
+		args = append(args, "--enable-bootstrap-token-auth=true")
+	}
 	if !opts.ServiceAccountAdmission {
 		// Without kube-controller-manager nothing creates the default
 		// service account of a namespace, so its admission is off.
@@ -236,10 +252,19 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *Contr
 	if err = cp.WriteKubeconfig(cp.Kubeconfig, AdminUser); err != nil {
 		return nil, err
 	}
-	if opts.Controllers {
-		if err = cp.StartControllers(ctx); err != nil {
+	if opts.BootstrapTokens {
+		if err = BootstrapRBAC(ctx, cp.Clientset()); err != nil {
 			return nil, err
 		}
+	}
+	switch {
+	case opts.Controllers:
+		err = cp.StartControllers(ctx)
+	case opts.CSRControllers:
+		err = cp.StartCSRControllers(ctx)
+	}
+	if err != nil {
+		return nil, err
 	}
 	return cp, nil
 }

@@ -12,5 +12,10 @@ import (
 // Name is the service's name in --services.
 const Name = "nodehb"
 
-// Service returns the nodehb stage, ready for app.Run.
-func Service() app.Service { return app.NewService(Name, &service.Config{}, service.New) }
+// Service returns the nodehb stage, ready for app.Run. Its process keeps
+// the node's credentials (TLS bootstrap, client certificate rotation).
+func Service() app.Service {
+	s := app.NewService(Name, &service.Config{}, service.New)
+	s.NodeCredentials = true
+	return s
+}

@@ -1,8 +1,9 @@
-// Command localup is `make run`: it starts a local control plane (etcd and
-// kube-apiserver from bin/), runs bin/splitlet with every service against it
-// and with what a control plane gives a kubelet (the node's identity,
-// system:node:<name> in system:nodes, as a client certificate of the
-// control plane's CA under the Node authorizer and NodeRestriction; the CA
+// Command localup is `make run`: it starts a local control plane (etcd,
+// kube-apiserver and kube-controller-manager's CSR controllers from bin/),
+// runs bin/splitlet with every service against it and with what a control
+// plane gives a kubelet (a bootstrap token, with which it gets the node's
+// identity, system:node:<name> in system:nodes, as a client certificate of
+// the control plane's CA under the Node authorizer and NodeRestriction; the CA
 // that verifies the API server's client certificate, so that logs and exec
 // work), applies a demo pod bound to the node, prints the kubectl commands
 // to try (with the admin kubeconfig), and on Ctrl-C stops everything it
@@ -162,9 +163,14 @@ func run(ctx context.Context, o options) error {
 	if o.controllers {
 		fmt.Fprintln(o.out, "starting etcd, kube-apiserver, kube-controller-manager and kube-scheduler ...")
 	} else {
-		fmt.Fprintln(o.out, "starting etcd and kube-apiserver ...")
+		fmt.Fprintln(o.out, "starting etcd, kube-apiserver and kube-controller-manager (its CSR controllers) ...")
 	}
-	cp, err := testenv.StartControlPlane(ctx, testenv.ControlPlaneOptions{Dir: cpDir, ServiceAccountAdmission: o.controllers, Controllers: o.controllers, Audit: o.audit})
+	// Splitlet joins as a kubelet does, with a bootstrap token: the API
+	// server takes bootstrap tokens, and kube-controller-manager (all its
+	// controllers, or those of CSRs alone) approves and signs the node's
+	// client certificate.
+	cp, err := testenv.StartControlPlane(ctx, testenv.ControlPlaneOptions{Dir: cpDir, ServiceAccountAdmission: o.controllers,
+		Controllers: o.controllers, CSRControllers: !o.controllers && !kubelet, BootstrapTokens: !kubelet, Audit: o.audit})
 	if err != nil {
 		return err
 	}
@@ -222,14 +228,17 @@ func run(ctx context.Context, o options) error {
 		// After the kubelet is down: the kernel settings it changed.
 		defer saveSysctls(kubeletSysctls)()
 	} else {
-		nodeKubeconfig, err := writeNodeKubeconfig(cp, state, o.node)
+		join, err := newJoin(ctx, cp, state)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(o.out, "starting splitlet (all services, embedded NATS, %s runtime) as node %s ...\n", o.runtime, o.node)
+		fmt.Fprintf(o.out, "starting splitlet (all services, embedded NATS, %s runtime) as node %s, joining with a bootstrap token ...\n", o.runtime, o.node)
 		agent = exec.Command(splitletBin,
 			"--services=all",
-			"--kubeconfig="+nodeKubeconfig,
+			"--bootstrap-kubeconfig="+join.bootstrapKubeconfig,
+			"--kubeconfig="+join.kubeconfig,
+			"--cert-dir="+join.certDir,
+			"--rotate-certificates",
 			"--node-name="+o.node,
 			"--runtime="+o.runtime,
 			"--data-dir="+dataDir,
@@ -344,18 +353,35 @@ Ctrl-C stops everything.
 	}
 }
 
-// writeNodeKubeconfig writes <state>/node/kubeconfig (directory 0700, file
-// 0600) with the node's identity, as a kubelet's: system:node:<node> in
-// system:nodes, a client certificate of the control plane's CA. The Node
-// authorizer keeps it to the node's own Node, Lease and pods and their
-// Secrets, ConfigMaps and tokens; NodeRestriction to its own writes.
-func writeNodeKubeconfig(cp *testenv.ControlPlane, state, node string) (string, error) {
+// join is how the node joins: a bootstrap token in a bootstrap kubeconfig,
+// and where splitlet keeps the node's certificate and kubeconfig.
+type join struct {
+	bootstrapKubeconfig, kubeconfig, certDir string
+}
+
+// newJoin makes a bootstrap token (an hour; kube-controller-manager's
+// tokencleaner removes it then) and writes <state>/node/bootstrap-kubeconfig
+// (directory 0700, file 0600), as a cluster admin hands a node to join.
+// splitlet asks with it for the node's client certificate,
+// system:node:<node> in system:nodes, which kube-controller-manager
+// approves and signs, and writes <state>/node/kubeconfig to use it. The
+// Node authorizer keeps the node to its own Node, Lease and pods and their
+// Secrets, ConfigMaps and tokens; NodeRestriction to its own writes. A
+// previous run's certificate (of another CA) is removed.
+func newJoin(ctx context.Context, cp *testenv.ControlPlane, state string) (join, error) {
 	dir := filepath.Join(state, "node")
-	if err := testenv.PrivateDir(dir); err != nil {
-		return "", err
+	if err := os.RemoveAll(dir); err != nil {
+		return join{}, err
 	}
-	path := filepath.Join(dir, "kubeconfig")
-	return path, cp.WriteClientKubeconfig(path, testenv.NodeUser(node), testenv.NodesGroup)
+	if err := testenv.PrivateDir(dir); err != nil {
+		return join{}, err
+	}
+	token, err := testenv.NewBootstrapToken(ctx, kubernetes.NewForConfigOrDie(cp.Config), time.Hour)
+	if err != nil {
+		return join{}, err
+	}
+	j := join{bootstrapKubeconfig: filepath.Join(dir, "bootstrap-kubeconfig"), kubeconfig: filepath.Join(dir, "kubeconfig"), certDir: filepath.Join(dir, "pki")}
+	return j, cp.WriteBootstrapKubeconfig(j.bootstrapKubeconfig, token)
 }
 
 // waitReady waits until splitlet has written its health address and its

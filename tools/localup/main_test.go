@@ -203,9 +203,11 @@ func TestLocalUpWalk(t *testing.T) {
 
 // checkAgentIdentity reads the API server's audit log of a run: every
 // request of splitlet (its user agent) came from the node's identity,
-// system:node:<node>, none was refused, and the node's registration and
-// the demo pod's status were among them; the admin kubeconfig and the
-// node's are 0600, their directories 0700.
+// system:node:<node> but those that asked for the node's certificate with
+// the bootstrap token, none was refused, and the node's join, its
+// registration and the demo pod's status were among them; the admin
+// kubeconfig, the node's, its bootstrap kubeconfig and certificate are
+// 0600, their directories 0700.
 func checkAgentIdentity(t *testing.T, state, node string) {
 	t.Helper()
 	records, err := testenv.ReadAudit(filepath.Join(state, "controlplane", "audit.log"))
@@ -218,6 +220,12 @@ func checkAgentIdentity(t *testing.T, state, node string) {
 		if !strings.HasPrefix(r.UserAgent, "splitlet-") {
 			continue
 		}
+		// The bootstrap token serves only to ask for the node's
+		// certificate.
+		if strings.HasPrefix(r.User, "system:bootstrap:") && strings.HasPrefix(r.URI, "/apis/certificates.k8s.io/v1/certificatesigningrequests") {
+			seen["bootstrap "+r.Verb] = true
+			continue
+		}
 		if r.User != user {
 			t.Errorf("splitlet asked as %q, not the node (%s): %s %s", r.User, user, r.Verb, r.URI)
 		}
@@ -226,16 +234,18 @@ func checkAgentIdentity(t *testing.T, state, node string) {
 		}
 		seen[r.Verb+" "+strings.SplitN(r.URI, "?", 2)[0]] = true
 	}
-	for _, want := range []string{"create /api/v1/nodes", "patch /api/v1/namespaces/default/pods/demo/status"} {
+	for _, want := range []string{"bootstrap create", "create /api/v1/nodes", "patch /api/v1/namespaces/default/pods/demo/status"} {
 		if !seen[want] {
 			t.Errorf("no %s by splitlet in the audit log", want)
 		}
 	}
 	for path, mode := range map[string]os.FileMode{
-		filepath.Join(state, "kubeconfig"):         0o600,
-		filepath.Join(state, "node"):               0o700,
-		filepath.Join(state, "node", "kubeconfig"): 0o600,
-		filepath.Join(state, "controlplane"):       0o700,
+		filepath.Join(state, "kubeconfig"):                                0o600,
+		filepath.Join(state, "node"):                                      0o700,
+		filepath.Join(state, "node", "kubeconfig"):                        0o600,
+		filepath.Join(state, "node", "bootstrap-kubeconfig"):              0o600,
+		filepath.Join(state, "node", "pki", "kubelet-client-current.pem"): 0o600,
+		filepath.Join(state, "controlplane"):                              0o700,
 	} {
 		fi, err := os.Stat(path)
 		if err != nil {

@@ -60,8 +60,12 @@ type Config struct {
 	// CertFile and KeyFile serve TLS; both empty: a self-signed
 	// certificate is made at start for Hostnames and IPs.
 	CertFile, KeyFile string
-	Hostnames         []string
-	IPs               []net.IP
+	// GetCertificate, when set, gives the serving certificate at each
+	// handshake (a renewed pair is served at once and open connections
+	// are kept); CertFile and KeyFile are then unused.
+	GetCertificate func() *tls.Certificate
+	Hostnames      []string
+	IPs            []net.IP
 	// ClientCAs verify client certificates; nil: none accepted.
 	ClientCAs *x509.CertPool
 	// Anonymous admits requests without credentials as system:anonymous.
@@ -118,30 +122,53 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	s.routes()
-	var cert tls.Certificate
-	var err error
-	if cfg.CertFile != "" || cfg.KeyFile != "" {
-		if cert, err = tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile); err != nil {
-			return nil, fmt.Errorf("kubeletapi: serving certificate: %w", err)
-		}
-	} else if cert, err = selfSigned(cfg.Node, cfg.Hostnames, cfg.IPs); err != nil {
-		return nil, fmt.Errorf("kubeletapi: self-signed certificate: %w", err)
+	tlsConfig, err := servingTLS(cfg)
+	if err != nil {
+		return nil, err
 	}
 	s.srv = &http.Server{
-		Handler: s.traced(s.withAuth(s.mux)),
-		TLSConfig: &tls.Config{
-			Certificates: []tls.Certificate{cert},
-			// Verified by the authenticator, so that a bad certificate is a
-			// 401 rather than a failed handshake (kubelet behaviour).
-			ClientAuth: tls.RequestClientCert,
-			MinVersion: tls.VersionTLS12,
-			NextProtos: []string{"http/1.1"},
-		},
+		Handler:           s.traced(s.withAuth(s.mux)),
+		TLSConfig:         tlsConfig,
 		ReadHeaderTimeout: 30 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return s.base },
 		ErrorLog:          zap.NewStdLog(cfg.Log.Named("http")),
 	}
 	return s, nil
+}
+
+// servingTLS is the server's TLS configuration: the certificate of
+// GetCertificate at each handshake, else that of CertFile and KeyFile, else
+// a self-signed one.
+func servingTLS(cfg Config) (*tls.Config, error) {
+	tc := &tls.Config{
+		// Verified by the authenticator, so that a bad certificate is a
+		// 401 rather than a failed handshake (kubelet behaviour).
+		ClientAuth: tls.RequestClientCert,
+		MinVersion: tls.VersionTLS12,
+		NextProtos: []string{"http/1.1"},
+	}
+	switch {
+	case cfg.GetCertificate != nil:
+		tc.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			if c := cfg.GetCertificate(); c != nil {
+				return c, nil
+			}
+			return nil, errors.New("no serving certificate available for the kubelet")
+		}
+	case cfg.CertFile != "" || cfg.KeyFile != "":
+		cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("kubeletapi: serving certificate: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	default:
+		cert, err := selfSigned(cfg.Node, cfg.Hostnames, cfg.IPs)
+		if err != nil {
+			return nil, fmt.Errorf("kubeletapi: self-signed certificate: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
 }
 
 // Handler is the whole API with authentication (for tests and embedding).

@@ -54,6 +54,7 @@ type Config struct {
 	BindAddress      string
 	TLSCertFile      string
 	TLSKeyFile       string
+	RotateServerCert bool
 	ClientCAFile     string
 	AnonymousAuth    bool
 	TokenWebhook     bool
@@ -89,6 +90,7 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.BindAddress, "nodehb.bind-address", "", "address the kubelet API listens on; empty: nodehb.address")
 	fs.StringVar(&c.TLSCertFile, "nodehb.tls-cert-file", "", "serving certificate of the kubelet API; empty: a self-signed one made at start")
 	fs.StringVar(&c.TLSKeyFile, "nodehb.tls-private-key-file", "", "key of nodehb.tls-cert-file")
+	fs.BoolVar(&c.RotateServerCert, "nodehb.rotate-server-certificates", false, "request the kubelet API's serving certificate from the API server (a kubernetes.io/kubelet-serving CSR for the node's address and host name, kept in cert-dir) and renew it at 70 to 90 % of its lifetime, served at once without dropping connections (kubelet serverTLSBootstrap / --rotate-server-certificates); the cluster approves these CSRs (kube-controller-manager does not); excludes nodehb.tls-cert-file")
 	fs.StringVar(&c.ClientCAFile, "nodehb.client-ca-file", "", "CA bundle that verifies client certificates (kube-apiserver's kubelet client); empty: client certificates are not accepted")
 	fs.BoolVar(&c.AnonymousAuth, "nodehb.anonymous-auth", false, "admit requests without credentials as system:anonymous (then authorized as such)")
 	fs.BoolVar(&c.TokenWebhook, "nodehb.authentication-token-webhook", true, "check bearer tokens with TokenReview")
@@ -127,6 +129,9 @@ func (c *Config) desired(common *config.Common, nodeInfo corev1.NodeSystemInfo) 
 	}
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		return nil, fmt.Errorf("nodehb.tls-cert-file and nodehb.tls-private-key-file go together")
+	}
+	if c.RotateServerCert && c.TLSCertFile != "" {
+		return nil, fmt.Errorf("nodehb.rotate-server-certificates and nodehb.tls-cert-file exclude each other: the serving certificate is requested, or given")
 	}
 	for _, d := range []struct {
 		key string

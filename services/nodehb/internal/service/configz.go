@@ -34,6 +34,10 @@ func (c *Config) kubeletConfiguration(common *config.Common, bind string, taints
 		ReadOnlyPort:      0,
 		TLSCertFile:       c.TLSCertFile,
 		TLSPrivateKeyFile: c.TLSKeyFile,
+		// TLS bootstrap: the serving certificate requested by CSR, the
+		// client certificate renewed (in nodehb's process).
+		ServerTLSBootstrap: c.RotateServerCert,
+		RotateCertificates: common.RotateCertificates,
 		Authentication: kubeletv1beta1.KubeletAuthentication{
 			X509:      kubeletv1beta1.KubeletX509Authentication{ClientCAFile: c.ClientCAFile},
 			Webhook:   kubeletv1beta1.KubeletWebhookAuthentication{Enabled: ptr.To(c.TokenWebhook)},

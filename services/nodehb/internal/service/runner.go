@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/certificate"
 
 	"github.com/splitlet/splitlet/libs/app"
 	"github.com/splitlet/splitlet/libs/bus"
@@ -23,6 +25,7 @@ import (
 	"github.com/splitlet/splitlet/libs/health"
 	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/messaging"
+	"github.com/splitlet/splitlet/libs/nodecert"
 	"github.com/splitlet/splitlet/libs/tracing"
 	"github.com/splitlet/splitlet/services/nodehb/internal/kubeletapi"
 	"github.com/splitlet/splitlet/services/nodehb/internal/lease"
@@ -43,6 +46,9 @@ type Runner struct {
 	Status *nodestatus.Controller
 	Lease  *lease.Controller
 	API    *kubeletapi.Server
+	// serving renews the kubelet API's certificate
+	// (nodehb.rotate-server-certificates); nil: a given or self-signed one.
+	serving certificate.Manager
 
 	stopEvents  func()
 	cancel      context.CancelFunc
@@ -149,14 +155,24 @@ func Build(cfg *Config, common *config.Common, log *zap.Logger, clients Clients,
 		stopEvents()
 		return nil, err
 	}
+	hostnames, ips := []string{desired.Addresses[1].Address}, []net.IP{net.ParseIP(cfg.Address)}
+	var getCert func() *tls.Certificate
+	if cfg.RotateServerCert {
+		if r.serving, err = nodecert.NewServerRotator(log.Named("serving"), common.CertDir, common.NodeName, hostnames, ips, clients.Shared); err != nil {
+			stopEvents()
+			return nil, err
+		}
+		getCert = r.serving.Current
+	}
 	r.API, err = kubeletapi.New(kubeletapi.Config{
 		Node:           common.NodeName,
 		Addr:           net.JoinHostPort(bind, strconv.Itoa(cfg.Port)),
 		Partitions:     common.Partitions,
 		CertFile:       cfg.TLSCertFile,
 		KeyFile:        cfg.TLSKeyFile,
-		Hostnames:      []string{desired.Addresses[1].Address},
-		IPs:            []net.IP{net.ParseIP(cfg.Address)},
+		GetCertificate: getCert,
+		Hostnames:      hostnames,
+		IPs:            ips,
 		ClientCAs:      cas,
 		Anonymous:      cfg.AnonymousAuth,
 		Authenticator:  authn,
@@ -185,6 +201,9 @@ func (r *Runner) Start(context.Context) error {
 	if err := r.API.Start(); err != nil {
 		r.stopEvents()
 		return err
+	}
+	if r.serving != nil {
+		r.serving.Start()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
@@ -235,6 +254,9 @@ func (r *Runner) Stop(ctx context.Context) error {
 		return nil
 	}
 	err := r.API.Stop(ctx)
+	if r.serving != nil {
+		r.serving.Stop()
+	}
 	r.cancel()
 	r.wg.Wait()
 	r.stopEvents()
