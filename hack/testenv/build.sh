@@ -74,10 +74,13 @@ build_etcd() {
 
 build_etcd
 build_kube kube-apiserver
+# kube-controller-manager: its CSR signer and approver let a node join with a
+# bootstrap token (make run, the join test).
+build_kube kube-controller-manager
 build_registry
-# kube-scheduler and kube-controller-manager build the same way when a test
-# needs them: TESTENV_EXTRA="kube-scheduler kube-controller-manager"; so does
-# the kubelet, static too (make conformance NODE=kubelet: TESTENV_EXTRA=kubelet).
+# kube-scheduler builds the same way when a test needs it:
+# TESTENV_EXTRA=kube-scheduler; so does the kubelet, static too (make
+# conformance NODE=kubelet: TESTENV_EXTRA=kubelet).
 for extra in ${TESTENV_EXTRA:-}; do
 	build_kube "$extra"
 done
