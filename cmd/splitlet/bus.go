@@ -128,6 +128,10 @@ func busInit(ctx context.Context, args []string, stdout io.Writer) error {
 		actx, cancelAttempt := context.WithTimeout(ctx, 10*time.Second)
 		err = bus.EnsureStreamsReplicas(actx, js, *node, *replicas)
 		if err == nil {
+			// the shadow stages' outputs (docs/bus.md, "Shadow stages").
+			err = bus.EnsureShadowStream(actx, js, *node, *replicas)
+		}
+		if err == nil {
 			err = podworkers.EnsureLeaseBucket(actx, js, *node, *replicas)
 		}
 		cancelAttempt()

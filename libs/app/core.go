@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 
@@ -98,7 +99,21 @@ func newRESTConfig(c *config.Common, bin Binary, tp *tracing.Provider) (*rest.Co
 	if tp.Enabled() {
 		cfg.Wrap(tp.Transport)
 	}
+	if c.Shadow {
+		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return readOnly{rt} })
+	}
 	return cfg, nil
+}
+
+// readOnly passes reads (GET, HEAD: gets, lists, watches) and refuses
+// every other request: a shadow writes nothing to the API server.
+type readOnly struct{ next http.RoundTripper }
+
+func (r readOnly) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodGet || req.Method == http.MethodHead {
+		return r.next.RoundTrip(req)
+	}
+	return nil, fmt.Errorf("shadow: %s %s refused (a shadow stage writes nothing to the API server)", req.Method, req.URL.Path)
 }
 
 // newClientset builds the client and has /readyz ask the API server's own /readyz.
