@@ -31,6 +31,13 @@ func TestSplitletStages(t *testing.T) {
 		apptest.Start(t, "prober", common(tg), prober.Service())
 		conformance.Prober(t, tg)
 	})
+	t.Run("prober-shadow", func(t *testing.T) {
+		// the prober as a shadow (--shadow): the kit's shadow cases, with
+		// the API server checked for Events it must not write.
+		tg := stage(t, "selftest-prober-shadow")
+		apptest.Start(t, "prober", append(common(tg), "--shadow"), prober.Service())
+		conformance.ProberShadow(t, tg)
+	})
 	t.Run("podworkers", func(t *testing.T) {
 		tg := stage(t, "selftest-podworkers")
 		apptest.Start(t, "podworkers", common(tg), podworkers.Service())
