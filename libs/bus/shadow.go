@@ -2,12 +2,14 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Shadow mode (docs/bus.md, "Shadow stages"): a candidate stage runs beside
@@ -26,7 +28,7 @@ const tokShadow = "shadow"
 const StreamShadow = "shadow"
 
 // ShadowStages are the stages that have a shadow mode.
-var ShadowStages = []string{StageProber}
+var ShadowStages = []string{StageProber, StageStatussync}
 
 // ShadowIdentity is the bus identity of a stage's shadow: shadow-<stage>.
 // Its durables, inboxes and service name start with it.
@@ -42,6 +44,39 @@ func ShadowDurable(durable string) string { return tokShadow + "-" + durable }
 // …shadow.prober.probes.<p>, say).
 func (s Subjects) Shadow(stage string) Subjects {
 	return Subjects{prefix: s.prefix + "." + tokShadow + "." + stage}
+}
+
+// StatusPatches is where a shadow statussync publishes, under its shadow
+// prefix, the writes it would have sent to the API server for the pods of
+// the partition (StatusPatch); a live statussync sends them instead.
+func (s Subjects) StatusPatches(partition int) string { return s.part(tokStatusPatches, partition) }
+
+const tokStatusPatches = "statuspatches"
+
+// StatusPatch is a write a shadow statussync computed and did not send: a
+// pod's status patch (strategic merge, as statussync sends it to the
+// status subresource), or the deletion of a finished pod.
+type StatusPatch struct {
+	PodUID    types.UID       `json:"podUID"`
+	Namespace string          `json:"namespace"`
+	Name      string          `json:"name"`
+	Patch     json.RawMessage `json:"patch,omitempty"`
+	Delete    bool            `json:"delete,omitempty"`
+}
+
+func (p *StatusPatch) validate(*Envelope) error {
+	switch {
+	case p.PodUID == "":
+		return fieldErr("payload.podUID", "required")
+	case p.Delete == (len(p.Patch) > 0):
+		return fieldErr("payload", "a StatusPatch carries a patch or delete, one of them")
+	}
+	return nil
+}
+
+// DecodeStatusPatch decodes and checks a StatusPatch payload.
+func DecodeStatusPatch(e *Envelope) (*StatusPatch, error) {
+	return DecodePayload[StatusPatch](e, KindStatusPatch)
 }
 
 // ShadowAll matches everything the node's shadows publish.
