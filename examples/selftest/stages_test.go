@@ -2,9 +2,12 @@ package selftest_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/splitlet/splitlet/libs/app/apptest"
+	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/bus/bustest"
 	"github.com/splitlet/splitlet/libs/conformance"
 	"github.com/splitlet/splitlet/libs/testenv"
 	"github.com/splitlet/splitlet/services/nodehb"
@@ -59,6 +62,19 @@ func TestSplitletStages(t *testing.T) {
 			// the kit's not-ready case waits its timeout, not nodehb's 20 s default grace
 			"--nodehb.agent-not-ready-grace=1s"), nodehb.Service())
 		conformance.NodeHB(t, tg)
+	})
+	t.Run("statussync-shadow", func(t *testing.T) {
+		// statussync as a shadow, under its shadow identity: the kit's
+		// shadow cases (its writes published, none sent), no permission
+		// violation.
+		const node = "selftest-statussync-shadow"
+		n := bustest.Start(t, node, 4)
+		apptest.Start(t, "statussync", []string{"--nats-url=" + n.URL, "--nats-nkey=" + n.Seed(bus.ShadowIdentity(bus.StageStatussync)),
+			"--node-name=" + node, "--partitions=4", "--kubeconfig=" + cp.Kubeconfig, "--shadow"}, statussync.Service())
+		conformance.StatusSyncShadow(t, conformance.Target{NATSURL: n.URL, NATSOptions: n.Options(t, bus.AdminIdentity), Node: node, Partitions: 4, Config: cp.Config})
+		if v := n.Violations.All(); len(v) > 0 {
+			t.Errorf("permission violations:\n%s", strings.Join(v, "\n"))
+		}
 	})
 	t.Run("podconfig", func(t *testing.T) {
 		tg := stage(t, "selftest-podconfig")

@@ -3,7 +3,9 @@ package conformance
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
@@ -90,4 +92,66 @@ func (h *harness) noEvents(t *testing.T, pod *corev1.Pod) {
 	for _, e := range list.Items {
 		t.Errorf("Event %s %q about the pod: a shadow writes nothing to the API server", e.Reason, e.Message)
 	}
+}
+
+// StatusSyncShadow checks a statussync running as a shadow (--shadow),
+// with no live statussync on the node (Target.Config is required).
+//
+// Cases:
+//   - shadow/patch-under-the-shadow-prefix: a pod's running status comes
+//     out as a StatusPatch on shadow.statussync.statuspatches.<p> (phase
+//     Running in the patch), and the pod in the API server is left as it
+//     was (same resourceVersion, phase Pending): the shadow computed the
+//     patch and did not send it.
+//   - shadow/own-consumers: its durables are shadow-statussync,
+//     shadow-statussync-status and shadow-statussync-probes; the live
+//     statussync's are neither made nor consumed.
+func StatusSyncShadow(t *testing.T, tg Target, opts ...Option) {
+	h := newHarness(t, tg, opts)
+	if h.tg.Config == nil {
+		t.Fatal("conformance: StatusSyncShadow needs Target.Config (the stage's API server)")
+	}
+	cs, err := kubernetes.NewForConfig(h.tg.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.publish(t, h.config, h.subjects.SourcesReady(), bus.KindSourcesReady, "",
+		&bus.SourcesReady{Sources: []string{SourceAPI}, Ready: []string{SourceAPI}, AllReady: true})
+	shadow := h.subjects.Shadow(bus.StageStatussync)
+	patches := h.watch(t, shadow.All())
+	h.run(t, "shadow/patch-under-the-shadow-prefix", false, func(t *testing.T) {
+		pod := h.apiPod(t, cs, "shadow-status", corev1.Container{Name: "app", Image: "busybox"})
+		h.sendStatus(t, h.runningStatus(pod, map[string]string{"app": "sim://shadow-1"}, time.Now()))
+		_, r := patches.waitFor(t, 0, "a StatusPatch with phase Running", func(r received) bool {
+			p, err := bus.DecodeStatusPatch(r.env)
+			return err == nil && p.PodUID == pod.UID && strings.Contains(string(p.Patch), `"phase":"Running"`)
+		})
+		if want := shadow.StatusPatches(h.partition(string(pod.UID))); r.subject != want {
+			t.Errorf("StatusPatch on %s, want %s", r.subject, want)
+		}
+		got, err := cs.CoreV1().Pods(pod.Namespace).Get(t.Context(), pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.ResourceVersion != pod.ResourceVersion || got.Status.Phase == corev1.PodRunning {
+			t.Errorf("the API pod changed (resourceVersion %s, was %s; phase %s): a shadow writes nothing", got.ResourceVersion, pod.ResourceVersion, got.Status.Phase)
+		}
+		h.noEvents(t, pod)
+	})
+	h.run(t, "shadow/own-consumers", false, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), h.tg.Timeout)
+		defer cancel()
+		for _, c := range []struct{ stream, durable string }{
+			{bus.StreamPodUpdates, bus.DurableStatussyncPodUpdates}, {bus.StreamPodStatus, bus.DurableStatussyncPodStatus},
+			{bus.StreamProbes, bus.DurableStatussyncProbes},
+		} {
+			name := bus.StreamName(h.tg.Node, c.stream)
+			if _, err := h.js.Consumer(ctx, name, c.durable); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				t.Errorf("the live durable %s on %s: %v; want none", c.durable, c.stream, err)
+			}
+			if _, err := h.js.Consumer(ctx, name, bus.ShadowDurable(c.durable)); err != nil {
+				t.Errorf("the shadow's durable %s on %s: %v", bus.ShadowDurable(c.durable), c.stream, err)
+			}
+		}
+	})
 }
