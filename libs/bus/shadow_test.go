@@ -98,3 +98,44 @@ func TestShadowIdentity(t *testing.T) {
 		t.Errorf("live probes stream: %v, %+v; want no message", err, info)
 	}
 }
+
+// TestShadowStatussyncIdentity: statussync's shadow, whose ordered
+// consumers take any name, may make its own durables and not the live
+// statussync's (nor the other shadow's), and publishes its StatusPatch
+// under its prefix alone.
+func TestShadowStatussyncIdentity(t *testing.T) {
+	const node = "shadow-ss"
+	srv := bustest.Start(t, node, 2)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	nc := srv.Connect(t, bus.ShadowIdentity(bus.StageStatussync), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream := bus.StreamName(node, bus.StreamPodUpdates)
+	if _, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: bus.ShadowDurable(bus.DurableStatussyncPodUpdates), AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Errorf("its own durable: %v", err)
+	}
+	pub := bus.NewPublisher(nc, js, node, "shadow-statussync")
+	patch := &bus.StatusPatch{PodUID: "u", Namespace: "d", Name: "p", Patch: []byte(`{"status":{"phase":"Running"}}`)}
+	if err := pub.Publish(ctx, bus.For(node).Shadow(bus.StageStatussync).StatusPatches(0), bus.KindStatusPatch, "", patch); err != nil {
+		t.Errorf("publish its StatusPatch: %v", err)
+	}
+	if v := srv.Violations.All(); len(v) > 0 {
+		t.Fatalf("violations by what the shadow may do: %v", v)
+	}
+	for _, d := range []string{bus.DurableStatussyncPodUpdates, bus.ShadowDurable(bus.DurableProberPodUpdates)} {
+		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+		if _, err := js.CreateOrUpdateConsumer(cctx, stream, jetstream.ConsumerConfig{Durable: d, AckPolicy: jetstream.AckExplicitPolicy}); err == nil {
+			t.Errorf("the statussync shadow made or took the durable %s", d)
+		}
+		ccancel()
+	}
+	pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+	defer pcancel()
+	if err := pub.Publish(pctx, bus.For(node).Shadow(bus.StageProber).ProbeResults(0), bus.KindProbeResult, "",
+		&bus.ProbeResult{PodUID: "u", Container: "c", Probe: bus.ProbeReadiness, Result: bus.ProbeSuccess}); err == nil {
+		t.Error("the statussync shadow published under the prober shadow's prefix")
+	}
+}
