@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -128,9 +129,11 @@ func TestShadowDiffFindsPlantedChange(t *testing.T) {
 	if !slices.Equal(last.Pods, want) || last.Differ != 2 {
 		t.Errorf("pods that differ: %v (%d keys), want exactly %v", last.Pods, last.Differ, want)
 	}
+	// the planted change itself: Failure live (a GET answered 500), Success
+	// in the shadow (a TCP connect), not merely other words in a message.
 	for _, d := range diffs {
-		if d.Live == nil || d.Shadow == nil {
-			t.Errorf("difference %+v: want both sides' results", d)
+		if d.Live == nil || d.Shadow == nil || !strings.Contains(d.Live.Payload, `"result":"Failure"`) || !strings.Contains(d.Shadow.Payload, `"result":"Success"`) {
+			t.Errorf("difference %+v: want Failure live and Success in the shadow", d)
 		}
 	}
 	if last.Live == 0 || last.Shadow == 0 {
