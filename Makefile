@@ -45,7 +45,7 @@ help:
 	@echo "make faults   the fault suite: SIGKILL of each stage, NATS down, pod workers lost, on sim, process and CRI (FAULTSFLAGS=\"-pods 500 -cases ...\")"
 	@echo "make images   FROM scratch images of the binaries (needs a Docker engine and busybox-static)"
 	@echo "make e2e      the images, then the end-to-end tests on the compose stack (deploy/compose)"
-	@echo "make up       the compose stack (STACKFLAGS=\"--podworkers=3 --tcpprober|--jsprober|--allinone --cri --nats-cluster --tracing\"); make down"
+	@echo "make up       the compose stack (STACKFLAGS=\"--podworkers=3 --tcpprober|--jsprober|--allinone --shadow=prober:jsprober --cri --nats-cluster --tracing\"); make down"
 	@echo "make images-tracing  make images and splitlet/jaeger:dev (Jaeger, for --tracing; make image-jaeger alone)"
 	@echo "make testenv  build etcd, kube-apiserver, kube-controller-manager and the test registry into bin/ (skipped when the pinned versions are there)"
 	@echo "make vet      go vet and gofmt"
@@ -81,7 +81,8 @@ test-unit:
 
 # make up / make down: the compose stack (deploy/compose) without the docker
 # compose CLI; STACKFLAGS="--podworkers=3", "--tcpprober", "--jsprober" or "--allinone",
-# "--cri" (pods in the host's containerd) and "--nats-cluster" (three NATS
+# "--shadow=prober:jsprober" (or prober:tcpprober: the candidate as a shadow of the
+# prober, docs/experiments.md), "--cri" (pods in the host's containerd) and "--nats-cluster" (three NATS
 # servers, streams at three replicas), "--tracing" (Jaeger on :16686, every
 # stage and kube-apiserver sending it spans; builds splitlet/jaeger if missing).
 STACKFLAGS ?=

@@ -25,6 +25,9 @@ const busUsage = `usage:
   splitlet bus replay --node-name N --nats-url U --in F --stage S [--pace recorded|fast] [--out F]
                                                    feed a recording to stage S on a private server, record what S published
   splitlet bus diff A B [--ignore k,k]             what two runs published, pod by pod; exit 1 when they differ
+  splitlet bus diff --live S --node-name N --nats-url U [--for D] [--json]
+                                                   stage S's live outputs against its shadow's, as they come;
+                                                   with --for, exit 1 when they differ
 `
 
 // runBus is `splitlet bus ...`; it returns the exit code.
@@ -44,7 +47,7 @@ func runBus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "replay":
 		err = busReplay(ctx, args[1:], stdout)
 	case "diff":
-		err = busDiff(args[1:], stdout)
+		err = busDiff(ctx, args[1:], stdout)
 		if errors.Is(err, errDiffer) {
 			return 1
 		}
@@ -127,6 +130,10 @@ func busInit(ctx context.Context, args []string, stdout io.Writer) error {
 	for attempt := 1; ; attempt++ {
 		actx, cancelAttempt := context.WithTimeout(ctx, 10*time.Second)
 		err = bus.EnsureStreamsReplicas(actx, js, *node, *replicas)
+		if err == nil {
+			// the shadow stages' outputs (docs/bus.md, "Shadow stages").
+			err = bus.EnsureShadowStream(actx, js, *node, *replicas)
+		}
 		if err == nil {
 			err = podworkers.EnsureLeaseBucket(actx, js, *node, *replicas)
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -154,15 +155,38 @@ func busReplay(ctx context.Context, args []string, stdout io.Writer) error {
 // errDiffer makes `splitlet bus diff` exit 1 when the runs differ.
 var errDiffer = errors.New("the runs differ")
 
-// busDiff compares two recordings of a stage's outputs pod by pod.
-func busDiff(args []string, stdout io.Writer) error {
+// busDiff compares two recordings of a stage's outputs pod by pod, or
+// (--live) a stage's live outputs with its shadow's as they come.
+func busDiff(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := pflag.NewFlagSet("bus diff", pflag.ContinueOnError)
 	ignore := fs.StringSlice("ignore", nil, "more payload field names to leave out, at any depth (always left out: seq, sentAt, source, and "+strings.Join(recording.DefaultIgnore, ", ")+")")
+	live := fs.String("live", "", "compare this stage's live outputs with its shadow's (splitlet.v1.<node>.shadow.<stage>), as they come")
+	node := fs.String("node-name", os.Getenv("SPLITLET_NODE_NAME"), "with --live: the node (env SPLITLET_NODE_NAME)")
+	var conn natsFlags
+	conn.register(fs, "with --live: an identity that may read the node's probe and shadow streams (the admin's)")
+	runFor := fs.Duration("for", 0, "with --live: compare for this long, then exit 1 if anything differed (0: until interrupted)")
+	since := fs.Duration("since", 0, "with --live: also compare what the streams hold from this long ago (0: all they hold)")
+	settle := fs.Duration("settle", 5*time.Second, "with --live: how long the two sides may disagree about a pod before it counts as a difference (each runs on its own clock)")
+	every := fs.Duration("every", 10*time.Second, "with --live: how often to print the running summary")
+	asJSON := fs.Bool("json", false, "with --live: one JSON object a line (a difference, or a summary) for scripts")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if *live != "" {
+		if fs.NArg() != 0 {
+			return errors.New("--live compares the live bus, not recordings: no file arguments")
+		}
+		if *node == "" {
+			return errors.New("--node-name is required with --live")
+		}
+		o := recording.LiveOptions{Node: *node, Stage: *live, Ignore: *ignore, Settle: *settle, Every: *every}
+		if *since > 0 {
+			o.Since = time.Now().Add(-*since)
+		}
+		return busDiffLive(ctx, conn, o, *runFor, *asJSON, stdout)
+	}
 	if fs.NArg() != 2 {
-		return errors.New("two recordings are needed: splitlet bus diff A.jsonl B.jsonl")
+		return errors.New("two recordings are needed: splitlet bus diff A.jsonl B.jsonl (or --live <stage>)")
 	}
 	a, err := readRecording(fs.Arg(0))
 	if err != nil {
@@ -178,4 +202,52 @@ func busDiff(args []string, stdout io.Writer) error {
 		return errDiffer
 	}
 	return nil
+}
+
+// busDiffLive runs recording.Live and prints what it reports; with a
+// duration, a difference makes it exit 1.
+func busDiffLive(ctx context.Context, conn natsFlags, o recording.LiveOptions, runFor time.Duration, asJSON bool, stdout io.Writer) error {
+	if _, err := recording.Outputs(o.Node, o.Stage); err != nil {
+		return fmt.Errorf("--live: %w", err)
+	}
+	nc, js, err := conn.jetStream("splitlet-bus-diff")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if runFor > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, runFor)
+		defer cancel()
+	}
+	enc := json.NewEncoder(stdout)
+	show := func(ev recording.LiveEvent) {
+		if asJSON {
+			_ = enc.Encode(ev)
+			return
+		}
+		if d := ev.Difference; d != nil {
+			fmt.Fprintf(stdout, "%s: differs\n  live   %s\n  shadow %s\n", d.Key, itemText(d.Live), itemText(d.Shadow))
+			return
+		}
+		s := ev.Summary
+		fmt.Fprintf(stdout, "compared %d messages (live %d, shadow %d) about %d pods/probes: %d differ, in %d pods\n",
+			s.Compared, s.Live, s.Shadow, s.Keys, s.Differ, len(s.Pods))
+	}
+	sum, err := recording.Live(ctx, js, o, show)
+	if err != nil {
+		return err
+	}
+	show(recording.LiveEvent{Summary: &sum})
+	if runFor > 0 && sum.Differ > 0 {
+		return errDiffer
+	}
+	return nil
+}
+
+func itemText(it *recording.Item) string {
+	if it == nil {
+		return "(nothing)"
+	}
+	return it.String()
 }

@@ -122,8 +122,10 @@ func collectStatus(ctx context.Context, nc *nats.Conn, node string, wait time.Du
 			out.Stages = append(out.Stages, row)
 		}
 	}
+	// the stages in their order, their shadows after them.
+	order := bus.StageIdentities()
 	slices.SortFunc(out.Stages, func(a, b stageRow) int {
-		if c := slices.Index(bus.Stages, a.Stage) - slices.Index(bus.Stages, b.Stage); c != 0 {
+		if c := slices.Index(order, a.Stage) - slices.Index(order, b.Stage); c != 0 {
 			return c
 		}
 		return strings.Compare(a.Instance+a.ID, b.Instance+b.ID)

@@ -40,9 +40,28 @@ func TestConformance(t *testing.T) {
 	}
 }
 
+// jsProc is a running jsprober.
+type jsProc struct {
+	cmd    *exec.Cmd
+	exited chan error
+	killed bool
+}
+
+// kill9 ends the process with SIGKILL (no drain, no goodbye) and waits
+// for it.
+func (p *jsProc) kill9(t *testing.T) {
+	t.Helper()
+	p.killed = true
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.exited
+}
+
 // startJSProber runs `node prober.js args...` until the test ends; then it
-// sends SIGTERM and expects a clean exit, with every log line JSON.
-func startJSProber(t *testing.T, args ...string) {
+// sends SIGTERM and expects a clean exit, with every log line JSON (unless
+// the test killed it with kill9).
+func startJSProber(t *testing.T, args ...string) *jsProc {
 	t.Helper()
 	testenv.SkipShort(t, "Node.js and examples/jsprober's node_modules")
 	_, file, _, _ := runtime.Caller(0)
@@ -62,7 +81,11 @@ func startJSProber(t *testing.T, args ...string) {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	p := &jsProc{cmd: cmd, exited: exited}
 	t.Cleanup(func() {
+		if p.killed {
+			return
+		}
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case err := <-exited:
@@ -86,15 +109,23 @@ func startJSProber(t *testing.T, args ...string) {
 			t.Logf("jsprober's log:\n%s", logs.String())
 		}
 	})
+	return p
 }
 
 // waitReady asks the status endpoint until jsprober says it is ready.
 func waitReady(t *testing.T, nc *nats.Conn, node string) discovery.StageStatus {
 	t.Helper()
+	return waitReadyAs(t, nc, node, "prober")
+}
+
+// waitReadyAs asks the status endpoint of stage (prober, or shadow-prober)
+// until jsprober says it is ready.
+func waitReadyAs(t *testing.T, nc *nats.Conn, node, stage string) discovery.StageStatus {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	var last string
 	for time.Now().Before(deadline) {
-		m, err := nc.Request(bus.For(node).Status("prober"), nil, time.Second)
+		m, err := nc.Request(bus.For(node).Status(stage), nil, time.Second)
 		if err != nil {
 			last = err.Error()
 			time.Sleep(100 * time.Millisecond) // polling a process that is starting
@@ -110,7 +141,7 @@ func waitReady(t *testing.T, nc *nats.Conn, node string) discovery.StageStatus {
 		last = string(m.Data)
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("jsprober not ready on %s within 30 s (last: %s)", bus.For(node).Status("prober"), last)
+	t.Fatalf("jsprober not ready on %s within 30 s (last: %s)", bus.For(node).Status(stage), last)
 	return discovery.StageStatus{}
 }
 

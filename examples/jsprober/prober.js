@@ -11,6 +11,7 @@ import { connect, credsAuthenticator, nkeyAuthenticator } from "nats";
 import * as config from "./lib/config.js";
 import { newLogger, redactURL } from "./lib/log.js";
 import { Stage } from "./lib/stage.js";
+import { shadowIdentity } from "./lib/bus.js";
 import * as discovery from "./lib/discovery.js";
 
 const VERSION = process.env.SPLITLET_VERSION_OVERRIDE || "v0.1.0-dev";
@@ -23,7 +24,8 @@ export function natsOptions(cfg) {
   const servers = [];
   // the prober's bus identity may subscribe to its own inboxes alone
   // (docs/bus.md, Identities and permissions).
-  const opts = { name: `${BINARY} ${cfg.nodeName}`, inboxPrefix: "_INBOX.prober" };
+  // (a shadow's: _INBOX.shadow-prober).
+  const opts = { name: `${BINARY} ${cfg.nodeName}`, inboxPrefix: `_INBOX.${cfg.shadow ? shadowIdentity("prober") : "prober"}` };
   const authenticators = [];
   for (const raw of cfg.natsURL.split(",").map((s) => s.trim()).filter(Boolean)) {
     const u = new URL(raw.includes("://") ? raw : `nats://${raw}`);
@@ -172,7 +174,8 @@ async function main() {
   const health = await serveHealth(cfg, conn, stage, log);
   let svc;
   try {
-    svc = await discovery.serve(nc, { node: cfg.nodeName, version: VERSION, stage, subject: stage.subjects.status("prober") });
+    const name = cfg.shadow ? shadowIdentity("prober") : "prober";
+    svc = await discovery.serve(nc, { node: cfg.nodeName, version: VERSION, stage, subject: stage.subjects.status(name), name });
   } catch (err) {
     log.warn("not on the NATS service API", { error: err.message });
   }

@@ -2,9 +2,12 @@ package selftest_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/splitlet/splitlet/libs/app/apptest"
+	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/bus/bustest"
 	"github.com/splitlet/splitlet/libs/conformance"
 	"github.com/splitlet/splitlet/libs/testenv"
 	"github.com/splitlet/splitlet/services/nodehb"
@@ -31,6 +34,13 @@ func TestSplitletStages(t *testing.T) {
 		apptest.Start(t, "prober", common(tg), prober.Service())
 		conformance.Prober(t, tg)
 	})
+	t.Run("prober-shadow", func(t *testing.T) {
+		// the prober as a shadow (--shadow): the kit's shadow cases, with
+		// the API server checked for Events it must not write.
+		tg := stage(t, "selftest-prober-shadow")
+		apptest.Start(t, "prober", append(common(tg), "--shadow"), prober.Service())
+		conformance.ProberShadow(t, tg)
+	})
 	t.Run("podworkers", func(t *testing.T) {
 		tg := stage(t, "selftest-podworkers")
 		apptest.Start(t, "podworkers", common(tg), podworkers.Service())
@@ -52,6 +62,19 @@ func TestSplitletStages(t *testing.T) {
 			// the kit's not-ready case waits its timeout, not nodehb's 20 s default grace
 			"--nodehb.agent-not-ready-grace=1s"), nodehb.Service())
 		conformance.NodeHB(t, tg)
+	})
+	t.Run("statussync-shadow", func(t *testing.T) {
+		// statussync as a shadow, under its shadow identity: the kit's
+		// shadow cases (its writes published, none sent), no permission
+		// violation.
+		const node = "selftest-statussync-shadow"
+		n := bustest.Start(t, node, 4)
+		apptest.Start(t, "statussync", []string{"--nats-url=" + n.URL, "--nats-nkey=" + n.Seed(bus.ShadowIdentity(bus.StageStatussync)),
+			"--node-name=" + node, "--partitions=4", "--kubeconfig=" + cp.Kubeconfig, "--shadow"}, statussync.Service())
+		conformance.StatusSyncShadow(t, conformance.Target{NATSURL: n.URL, NATSOptions: n.Options(t, bus.AdminIdentity), Node: node, Partitions: 4, Config: cp.Config})
+		if v := n.Violations.All(); len(v) > 0 {
+			t.Errorf("permission violations:\n%s", strings.Join(v, "\n"))
+		}
 	})
 	t.Run("podconfig", func(t *testing.T) {
 		tg := stage(t, "selftest-podconfig")

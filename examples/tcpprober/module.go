@@ -40,5 +40,7 @@ func Service() app.Service {
 	s := app.NewService(Name, &Config{}, New)
 	// it connects as the prober's bus identity.
 	s.Identity = bus.StageProber
+	// --shadow: beside the live prober, on live traffic (docs/experiments.md).
+	s.Shadow = true
 	return s
 }

@@ -32,9 +32,14 @@ type Runner struct {
 	log        *zap.Logger
 	js         jetstream.JetStream
 	subjects   bus.Subjects
-	pub        *bus.Publisher
-	httpGet    string
-	snapshots  *bus.Snapshots
+	// results are the subjects of its results: the node's, or its shadow
+	// prefix's when it runs as a shadow (the shadow key), with durables
+	// of its own.
+	results   bus.Subjects
+	shadow    bool
+	pub       *bus.Publisher
+	httpGet   string
+	snapshots *bus.Snapshots
 
 	mu     sync.Mutex
 	pods   map[types.UID]*podEntry
@@ -73,7 +78,13 @@ func New(cfg *Config, common *config.Common, log *zap.Logger, nc *nats.Conn, js 
 	if cfg.HTTPGet != "tcp" && cfg.HTTPGet != "get" {
 		return nil, fmt.Errorf("invalid value %q for tcpprober.http-get: must be tcp or get", cfg.HTTPGet)
 	}
+	results := bus.For(common.NodeName)
+	if common.Shadow {
+		results = results.Shadow(bus.StageProber)
+	}
 	return &Runner{
+		results:     results,
+		shadow:      common.Shadow,
 		node:        common.NodeName,
 		partitions:  common.Partitions,
 		log:         log.Named(Name),
@@ -156,6 +167,11 @@ func (r *Runner) subscribe(ctx context.Context) error {
 	if err := bus.EnsureStreams(ctx, r.js, r.node); err != nil {
 		return err
 	}
+	if r.shadow {
+		if err := bus.EnsureShadowStream(ctx, r.js, r.node, 0); err != nil {
+			return err
+		}
+	}
 	// The pod table lives in memory: every start reads the streams' whole
 	// history again rather than resuming the durables where they stopped.
 	consumers := []struct {
@@ -171,11 +187,17 @@ func (r *Runner) subscribe(ctx context.Context) error {
 	have := len(r.stops)
 	r.mu.Unlock()
 	for _, c := range consumers[have:] {
+		var inactive time.Duration
+		if r.shadow {
+			// its own consumers, gone an hour after the shadow is.
+			c.durable, inactive = bus.ShadowDurable(c.durable), time.Hour
+		}
 		if err := r.js.DeleteConsumer(ctx, c.stream, c.durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return fmt.Errorf("reset consumer %s: %w", c.durable, err)
 		}
 		stop, err := bus.Consume(ctx, r.js, bus.ConsumerOptions{
 			Stream: c.stream, Durable: c.durable, Filters: []string{c.filter}, Logger: r.log, OrderedByHandler: c.perPod,
+			InactiveThreshold: inactive,
 		}, c.handler)
 		if err != nil {
 			return err
@@ -354,7 +376,7 @@ func (r *Runner) markStarted(uid types.UID, container, containerID string) {
 // publish sends a result on the pod's partition.
 func (r *Runner) publish(ctx context.Context, v view, k workerKey, outcome bus.ProbeOutcome, msg string) error {
 	uid := v.pod.UID
-	subject := r.subjects.ProbeResults(bus.Partition(string(uid), r.partitions))
+	subject := r.results.ProbeResults(bus.Partition(string(uid), r.partitions))
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	err := r.pub.Publish(pctx, subject, bus.KindProbeResult, "", &bus.ProbeResult{

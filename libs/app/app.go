@@ -47,6 +47,10 @@ type Service struct {
 	// Validate, if set, checks the service's keys once they are loaded; an
 	// error stops the process (exit 2) before anything starts.
 	Validate func() error
+	// Shadow: the service has a shadow mode (the shadow key; docs/bus.md,
+	// "Shadow stages"). A process asked to run a service without one as a
+	// shadow refuses to start.
+	Shadow bool
 	// MemoryPerPod is what the service's memory budget allows a pod of the
 	// node, in bytes, on top of a base every service gets (memory-limit
 	// auto without a cgroup limit: MemoryBudget).
@@ -118,6 +122,10 @@ func Run(ctx context.Context, binary string, args []string, stderr io.Writer, se
 		fmt.Fprintf(stderr, "%s: %v\n", binary, err)
 		return 2
 	}
+	if err := checkShadow(common, run); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", binary, err)
+		return 2
+	}
 	for _, s := range run {
 		if s.Validate == nil {
 			continue
@@ -150,7 +158,7 @@ func Run(ctx context.Context, binary string, args []string, stderr io.Writer, se
 
 	opts := []fx.Option{
 		fx.WithLogger(func() fxevent.Logger { return logging.FxLogger(log) }),
-		fx.Supply(common, log, Binary(binary), busIdentity(run), owner),
+		fx.Supply(common, log, Binary(binary), busIdentity(run, common.Shadow), owner),
 		Core,
 		fx.StartTimeout(60 * time.Second),
 		fx.StopTimeout(common.ShutdownTimeout),
@@ -206,10 +214,11 @@ type CredentialsOwner bool
 type Binary string
 
 // BusIdentity is the bus identity of a process that runs one stage (its
-// connection's inboxes are that stage's); empty when it runs several.
+// connection's inboxes are that stage's, or its shadow's); empty when it
+// runs several.
 type BusIdentity string
 
-func busIdentity(run []Service) BusIdentity {
+func busIdentity(run []Service, shadow bool) BusIdentity {
 	if len(run) != 1 {
 		return ""
 	}
@@ -220,7 +229,24 @@ func busIdentity(run []Service) BusIdentity {
 	if !slices.Contains(bus.Stages, id) {
 		return ""
 	}
+	if shadow {
+		return BusIdentity(bus.ShadowIdentity(id))
+	}
 	return BusIdentity(id)
+}
+
+// checkShadow refuses the shadow key for a service that has no shadow
+// mode: it would run live.
+func checkShadow(common *config.Common, run []Service) error {
+	if !common.Shadow {
+		return nil
+	}
+	for _, s := range run {
+		if !s.Shadow {
+			return fmt.Errorf("invalid value true for shadow: service %s has no shadow mode (stages with one: %s)", s.Name, strings.Join(bus.ShadowStages, ", "))
+		}
+	}
+	return nil
 }
 
 func choose(services []Service, selected []string) ([]Service, error) {

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 
@@ -108,6 +109,9 @@ func newRESTConfig(lc fx.Lifecycle, c *config.Common, bin Binary, tp *tracing.Pr
 	if tp.Enabled() {
 		cfg.Wrap(tp.Transport)
 	}
+	if c.Shadow {
+		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return readOnly{rt} })
+	}
 	return cfg, nil
 }
 
@@ -141,6 +145,17 @@ func runClientRotation(lc fx.Lifecycle, c *config.Common, bin Binary, log *zap.L
 	}
 	lc.Append(fx.StartStopHook(m.Start, m.Stop))
 	return nil
+}
+
+// readOnly passes reads (GET, HEAD: gets, lists, watches) and refuses
+// every other request: a shadow writes nothing to the API server.
+type readOnly struct{ next http.RoundTripper }
+
+func (r readOnly) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodGet || req.Method == http.MethodHead {
+		return r.next.RoundTrip(req)
+	}
+	return nil, fmt.Errorf("shadow: %s %s refused (a shadow stage writes nothing to the API server)", req.Method, req.URL.Path)
 }
 
 // newClientset builds the client and has /readyz ask the API server's own /readyz.

@@ -15,7 +15,7 @@ func TestBusIdentity(t *testing.T) {
 		{[]Service{{Name: "podworkers"}, {Name: "prober"}}, ""},
 		{[]Service{{Name: "something"}}, ""},
 	} {
-		if got := busIdentity(c.run); got != c.want {
+		if got := busIdentity(c.run, false); got != c.want {
 			t.Errorf("%+v: identity %q, want %q", c.run, got, c.want)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/config"
 	"github.com/splitlet/splitlet/libs/discovery"
 	"github.com/splitlet/splitlet/libs/health"
@@ -65,6 +66,10 @@ func RunService(name string, newRunner any) fx.Option {
 			stage := discovery.Stage{Name: name, Ready: func(ctx context.Context) bool { return ready(ctx) == nil }}
 			if rp, ok := r.(Replacement); ok {
 				stage.Name, stage.Implementation = rp.Role(), name
+			}
+			if common.Shadow {
+				// on the service API as the shadow: splitlet-shadow-<stage>.
+				stage.Name = bus.ShadowIdentity(stage.Name)
 			}
 			if p, ok := r.(Partitioned); ok {
 				stage.Partitions = p.OwnedPartitions

@@ -32,6 +32,9 @@ const (
 	KindStreamResult     Kind = "StreamResult"
 	// KindStaticPods was added within v2.
 	KindStaticPods Kind = "StaticPods"
+	// KindStatusPatch was added within v2: what a shadow statussync would
+	// have written (docs/bus.md, "Shadow stages").
+	KindStatusPatch Kind = "StatusPatch"
 )
 
 var knownKinds = map[Kind]bool{
@@ -40,7 +43,7 @@ var knownKinds = map[Kind]bool{
 	KindLogsRequest: true, KindLogsChunk: true, KindExecRequest: true, KindExecResult: true,
 	KindStatsRequest: true, KindStatsResult: true,
 	KindStreamRequest: true, KindStreamResult: true,
-	KindStaticPods: true,
+	KindStaticPods: true, KindStatusPatch: true,
 }
 
 // Op is the operation of a PodUpdate, as the kubelet's config package names them.

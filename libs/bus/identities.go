@@ -13,9 +13,9 @@ import (
 // lease bucket (splitlet bus init); the stages' identities are their names.
 const AdminIdentity = "admin"
 
-// Identities are the bus identities of a node: the admin's and each
-// stage's.
-func Identities() []string { return append([]string{AdminIdentity}, Stages...) }
+// Identities are the bus identities of a node: the admin's, each stage's
+// and each shadow's.
+func Identities() []string { return append([]string{AdminIdentity}, StageIdentities()...) }
 
 // EnsureSeed returns the public key of the NATS user nkey seed in path,
 // making the seed (mode 0600) when there is none. A seed once made is kept,

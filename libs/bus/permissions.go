@@ -147,16 +147,13 @@ func consumerAPI(stream, name string) []string {
 	}
 }
 
-// othersDurables is the consumer API of the durables the other stages
-// keep on a stream: denied to a stage whose ordered consumers take any
-// name there.
-func othersDurables(stage, node string, partitions int, stream string) []string {
+// othersDurables is the consumer API of the durables the other
+// identities (the stages and their shadows) keep on a stream: denied to an
+// identity whose ordered consumers take any name there.
+func othersDurables(id, node string, partitions int, stream string) []string {
 	var out []string
-	for _, other := range Stages {
-		if other == stage {
-			continue
-		}
-		for _, u := range StageStreams(other, node, partitions) {
+	add := func(uses []StreamUse) {
+		for _, u := range uses {
 			if u.Stream != stream {
 				continue
 			}
@@ -166,13 +163,44 @@ func othersDurables(stage, node string, partitions int, stream string) []string 
 			}
 		}
 	}
+	for _, other := range Stages {
+		if other != id {
+			add(StageStreams(other, node, partitions))
+		}
+	}
+	for _, other := range ShadowStages {
+		if ShadowIdentity(other) != id {
+			add(ShadowStreams(other, node, partitions))
+		}
+	}
+	return out
+}
+
+// IdentityPermissions are the permissions of a stage identity or of a
+// shadow's (ShadowIdentity).
+func IdentityPermissions(id, node string, partitions int) (Permissions, error) {
+	for _, stage := range ShadowStages {
+		if id == ShadowIdentity(stage) {
+			return ShadowPermissions(stage, node, partitions)
+		}
+	}
+	return StagePermissions(id, node, partitions)
+}
+
+// StageIdentities are the identities of the stages and of their shadows,
+// in the order of Stages, then ShadowStages.
+func StageIdentities() []string {
+	out := slices.Clone(Stages)
+	for _, stage := range ShadowStages {
+		out = append(out, ShadowIdentity(stage))
+	}
 	return out
 }
 
 // AuthorizationConfig is the authorization block of a nats-server
 // configuration for a node: the admin identity (everything) and each
-// stage's, by public nkey. keys maps "admin" and each stage to its public
-// nkey; a stage without a key is left out. partitions is the node's
+// stage's and shadow's (StageIdentities), by public nkey. keys maps
+// "admin" and each of them to its public nkey; a stage without a key is left out. partitions is the node's
 // partition count (the pod workers have a durable consumer per partition).
 func AuthorizationConfig(node string, partitions int, keys map[string]string) (string, error) {
 	var b strings.Builder
@@ -181,12 +209,12 @@ func AuthorizationConfig(node string, partitions int, keys map[string]string) (s
 	if k := keys["admin"]; k != "" {
 		fmt.Fprintf(&b, "    # admin: makes the streams and the lease bucket (splitlet bus init)\n    { nkey: %s }\n", k)
 	}
-	for _, stage := range Stages {
+	for _, stage := range StageIdentities() {
 		k := keys[stage]
 		if k == "" {
 			continue
 		}
-		p, err := StagePermissions(stage, node, partitions)
+		p, err := IdentityPermissions(stage, node, partitions)
 		if err != nil {
 			return "", err
 		}

@@ -25,10 +25,10 @@ const docNode = "<node>"
 func PermissionTable() string {
 	var b strings.Builder
 	b.WriteString("| identity | publishes | subscribes | reads (JetStream) |\n|---|---|---|---|\n")
-	for _, stage := range Stages {
-		p, err := StagePermissions(stage, docNode, 1)
+	for _, stage := range StageIdentities() {
+		p, err := IdentityPermissions(stage, docNode, 1)
 		if err != nil {
-			panic(err) // Stages are all known
+			panic(err) // the identities are all known
 		}
 		var pubs []string
 		for _, s := range p.Publish {
@@ -40,10 +40,20 @@ func PermissionTable() string {
 		for _, s := range p.Subscribe {
 			subs = append(subs, docSubject(s))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", stage, docList(pubs), docList(subs), docReads(StageStreams(stage, docNode, 1)))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", stage, docList(pubs), docList(subs), docReads(identityStreams(stage)))
 	}
 	b.WriteString("| admin | everything | everything | everything: makes the streams and the lease bucket |\n")
 	return b.String()
+}
+
+// identityStreams is what a stage's or a shadow's identity reads.
+func identityStreams(id string) []StreamUse {
+	for _, stage := range ShadowStages {
+		if id == ShadowIdentity(stage) {
+			return ShadowStreams(stage, docNode, 1)
+		}
+	}
+	return StageStreams(id, docNode, 1)
 }
 
 func docSubject(s string) string {

@@ -71,6 +71,11 @@ type Common struct {
 	// BusEncoding is the form this process's stages write on the bus:
 	// protobuf or json (docs/bus.md, "Encodings").
 	BusEncoding string
+	// Shadow runs the process's stages as shadows of the live ones
+	// (docs/bus.md, "Shadow stages"): their own consumers of the live
+	// inputs, their outputs under the node's shadow prefix, no write to
+	// the API server or the runtime.
+	Shadow bool
 }
 
 // The bus-encoding values.
@@ -128,6 +133,7 @@ func (c *Common) RegisterFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.MaxPods, "max-pods", 0, fmt.Sprintf("the node's pod capacity (the kubelet's --max-pods), which the Node reports and the stages' memory budgets assume; 0: by runtime, %d on process and cri (the kubelet's default), %d on sim", kubeletMaxPods, simMaxPods))
 	fs.Var(newEnum(&c.BusEncoding, BusEncodingProtobuf, BusEncodingProtobuf, BusEncodingJSON), "bus-encoding", "form of the messages this process's stages write on the bus: protobuf (contract v2, Kubernetes' protobuf for the pods in them) or json (the v1 form, for a node with a stage that reads only JSON); every stage reads both")
 	fs.StringVar(&c.Tracing.Endpoint, "tracing-endpoint", "", "OTLP/HTTP collector for traces of each pod across the stages (http://127.0.0.1:4318, or host:port); empty: tracing off")
+	fs.BoolVar(&c.Shadow, "shadow", false, "run the stages as shadows of the live ones on the live bus (nats-url): they read what the live stages read through consumers of their own, publish under splitlet.v1.<node>.shadow.<stage>, and write nothing to the API server or the runtime (docs/experiments.md, \"Shadow a candidate\")")
 	fs.Float64Var(&c.Tracing.SampleRate, "tracing-sample-rate", 1, "share of pods traced when tracing-endpoint is set, 0 to 1 (traces begun elsewhere follow their parent's decision)")
 }
 
@@ -187,6 +193,9 @@ func (c *Common) Complete() error {
 	}
 	if c.NATSReplicas > 1 && c.NATSURL == "" {
 		return fmt.Errorf("invalid value %d for nats-replicas: the embedded server (nats-url empty) is a single server; replicas need a NATS cluster", c.NATSReplicas)
+	}
+	if c.Shadow && c.NATSURL == "" {
+		return fmt.Errorf("invalid value true for shadow: a shadow reads the live node's bus, so nats-url is required (the embedded server carries no live traffic)")
 	}
 	if c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("invalid value %v for shutdown-timeout: must be positive", c.ShutdownTimeout)

@@ -107,67 +107,88 @@ func (r Report) Print(w io.Writer) {
 
 // byPod splits the entries into items per pod, folding repeats.
 func byPod(entries []Entry, ignore []string) (map[string][]Item, int) {
+	drop := dropSet(ignore)
+	out := map[string][]Item{}
+	skipped := 0
+	for _, e := range entries {
+		items, ok := itemsOf(e, drop)
+		if !ok {
+			skipped++
+			continue
+		}
+		for _, k := range items {
+			list := out[k.key]
+			if n := len(list); n > 0 && list[n-1] == k.item {
+				continue
+			}
+			out[k.key] = append(list, k.item)
+		}
+	}
+	return out, skipped
+}
+
+// dropSet is the payload fields left out: DefaultIgnore and ignore.
+func dropSet(ignore []string) map[string]bool {
 	drop := map[string]bool{}
 	for _, k := range append(slices.Clone(DefaultIgnore), ignore...) {
 		drop[k] = true
 	}
-	out := map[string][]Item{}
-	skipped := 0
-	add := func(pod string, it Item) {
-		list := out[pod]
-		if n := len(list); n > 0 && list[n-1] == it {
-			return
-		}
-		out[pod] = append(list, it)
+	return drop
+}
+
+// keyed is one message's item about one key (a pod, or a probe of one).
+type keyed struct {
+	key  string
+	item Item
+}
+
+// itemsOf is what one message says about each pod it carries (a
+// PodUpdate: one item per pod; anything else: one item, keyed by its pod,
+// container and probe); false when it is not a Splitlet envelope.
+func itemsOf(e Entry, drop map[string]bool) ([]keyed, bool) {
+	var env struct {
+		Kind    string         `json:"kind"`
+		Op      string         `json:"op"`
+		Payload map[string]any `json:"payload"`
 	}
-	for _, e := range entries {
-		var env struct {
-			Kind    string         `json:"kind"`
-			Op      string         `json:"op"`
-			Payload map[string]any `json:"payload"`
-		}
-		data := e.Data
-		if data == nil {
-			data = jsonForm(e)
-		}
-		if data == nil || json.Unmarshal(data, &env) != nil || env.Kind == "" {
-			skipped++
-			continue
-		}
-		payload := env.Payload
-		if raw, ok := payload["pods"]; ok {
-			// a PodUpdate: one item per pod it carries.
-			list, _ := raw.([]any)
-			pods := make([]map[string]any, 0, len(list))
-			for _, p := range list {
-				if pod, ok := p.(map[string]any); ok {
-					pods = append(pods, pod)
-				}
-			}
-			if raw != nil && (list == nil || len(pods) != len(list)) {
-				skipped++ // not a list of objects
-				continue
-			}
-			for _, pod := range pods {
-				add(podKey(pod), Item{Kind: env.Kind, Op: env.Op, Payload: canonical(pod, drop)})
-			}
-			continue
-		}
-		key := "(node)"
-		for _, f := range []string{"uid", "podUID"} {
-			if v, ok := payload[f].(string); ok && v != "" {
-				key = podName(payload, v)
-			}
-		}
-		if c, ok := payload["container"].(string); ok && c != "" {
-			key += " container=" + c
-			if p, ok := payload["probe"].(string); ok {
-				key += " probe=" + p
-			}
-		}
-		add(key, Item{Kind: env.Kind, Op: env.Op, Payload: canonical(payload, drop)})
+	data := e.Data
+	if data == nil {
+		data = jsonForm(e)
 	}
-	return out, skipped
+	if data == nil || json.Unmarshal(data, &env) != nil || env.Kind == "" {
+		return nil, false
+	}
+	payload := env.Payload
+	if raw, ok := payload["pods"]; ok {
+		list, _ := raw.([]any)
+		pods := make([]map[string]any, 0, len(list))
+		for _, p := range list {
+			if pod, ok := p.(map[string]any); ok {
+				pods = append(pods, pod)
+			}
+		}
+		if raw != nil && (list == nil || len(pods) != len(list)) {
+			return nil, false // not a list of objects
+		}
+		out := make([]keyed, 0, len(pods))
+		for _, pod := range pods {
+			out = append(out, keyed{podKey(pod), Item{Kind: env.Kind, Op: env.Op, Payload: canonical(pod, drop)}})
+		}
+		return out, true
+	}
+	key := "(node)"
+	for _, f := range []string{"uid", "podUID"} {
+		if v, ok := payload[f].(string); ok && v != "" {
+			key = podName(payload, v)
+		}
+	}
+	if c, ok := payload["container"].(string); ok && c != "" {
+		key += " container=" + c
+		if p, ok := payload["probe"].(string); ok {
+			key += " probe=" + p
+		}
+	}
+	return []keyed{{key, Item{Kind: env.Kind, Op: env.Op, Payload: canonical(payload, drop)}}}, true
 }
 
 // podKey names a pod of a PodUpdate: namespace/name (uid).

@@ -15,6 +15,8 @@ const Name = "prober"
 // Service returns the prober stage, ready for app.Run.
 func Service() app.Service {
 	s := app.NewService(Name, &stage.Config{}, stage.New)
+	// --shadow: beside the live prober, on live traffic (docs/experiments.md).
+	s.Shadow = true
 	// memory-limit auto's budget for a pod, with the collector's headroom
 	// (measured: docs/bench.md, "Memory"): the probed containers of each pod and their workers.
 	s.MemoryPerPod = 8 << 10

@@ -15,6 +15,9 @@ const Name = "statussync"
 // Service returns the statussync stage, ready for app.Run.
 func Service() app.Service {
 	s := app.NewService(Name, &service.Config{}, service.New)
+	// --shadow: beside the live statussync, its writes published under its
+	// shadow prefix instead of sent (docs/bus.md, "Shadow stages").
+	s.Shadow = true
 	// memory-limit auto's budget for a pod, with the collector's headroom
 	// (measured: docs/bench.md, "Memory"): the API view, the bus view and the versioned status of each pod.
 	s.MemoryPerPod = 32 << 10

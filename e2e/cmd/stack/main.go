@@ -2,7 +2,7 @@
 // compose CLI (Debian's docker.io has none): it drives the same files through
 // the compose library that the end-to-end tests use. `make up`, `make down`.
 //
-//	go run ./e2e/cmd/stack up [--podworkers=N] [--tcpprober | --jsprober | --allinone] [--cri] [--nats-cluster] [--tracing]
+//	go run ./e2e/cmd/stack up [--podworkers=N] [--tcpprober | --jsprober | --allinone] [--shadow=prober:jsprober] [--cri] [--nats-cluster] [--tracing]
 //	go run ./e2e/cmd/stack down
 //
 // With the docker compose CLI (v2.20 or later) the same files work directly;
@@ -20,6 +20,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -30,7 +31,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 || (os.Args[1] != "up" && os.Args[1] != "down") {
-		fmt.Fprintln(os.Stderr, "usage: stack up [--podworkers=N] [--tcpprober | --jsprober | --allinone] [--cri] [--nats-cluster] [--tracing] | stack down")
+		fmt.Fprintln(os.Stderr, "usage: stack up [--podworkers=N] [--tcpprober | --jsprober | --allinone] [--shadow=prober:jsprober|prober:tcpprober] [--cri] [--nats-cluster] [--tracing] | stack down")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
@@ -42,6 +43,7 @@ func main() {
 	allinone := fs.Bool("allinone", false, "the all-in-one binary instead of the five stages (compose.allinone.yaml)")
 	cri := fs.Bool("cri", false, "pods as real containers of the host's containerd (compose.cri.yaml; containerd at $SPLITLET_CONTAINERD_ADDRESS or /run/containerd/containerd.sock)")
 	natsCluster := fs.Bool("nats-cluster", false, "NATS as a three-server cluster, streams at three replicas (compose.natscluster.yaml)")
+	shadow := fs.String("shadow", "", "run a candidate as a shadow of a live stage, <stage>:<candidate>: prober:jsprober or prober:tcpprober (compose.shadow-<candidate>.yaml; docs/experiments.md)")
 	tracing := fs.Bool("tracing", false, "Jaeger, and every stage and kube-apiserver sending it spans (compose.tracing.yaml; builds splitlet/jaeger with make image-jaeger when missing)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "how long up may wait for every service to be healthy")
 	_ = fs.Parse(os.Args[2:])
@@ -51,6 +53,11 @@ func main() {
 	}
 	if *allinone && (*cri || *natsCluster) {
 		fmt.Fprintln(os.Stderr, "stack: --allinone runs its own embedded NATS and the process runtime; --cri and --nats-cluster apply to the five stages")
+		os.Exit(2)
+	}
+	shadowFile, err := shadowOverlay(*shadow, *tcpprober || *jsprober || *allinone)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "stack: %v\n", err)
 		os.Exit(2)
 	}
 	if *allinone && *tracing {
@@ -71,6 +78,9 @@ func main() {
 	}
 	if *cri {
 		files = append(files, filepath.Join(*dir, "compose.cri.yaml"))
+	}
+	if shadowFile != "" {
+		files = append(files, filepath.Join(*dir, shadowFile))
 	}
 	if *tracing || os.Args[1] == "down" {
 		files = append(files, filepath.Join(*dir, "compose.tracing.yaml"))
@@ -101,6 +111,22 @@ func main() {
 		fmt.Fprintf(os.Stderr, "stack %s: %v\n", os.Args[1], err)
 		os.Exit(1)
 	}
+}
+
+// shadowOverlay is the compose file of --shadow=<stage>:<candidate>;
+// empty without one. The live stage must be the stack's own prober.
+func shadowOverlay(v string, swapped bool) (string, error) {
+	if v == "" {
+		return "", nil
+	}
+	stage, candidate, ok := strings.Cut(v, ":")
+	if !ok || stage != "prober" || (candidate != "jsprober" && candidate != "tcpprober") {
+		return "", fmt.Errorf("invalid value %q for --shadow: prober:jsprober or prober:tcpprober (the prober is the stage with shadow candidates in the stack)", v)
+	}
+	if swapped {
+		return "", fmt.Errorf("--shadow shadows the stack's own prober; it excludes --tcpprober, --jsprober and --allinone")
+	}
+	return "compose.shadow-" + candidate + ".yaml", nil
 }
 
 func run(ctx context.Context, cmd, project string, files []string, podworkers int, timeout time.Duration, dir string) error {

@@ -15,9 +15,21 @@ export const nodeToken = (node) => node.replaceAll(".", "_");
 
 // subjects(node).podUpdates(3) → splitlet.v1.<node>.podupdates.3
 export function subjects(node) {
-  const prefix = `splitlet.v1.${nodeToken(node)}`;
+  return subjectsUnder(`splitlet.v1.${nodeToken(node)}`);
+}
+
+// Shadow mode (docs/bus.md, "Shadow stages"): a shadow of a stage
+// publishes under splitlet.v1.<node>.shadow.<stage>, consumes with durables
+// shadow-<durable>, and connects as the identity shadow-<stage>.
+export const shadowIdentity = (stage) => `shadow-${stage}`;
+export const shadowDurable = (durable) => `shadow-${durable}`;
+
+function subjectsUnder(prefix) {
   return {
     prefix,
+    // shadow(stage).probes(3) → splitlet.v1.<node>.shadow.<stage>.probes.3
+    shadow: (stage) => subjectsUnder(`${prefix}.shadow.${stage}`),
+    shadowAll: `${prefix}.shadow.>`,
     podUpdates: (p) => `${prefix}.podupdates.${p}`,
     // podupdates.* leaves out the reconciles, which contract v2 sends on
     // podupdates.reconcile.<p> (for the pod workers alone).
@@ -234,6 +246,23 @@ export function streamConfigs(node, replicas) {
   return [history("podupdates", s.podUpdatesStream), history("podstatus", s.podStatusAll), history("probes", s.probesAll), state];
 }
 
+// shadowStreamConfig is the stream of the node's shadow outputs
+// (splitlet_v1_<node>_shadow, subjects splitlet.v1.<node>.shadow.>).
+export function shadowStreamConfig(node, replicas) {
+  return {
+    name: streamName(node, "shadow"),
+    description: `Splitlet v1 shadow stages' outputs of node ${node}`,
+    subjects: [subjects(node).shadowAll],
+    retention: RetentionPolicy.Limits,
+    storage: StorageType.File,
+    max_age: nanos(HOUR_MS),
+    max_bytes: 256 * 1024 * 1024,
+    discard: DiscardPolicy.Old,
+    duplicate_window: nanos(2 * 60 * 1000),
+    num_replicas: Math.max(replicas, 1),
+  };
+}
+
 const unlimited = (v) => (!v || v <= 0 ? -1 : v);
 
 function conforms(have, want) {
@@ -249,8 +278,10 @@ export const isNotFound = (err) => err?.api_error?.err_code === 10059 || err?.ap
 // ensureStreams creates the node's streams or brings them to the contract's
 // settings; a stream that already conforms is left alone (an identity that
 // may only read streams gets through). replicas 0 keeps an existing count.
-export async function ensureStreams(jsm, node, replicas) {
-  for (const cfg of streamConfigs(node, replicas)) {
+export async function ensureStreams(jsm, node, replicas, { shadow = false } = {}) {
+  const configs = streamConfigs(node, replicas);
+  if (shadow) configs.push(shadowStreamConfig(node, replicas));
+  for (const cfg of configs) {
     let have;
     try {
       have = (await jsm.streams.info(cfg.name)).config;
@@ -314,8 +345,9 @@ function decodeMsg(header, data) {
 // from its source on its subject is acknowledged unhandled; a handler that
 // throws has its message delivered again, a bounded number of times, then
 // terminated and recovered (above). Returns the consumer's stop function.
-export async function consume(js, jsm, { stream, durable, filter, log }, handler) {
+export async function consume(js, jsm, { stream, durable, filter, log, inactiveMs = 0 }, handler) {
   await jsm.consumers.add(stream, {
+    ...(inactiveMs > 0 ? { inactive_threshold: nanos(inactiveMs) } : {}),
     durable_name: durable,
     filter_subject: filter,
     ack_policy: AckPolicy.Explicit,

@@ -24,6 +24,7 @@ export const KEYS = [
   { key: "log-level", def: "info", help: "debug, info, warn or error" },
   { key: "log-format", def: "json", help: "json or console" },
   { key: "shutdown-timeout", def: "10s", help: "how long shutdown may take to drain in-flight work" },
+  { key: "shadow", def: "false", bool: true, help: "run as a shadow of the live prober on the live bus: consumers of its own, results under splitlet.v1.<node>.shadow.prober (docs/experiments.md)" },
   { key: "jsprober.instance", def: "jsprober", help: "the prober's name on the bus (source of its ProbeResult messages)" },
   { key: "jsprober.exec-grace", def: "2s", help: "extra wait past an exec probe's timeout for the runtime's answer" },
 ];
@@ -71,6 +72,10 @@ export function load(argv, env = process.env) {
       continue;
     }
     if (!known.has(key)) throw new Error(`unknown flag: --${key}`);
+    if (value === undefined && known.get(key).bool) {
+      given[key] = "true";
+      continue;
+    }
     if (value === undefined) throw new Error(`flag needs a value: --${key}=...`);
     given[key] = value;
   }
@@ -104,6 +109,8 @@ export function load(argv, env = process.env) {
       throw new Error(`invalid value ${JSON.stringify(raw[key])} for ${key}: a duration such as 2s`);
     }
   };
+  if (!["true", "false"].includes(raw.shadow)) throw new Error(`invalid value ${JSON.stringify(raw.shadow)} for shadow: must be true or false`);
+  c.shadow = raw.shadow === "true";
   c.partitions = int("partitions", 1, 1024);
   c.natsReplicas = int("nats-replicas", 1, 5);
   c.shutdownTimeoutMs = dur("shutdown-timeout");

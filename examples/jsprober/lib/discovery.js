@@ -15,22 +15,24 @@ export function semVer(v) {
   return clean ? `0.0.0-build-${clean}` : "0.0.0";
 }
 
-export async function serve(nc, { node, version, stage, subject }) {
+// name is the stage's name on the service API: prober, or shadow-prober
+// for a shadow.
+export async function serve(nc, { node, version, stage, subject, name = "prober" }) {
   const started = new Date();
   const status = async () => {
     const consumers = await stage.lags();
     return {
-      node, stage: "prober", implementation: IMPLEMENTATION, instance: "", version,
+      node, stage: name, implementation: IMPLEMENTATION, instance: "", version,
       ready: stage.ready, partitions: null,
       lag: consumers.reduce((n, c) => n + c.pending + Math.max(c.ackPending, 0), 0),
       consumers, started: started.toISOString(), at: new Date().toISOString(),
     };
   };
   const svc = await nc.services.add({
-    name: "splitlet-prober",
+    name: `splitlet-${name}`,
     version: semVer(version),
-    description: `Splitlet prober of node ${node}`,
-    metadata: { node, stage: "prober", implementation: IMPLEMENTATION },
+    description: `Splitlet ${name} of node ${node}`,
+    metadata: { node, stage: name, implementation: IMPLEMENTATION },
     statsHandler: () => status(),
   });
   // nats.js 2.x always subscribes an endpoint in a queue group; a group of

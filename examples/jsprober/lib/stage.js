@@ -16,6 +16,13 @@ export class Stage {
     Object.assign(this, { nc, js, jsm, cfg, log });
     this.node = cfg.nodeName;
     this.subjects = bus.subjects(this.node);
+    // as a shadow (the shadow key): durables of its own, results under the
+    // shadow prefix, the same inputs.
+    this.shadow = cfg.shadow;
+    this.results = cfg.shadow ? this.subjects.shadow("prober") : this.subjects;
+    this.durables = cfg.shadow
+      ? { podUpdates: bus.shadowDurable(DURABLE_POD_UPDATES), podStatus: bus.shadowDurable(DURABLE_POD_STATUS) }
+      : { podUpdates: DURABLE_POD_UPDATES, podStatus: DURABLE_POD_STATUS };
     this.pub = new bus.Publisher(nc, js, this.node, cfg.instance);
     this.mgr = new Manager({ log, sink: (r) => this.put(r), exec: (w, cmd, t) => this.exec(w, cmd, t) });
     this.snapshots = new bus.Snapshots();
@@ -36,11 +43,11 @@ export class Stage {
   async subscribe() {
     for (let attempt = 0; !this.stopping; attempt++) {
       try {
-        await bus.ensureStreams(this.jsm, this.node, this.cfg.natsReplicas);
+        await bus.ensureStreams(this.jsm, this.node, this.cfg.natsReplicas, { shadow: this.shadow });
         if (this.consumers.length === 0) {
           // Pods and statuses live in memory only: each start reads the
           // streams' whole history again rather than resuming the durables.
-          for (const [what, durable] of [["podstatus", DURABLE_POD_STATUS], ["podupdates", DURABLE_POD_UPDATES]]) {
+          for (const [what, durable] of [["podstatus", this.durables.podStatus], ["podupdates", this.durables.podUpdates]]) {
             try {
               await this.jsm.consumers.delete(bus.streamName(this.node, what), durable);
             } catch (err) {
@@ -50,17 +57,19 @@ export class Stage {
         }
         if (this.consumers.length < 1) {
           this.consumers.push(await bus.consume(this.js, this.jsm, {
-            stream: bus.streamName(this.node, "podstatus"), durable: DURABLE_POD_STATUS, filter: this.subjects.podStatusAll, log: this.log,
+            stream: bus.streamName(this.node, "podstatus"), durable: this.durables.podStatus, filter: this.subjects.podStatusAll, log: this.log,
+            inactiveMs: this.shadow ? 3600 * 1000 : 0,
           }, (s, e) => this.onStatus(s, e)));
         }
         if (this.consumers.length < 2) {
           this.consumers.push(await bus.consume(this.js, this.jsm, {
-            stream: bus.streamName(this.node, "podupdates"), durable: DURABLE_POD_UPDATES, filter: this.subjects.podUpdatesAll, log: this.log,
+            stream: bus.streamName(this.node, "podupdates"), durable: this.durables.podUpdates, filter: this.subjects.podUpdatesAll, log: this.log,
+            inactiveMs: this.shadow ? 3600 * 1000 : 0,
           }, (s, e) => this.onPodUpdate(s, e)));
         }
         this.ready = true;
         this.lastError = "";
-        this.log.info("consuming pod updates and pod status", { durable: DURABLE_POD_UPDATES, statusDurable: DURABLE_POD_STATUS });
+        this.log.info("consuming pod updates and pod status", { durable: this.durables.podUpdates, statusDurable: this.durables.podStatus, shadow: this.shadow });
         return;
       } catch (err) {
         this.lastError = `not consuming the bus: ${err.message}`;
@@ -174,7 +183,7 @@ export class Stage {
     const batch = [...this.pending.entries()];
     this.pending.clear();
     const sent = batch.map(([k, r]) => {
-      const subject = this.subjects.probes(bus.partition(r.podUID, this.cfg.partitions));
+      const subject = this.results.probes(bus.partition(r.podUID, this.cfg.partitions));
       return { k, r, subject, ack: this.pub.publish(subject, "ProbeResult", r) };
     });
     let ok = true;

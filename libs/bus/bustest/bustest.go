@@ -74,6 +74,9 @@ func Start(t testing.TB, node string, partitions int) *Server {
 	if err := bus.EnsureStreams(ctx, js, node); err != nil {
 		t.Fatal(err)
 	}
+	if err := bus.EnsureShadowStream(ctx, js, node, 0); err != nil {
+		t.Fatal(err)
+	}
 	return s
 }
 

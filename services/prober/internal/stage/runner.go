@@ -46,9 +46,13 @@ type Runner struct {
 	nc         *nats.Conn
 	js         jetstream.JetStream
 	subjects   bus.Subjects
-	pub        *bus.Publisher
-	mgr        *workers.Manager
-	out        *outbox
+	// shadow: the stage runs as a shadow of the live prober (durables of
+	// its own, results under the shadow prefix, no Events).
+	shadow   bool
+	durables [2]string // pod updates, pod status
+	pub      *bus.Publisher
+	mgr      *workers.Manager
+	out      *outbox
 
 	stopRecorder func()
 
@@ -80,13 +84,21 @@ type Deps struct {
 	Tracing *tracing.Provider
 }
 
+// shadowInactive is how long a shadow's durables outlive the shadow: an
+// experiment that ended leaves nothing on the server for long.
+const shadowInactive = time.Hour
+
 // tracerName names the stage's spans' instrumentation scope.
 const tracerName = "github.com/splitlet/splitlet/services/prober"
 
 // New builds the stage for fx: Events go to the API server.
 func New(cfg *Config, common *config.Common, log *zap.Logger, nc *nats.Conn, js jetstream.JetStream,
 	cs kubernetes.Interface, reg prometheus.Registerer, tp *tracing.Provider) (*Runner, error) {
-	rec, stop := kube.NewRecorder(cs, common.NodeName)
+	var rec record.EventRecorder = shadowRecorder{log.Named("prober")}
+	stop := func() {}
+	if !common.Shadow {
+		rec, stop = kube.NewRecorder(cs, common.NodeName)
+	}
 	r, err := NewWithDeps(Deps{Config: cfg, Common: common, Log: log, NC: nc, JS: js, Recorder: rec, Registerer: reg, Tracing: tp})
 	if err != nil {
 		stop()
@@ -114,10 +126,17 @@ func NewWithDeps(d Deps) (*Runner, error) {
 		nc:         d.NC,
 		js:         d.JS,
 		subjects:   bus.For(d.Common.NodeName),
+		shadow:     d.Common.Shadow,
+		durables:   [2]string{DurablePodUpdates, DurablePodStatus},
 		pub:        bus.NewPublisher(d.NC, d.JS, d.Common.NodeName, d.Config.Instance, d.Common.BusEncodingOption()),
 		snapshots:  bus.NewSnapshots(),
 	}
-	r.out = newOutbox(r.pub, r.subjects, r.partitions, log)
+	results := r.subjects
+	if r.shadow {
+		r.durables = [2]string{bus.ShadowDurable(DurablePodUpdates), bus.ShadowDurable(DurablePodStatus)}
+		results = r.subjects.Shadow(bus.StageProber)
+	}
+	r.out = newOutbox(r.pub, results, r.partitions, log)
 	if d.Tracing.Enabled() {
 		r.traces = tracing.NewPods()
 		r.out.tracer, r.out.traces = d.Tracing.Tracer(tracerName), r.traces
@@ -164,7 +183,7 @@ func (r *Runner) subscribe(ctx context.Context) {
 			r.ready, r.lastErr = true, nil
 			r.mu.Unlock()
 			r.log.Info("consuming pod updates and pod status",
-				zap.String("durable", DurablePodUpdates), zap.String("statusDurable", DurablePodStatus))
+				zap.String("durable", r.durables[0]), zap.String("statusDurable", r.durables[1]), zap.Bool("shadow", r.shadow))
 			return
 		}
 		r.mu.Lock()
@@ -184,6 +203,11 @@ func (r *Runner) trySubscribe(ctx context.Context) error {
 	if err := bus.EnsureStreamsReplicas(ctx, r.js, r.node, r.replicas); err != nil {
 		return err
 	}
+	if r.shadow {
+		if err := bus.EnsureShadowStream(ctx, r.js, r.node, r.replicas); err != nil {
+			return err
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.replaying {
@@ -193,8 +217,8 @@ func (r *Runner) trySubscribe(ctx context.Context) error {
 		// consumer would not bring back pods and statuses that did not
 		// change since.
 		for _, c := range []struct{ stream, durable string }{
-			{bus.StreamName(r.node, bus.StreamPodStatus), DurablePodStatus},
-			{bus.StreamName(r.node, bus.StreamPodUpdates), DurablePodUpdates},
+			{bus.StreamName(r.node, bus.StreamPodStatus), r.durables[1]},
+			{bus.StreamName(r.node, bus.StreamPodUpdates), r.durables[0]},
 		} {
 			if err := r.js.DeleteConsumer(ctx, c.stream, c.durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 				return fmt.Errorf("reset consumer %s: %w", c.durable, err)
@@ -203,6 +227,9 @@ func (r *Runner) trySubscribe(ctx context.Context) error {
 		r.replaying = true
 	}
 	consume := func(opts bus.ConsumerOptions, h bus.Handler) (func(), error) {
+		if r.shadow {
+			opts.InactiveThreshold = shadowInactive
+		}
 		if r.consumerHook != nil {
 			h = r.consumerHook(&opts, h)
 		}
@@ -211,7 +238,7 @@ func (r *Runner) trySubscribe(ctx context.Context) error {
 	if len(r.stops) < 1 {
 		stop, err := consume(bus.ConsumerOptions{
 			Stream:  bus.StreamName(r.node, bus.StreamPodStatus),
-			Durable: DurablePodStatus,
+			Durable: r.durables[1],
 			Filters: []string{r.subjects.PodStatusAll()},
 			Logger:  r.log,
 			// one pod a message: the manager orders statuses per pod, so
@@ -226,7 +253,7 @@ func (r *Runner) trySubscribe(ctx context.Context) error {
 	if len(r.stops) < 2 {
 		stop, err := consume(bus.ConsumerOptions{
 			Stream:  bus.StreamName(r.node, bus.StreamPodUpdates),
-			Durable: DurablePodUpdates,
+			Durable: r.durables[0],
 			// podupdates.* only: the reconciles (podupdates.reconcile.<p>
 			// since contract v2) are left to the pod workers by the server.
 			Filters: []string{r.subjects.PodUpdatesAll()},

@@ -16,8 +16,11 @@ import (
 	"github.com/spf13/pflag"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/splitlet/splitlet/libs/app"
 	"github.com/splitlet/splitlet/libs/bus"
@@ -86,6 +89,9 @@ type Runner struct {
 	loop    app.Background
 	mu      sync.Mutex
 	manager *statusmanager.Manager
+	// pub publishes a shadow's writes (made once, by shadowWrite).
+	pubOnce sync.Once
+	pub     *bus.Publisher
 	// tracer and traces: spans of the pods whose trace came on the bus
 	// (nil with tracing off).
 	tracer trace.Tracer
@@ -103,6 +109,27 @@ func New(cfg *Config, common *config.Common, log *zap.Logger, kube kubernetes.In
 		r.tracer, r.traces = tp.Tracer(tracerName), tracing.NewPods()
 	}
 	return r, nil
+}
+
+// shadowWrite publishes a write a shadow statussync computed under its
+// shadow prefix (StatusPatch on shadow.statussync.statuspatches.<p>),
+// instead of sending it to the API server.
+func (r *Runner) shadowWrite(ctx context.Context, pod *corev1.Pod, patch []byte, del bool) error {
+	node := r.common.NodeName
+	subject := bus.For(node).Shadow(bus.StageStatussync).StatusPatches(bus.Partition(string(pod.UID), r.common.Partitions))
+	r.pubOnce.Do(func() { r.pub = bus.NewPublisher(nil, r.js, node, bus.ShadowIdentity(bus.StageStatussync)) })
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return r.pub.Publish(pctx, subject, bus.KindStatusPatch, "", &bus.StatusPatch{
+		PodUID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, Patch: patch, Delete: del})
+}
+
+// discardRecorder is a shadow's Event recorder: it records nothing.
+type discardRecorder struct{}
+
+func (discardRecorder) Event(runtime.Object, string, string, string)          {}
+func (discardRecorder) Eventf(runtime.Object, string, string, string, ...any) {}
+func (discardRecorder) AnnotatedEventf(runtime.Object, map[string]string, string, string, string, ...any) {
 }
 
 // podView is what statussync reads of the node's pods.
@@ -145,9 +172,19 @@ func (r *Runner) run(ctx context.Context) error {
 	// share podconfig's.
 	podInformer, release := r.pods.Acquire(podView)
 	defer release()
-	recorder, stopRecorder := kube.NewRecorder(r.kube, node)
-	defer stopRecorder()
+	var recorder record.EventRecorder = discardRecorder{}
+	var dryRun func(context.Context, *corev1.Pod, []byte, bool) error
+	if r.common.Shadow {
+		// a shadow writes nothing to the API server: its writes go under
+		// its shadow prefix, its Events nowhere.
+		dryRun = r.shadowWrite
+	} else {
+		var stopRecorder func()
+		recorder, stopRecorder = kube.NewRecorder(r.kube, node)
+		defer stopRecorder()
+	}
 	m, err := statusmanager.New(r.kube, podInformer, log, statusmanager.Options{
+		DryRun:        dryRun,
 		Workers:       r.cfg.Workers,
 		BatchPeriod:   r.cfg.BatchPeriod,
 		CoalesceDelay: r.cfg.CoalesceDelay,
@@ -171,6 +208,11 @@ func (r *Runner) run(ctx context.Context) error {
 	}
 	if err := r.ensureStreams(ctx, node); err != nil {
 		return err
+	}
+	if r.common.Shadow {
+		if err := bus.EnsureShadowStream(ctx, r.js, node, r.common.NATSReplicas); err != nil {
+			return err
+		}
 	}
 
 	managerDone := make(chan struct{})
@@ -332,12 +374,18 @@ func (r *Runner) consume(ctx context.Context, node string, m *statusmanager.Mana
 		if s.filter != "" {
 			filters = []string{s.filter}
 		}
+		durable, inactive := s.durable, time.Duration(0)
+		if r.common.Shadow {
+			// its own consumers, gone an hour after the shadow is.
+			durable, inactive = bus.ShadowDurable(s.durable), time.Hour
+		}
 		stop, err := bus.Consume(ctx, r.js, bus.ConsumerOptions{
-			Stream:           bus.StreamName(node, s.stream),
-			Durable:          s.durable,
-			Filters:          filters,
-			Logger:           log,
-			OrderedByHandler: s.perPod,
+			Stream:            bus.StreamName(node, s.stream),
+			Durable:           durable,
+			InactiveThreshold: inactive,
+			Filters:           filters,
+			Logger:            log,
+			OrderedByHandler:  s.perPod,
 		}, s.handle)
 		if err != nil {
 			return stops, err

@@ -106,6 +106,10 @@ type Options struct {
 	// is a span of that trace, parent of its API requests; nil: none.
 	Tracer trace.Tracer
 	Traces *tracing.Pods
+	// DryRun, when set, takes each write instead of the API server (a
+	// shadow statussync): a status patch, or (del) the deletion of a
+	// finished pod. An error is retried as a failed write is.
+	DryRun func(ctx context.Context, pod *corev1.Pod, patch []byte, del bool) error
 }
 
 func (o *Options) defaults() {
@@ -885,7 +889,7 @@ func (m *Manager) sync(ctx context.Context, uid types.UID) (err error) {
 			return nil
 		}
 		if !unchanged {
-			updated, err := m.client.CoreV1().Pods(base.Namespace).Patch(ctx, base.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+			updated, err := m.patchStatus(ctx, base, merged, patch)
 			switch {
 			case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 				// Gone, or recreated under the same name (UID precondition).
@@ -936,11 +940,7 @@ func (m *Manager) sync(ctx context.Context, uid types.UID) (err error) {
 	if !canBeDeleted(base, &st) {
 		return nil
 	}
-	grace := int64(0)
-	err = m.client.CoreV1().Pods(base.Namespace).Delete(ctx, base.Name, metav1.DeleteOptions{
-		GracePeriodSeconds: &grace,
-		Preconditions:      metav1.NewUIDPreconditions(string(base.UID)),
-	})
+	err = m.deletePod(ctx, base)
 	switch {
 	case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err):
 	default:
@@ -955,6 +955,33 @@ func (m *Manager) sync(ctx context.Context, uid types.UID) (err error) {
 	}
 	m.mu.Unlock()
 	return nil
+}
+
+// patchStatus sends a pod's status patch; in a dry run it hands the patch
+// to DryRun and answers with the pod as the patch would leave it.
+func (m *Manager) patchStatus(ctx context.Context, base *corev1.Pod, merged corev1.PodStatus, patch []byte) (*corev1.Pod, error) {
+	if m.opts.DryRun == nil {
+		return m.client.CoreV1().Pods(base.Namespace).Patch(ctx, base.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	}
+	if err := m.opts.DryRun(ctx, base, patch, false); err != nil {
+		return nil, err
+	}
+	p := base.DeepCopy()
+	p.Status = merged
+	return p, nil
+}
+
+// deletePod deletes a finished pod (grace 0, UID precondition); in a dry
+// run it hands the deletion to DryRun.
+func (m *Manager) deletePod(ctx context.Context, base *corev1.Pod) error {
+	if m.opts.DryRun != nil {
+		return m.opts.DryRun(ctx, base, nil, true)
+	}
+	grace := int64(0)
+	return m.client.CoreV1().Pods(base.Namespace).Delete(ctx, base.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: &grace,
+		Preconditions:      metav1.NewUIDPreconditions(string(base.UID)),
+	})
 }
 
 func (m *Manager) specOrEmpty(e *entry) *corev1.Pod {
