@@ -32,6 +32,11 @@ const (
 	KindStreamResult     Kind = "StreamResult"
 	// KindStaticPods was added within v2.
 	KindStaticPods Kind = "StaticPods"
+	// KindNodePressure, KindEvictRequest and KindEvictResult were added
+	// within v2 (node-pressure eviction).
+	KindNodePressure Kind = "NodePressure"
+	KindEvictRequest Kind = "EvictRequest"
+	KindEvictResult  Kind = "EvictResult"
 )
 
 var knownKinds = map[Kind]bool{
@@ -40,7 +45,7 @@ var knownKinds = map[Kind]bool{
 	KindLogsRequest: true, KindLogsChunk: true, KindExecRequest: true, KindExecResult: true,
 	KindStatsRequest: true, KindStatsResult: true,
 	KindStreamRequest: true, KindStreamResult: true,
-	KindStaticPods: true,
+	KindStaticPods: true, KindNodePressure: true, KindEvictRequest: true, KindEvictResult: true,
 }
 
 // Op is the operation of a PodUpdate, as the kubelet's config package names them.
