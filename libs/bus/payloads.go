@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -430,10 +431,10 @@ type ContainerStats struct {
 	CPUUsageNanoCores     uint64      `json:"cpuUsageNanoCores"`
 	CPUUsageCoreNanoSecs  uint64      `json:"cpuUsageCoreNanoSeconds"`
 	MemoryWorkingSetBytes uint64      `json:"memoryWorkingSetBytes"`
-	// MemoryRequestBytes is the container's memory request from its spec
-	// (0: none), for the eviction manager's ranking and message. Added
-	// within v2.
-	MemoryRequestBytes int64 `json:"memoryRequestBytes,omitempty"`
+	// MemoryRequest is the container's memory request as its spec states
+	// it (absent: none), for the eviction manager's ranking and message.
+	// Added within v2.
+	MemoryRequest *resource.Quantity `json:"memoryRequest,omitempty"`
 }
 
 // PodStats are a pod's resource figures.
