@@ -126,6 +126,21 @@ func (s *Server) gather(ctx context.Context) ([]bus.PodStats, int) {
 	return out, failed
 }
 
+// PodStats are the figures of every pod of the node, and how many
+// partitions did not answer (the eviction manager's view of the pods).
+func (s *Server) PodStats(ctx context.Context) ([]bus.PodStats, int) { return s.gather(ctx) }
+
+// Evict asks the owner of partition p to evict a pod (EvictRequest).
+func (s *Server) Evict(ctx context.Context, p int, req *bus.EvictRequest) (*bus.EvictResult, error) {
+	rctx, cancel := context.WithTimeout(ctx, s.reqTTL)
+	defer cancel()
+	e, err := s.cfg.Bus.Request(rctx, s.subj.Evict(p), bus.KindEvictRequest, req)
+	if err != nil {
+		return nil, err
+	}
+	return bus.DecodeEvictResult(e)
+}
+
 type errString string
 
 func (e errString) Error() string { return string(e) }
