@@ -15,7 +15,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -169,6 +168,8 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 			bus.KindStatsResult, func(e string) any { return &bus.StatsResult{Error: e} }},
 		{r.subjects.Stream(p), func(ctx context.Context, m *nats.Msg) { r.serveStream(ctx, rt, pub, m) },
 			bus.KindStreamResult, func(e string) any { return &bus.StreamResult{Error: e} }},
+		{r.subjects.Evict(p), func(ctx context.Context, m *nats.Msg) { r.serveEvict(ctx, sink, pub, m) },
+			bus.KindEvictResult, func(e string) any { return &bus.EvictResult{Error: e} }},
 	} {
 		if err := serve(s.subject, s.h, s.kind, s.failure); err != nil {
 			return fail(err)
@@ -662,14 +663,7 @@ func (r *Runner) serveStats(rt runtime.Runtime, pub *bus.Publisher, p int, m *na
 		if len(cs) == 0 {
 			continue
 		}
-		ps := bus.PodStats{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name}
-		for _, c := range cs {
-			if ps.StartTime.IsZero() || c.StartedAt.Before(ps.StartTime.Time) {
-				ps.StartTime = metav1.NewTime(c.StartedAt)
-			}
-			ps.Containers = append(ps.Containers, bus.ContainerStats{Name: c.Name, StartTime: metav1.NewTime(c.StartedAt),
-				CPUUsageNanoCores: c.CPUUsageNanoCores, CPUUsageCoreNanoSecs: c.CPUUsageCoreNanoSecs, MemoryWorkingSetBytes: c.MemoryWorkingSetBytes})
-		}
+		ps := podStats(pod, cs)
 		res.Pods = append(res.Pods, ps)
 	}
 	if err := pub.Send(m.Reply, bus.KindStatsResult, res); err != nil {

@@ -229,6 +229,8 @@ type Runner struct {
 	nodePods *nodePodsView
 	// snapshots puts SETs sent in parts back together.
 	snapshots *bus.Snapshots
+	// pressure is the node's pressure conditions (nodehb's NodePressure).
+	pressure pressureView
 }
 
 // tracerName names the stage's spans' instrumentation scope.
@@ -527,7 +529,7 @@ func (r *Runner) run(ctx context.Context) error {
 	ctrl := controller.New(controller.Config{
 		Runtime:    rt,
 		Sink:       sink,
-		Admit:      admissionChain(rt, sysctls, allocatable, thisNode),
+		Admit:      admissionChain(rt, sysctls, allocatable, thisNode, r.pressure.Conditions),
 		Recorder:   recorder,
 		Partitions: r.common.Partitions,
 		Log:        r.log,
@@ -580,6 +582,11 @@ func (r *Runner) run(ctx context.Context) error {
 		return err
 	}
 	defer stopSources()
+	stopPressure, err := r.watchPressure(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopPressure()
 
 	ownerCtx, stopOwner := context.WithCancel(context.Background())
 	ownerDone := make(chan struct{})
