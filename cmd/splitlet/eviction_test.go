@@ -283,3 +283,49 @@ func TestEvictionUnderMemoryPressure(t *testing.T) {
 		t.Fatalf("the Guaranteed pod was evicted: %+v", evs)
 	}
 }
+
+// TestEvictionEmptyDirSizeLimit: on containerd, a pod that fills its
+// emptyDir past sizeLimit is evicted with the kubelet's status and Event.
+func TestEvictionEmptyDirSizeLimit(t *testing.T) {
+	testenv.SkipShort(t, "containerd, etcd and kube-apiserver")
+	ctx := t.Context()
+	cd, err := testenv.EnsureContainerd(ctx, testenv.ContainerdOptions{})
+	if err != nil {
+		t.Fatalf("--runtime=cri needs a containerd: %v", err)
+	}
+	t.Cleanup(cd.Stop)
+	cp := testenv.ControlPlaneForTest(t)
+	const node = "e2e-emptydir"
+	startAgent(t, cp, node, "--runtime=cri", "--cri-endpoint="+cd.Endpoint, "--podworkers.local-storage-check-interval=1s")
+	cs := cp.Clientset()
+	waitNodeReady(t, cs, node)
+	limit := resource.MustParse("1Mi")
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "filler", Namespace: "default"},
+		Spec: corev1.PodSpec{NodeName: node, HostNetwork: true, TerminationGracePeriodSeconds: ptr(int64(30)),
+			Volumes: []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &limit}}}},
+			Containers: []corev1.Container{{Name: "fill", Image: testenv.BusyboxImage, ImagePullPolicy: corev1.PullIfNotPresent,
+				Command:      []string{"sh", "-c", "dd if=/dev/zero of=/scratch/fill bs=1M count=4 && sync; sleep 3600"},
+				VolumeMounts: []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}}}}}}
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.CoreV1().Pods("default").Delete(context.Background(), "filler", metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+	})
+	const want = `Usage of EmptyDir volume "scratch" exceeds the limit "1Mi". `
+	eventually(t, 2*time.Minute, "filler evicted", func() (bool, string) {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, "filler", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.Status.Phase == corev1.PodFailed && p.Status.Reason == "Evicted" && p.Status.Message == want,
+			fmt.Sprintf("%s %s %q", p.Status.Phase, p.Status.Reason, p.Status.Message)
+	})
+	eventually(t, time.Minute, "the Evicted Event", func() (bool, string) {
+		evs, err := podEvents(ctx, cs, "filler", "Evicted")
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(evs) == 1 && evs[0].Message == want && evs[0].Type == corev1.EventTypeWarning, fmt.Sprint(evs)
+	})
+}
