@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/splitlet/splitlet/libs/bus"
 )
@@ -124,7 +125,7 @@ func TestMemoryFirstAmongStarvedResources(t *testing.T) {
 func q(s string) *resource.Quantity { v := resource.MustParse(s); return &v }
 
 func pod(name string, prio int32, ws uint64, req *resource.Quantity) bus.PodStats {
-	return bus.PodStats{Name: name, Namespace: "default", Priority: prio,
+	return bus.PodStats{UID: types.UID(name), Name: name, Namespace: "default", Priority: prio,
 		Containers: []bus.ContainerStats{{Name: "c", MemoryWorkingSetBytes: ws, MemoryRequest: req}}}
 }
 
