@@ -90,6 +90,10 @@ func NewLoop(cfg Config, observe func(Observations) error, pods Pods, reclaimer 
 		changed: make(chan struct{}, 1)}
 }
 
+// Observe reads the node's signals now (nil for a node without real
+// resources, the sim runtime's).
+func (l *Loop) Observe(obs Observations) error { return l.observe(obs) }
+
 // SetReclaimer sets the node-level reclaim (before Run).
 func (l *Loop) SetReclaimer(nr NodeReclaimer) {
 	if nr == nil {

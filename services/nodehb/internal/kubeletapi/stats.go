@@ -14,6 +14,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/logging"
+	"github.com/splitlet/splitlet/services/nodehb/internal/eviction"
 )
 
 // The /stats/summary document, in the JSON form of the kubelet's stats API
@@ -33,6 +34,26 @@ type NodeStats struct {
 	StartTime        metav1.Time      `json:"startTime"`
 	CPU              *CPUStats        `json:"cpu,omitempty"`
 	Memory           *MemoryStats     `json:"memory,omitempty"`
+	Fs               *FsStats         `json:"fs,omitempty"`
+	Rlimit           *RlimitStats     `json:"rlimit,omitempty"`
+}
+
+// FsStats are a file system's figures.
+type FsStats struct {
+	Time           metav1.Time `json:"time"`
+	AvailableBytes *uint64     `json:"availableBytes,omitempty"`
+	CapacityBytes  *uint64     `json:"capacityBytes,omitempty"`
+	UsedBytes      *uint64     `json:"usedBytes,omitempty"`
+	InodesFree     *uint64     `json:"inodesFree,omitempty"`
+	Inodes         *uint64     `json:"inodes,omitempty"`
+	InodesUsed     *uint64     `json:"inodesUsed,omitempty"`
+}
+
+// RlimitStats are the node's process figures.
+type RlimitStats struct {
+	Time                  metav1.Time `json:"time"`
+	MaxPID                *int64      `json:"maxpid,omitempty"`
+	NumOfRunningProcesses *int64      `json:"curproc,omitempty"`
 }
 
 // PodReference names a pod.
@@ -69,6 +90,7 @@ type CPUStats struct {
 // MemoryStats are memory figures.
 type MemoryStats struct {
 	Time            metav1.Time `json:"time"`
+	AvailableBytes  *uint64     `json:"availableBytes,omitempty"`
 	WorkingSetBytes *uint64     `json:"workingSetBytes,omitempty"`
 }
 
@@ -176,7 +198,30 @@ func (s *Server) summarize(pods []bus.PodStats, now time.Time, start time.Time) 
 	}
 	sum.Node.CPU = &CPUStats{Time: t, UsageNanoCores: u64(nodeCores), UsageCoreNanoSeconds: u64(nodeCPU)}
 	sum.Node.Memory = &MemoryStats{Time: t, WorkingSetBytes: u64(nodeMem)}
+	if s.cfg.Observe != nil {
+		s.nodeFigures(&sum.Node, t)
+	}
 	return sum
+}
+
+// nodeFigures fills the node's own figures, as the eviction manager sees
+// them (kubelet: the root cgroup's memory, the node file system, rlimit).
+func (s *Server) nodeFigures(n *NodeStats, t metav1.Time) {
+	obs := eviction.Observations{}
+	_ = s.cfg.Observe(obs)
+	if o, ok := obs[eviction.MemoryAvailable]; ok {
+		n.Memory = &MemoryStats{Time: t, AvailableBytes: u64(uint64(o.Available)), WorkingSetBytes: u64(uint64(o.Capacity - o.Available))}
+	}
+	if o, ok := obs[eviction.NodeFsAvailable]; ok {
+		n.Fs = &FsStats{Time: t, AvailableBytes: u64(uint64(o.Available)), CapacityBytes: u64(uint64(o.Capacity)), UsedBytes: u64(uint64(o.Capacity - o.Available))}
+		if i, ok := obs[eviction.NodeFsInodesFree]; ok {
+			n.Fs.InodesFree, n.Fs.Inodes, n.Fs.InodesUsed = u64(uint64(i.Available)), u64(uint64(i.Capacity)), u64(uint64(i.Capacity-i.Available))
+		}
+	}
+	if o, ok := obs[eviction.PIDAvailable]; ok {
+		maxPID, cur := o.Capacity, o.Capacity-o.Available
+		n.Rlimit = &RlimitStats{Time: t, MaxPID: &maxPID, NumOfRunningProcesses: &cur}
+	}
 }
 
 var processStart = time.Now()

@@ -181,6 +181,7 @@ func Build(cfg *Config, common *config.Common, log *zap.Logger, clients Clients,
 		RequestTimeout: cfg.RequestTimeout,
 		Configz:        configz,
 		Trace:          tp.Handler,
+		Observe:        r.Eviction.Observe,
 	})
 	if err != nil {
 		stopEvents()
