@@ -453,6 +453,18 @@ type PodStats struct {
 type StatsResult struct {
 	Pods  []PodStats `json:"pods"`
 	Error string     `json:"error,omitempty"`
+	// ImageFs is the runtime's image file system (CRI ImageFsInfo), for
+	// the eviction manager's imagefs signals; absent when the runtime
+	// keeps no images. Added within v2.
+	ImageFs *FsStats `json:"imageFs,omitempty"`
+}
+
+// FsStats are a file system's figures.
+type FsStats struct {
+	AvailableBytes uint64 `json:"availableBytes"`
+	CapacityBytes  uint64 `json:"capacityBytes"`
+	InodesFree     uint64 `json:"inodesFree"`
+	Inodes         uint64 `json:"inodes"`
 }
 
 func (p *StatsResult) validate(*Envelope) error { return nil }

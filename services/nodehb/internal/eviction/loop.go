@@ -34,7 +34,7 @@ func (NopReclaimer) Reclaim(context.Context, Signal) error { return nil }
 // Pods are what the loop needs of the pod workers: the figures of every
 // pod (and how many partitions did not answer), and the eviction of one.
 type Pods interface {
-	Stats(ctx context.Context) ([]bus.PodStats, int)
+	Stats(ctx context.Context) (pods []bus.PodStats, imageFs *bus.FsStats, failed int)
 	Evict(ctx context.Context, p int, req *bus.EvictRequest) (*bus.EvictResult, error)
 }
 
@@ -128,10 +128,7 @@ func (l *Loop) Run(ctx context.Context) {
 
 // Round observes, reports the conditions, and evicts at most one pod.
 func (l *Loop) Round(ctx context.Context) {
-	obs := Observations{}
-	if err := l.observe(obs); err != nil {
-		l.log.Debug("eviction signals incomplete", zap.Error(err))
-	}
+	pods, obs := l.observeAll(ctx)
 	round := l.state.Observe(obs, l.now())
 	l.setConditions(ctx, round.Conditions)
 	th, ok := round.Reclaim()
@@ -144,7 +141,6 @@ func (l *Loop) Round(ctx context.Context) {
 	if l.reclaimNodeLevel(ctx, th) {
 		return
 	}
-	pods, _ := l.pods.Stats(ctx)
 	if l.waiting(pods) {
 		return
 	}
@@ -171,13 +167,29 @@ func (l *Loop) reclaimNodeLevel(ctx context.Context, th Threshold) bool {
 		l.log.Warn("node-level reclaim failed", zap.String("signal", string(th.Signal)), zap.Error(err))
 		return false
 	}
-	obs := Observations{}
-	_ = l.observe(obs)
+	_, obs := l.observeAll(ctx)
 	if !isMet(th, obs, true) {
 		l.log.Info("node-level reclaim relieved the pressure without evicting pods", zap.String("signal", string(th.Signal)))
 		return true
 	}
 	return false
+}
+
+// observeAll reads the pods' figures and the signals: the host's, and the
+// image file system the runtime reports.
+func (l *Loop) observeAll(ctx context.Context) ([]bus.PodStats, Observations) {
+	pods, imageFs, _ := l.pods.Stats(ctx)
+	obs := Observations{}
+	if err := l.observe(obs); err != nil {
+		l.log.Debug("eviction signals incomplete", zap.Error(err))
+	}
+	if imageFs != nil && imageFs.CapacityBytes > 0 {
+		obs[ImageFsAvailable] = Observation{Available: int64(imageFs.AvailableBytes), Capacity: int64(imageFs.CapacityBytes)}
+		if imageFs.Inodes > 0 {
+			obs[ImageFsInodesFree] = Observation{Available: int64(imageFs.InodesFree), Capacity: int64(imageFs.Inodes)}
+		}
+	}
+	return pods, obs
 }
 
 // waiting: the pod evicted last still shows and CleanupWait has not passed.

@@ -20,12 +20,13 @@ type fakePods struct {
 	pods    []bus.PodStats
 	evicted map[string]int
 	asked   []string
+	imageFs *bus.FsStats
 }
 
-func (f *fakePods) Stats(context.Context) ([]bus.PodStats, int) {
+func (f *fakePods) Stats(context.Context) ([]bus.PodStats, *bus.FsStats, int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]bus.PodStats(nil), f.pods...), 0
+	return append([]bus.PodStats(nil), f.pods...), f.imageFs, 0
 }
 
 func (f *fakePods) Evict(_ context.Context, _ int, req *bus.EvictRequest) (*bus.EvictResult, error) {
@@ -111,5 +112,17 @@ func TestLoopNodeLevelReclaimFirst(t *testing.T) {
 	l.Round(t.Context())
 	if len(reclaimed) != 1 || reclaimed[0] != MemoryAvailable || len(pods.asked) != 0 {
 		t.Fatalf("reclaimed %v, asked %v: want a node-level reclaim and no eviction", reclaimed, pods.asked)
+	}
+}
+
+func TestLoopImageFsFromTheRuntime(t *testing.T) {
+	pods := &fakePods{evicted: map[string]int{}, pods: []bus.PodStats{pod("a", 0, 1, nil)},
+		imageFs: &bus.FsStats{AvailableBytes: 10, CapacityBytes: 100, InodesFree: 50, Inodes: 100}}
+	l := NewLoop(Config{Thresholds: mustParse(t, "imagefs.available<15%", "", nil, nil), Interval: time.Second, Transition: time.Minute, Partitions: 1},
+		func(Observations) error { return nil }, pods, nil, func(context.Context, []corev1.NodeConditionType) error { return nil },
+		record.NewFakeRecorder(10), zap.NewNop())
+	l.Round(t.Context())
+	if c := l.Conditions(); len(c) != 1 || c[0] != corev1.NodeDiskPressure || len(pods.asked) != 1 {
+		t.Fatalf("conditions %v, asked %v: want DiskPressure and an eviction", c, pods.asked)
 	}
 }

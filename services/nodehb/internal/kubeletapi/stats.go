@@ -98,9 +98,10 @@ func u64(v uint64) *uint64 { return &v }
 
 // gather asks every partition for its pods' figures, concurrently; a
 // partition that does not answer is left out and counted.
-func (s *Server) gather(ctx context.Context) ([]bus.PodStats, int) {
+func (s *Server) gather(ctx context.Context) ([]bus.PodStats, *bus.FsStats, int) {
 	var mu sync.Mutex
 	var out []bus.PodStats
+	var imageFs *bus.FsStats
 	failed := 0
 	var wg sync.WaitGroup
 	for p := 0; p < s.cfg.Partitions; p++ {
@@ -126,6 +127,9 @@ func (s *Server) gather(ctx context.Context) ([]bus.PodStats, int) {
 				return
 			}
 			out = append(out, res.Pods...)
+			if imageFs == nil {
+				imageFs = res.ImageFs
+			}
 		}(p)
 	}
 	wg.Wait()
@@ -145,12 +149,14 @@ func (s *Server) gather(ctx context.Context) ([]bus.PodStats, int) {
 		}
 		return out[i].Name < out[j].Name
 	})
-	return out, failed
+	return out, imageFs, failed
 }
 
 // PodStats are the figures of every pod of the node, and how many
 // partitions did not answer (the eviction manager's view of the pods).
-func (s *Server) PodStats(ctx context.Context) ([]bus.PodStats, int) { return s.gather(ctx) }
+func (s *Server) PodStats(ctx context.Context) ([]bus.PodStats, *bus.FsStats, int) {
+	return s.gather(ctx)
+}
 
 // Evict asks the owner of partition p to evict a pod (EvictRequest).
 func (s *Server) Evict(ctx context.Context, p int, req *bus.EvictRequest) (*bus.EvictResult, error) {
@@ -227,7 +233,7 @@ func (s *Server) nodeFigures(n *NodeStats, t metav1.Time) {
 var processStart = time.Now()
 
 func (s *Server) handleSummary(w http.ResponseWriter, r *http.Request) {
-	pods, failed := s.gather(r.Context())
+	pods, _, failed := s.gather(r.Context())
 	if failed > 0 {
 		s.log.Info("stats summary incomplete", zap.Int("partitionsWithoutAnswer", failed))
 	}
@@ -237,7 +243,7 @@ func (s *Server) handleSummary(w http.ResponseWriter, r *http.Request) {
 // handleResourceMetrics serves /metrics/resource: the kubelet's resource
 // metrics, from the same figures as the summary.
 func (s *Server) handleResourceMetrics(w http.ResponseWriter, r *http.Request) {
-	pods, failed := s.gather(r.Context())
+	pods, _, failed := s.gather(r.Context())
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(resourceCollector{sum: s.summarize(pods, time.Now(), processStart), failed: failed > 0})
 	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(w, r)

@@ -658,6 +658,13 @@ func (r *Runner) serveStats(rt runtime.Runtime, pub *bus.Publisher, p int, m *na
 		return
 	}
 	res := &bus.StatsResult{Pods: []bus.PodStats{}}
+	if ifs, ok := rt.(runtime.ImageFs); ok {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if st, err := ifs.ImageFsStats(ctx); err == nil {
+			res.ImageFs = &bus.FsStats{AvailableBytes: st.AvailableBytes, CapacityBytes: st.CapacityBytes, InodesFree: st.InodesFree, Inodes: st.Inodes}
+		}
+		cancel()
+	}
 	for _, pod := range r.Controller().PodsOf(p) {
 		cs := rt.Stats(pod.UID)
 		if len(cs) == 0 {
