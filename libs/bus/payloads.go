@@ -419,8 +419,12 @@ func DecodeStreamResult(e *Envelope) (*StreamResult, error) {
 }
 
 // StatsRequest asks the replica that owns a partition for the resource
-// figures of its pods.
-type StatsRequest struct{}
+// figures of its pods. ImageFsOnly asks for the runtime's image file
+// system alone (no pods; added within v2: an older pod worker answers in
+// full).
+type StatsRequest struct {
+	ImageFsOnly bool `json:"imageFsOnly,omitempty"`
+}
 
 func (p *StatsRequest) validate(*Envelope) error { return nil }
 

@@ -34,7 +34,9 @@ func (NopReclaimer) Reclaim(context.Context, Signal) error { return nil }
 // Pods are what the loop needs of the pod workers: the figures of every
 // pod (and how many partitions did not answer), and the eviction of one.
 type Pods interface {
-	Stats(ctx context.Context) (pods []bus.PodStats, imageFs *bus.FsStats, failed int)
+	Stats(ctx context.Context) (pods []bus.PodStats, failed int)
+	// ImageFs is the runtime's image file system (nil: none).
+	ImageFs(ctx context.Context) *bus.FsStats
 	Evict(ctx context.Context, p int, req *bus.EvictRequest) (*bus.EvictResult, error)
 }
 
@@ -65,6 +67,8 @@ type Loop struct {
 	recorder  record.EventRecorder
 	log       *zap.Logger
 	now       func() time.Time
+	// watchesImageFs: a threshold is on an imagefs signal.
+	watchesImageFs bool
 
 	mu      sync.Mutex
 	conds   []corev1.NodeConditionType
@@ -85,9 +89,13 @@ func NewLoop(cfg Config, observe func(Observations) error, pods Pods, reclaimer 
 	if cfg.CleanupWait == 0 {
 		cfg.CleanupWait = 30 * time.Second
 	}
-	return &Loop{cfg: cfg, state: NewState(cfg.Thresholds, cfg.Transition), observe: observe, pods: pods,
+	l := &Loop{cfg: cfg, state: NewState(cfg.Thresholds, cfg.Transition), observe: observe, pods: pods,
 		reclaimer: reclaimer, publish: publish, recorder: recorder, log: log, now: time.Now,
 		changed: make(chan struct{}, 1)}
+	for _, t := range cfg.Thresholds {
+		l.watchesImageFs = l.watchesImageFs || t.Signal == ImageFsAvailable || t.Signal == ImageFsInodesFree
+	}
+	return l
 }
 
 // Observe reads the node's signals now (nil for a node without real
@@ -128,7 +136,7 @@ func (l *Loop) Run(ctx context.Context) {
 
 // Round observes, reports the conditions, and evicts at most one pod.
 func (l *Loop) Round(ctx context.Context) {
-	pods, obs := l.observeAll(ctx)
+	obs := l.observeAll(ctx)
 	round := l.state.Observe(obs, l.now())
 	l.setConditions(ctx, round.Conditions)
 	th, ok := round.Reclaim()
@@ -141,6 +149,7 @@ func (l *Loop) Round(ctx context.Context) {
 	if l.reclaimNodeLevel(ctx, th) {
 		return
 	}
+	pods, _ := l.pods.Stats(ctx)
 	if l.waiting(pods) {
 		return
 	}
@@ -167,7 +176,7 @@ func (l *Loop) reclaimNodeLevel(ctx context.Context, th Threshold) bool {
 		l.log.Warn("node-level reclaim failed", zap.String("signal", string(th.Signal)), zap.Error(err))
 		return false
 	}
-	_, obs := l.observeAll(ctx)
+	obs := l.observeAll(ctx)
 	if !isMet(th, obs, true) {
 		l.log.Info("node-level reclaim relieved the pressure without evicting pods", zap.String("signal", string(th.Signal)))
 		return true
@@ -175,21 +184,23 @@ func (l *Loop) reclaimNodeLevel(ctx context.Context, th Threshold) bool {
 	return false
 }
 
-// observeAll reads the pods' figures and the signals: the host's, and the
-// image file system the runtime reports.
-func (l *Loop) observeAll(ctx context.Context) ([]bus.PodStats, Observations) {
-	pods, imageFs, _ := l.pods.Stats(ctx)
+// observeAll reads the signals: the host's, and the image file system the
+// runtime reports (asked for only when a threshold watches it).
+func (l *Loop) observeAll(ctx context.Context) Observations {
 	obs := Observations{}
 	if err := l.observe(obs); err != nil {
 		l.log.Debug("eviction signals incomplete", zap.Error(err))
 	}
-	if imageFs != nil && imageFs.CapacityBytes > 0 {
+	if !l.watchesImageFs {
+		return obs
+	}
+	if imageFs := l.pods.ImageFs(ctx); imageFs != nil && imageFs.CapacityBytes > 0 {
 		obs[ImageFsAvailable] = Observation{Available: int64(imageFs.AvailableBytes), Capacity: int64(imageFs.CapacityBytes)}
 		if imageFs.Inodes > 0 {
 			obs[ImageFsInodesFree] = Observation{Available: int64(imageFs.InodesFree), Capacity: int64(imageFs.Inodes)}
 		}
 	}
-	return pods, obs
+	return obs
 }
 
 // waiting: the pod evicted last still shows and CleanupWait has not passed.

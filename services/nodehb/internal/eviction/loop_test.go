@@ -23,11 +23,13 @@ type fakePods struct {
 	imageFs *bus.FsStats
 }
 
-func (f *fakePods) Stats(context.Context) ([]bus.PodStats, *bus.FsStats, int) {
+func (f *fakePods) Stats(context.Context) ([]bus.PodStats, int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]bus.PodStats(nil), f.pods...), f.imageFs, 0
+	return append([]bus.PodStats(nil), f.pods...), 0
 }
+
+func (f *fakePods) ImageFs(context.Context) *bus.FsStats { return f.imageFs }
 
 func (f *fakePods) Evict(_ context.Context, _ int, req *bus.EvictRequest) (*bus.EvictResult, error) {
 	f.mu.Lock()

@@ -154,8 +154,26 @@ func (s *Server) gather(ctx context.Context) ([]bus.PodStats, *bus.FsStats, int)
 
 // PodStats are the figures of every pod of the node, and how many
 // partitions did not answer (the eviction manager's view of the pods).
-func (s *Server) PodStats(ctx context.Context) ([]bus.PodStats, *bus.FsStats, int) {
-	return s.gather(ctx)
+func (s *Server) PodStats(ctx context.Context) ([]bus.PodStats, int) {
+	pods, _, failed := s.gather(ctx)
+	return pods, failed
+}
+
+// ImageFs is the runtime's image file system, from the first partition
+// whose owner reports one; nil when none does.
+func (s *Server) ImageFs(ctx context.Context) *bus.FsStats {
+	for p := 0; p < s.cfg.Partitions; p++ {
+		rctx, cancel := context.WithTimeout(ctx, s.reqTTL)
+		e, err := s.cfg.Bus.Request(rctx, s.subj.Stats(p), bus.KindStatsRequest, &bus.StatsRequest{ImageFsOnly: true})
+		cancel()
+		if err != nil {
+			continue
+		}
+		if res, err := bus.DecodeStatsResult(e); err == nil && res.Error == "" {
+			return res.ImageFs // one runtime: every owner reports the same
+		}
+	}
+	return nil
 }
 
 // Evict asks the owner of partition p to evict a pod (EvictRequest).

@@ -195,9 +195,8 @@ func Build(cfg *Config, common *config.Common, log *zap.Logger, clients Clients,
 // runtime requests (built after the loop).
 type podsView struct{ api *kubeletapi.Server }
 
-func (v *podsView) Stats(ctx context.Context) ([]bus.PodStats, *bus.FsStats, int) {
-	return v.api.PodStats(ctx)
-}
+func (v *podsView) Stats(ctx context.Context) ([]bus.PodStats, int) { return v.api.PodStats(ctx) }
+func (v *podsView) ImageFs(ctx context.Context) *bus.FsStats        { return v.api.ImageFs(ctx) }
 func (v *podsView) Evict(ctx context.Context, p int, req *bus.EvictRequest) (*bus.EvictResult, error) {
 	return v.api.Evict(ctx, p, req)
 }

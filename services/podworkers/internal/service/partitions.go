@@ -657,6 +657,15 @@ func (r *Runner) serveStats(rt runtime.Runtime, pub *bus.Publisher, p int, m *na
 	if m.Reply == "" {
 		return
 	}
+	var req *bus.StatsRequest
+	e, err := bus.Decode(m.Data)
+	if err == nil {
+		req, err = bus.DecodeStatsRequest(e)
+	}
+	if err != nil {
+		_ = pub.Send(m.Reply, bus.KindStatsResult, &bus.StatsResult{Error: err.Error()})
+		return
+	}
 	res := &bus.StatsResult{Pods: []bus.PodStats{}}
 	if ifs, ok := rt.(runtime.ImageFs); ok {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -664,6 +673,12 @@ func (r *Runner) serveStats(rt runtime.Runtime, pub *bus.Publisher, p int, m *na
 			res.ImageFs = &bus.FsStats{AvailableBytes: st.AvailableBytes, CapacityBytes: st.CapacityBytes, InodesFree: st.InodesFree, Inodes: st.Inodes}
 		}
 		cancel()
+	}
+	if req.ImageFsOnly {
+		if err := pub.Send(m.Reply, bus.KindStatsResult, res); err != nil {
+			r.log.Warn("cannot answer stats", zap.Error(err))
+		}
+		return
 	}
 	for _, pod := range r.Controller().PodsOf(p) {
 		cs := rt.Stats(pod.UID)
