@@ -139,8 +139,8 @@ func TestEvictionUnderMemoryPressure(t *testing.T) {
 		t.Fatal(err)
 	}
 	dataDir := t.TempDir()
-	nodehb := func() (*exec.Cmd, chan struct{}) {
-		cmd, _, done := startKillable(t, bin, "nodehb", "--services=nodehb", "--kubeconfig="+cp.Kubeconfig, "--node-name="+node,
+	nodehb := func() (*exec.Cmd, *apptest.Buffer, chan struct{}) {
+		cmd, logs, done := startKillable(t, bin, "nodehb", "--services=nodehb", "--kubeconfig="+cp.Kubeconfig, "--node-name="+node,
 			"--data-dir="+dataDir, "--http-addr=127.0.0.1:0", "--runtime=cri",
 			fmt.Sprintf("--nats-url=nats://127.0.0.1:%d", natsPort),
 			fmt.Sprintf("--nodehb.port=%d", kubeletPort), "--nodehb.client-ca-file="+cp.CAFile,
@@ -151,9 +151,9 @@ func TestEvictionUnderMemoryPressure(t *testing.T) {
 			"--nodehb.eviction-soft-grace-period=memory.available=0s", "--nodehb.eviction-max-pod-grace-period=20",
 			"--nodehb.eviction-pressure-transition-period=5s", "--nodehb.eviction-monitoring-interval=1s",
 			"--nodehb.node-status-update-frequency=1s")
-		return cmd, done
+		return cmd, logs, done
 	}
-	first, firstDone := nodehb()
+	first, _, firstDone := nodehb()
 	cs := cp.Clientset()
 	waitNodeReady(t, cs, node)
 
@@ -227,7 +227,7 @@ func TestEvictionUnderMemoryPressure(t *testing.T) {
 	_ = first.Process.Kill()
 	<-firstDone
 	mk("late", false, "sleep 3600")
-	nodehb()
+	_, secondLog, _ := nodehb()
 
 	// Under MemoryPressure, a BestEffort pod is refused at admission.
 	eventually(t, time.Minute, "MemoryPressure on the Node", func() (bool, string) {
@@ -249,6 +249,12 @@ func TestEvictionUnderMemoryPressure(t *testing.T) {
 	if late, _ := podOf("late"); late.Status.Reason != "Evicted" || late.Status.Message != "Pod was rejected: The node had condition: [MemoryPressure]. " {
 		t.Errorf("late: %s %q", late.Status.Reason, late.Status.Message)
 	}
+
+	// The new eviction manager found the pressure and hog first, and was
+	// told hog is being evicted already.
+	eventually(t, time.Minute, "the new nodehb told hog is evicted already", func() (bool, string) {
+		return strings.Contains(secondLog.String(), "pod already evicted or terminating"), ""
+	})
 
 	// The pressure ends with hog; the condition clears after the
 	// transition period.
