@@ -17,19 +17,21 @@ import (
 )
 
 // NodeReclaimer frees node-level resources (unused images, dead
-// containers) before any pod is evicted for the signal (kubelet: the
-// image and container garbage collectors the eviction manager calls for
-// the disk signals). The loop observes again after it and evicts only if
-// the threshold is still met.
+// containers) before any pod is evicted for the signal ("nodefs.available",
+// "imagefs.available", ...; kubelet: the image and container garbage
+// collectors the eviction manager calls for the disk signals). The loop
+// observes again after it and evicts only if the threshold is still met.
+// The signal is a plain string so that an implementation outside nodehb
+// needs nothing of this package.
 type NodeReclaimer interface {
-	Reclaim(ctx context.Context, s Signal) error
+	Reclaim(ctx context.Context, signal string) error
 }
 
 // NopReclaimer frees nothing.
 type NopReclaimer struct{}
 
 // Reclaim implements NodeReclaimer.
-func (NopReclaimer) Reclaim(context.Context, Signal) error { return nil }
+func (NopReclaimer) Reclaim(context.Context, string) error { return nil }
 
 // Pods are what the loop needs of the pod workers: the figures of every
 // pod (and how many partitions did not answer), and the eviction of one.
@@ -172,7 +174,7 @@ func (l *Loop) reclaimNodeLevel(ctx context.Context, th Threshold) bool {
 	if _, nop := l.reclaimer.(NopReclaimer); nop {
 		return false
 	}
-	if err := l.reclaimer.Reclaim(ctx, th.Signal); err != nil {
+	if err := l.reclaimer.Reclaim(ctx, string(th.Signal)); err != nil {
 		l.log.Warn("node-level reclaim failed", zap.String("signal", string(th.Signal)), zap.Error(err))
 		return false
 	}

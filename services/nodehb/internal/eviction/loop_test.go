@@ -42,9 +42,9 @@ func (f *fakePods) Evict(_ context.Context, _ int, req *bus.EvictRequest) (*bus.
 	return &bus.EvictResult{Evicted: true}, nil
 }
 
-type reclaimFunc func(context.Context, Signal) error
+type reclaimFunc func(context.Context, string) error
 
-func (f reclaimFunc) Reclaim(ctx context.Context, s Signal) error { return f(ctx, s) }
+func (f reclaimFunc) Reclaim(ctx context.Context, s string) error { return f(ctx, s) }
 
 func newTestLoop(t *testing.T, pods *fakePods, avail *int64) *Loop {
 	ts := mustParse(t, "memory.available<100Mi", "", nil, nil)
@@ -105,14 +105,14 @@ func TestLoopNodeLevelReclaimFirst(t *testing.T) {
 	pods := &fakePods{evicted: map[string]int{}, pods: []bus.PodStats{pod("besteffort", 0, 200<<20, nil)}}
 	avail := int64(50 << 20)
 	l := newTestLoop(t, pods, &avail)
-	var reclaimed []Signal
-	l.SetReclaimer(reclaimFunc(func(_ context.Context, s Signal) error {
+	var reclaimed []string
+	l.SetReclaimer(reclaimFunc(func(_ context.Context, s string) error {
 		reclaimed = append(reclaimed, s)
 		avail = 500 << 20
 		return nil
 	}))
 	l.Round(t.Context())
-	if len(reclaimed) != 1 || reclaimed[0] != MemoryAvailable || len(pods.asked) != 0 {
+	if len(reclaimed) != 1 || reclaimed[0] != string(MemoryAvailable) || len(pods.asked) != 0 {
 		t.Fatalf("reclaimed %v, asked %v: want a node-level reclaim and no eviction", reclaimed, pods.asked)
 	}
 }
