@@ -171,8 +171,8 @@ func (l *Loop) Round(ctx context.Context) {
 // reclaimNodeLevel asks the node-level reclaimer first; true when the
 // threshold (with its minimum reclaim) is no longer met after it.
 func (l *Loop) reclaimNodeLevel(ctx context.Context, th Threshold) bool {
-	if _, nop := l.reclaimer.(NopReclaimer); nop {
-		return false
+	if _, nop := l.reclaimer.(NopReclaimer); nop || th.Signal.Condition() != corev1.NodeDiskPressure {
+		return false // kubelet: only the disk signals have node-level reclaim
 	}
 	if err := l.reclaimer.Reclaim(ctx, string(th.Signal)); err != nil {
 		l.log.Warn("node-level reclaim failed", zap.String("signal", string(th.Signal)), zap.Error(err))

@@ -103,16 +103,21 @@ func TestLoopEvictsOnePodAndWaitsForIt(t *testing.T) {
 
 func TestLoopNodeLevelReclaimFirst(t *testing.T) {
 	pods := &fakePods{evicted: map[string]int{}, pods: []bus.PodStats{pod("besteffort", 0, 200<<20, nil)}}
-	avail := int64(50 << 20)
-	l := newTestLoop(t, pods, &avail)
+	avail := int64(5)
+	l := NewLoop(Config{Thresholds: mustParse(t, "nodefs.available<10%,memory.available<100Mi", "", nil, nil), Interval: time.Second, Transition: time.Minute, Partitions: 1},
+		func(o Observations) error {
+			o[NodeFsAvailable] = Observation{Available: avail, Capacity: 100}
+			o[MemoryAvailable] = Observation{Available: 1 << 30, Capacity: 2 << 30}
+			return nil
+		}, pods, nil, func(context.Context, []corev1.NodeConditionType) error { return nil }, record.NewFakeRecorder(10), zap.NewNop())
 	var reclaimed []string
 	l.SetReclaimer(reclaimFunc(func(_ context.Context, s string) error {
 		reclaimed = append(reclaimed, s)
-		avail = 500 << 20
+		avail = 50
 		return nil
 	}))
 	l.Round(t.Context())
-	if len(reclaimed) != 1 || reclaimed[0] != string(MemoryAvailable) || len(pods.asked) != 0 {
+	if len(reclaimed) != 1 || reclaimed[0] != string(NodeFsAvailable) || len(pods.asked) != 0 {
 		t.Fatalf("reclaimed %v, asked %v: want a node-level reclaim and no eviction", reclaimed, pods.asked)
 	}
 }
