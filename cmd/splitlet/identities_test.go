@@ -137,6 +137,9 @@ func TestStageIdentities(t *testing.T) {
 		{bus.StageStatussync, s.ProbeExec(0)},    // and only the prober asks for them
 		{bus.StageStatussync, s.ProbeResults(0)}, // only the prober reports probes
 		{bus.StageNodehb, s.AgentReady()},        // only the pod workers say they are ready
+		{bus.StageProber, s.Evict(0)},            // only the eviction manager (nodehb) evicts
+		{bus.StageStatussync, s.Evict(0)},
+		{bus.StagePodworkers, s.NodePressure()}, // and says the node is under pressure
 		{bus.StagePodconfig, "$JS.API.STREAM.DELETE." + bus.StreamName(node, bus.StreamPodUpdates)}, // no stage manages streams
 		// no stage touches another's durable consumers, even on a stream
 		// it reads with consumers of its own.

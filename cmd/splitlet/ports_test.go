@@ -247,4 +247,3 @@ func deletePods(t *testing.T, cp *testenv.ControlPlane, names ...string) {
 		return true, ""
 	})
 }
-

@@ -80,6 +80,12 @@ func TestRoundTrips(t *testing.T) {
 			func(e *bus.Envelope) (any, error) { return bus.DecodeStreamResult(e) }},
 		{bus.KindStaticPods, "", &bus.StaticPods{Pods: []bus.StaticPod{{UID: "h", Namespace: "kube-system", Name: "etcd-node-a"}}, Path: "/etc/kubernetes/manifests"},
 			func(e *bus.Envelope) (any, error) { return bus.DecodeStaticPods(e) }},
+		{bus.KindNodePressure, "", &bus.NodePressure{Conditions: []corev1.NodeConditionType{corev1.NodeMemoryPressure}},
+			func(e *bus.Envelope) (any, error) { return bus.DecodeNodePressure(e) }},
+		{bus.KindEvictRequest, "", &bus.EvictRequest{PodUID: "u", Namespace: "default", Pod: "a", Reason: "Evicted", Message: "The node was low on resource: memory. ", GracePeriodSeconds: 0},
+			func(e *bus.Envelope) (any, error) { return bus.DecodeEvictRequest(e) }},
+		{bus.KindEvictResult, "", &bus.EvictResult{Evicted: true},
+			func(e *bus.Envelope) (any, error) { return bus.DecodeEvictResult(e) }},
 		{bus.KindStatsResult, "", &bus.StatsResult{Pods: []bus.PodStats{{UID: "u", Name: "a", Namespace: "default", StartTime: now, Containers: []bus.ContainerStats{{Name: "c", StartTime: now, MemoryWorkingSetBytes: 42}}}}},
 			func(e *bus.Envelope) (any, error) { return bus.DecodeStatsResult(e) }},
 	}

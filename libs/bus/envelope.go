@@ -35,6 +35,11 @@ const (
 	// KindStatusPatch was added within v2: what a shadow statussync would
 	// have written (docs/bus.md, "Shadow stages").
 	KindStatusPatch Kind = "StatusPatch"
+	// KindNodePressure, KindEvictRequest and KindEvictResult were added
+	// within v2 (node-pressure eviction).
+	KindNodePressure Kind = "NodePressure"
+	KindEvictRequest Kind = "EvictRequest"
+	KindEvictResult  Kind = "EvictResult"
 )
 
 var knownKinds = map[Kind]bool{
@@ -43,7 +48,7 @@ var knownKinds = map[Kind]bool{
 	KindLogsRequest: true, KindLogsChunk: true, KindExecRequest: true, KindExecResult: true,
 	KindStatsRequest: true, KindStatsResult: true,
 	KindStreamRequest: true, KindStreamResult: true,
-	KindStaticPods: true, KindStatusPatch: true,
+	KindStaticPods: true, KindStatusPatch: true, KindNodePressure: true, KindEvictRequest: true, KindEvictResult: true,
 }
 
 // Op is the operation of a PodUpdate, as the kubelet's config package names them.

@@ -79,6 +79,12 @@ func decodeKind(e *bus.Envelope) (any, error) {
 		return bus.DecodeStatsResult(e)
 	case bus.KindStaticPods:
 		return bus.DecodeStaticPods(e)
+	case bus.KindNodePressure:
+		return bus.DecodeNodePressure(e)
+	case bus.KindEvictRequest:
+		return bus.DecodeEvictRequest(e)
+	case bus.KindEvictResult:
+		return bus.DecodeEvictResult(e)
 	}
 	return nil, nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -458,8 +459,12 @@ func DecodeStreamResult(e *Envelope) (*StreamResult, error) {
 }
 
 // StatsRequest asks the replica that owns a partition for the resource
-// figures of its pods.
-type StatsRequest struct{}
+// figures of its pods. ImageFsOnly asks for the runtime's image file
+// system alone (no pods; added within v2: an older pod worker answers in
+// full).
+type StatsRequest struct {
+	ImageFsOnly bool `json:"imageFsOnly,omitempty"`
+}
 
 func (p *StatsRequest) validate(*Envelope) error { return nil }
 
@@ -470,6 +475,10 @@ type ContainerStats struct {
 	CPUUsageNanoCores     uint64      `json:"cpuUsageNanoCores"`
 	CPUUsageCoreNanoSecs  uint64      `json:"cpuUsageCoreNanoSeconds"`
 	MemoryWorkingSetBytes uint64      `json:"memoryWorkingSetBytes"`
+	// MemoryRequest is the container's memory request as its spec states
+	// it (absent: none), for the eviction manager's ranking and message.
+	// Added within v2.
+	MemoryRequest *resource.Quantity `json:"memoryRequest,omitempty"`
 }
 
 // PodStats are a pod's resource figures.
@@ -479,12 +488,27 @@ type PodStats struct {
 	Name       string           `json:"name"`
 	StartTime  metav1.Time      `json:"startTime"`
 	Containers []ContainerStats `json:"containers"`
+	// Priority is the pod's spec.priority (0 when unset), for the eviction
+	// manager's ranking. Added within v2.
+	Priority int32 `json:"priority,omitempty"`
 }
 
 // StatsResult answers a StatsRequest.
 type StatsResult struct {
 	Pods  []PodStats `json:"pods"`
 	Error string     `json:"error,omitempty"`
+	// ImageFs is the runtime's image file system (CRI ImageFsInfo), for
+	// the eviction manager's imagefs signals; absent when the runtime
+	// keeps no images. Added within v2.
+	ImageFs *FsStats `json:"imageFs,omitempty"`
+}
+
+// FsStats are a file system's figures.
+type FsStats struct {
+	AvailableBytes uint64 `json:"availableBytes"`
+	CapacityBytes  uint64 `json:"capacityBytes"`
+	InodesFree     uint64 `json:"inodesFree"`
+	Inodes         uint64 `json:"inodes"`
 }
 
 func (p *StatsResult) validate(*Envelope) error { return nil }
@@ -497,4 +521,81 @@ func DecodeStatsResult(e *Envelope) (*StatsResult, error) {
 // DecodeStatsRequest decodes a StatsRequest payload.
 func DecodeStatsRequest(e *Envelope) (*StatsRequest, error) {
 	return DecodePayload[StatsRequest](e, KindStatsRequest)
+}
+
+// NodePressure is the node's pressure conditions as the eviction manager
+// (nodehb) last observed them: the kubelet's MemoryPressure, DiskPressure
+// and PIDPressure, each listed while true (within the pressure transition
+// period). The pod workers' admission reads it (kubelet: the eviction
+// manager's admit handler). Added within v2.
+type NodePressure struct {
+	Conditions []corev1.NodeConditionType `json:"conditions"`
+}
+
+func (p *NodePressure) validate(*Envelope) error {
+	for i, c := range p.Conditions {
+		switch c {
+		case corev1.NodeMemoryPressure, corev1.NodeDiskPressure, corev1.NodePIDPressure:
+		default:
+			return fieldErr(fmt.Sprintf("payload.conditions[%d]", i), "not a pressure condition")
+		}
+	}
+	return nil
+}
+
+// DecodeNodePressure decodes and checks a NodePressure payload.
+func DecodeNodePressure(e *Envelope) (*NodePressure, error) {
+	return DecodePayload[NodePressure](e, KindNodePressure)
+}
+
+// EvictRequest asks the owner of a pod's partition to evict the pod: fail
+// it with Reason and Message (phase Failed), record the Event, and stop its
+// containers within GracePeriodSeconds (kubelet: the eviction manager's
+// evictPod). The pod is named three times, as in the runtime requests.
+// Added within v2.
+type EvictRequest struct {
+	PodUID             types.UID `json:"podUID"`
+	Namespace          string    `json:"namespace"`
+	Pod                string    `json:"pod"`
+	Reason             string    `json:"reason"`
+	Message            string    `json:"message"`
+	GracePeriodSeconds int64     `json:"gracePeriodSeconds"`
+}
+
+func (p *EvictRequest) validate(*Envelope) error {
+	switch {
+	case p.PodUID == "":
+		return fieldErr("payload.podUID", "required")
+	case p.Namespace == "":
+		return fieldErr("payload.namespace", "required")
+	case p.Pod == "":
+		return fieldErr("payload.pod", "required")
+	case p.Reason == "":
+		return fieldErr("payload.reason", "required")
+	case p.GracePeriodSeconds < 0:
+		return fieldErr("payload.gracePeriodSeconds", "negative")
+	}
+	return nil
+}
+
+// DecodeEvictRequest decodes and checks an EvictRequest payload.
+func DecodeEvictRequest(e *Envelope) (*EvictRequest, error) {
+	return DecodePayload[EvictRequest](e, KindEvictRequest)
+}
+
+// EvictResult answers an EvictRequest. Evicted: this request failed the
+// pod, and its Failed status is stored on the podstatus stream. Already: the
+// pod was evicted or was terminating before (nothing done again). Error:
+// the pod could not be evicted (not held, a runtime or bus failure).
+type EvictResult struct {
+	Evicted bool   `json:"evicted,omitempty"`
+	Already bool   `json:"already,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+func (p *EvictResult) validate(*Envelope) error { return nil }
+
+// DecodeEvictResult decodes an EvictResult payload.
+func DecodeEvictResult(e *Envelope) (*EvictResult, error) {
+	return DecodePayload[EvictResult](e, KindEvictResult)
 }

@@ -121,6 +121,12 @@ func (s Subjects) AgentReady() string { return s.prefix + "." + tokState + ".age
 // within v2.
 func (s Subjects) StaticPods() string { return s.prefix + "." + tokState + ".static" }
 
+// NodePressure carries the node's pressure conditions (MemoryPressure,
+// DiskPressure, PIDPressure) as the eviction manager observes them. Last
+// value kept. Published by nodehb; consumed by podworkers (admission).
+// Added within v2.
+func (s Subjects) NodePressure() string { return s.prefix + "." + tokState + ".pressure" }
+
 // StateAll matches the last-value subjects.
 func (s Subjects) StateAll() string { return s.prefix + "." + tokState + ".>" }
 
@@ -153,6 +159,11 @@ func (s Subjects) Stats(partition int) string { return s.part(tokRuntime+".stats
 // the requester falls back to Exec.
 func (s Subjects) Stream(partition int) string { return s.part(tokRuntime+".stream", partition) }
 
+// Evict is the request/reply subject where the eviction manager (nodehb)
+// asks the owner of a pod's partition to evict it (EvictRequest). Added
+// within v2.
+func (s Subjects) Evict(partition int) string { return s.part(tokRuntime+"."+tokEvict, partition) }
+
 // Status is the request/reply subject where every instance of a stage
 // answers with its StageStatus (the NATS service API's endpoint of the
 // stage; `$SRV.STATS` carries the same in its endpoint data). Added within
@@ -168,6 +179,7 @@ const (
 	tokState      = "state"
 	tokRuntime    = "runtime"
 	tokProbeExec  = "probeexec"
+	tokEvict      = "evict"
 )
 
 // PartitionOf reads the partition number from a partitioned subject (its

@@ -27,6 +27,11 @@ import (
 //   - ready-follows-agent: AgentReadiness ready → Ready True; not ready →
 //     Ready False (once the stage's not-ready grace has passed: run it with
 //     a grace well below the kit's timeout); ready again → Ready True.
+//   - pressure-published: a NodePressure on state.pressure that decodes
+//     (the eviction manager's conditions), and the Node's MemoryPressure,
+//     DiskPressure and PIDPressure agree with it, each with the kubelet's
+//     reason (KubeletHasSufficientMemory, KubeletHasNoDiskPressure,
+//     KubeletHasSufficientPID when false).
 func NodeHB(t *testing.T, tg Target, opts ...Option) {
 	h := newHarness(t, tg, opts)
 	if h.tg.Config == nil {
@@ -87,6 +92,55 @@ func NodeHB(t *testing.T, tg Target, opts ...Option) {
 		h.waitObject(t, "Node Ready False after a not-ready AgentReadiness", nodeReady(corev1.ConditionFalse))
 		agent(t, true)
 		h.waitObject(t, "Node Ready True again", nodeReady(corev1.ConditionTrue))
+	})
+	h.run(t, "pressure-published", false, func(t *testing.T) { h.pressurePublished(t, cs) })
+}
+
+// pressurePublished: the last NodePressure and the Node's pressure
+// conditions agree.
+func (h *harness) pressurePublished(t *testing.T, cs kubernetes.Interface) {
+	stream, err := h.js.Stream(context.Background(), bus.StreamName(h.tg.Node, bus.StreamState))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons := map[corev1.NodeConditionType][2]string{
+		corev1.NodeMemoryPressure: {"KubeletHasSufficientMemory", "KubeletHasInsufficientMemory"},
+		corev1.NodeDiskPressure:   {"KubeletHasNoDiskPressure", "KubeletHasDiskPressure"},
+		corev1.NodePIDPressure:    {"KubeletHasSufficientPID", "KubeletHasInsufficientPID"},
+	}
+	h.waitObject(t, "a NodePressure the Node agrees with", func(ctx context.Context) (any, bool, error) {
+		msg, err := stream.GetLastMsgForSubject(ctx, h.subjects.NodePressure())
+		if err != nil {
+			return nil, false, err
+		}
+		e, err := bus.DecodeMsg(msg.Header, msg.Data)
+		if err != nil {
+			t.Fatalf("NodePressure does not decode: %v", err)
+		}
+		np, err := bus.DecodeNodePressure(e)
+		if err != nil {
+			t.Fatalf("NodePressure does not decode: %v", err)
+		}
+		node, err := cs.CoreV1().Nodes().Get(ctx, h.tg.Node, metav1.GetOptions{})
+		if err != nil {
+			return nil, false, err
+		}
+		for typ, r := range reasons {
+			want, reason := corev1.ConditionFalse, r[0]
+			if slices.Contains(np.Conditions, typ) {
+				want, reason = corev1.ConditionTrue, r[1]
+			}
+			found := false
+			for _, c := range node.Status.Conditions {
+				if c.Type == typ {
+					found = c.Status == want && c.Reason == reason
+				}
+			}
+			if !found {
+				return map[string]any{"nodePressure": np, "conditions": node.Status.Conditions}, false, nil
+			}
+		}
+		return nil, true, nil
 	})
 }
 

@@ -50,6 +50,16 @@ import (
 //     without error; another command is answered with an error.
 //   - set-without-pod-terminates: a SET of the pod's source and partition
 //     that does not list it → terminated: true (once sources are ready).
+//   - evict-fails-pod-once: an EvictRequest on runtime.evict.<p> for a
+//     running pod → answered evicted: true after a status with phase
+//     Failed, the request's reason and message; then terminated: true; a
+//     second request → already: true, and the status keeps the first
+//     message.
+//   - pressure-refuses-best-effort: NodePressure [MemoryPressure] on
+//     state.pressure, then an ADD of a BestEffort pod → phase Failed,
+//     reason Evicted, message "Pod was rejected: The node had condition:
+//     [MemoryPressure]. ", terminated: true (the kit then publishes an
+//     empty NodePressure).
 func PodWorkers(t *testing.T, tg Target, opts ...Option) {
 	h := newHarness(t, tg, opts)
 	status := h.watch(t, h.subjects.PodStatusAll(), SourcePodWorkers)
@@ -177,6 +187,7 @@ func PodWorkers(t *testing.T, tg Target, opts ...Option) {
 				t.Errorf("logs under the UID of %s naming %s/%s: %q, %v; want an error and no log", pod.Name, ref.Namespace, ref.Pod, out.String(), err)
 			}
 		})
+		h.run(t, "evict-fails-pod-once", true, func(t *testing.T) { h.evictOnce(t, status) })
 		h.run(t, "logs-answered", true, func(t *testing.T) {
 			pod, _ := h.runPod(t, status, "logs")
 			ctx, cancel := context.WithTimeout(context.Background(), h.tg.Timeout)
@@ -196,6 +207,76 @@ func PodWorkers(t *testing.T, tg Target, opts ...Option) {
 		h.publish(t, h.api, h.subjects.PodUpdates(h.partition(string(pod.UID))), bus.KindPodUpdate, bus.OpSet, &bus.PodUpdate{Pods: []corev1.Pod{}})
 		h.waitTerminated(t, status, pod, from)
 	})
+	// The node's pressure refuses every new BestEffort pod, so it runs alone.
+	h.run(t, "pressure-refuses-best-effort", false, func(t *testing.T) { h.pressureRefuses(t, status) })
+}
+
+// evict asks the owner of pod's partition to evict it.
+func (h *harness) evict(t *testing.T, pod *corev1.Pod, message string) *bus.EvictResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), h.tg.Timeout)
+	defer cancel()
+	e, err := h.prober.Request(ctx, h.subjects.Evict(h.partition(string(pod.UID))), bus.KindEvictRequest, &bus.EvictRequest{
+		PodUID: pod.UID, Namespace: pod.Namespace, Pod: pod.Name, Reason: "Evicted", Message: message, GracePeriodSeconds: 1})
+	if err != nil {
+		t.Fatalf("no answer on runtime.evict: %v", err)
+	}
+	res, err := bus.DecodeEvictResult(e)
+	if err != nil {
+		t.Fatalf("the answer is not an EvictResult: %v", err)
+	}
+	return res
+}
+
+func (h *harness) evictOnce(t *testing.T, status *watcher) {
+	pod, _ := h.runPod(t, status, "evict")
+	from := status.count()
+	const first = "The node was low on resource: memory. (conformance) "
+	if res := h.evict(t, pod, first); !res.Evicted || res.Error != "" {
+		t.Fatalf("first EvictRequest: %+v, want evicted", res)
+	}
+	evicted := func(st *bus.PodRuntimeStatus) bool {
+		return st.Phase == corev1.PodFailed && st.Reason == "Evicted" && st.Message == first
+	}
+	status.waitFor(t, from, "phase Failed, reason Evicted, the request's message", podStatus(pod, evicted))
+	if res := h.evict(t, pod, "a second eviction (conformance) "); !res.Already || res.Evicted {
+		t.Errorf("second EvictRequest: %+v, want already", res)
+	}
+	status.waitFor(t, from, "terminated, still evicted with the first message", podStatus(pod, func(st *bus.PodRuntimeStatus) bool {
+		return st.Terminated && evicted(st)
+	}))
+}
+
+func (h *harness) pressureRefuses(t *testing.T, status *watcher) {
+	h.publish(t, h.workers, h.subjects.NodePressure(), bus.KindNodePressure, "",
+		&bus.NodePressure{Conditions: []corev1.NodeConditionType{corev1.NodeMemoryPressure}})
+	t.Cleanup(func() {
+		h.publish(t, h.workers, h.subjects.NodePressure(), bus.KindNodePressure, "", &bus.NodePressure{Conditions: []corev1.NodeConditionType{}})
+	})
+	const want = "Pod was rejected: The node had condition: [MemoryPressure]. "
+	// the pod workers follow state.pressure: a pod sent before they read
+	// it may be admitted, so each attempt is a new pod.
+	deadline := time.Now().Add(h.tg.Timeout)
+	for {
+		pod := h.newPod("pressure", sleeper())
+		from := status.count()
+		h.sendPods(t, bus.OpAdd, pod)
+		_, r := status.waitFor(t, from, "admitted or refused", podStatus(pod, func(st *bus.PodRuntimeStatus) bool {
+			return st.Phase == corev1.PodFailed || len(st.ContainerStatuses) > 0
+		}))
+		st, _ := bus.DecodePodRuntimeStatus(r.env)
+		h.sendPods(t, bus.OpRemove, pod)
+		if st.Phase == corev1.PodFailed {
+			if st.Reason != "Evicted" || st.Message != want || !st.Terminated {
+				t.Errorf("refused with %s %q (terminated %v), want Evicted %q", st.Reason, st.Message, st.Terminated, want)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a BestEffort pod admitted under MemoryPressure")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // ignoresSIGTERM makes the pod's container outlive SIGTERM until its grace

@@ -118,3 +118,16 @@ func isInit(pod *corev1.Pod, name string) bool {
 	}
 	return false
 }
+
+// IsCriticalPod: a static pod, a mirror pod, or one of priority
+// system-node-critical and above (kubelet: IsCriticalPod). The eviction
+// manager never evicts one, and admits one under pressure.
+func IsCriticalPod(pod *corev1.Pod) bool {
+	if src, ok := pod.Annotations["kubernetes.io/config.source"]; ok && src != "api" {
+		return true
+	}
+	if _, ok := pod.Annotations[corev1.MirrorPodAnnotationKey]; ok {
+		return true
+	}
+	return pod.Spec.Priority != nil && *pod.Spec.Priority >= systemCriticalPriority
+}

@@ -439,3 +439,16 @@ func SameResources(a, b corev1.ResourceRequirements) bool {
 	}
 	return same(a.Limits, b.Limits) && same(a.Requests, b.Requests)
 }
+
+// FsStats are a file system's figures: bytes and inodes, available and in
+// all.
+type FsStats struct {
+	AvailableBytes, CapacityBytes uint64
+	InodesFree, Inodes            uint64
+}
+
+// ImageFs is a runtime that keeps images on a file system of its own
+// choosing (CRI ImageFsInfo): the eviction manager's imagefs signals.
+type ImageFs interface {
+	ImageFsStats(ctx context.Context) (FsStats, error)
+}

@@ -2,7 +2,10 @@ package cri
 
 import (
 	"context"
+	"fmt"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -51,4 +54,27 @@ func (r *Runtime) Stats(uid types.UID) []runtime.ContainerStats {
 		out = append(out, cs)
 	}
 	return out
+}
+
+// ImageFsStats implements runtime.ImageFs: the file system that holds the
+// mount point CRI ImageFsInfo names (as the kubelet's stats provider finds
+// it: the runtime tells where, the file system says how full).
+func (r *Runtime) ImageFsStats(ctx context.Context) (runtime.FsStats, error) {
+	info, err := r.is.ImageFsInfo(ctx)
+	if err != nil {
+		return runtime.FsStats{}, err
+	}
+	for _, fs := range info.GetImageFilesystems() {
+		mp := fs.GetFsId().GetMountpoint()
+		if mp == "" {
+			continue
+		}
+		var st unix.Statfs_t
+		if err := unix.Statfs(mp, &st); err != nil {
+			return runtime.FsStats{}, fmt.Errorf("image file system %s: %w", mp, err)
+		}
+		return runtime.FsStats{AvailableBytes: st.Bavail * uint64(st.Bsize), CapacityBytes: st.Blocks * uint64(st.Bsize),
+			InodesFree: st.Ffree, Inodes: st.Files}, nil
+	}
+	return runtime.FsStats{}, fmt.Errorf("the runtime names no image file system")
 }

@@ -35,6 +35,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/logging"
+	"github.com/splitlet/splitlet/services/nodehb/internal/eviction"
 )
 
 // PodSource gives the pods bound to the node. GetPod returns an error for
@@ -87,6 +88,11 @@ type Config struct {
 	// context (an API server that traces, proxying logs or exec)
 	// continues it, down to the pod workers' runtime call.
 	Trace func(h http.Handler, operation string) http.Handler
+	// Observe, if set, adds the node's own figures (the eviction
+	// manager's signals) to /stats/summary's node: memory available and
+	// working set, the node file system, the process limit; nil: the node's
+	// memory is the sum of its pods'.
+	Observe func(eviction.Observations) error
 }
 
 // Server is the running kubelet API.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/logging"
+	"github.com/splitlet/splitlet/services/nodehb/internal/eviction"
 )
 
 // The /stats/summary document, in the JSON form of the kubelet's stats API
@@ -33,6 +34,26 @@ type NodeStats struct {
 	StartTime        metav1.Time      `json:"startTime"`
 	CPU              *CPUStats        `json:"cpu,omitempty"`
 	Memory           *MemoryStats     `json:"memory,omitempty"`
+	Fs               *FsStats         `json:"fs,omitempty"`
+	Rlimit           *RlimitStats     `json:"rlimit,omitempty"`
+}
+
+// FsStats are a file system's figures.
+type FsStats struct {
+	Time           metav1.Time `json:"time"`
+	AvailableBytes *uint64     `json:"availableBytes,omitempty"`
+	CapacityBytes  *uint64     `json:"capacityBytes,omitempty"`
+	UsedBytes      *uint64     `json:"usedBytes,omitempty"`
+	InodesFree     *uint64     `json:"inodesFree,omitempty"`
+	Inodes         *uint64     `json:"inodes,omitempty"`
+	InodesUsed     *uint64     `json:"inodesUsed,omitempty"`
+}
+
+// RlimitStats are the node's process figures.
+type RlimitStats struct {
+	Time                  metav1.Time `json:"time"`
+	MaxPID                *int64      `json:"maxpid,omitempty"`
+	NumOfRunningProcesses *int64      `json:"curproc,omitempty"`
 }
 
 // PodReference names a pod.
@@ -69,6 +90,7 @@ type CPUStats struct {
 // MemoryStats are memory figures.
 type MemoryStats struct {
 	Time            metav1.Time `json:"time"`
+	AvailableBytes  *uint64     `json:"availableBytes,omitempty"`
 	WorkingSetBytes *uint64     `json:"workingSetBytes,omitempty"`
 }
 
@@ -76,9 +98,10 @@ func u64(v uint64) *uint64 { return &v }
 
 // gather asks every partition for its pods' figures, concurrently; a
 // partition that does not answer is left out and counted.
-func (s *Server) gather(ctx context.Context) ([]bus.PodStats, int) {
+func (s *Server) gather(ctx context.Context) ([]bus.PodStats, *bus.FsStats, int) {
 	var mu sync.Mutex
 	var out []bus.PodStats
+	var imageFs *bus.FsStats
 	failed := 0
 	var wg sync.WaitGroup
 	for p := 0; p < s.cfg.Partitions; p++ {
@@ -104,6 +127,9 @@ func (s *Server) gather(ctx context.Context) ([]bus.PodStats, int) {
 				return
 			}
 			out = append(out, res.Pods...)
+			if imageFs == nil {
+				imageFs = res.ImageFs
+			}
 		}(p)
 	}
 	wg.Wait()
@@ -123,7 +149,42 @@ func (s *Server) gather(ctx context.Context) ([]bus.PodStats, int) {
 		}
 		return out[i].Name < out[j].Name
 	})
-	return out, failed
+	return out, imageFs, failed
+}
+
+// PodStats are the figures of every pod of the node, and how many
+// partitions did not answer (the eviction manager's view of the pods).
+func (s *Server) PodStats(ctx context.Context) ([]bus.PodStats, int) {
+	pods, _, failed := s.gather(ctx)
+	return pods, failed
+}
+
+// ImageFs is the runtime's image file system, from the first partition
+// whose owner reports one; nil when none does.
+func (s *Server) ImageFs(ctx context.Context) *bus.FsStats {
+	for p := 0; p < s.cfg.Partitions; p++ {
+		rctx, cancel := context.WithTimeout(ctx, s.reqTTL)
+		e, err := s.cfg.Bus.Request(rctx, s.subj.Stats(p), bus.KindStatsRequest, &bus.StatsRequest{ImageFsOnly: true})
+		cancel()
+		if err != nil {
+			continue
+		}
+		if res, err := bus.DecodeStatsResult(e); err == nil && res.Error == "" {
+			return res.ImageFs // one runtime: every owner reports the same
+		}
+	}
+	return nil
+}
+
+// Evict asks the owner of partition p to evict a pod (EvictRequest).
+func (s *Server) Evict(ctx context.Context, p int, req *bus.EvictRequest) (*bus.EvictResult, error) {
+	rctx, cancel := context.WithTimeout(ctx, s.reqTTL)
+	defer cancel()
+	e, err := s.cfg.Bus.Request(rctx, s.subj.Evict(p), bus.KindEvictRequest, req)
+	if err != nil {
+		return nil, err
+	}
+	return bus.DecodeEvictResult(e)
 }
 
 type errString string
@@ -161,13 +222,36 @@ func (s *Server) summarize(pods []bus.PodStats, now time.Time, start time.Time) 
 	}
 	sum.Node.CPU = &CPUStats{Time: t, UsageNanoCores: u64(nodeCores), UsageCoreNanoSeconds: u64(nodeCPU)}
 	sum.Node.Memory = &MemoryStats{Time: t, WorkingSetBytes: u64(nodeMem)}
+	if s.cfg.Observe != nil {
+		s.nodeFigures(&sum.Node, t)
+	}
 	return sum
+}
+
+// nodeFigures fills the node's own figures, as the eviction manager sees
+// them (kubelet: the root cgroup's memory, the node file system, rlimit).
+func (s *Server) nodeFigures(n *NodeStats, t metav1.Time) {
+	obs := eviction.Observations{}
+	_ = s.cfg.Observe(obs)
+	if o, ok := obs[eviction.MemoryAvailable]; ok {
+		n.Memory = &MemoryStats{Time: t, AvailableBytes: u64(uint64(o.Available)), WorkingSetBytes: u64(uint64(o.Capacity - o.Available))}
+	}
+	if o, ok := obs[eviction.NodeFsAvailable]; ok {
+		n.Fs = &FsStats{Time: t, AvailableBytes: u64(uint64(o.Available)), CapacityBytes: u64(uint64(o.Capacity)), UsedBytes: u64(uint64(o.Capacity - o.Available))}
+		if i, ok := obs[eviction.NodeFsInodesFree]; ok {
+			n.Fs.InodesFree, n.Fs.Inodes, n.Fs.InodesUsed = u64(uint64(i.Available)), u64(uint64(i.Capacity)), u64(uint64(i.Capacity-i.Available))
+		}
+	}
+	if o, ok := obs[eviction.PIDAvailable]; ok {
+		maxPID, cur := o.Capacity, o.Capacity-o.Available
+		n.Rlimit = &RlimitStats{Time: t, MaxPID: &maxPID, NumOfRunningProcesses: &cur}
+	}
 }
 
 var processStart = time.Now()
 
 func (s *Server) handleSummary(w http.ResponseWriter, r *http.Request) {
-	pods, failed := s.gather(r.Context())
+	pods, _, failed := s.gather(r.Context())
 	if failed > 0 {
 		s.log.Info("stats summary incomplete", zap.Int("partitionsWithoutAnswer", failed))
 	}
@@ -177,7 +261,7 @@ func (s *Server) handleSummary(w http.ResponseWriter, r *http.Request) {
 // handleResourceMetrics serves /metrics/resource: the kubelet's resource
 // metrics, from the same figures as the summary.
 func (s *Server) handleResourceMetrics(w http.ResponseWriter, r *http.Request) {
-	pods, failed := s.gather(r.Context())
+	pods, _, failed := s.gather(r.Context())
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(resourceCollector{sum: s.summarize(pods, time.Now(), processStart), failed: failed > 0})
 	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(w, r)

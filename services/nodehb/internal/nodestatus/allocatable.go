@@ -1,6 +1,8 @@
 package nodestatus
 
 import (
+	"github.com/splitlet/splitlet/services/nodehb/internal/eviction"
+
 	"fmt"
 	"strings"
 
@@ -9,7 +11,7 @@ import (
 )
 
 // DefaultEvictionHard is the kubelet's default --eviction-hard.
-const DefaultEvictionHard = "memory.available<100Mi,nodefs.available<10%,imagefs.available<15%,nodefs.inodesFree<5%"
+const DefaultEvictionHard = eviction.DefaultHard
 
 // evictionResources maps the eviction signals that reserve part of a
 // resource from allocatable to that resource (kubelet: the hard thresholds

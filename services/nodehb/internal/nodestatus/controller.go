@@ -24,6 +24,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -55,11 +56,20 @@ type RuntimeVersioner interface {
 	RuntimeVersion() string
 }
 
+// Pressure tells which pressure conditions (MemoryPressure, DiskPressure,
+// PIDPressure) hold: the eviction manager's.
+type Pressure interface {
+	Conditions() []corev1.NodeConditionType
+	// Changed is signalled when Conditions' answer changed.
+	Changed() <-chan struct{}
+}
+
 // Controller registers the Node and reports its status.
 type Controller struct {
 	cs        kubernetes.Interface
 	desired   *Desired
 	ready     Readiness
+	pressure  Pressure
 	log       *zap.Logger
 	recorder  record.EventRecorder
 	update    time.Duration
@@ -87,6 +97,10 @@ func WithReportFrequency(d time.Duration) Option { return func(c *Controller) { 
 
 // WithRecorder records Node events (NodeReady, NodeNotReady, ...).
 func WithRecorder(r record.EventRecorder) Option { return func(c *Controller) { c.recorder = r } }
+
+// WithPressure reports the eviction manager's pressure conditions (without
+// it, none holds).
+func WithPressure(p Pressure) Option { return func(c *Controller) { c.pressure = p } }
 
 // WithLogger sets the logger.
 func WithLogger(l *zap.Logger) Option { return func(c *Controller) { c.log = l } }
@@ -124,11 +138,22 @@ func (c *Controller) Run(ctx context.Context) {
 	c.event(corev1.EventTypeNormal, "Starting", "Starting kubelet (splitlet nodehb).")
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	var pressureChanged <-chan struct{}
+	if c.pressure != nil {
+		pressureChanged = c.pressure.Changed()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-timer.C:
+		case <-pressureChanged:
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
 		case <-c.ready.Changed():
 			if !timer.Stop() {
 				select {
@@ -285,18 +310,39 @@ func (c *Controller) setStatus(n *corev1.Node, now time.Time) {
 			readyCond.Reason = "KubeletNotReady"
 		}
 	}
-	want := []corev1.NodeCondition{
-		{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse,
-			Reason: "KubeletHasSufficientMemory", Message: "kubelet has sufficient memory available"},
-		{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse,
-			Reason: "KubeletHasNoDiskPressure", Message: "kubelet has no disk pressure"},
-		{Type: corev1.NodePIDPressure, Status: corev1.ConditionFalse,
-			Reason: "KubeletHasSufficientPID", Message: "kubelet has sufficient PID available"},
-		readyCond,
-	}
+	want := append(c.pressureConditions(), readyCond)
 	for _, w := range want {
 		setCondition(n, w, now)
 	}
+}
+
+// pressureConditions are the kubelet's MemoryPressure, DiskPressure and
+// PIDPressure conditions, true as the eviction manager says.
+func (c *Controller) pressureConditions() []corev1.NodeCondition {
+	var on []corev1.NodeConditionType
+	if c.pressure != nil {
+		on = c.pressure.Conditions()
+	}
+	out := make([]corev1.NodeCondition, 0, 3)
+	for _, p := range []struct {
+		typ                  corev1.NodeConditionType
+		okReason, okMessage  string
+		badReason, badMesage string
+	}{
+		{corev1.NodeMemoryPressure, "KubeletHasSufficientMemory", "kubelet has sufficient memory available",
+			"KubeletHasInsufficientMemory", "kubelet has insufficient memory available"},
+		{corev1.NodeDiskPressure, "KubeletHasNoDiskPressure", "kubelet has no disk pressure",
+			"KubeletHasDiskPressure", "kubelet has disk pressure"},
+		{corev1.NodePIDPressure, "KubeletHasSufficientPID", "kubelet has sufficient PID available",
+			"KubeletHasInsufficientPID", "kubelet has insufficient PID available"},
+	} {
+		cond := corev1.NodeCondition{Type: p.typ, Status: corev1.ConditionFalse, Reason: p.okReason, Message: p.okMessage}
+		if slices.Contains(on, p.typ) {
+			cond = corev1.NodeCondition{Type: p.typ, Status: corev1.ConditionTrue, Reason: p.badReason, Message: p.badMesage}
+		}
+		out = append(out, cond)
+	}
+	return out
 }
 
 // setCondition updates or adds one condition: the heartbeat moves every

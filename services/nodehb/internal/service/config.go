@@ -17,6 +17,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/config"
 	"github.com/splitlet/splitlet/libs/kube"
+	"github.com/splitlet/splitlet/services/nodehb/internal/eviction"
 	"github.com/splitlet/splitlet/services/nodehb/internal/nodestatus"
 	"github.com/splitlet/splitlet/services/nodehb/internal/readiness"
 )
@@ -48,6 +49,7 @@ type Config struct {
 	KubeReserved     string
 	SystemReserved   string
 	EvictionHard     string
+	Eviction         EvictionConfig
 	Address          string
 	Hostname         string
 	Port             int
@@ -83,7 +85,8 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Pods, "nodehb.pods", "", "Node pods capacity; empty: max-pods")
 	fs.StringVar(&c.KubeReserved, "nodehb.kube-reserved", "", "resources kept for Kubernetes' own daemons, subtracted from allocatable: cpu=100m,memory=256Mi,ephemeral-storage=1Gi (kubelet --kube-reserved)")
 	fs.StringVar(&c.SystemReserved, "nodehb.system-reserved", "", "resources kept for the operating system, subtracted from allocatable, in the same form (kubelet --system-reserved)")
-	fs.StringVar(&c.EvictionHard, "nodehb.eviction-hard", nodestatus.DefaultEvictionHard, "hard eviction thresholds; memory.available and nodefs.available are subtracted from allocatable memory and ephemeral-storage (kubelet --eviction-hard and its default; Splitlet does not evict)")
+	fs.StringVar(&c.EvictionHard, "nodehb.eviction-hard", nodestatus.DefaultEvictionHard, "hard eviction thresholds, signal<quantity or signal<percent% (memory.available, nodefs.available, nodefs.inodesFree, imagefs.available, imagefs.inodesFree, pid.available): a pod is evicted as soon as one is met; memory.available and nodefs.available are also subtracted from allocatable memory and ephemeral-storage (kubelet --eviction-hard and its default)")
+	c.Eviction.RegisterFlags(fs)
 	fs.StringVar(&c.Address, "nodehb.address", "127.0.0.1", "the Node's InternalIP, where kube-apiserver reaches the kubelet API")
 	fs.StringVar(&c.Hostname, "nodehb.hostname", "", "the Node's Hostname address and kubernetes.io/hostname label; empty: the node name")
 	fs.IntVar(&c.Port, "nodehb.port", 10250, "HTTPS port of the kubelet API (daemonEndpoints.kubeletEndpoint.Port)")
@@ -171,6 +174,20 @@ func (c *Config) desired(common *config.Common, nodeInfo corev1.NodeSystemInfo) 
 		}
 		reserved = append(reserved, l)
 	}
+	if _, err := c.thresholds(); err != nil {
+		return nil, err
+	}
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{{"nodehb.eviction-monitoring-interval", c.Eviction.Interval}, {"nodehb.eviction-pressure-transition-period", c.Eviction.Transition}} {
+		if d.v <= 0 {
+			return nil, fmt.Errorf("invalid value %v for %s: must be positive", d.v, d.key)
+		}
+	}
+	if c.Eviction.MaxPodGrace < 0 {
+		return nil, fmt.Errorf("invalid value %d for nodehb.eviction-max-pod-grace-period: must not be negative", c.Eviction.MaxPodGrace)
+	}
 	allocatable, err := nodestatus.Allocatable(capacity, c.EvictionHard, reserved...)
 	if err != nil {
 		return nil, fmt.Errorf("invalid value for nodehb.eviction-hard: %w", err)
@@ -199,6 +216,35 @@ func (c *Config) desired(common *config.Common, nodeInfo corev1.NodeSystemInfo) 
 		Port:     int32(c.Port),
 		NodeInfo: nodeInfo,
 	}, nil
+}
+
+// EvictionConfig are the eviction manager's keys besides nodehb.eviction-hard.
+type EvictionConfig struct {
+	Soft        string
+	SoftGrace   map[string]string
+	MinReclaim  map[string]string
+	MaxPodGrace int64
+	Transition  time.Duration
+	Interval    time.Duration
+}
+
+// RegisterFlags adds the eviction keys ("nodehb.eviction-*").
+func (e *EvictionConfig) RegisterFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&e.Soft, "nodehb.eviction-soft", "", "soft eviction thresholds, in the form of nodehb.eviction-hard: a pod is evicted once one has been met for its grace period (kubelet --eviction-soft)")
+	fs.StringToStringVar(&e.SoftGrace, "nodehb.eviction-soft-grace-period", nil, "grace period of each soft threshold, signal=duration[,...]; every soft threshold needs one (kubelet --eviction-soft-grace-period)")
+	fs.StringToStringVar(&e.MinReclaim, "nodehb.eviction-minimum-reclaim", nil, "how far past its threshold a signal is reclaimed before the threshold counts as resolved, signal=quantity or signal=percent%[,...] (kubelet --eviction-minimum-reclaim)")
+	fs.Int64Var(&e.MaxPodGrace, "nodehb.eviction-max-pod-grace-period", 0, "longest grace period, in seconds, of a pod evicted for a soft threshold; the pod's own when shorter (kubelet --eviction-max-pod-grace-period)")
+	fs.DurationVar(&e.Transition, "nodehb.eviction-pressure-transition-period", 5*time.Minute, "how long a pressure condition stays true after its threshold was last met (kubelet --eviction-pressure-transition-period)")
+	fs.DurationVar(&e.Interval, "nodehb.eviction-monitoring-interval", 10*time.Second, "how often the eviction manager observes the signals and evicts at most one pod (the kubelet's housekeeping interval)")
+}
+
+// thresholds parses the eviction thresholds; an error names its key.
+func (c *Config) thresholds() ([]eviction.Threshold, error) {
+	ts, err := eviction.Parse(c.EvictionHard, c.Eviction.Soft, c.Eviction.SoftGrace, c.Eviction.MinReclaim)
+	if err != nil {
+		return nil, fmt.Errorf("invalid value for nodehb.%w", err)
+	}
+	return ts, nil
 }
 
 // capacity: the configured figures over the runtime's defaults.

@@ -43,20 +43,31 @@ func (c *Config) kubeletConfiguration(common *config.Common, bind string, taints
 			Webhook:   kubeletv1beta1.KubeletWebhookAuthentication{Enabled: ptr.To(c.TokenWebhook)},
 			Anonymous: kubeletv1beta1.KubeletAnonymousAuthentication{Enabled: ptr.To(c.AnonymousAuth)},
 		},
-		Authorization:             kubeletv1beta1.KubeletAuthorization{Mode: kubeletv1beta1.KubeletAuthorizationModeWebhook},
-		NodeStatusUpdateFrequency: metav1.Duration{Duration: c.StatusUpdate},
-		NodeStatusReportFrequency: metav1.Duration{Duration: c.StatusReport},
-		NodeLeaseDurationSeconds:  int32(c.LeaseDuration.Seconds()),
-		CgroupsPerQOS:             ptr.To(false),
-		RuntimeRequestTimeout:     metav1.Duration{Duration: c.RequestTimeout},
-		MaxPods:                   int32(common.PodCapacity()),
-		EvictionHard:              eviction,
-		KubeReserved:              pairs(c.KubeReserved),
-		SystemReserved:            pairs(c.SystemReserved),
-		RegisterNode:              ptr.To(true),
-		RegisterWithTaints:        taints,
-		ClusterDomain:             c.DNS.ClusterDomain,
-		ResolverConfig:            ptr.To(c.DNS.ResolvConf),
+		Authorization:                    kubeletv1beta1.KubeletAuthorization{Mode: kubeletv1beta1.KubeletAuthorizationModeWebhook},
+		NodeStatusUpdateFrequency:        metav1.Duration{Duration: c.StatusUpdate},
+		NodeStatusReportFrequency:        metav1.Duration{Duration: c.StatusReport},
+		NodeLeaseDurationSeconds:         int32(c.LeaseDuration.Seconds()),
+		CgroupsPerQOS:                    ptr.To(false),
+		RuntimeRequestTimeout:            metav1.Duration{Duration: c.RequestTimeout},
+		MaxPods:                          int32(common.PodCapacity()),
+		EvictionHard:                     eviction,
+		EvictionMaxPodGracePeriod:        int32(c.Eviction.MaxPodGrace),
+		EvictionPressureTransitionPeriod: metav1.Duration{Duration: c.Eviction.Transition},
+		KubeReserved:                     pairs(c.KubeReserved),
+		SystemReserved:                   pairs(c.SystemReserved),
+		RegisterNode:                     ptr.To(true),
+		RegisterWithTaints:               taints,
+		ClusterDomain:                    c.DNS.ClusterDomain,
+		ResolverConfig:                   ptr.To(c.DNS.ResolvConf),
+	}
+	if soft, err := thresholds(c.Eviction.Soft); err == nil && len(soft) > 0 {
+		kc.EvictionSoft = soft
+	}
+	if len(c.Eviction.SoftGrace) > 0 {
+		kc.EvictionSoftGracePeriod = c.Eviction.SoftGrace
+	}
+	if len(c.Eviction.MinReclaim) > 0 {
+		kc.EvictionMinimumReclaim = c.Eviction.MinReclaim
 	}
 	for _, ip := range c.DNS.ClusterDNS {
 		kc.ClusterDNS = append(kc.ClusterDNS, ip.String())

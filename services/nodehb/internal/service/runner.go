@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -17,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/certificate"
 
 	"github.com/splitlet/splitlet/libs/app"
@@ -27,6 +29,7 @@ import (
 	"github.com/splitlet/splitlet/libs/messaging"
 	"github.com/splitlet/splitlet/libs/nodecert"
 	"github.com/splitlet/splitlet/libs/tracing"
+	"github.com/splitlet/splitlet/services/nodehb/internal/eviction"
 	"github.com/splitlet/splitlet/services/nodehb/internal/kubeletapi"
 	"github.com/splitlet/splitlet/services/nodehb/internal/lease"
 	"github.com/splitlet/splitlet/services/nodehb/internal/nodestatus"
@@ -49,6 +52,8 @@ type Runner struct {
 	// serving renews the kubelet API's certificate
 	// (nodehb.rotate-server-certificates); nil: a given or self-signed one.
 	serving certificate.Manager
+	// Eviction is the node's eviction manager.
+	Eviction *eviction.Loop
 
 	stopEvents  func()
 	cancel      context.CancelFunc
@@ -120,7 +125,15 @@ func Build(cfg *Config, common *config.Common, log *zap.Logger, clients Clients,
 	r.Gate = readiness.New(readiness.WithTimeout(cfg.AgentTimeout), readiness.WithGrace(cfg.AgentGrace), readiness.WithLogger(log.Named("readiness")))
 	recorder, stopEvents := kube.NewRecorder(clients.Shared, common.NodeName)
 	r.stopEvents = stopEvents
+	pub := bus.NewPublisher(nc, js, common.NodeName, "nodehb", common.BusEncodingOption())
+	evictor := &podsView{}
+	r.Eviction, err = cfg.evictionLoop(common, evictor, pub, recorder, log.Named("eviction"))
+	if err != nil {
+		stopEvents()
+		return nil, err
+	}
 	r.Status = nodestatus.New(clients.Heartbeat, desired, r.Gate,
+		nodestatus.WithPressure(r.Eviction),
 		nodestatus.WithUpdateFrequency(cfg.StatusUpdate),
 		nodestatus.WithReportFrequency(cfg.StatusReport),
 		nodestatus.WithRecorder(recorder),
@@ -179,17 +192,61 @@ func Build(cfg *Config, common *config.Common, log *zap.Logger, clients Clients,
 		Authorizer:     authz,
 		Pods:           apiPods{cs: clients.Shared, node: common.NodeName},
 		Static:         r.Static,
-		Bus:            bus.NewPublisher(nc, js, common.NodeName, "nodehb", common.BusEncodingOption()),
+		Bus:            pub,
 		Log:            log.Named("api"),
 		RequestTimeout: cfg.RequestTimeout,
 		Configz:        func() any { return withStaticPodPath(configz, r.Static.Path()) },
 		Trace:          tp.Handler,
+		Observe:        r.Eviction.Observe,
 	})
 	if err != nil {
 		stopEvents()
 		return nil, err
 	}
+	evictor.api = r.API
 	return r, nil
+}
+
+// podsView gives the eviction manager the pods through the kubelet API's
+// runtime requests (built after the loop).
+type podsView struct{ api *kubeletapi.Server }
+
+func (v *podsView) Stats(ctx context.Context) ([]bus.PodStats, int) { return v.api.PodStats(ctx) }
+func (v *podsView) ImageFs(ctx context.Context) *bus.FsStats        { return v.api.ImageFs(ctx) }
+func (v *podsView) Evict(ctx context.Context, p int, req *bus.EvictRequest) (*bus.EvictResult, error) {
+	return v.api.Evict(ctx, p, req)
+}
+
+// Reclaimer is the node-level reclaim the eviction manager tries before
+// evicting pods (image and dead-container garbage collection); none by
+// default. Set it before Start.
+func (r *Runner) SetReclaimer(nr eviction.NodeReclaimer) { r.Eviction.SetReclaimer(nr) }
+
+// evictionLoop builds the eviction manager. The sim runtime's node has no
+// real resources (its capacity is made up), so there it observes no signal
+// and evicts nothing; process and cri observe the host.
+func (c *Config) evictionLoop(common *config.Common, pods eviction.Pods, pub *bus.Publisher, recorder record.EventRecorder, log *zap.Logger) (*eviction.Loop, error) {
+	ts, err := c.thresholds()
+	if err != nil {
+		return nil, err
+	}
+	observe := func(eviction.Observations) error { return nil }
+	if common.Runtime == config.RuntimeProcess || common.Runtime == config.RuntimeCRI {
+		observe = eviction.NewHost(common.DataDir).Observe
+	}
+	subject := bus.For(common.NodeName).NodePressure()
+	publish := func(ctx context.Context, conds []corev1.NodeConditionType) error {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if conds == nil {
+			conds = []corev1.NodeConditionType{}
+		}
+		return pub.Publish(pctx, subject, bus.KindNodePressure, "", &bus.NodePressure{Conditions: conds})
+	}
+	return eviction.NewLoop(eviction.Config{
+		Thresholds: ts, Interval: c.Eviction.Interval, Transition: c.Eviction.Transition,
+		MaxPodGrace: c.Eviction.MaxPodGrace, Partitions: common.Partitions, Node: common.NodeName,
+	}, observe, pods, nil, publish, recorder, log), nil
 }
 
 // Start returns at once; the stage's loops run in the background.
@@ -207,7 +264,16 @@ func (r *Runner) Start(context.Context) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	r.wg.Add(4)
+	r.wg.Add(5)
+	go func() {
+		defer r.wg.Done()
+		if r.streamsReady != nil {
+			if err := r.streamsReady(ctx); err != nil {
+				return
+			}
+		}
+		r.Eviction.Run(ctx)
+	}()
 	for _, follow := range []func(context.Context, jetstream.JetStream, string){r.Gate.Run, r.Static.Run} {
 		go func() {
 			defer r.wg.Done()

@@ -82,6 +82,8 @@ type entry struct {
 	source    string
 	partition int
 	rejected  bool
+	// evicted: an eviction of the pod was stored (its Failed status).
+	evicted bool
 	// counted: the pod's requests are in Controller.used.
 	counted bool
 	req     corev1.ResourceList

@@ -577,6 +577,9 @@ func (s *Syncer) adopt(pod *corev1.Pod) {
 // ReasonDeadlineExceeded fails a pod past spec.activeDeadlineSeconds.
 const ReasonDeadlineExceeded = "DeadlineExceeded"
 
+// ReasonEvicted is the reason of a pod the node evicted.
+const ReasonEvicted = "Evicted"
+
 // activeDeadline reports the time left before the pod's active deadline, or
 // that it has passed.
 func (s *Syncer) activeDeadline(pod *corev1.Pod) (time.Duration, bool) {
@@ -834,6 +837,12 @@ func (s *Syncer) SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, grace 
 	s.mu.Lock()
 	if kill == nil || kill.Phase == "" {
 		kill = s.final[pod.UID]
+	}
+	if kill == nil && pod.Status.Phase == corev1.PodFailed && pod.Status.Reason == ReasonEvicted {
+		// evicted by a replica before this one (its status reached the
+		// API server): the eviction goes on with the same reason and message.
+		kill = &podworkers.KillOptions{Phase: corev1.PodFailed, Reason: ReasonEvicted, Message: pod.Status.Message}
+		s.final[pod.UID] = kill
 	}
 	s.mu.Unlock()
 	st := s.status(pod, true, false)

@@ -15,7 +15,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -169,6 +168,8 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 			bus.KindStatsResult, func(e string) any { return &bus.StatsResult{Error: e} }},
 		{r.subjects.Stream(p), func(ctx context.Context, m *nats.Msg) { r.serveStream(ctx, rt, pub, m) },
 			bus.KindStreamResult, func(e string) any { return &bus.StreamResult{Error: e} }},
+		{r.subjects.Evict(p), func(ctx context.Context, m *nats.Msg) { r.serveEvict(ctx, sink, pub, m) },
+			bus.KindEvictResult, func(e string) any { return &bus.EvictResult{Error: e} }},
 	} {
 		if err := serve(s.subject, s.h, s.kind, s.failure); err != nil {
 			return fail(err)
@@ -686,20 +687,35 @@ func (r *Runner) serveStats(rt runtime.Runtime, pub *bus.Publisher, p int, m *na
 	if m.Reply == "" {
 		return
 	}
+	var req *bus.StatsRequest
+	e, err := bus.Decode(m.Data)
+	if err == nil {
+		req, err = bus.DecodeStatsRequest(e)
+	}
+	if err != nil {
+		_ = pub.Send(m.Reply, bus.KindStatsResult, &bus.StatsResult{Error: err.Error()})
+		return
+	}
 	res := &bus.StatsResult{Pods: []bus.PodStats{}}
+	if ifs, ok := rt.(runtime.ImageFs); ok {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if st, err := ifs.ImageFsStats(ctx); err == nil {
+			res.ImageFs = &bus.FsStats{AvailableBytes: st.AvailableBytes, CapacityBytes: st.CapacityBytes, InodesFree: st.InodesFree, Inodes: st.Inodes}
+		}
+		cancel()
+	}
+	if req.ImageFsOnly {
+		if err := pub.Send(m.Reply, bus.KindStatsResult, res); err != nil {
+			r.log.Warn("cannot answer stats", zap.Error(err))
+		}
+		return
+	}
 	for _, pod := range r.Controller().PodsOf(p) {
 		cs := rt.Stats(pod.UID)
 		if len(cs) == 0 {
 			continue
 		}
-		ps := bus.PodStats{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name}
-		for _, c := range cs {
-			if ps.StartTime.IsZero() || c.StartedAt.Before(ps.StartTime.Time) {
-				ps.StartTime = metav1.NewTime(c.StartedAt)
-			}
-			ps.Containers = append(ps.Containers, bus.ContainerStats{Name: c.Name, StartTime: metav1.NewTime(c.StartedAt),
-				CPUUsageNanoCores: c.CPUUsageNanoCores, CPUUsageCoreNanoSecs: c.CPUUsageCoreNanoSecs, MemoryWorkingSetBytes: c.MemoryWorkingSetBytes})
-		}
+		ps := podStats(pod, cs)
 		res.Pods = append(res.Pods, ps)
 	}
 	if err := pub.Send(m.Reply, bus.KindStatsResult, res); err != nil {

@@ -14,12 +14,12 @@ import (
 )
 
 // admissionChain is the node's admission, in the kubelet's order: pod
-// checks, the sysctl allowlist, the OS, the supplemental groups policy, the
+// checks, the node's pressure (the eviction manager's), the sysctl allowlist, the OS, the supplemental groups policy, the
 // resources and predicates, then AppArmor and the security settings the
 // runtime cannot enforce.
-func admissionChain(rt runtime.Runtime, sysctls *kube.SysctlAllowlist, alloc admission.Allocatable, node func() *corev1.Node) admission.Chain {
+func admissionChain(rt runtime.Runtime, sysctls *kube.SysctlAllowlist, alloc admission.Allocatable, node func() *corev1.Node, pressure func() []corev1.NodeConditionType) admission.Chain {
 	enf := admission.EnforcementOf(rt)
-	return admission.Chain{admission.Validate(), admission.Sysctls(sysctls), admission.PodOS(),
+	return admission.Chain{admission.Validate(), admission.Pressure(pressure), admission.Sysctls(sysctls), admission.PodOS(),
 		admission.SupplementalGroupsPolicy(enf), admission.ResourceFit(alloc), admission.NodePredicates(node),
 		admission.AppArmor(enf), admission.Unsupported(enf)}
 }

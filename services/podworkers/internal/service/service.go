@@ -70,6 +70,7 @@ type Config struct {
 	LeaseTTL             time.Duration
 	LeaseRefresh         time.Duration
 	StatusWindow         time.Duration
+	LocalStorageInterval time.Duration
 	SimStartLatency      time.Duration
 	SimMaxStarts         int
 	HostIP               string
@@ -110,6 +111,7 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.LeaseTTL, "podworkers.lease-ttl", ownership.DefaultTTL, "a replica silent this long loses its partitions")
 	fs.DurationVar(&c.LeaseRefresh, "podworkers.lease-refresh", ownership.DefaultRefresh, "how often a replica heartbeats its partition leases")
 	fs.DurationVar(&c.StatusWindow, "podworkers.status-window", statuspub.DefaultWindow, "changes of pod status gathered this long go out as one message per pod")
+	fs.DurationVar(&c.LocalStorageInterval, "podworkers.local-storage-check-interval", 10*time.Second, "how often each pod's emptyDir volumes are measured against their sizeLimit; a pod over it is evicted (the kubelet's eviction manager round)")
 	fs.DurationVar(&c.SimStartLatency, "podworkers.sim-start-latency", 0, "start latency of a simulated container (runtime sim)")
 	fs.IntVar(&c.SimMaxStarts, "podworkers.sim-max-concurrent-starts", 0, "containers this replica starts at once (runtime sim); 0: no limit")
 	fs.StringVar(&c.HostIP, "podworkers.host-ip", "127.0.0.1", "host IP reported in pod status")
@@ -139,7 +141,7 @@ func (c *Config) Validate() error {
 		"podworkers.container-backoff": c.ContainerBackOff, "podworkers.container-backoff-max": c.ContainerBackOffMax,
 		"podworkers.housekeeping-interval": c.Housekeeping, "podworkers.lease-ttl": c.LeaseTTL,
 		"podworkers.lease-refresh": c.LeaseRefresh, "podworkers.status-window": c.StatusWindow,
-		"podworkers.readiness-interval": c.ReadinessInterval,
+		"podworkers.readiness-interval": c.ReadinessInterval, "podworkers.local-storage-check-interval": c.LocalStorageInterval,
 	} {
 		if d <= 0 {
 			return fmt.Errorf("invalid value %v for %s: must be positive", d, key)
@@ -257,6 +259,8 @@ type Runner struct {
 	nodePods *nodePodsView
 	// snapshots puts SETs sent in parts back together.
 	snapshots *bus.Snapshots
+	// pressure is the node's pressure conditions (nodehb's NodePressure).
+	pressure pressureView
 }
 
 // tracerName names the stage's spans' instrumentation scope.
@@ -534,6 +538,7 @@ func (r *Runner) run(ctx context.Context) error {
 		// the pods' imagePullSecrets, for the runtime that pulls images.
 		syncOpts = append(syncOpts, podsync.WithPullSecrets(volumes.Client{CS: r.cs}))
 	}
+	var vols *volumes.Manager
 	if r.cfg.Volumes == "on" || (r.cfg.Volumes == "auto" && rt.Type() != sim.Type) {
 		root := r.cfg.RootDir
 		if root == "" {
@@ -544,7 +549,8 @@ func (r *Runner) run(ctx context.Context) error {
 		if users, ok := rt.(runtime.PodUsers); ok {
 			volOpts = append(volOpts, volumes.WithPodUsers(users))
 		}
-		syncOpts = append(syncOpts, podsync.WithVolumes(volumes.New(root, client, client, volOpts...)))
+		vols = volumes.New(root, client, client, volOpts...)
+		syncOpts = append(syncOpts, podsync.WithVolumes(vols))
 		// the services whose variables containers get (kubelet: a services
 		// informer of the whole cluster; the node may list them).
 		svcFactory := informers.NewSharedInformerFactoryWithOptions(r.cs, 0, informers.WithTransform(kube.StripManagedFields))
@@ -572,7 +578,7 @@ func (r *Runner) run(ctx context.Context) error {
 	ctrl := controller.New(controller.Config{
 		Runtime:    rt,
 		Sink:       sink,
-		Admit:      admissionChain(rt, sysctls, allocatable, thisNode),
+		Admit:      admissionChain(rt, sysctls, allocatable, thisNode, r.pressure.Conditions),
 		Recorder:   recorder,
 		Partitions: r.common.Partitions,
 		Log:        r.log,
@@ -614,6 +620,10 @@ func (r *Runner) run(ctx context.Context) error {
 	defer stopCtrl()
 	wg.Add(1)
 	go func() { defer wg.Done(); ctrl.Run(ctrlCtx) }()
+	if vols != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.localStorageLoop(ctrlCtx, ctrl, sink, vols) }()
+	}
 	sinkCtx, stopSink := context.WithCancel(context.Background())
 	defer stopSink()
 	var sinkWG sync.WaitGroup
@@ -625,6 +635,11 @@ func (r *Runner) run(ctx context.Context) error {
 		return err
 	}
 	defer stopSources()
+	stopPressure, err := r.watchPressure(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopPressure()
 
 	gcDone := r.runGC(ctx, rt)
 	ownerCtx, stopOwner := context.WithCancel(context.Background())

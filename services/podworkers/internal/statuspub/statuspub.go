@@ -94,6 +94,32 @@ func (p *Publisher) Set(st *bus.PodRuntimeStatus) {
 	}
 }
 
+// Store publishes a pod's status now and returns once the stream has
+// stored it (an eviction is recorded before it acts); it then stands as the
+// pod's newest status, as after Set and a flush.
+func (p *Publisher) Store(ctx context.Context, st *bus.PodRuntimeStatus) error {
+	p.mu.Lock()
+	if p.closed[bus.Partition(string(st.UID), p.partitions)] {
+		p.mu.Unlock()
+		return fmt.Errorf("partition of pod %s handed over", st.UID)
+	}
+	p.latest[st.UID] = st
+	delete(p.dirty, st.UID)
+	p.mu.Unlock()
+	acked, errs := p.publish(ctx, []*bus.PodRuntimeStatus{st})
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !acked[0] {
+		if p.latest[st.UID] == st {
+			p.dirty[st.UID] = struct{}{}
+		}
+		return errors.Join(errs...)
+	}
+	p.sent[st.UID] = st
+	p.sentN++
+	return nil
+}
+
 // same reports whether two statuses of a pod say the same, by their
 // protobuf forms (a reflective comparison cost a tenth of the pod workers'
 // CPU in a deletion burst); a status that cannot be encoded is compared by

@@ -858,3 +858,35 @@ func kubeletNotFound(err error, kind, name string) error {
 func (c Client) CreateToken(ctx context.Context, namespace, account string, req *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {
 	return c.CS.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, account, req, metav1.CreateOptions{})
 }
+
+// EmptyDirUsage is the space the pod's emptyDir volume name takes, as du
+// counts it (allocated blocks, each inode once; kubelet: the volume's
+// usedBytes). A volume not set up counts 0.
+func (m *Manager) EmptyDirUsage(uid types.UID, name string) (int64, error) {
+	if !safeUID(uid) || strings.ContainsAny(name, "/\x00") || name == "" || name == "." || name == ".." {
+		return 0, fmt.Errorf("volume %q of pod %q cannot name a directory", name, uid)
+	}
+	root := filepath.Join(m.podDir(uid), "volumes", dirEmptyDir, name)
+	seen := map[uint64]bool{}
+	var used int64
+	err := filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil // gone meanwhile
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok || seen[st.Ino] {
+			return nil
+		}
+		seen[st.Ino] = true
+		used += st.Blocks * 512
+		return nil
+	})
+	return used, err
+}

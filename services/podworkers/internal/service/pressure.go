@@ -1,0 +1,135 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/logging"
+	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/services/podworkers/internal/controller"
+	"github.com/splitlet/splitlet/services/podworkers/internal/statuspub"
+)
+
+// pressureView holds the node's pressure conditions as nodehb last
+// published them; none until it has.
+type pressureView struct {
+	mu    sync.Mutex
+	conds []corev1.NodeConditionType
+}
+
+// Conditions are the node's pressure conditions now.
+func (v *pressureView) Conditions() []corev1.NodeConditionType {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return slices.Clone(v.conds)
+}
+
+func (v *pressureView) set(c []corev1.NodeConditionType) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.conds = c
+}
+
+// watchPressure follows state.pressure (every replica reads every value)
+// for admission.
+func (r *Runner) watchPressure(ctx context.Context) (func(), error) {
+	stream := bus.StreamName(r.common.NodeName, bus.StreamState)
+	cons, err := r.conn.JS.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{r.subjects.NodePressure()},
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+		NamePrefix:     bus.OrderedName("podworkers-pressure"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("state.pressure consumer: %w", err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		e, err := bus.Decode(m.Data())
+		var np *bus.NodePressure
+		if err == nil {
+			np, err = bus.DecodeNodePressure(e)
+		}
+		if err != nil {
+			r.log.Warn("dropping malformed NodePressure", zap.String(logging.FieldSubject, m.Subject()), zap.Error(err))
+			return
+		}
+		if !slices.Equal(np.Conditions, r.pressure.Conditions()) {
+			r.log.Info("node pressure conditions", zap.Any("conditions", np.Conditions))
+		}
+		r.pressure.set(np.Conditions)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return cc.Stop, nil
+}
+
+// serveEvict answers an EvictRequest of the eviction manager (nodehb):
+// the pod's Failed status is stored on the stream before the answer, the
+// kill goes on after it.
+func (r *Runner) serveEvict(ctx context.Context, sink *statuspub.Publisher, pub *bus.Publisher, m *nats.Msg) {
+	if m.Reply == "" {
+		return
+	}
+	e, err := bus.Decode(m.Data)
+	var req *bus.EvictRequest
+	if err == nil {
+		req, err = bus.DecodeEvictRequest(e)
+	}
+	if err == nil {
+		err = r.heldAs(bus.ContainerRef{PodUID: req.PodUID, Namespace: req.Namespace, Pod: req.Pod, Container: "-"})
+	}
+	out := &bus.EvictResult{}
+	if err == nil {
+		var already bool
+		already, err = r.Controller().Evict(ctx, controller.Eviction{UID: req.PodUID, Reason: req.Reason, Message: req.Message,
+			GracePeriod: req.GracePeriodSeconds}, sink.Store)
+		if errors.Is(err, controller.ErrNotHeld) {
+			// terminating, no longer desired: its worker holds it.
+			already, err = true, nil
+		}
+		out.Already, out.Evicted = already && err == nil, !already && err == nil
+	}
+	if err != nil {
+		out.Error = err.Error()
+	}
+	if err := pub.Send(m.Reply, bus.KindEvictResult, out); err != nil {
+		r.log.Warn("cannot answer an eviction request", zap.Error(err))
+	}
+}
+
+// podStats are a held pod's figures, with what the eviction manager ranks
+// by: the pod's priority and each container's memory request.
+func podStats(pod *corev1.Pod, cs []runtime.ContainerStats) bus.PodStats {
+	ps := bus.PodStats{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name}
+	if pod.Spec.Priority != nil {
+		ps.Priority = *pod.Spec.Priority
+	}
+	requests := map[string]*resource.Quantity{}
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			if q, ok := list[i].Resources.Requests[corev1.ResourceMemory]; ok {
+				requests[list[i].Name] = &q
+			}
+		}
+	}
+	for _, c := range cs {
+		if ps.StartTime.IsZero() || c.StartedAt.Before(ps.StartTime.Time) {
+			ps.StartTime = metav1.NewTime(c.StartedAt)
+		}
+		ps.Containers = append(ps.Containers, bus.ContainerStats{Name: c.Name, StartTime: metav1.NewTime(c.StartedAt),
+			CPUUsageNanoCores: c.CPUUsageNanoCores, CPUUsageCoreNanoSecs: c.CPUUsageCoreNanoSecs, MemoryWorkingSetBytes: c.MemoryWorkingSetBytes,
+			MemoryRequest: requests[c.Name]})
+	}
+	return ps
+}
