@@ -198,12 +198,11 @@ func TestLayoutV2(t *testing.T) {
 		return strings.TrimSpace(string(data))
 	}
 	want := map[string]string{
-		"cgroup.subtree_control":                              "+cpuset +cpu +io +memory +hugetlb +pids",
-		"kubepods.slice/cgroup.subtree_control":               "+cpu +memory +pids",
-		"kubepods.slice/cpu.weight":                           "79",
-		"kubepods.slice/memory.max":                           "1073741824",
-		"kubepods.slice/kubepods-burstable.slice/cpu.weight":  "24",
-		"kubepods.slice/kubepods-besteffort.slice/cpu.weight": "1",
+		"kubepods.slice/cgroup.subtree_control":                                                    "+cpu +memory +pids",
+		"kubepods.slice/cpu.weight":                                                                "79",
+		"kubepods.slice/memory.max":                                                                "1073741824",
+		"kubepods.slice/kubepods-burstable.slice/cpu.weight":                                       "24",
+		"kubepods.slice/kubepods-besteffort.slice/cpu.weight":                                      "1",
 		"kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234_abcd.slice/cpu.weight": "4",
 		"kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234_abcd.slice/cpu.max":    "20000 100000",
 		"kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234_abcd.slice/memory.max": "67108864",
