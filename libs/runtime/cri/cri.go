@@ -21,6 +21,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	remote "k8s.io/cri-client/pkg"
 
+	"github.com/splitlet/splitlet/libs/cgroups"
 	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/logging"
 	"github.com/splitlet/splitlet/libs/runtime"
@@ -68,9 +69,11 @@ type options struct {
 	imageBackOff    time.Duration
 	imageBackOffMx  time.Duration
 	security        security
-	cgroupParent    string
-	node            string
-	clusterDomain   *string
+	// cgroups lays out the pods' cgroups (nil: the sandboxes get the CRI
+	// runtime's default parent).
+	cgroups       *cgroups.Node
+	node          string
+	clusterDomain *string
 }
 
 // WithNode names the node the runtime runs pods for: its sandboxes and
@@ -120,10 +123,6 @@ func WithImageBackOff(base, max time.Duration) Option {
 	}
 }
 
-// WithCgroupParent sets the cgroup parent of the sandboxes (default: the
-// CRI runtime's own default).
-func WithCgroupParent(p string) Option { return func(o *options) { o.cgroupParent = p } }
-
 func or(v, def string) string {
 	if v == "" {
 		return def
@@ -158,6 +157,11 @@ type Runtime struct {
 
 	// relistMu serialises relists (the loop's and Relist's).
 	relistMu sync.Mutex
+
+	// orphanCgroups are the pod cgroups the last ReconcileCgroups found
+	// without a sandbox (removed when the next one finds them so again).
+	orphanMu      sync.Mutex
+	orphanCgroups map[types.UID]bool
 
 	stop chan struct{}
 	done chan struct{}
@@ -742,6 +746,8 @@ func (r *Runtime) RemovePod(ctx context.Context, uid types.UID) error {
 	if len(errs) > 0 {
 		return fmt.Errorf("cri: remove pod %s: %w", uid, errors.Join(errs...))
 	}
+	// kubelet: the pod's cgroup goes once its sandboxes are gone.
+	r.removePodCgroup(uid)
 	dirs, _ := filepath.Glob(filepath.Join(r.opts.logRoot, "*_"+string(uid)))
 	r.mu.Lock()
 	var namespace, podName string
