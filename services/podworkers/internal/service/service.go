@@ -86,6 +86,12 @@ type Config struct {
 	// DNS are the node's cluster DNS keys (cluster-dns, cluster-domain,
 	// resolv-conf), which the pod workers apply (shared with nodehb).
 	DNS config.DNS
+	// Cgroups are the node's cgroup keys (cgroups-per-qos, cgroup-driver,
+	// cgroup-root, pod-pids-limit, enforce-node-allocatable), which the
+	// cri runtime applies (shared with nodehb); CgroupReconcile how often
+	// the node-wide cgroup housekeeping runs.
+	Cgroups         config.Cgroups
+	CgroupReconcile time.Duration
 }
 
 // RegisterFlags adds the podworkers keys ("podworkers.<key>") to fs.
@@ -114,6 +120,8 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.SeccompDefault, "podworkers.seccomp-default", false, "runtime cri: run a container whose securityContext and pod name no seccomp profile with the runtime's default profile (RuntimeDefault) instead of unconfined (the kubelet's seccompDefault); the process runtime applies no seccomp profile and refuses to start with it on")
 	fs.StringSliceVar(&c.AllowedUnsafeSysctls, "podworkers.allowed-unsafe-sysctls", nil, "unsafe sysctls pods may set besides the safe ones (the kubelet's --allowed-unsafe-sysctls): names or prefixes ending in '*', of the ipc or net namespace only (kernel.msg*, net.core.somaxconn); a pod setting any other is rejected with SysctlForbidden")
 	c.DNS.RegisterFlags(fs)
+	c.Cgroups.RegisterFlags(fs)
+	fs.DurationVar(&c.CgroupReconcile, "podworkers.cgroup-reconcile-interval", DefaultCgroupReconcile, "runtime cri with cgroups-per-qos: how often the replica that owns partition 0 makes the QoS cgroups again where missing, sizes them from the node's pods and removes the cgroups of pods that have no sandbox (found so twice in a row)")
 	fs.StringVar(&c.ProcessRecordsDir, "podworkers.process-records-dir", "", "runtime process: where the replicas of this node on this host write down their containers' process groups, so that what a replica killed with SIGKILL leaves is killed by the next one (mode 0700, this user's); default <tmp>/splitlet-process-groups/<node>")
 }
 
@@ -124,7 +132,7 @@ func (c *Config) Validate() error {
 		"podworkers.container-backoff": c.ContainerBackOff, "podworkers.container-backoff-max": c.ContainerBackOffMax,
 		"podworkers.housekeeping-interval": c.Housekeeping, "podworkers.lease-ttl": c.LeaseTTL,
 		"podworkers.lease-refresh": c.LeaseRefresh, "podworkers.status-window": c.StatusWindow,
-		"podworkers.readiness-interval": c.ReadinessInterval,
+		"podworkers.readiness-interval": c.ReadinessInterval, "podworkers.cgroup-reconcile-interval": c.CgroupReconcile,
 	} {
 		if d <= 0 {
 			return fmt.Errorf("invalid value %v for %s: must be positive", d, key)
@@ -229,6 +237,8 @@ type Runner struct {
 	nodePods *nodePodsView
 	// snapshots puts SETs sent in parts back together.
 	snapshots *bus.Snapshots
+	// allocatable is the Node's allocatable, kubepods' size (set by run).
+	allocatable nodeAllocatable
 }
 
 // tracerName names the stage's spans' instrumentation scope.
@@ -247,6 +257,9 @@ type partition struct {
 // New builds the stage.
 func New(cfg *Config, common *config.Common, log *zap.Logger, conn *messaging.Conn, cs kubernetes.Interface, reg prometheus.Registerer, tp *tracing.Provider) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.checkCgroups(common.Runtime); err != nil {
 		return nil, err
 	}
 	id := cfg.ReplicaID
@@ -372,9 +385,13 @@ func (r *Runner) newRuntime(ctx context.Context) (runtime.Runtime, error) {
 	}
 	switch r.common.Runtime {
 	case config.RuntimeCRI:
+		layout, err := r.newCgroups()
+		if err != nil {
+			return nil, err
+		}
 		return cri.New(ctx, cri.WithEndpoint(r.common.CRIEndpoint), cri.WithHostIP(r.cfg.HostIP), cri.WithLogger(r.log.Named("cri")),
 			cri.WithNode(r.common.NodeName), cri.WithClusterDomain(r.cfg.DNS.ClusterDomain),
-			cri.WithSeccompProfileRoot(r.seccompRoot()), cri.WithSeccompDefault(r.cfg.SeccompDefault))
+			cri.WithSeccompProfileRoot(r.seccompRoot()), cri.WithSeccompDefault(r.cfg.SeccompDefault), cri.WithCgroups(layout))
 	case config.RuntimeProcess:
 		// the containers of a previous incarnation died with it: their
 		// files are left over.
@@ -400,6 +417,7 @@ func (r *Runner) newRuntime(ctx context.Context) (runtime.Runtime, error) {
 		}
 		return rt, nil
 	default:
+		r.logSimCgroups()
 		opts := []sim.Option{sim.WithStartLatency(r.cfg.SimStartLatency)}
 		if r.cfg.SimMaxStarts > 0 {
 			opts = append(opts, sim.WithMaxConcurrentStarts(r.cfg.SimMaxStarts))
@@ -471,6 +489,13 @@ func (r *Runner) run(ctx context.Context) error {
 		}
 		return fallback
 	}
+	nodeAlloc := func() corev1.ResourceList {
+		if n, err := nodeLister.Get(node); err == nil && len(n.Status.Allocatable) > 0 {
+			return n.Status.Allocatable
+		}
+		return nil
+	}
+	r.allocatable.f.Store(&nodeAlloc)
 	thisNode := func() *corev1.Node {
 		if n, err := nodeLister.Get(node); err == nil {
 			return n
@@ -589,6 +614,12 @@ func (r *Runner) run(ctx context.Context) error {
 	claimHeld = false
 	readyDone := make(chan struct{})
 	go func() { defer close(readyDone); r.readinessLoop(ctx, owner, pub) }()
+	cgroupsDone := make(chan struct{})
+	go func() {
+		defer close(cgroupsDone)
+		r.cgroupLoop(ctx, rt, func() bool { return r.isActive(cgroupReconcilePartition) })
+	}()
+	defer func() { <-cgroupsDone }()
 	close(r.ready)
 	r.log.Info("pod workers running", zap.String("runtime", rt.Type()), zap.Int("partitions", r.common.Partitions))
 
