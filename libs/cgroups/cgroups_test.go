@@ -269,3 +269,14 @@ func TestMountinfo(t *testing.T) {
 		t.Errorf("controllers %v", f.Controllers)
 	}
 }
+
+// A resize first writes, value by value, the looser of the old and new
+// values: a container's new limit is never above its pod's.
+func TestLooser(t *testing.T) {
+	old := PodResources(pod(container("a", list("cpu", "200m", "memory", "64Mi"), list("cpu", "200m", "memory", "64Mi"))), 100)
+	up := PodResources(pod(container("a", list("cpu", "100m", "memory", "128Mi"), list("cpu", "300m", "memory", "128Mi"))), 100)
+	check(t, "up", Looser(old, up), uint64(204), int64(30000), uint64(100000), int64(128<<20), int64(100))
+	check(t, "down", Looser(up, old), uint64(204), int64(30000), uint64(100000), int64(128<<20), int64(100))
+	unlimited := PodResources(pod(container("a", list("cpu", "100m"), nil)), -1)
+	check(t, "to no limit", Looser(old, unlimited), uint64(204), int64(-1), uint64(100000), int64(-1), int64(-1))
+}

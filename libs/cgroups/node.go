@@ -126,6 +126,15 @@ func (n *Node) EnsurePod(p *corev1.Pod) error {
 	return n.fs.Ensure(n.Parent(p), PodResources(p, n.cfg.PodPidsLimit))
 }
 
+// ResizePod writes r into the pod's cgroup where it exists (a resize;
+// Looser of the old and new values first, then the new ones).
+func (n *Node) ResizePod(p *corev1.Pod, r Resources) error {
+	if !n.cfg.PerQOS || !n.fs.Exists(n.Parent(p)) {
+		return nil
+	}
+	return n.fs.Set(n.Parent(p), r)
+}
+
 // PodCgroups are the pod cgroups on the host, by pod UID, as paths.
 func (n *Node) PodCgroups() (map[types.UID]string, error) {
 	out := map[types.UID]string{}

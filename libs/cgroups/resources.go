@@ -154,3 +154,40 @@ func KubepodsResources(allocatable corev1.ResourceList, enforce bool) Resources 
 	}
 	return out
 }
+
+// Looser is, value by value, the looser of a and b: the more shares, no
+// limit over a limit, else the larger limit. A resize writes it before the
+// containers change and the new values after, so that no container's
+// limit is above its pod's in between (cgroup v1 refuses a child's CFS
+// quota above its parent's).
+func Looser(a, b Resources) Resources {
+	out := b
+	if a.CPUShares != nil && (b.CPUShares == nil || *a.CPUShares > *b.CPUShares) {
+		out.CPUShares = a.CPUShares
+	}
+	out.CPUQuota = looserLimit(a.CPUQuota, b.CPUQuota)
+	out.Memory = looserLimit(a.Memory, b.Memory)
+	out.PidsLimit = looserLimit(a.PidsLimit, b.PidsLimit)
+	if out.CPUQuota != nil && out.CPUPeriod == nil {
+		out.CPUPeriod = a.CPUPeriod
+	}
+	return out
+}
+
+// looserLimit: nil (left as it is) or <= 0 (none) over a value, else the
+// larger.
+func looserLimit(a, b *int64) *int64 {
+	unlimited := int64(-1)
+	switch {
+	case a == nil || b == nil:
+		if a == nil && b == nil {
+			return nil
+		}
+		return &unlimited
+	case *a <= 0 || *b <= 0:
+		return &unlimited
+	case *a > *b:
+		return a
+	}
+	return b
+}

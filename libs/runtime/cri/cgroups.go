@@ -173,3 +173,50 @@ func (r *Runtime) ReconcileCgroups(ctx context.Context) error {
 	r.orphanCgroups = suspects
 	return errors.Join(errs...)
 }
+
+// resizePodCgroup makes room in the pod's cgroup for container raw's new
+// resources (kubelet: the pod's cgroup is resized with its containers),
+// writing the looser of the pod's old and new values now; the returned
+// func writes the new values once the container has changed. Without
+// the pod's spec (no start since the pod workers restarted) the pod's
+// cgroup is left; the next start of a container of the pod updates it.
+func (r *Runtime) resizePodCgroup(raw string, res corev1.ResourceRequirements) func() error {
+	none := func() error { return nil }
+	n := r.opts.cgroups
+	if n == nil {
+		return none
+	}
+	r.mu.Lock()
+	var old *corev1.Pod
+	var pd *pod
+	name := ""
+	if in := r.byID[raw]; in != nil {
+		name = in.status.Name
+		if pd = r.pods[in.status.PodUID]; pd != nil {
+			old = pd.spec
+		}
+	}
+	r.mu.Unlock()
+	if old == nil {
+		return none
+	}
+	next := old.DeepCopy()
+	for _, list := range [][]corev1.Container{next.Spec.InitContainers, next.Spec.Containers} {
+		for i := range list {
+			if list[i].Name == name {
+				list[i].Resources = res
+			}
+		}
+	}
+	limit := n.Config().PodPidsLimit
+	want := cgroups.PodResources(next, limit)
+	if err := n.ResizePod(next, cgroups.Looser(cgroups.PodResources(old, limit), want)); err != nil {
+		r.log.Warn("cannot make room in the pod's cgroup", append(podFields(next), zap.Error(err))...)
+	}
+	return func() error {
+		r.mu.Lock()
+		pd.spec = next
+		r.mu.Unlock()
+		return n.ResizePod(next, want)
+	}
+}

@@ -191,6 +191,10 @@ type pod struct {
 	// namespace and name, from the pod or its sandbox's and containers'
 	// labels.
 	namespace, name string
+	// spec is the pod as the last StartContainer or resize had it (nil
+	// until then): what a resize of one container changes the pod's
+	// cgroup from.
+	spec *corev1.Pod
 }
 
 // instance is one container of a pod, as last read from the runtime.
@@ -395,6 +399,9 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 	pd := r.podLocked(p.UID)
 	pd.busy++
 	pd.namespace, pd.name = p.Namespace, p.Name
+	if r.opts.cgroups != nil {
+		pd.spec = p.DeepCopy()
+	}
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
@@ -785,8 +792,12 @@ func (r *Runtime) RemovePod(ctx context.Context, uid types.UID) error {
 func (r *Runtime) UpdateContainerResources(ctx context.Context, id string, res corev1.ResourceRequirements) error {
 	raw := r.rawID(id)
 	linux := resources(&corev1.Container{Resources: res})
+	after := r.resizePodCgroup(raw, res)
 	if err := r.rs.UpdateContainerResources(ctx, raw, &runtimeapi.ContainerResources{Linux: linux}); err != nil {
 		return fmt.Errorf("cri: resize %s: %s", id, grpcMessage(err))
+	}
+	if err := after(); err != nil {
+		r.log.Warn("cannot resize the pod's cgroup", zap.String("id", id), zap.Error(err))
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
