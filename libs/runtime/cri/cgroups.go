@@ -127,10 +127,10 @@ func (r *Runtime) removePodCgroup(uid types.UID) {
 // ReconcileCgroups is the node-wide cgroup housekeeping (kubelet: the
 // periodic QoS update and the cleanup of orphaned pod cgroups): the QoS
 // cgroups made again where missing and sized from the node's sandboxes,
-// and the pod cgroups of pods that have no sandbox in the runtime
-// removed, once two reconciles in a row found them so (a pod worker may
-// be between making a pod's cgroup and its sandbox). One pod worker of the
-// node runs it.
+// and the pod cgroups of pods that have no sandbox in the runtime and no
+// start under way here removed, once two reconciles in a row found them
+// so (another pod worker may be between making a pod's cgroup and its
+// sandbox). One pod worker of the node runs it.
 func (r *Runtime) ReconcileCgroups(ctx context.Context) error {
 	if r.opts.cgroups == nil {
 		return nil
@@ -153,6 +153,15 @@ func (r *Runtime) ReconcileCgroups(ctx context.Context) error {
 	for _, sb := range sbs {
 		live[types.UID(sb.GetMetadata().GetUid())] = true
 	}
+	// a start under way here may be between the pod's cgroup and its
+	// sandbox.
+	r.mu.Lock()
+	for uid, pd := range r.pods {
+		if pd.busy > 0 {
+			live[uid] = true
+		}
+	}
+	r.mu.Unlock()
 	r.orphanMu.Lock()
 	defer r.orphanMu.Unlock()
 	suspects := map[types.UID]bool{}
