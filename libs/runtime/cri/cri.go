@@ -286,6 +286,15 @@ func New(ctx context.Context, opts ...Option) (*Runtime, error) {
 		r.events.Close()
 		return nil, fmt.Errorf("cri runtime: read the pods of %s: %w", o.endpoint, err)
 	}
+	if o.cgroups != nil {
+		// kubelet: the QoS cgroups are made at start; a host whose cgroups
+		// cannot be written stops it.
+		if err := r.ensureQoS(dialCtx, nil); err != nil {
+			_ = r.closeConns()
+			r.events.Close()
+			return nil, fmt.Errorf("cri runtime: the QoS cgroups (keys cgroups-per-qos, cgroup-root): %w", err)
+		}
+	}
 	go r.loop()
 	r.log.Info("cri runtime connected", zap.String("endpoint", o.endpoint), zap.String("runtime", r.name),
 		zap.String("version", r.version), zap.Int("containers", len(r.byID)))
