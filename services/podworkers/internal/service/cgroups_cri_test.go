@@ -1,6 +1,7 @@
 package service
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -66,10 +67,28 @@ func (h *hostCgroups) unlimited() string {
 	return h.read("memory", "", "memory.limit_in_bytes") // the root's: unlimited
 }
 
-// check compares a cgroup's values with the v1 figures wanted (quota ""
-// for none, memory "" for no limit), in the files of the host's version.
+// check compares a cgroup's values with the v1 figures wanted (quota 0
+// for none, memory 0 for no limit, pids "" not checked), in the files of
+// the host's version.
 func (h *hostCgroups) check(rel string, shares uint64, quota int64, memory int64, pids string) {
 	h.t.Helper()
+	for _, e := range h.mismatches(rel, shares, quota, memory, pids) {
+		h.t.Error(e)
+	}
+}
+
+// eventually waits until a cgroup has the values (a QoS cgroup is sized
+// again by the housekeeping when two pods' starts raced).
+func (h *hostCgroups) eventually(rel string, shares uint64, quota int64, memory int64, pids string) {
+	h.t.Helper()
+	var last []string
+	eventually(h.t, 30*time.Second, rel+"'s values", func() bool {
+		last = h.mismatches(rel, shares, quota, memory, pids)
+		return len(last) == 0
+	})
+}
+
+func (h *hostCgroups) mismatches(rel string, shares uint64, quota int64, memory int64, pids string) []string {
 	mem := h.unlimited()
 	if memory > 0 {
 		mem = strconv.FormatInt(memory, 10)
@@ -95,11 +114,13 @@ func (h *hostCgroups) check(rel string, shares uint64, quota int64, memory int64
 	if pids != "" {
 		want[[2]string{"pids", "pids.max"}] = pids
 	}
+	var out []string
 	for k, v := range want {
 		if got := h.read(k[0], rel, k[1]); got != v {
-			h.t.Errorf("%s %s: %q, want %q", rel, k[1], got, v)
+			out = append(out, fmt.Sprintf("%s %s: %q, want %q", rel, k[1], got, v))
 		}
 	}
+	return out
 }
 
 func resources(req, lim corev1.ResourceList) corev1.ResourceRequirements {
@@ -172,7 +193,7 @@ func TestCRICgroupsPerQOS(t *testing.T) {
 	h.check(podDir("", string(overhead.UID)), 307, 30000, 96<<20, "512")
 	// QoS cgroups: burstable the shares of its pods' requests (250m),
 	// besteffort the least.
-	h.check("kubepods/burstable", 256, 0, 0, "")
+	h.eventually("kubepods/burstable", 256, 0, 0, "")
 	h.check("kubepods/besteffort", 2, 0, 0, "")
 
 	// each container's cgroup is under its pod's (containerd's cgroupfs
@@ -201,7 +222,7 @@ func TestCRICgroupsPerQOS(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "the burstable cgroup made again", func() bool { return h.exists("kubepods/burstable") })
-	h.check("kubepods/burstable", 2, 0, 0, "")
+	h.eventually("kubepods/burstable", 2, 0, 0, "")
 
 	// the cgroup of a pod that has no sandbox (its pod removed while no
 	// pod worker ran) is removed.
