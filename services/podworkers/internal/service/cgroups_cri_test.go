@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/cgroups"
@@ -82,10 +84,13 @@ func (h *hostCgroups) check(rel string, shares uint64, quota int64, memory int64
 func (h *hostCgroups) eventually(rel string, shares uint64, quota int64, memory int64, pids string) {
 	h.t.Helper()
 	var last []string
-	eventually(h.t, 30*time.Second, rel+"'s values", func() bool {
+	err := wait.PollUntilContextTimeout(h.t.Context(), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		last = h.mismatches(rel, shares, quota, memory, pids)
-		return len(last) == 0
+		return len(last) == 0, nil
 	})
+	if err != nil {
+		h.t.Fatalf("%s's values: %v (%v)", rel, last, err)
+	}
 }
 
 func (h *hostCgroups) mismatches(rel string, shares uint64, quota int64, memory int64, pids string) []string {
