@@ -262,7 +262,7 @@ func TestMountinfo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Join(f.Hierarchies, " ") != "/sys/fs/cgroup/cpu,cpuacct /sys/fs/cgroup/memory /sys/fs/cgroup/systemd" {
+	if strings.Join(f.Hierarchies, " ") != "/sys/fs/cgroup/cpu,cpuacct /sys/fs/cgroup/memory /sys/fs/cgroup/systemd /sys/fs/cgroup/unified" {
 		t.Errorf("hierarchies %v", f.Hierarchies)
 	}
 	if f.Controllers["cpu"] != "/sys/fs/cgroup/cpu,cpuacct" || f.Controllers["memory"] != "/sys/fs/cgroup/memory" || f.Controllers["pids"] != "" {

@@ -33,8 +33,8 @@ type FS struct {
 
 // DetectFS finds how the host mounts cgroups: v2 when /sys/fs/cgroup is a
 // cgroup2 file system, else the v1 hierarchies of /proc/self/mountinfo
-// (a hybrid host's cgroup2 mount beside them is not used, as runc does
-// not).
+// (a hybrid host's cgroup2 mount beside them gets the directories but no
+// value).
 func DetectFS() (*FS, error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(DefaultMount, &st); err != nil {
@@ -68,14 +68,20 @@ func parseMountinfo(s *bufio.Scanner) (*FS, error) {
 			continue
 		}
 		fields, tail := strings.Fields(pre), strings.Fields(post)
-		if len(fields) < 5 || len(tail) < 3 || tail[0] != "cgroup" {
+		if len(fields) < 5 || len(tail) < 3 || (tail[0] != "cgroup" && tail[0] != "cgroup2") {
 			continue
 		}
 		mount := fields[4]
 		if slices.Contains(out.Hierarchies, mount) {
 			continue
 		}
+		// a hybrid host's cgroup2 tree holds no controller, but runc makes
+		// the containers' cgroups there too: the layout is made and
+		// removed there as well.
 		out.Hierarchies = append(out.Hierarchies, mount)
+		if tail[0] == "cgroup2" {
+			continue
+		}
 		for _, opt := range strings.Split(tail[2], ",") {
 			if _, taken := out.Controllers[opt]; !taken && opt != "rw" && opt != "ro" {
 				out.Controllers[opt] = mount
