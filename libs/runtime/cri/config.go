@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -109,11 +110,11 @@ func (r *Runtime) sandboxConfig(p *corev1.Pod, attempt uint32) *runtimeapi.PodSa
 	cfg := &runtimeapi.PodSandboxConfig{
 		Metadata:     &runtimeapi.PodSandboxMetadata{Name: p.Name, Namespace: p.Namespace, Uid: string(p.UID), Attempt: attempt},
 		Labels:       labels,
-		Annotations:  p.Annotations,
+		Annotations:  r.sandboxAnnotations(p),
 		LogDirectory: PodLogDir(r.opts.logRoot, p),
 		PortMappings: portMappings(p),
 		Linux: &runtimeapi.LinuxPodSandboxConfig{
-			CgroupParent: r.opts.cgroupParent,
+			CgroupParent: r.cgroupParent(p),
 			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
 				NamespaceOptions: namespaces(p),
 				Privileged:       anyPrivileged,
@@ -168,6 +169,10 @@ func (r *Runtime) ensureSandbox(ctx context.Context, p *corev1.Pod, pd *pod, dns
 			r.mu.Lock()
 			r.sandboxIPs[id] = ip
 			r.mu.Unlock()
+			// the pod's cgroup follows its resources (a resize).
+			if err := r.ensurePodCgroup(ctx, p, false); err != nil {
+				r.log.Warn("cannot update the pod's cgroup", append(podFields(p), zap.Error(err))...)
+			}
 			return &sandbox{id: id, config: r.sandboxConfig(p, resp.GetStatus().GetMetadata().GetAttempt()), ip: ip}, nil
 		case err != nil && !isNotFound(err):
 			return nil, err
@@ -191,6 +196,9 @@ func (r *Runtime) ensureSandbox(ctx context.Context, p *corev1.Pod, pd *pod, dns
 	}
 	if err := os.MkdirAll(cfg.LogDirectory, 0o755); err != nil {
 		return nil, fmt.Errorf("create the pod's log directory: %w", err)
+	}
+	if err := r.ensurePodCgroup(ctx, p, true); err != nil {
+		return nil, err
 	}
 	id, err = r.rs.RunPodSandbox(ctx, cfg, "")
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	remote "k8s.io/cri-client/pkg"
 
+	"github.com/splitlet/splitlet/libs/cgroups"
 	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/logging"
 	"github.com/splitlet/splitlet/libs/runtime"
@@ -76,7 +77,9 @@ type options struct {
 	// credProviders are the credential provider plugins (nil: none).
 	credProviders *CredentialProviders
 	security      security
-	cgroupParent  string
+	// cgroups lays out the pods' cgroups (nil: the sandboxes get the CRI
+	// runtime's default parent).
+	cgroups       *cgroups.Node
 	node          string
 	clusterDomain *string
 	containerGC   gc.ContainerPolicy
@@ -159,10 +162,6 @@ func WithCredentialProviders(cp *CredentialProviders) Option {
 	return func(o *options) { o.credProviders = cp }
 }
 
-// WithCgroupParent sets the cgroup parent of the sandboxes (default: the
-// CRI runtime's own default).
-func WithCgroupParent(p string) Option { return func(o *options) { o.cgroupParent = p } }
-
 func or(v, def string) string {
 	if v == "" {
 		return def
@@ -202,6 +201,11 @@ type Runtime struct {
 	// relistMu serialises relists (the loop's and Relist's).
 	relistMu sync.Mutex
 
+	// orphanCgroups are the pod cgroups the last ReconcileCgroups found
+	// without a sandbox (removed when the next one finds them so again).
+	orphanMu      sync.Mutex
+	orphanCgroups map[types.UID]bool
+
 	stop chan struct{}
 	done chan struct{}
 }
@@ -230,6 +234,10 @@ type pod struct {
 	// namespace and name, from the pod or its sandbox's and containers'
 	// labels.
 	namespace, name string
+	// spec is the pod as the last StartContainer or resize had it (nil
+	// until then): what a resize of one container changes the pod's
+	// cgroup from.
+	spec *corev1.Pod
 }
 
 // instance is one container of a pod, as last read from the runtime.
@@ -326,6 +334,15 @@ func New(ctx context.Context, opts ...Option) (*Runtime, error) {
 	}
 	if o.pullRecordsDir != "" {
 		r.records = &pullRecords{dir: o.pullRecordsDir}
+	}
+	if o.cgroups != nil {
+		// kubelet: the QoS cgroups are made at start; a host whose cgroups
+		// cannot be written stops it.
+		if err := r.ensureQoS(dialCtx, nil); err != nil {
+			_ = r.closeConns()
+			r.events.Close()
+			return nil, fmt.Errorf("cri runtime: the QoS cgroups (keys cgroups-per-qos, cgroup-root): %w", err)
+		}
 	}
 	go r.loop()
 	r.log.Info("cri runtime connected", zap.String("endpoint", o.endpoint), zap.String("runtime", r.name),
@@ -447,6 +464,9 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 	pd := r.podLocked(p.UID)
 	pd.busy++
 	pd.namespace, pd.name = p.Namespace, p.Name
+	if r.opts.cgroups != nil {
+		pd.spec = p.DeepCopy()
+	}
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
@@ -782,6 +802,8 @@ func (r *Runtime) RemovePod(ctx context.Context, uid types.UID) error {
 	if len(errs) > 0 {
 		return fmt.Errorf("cri: remove pod %s: %w", uid, errors.Join(errs...))
 	}
+	// kubelet: the pod's cgroup goes once its sandboxes are gone.
+	r.removePodCgroup(uid)
 	dirs, _ := filepath.Glob(filepath.Join(r.opts.logRoot, "*_"+string(uid)))
 	r.mu.Lock()
 	var namespace, podName string
@@ -819,8 +841,12 @@ func (r *Runtime) RemovePod(ctx context.Context, uid types.UID) error {
 func (r *Runtime) UpdateContainerResources(ctx context.Context, id string, res corev1.ResourceRequirements) error {
 	raw := r.rawID(id)
 	linux := resources(&corev1.Container{Resources: res})
+	after := r.resizePodCgroup(raw, res)
 	if err := r.rs.UpdateContainerResources(ctx, raw, &runtimeapi.ContainerResources{Linux: linux}); err != nil {
 		return fmt.Errorf("cri: resize %s: %s", id, grpcMessage(err))
+	}
+	if err := after(); err != nil {
+		r.log.Warn("cannot resize the pod's cgroup", zap.String("id", id), zap.Error(err))
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

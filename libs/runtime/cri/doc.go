@@ -30,6 +30,20 @@
 // attempt), the termination message path and policy and the pod's grace
 // periods as annotations.
 //
+// # Cgroups
+//
+// With WithCgroups each sandbox's CgroupParent is its pod's cgroup in the
+// kubelet's layout (package cgroups): kubepods, its burstable and
+// besteffort cgroups, pod<uid> (systemd: the matching slices). Before a
+// pod's first sandbox the QoS cgroups are made where missing and sized
+// (the burstable one from the Burstable pods' CPU requests, which each
+// sandbox carries as annotations), then the pod's cgroup with its CPU
+// shares, CFS quota, memory and pids limits; each later container start
+// and each resize write the pod's values again; RemovePod removes the
+// pod's cgroup after its sandboxes. ReconcileCgroups, which one pod worker
+// of the node runs, makes deleted QoS cgroups again and removes the
+// cgroups of pods that have no sandbox.
+//
 // # Security settings
 //
 // The security context goes to the CRI as the kubelet sends it

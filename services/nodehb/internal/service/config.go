@@ -73,6 +73,9 @@ type Config struct {
 	// DNS are the node's cluster DNS keys, shared with the pod workers,
 	// which apply them; nodehb states them in /configz.
 	DNS config.DNS
+	// Cgroups are the node's cgroup keys, shared with the pod workers,
+	// which apply them; nodehb states them in /configz.
+	Cgroups config.Cgroups
 }
 
 // RegisterFlags adds the nodehb keys ("nodehb.<key>") to fs.
@@ -108,6 +111,7 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.AgentGrace, "nodehb.agent-not-ready-grace", readiness.DefaultGrace, "once the agent was ready, how long it may report not ready (a pod worker restarting, partitions handed over) before the Node is NotReady; 0: at once")
 	fs.DurationVar(&c.RequestTimeout, "nodehb.runtime-request-timeout", 10*time.Second, "timeout of exec and stats requests to the pod workers")
 	c.DNS.RegisterFlags(fs)
+	c.Cgroups.RegisterFlags(fs)
 }
 
 // desired checks the keys and builds the Node the agent describes. Every
@@ -307,6 +311,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if _, err := c.clientCAs(); err != nil {
+		return err
+	}
+	if err := c.Cgroups.Validate(); err != nil {
 		return err
 	}
 	return c.DNS.Validate()

@@ -17,8 +17,10 @@ import (
 // the kubelet's KubeletConfiguration, for /configz: its own keys, the
 // common ones and the node's DNS keys (which it shares with the pod
 // workers). Settings of other stages (the static pod directory, the sync
-// frequency, the CRI runtime's cgroup driver) are left out rather than
-// guessed; cgroupsPerQOS is false, as Splitlet lays out no QoS cgroups.
+// frequency) are left out rather than guessed. The cgroup keys are the
+// node's (shared with the pod workers, which lay the cgroups out):
+// cgroupsPerQOS as the runtime resolves it, and with it the driver, root,
+// pod pids limit and what is held to allocatable.
 func (c *Config) kubeletConfiguration(common *config.Common, bind string, taints []corev1.Taint) (*kubeletv1beta1.KubeletConfiguration, error) {
 	eviction, err := thresholds(c.EvictionHard)
 	if err != nil {
@@ -47,7 +49,11 @@ func (c *Config) kubeletConfiguration(common *config.Common, bind string, taints
 		NodeStatusUpdateFrequency:        metav1.Duration{Duration: c.StatusUpdate},
 		NodeStatusReportFrequency:        metav1.Duration{Duration: c.StatusReport},
 		NodeLeaseDurationSeconds:         int32(c.LeaseDuration.Seconds()),
-		CgroupsPerQOS:                    ptr.To(false),
+		CgroupsPerQOS:                    ptr.To(c.Cgroups.PerQOSFor(common.Runtime)),
+		CgroupDriver:                     c.Cgroups.Driver,
+		CgroupRoot:                       c.Cgroups.Root,
+		PodPidsLimit:                     ptr.To(c.Cgroups.PodPidsLimit),
+		EnforceNodeAllocatable:           c.Cgroups.EnforceNodeAllocatable,
 		RuntimeRequestTimeout:            metav1.Duration{Duration: c.RequestTimeout},
 		MaxPods:                          int32(common.PodCapacity()),
 		EvictionHard:                     eviction,
@@ -71,6 +77,11 @@ func (c *Config) kubeletConfiguration(common *config.Common, bind string, taints
 	}
 	for _, ip := range c.DNS.ClusterDNS {
 		kc.ClusterDNS = append(kc.ClusterDNS, ip.String())
+	}
+	if !*kc.CgroupsPerQOS {
+		// nothing is held to allocatable without the QoS cgroups (the
+		// process runtime).
+		kc.EnforceNodeAllocatable = []string{"none"}
 	}
 	if c.AuthzMode == AuthzAlwaysAllow {
 		kc.Authorization.Mode = kubeletv1beta1.KubeletAuthorizationModeAlwaysAllow

@@ -29,7 +29,7 @@ func TestConfigzThroughAPIServer(t *testing.T) {
 	addr := globalLoopbackAddress(t)
 	s := startStack(t, "configz-node", "--nodehb.address="+addr, "--nodehb.node-status-report-frequency=3m",
 		"--nodehb.lease-duration=25s", "--nodehb.eviction-hard=memory.available<200Mi", "--nodehb.kube-reserved=cpu=100m",
-		"--cluster-dns=10.96.0.10", "--cluster-domain=corp.example")
+		"--cluster-dns=10.96.0.10", "--cluster-domain=corp.example", "--cgroup-root=/configz-test", "--pod-pids-limit=4096")
 	var raw []byte
 	eventually(t, 20*time.Second, "/configz through the API server's node proxy", func() error {
 		var err error
@@ -61,7 +61,11 @@ func TestConfigzThroughAPIServer(t *testing.T) {
 		{"nodeStatusUpdateFrequency", kc.NodeStatusUpdateFrequency.Duration, 200 * time.Millisecond},
 		{"nodeStatusReportFrequency", kc.NodeStatusReportFrequency.Duration, 3 * time.Minute},
 		{"nodeLeaseDurationSeconds", kc.NodeLeaseDurationSeconds, int32(25)},
-		{"cgroupsPerQOS", fmt.Sprint(kc.CgroupsPerQOS != nil && !*kc.CgroupsPerQOS), "true"},
+		{"cgroupsPerQOS", fmt.Sprint(kc.CgroupsPerQOS != nil && *kc.CgroupsPerQOS), "true"},
+		{"cgroupDriver", kc.CgroupDriver, "cgroupfs"},
+		{"cgroupRoot", kc.CgroupRoot, "/configz-test"},
+		{"podPidsLimit", fmt.Sprint(kc.PodPidsLimit != nil && *kc.PodPidsLimit == 4096), "true"},
+		{"enforceNodeAllocatable", fmt.Sprint(kc.EnforceNodeAllocatable), "[pods]"},
 		{"maxPods", kc.MaxPods, int32((&config.Common{Runtime: config.RuntimeSim}).PodCapacity())},
 		{"evictionHard", fmt.Sprint(kc.EvictionHard), "map[memory.available:200Mi]"},
 		{"kubeReserved", fmt.Sprint(kc.KubeReserved), "map[cpu:100m]"},

@@ -97,6 +97,12 @@ type Config struct {
 	// GC are the node's garbage collection keys (dead containers, log
 	// rotation, images), applied by the replica that owns partition 0.
 	GC config.GC
+	// Cgroups are the node's cgroup keys (cgroups-per-qos, cgroup-driver,
+	// cgroup-root, pod-pids-limit, enforce-node-allocatable), which the
+	// cri runtime applies (shared with nodehb); CgroupReconcile how often
+	// the node-wide cgroup housekeeping runs.
+	Cgroups         config.Cgroups
+	CgroupReconcile time.Duration
 }
 
 // RegisterFlags adds the podworkers keys ("podworkers.<key>") to fs.
@@ -131,6 +137,8 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.CredentialProviderBinDir, "podworkers.image-credential-provider-bin-dir", "", "runtime cri: the directory of the credential provider plugins, each named as its provider (the kubelet's --image-credential-provider-bin-dir)")
 	c.DNS.RegisterFlags(fs)
 	c.GC.RegisterFlags(fs)
+	c.Cgroups.RegisterFlags(fs)
+	fs.DurationVar(&c.CgroupReconcile, "podworkers.cgroup-reconcile-interval", DefaultCgroupReconcile, "runtime cri with cgroups-per-qos: how often the replica that owns partition 0 makes the QoS cgroups again where missing, sizes them from the node's pods and removes the cgroups of pods that have no sandbox (found so twice in a row)")
 	fs.StringVar(&c.ProcessRecordsDir, "podworkers.process-records-dir", "", "runtime process: where the replicas of this node on this host write down their containers' process groups, so that what a replica killed with SIGKILL leaves is killed by the next one (mode 0700, this user's); default <tmp>/splitlet-process-groups/<node>")
 }
 
@@ -142,6 +150,7 @@ func (c *Config) Validate() error {
 		"podworkers.housekeeping-interval": c.Housekeeping, "podworkers.lease-ttl": c.LeaseTTL,
 		"podworkers.lease-refresh": c.LeaseRefresh, "podworkers.status-window": c.StatusWindow,
 		"podworkers.readiness-interval": c.ReadinessInterval, "podworkers.local-storage-check-interval": c.LocalStorageInterval,
+		"podworkers.cgroup-reconcile-interval": c.CgroupReconcile,
 	} {
 		if d <= 0 {
 			return fmt.Errorf("invalid value %v for %s: must be positive", d, key)
@@ -261,6 +270,8 @@ type Runner struct {
 	snapshots *bus.Snapshots
 	// pressure is the node's pressure conditions (nodehb's NodePressure).
 	pressure pressureView
+	// allocatable is the Node's allocatable, kubepods' size (set by run).
+	allocatable nodeAllocatable
 }
 
 // tracerName names the stage's spans' instrumentation scope.
@@ -279,6 +290,9 @@ type partition struct {
 // New builds the stage.
 func New(cfg *Config, common *config.Common, log *zap.Logger, conn *messaging.Conn, cs kubernetes.Interface, reg prometheus.Registerer, tp *tracing.Provider) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.checkCgroups(common.Runtime); err != nil {
 		return nil, err
 	}
 	id := cfg.ReplicaID
@@ -407,6 +421,10 @@ func (r *Runner) newRuntime(ctx context.Context) (runtime.Runtime, error) {
 	}
 	switch r.common.Runtime {
 	case config.RuntimeCRI:
+		layout, err := r.newCgroups()
+		if err != nil {
+			return nil, err
+		}
 		var providers *cri.CredentialProviders
 		if r.cfg.CredentialProviderConfig != "" {
 			var err error
@@ -417,7 +435,7 @@ func (r *Runner) newRuntime(ctx context.Context) (runtime.Runtime, error) {
 		return cri.New(ctx, cri.WithEndpoint(r.common.CRIEndpoint), cri.WithHostIP(r.cfg.HostIP), cri.WithLogger(r.log.Named("cri")),
 			cri.WithNode(r.common.NodeName), cri.WithClusterDomain(r.cfg.DNS.ClusterDomain),
 			cri.WithSeccompProfileRoot(r.seccompRoot()), cri.WithSeccompDefault(r.cfg.SeccompDefault),
-			cri.WithContainerPolicy(r.cfg.containerPolicy()),
+			cri.WithContainerPolicy(r.cfg.containerPolicy()), cri.WithCgroups(layout),
 			cri.WithImagePulls(r.cfg.SerializeImagePulls, r.cfg.MaxParallelPulls),
 			cri.WithPullRecordsDir(filepath.Join(r.rootDir(), "image_manager")), cri.WithCredentialProviders(providers))
 	case config.RuntimeProcess:
@@ -445,6 +463,7 @@ func (r *Runner) newRuntime(ctx context.Context) (runtime.Runtime, error) {
 		}
 		return rt, nil
 	default:
+		r.logSimCgroups()
 		opts := []sim.Option{sim.WithStartLatency(r.cfg.SimStartLatency)}
 		if r.cfg.SimMaxStarts > 0 {
 			opts = append(opts, sim.WithMaxConcurrentStarts(r.cfg.SimMaxStarts))
@@ -516,6 +535,13 @@ func (r *Runner) run(ctx context.Context) error {
 		}
 		return fallback
 	}
+	nodeAlloc := func() corev1.ResourceList {
+		if n, err := nodeLister.Get(node); err == nil && len(n.Status.Allocatable) > 0 {
+			return n.Status.Allocatable
+		}
+		return nil
+	}
+	r.allocatable.f.Store(&nodeAlloc)
 	thisNode := func() *corev1.Node {
 		if n, err := nodeLister.Get(node); err == nil {
 			return n
@@ -650,6 +676,12 @@ func (r *Runner) run(ctx context.Context) error {
 	claimHeld = false
 	readyDone := make(chan struct{})
 	go func() { defer close(readyDone); r.readinessLoop(ctx, owner, pub) }()
+	cgroupsDone := make(chan struct{})
+	go func() {
+		defer close(cgroupsDone)
+		r.cgroupLoop(ctx, rt, func() bool { return r.isActive(cgroupReconcilePartition) })
+	}()
+	defer func() { <-cgroupsDone }()
 	close(r.ready)
 	r.log.Info("pod workers running", zap.String("runtime", rt.Type()), zap.Int("partitions", r.common.Partitions))
 

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	remote "k8s.io/cri-client/pkg"
 
@@ -102,6 +103,9 @@ func criEnv(t *testing.T, node string) (*env, *testenv.Containerd) {
 		t.Fatalf("--runtime=cri needs a containerd: %v", err)
 	}
 	t.Cleanup(cd.Stop)
+	// the test's own cgroup root, removed once the pods are gone.
+	cgroupRoot := "/splitlet-test-" + node + "-" + string(uuid.NewUUID())[:8]
+	t.Cleanup(func() { removeCgroupRoot(t, cgroupRoot) })
 	var mu sync.Mutex
 	var pods []*corev1.Pod
 	// registered before any replica: it runs once they have stopped.
@@ -113,6 +117,7 @@ func criEnv(t *testing.T, node string) (*env, *testenv.Containerd) {
 	criEndpoint = cd.Endpoint
 	t.Cleanup(func() { criEndpoint = config.DefaultCRIEndpoint })
 	e := newEnv(t, node)
+	e.cgroupRoot = cgroupRoot
 	e.onTrack = func(ps ...*corev1.Pod) {
 		mu.Lock()
 		pods = append(pods, ps...)

@@ -88,6 +88,9 @@ type env struct {
 	// uids is the replicas' podworkers.process-uid-dir: shared by them
 	// as by the replicas of a host.
 	uids string
+	// cgroupRoot, if set, is the replicas' cgroup-root (a test's own, so
+	// that tests and agents on the host share no kubepods).
+	cgroupRoot string
 }
 
 // track names pods the test runs, for the runtime's cleanup.
@@ -224,6 +227,9 @@ func (e *env) startReplicaRuntime(t *testing.T, runtimeName string, mod func(*Co
 	t.Helper()
 	cfg := defaults(t)
 	cfg.ProcessUIDDir = e.uids
+	if e.cgroupRoot != "" {
+		cfg.Cgroups.Root = e.cgroupRoot
+	}
 	if mod != nil {
 		mod(cfg)
 	}
