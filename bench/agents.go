@@ -527,7 +527,10 @@ func startKwok(version string, parallelism uint) func(context.Context, *benchEnv
 		}
 		if parallelism > 0 {
 			cfg := filepath.Join(r.dir, "kwok-parallelism.yaml")
-			doc := fmt.Sprintf("apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:\n  podPlayStageParallelism: %d\n", parallelism)
+			// a KwokConfiguration given on the command line gets none of
+			// kwok's defaults: the other parallelisms are its defaults.
+			doc := fmt.Sprintf("apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:\n"+
+				"  podPlayStageParallelism: %d\n  nodePlayStageParallelism: 4\n  nodeLeaseParallelism: 4\n  podsOnNodeSyncParallelism: 1\n", parallelism)
 			if err := os.WriteFile(cfg, []byte(doc), 0o644); err != nil {
 				return nil, err
 			}
