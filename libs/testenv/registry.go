@@ -150,7 +150,10 @@ func (r *Registry) Push(ctx context.Context, repo, tag string, cfg ImageConfig, 
 	return r.Image(repo, tag), nil
 }
 
-// PushBusybox pushes the busybox image (BuildCRIImages' files) as repo:tag.
+// PushBusybox pushes the busybox image (BuildCRIImages' files) as repo:tag,
+// with a file naming repo:tag (etc/splitlet-test-image) besides: an image of
+// its own, whose removal from containerd (CRI RemoveImage removes every
+// name of an image) never takes the imported busybox with it.
 func (r *Registry) PushBusybox(ctx context.Context, repo, tag string) (string, error) {
 	busybox := os.Getenv(BusyboxPathEnv)
 	if busybox == "" {
@@ -160,6 +163,7 @@ func (r *Registry) PushBusybox(ctx context.Context, repo, tag string) (string, e
 	if err != nil {
 		return "", err
 	}
+	files = append(files, ImageFile{Path: "etc/splitlet-test-image", Mode: 0o644, Data: []byte(repo + ":" + tag + "\n")})
 	return r.Push(ctx, repo, tag, busyboxConfig, files)
 }
 

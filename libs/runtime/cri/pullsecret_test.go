@@ -59,7 +59,15 @@ func TestPullWithPullSecret(t *testing.T) {
 	}
 	logs := &syncBuffer{}
 	r := newRuntime(t, WithPullRecordsDir(t.TempDir()), WithLogger(zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), logs, zap.DebugLevel))))
-	t.Cleanup(func() { _ = r.is.RemoveImage(context.Background(), &runtimeapi.ImageSpec{Image: image}) })
+	t.Cleanup(func() {
+		_ = r.is.RemoveImage(context.Background(), &runtimeapi.ImageSpec{Image: image})
+		// the pushed image is one of its own: removing it leaves the
+		// imported busybox, which the other tests run.
+		st, err := r.is.ImageStatus(context.Background(), &runtimeapi.ImageSpec{Image: testenv.BusyboxImage}, false)
+		if err != nil || st.GetImage() == nil {
+			t.Errorf("removing %s removed %s too (%v)", image, testenv.BusyboxImage, err)
+		}
+	})
 	var mu sync.Mutex
 	var events []string
 	opts := runtime.StartOptions{ImageEvent: func(eventType, reason, message string) {
