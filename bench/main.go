@@ -168,11 +168,30 @@ func agentOrder(which string) ([]string, error) {
 	return order, nil
 }
 
-// runRounds runs the main case for each agent, round after round. Rounds
-// alternate the order of the agents, so that neither end of a run (a
-// machine warming up, a page cache filling) favours one agent; each figure
-// is the median over the rounds.
+// runRounds runs the main case for each agent, round after round (inRounds).
 func runRounds(ctx context.Context, out io.Writer, env *benchEnv, o benchOptions, order []string) (map[string]*result, map[string][]*result, error) {
+	return inRounds(ctx, out, env, o, order, "", "bench-", o.pods, measureCase)
+}
+
+// runBacklog runs the backlog case for each agent, in rounds as the main
+// case: the pods exist before the agent starts, and its drain rate (pods
+// Ready a second from its start) is the figure.
+func runBacklog(ctx context.Context, out io.Writer, env *benchEnv, o benchOptions, order []string) (map[string][]*result, error) {
+	results, rounds, err := inRounds(ctx, out, env, o, order, "backlog case", "backlog-", o.backlogPods, measureBacklog)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(out, "\nbacklog case: %d pods created before the agent starts, figures from its start\n\n", o.backlogPods)
+	printRows(out, backlogRows, order, results, rounds)
+	return rounds, nil
+}
+
+// inRounds runs one case (measure, n pods, nodes named prefix+agent) for
+// each agent, round after round. Rounds alternate the order of the agents,
+// so that neither end of a run (a machine warming up, a page cache
+// filling) favours one agent; each figure is the median over the rounds.
+// The main case (label "") prints each agent's figures as it goes.
+func inRounds(ctx context.Context, out io.Writer, env *benchEnv, o benchOptions, order []string, label, prefix string, n int, measure measureFunc) (map[string]*result, map[string][]*result, error) {
 	rounds := map[string][]*result{}
 	for round := range o.rounds {
 		seq := slices.Clone(order)
@@ -181,12 +200,18 @@ func runRounds(ctx context.Context, out io.Writer, env *benchEnv, o benchOptions
 		}
 		for _, name := range seq {
 			a, _ := findAgent(name)
-			fmt.Fprintf(out, "%s: %d pods (round %d of %d) ...\n", name, o.pods, round+1, o.rounds)
-			res, err := runCase(ctx, env, a, "bench-"+name, o.pods, o.concurrency)
-			if err != nil {
-				return nil, nil, fmt.Errorf("%s: %w", name, err)
+			what := name
+			if label != "" {
+				what = label + ": " + name
 			}
-			printCase(out, name, res)
+			fmt.Fprintf(out, "%s: %d pods (round %d of %d) ...\n", what, n, round+1, o.rounds)
+			res, err := runCaseWith(ctx, env, a, prefix+name, n, o.concurrency, measure)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s: %w", what, err)
+			}
+			if label == "" {
+				printCase(out, name, res)
+			}
 			rounds[name] = append(rounds[name], res)
 		}
 	}
@@ -195,35 +220,6 @@ func runRounds(ctx context.Context, out io.Writer, env *benchEnv, o benchOptions
 		results[name] = median(rs)
 	}
 	return results, rounds, nil
-}
-
-// runBacklog runs the backlog case for each agent, in rounds as the main
-// case: the pods exist before the agent starts, and its drain rate (pods
-// Ready a second from its start) is the figure.
-func runBacklog(ctx context.Context, out io.Writer, env *benchEnv, o benchOptions, order []string) (map[string][]*result, error) {
-	rounds := map[string][]*result{}
-	for round := range o.rounds {
-		seq := slices.Clone(order)
-		if round%2 == 1 {
-			slices.Reverse(seq)
-		}
-		for _, name := range seq {
-			a, _ := findAgent(name)
-			fmt.Fprintf(out, "backlog case: %s, %d pods (round %d of %d) ...\n", name, o.backlogPods, round+1, o.rounds)
-			res, err := runCaseWith(ctx, env, a, "backlog-"+name, o.backlogPods, o.concurrency, measureBacklog)
-			if err != nil {
-				return nil, fmt.Errorf("backlog case, %s: %w", name, err)
-			}
-			rounds[name] = append(rounds[name], res)
-		}
-	}
-	results := map[string]*result{}
-	for name, rs := range rounds {
-		results[name] = median(rs)
-	}
-	fmt.Fprintf(out, "\nbacklog case: %d pods created before the agent starts, figures from its start\n\n", o.backlogPods)
-	printRows(out, backlogRows, order, results, rounds)
-	return rounds, nil
 }
 
 // runLarge is the one-node-many-pods case: split with its defaults, on the
