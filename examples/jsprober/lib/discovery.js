@@ -20,10 +20,13 @@ export function semVer(v) {
 export async function serve(nc, { node, version, stage, subject, name = "prober" }) {
   const started = new Date();
   const status = async () => {
+    // Readiness is read before the consumers are: a stage that says ready
+    // has every consumer in the list that follows.
+    const ready = stage.ready;
     const consumers = await stage.lags();
     return {
       node, stage: name, implementation: IMPLEMENTATION, instance: "", version,
-      ready: stage.ready, partitions: null,
+      ready, partitions: null,
       lag: consumers.reduce((n, c) => n + c.pending + Math.max(c.ackPending, 0), 0),
       consumers, started: started.toISOString(), at: new Date().toISOString(),
     };
