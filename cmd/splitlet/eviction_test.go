@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -250,8 +251,16 @@ func TestEvictionUnderMemoryPressure(t *testing.T) {
 	if len(events) != 1 || events[0].Count > 1 || events[0].Type != corev1.EventTypeWarning || events[0].Message != message {
 		t.Fatalf("hog's Evicted events: want one with %q, got %+v", message, events)
 	}
-	if hog, err := podOf("hog"); err != nil || hog.Status.Reason != "Evicted" || hog.Status.Message != message || hog.Status.Phase != corev1.PodFailed {
+	hog, err := podOf("hog")
+	if err != nil || hog.Status.Reason != "Evicted" || hog.Status.Message != message || hog.Status.Phase != corev1.PodFailed {
 		t.Fatalf("hog's status: %v %+v, want Failed, Evicted, %q", err, hog.Status, message)
+	}
+	// kubelet: a node-pressure eviction marks the pod DisruptionTarget.
+	disrupted := slices.ContainsFunc(hog.Status.Conditions, func(c corev1.PodCondition) bool {
+		return c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue && c.Reason == corev1.PodReasonTerminationByKubelet && c.Message == message
+	})
+	if !disrupted {
+		t.Fatalf("hog's conditions %+v: want DisruptionTarget True, TerminationByKubelet, %q", hog.Status.Conditions, message)
 	}
 	steady, err := podOf("steady")
 	if err != nil {

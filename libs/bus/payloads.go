@@ -75,6 +75,11 @@ type PodRuntimeStatus struct {
 	Phase   corev1.PodPhase `json:"phase,omitempty"`
 	Reason  string          `json:"reason,omitempty"`
 	Message string          `json:"message,omitempty"`
+	// Conditions are pod conditions the worker decides outright: statussync
+	// takes DisruptionTarget (a node-pressure eviction) and sets it on the
+	// API status with the terminal phase, in place of one of its type; it
+	// ignores any other.
+	Conditions []corev1.PodCondition `json:"conditions,omitempty"`
 
 	InitContainerStatuses []corev1.ContainerStatus `json:"initContainerStatuses,omitempty"`
 	ContainerStatuses     []corev1.ContainerStatus `json:"containerStatuses,omitempty"`
@@ -560,6 +565,10 @@ type EvictRequest struct {
 	Reason             string    `json:"reason"`
 	Message            string    `json:"message"`
 	GracePeriodSeconds int64     `json:"gracePeriodSeconds"`
+	// DisruptionTarget: the failed pod also gets the DisruptionTarget
+	// condition, reason TerminationByKubelet, with Message (kubelet: a
+	// node-pressure eviction sets it; a local-storage one does not).
+	DisruptionTarget bool `json:"disruptionTarget,omitempty"`
 }
 
 func (p *EvictRequest) validate(*Envelope) error {

@@ -280,7 +280,7 @@ func (p *PodUpdate) unmarshalProto(b []byte) error {
 // 6 k8s.io.apimachinery.pkg.apis.meta.v1.Time startTime, 7 phase, 8 reason,
 // 9 message, 10/11/12 repeated k8s.io.api.core.v1.ContainerStatus (init,
 // app, ephemeral), 13 map<string, string> containerHashes, 14 terminating,
-// 15 terminated.
+// 15 terminated, 16 repeated k8s.io.api.core.v1.PodCondition conditions.
 func (p *PodRuntimeStatus) appendProto(b []byte) ([]byte, error) {
 	b = appendString(b, 1, string(p.UID))
 	b = appendString(b, 2, p.Namespace)
@@ -313,7 +313,13 @@ func (p *PodRuntimeStatus) appendProto(b []byte) ([]byte, error) {
 		b = appendBytes(b, 13, eb)
 	}
 	b = appendBool(b, 14, p.Terminating)
-	return appendBool(b, 15, p.Terminated), nil
+	b = appendBool(b, 15, p.Terminated)
+	for i := range p.Conditions {
+		if b, err = appendMessage(b, 16, &p.Conditions[i]); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
 }
 
 // SameAs reports whether p and q have the same protobuf form, so that a
@@ -393,6 +399,16 @@ func (p *PodRuntimeStatus) unmarshalProto(b []byte) error {
 			p.Terminating = v != 0
 		case 15:
 			p.Terminated = v != 0
+		case 16:
+			path := fmt.Sprintf("payload.conditions[%d]", len(p.Conditions))
+			if err := wantType(path, true, d); err != nil {
+				return err
+			}
+			var c corev1.PodCondition
+			if err := c.Unmarshal(d); err != nil {
+				return fieldErr(path, "malformed PodCondition: %v", err)
+			}
+			p.Conditions = append(p.Conditions, c)
 		}
 		return nil
 	})

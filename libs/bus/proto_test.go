@@ -108,7 +108,9 @@ func TestProtobufPodRuntimeStatusFields(t *testing.T) {
 		InitContainerStatuses: []corev1.ContainerStatus{cs("init")}, ContainerStatuses: []corev1.ContainerStatus{cs("a"), cs("b")},
 		EphemeralContainerStatuses: []corev1.ContainerStatus{cs("debug")},
 		ContainerHashes:            map[string]string{"cri://a": "0123456789abcdef", "cri://b": "fedcba9876543210"},
-		Terminating:                true, Terminated: true}
+		Terminating:                true, Terminated: true,
+		Conditions: []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, ObservedGeneration: 2,
+			LastTransitionTime: start, Reason: corev1.PodReasonTerminationByKubelet, Message: "low on memory"}}}
 	e, err := bus.NewEnvelopeAs(bus.EncodingProtobuf, bus.KindPodRuntimeStatus, "n", "w", "", in)
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -217,7 +218,8 @@ func (h *harness) evict(t *testing.T, pod *corev1.Pod, message string) *bus.Evic
 	ctx, cancel := context.WithTimeout(context.Background(), h.tg.Timeout)
 	defer cancel()
 	e, err := h.prober.Request(ctx, h.subjects.Evict(h.partition(string(pod.UID))), bus.KindEvictRequest, &bus.EvictRequest{
-		PodUID: pod.UID, Namespace: pod.Namespace, Pod: pod.Name, Reason: "Evicted", Message: message, GracePeriodSeconds: 1})
+		PodUID: pod.UID, Namespace: pod.Namespace, Pod: pod.Name, Reason: "Evicted", Message: message, GracePeriodSeconds: 1,
+		DisruptionTarget: true})
 	if err != nil {
 		t.Fatalf("no answer on runtime.evict: %v", err)
 	}
@@ -236,9 +238,11 @@ func (h *harness) evictOnce(t *testing.T, status *watcher) {
 		t.Fatalf("first EvictRequest: %+v, want evicted", res)
 	}
 	evicted := func(st *bus.PodRuntimeStatus) bool {
-		return st.Phase == corev1.PodFailed && st.Reason == "Evicted" && st.Message == first
+		return st.Phase == corev1.PodFailed && st.Reason == "Evicted" && st.Message == first && slices.ContainsFunc(st.Conditions, func(c corev1.PodCondition) bool {
+			return c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue && c.Reason == corev1.PodReasonTerminationByKubelet && c.Message == first
+		})
 	}
-	status.waitFor(t, from, "phase Failed, reason Evicted, the request's message", podStatus(pod, evicted))
+	status.waitFor(t, from, "phase Failed, reason Evicted, the request's message, DisruptionTarget", podStatus(pod, evicted))
 	if res := h.evict(t, pod, "a second eviction (conformance) "); !res.Already || res.Evicted {
 		t.Errorf("second EvictRequest: %+v, want already", res)
 	}

@@ -226,7 +226,7 @@ func (l *Loop) waiting(pods []bus.PodStats) bool {
 // (by this request or before it).
 func (l *Loop) evict(ctx context.Context, th Threshold, obs Observations, p *bus.PodStats) bool {
 	req := &bus.EvictRequest{PodUID: p.UID, Namespace: p.Namespace, Pod: p.Name, Reason: Reason,
-		Message: Message(th, obs, p), GracePeriodSeconds: GracePeriod(th, l.cfg.MaxPodGrace)}
+		Message: Message(th, obs, p), GracePeriodSeconds: GracePeriod(th, l.cfg.MaxPodGrace), DisruptionTarget: true}
 	log := l.log.With(logging.Pod(p.Namespace, p.Name, string(p.UID))...)
 	res, err := l.pods.Evict(ctx, bus.Partition(string(p.UID), l.cfg.Partitions), req)
 	if err == nil && res.Error != "" {

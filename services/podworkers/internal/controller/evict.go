@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/splitlet/splitlet/libs/bus"
@@ -22,6 +23,9 @@ type Eviction struct {
 	UID             types.UID
 	Reason, Message string
 	GracePeriod     int64
+	// DisruptionTarget adds the DisruptionTarget condition (reason
+	// TerminationByKubelet) to the failed pod's status.
+	DisruptionTarget bool
 }
 
 // Evict fails a held pod and stops it (kubelet: the eviction manager's
@@ -48,8 +52,13 @@ func (c *Controller) Evict(ctx context.Context, ev Eviction, store func(context.
 	}
 	e.evicted = true
 	c.mu.Unlock()
+	var conds []corev1.PodCondition
+	if ev.DisruptionTarget {
+		conds = []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, ObservedGeneration: pod.Generation,
+			LastTransitionTime: metav1.Now().Rfc3339Copy(), Reason: corev1.PodReasonTerminationByKubelet, Message: ev.Message}}
+	}
 	st := c.syncer.CurrentStatus(pod)
-	st.Phase, st.Reason, st.Message, st.Terminating = corev1.PodFailed, ev.Reason, ev.Message, true
+	st.Phase, st.Reason, st.Message, st.Terminating, st.Conditions = corev1.PodFailed, ev.Reason, ev.Message, true, conds
 	if err := store(ctx, st); err != nil {
 		c.mu.Lock()
 		e.evicted = false
@@ -60,6 +69,6 @@ func (c *Controller) Evict(ctx context.Context, ev Eviction, store func(context.
 	c.cfg.Recorder.Eventf(pod, corev1.EventTypeWarning, ev.Reason, "%s", ev.Message)
 	grace := ev.GracePeriod
 	c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateKill, Pod: pod, Kill: &podworkers.KillOptions{
-		Evict: true, GracePeriodOverride: &grace, Phase: corev1.PodFailed, Reason: ev.Reason, Message: ev.Message}})
+		Evict: true, GracePeriodOverride: &grace, Phase: corev1.PodFailed, Reason: ev.Reason, Message: ev.Message, Conditions: conds}})
 	return false, nil
 }

@@ -28,7 +28,7 @@ func TestEvictOnce(t *testing.T) {
 	c.HandleUpdate("api", bus.OpAdd, 0, []corev1.Pod{p, crit})
 	eventually(t, "running", func() bool { return isRunning(s.get("e")) && isRunning(s.get("crit")) })
 
-	ev := Eviction{UID: "e", Reason: "Evicted", Message: "The node was low on resource: memory. ", GracePeriod: 1}
+	ev := Eviction{UID: "e", Reason: "Evicted", Message: "The node was low on resource: memory. ", GracePeriod: 1, DisruptionTarget: true}
 	failing := func(context.Context, *bus.PodRuntimeStatus) error { return errors.New("stream unavailable") }
 	if _, err := c.Evict(t.Context(), ev, failing); err == nil {
 		t.Fatal("an eviction whose status was not stored went ahead")
@@ -47,6 +47,13 @@ func TestEvictOnce(t *testing.T) {
 	if len(stored) != 1 || stored[0].Phase != corev1.PodFailed || stored[0].Reason != "Evicted" || stored[0].Message != ev.Message {
 		t.Fatalf("stored %+v", stored)
 	}
+	disrupted := func(st *bus.PodRuntimeStatus) bool {
+		return len(st.Conditions) == 1 && st.Conditions[0].Type == corev1.DisruptionTarget && st.Conditions[0].Status == corev1.ConditionTrue &&
+			st.Conditions[0].Reason == "TerminationByKubelet" && st.Conditions[0].Message == ev.Message
+	}
+	if !disrupted(stored[0]) {
+		t.Fatalf("stored conditions %+v, want DisruptionTarget", stored[0].Conditions)
+	}
 	second := ev
 	second.Message = "another message"
 	if already, err := c.Evict(t.Context(), second, store); err != nil || !already {
@@ -54,7 +61,7 @@ func TestEvictOnce(t *testing.T) {
 	}
 	eventually(t, "terminated, Failed/Evicted", func() bool {
 		st := s.get("e")
-		return st.Terminated && st.Phase == corev1.PodFailed && st.Reason == "Evicted" && st.Message == ev.Message
+		return st.Terminated && st.Phase == corev1.PodFailed && st.Reason == "Evicted" && st.Message == ev.Message && disrupted(st)
 	})
 	if len(stored) != 1 || len(rec.Events) != 1 {
 		t.Fatalf("stored %d statuses, %d events; want 1 each", len(stored), len(rec.Events))

@@ -903,7 +903,7 @@ func (s *Syncer) SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, grace 
 
 func applyKill(st *bus.PodRuntimeStatus, kill *podworkers.KillOptions) {
 	if kill != nil && kill.Phase != "" {
-		st.Phase, st.Reason, st.Message = kill.Phase, kill.Reason, kill.Message
+		st.Phase, st.Reason, st.Message, st.Conditions = kill.Phase, kill.Reason, kill.Message, kill.Conditions
 	}
 }
 

@@ -138,6 +138,9 @@ type KillOptions struct {
 	Phase   corev1.PodPhase
 	Reason  string
 	Message string
+	// Conditions go with Phase on every status of the terminating pod
+	// (DisruptionTarget of an eviction).
+	Conditions []corev1.PodCondition
 }
 
 // UpdateOptions is one update for a pod worker.

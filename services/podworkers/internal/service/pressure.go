@@ -93,7 +93,7 @@ func (r *Runner) serveEvict(ctx context.Context, sink *statuspub.Publisher, pub 
 	if err == nil {
 		var already bool
 		already, err = r.Controller().Evict(ctx, controller.Eviction{UID: req.PodUID, Reason: req.Reason, Message: req.Message,
-			GracePeriod: req.GracePeriodSeconds}, sink.Store)
+			GracePeriod: req.GracePeriodSeconds, DisruptionTarget: req.DisruptionTarget}, sink.Store)
 		if errors.Is(err, controller.ErrNotHeld) {
 			// terminating, no longer desired: its worker holds it.
 			already, err = true, nil

@@ -177,7 +177,7 @@ func Generate(in Input) corev1.PodStatus {
 
 	applyProbes(pod, &s, in.Probes)
 
-	s.Conditions = foreignConditions(in.API.Conditions)
+	s.Conditions = workerConditions(foreignConditions(in.API.Conditions), rs.Conditions)
 	allStatuses := append(slices.Clone(s.InitContainerStatuses), s.ContainerStatuses...)
 	s.Conditions = append(s.Conditions,
 		readyToStartCondition(pod, rs),

@@ -173,6 +173,39 @@ func TestRejectedAndEvicted(t *testing.T) {
 	}
 }
 
+// An evicted pod's DisruptionTarget condition reaches the API status in
+// place of an earlier one of its type, keeping the transition time of an
+// unchanged status; a worker's Ready condition is ignored.
+func TestWorkerConditions(t *testing.T) {
+	p := pod(corev1.RestartPolicyAlways, corev1.Container{Name: "a"})
+	at := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	dt := corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: corev1.PodReasonTerminationByKubelet,
+		Message: "low on memory", LastTransitionTime: metav1.Now().Rfc3339Copy()}
+	rs := &bus.PodRuntimeStatus{UID: "u1", Phase: corev1.PodFailed, Reason: "Evicted", Message: "low on memory", Terminating: true,
+		ContainerStatuses: []corev1.ContainerStatus{running("a", "sim://a")},
+		Conditions:        []corev1.PodCondition{dt, {Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	s := Generate(Input{Pod: p, Runtime: rs})
+	if c := cond(s, corev1.DisruptionTarget); c == nil || c.Status != corev1.ConditionTrue || c.Reason != "TerminationByKubelet" || c.Message != "low on memory" {
+		t.Fatalf("DisruptionTarget: %+v", c)
+	}
+	if c := cond(s, corev1.PodReady); c.Status != corev1.ConditionFalse {
+		t.Fatalf("the worker set Ready: %+v", c)
+	}
+	api := corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, LastTransitionTime: at, Reason: "EvictionByEvictionAPI"},
+		{Type: "example.com/gate", Status: corev1.ConditionTrue}}}
+	s = Generate(Input{Pod: p, Runtime: rs, API: api})
+	n := 0
+	for _, c := range s.Conditions {
+		if c.Type == corev1.DisruptionTarget {
+			n++
+		}
+	}
+	c := cond(s, corev1.DisruptionTarget)
+	if n != 1 || c.Reason != "TerminationByKubelet" || !c.LastTransitionTime.Equal(&at) || cond(s, "example.com/gate") == nil {
+		t.Fatalf("%d DisruptionTarget conditions, %+v; conditions %+v", n, c, s.Conditions)
+	}
+}
+
 func TestTerminalPhaseSticks(t *testing.T) {
 	p := pod(corev1.RestartPolicyAlways, corev1.Container{Name: "a"})
 	rs := &bus.PodRuntimeStatus{UID: "u1", ContainerStatuses: []corev1.ContainerStatus{running("a", "sim://a")}}
@@ -241,6 +274,36 @@ func TestPrepareKeepsTimes(t *testing.T) {
 	}
 	if c := cond(next, corev1.PodInitialized); !c.LastTransitionTime.Equal(&t0) {
 		t.Fatalf("Initialized unchanged, transition time %v want %v", c.LastTransitionTime, t0)
+	}
+}
+
+// DisruptionTarget goes to the API server with the terminal phase, once no
+// container can run (kubelet: mergePodStatus), and replaces the API's.
+func TestMergeSharedCondition(t *testing.T) {
+	p := pod(corev1.RestartPolicyAlways, corev1.Container{Name: "a"})
+	api := corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{
+		{Type: corev1.DisruptionTarget, Status: corev1.ConditionFalse, Reason: "Old"},
+	}}
+	next := corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted", Conditions: []corev1.PodCondition{
+		{Type: corev1.PodReady, Status: corev1.ConditionFalse},
+		{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: corev1.PodReasonTerminationByKubelet},
+	}}
+	if c := cond(Merge(p, api, next, true), corev1.DisruptionTarget); c == nil || c.Reason != "Old" {
+		t.Fatalf("sent while containers may run: %+v", c)
+	}
+	m := Merge(p, api, next, false)
+	n := 0
+	for _, c := range m.Conditions {
+		if c.Type == corev1.DisruptionTarget {
+			n++
+		}
+	}
+	if c := cond(m, corev1.DisruptionTarget); n != 1 || c.Status != corev1.ConditionTrue || c.Reason != "TerminationByKubelet" || c.LastTransitionTime.IsZero() {
+		t.Fatalf("%d DisruptionTarget conditions, %+v", n, c)
+	}
+	api.Phase = corev1.PodFailed
+	if c := cond(Merge(p, api, next, false), corev1.DisruptionTarget); c.Reason != "Old" {
+		t.Fatalf("sent after the terminal phase: %+v", c)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,6 +27,11 @@ var OwnedConditions = []corev1.PodConditionType{
 	corev1.PodScheduled,
 }
 
+// Shared reports whether the condition type is one statussync sets from the
+// worker's decision while others may set it too (kubelet:
+// PodConditionSharedByKubelet): DisruptionTarget.
+func Shared(t corev1.PodConditionType) bool { return t == corev1.DisruptionTarget }
+
 // Owned reports whether statussync generates the condition type.
 func Owned(t corev1.PodConditionType) bool {
 	for _, o := range OwnedConditions {
@@ -44,6 +50,34 @@ func foreignConditions(list []corev1.PodCondition) []corev1.PodCondition {
 		}
 	}
 	return out
+}
+
+// workerConditions sets the shared conditions the worker decided
+// (DisruptionTarget of an eviction) on the foreign ones, each in place of
+// one of its type, keeping the transition time of an unchanged status. Any
+// other condition is not the worker's to set.
+func workerConditions(list, worker []corev1.PodCondition) []corev1.PodCondition {
+	for _, w := range worker {
+		if Shared(w.Type) {
+			list = replaceCondition(list, w)
+		}
+	}
+	return list
+}
+
+// replaceCondition puts c in place of the condition of its type in list, or
+// appends it; an unchanged status keeps its transition time.
+func replaceCondition(list []corev1.PodCondition, c corev1.PodCondition) []corev1.PodCondition {
+	c = *c.DeepCopy()
+	i := slices.IndexFunc(list, func(o corev1.PodCondition) bool { return o.Type == c.Type })
+	if i < 0 {
+		return append(list, c)
+	}
+	if list[i].Status == c.Status {
+		c.LastTransitionTime = list[i].LastTransitionTime
+	}
+	list[i] = c
+	return list
 }
 
 // CheckTransition refuses container state changes that cannot happen: a
@@ -159,14 +193,14 @@ func Normalize(pod *corev1.Pod, s *corev1.PodStatus) {
 }
 
 // EqualByAgent compares two normalised statuses on what statussync owns:
-// owned conditions by type, status, reason and message; everything else but
+// owned and shared conditions by type, status, reason and message; everything else but
 // foreign conditions and resource claim statuses in full
 // (kubelet: isPodStatusByKubeletEqual).
 func EqualByAgent(a, b *corev1.PodStatus) bool {
 	owned := func(list []corev1.PodCondition) map[corev1.PodConditionType]corev1.PodCondition {
 		m := map[corev1.PodConditionType]corev1.PodCondition{}
 		for _, c := range list {
-			if Owned(c.Type) {
+			if Owned(c.Type) || Shared(c.Type) {
 				m[c.Type] = c
 			}
 		}
@@ -208,9 +242,16 @@ func Merge(pod *corev1.Pod, api, next corev1.PodStatus, couldHaveRunningContaine
 			conds = append(conds, c)
 		}
 	}
+	// A shared condition goes with the transition to a terminal phase, once
+	// no container can run: not earlier, where the phase is held back too.
+	toTerminal := !terminalPhase(api.Phase) && terminalPhase(next.Phase) && !couldHaveRunningContainers
 	for _, c := range next.Conditions {
-		if Owned(c.Type) {
+		switch {
+		case Owned(c.Type):
 			conds = append(conds, c)
+		case Shared(c.Type) && toTerminal:
+			c.LastTransitionTime = metav1.Now().Rfc3339Copy()
+			conds = replaceCondition(conds, c)
 		}
 	}
 	next.Conditions = conds
