@@ -139,6 +139,8 @@ func TestStageIdentities(t *testing.T) {
 		{bus.StageNodehb, s.AgentReady()},        // only the pod workers say they are ready
 		{bus.StageProber, s.Evict(0)},            // only the eviction manager (nodehb) evicts
 		{bus.StageStatussync, s.Evict(0)},
+		{bus.StageProber, s.Reclaim(0)}, // and asks the node's garbage collector to reclaim
+		{bus.StagePodconfig, s.Reclaim(0)},
 		{bus.StagePodworkers, s.NodePressure()}, // and says the node is under pressure
 		{bus.StagePodconfig, "$JS.API.STREAM.DELETE." + bus.StreamName(node, bus.StreamPodUpdates)}, // no stage manages streams
 		// no stage touches another's durable consumers, even on a stream

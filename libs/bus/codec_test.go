@@ -86,6 +86,10 @@ func TestRoundTrips(t *testing.T) {
 			func(e *bus.Envelope) (any, error) { return bus.DecodeEvictRequest(e) }},
 		{bus.KindEvictResult, "", &bus.EvictResult{Evicted: true},
 			func(e *bus.Envelope) (any, error) { return bus.DecodeEvictResult(e) }},
+		{bus.KindReclaimRequest, "", &bus.ReclaimRequest{Signal: "nodefs.available"},
+			func(e *bus.Envelope) (any, error) { return bus.DecodeReclaimRequest(e) }},
+		{bus.KindReclaimResult, "", &bus.ReclaimResult{ImageBytesFreed: 4 << 20},
+			func(e *bus.Envelope) (any, error) { return bus.DecodeReclaimResult(e) }},
 		{bus.KindStatsResult, "", &bus.StatsResult{Pods: []bus.PodStats{{UID: "u", Name: "a", Namespace: "default", StartTime: now, Containers: []bus.ContainerStats{{Name: "c", StartTime: now, MemoryWorkingSetBytes: 42}}}}},
 			func(e *bus.Envelope) (any, error) { return bus.DecodeStatsResult(e) }},
 	}

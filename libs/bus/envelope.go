@@ -40,6 +40,10 @@ const (
 	KindNodePressure Kind = "NodePressure"
 	KindEvictRequest Kind = "EvictRequest"
 	KindEvictResult  Kind = "EvictResult"
+	// KindReclaimRequest and KindReclaimResult were added within v2
+	// (node-level reclaim before eviction).
+	KindReclaimRequest Kind = "ReclaimRequest"
+	KindReclaimResult  Kind = "ReclaimResult"
 )
 
 var knownKinds = map[Kind]bool{
@@ -49,6 +53,7 @@ var knownKinds = map[Kind]bool{
 	KindStatsRequest: true, KindStatsResult: true,
 	KindStreamRequest: true, KindStreamResult: true,
 	KindStaticPods: true, KindStatusPatch: true, KindNodePressure: true, KindEvictRequest: true, KindEvictResult: true,
+	KindReclaimRequest: true, KindReclaimResult: true,
 }
 
 // Op is the operation of a PodUpdate, as the kubelet's config package names them.

@@ -85,6 +85,10 @@ func decodeKind(e *bus.Envelope) (any, error) {
 		return bus.DecodeEvictRequest(e)
 	case bus.KindEvictResult:
 		return bus.DecodeEvictResult(e)
+	case bus.KindReclaimRequest:
+		return bus.DecodeReclaimRequest(e)
+	case bus.KindReclaimResult:
+		return bus.DecodeReclaimResult(e)
 	}
 	return nil, nil
 }

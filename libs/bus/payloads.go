@@ -608,3 +608,38 @@ func (p *EvictResult) validate(*Envelope) error { return nil }
 func DecodeEvictResult(e *Envelope) (*EvictResult, error) {
 	return DecodePayload[EvictResult](e, KindEvictResult)
 }
+
+// ReclaimRequest asks the node's garbage collector to free node-level
+// resources for a disk signal before pods are evicted (kubelet: the
+// eviction manager's reclaimNodeLevelResources): every dead container that
+// may go, then every image no container uses.
+type ReclaimRequest struct {
+	// Signal is the eviction signal that asks, e.g. nodefs.available.
+	Signal string `json:"signal"`
+}
+
+func (p *ReclaimRequest) validate(*Envelope) error {
+	if p.Signal == "" {
+		return fieldErr("payload.signal", "required")
+	}
+	return nil
+}
+
+// DecodeReclaimRequest decodes and checks a ReclaimRequest payload.
+func DecodeReclaimRequest(e *Envelope) (*ReclaimRequest, error) {
+	return DecodePayload[ReclaimRequest](e, KindReclaimRequest)
+}
+
+// ReclaimResult answers a ReclaimRequest: the bytes the removed images took
+// and, if a step failed or the runtime keeps nothing to collect, Error.
+type ReclaimResult struct {
+	ImageBytesFreed int64  `json:"imageBytesFreed,omitempty"`
+	Error           string `json:"error,omitempty"`
+}
+
+func (p *ReclaimResult) validate(*Envelope) error { return nil }
+
+// DecodeReclaimResult decodes a ReclaimResult payload.
+func DecodeReclaimResult(e *Envelope) (*ReclaimResult, error) {
+	return DecodePayload[ReclaimResult](e, KindReclaimResult)
+}

@@ -84,14 +84,14 @@ func StagePermissions(stage, node string, partitions int) (Permissions, error) {
 			// inbox (each one a request nodehb acknowledges).
 			InboxPrefix(StageNodehb)+".>",
 			"$KV."+LeaseBucket(node)+".>")
-		p.Subscribe = append(p.Subscribe, runtime("logs", "exec", tokProbeExec, "stream", "stats", tokEvict)...)
+		p.Subscribe = append(p.Subscribe, runtime("logs", "exec", tokProbeExec, "stream", "stats", tokEvict, tokReclaim)...)
 	case StageProber:
 		p.Publish = append(p.Publish, s.ProbeResultsAll())
 		// its exec probes, which the pod workers check against the pod's
 		// probe specs; never the kubelet API's exec.
 		p.Publish = append(p.Publish, runtime(tokProbeExec)...)
 	case StageNodehb:
-		p.Publish = append(p.Publish, runtime("logs", "exec", "stream", "stats", tokEvict)...)
+		p.Publish = append(p.Publish, runtime("logs", "exec", "stream", "stats", tokEvict, tokReclaim)...)
 		// the node's pressure conditions (the eviction manager's).
 		p.Publish = append(p.Publish, s.NodePressure())
 		// acknowledgements of the log chunks the pod workers send it.

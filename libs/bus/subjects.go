@@ -164,6 +164,11 @@ func (s Subjects) Stream(partition int) string { return s.part(tokRuntime+".stre
 // within v2.
 func (s Subjects) Evict(partition int) string { return s.part(tokRuntime+"."+tokEvict, partition) }
 
+// Reclaim is the request/reply subject where the eviction manager (nodehb)
+// asks the node's garbage collector, the owner of partition 0, to free
+// node-level resources (ReclaimRequest). Added within v2.
+func (s Subjects) Reclaim(partition int) string { return s.part(tokRuntime+"."+tokReclaim, partition) }
+
 // Status is the request/reply subject where every instance of a stage
 // answers with its StageStatus (the NATS service API's endpoint of the
 // stage; `$SRV.STATS` carries the same in its endpoint data). Added within
@@ -180,6 +185,7 @@ const (
 	tokRuntime    = "runtime"
 	tokProbeExec  = "probeexec"
 	tokEvict      = "evict"
+	tokReclaim    = "reclaim"
 )
 
 // PartitionOf reads the partition number from a partitioned subject (its

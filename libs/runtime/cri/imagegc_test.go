@@ -1,10 +1,7 @@
 package cri
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
@@ -29,21 +26,7 @@ func (f *fullFs) ImageFsUsage(context.Context) (gc.FsUsage, error) { return f.us
 // importImage imports a one-file image of its own into the containerd.
 func importImage(t *testing.T, cd *testenv.Containerd, name string) {
 	t.Helper()
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	var buf bytes.Buffer
-	files := []testenv.ImageFile{{Path: "data", Mode: 0o644, Data: []byte(hex.EncodeToString(b[:]))}}
-	if err := testenv.WriteImageArchive(&buf, []string{name}, testenv.ImageConfig{Cmd: []string{"/data"}}, files); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "image.tar")
-	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := cd.ImportImages(t.Context(), path); err != nil {
-		t.Fatal(err)
-	}
-	if err := cd.WaitImages(t.Context(), name); err != nil {
+	if err := cd.ImportUniqueImage(t.Context(), name); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -217,11 +217,6 @@ func (v *podsView) Evict(ctx context.Context, p int, req *bus.EvictRequest) (*bu
 	return v.api.Evict(ctx, p, req)
 }
 
-// Reclaimer is the node-level reclaim the eviction manager tries before
-// evicting pods (image and dead-container garbage collection); none by
-// default. Set it before Start.
-func (r *Runner) SetReclaimer(nr eviction.NodeReclaimer) { r.Eviction.SetReclaimer(nr) }
-
 // evictionLoop builds the eviction manager. The sim runtime's node has no
 // real resources (its capacity is made up), so there it observes no signal
 // and evicts nothing; process and cri observe the host.
@@ -231,8 +226,10 @@ func (c *Config) evictionLoop(common *config.Common, pods eviction.Pods, pub *bu
 		return nil, err
 	}
 	observe := func(eviction.Observations) error { return nil }
+	var reclaimer eviction.NodeReclaimer
 	if common.Runtime == config.RuntimeProcess || common.Runtime == config.RuntimeCRI {
 		observe = eviction.NewHost(common.DataDir).Observe
+		reclaimer = busReclaimer{pub: pub, subj: bus.For(common.NodeName)}
 	}
 	subject := bus.For(common.NodeName).NodePressure()
 	publish := func(ctx context.Context, conds []corev1.NodeConditionType) error {
@@ -246,7 +243,7 @@ func (c *Config) evictionLoop(common *config.Common, pods eviction.Pods, pub *bu
 	return eviction.NewLoop(eviction.Config{
 		Thresholds: ts, Interval: c.Eviction.Interval, Transition: c.Eviction.Transition,
 		MaxPodGrace: c.Eviction.MaxPodGrace, Partitions: common.Partitions, Node: common.NodeName,
-	}, observe, pods, nil, publish, recorder, log), nil
+	}, observe, pods, reclaimer, publish, recorder, log), nil
 }
 
 // Start returns at once; the stage's loops run in the background.

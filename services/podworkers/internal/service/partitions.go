@@ -175,6 +175,13 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 			return fail(err)
 		}
 	}
+	if p == gcPartition {
+		// node-level reclaim goes to the node's garbage collector alone.
+		if err := serve(r.subjects.Reclaim(p), func(ctx context.Context, m *nats.Msg) { r.serveReclaim(ctx, rt, pub, m) },
+			bus.KindReclaimResult, func(e string) any { return &bus.ReclaimResult{Error: e} }); err != nil {
+			return fail(err)
+		}
+	}
 	r.mu.Lock()
 	r.parts[p] = part
 	r.mu.Unlock()

@@ -17,6 +17,7 @@ import (
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/logging"
 	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/runtime/gc"
 	"github.com/splitlet/splitlet/services/podworkers/internal/controller"
 	"github.com/splitlet/splitlet/services/podworkers/internal/statuspub"
 )
@@ -132,4 +133,53 @@ func podStats(pod *corev1.Pod, cs []runtime.ContainerStats) bus.PodStats {
 			MemoryRequest: requests[c.Name]})
 	}
 	return ps
+}
+
+// serveReclaim answers a ReclaimRequest of the eviction manager: the node's
+// garbage collection removes every dead container it may, then every unused
+// image, whether or not its own period has come (kubelet:
+// reclaimNodeLevelResources). Only the owner of gcPartition is asked.
+func (r *Runner) serveReclaim(ctx context.Context, rt runtime.Runtime, pub *bus.Publisher, m *nats.Msg) {
+	if m.Reply == "" {
+		return
+	}
+	out := &bus.ReclaimResult{}
+	e, err := bus.Decode(m.Data)
+	var req *bus.ReclaimRequest
+	if err == nil {
+		req, err = bus.DecodeReclaimRequest(e)
+	}
+	if err == nil {
+		out.ImageBytesFreed, err = r.reclaim(ctx, rt, req.Signal)
+	}
+	if err != nil {
+		out.Error = err.Error()
+	}
+	if err := pub.Send(m.Reply, bus.KindReclaimResult, out); err != nil {
+		r.log.Warn("cannot answer a reclaim request", zap.Error(err))
+	}
+}
+
+// reclaim runs both collections; a collection the runtime does not do is
+// skipped, and an error only if it does neither.
+func (r *Runner) reclaim(ctx context.Context, rt runtime.Runtime, signal string) (int64, error) {
+	g := r.GC()
+	if g == nil {
+		return 0, errors.New("garbage collection is not running")
+	}
+	cerr := g.DeleteAllUnusedContainers(ctx)
+	freed, ierr := g.DeleteUnusedImages(ctx)
+	if errors.Is(cerr, gc.ErrUnsupported) && errors.Is(ierr, gc.ErrUnsupported) {
+		return 0, fmt.Errorf("the %s runtime keeps nothing to reclaim", rt.Type())
+	}
+	err := errors.Join(skipUnsupported(cerr), skipUnsupported(ierr))
+	r.log.Info("node-level reclaim", zap.String("signal", signal), zap.Int64("imageBytesFreed", freed), zap.Error(err))
+	return freed, err
+}
+
+func skipUnsupported(err error) error {
+	if errors.Is(err, gc.ErrUnsupported) {
+		return nil
+	}
+	return err
 }
