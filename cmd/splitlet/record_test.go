@@ -82,7 +82,7 @@ func TestRecordReplayDiff(t *testing.T) {
 	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "tcp Ready, http not (its server answers 500)", func() (bool, string) {
+	testenv.Eventually(t, 60*time.Second, "tcp Ready, http not (its server answers 500)", func() (bool, string) {
 		p, err := cs.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()

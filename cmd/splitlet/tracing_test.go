@@ -71,7 +71,7 @@ func TestTracePodAcrossStages(t *testing.T) {
 		t.Fatal(err)
 	}
 	uid := string(created.UID)
-	eventually(t, 60*time.Second, "pod Ready", func() (bool, string) {
+	testenv.Eventually(t, 60*time.Second, "pod Ready", func() (bool, string) {
 		p, err := cs.CoreV1().Pods("default").Get(ctx, "traced", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -81,7 +81,7 @@ func TestTracePodAcrossStages(t *testing.T) {
 
 	// The start trace: podconfig's span of the ADD is its root.
 	var start string
-	eventually(t, 30*time.Second, "one trace of the pod's start across the stages", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "one trace of the pod's start across the stages", func() (bool, string) {
 		spans := col.Spans()
 		start = ""
 		for _, s := range spans {
@@ -153,7 +153,7 @@ func TestTracePodAcrossStages(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "started") {
 		t.Fatalf("kubelet API logs: %d %q", resp.StatusCode, body)
 	}
-	eventually(t, 30*time.Second, "the logs request traced through nodehb to the pod workers", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "the logs request traced through nodehb to the pod workers", func() (bool, string) {
 		spans := col.Spans()
 		var nodehb, workers bool
 		for _, s := range spans {

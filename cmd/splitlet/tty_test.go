@@ -153,12 +153,12 @@ func TestEndToEndCRIExecWithTTY(t *testing.T) {
 	// the agent stops and removes the container.
 	t.Cleanup(func() {
 		_ = cs.CoreV1().Pods("default").Delete(ctx, "shell", metav1.DeleteOptions{})
-		eventually(t, time.Minute, "the pod gone", func() (bool, string) {
+		testenv.Eventually(t, time.Minute, "the pod gone", func() (bool, string) {
 			_, err := cs.CoreV1().Pods("default").Get(ctx, "shell", metav1.GetOptions{})
 			return apierrors.IsNotFound(err), fmt.Sprint(err)
 		})
 	})
-	eventually(t, 2*time.Minute, "the pod Running", func() (bool, string) {
+	testenv.Eventually(t, 2*time.Minute, "the pod Running", func() (bool, string) {
 		p, err := cs.CoreV1().Pods("default").Get(ctx, "shell", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 func publishProbe(t *testing.T, pub *bus.Publisher, p int, container string) {
@@ -17,17 +18,6 @@ func publishProbe(t *testing.T, pub *bus.Publisher, p int, container string) {
 	if err := pub.Publish(context.Background(), bus.For("n").ProbeResults(p), bus.KindProbeResult, "",
 		&bus.ProbeResult{PodUID: "u", Container: container, Probe: bus.ProbeLiveness, Result: bus.ProbeFailure}); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func eventuallyTrue(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -51,7 +41,7 @@ func TestFollowStartsAfterAndKeepsNothingOnTheServer(t *testing.T) {
 	waitLen(t, &got, 2)
 	publishProbe(t, pub, 0, "c")
 	waitLen(t, &got, 3)
-	eventuallyTrue(t, "caught up", func() bool { return f.CaughtUp(ctx) })
+	testenv.EventuallyTrue(t, 10*time.Second, "caught up", func() bool { return f.CaughtUp(ctx) })
 	got.mu.Lock()
 	seqs := append([]uint64(nil), got.seqs...)
 	got.mu.Unlock()
@@ -116,7 +106,7 @@ func TestFollowRetriesAFailedMessageInOrder(t *testing.T) {
 	publishProbe(t, pub, 0, "after flaky")
 	publishProbe(t, pub, 0, "poison")
 	publishProbe(t, pub, 0, "after poison")
-	eventuallyTrue(t, "every message handled or skipped", func() bool {
+	testenv.EventuallyTrue(t, 10*time.Second, "every message handled or skipped", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(order) == 3
@@ -166,7 +156,7 @@ func TestFollowSurvivesItsConsumerDeleted(t *testing.T) {
 	publishProbe(t, pub, 0, "c")
 	publishProbe(t, pub, 0, "c")
 	waitLen(t, &got, 3)
-	eventuallyTrue(t, "caught up", func() bool { return f.CaughtUp(ctx) })
+	testenv.EventuallyTrue(t, 10*time.Second, "caught up", func() bool { return f.CaughtUp(ctx) })
 	got.mu.Lock()
 	defer got.mu.Unlock()
 	if s := got.seqs; len(s) != 3 || s[1]-s[0] != 1 || s[2]-s[0] != 2 {

@@ -52,15 +52,24 @@ func TestLogsStreaming(t *testing.T) {
 	if got.String() != want {
 		t.Fatalf("got %d bytes, want %d", got.Len(), len(want))
 	}
-	if err := <-served; err != nil {
-		t.Fatal(err)
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the responder did not return after its stream")
 	}
 	// An error answer comes back as an error.
 	err = client.RequestLogs(ctx, subject, &bus.LogsRequest{ContainerRef: bus.ContainerRef{PodUID: "u", Namespace: "default", Pod: "a", Container: "other"}}, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "unexpected EOF") {
 		t.Fatalf("want the responder's error, got %v", err)
 	}
-	<-served
+	select {
+	case <-served:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the responder did not return after its error")
+	}
 
 	// A requester that goes away ends a followed stream: the responder's
 	// reader never ends, and StreamChunks returns once chunks go unacked.

@@ -39,13 +39,10 @@ func (c *collected) len() int {
 
 func waitLen(t *testing.T, c *collected, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for c.len() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("got %d messages, want %d", c.len(), n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, fmt.Sprintf("%d messages", n), func() (bool, string) {
+		got := c.len()
+		return got >= n, fmt.Sprintf("%d messages", got)
+	})
 }
 
 // nodeN gives a test NATS server with the streams of node "n" and a

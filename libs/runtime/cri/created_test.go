@@ -11,6 +11,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // shimsOf lists the pids of containerd shims serving a sandbox (the shim's
@@ -94,7 +95,7 @@ func TestCreatedContainerRemoved(t *testing.T) {
 	if err := r.RemovePod(ctx, p.UID); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the sandbox's shim exits", 20*time.Second, func() (bool, string) {
+	testenv.Eventually(t, 20*time.Second, "the sandbox's shim exits", func() (bool, string) {
 		s := shimsOf(t, sb.id)
 		return len(s) == 0, strings.Join(s, ",")
 	})

@@ -119,21 +119,6 @@ func cleanupPod(t *testing.T, p *corev1.Pod) {
 	})
 }
 
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s (last: %s)", what, timeout, last)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func start(t *testing.T, r *Runtime, p *corev1.Pod, i, attempt int) runtime.ContainerStatus {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -157,7 +142,7 @@ func instanceOf(r *Runtime, uid types.UID, id string) (runtime.ContainerStatus, 
 func waitExited(t *testing.T, r *Runtime, uid types.UID, id string) runtime.ContainerStatus {
 	t.Helper()
 	var got runtime.ContainerStatus
-	waitFor(t, "container "+id+" exited", time.Minute, func() (bool, string) {
+	testenv.Eventually(t, time.Minute, "container "+id+" exited", func() (bool, string) {
 		c, ok := instanceOf(r, uid, id)
 		got = c
 		return ok && c.State == runtime.StateExited, fmt.Sprintf("%+v", c)
@@ -220,7 +205,7 @@ func TestPodRunsOnHostNetwork(t *testing.T) {
 	if ip := r.PodIP(p); ip != "127.0.0.1" {
 		t.Errorf("host-network pod IP %q, want the host IP", ip)
 	}
-	waitFor(t, "log lines", 30*time.Second, func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "log lines", func() (bool, string) {
 		l := logs(t, r, p.UID, "main", runtime.LogOptions{})
 		return strings.Contains(l, "hello\n") && strings.Contains(l, "oops\n"), l
 	})
@@ -251,7 +236,7 @@ func TestPodRunsOnHostNetwork(t *testing.T) {
 		t.Error("exec in a missing container: no error")
 	}
 	var stats []runtime.ContainerStats
-	waitFor(t, "stats", 30*time.Second, func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "stats", func() (bool, string) {
 		stats = r.Stats(p.UID)
 		return len(stats) == 2, fmt.Sprintf("%+v", stats)
 	})
@@ -590,7 +575,7 @@ func TestOOMScoreAdj(t *testing.T) {
 		p := newPod("oom-"+c.ctr.Name, true, c.ctr)
 		cleanupPod(t, p)
 		start(t, r, p, 0, 0)
-		waitFor(t, c.ctr.Name+"'s oom_score_adj in its log", 30*time.Second, func() (bool, string) {
+		testenv.Eventually(t, 30*time.Second, c.ctr.Name+"'s oom_score_adj in its log", func() (bool, string) {
 			out := strings.TrimSpace(logs(t, r, p.UID, c.ctr.Name, runtime.LogOptions{}))
 			return out == c.want, fmt.Sprintf("log %q, want %q", out, c.want)
 		})
@@ -620,7 +605,7 @@ func TestEphemeralTargetSharesProcesses(t *testing.T) {
 		if err != nil {
 			t.Fatalf("start %s: %v", c.ctr.Name, err)
 		}
-		waitFor(t, c.ctr.Name+"'s PID 1", 30*time.Second, func() (bool, string) {
+		testenv.Eventually(t, 30*time.Second, c.ctr.Name+"'s PID 1", func() (bool, string) {
 			out := strings.TrimSpace(logs(t, r, p.UID, c.ctr.Name, runtime.LogOptions{}))
 			return out == c.want, fmt.Sprintf("PID 1 is %q, want %q", out, c.want)
 		})

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // TestContainerLogLinks: a started container's log is linked from the
@@ -25,7 +27,7 @@ func TestContainerLogLinks(t *testing.T) {
 		if err != nil || target != st.LogPath {
 			t.Fatalf("attempt %d: link %s -> %q, %v; want -> %s", attempt, link, target, err, st.LogPath)
 		}
-		waitFor(t, "the log through its link", 10*time.Second, func() (bool, string) {
+		testenv.Eventually(t, 10*time.Second, "the log through its link", func() (bool, string) {
 			data, err := os.ReadFile(link)
 			return err == nil && strings.Contains(string(data), "hello"), string(data)
 		})

@@ -66,7 +66,7 @@ func agentFiles(t *testing.T) (dir string, files []string) {
 func waitOutput(t *testing.T, r *testRuntime, p *corev1.Pod, name, mark string) string {
 	t.Helper()
 	var out string
-	poll(t, "output of "+string(p.UID)+"/"+name, func() bool {
+	testenv.EventuallyTrue(t, 20*time.Second, "output of "+string(p.UID)+"/"+name, func() bool {
 		out = r.logs(p, name, runtime.LogOptions{TailLines: -1})
 		return strings.Contains(out, mark)
 	})

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // testRuntime is a runtime that, at the end of the test, stops every
@@ -136,17 +137,6 @@ func shPod(uid string, scripts ...string) *corev1.Pod {
 		})
 	}
 	return p
-}
-
-func poll(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 var criLine = regexp.MustCompile(`^(\S+) (stdout|stderr) (F|P) (.*)$`)
@@ -283,7 +273,7 @@ func TestPreviousAndFollow(t *testing.T) {
 	go func() {
 		done <- r.Logs(context.Background(), p.UID, "c0", runtime.LogOptions{Follow: true, TailLines: -1}, &buf)
 	}()
-	poll(t, "the first line followed", func() bool { return buf.String() == "a\n" })
+	testenv.EventuallyTrue(t, 20*time.Second, "the first line followed", func() bool { return buf.String() == "a\n" })
 	select {
 	case err := <-done:
 		t.Fatalf("follow ended while the container runs: %v", err)
@@ -312,7 +302,7 @@ func TestPreviousAndFollow(t *testing.T) {
 	var buf3 syncBuffer
 	done3 := make(chan error, 1)
 	go func() { done3 <- r.Logs(ctx, p.UID, "c0", runtime.LogOptions{Follow: true, TailLines: -1}, &buf3) }()
-	poll(t, "the line followed", func() bool { return buf3.String() == "x\n" })
+	testenv.EventuallyTrue(t, 20*time.Second, "the line followed", func() bool { return buf3.String() == "x\n" })
 	cancel()
 	select {
 	case <-done3:
@@ -342,7 +332,7 @@ func TestGracePeriodThenKillWholeGroup(t *testing.T) {
 	go func() {
 		_ = r.Logs(context.Background(), p.UID, "c0", runtime.LogOptions{Follow: true, TailLines: -1}, &buf)
 	}()
-	poll(t, "the script started", func() bool { return buf.String() == "started\n" })
+	testenv.EventuallyTrue(t, 20*time.Second, "the script started", func() bool { return buf.String() == "started\n" })
 	r.Runtime.mu.Lock()
 	c, _ := r.Runtime.table.ByID(st.ID)
 	pgid := c.pid

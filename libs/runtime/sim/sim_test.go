@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 func newPod(uid string, ann map[string]string, names ...string) *corev1.Pod {
@@ -221,34 +222,33 @@ func TestStartLimit(t *testing.T) {
 		_, err := r.StartContainer(ctxA, p, &p.Spec.Containers[0], 0, runtime.StartOptions{})
 		errA <- err
 	}()
-	poll(t, "a holds the slot", func() bool { return len(r.starts) == 1 })
+	testenv.EventuallyTrue(t, 10*time.Second, "a holds the slot", func() bool { return len(r.starts) == 1 })
 	go func() {
 		_, err := r.StartContainer(ctxB, p, &p.Spec.Containers[1], 0, runtime.StartOptions{})
 		errB <- err
 	}()
-	poll(t, "b waits for the slot", func() bool { return r.waiting.Load() == 1 })
+	testenv.EventuallyTrue(t, 10*time.Second, "b waits for the slot", func() bool { return r.waiting.Load() == 1 })
 	cancelA()
-	if err := <-errA; !errors.Is(err, context.Canceled) {
-		t.Fatalf("a: %v", err)
+	select {
+	case err := <-errA:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("a: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a: the cancelled start did not return")
 	}
-	poll(t, "b takes the slot", func() bool { return r.waiting.Load() == 0 && len(r.starts) == 1 })
+	testenv.EventuallyTrue(t, 10*time.Second, "b takes the slot", func() bool { return r.waiting.Load() == 0 && len(r.starts) == 1 })
 	cancelB()
-	if err := <-errB; !errors.Is(err, context.Canceled) {
-		t.Fatalf("b: %v", err)
+	select {
+	case err := <-errB:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("b: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("b: the cancelled start did not return")
 	}
 	if cs := r.PodContainers(p.UID); len(cs) != 0 {
 		t.Fatalf("cancelled starts left containers: %+v", cs)
-	}
-}
-
-func poll(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting: %s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -275,7 +275,7 @@ func TestLogsFollowAndExec(t *testing.T) {
 	}
 	late := newPod("u7b", map[string]string{AnnotationExecExitCode: "1", AnnotationExecAfter: "20ms"}, "app")
 	start(t, r, late, 0, 0)
-	poll(t, "exec fails after exec-after", func() bool {
+	testenv.EventuallyTrue(t, 10*time.Second, "exec fails after exec-after", func() bool {
 		res, err := r.Exec(context.Background(), late.UID, "app", []string{"true"}, nil, time.Second)
 		return err == nil && res.ExitCode == 1
 	})
