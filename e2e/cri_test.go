@@ -37,7 +37,7 @@ func TestComposeCRI(t *testing.T) {
 	if _, err := exec.LookPath("kubectl"); err != nil {
 		t.Fatalf("kubectl is not on PATH: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	cd, err := testenv.EnsureContainerd(ctx, testenv.ContainerdOptions{})
 	if err != nil {

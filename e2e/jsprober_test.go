@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -40,7 +39,7 @@ func TestComposeStackJSProber(t *testing.T) {
 		t.Fatalf("image %s missing; run `make images` (it needs `make jsprober-deps`)", image("jsprober"))
 	}
 	s := upStack(t, map[string]string{"SPLITLET_PODWORKERS": "1"}, "compose.yaml", "compose.jsprober.yaml")
-	ctx := context.Background()
+	ctx := t.Context()
 	s.checkProberIsJS(t)
 	s.waitNodeReady(t)
 

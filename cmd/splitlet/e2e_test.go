@@ -121,7 +121,7 @@ func TestEndToEndProcessPod(t *testing.T) {
 	}
 	startAgent(t, cp, node, "--runtime=process", fmt.Sprintf("--http-addr=127.0.0.1:%d", httpPort))
 	cs := cp.Clientset()
-	ctx := context.Background()
+	ctx := t.Context()
 	waitNodeReady(t, cs, node)
 
 	// the container runs as a uid of its own (podworkers.process-uid-range):

@@ -79,7 +79,7 @@ func TestStageIdentities(t *testing.T) {
 			"--runtime=sim", "--nodehb.agent-not-ready-grace=1s")
 	}
 	cs := cp.Clientset()
-	ctx := context.Background()
+	ctx := t.Context()
 	waitNodeReady(t, cs, node)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "ids", Namespace: "default"},

@@ -54,7 +54,7 @@ func TestStageAPIRoles(t *testing.T) {
 				node = "rbac-node-identity"
 			}
 			cp := testenv.ControlPlaneForTest(t, testenv.ControlPlaneOptions{Audit: true})
-			ctx := context.Background()
+			ctx := t.Context()
 			if err := testenv.Apply(ctx, cp.Config, rbacDir); err != nil {
 				t.Fatalf("deploy/rbac: %v", err)
 			}

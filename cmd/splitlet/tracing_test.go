@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -47,7 +46,7 @@ func TestTracePodAcrossStages(t *testing.T) {
 	}
 	startAgent(t, cp, node, "--runtime=process", "--tracing-endpoint="+col.URL, fmt.Sprintf("--nodehb.port=%d", kubeletPort))
 	cs := cp.Clientset()
-	ctx := context.Background()
+	ctx := t.Context()
 	waitNodeReady(t, cs, node)
 
 	pod := &corev1.Pod{

@@ -121,7 +121,7 @@ func (b *watchBuffer) found() bool {
 // shell a container with stdin and tty runs.
 func TestEndToEndCRIExecWithTTY(t *testing.T) {
 	testenv.SkipShort(t, "containerd, etcd and kube-apiserver")
-	ctx := context.Background()
+	ctx := t.Context()
 	cd, err := testenv.EnsureContainerd(ctx, testenv.ContainerdOptions{})
 	if err != nil {
 		t.Fatalf("--runtime=cri needs a containerd: %v", err)

@@ -25,7 +25,7 @@ func publishProbe(t *testing.T, pub *bus.Publisher, p int, container string) {
 // messages after its start sequence, in order, and no others; it leaves no
 // durable consumer behind; it is caught up once it handled the last one.
 func TestFollowStartsAfterAndKeepsNothingOnTheServer(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	js, pub := nodeN(t, "worker-1")
 	stream := bus.StreamName("n", bus.StreamProbes)
 	for range 3 {
@@ -69,7 +69,7 @@ func TestFollowStartsAfterAndKeepsNothingOnTheServer(t *testing.T) {
 // given a message at most MaxPanicDeliveries times, then the message is
 // skipped and the next handled.
 func TestFollowRetriesAFailedMessageInOrder(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	js, pub := nodeN(t, "worker-1")
 	const name = "follow-retries"
 	before := testutil.ToFloat64(bus.HandlerPanics.WithLabelValues(name))
@@ -128,7 +128,7 @@ func TestFollowRetriesAFailedMessageInOrder(t *testing.T) {
 // from the server (a NATS server restarted without it) goes on from the
 // last message it handed on, missing nothing and repeating nothing.
 func TestFollowSurvivesItsConsumerDeleted(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	js, pub := nodeN(t, "worker-1")
 	stream := bus.StreamName("n", bus.StreamProbes)
 	var got collected

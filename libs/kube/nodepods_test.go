@@ -67,7 +67,7 @@ func (s *seen) has(name string) bool {
 
 func TestNodePods(t *testing.T) {
 	testenv.SkipShort(t, "etcd and kube-apiserver")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	cp, err := testenv.StartControlPlane(ctx, testenv.ControlPlaneOptions{})
 	if err != nil {

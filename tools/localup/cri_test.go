@@ -37,7 +37,7 @@ func TestLocalUpCRI(t *testing.T) {
 		t.Fatal(err)
 	}
 	state := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	runCtx, stop := context.WithCancel(ctx)
 	out := &apptest.Buffer{}

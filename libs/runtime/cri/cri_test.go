@@ -210,7 +210,7 @@ func TestPodRunsOnHostNetwork(t *testing.T) {
 		return strings.Contains(l, "hello\n") && strings.Contains(l, "oops\n"), l
 	})
 
-	ctx := context.Background()
+	ctx := t.Context()
 	res, err := r.Exec(ctx, p.UID, "main", []string{"sh", "-c", "echo out; echo err >&2; exit 3"}, nil, 10*time.Second)
 	if err != nil || string(res.Stdout) != "out\n" || string(res.Stderr) != "err\n" || res.ExitCode != 3 {
 		t.Errorf("exec: %q %q %d %v", res.Stdout, res.Stderr, res.ExitCode, err)
@@ -245,7 +245,7 @@ func TestPodRunsOnHostNetwork(t *testing.T) {
 	followed := make(chan string, 1)
 	go func() {
 		var b bytes.Buffer
-		fctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		fctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()
 		_ = r.Logs(fctx, p.UID, "main", runtime.LogOptions{Follow: true, TailLines: -1}, &b)
 		followed <- b.String()
@@ -342,7 +342,7 @@ func TestExitsAndRestarts(t *testing.T) {
 // runtime goes on.
 func TestImageFailures(t *testing.T) {
 	r := newRuntime(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	// a registry on a closed local port: the pull fails at once, and no
 	// traffic leaves the host.
 	p := newPod("badimage", true, corev1.Container{Name: "c", Image: "127.0.0.1:1/nonexistent:v1", Command: []string{"true"}})
@@ -438,7 +438,7 @@ func TestReadBack(t *testing.T) {
 	if len(sbs) != 1 {
 		t.Errorf("pod has %d sandboxes, want 1", len(sbs))
 	}
-	ctx := context.Background()
+	ctx := t.Context()
 	for _, id := range []string{running.ID, lateSt.ID} {
 		if err := second.StopContainer(ctx, id, time.Second); err != nil {
 			t.Fatal(err)
@@ -468,7 +468,7 @@ func TestRemovePod(t *testing.T) {
 	r := newRuntime(t)
 	p := newPod("removed", true, shell("c", `echo x; sleep 3600`))
 	st := start(t, r, p, 0, 0)
-	ctx := context.Background()
+	ctx := t.Context()
 	if err := r.RemovePod(ctx, p.UID); err == nil {
 		t.Error("RemovePod with a running container: no error")
 	}
@@ -524,7 +524,7 @@ func TestPodsAndRelist(t *testing.T) {
 	if hasPod(second.Pods(), p) || len(second.PodContainers(p.UID)) != 0 {
 		t.Fatal("second runtime saw the pod without relisting: the test would prove nothing")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	if err := second.Relist(ctx); err != nil {
 		t.Fatal(err)
@@ -599,7 +599,7 @@ func TestEphemeralTargetSharesProcesses(t *testing.T) {
 		{shell("loner", show), "", "sh -c " + show},
 	} {
 		c.ctr.Image, c.ctr.ImagePullPolicy = p.Spec.Containers[0].Image, p.Spec.Containers[0].ImagePullPolicy
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		_, err := r.StartContainer(ctx, p, &c.ctr, 0, runtime.StartOptions{TargetContainer: c.target})
 		cancel()
 		if err != nil {
@@ -612,7 +612,7 @@ func TestEphemeralTargetSharesProcesses(t *testing.T) {
 	}
 	// the debuggers stop before their target: stopping the target first
 	// kills whatever shares its process namespace under the runtime's feet.
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	list := r.PodContainers(p.UID)
 	for i := len(list) - 1; i >= 0; i-- {

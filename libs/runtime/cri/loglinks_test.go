@@ -1,7 +1,6 @@
 package cri
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,7 +36,7 @@ func TestContainerLogLinks(t *testing.T) {
 	if _, err := os.Lstat(links[0]); !os.IsNotExist(err) {
 		t.Errorf("link of the dropped instance: %v, want it gone", err)
 	}
-	if err := r.RemovePod(context.Background(), p.UID); err != nil {
+	if err := r.RemovePod(t.Context(), p.UID); err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range links[1:] {

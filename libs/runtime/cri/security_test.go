@@ -30,7 +30,7 @@ func TestRunAsNonRoot(t *testing.T) {
 	allowed.SecurityContext = &corev1.SecurityContext{RunAsNonRoot: &yes, RunAsUser: &uid, AllowPrivilegeEscalation: &no}
 	p := newPod("nonroot", true, refused, allowed)
 	cleanupPod(t, p)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	st, err := r.StartContainer(ctx, p, &p.Spec.Containers[0], 0, runtime.StartOptions{})
 	if err == nil || st.Reason != ReasonCreateConfigError || !strings.Contains(st.Message, "container has runAsNonRoot and image will run as root") {

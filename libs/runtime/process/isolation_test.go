@@ -1,7 +1,6 @@
 package process
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -289,7 +288,7 @@ func TestRuntimeWithoutPodUsers(t *testing.T) {
 	p := shPod("u-asked", `echo "uid=$(id -u) gid=$(id -g)"`)
 	p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: &u, RunAsGroup: &g}
 	if os.Geteuid() != 0 {
-		if _, err := r.StartContainer(context.Background(), p, &p.Spec.Containers[0], 0, runtime.StartOptions{}); err == nil {
+		if _, err := r.StartContainer(t.Context(), p, &p.Spec.Containers[0], 0, runtime.StartOptions{}); err == nil {
 			t.Fatal("a runtime that is not root switched users")
 		}
 		return

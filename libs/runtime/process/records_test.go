@@ -134,7 +134,7 @@ func TestRecordsFollowGroups(t *testing.T) {
 	if len(got) != 1 {
 		t.Fatalf("records with one container running: %v", got)
 	}
-	if err := r.StopContainer(context.Background(), st.ID, 0); err != nil {
+	if err := r.StopContainer(t.Context(), st.ID, 0); err != nil {
 		t.Fatal(err)
 	}
 	r.waitExit(st.ID)
