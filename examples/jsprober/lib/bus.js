@@ -31,7 +31,7 @@ function subjectsUnder(prefix) {
     shadow: (stage) => subjectsUnder(`${prefix}.shadow.${stage}`),
     shadowAll: `${prefix}.shadow.>`,
     podUpdates: (p) => `${prefix}.podupdates.${p}`,
-    // podupdates.* leaves out the reconciles, which contract v2 sends on
+    // podupdates.* leaves out the reconciles, sent on
     // podupdates.reconcile.<p> (for the pod workers alone).
     podUpdatesAll: `${prefix}.podupdates.*`,
     // the pod-updates stream holds both: podupdates.>.

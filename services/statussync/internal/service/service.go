@@ -291,9 +291,10 @@ func (r *Runner) consume(ctx context.Context, node string, m *statusmanager.Mana
 func (r *Runner) consumeSpecs(node string, m *statusmanager.Manager, log *zap.Logger) []consumeSpec {
 	subjects := bus.For(node)
 	specs := []consumeSpec{
-		// podupdates.* only: podconfig publishes the reconciles on
-		// podupdates.reconcile.<p>, which the server then keeps from this
-		// consumer.
+		// podupdates.* only: the server keeps the reconciles
+		// (podupdates.reconcile.<p>) from this consumer; their API status
+		// (readiness gates: NeedToReconcilePodReadiness) reaches the
+		// manager through its own pod informer.
 		{bus.StreamPodUpdates, DurablePodUpdates, subjects.PodUpdatesAll(), r.handlePodUpdate(m, bus.NewSnapshots(), log), false},
 		{bus.StreamPodStatus, DurablePodStatus, "", r.handleRuntimeStatus(m, log), true},
 		{bus.StreamProbes, DurableProbes, "", r.handleProbeResult(m, log), false},
@@ -325,14 +326,6 @@ func dedupOnce(h bus.Handler, log *zap.Logger) bus.Handler {
 // the partition's last snapshot.
 func (r *Runner) handlePodUpdate(m *statusmanager.Manager, snapshots *bus.Snapshots, log *zap.Logger) bus.Handler {
 	return func(mctx context.Context, subject string, e *bus.Envelope) error {
-		if e.Op == bus.OpReconcile {
-			// A status-only change: the spec is the same, and the API
-			// status (readiness gates: NeedToReconcilePodReadiness)
-			// reaches the manager through its own pod informer. Kept
-			// although the filter leaves the v2 reconciles out: a v1
-			// podconfig still publishes them on podupdates.<p>.
-			return nil
-		}
 		u, err := bus.DecodePodUpdate(e)
 		if err != nil {
 			log.Warn("dropping malformed pod update", zap.String(logging.FieldSubject, subject), zap.Error(err))
