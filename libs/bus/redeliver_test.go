@@ -287,13 +287,13 @@ func TestNewerMessageSettlesTerminated(t *testing.T) {
 }
 
 // TestUnboundedConsumerIsBoundedInPlace: a durable consumer made without a
-// delivery bound (as by a former version) is updated in place: it gets the
+// delivery bound (by another program, or by hand) is updated in place: it gets the
 // bound and resumes where it was, with the message left unacknowledged
 // when its stage was killed delivered again and nothing redelivered from
 // before.
 func TestUnboundedConsumerIsBoundedInPlace(t *testing.T) {
 	js, pub := nodeN(t, "podworkers-1")
-	const durable = "former"
+	const durable = "unbounded"
 	stream := bus.StreamName("n", bus.StreamPodStatus)
 	if _, err := js.CreateOrUpdateConsumer(t.Context(), stream, jetstream.ConsumerConfig{
 		Durable: durable, AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Second, MaxDeliver: -1,

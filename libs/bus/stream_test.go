@@ -159,7 +159,7 @@ func TestDurableDeliveryAndDedup(t *testing.T) {
 	}
 }
 
-// TestReconcilesOnTheirOwnSubject (contract v2): a RECONCILE on its
+// TestReconcilesOnTheirOwnSubject: a RECONCILE on its
 // partition's reconcile subject is kept in the pod-updates stream, but a
 // consumer of PodUpdatesAll (the prober's, statussync's) is never sent it,
 // while a consumer of the partition's two subjects (its owner's, the pod

@@ -332,7 +332,7 @@ function settles(subject, e) {
 function decodeMsg(header, data) {
   const ct = header?.get("Content-Type") ?? "";
   if (ct !== "" && ct !== "application/json") {
-    // contract v2's protobuf form: this prober reads JSON only, and the
+    // the protobuf form: this prober reads JSON only, and the
     // stages it reads from must run with bus-encoding json.
     throw new DecodeError("(header Content-Type)", `${ct}: this stage reads JSON only; run the other stages with bus-encoding json`);
   }
