@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 const (
@@ -31,24 +32,6 @@ const (
 	// in five; 64 pods miss it one time in sixty of those.
 	maxWeb = 64
 )
-
-// eventually polls cond every 250 ms until it holds or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	start := time.Now()
-	for {
-		ok, state := cond()
-		if ok {
-			t.Logf("%s: after %v", what, time.Since(start).Round(100*time.Millisecond))
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v (last: %s)", what, timeout, state)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-}
 
 func ptr[T any](v T) *T { return &v }
 
@@ -152,7 +135,7 @@ func containerID(p *corev1.Pod) string {
 
 func (s *stack) waitNodeReady(t *testing.T) {
 	t.Helper()
-	eventually(t, 2*time.Minute, "node Ready", func() (bool, string) {
+	testenv.Eventually(t, 2*time.Minute, "node Ready", func() (bool, string) {
 		n, err := s.cs.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -191,7 +174,7 @@ func (s *stack) pods(t *testing.T, selector string) (map[string]*corev1.Pod, err
 func (s *stack) waitAllReady(t *testing.T, what string, names []string, timeout time.Duration, accept func(*corev1.Pod) bool) map[string]*corev1.Pod {
 	t.Helper()
 	var last map[string]*corev1.Pod
-	eventually(t, timeout, what, func() (bool, string) {
+	testenv.Eventually(t, timeout, what, func() (bool, string) {
 		pods, err := s.pods(t, "e2e=web")
 		if err != nil {
 			return false, err.Error()
@@ -215,7 +198,7 @@ func (s *stack) waitAllReady(t *testing.T, what string, names []string, timeout 
 
 func (s *stack) logsContain(t *testing.T, name, container, want string) {
 	t.Helper()
-	eventually(t, 30*time.Second, "kubectl logs "+name, func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "kubectl logs "+name, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		data, err := s.cs.CoreV1().Pods(namespace).GetLogs(name, &corev1.PodLogOptions{Container: container}).DoRaw(ctx)
@@ -319,7 +302,7 @@ func checkPodsOnStack(t *testing.T, s *stack, replicas int) {
 		s.logsContain(t, n, "web", "hello from "+n)
 	}
 
-	eventually(t, 90*time.Second, "flaky restarted after its liveness probe failed", func() (bool, string) {
+	testenv.Eventually(t, 90*time.Second, "flaky restarted after its liveness probe failed", func() (bool, string) {
 		p, err := s.cs.CoreV1().Pods(namespace).Get(ctx, "flaky", metav1.GetOptions{})
 		if err != nil || len(p.Status.ContainerStatuses) == 0 {
 			return false, fmt.Sprint(err)
@@ -396,7 +379,7 @@ func checkPodsOnStack(t *testing.T, s *stack, replicas int) {
 			t.Fatalf("delete %s: %v", n, err)
 		}
 	}
-	eventually(t, 2*time.Minute, "pods gone after delete", func() (bool, string) {
+	testenv.Eventually(t, 2*time.Minute, "pods gone after delete", func() (bool, string) {
 		var left []string
 		for _, n := range all {
 			if _, err := s.cs.CoreV1().Pods(namespace).Get(ctx, n, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -426,7 +409,7 @@ func (s *stack) converge(t *testing.T, names []string, what string, want int, go
 	action()
 	var pods map[string]*corev1.Pod
 	var ids map[string]string
-	eventually(t, 3*time.Minute, what, func() (bool, string) {
+	testenv.Eventually(t, 3*time.Minute, what, func() (bool, string) {
 		var err error
 		if ids, err = s.replicaIDs(t); err != nil {
 			return false, err.Error()

@@ -37,7 +37,7 @@ func TestComposeCRI(t *testing.T) {
 	if _, err := exec.LookPath("kubectl"); err != nil {
 		t.Fatalf("kubectl is not on PATH: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	cd, err := testenv.EnsureContainerd(ctx, testenv.ContainerdOptions{})
 	if err != nil {
@@ -75,7 +75,7 @@ func TestComposeCRI(t *testing.T) {
 	}
 	s.create(t, pod)
 	var uid string
-	eventually(t, 3*time.Minute, "the busybox pod Ready through its exec probe", func() (bool, string) {
+	testenv.Eventually(t, 3*time.Minute, "the busybox pod Ready through its exec probe", func() (bool, string) {
 		p, err := s.cs.CoreV1().Pods(namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -93,11 +93,11 @@ func TestComposeCRI(t *testing.T) {
 		status.GetStatus().GetLabels()["io.kubernetes.pod.uid"] != uid {
 		t.Fatalf("containerd's view of %s: %+v, %v", id, status.GetStatus(), err)
 	}
-	eventually(t, time.Minute, "kubectl logs", func() (bool, string) {
+	testenv.Eventually(t, time.Minute, "kubectl logs", func() (bool, string) {
 		out, err := s.kubectl(t, "logs", pod.Name)
 		return err == nil && strings.Contains(out, "hello-cri"), out
 	})
-	eventually(t, time.Minute, "kubectl exec", func() (bool, string) {
+	testenv.Eventually(t, time.Minute, "kubectl exec", func() (bool, string) {
 		out, err := s.kubectl(t, "exec", pod.Name, "--", "sh", "-c", "echo from-exec; cat /tmp/ready && echo ready-file")
 		return err == nil && strings.Contains(out, "from-exec") && strings.Contains(out, "ready-file"), out
 	})
@@ -130,7 +130,7 @@ func TestComposeCRI(t *testing.T) {
 	if last == nil || last.ExitCode != 0 || last.Reason != "Completed" {
 		t.Fatalf("the container's end %+v: want exit 0 on SIGTERM within the grace (137 would be a kill after it)", last)
 	}
-	eventually(t, time.Minute, "the pod's sandbox removed from containerd", func() (bool, string) {
+	testenv.Eventually(t, time.Minute, "the pod's sandbox removed from containerd", func() (bool, string) {
 		sbs, err := rs.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{"io.kubernetes.pod.uid": uid}})
 		if err != nil {
 			return false, err.Error()

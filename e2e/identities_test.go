@@ -127,7 +127,7 @@ func (s *stack) restartAPIServer(t *testing.T) {
 	if out, err := exec.Command("docker", "restart", ids[0]).CombinedOutput(); err != nil {
 		t.Fatalf("docker restart apiserver: %v: %s", err, out)
 	}
-	eventually(t, 2*time.Minute, "kube-apiserver back, with the credentials of before", func() (bool, string) {
+	testenv.Eventually(t, 2*time.Minute, "kube-apiserver back, with the credentials of before", func() (bool, string) {
 		err := s.cs.Discovery().RESTClient().Get().AbsPath("/readyz").Do(context.Background()).Error()
 		return err == nil, fmt.Sprint(err)
 	})

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/discovery"
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // jsPort is the port of jsPod's web server (clear of webPod's and flakyPod's).
@@ -39,13 +39,13 @@ func TestComposeStackJSProber(t *testing.T) {
 		t.Fatalf("image %s missing; run `make images` (it needs `make jsprober-deps`)", image("jsprober"))
 	}
 	s := upStack(t, map[string]string{"SPLITLET_PODWORKERS": "1"}, "compose.yaml", "compose.jsprober.yaml")
-	ctx := context.Background()
+	ctx := t.Context()
 	s.checkProberIsJS(t)
 	s.waitNodeReady(t)
 
 	s.create(t, flakyPod("flaky", flakyPort))
 	s.create(t, jsPod("jsweb", jsPort))
-	eventually(t, 90*time.Second, "jsweb Running and Ready (startup, httpGet and exec probes)", func() (bool, string) {
+	testenv.Eventually(t, 90*time.Second, "jsweb Running and Ready (startup, httpGet and exec probes)", func() (bool, string) {
 		p, err := s.cs.CoreV1().Pods(namespace).Get(ctx, "jsweb", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -56,7 +56,7 @@ func TestComposeStackJSProber(t *testing.T) {
 		}
 		return runningReady(p), fmt.Sprintf("%s ready=%s %s", p.Status.Phase, podCondition(p, corev1.PodReady), strings.Join(cs, ", "))
 	})
-	eventually(t, 90*time.Second, "flaky restarted after its liveness probe failed", func() (bool, string) {
+	testenv.Eventually(t, 90*time.Second, "flaky restarted after its liveness probe failed", func() (bool, string) {
 		p, err := s.cs.CoreV1().Pods(namespace).Get(ctx, "flaky", metav1.GetOptions{})
 		if err != nil || len(p.Status.ContainerStatuses) == 0 {
 			return false, fmt.Sprint(err)
@@ -69,7 +69,7 @@ func TestComposeStackJSProber(t *testing.T) {
 			t.Fatalf("delete %s: %v", n, err)
 		}
 	}
-	eventually(t, time.Minute, "pods gone after delete", func() (bool, string) {
+	testenv.Eventually(t, time.Minute, "pods gone after delete", func() (bool, string) {
 		var left []string
 		for _, n := range []string{"flaky", "jsweb"} {
 			if _, err := s.cs.CoreV1().Pods(namespace).Get(ctx, n, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -90,7 +90,7 @@ func (s *stack) checkProberIsJS(t *testing.T) {
 	}
 	defer nc.Close()
 	subject := bus.For(nodeName).Status("prober")
-	eventually(t, 30*time.Second, "jsprober alone answers on "+subject+", ready", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "jsprober alone answers on "+subject+", ready", func() (bool, string) {
 		inbox := nc.NewRespInbox()
 		sub, err := nc.SubscribeSync(inbox)
 		if err != nil {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // quickStartLines returns the kubectl lines of README.md's compose quick
@@ -75,7 +77,7 @@ func walkQuickStart(t *testing.T, s *stack) {
 			t.Fatalf("README quick-start line %q is not walked by this test: add it", line)
 		}
 		var out string
-		eventually(t, 90*time.Second, line, func() (bool, string) {
+		testenv.Eventually(t, 90*time.Second, line, func() (bool, string) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, "bash", "-c", line)

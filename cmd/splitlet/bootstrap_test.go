@@ -71,7 +71,7 @@ func TestBootstrapTokenJoin(t *testing.T) {
 		"--bootstrap-kubeconfig=" + bootstrap, "--rotate-certificates", "--nodehb.rotate-server-certificates",
 		fmt.Sprintf("--nodehb.port=%d", kubeletPort), "--nodehb.client-ca-file=" + cp.CAFile, "--nodehb.agent-not-ready-grace=1s"}, common...)
 	nodehb := startKillable(t, bin, nodehbArgs...)
-	eventually(t, 90*time.Second, "the node's kubeconfig written after TLS bootstrap", func() (bool, string) {
+	testenv.Eventually(t, 90*time.Second, "the node's kubeconfig written after TLS bootstrap", func() (bool, string) {
 		_, err := os.Stat(kubeconfig)
 		return err == nil, fmt.Sprint(err)
 	})
@@ -86,7 +86,7 @@ func TestBootstrapTokenJoin(t *testing.T) {
 	waitNodeReady(t, cs, node)
 	pod := runSleepPod(t, cs, node)
 	// The kubelet API serves once its certificate is approved and issued.
-	eventually(t, 60*time.Second, "logs through the API server's node proxy", func() (bool, string) {
+	testenv.Eventually(t, 60*time.Second, "logs through the API server's node proxy", func() (bool, string) {
 		_, err := logsOf(ctx, cs, pod.Name, &corev1.PodLogOptions{})
 		return err == nil, fmt.Sprint(err)
 	})
@@ -95,7 +95,7 @@ func TestBootstrapTokenJoin(t *testing.T) {
 	// now must survive its renewal.
 	addr := fmt.Sprintf("127.0.0.1:%d", kubeletPort)
 	var conn *servingConn
-	eventually(t, 90*time.Second, "the kubelet API serving the certificate of its CSR", func() (bool, string) {
+	testenv.Eventually(t, 90*time.Second, "the kubelet API serving the certificate of its CSR", func() (bool, string) {
 		c, err := openServing(addr, cp.CAData)
 		if err != nil {
 			return false, err.Error()
@@ -108,7 +108,7 @@ func TestBootstrapTokenJoin(t *testing.T) {
 		t.Fatalf("serving certificate of %q", cn)
 	}
 
-	eventually(t, 5*time.Minute, "two renewals of the client certificate, followed by every stage, and one of the serving certificate", func() (bool, string) {
+	testenv.Eventually(t, 5*time.Minute, "two renewals of the client certificate, followed by every stage, and one of the serving certificate", func() (bool, string) {
 		var state []string
 		done := true
 		n := strings.Count(nodehb.logs.String(), "the node's client certificate rotated")
@@ -169,7 +169,7 @@ func TestBootstrapTokenJoin(t *testing.T) {
 	}
 	nodehb = startKillable(t, bin, nodehbArgs...)
 	stages["nodehb"] = nodehb
-	eventually(t, 90*time.Second, "nodehb back with a valid client certificate", func() (bool, string) {
+	testenv.Eventually(t, 90*time.Second, "nodehb back with a valid client certificate", func() (bool, string) {
 		pair, err := tls.LoadX509KeyPair(nodecert.ClientCertPath(certDir), nodecert.ClientCertPath(certDir))
 		if err != nil {
 			return false, err.Error()
@@ -330,7 +330,7 @@ func runSleepPod(t *testing.T, cs kubernetes.Interface, node string) *corev1.Pod
 // restarted.
 func checkPodRunning(t *testing.T, cs kubernetes.Interface, name string) {
 	t.Helper()
-	eventually(t, 60*time.Second, "pod Running, no restart", func() (bool, string) {
+	testenv.Eventually(t, 60*time.Second, "pod Running, no restart", func() (bool, string) {
 		p, err := cs.CoreV1().Pods("default").Get(t.Context(), name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()

@@ -77,7 +77,7 @@ func startProcess(t *testing.T, bin, name string, args ...string) *apptest.Buffe
 // waitNodeReady waits for the Node's Ready condition.
 func waitNodeReady(t *testing.T, cs kubernetes.Interface, node string) {
 	t.Helper()
-	eventually(t, 60*time.Second, "node Ready", func() (bool, string) {
+	testenv.Eventually(t, 60*time.Second, "node Ready", func() (bool, string) {
 		n, err := cs.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -96,24 +96,6 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
-}
-
-// eventually polls cond every 100 ms until it holds or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v (last: %s)", what, timeout, last)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 func podCondition(p *corev1.Pod, c corev1.PodConditionType) corev1.ConditionStatus {
@@ -139,7 +121,7 @@ func TestEndToEndProcessPod(t *testing.T) {
 	}
 	startAgent(t, cp, node, "--runtime=process", fmt.Sprintf("--http-addr=127.0.0.1:%d", httpPort))
 	cs := cp.Clientset()
-	ctx := context.Background()
+	ctx := t.Context()
 	waitNodeReady(t, cs, node)
 
 	// the container runs as a uid of its own (podworkers.process-uid-range):
@@ -175,7 +157,7 @@ func TestEndToEndProcessPod(t *testing.T) {
 	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "pod Running and Ready", func() (bool, string) {
+	testenv.Eventually(t, 60*time.Second, "pod Running and Ready", func() (bool, string) {
 		p, err := cs.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -185,7 +167,7 @@ func TestEndToEndProcessPod(t *testing.T) {
 			fmt.Sprintf("phase %s ready %s scheduled %s", p.Status.Phase, podCondition(p, corev1.PodReady), podCondition(p, corev1.PodScheduled))
 	})
 
-	eventually(t, 30*time.Second, "kubectl logs", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "kubectl logs", func() (bool, string) {
 		out, err := logsOf(ctx, cs, "hello", &corev1.PodLogOptions{Container: "hello"})
 		if err != nil {
 			return false, err.Error()
@@ -207,7 +189,7 @@ func TestEndToEndProcessPod(t *testing.T) {
 	if err := exec.Command("rm", dir+"/ready").Run(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "pod not Ready", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "pod not Ready", func() (bool, string) {
 		p, err := cs.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -219,7 +201,7 @@ func TestEndToEndProcessPod(t *testing.T) {
 	if err := exec.Command("touch", dir+"/kill").Run(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "restart after liveness failure", func() (bool, string) {
+	testenv.Eventually(t, 60*time.Second, "restart after liveness failure", func() (bool, string) {
 		p, err := cs.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{})
 		if err != nil || len(p.Status.ContainerStatuses) == 0 {
 			return false, fmt.Sprint(err)
@@ -243,7 +225,7 @@ func TestEndToEndProcessPod(t *testing.T) {
 	if _, err := cs.CoreV1().Pods("default").UpdateEphemeralContainers(ctx, "hello", live, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "the ephemeral container running", func() (bool, string) {
+	testenv.Eventually(t, 60*time.Second, "the ephemeral container running", func() (bool, string) {
 		p, err := cs.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{})
 		if err != nil || len(p.Status.EphemeralContainerStatuses) == 0 {
 			return false, fmt.Sprint(err)
@@ -251,7 +233,7 @@ func TestEndToEndProcessPod(t *testing.T) {
 		ec := p.Status.EphemeralContainerStatuses[0]
 		return ec.Name == "debugger" && ec.State.Running != nil, fmt.Sprintf("%+v", ec.State)
 	})
-	eventually(t, 30*time.Second, "the ephemeral container's logs", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "the ephemeral container's logs", func() (bool, string) {
 		out, err := logsOf(ctx, cs, "hello", &corev1.PodLogOptions{Container: "debugger"})
 		return err == nil && strings.TrimSpace(out) == "debugging", fmt.Sprint(out, err)
 	})
@@ -260,7 +242,7 @@ func TestEndToEndProcessPod(t *testing.T) {
 	}
 
 	// The kubelet's metrics, under its names and labels.
-	eventually(t, 30*time.Second, "the kubelet's metrics", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "the kubelet's metrics", func() (bool, string) {
 		code, body, err := get(fmt.Sprintf("http://127.0.0.1:%d/metrics", httpPort))
 		if err != nil || code != http.StatusOK {
 			return false, fmt.Sprint(code, err)
@@ -312,7 +294,7 @@ func TestEndToEndProcessPod(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 60*time.Second, "pods gone after delete", func() (bool, string) {
+	testenv.Eventually(t, 60*time.Second, "pods gone after delete", func() (bool, string) {
 		_, err := cs.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{})
 		_, err2 := cs.CoreV1().Pods("default").Get(ctx, "crash", metav1.GetOptions{})
 		return apierrors.IsNotFound(err) && apierrors.IsNotFound(err2), fmt.Sprint(err, err2)
@@ -330,7 +312,7 @@ type wantEvent struct{ eventType, reason, fieldPath, message string }
 // waitEvents waits until the pod's Events include every one of want.
 func waitEvents(t *testing.T, cs kubernetes.Interface, pod string, want []wantEvent) {
 	t.Helper()
-	eventually(t, 60*time.Second, "the Events of pod "+pod, func() (bool, string) {
+	testenv.Eventually(t, 60*time.Second, "the Events of pod "+pod, func() (bool, string) {
 		list, err := cs.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod})
 		if err != nil {
 			return false, err.Error()

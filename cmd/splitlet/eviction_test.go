@@ -149,7 +149,7 @@ func TestEvictionUnderMemoryPressure(t *testing.T) {
 		return cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
 	}
 	running := func(name string) {
-		eventually(t, 2*time.Minute, name+" Running", func() (bool, string) {
+		testenv.Eventually(t, 2*time.Minute, name+" Running", func() (bool, string) {
 			p, err := podOf(name)
 			if err != nil {
 				return false, err.Error()
@@ -167,7 +167,7 @@ func TestEvictionUnderMemoryPressure(t *testing.T) {
 	// have stopped); the Node under MemoryPressure.
 	var sawPressure bool
 	var message string
-	eventually(t, 2*time.Minute, "hog's Evicted Event", func() (bool, string) {
+	testenv.Eventually(t, 2*time.Minute, "hog's Evicted Event", func() (bool, string) {
 		if n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err == nil {
 			if c := nodeCondition(n, corev1.NodeMemoryPressure); c != nil && c.Status == corev1.ConditionTrue {
 				if c.Reason != "KubeletHasInsufficientMemory" || c.Message != "kubelet has insufficient memory available" {
@@ -197,7 +197,7 @@ func TestEvictionUnderMemoryPressure(t *testing.T) {
 	secondLog := nodehb().logs
 
 	// Under MemoryPressure, a BestEffort pod is refused at admission.
-	eventually(t, time.Minute, "MemoryPressure on the Node", func() (bool, string) {
+	testenv.Eventually(t, time.Minute, "MemoryPressure on the Node", func() (bool, string) {
 		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -206,7 +206,7 @@ func TestEvictionUnderMemoryPressure(t *testing.T) {
 		sawPressure = sawPressure || (c != nil && c.Status == corev1.ConditionTrue)
 		return sawPressure, fmt.Sprint(c)
 	})
-	eventually(t, time.Minute, "late refused", func() (bool, string) {
+	testenv.Eventually(t, time.Minute, "late refused", func() (bool, string) {
 		p, err := podOf("late")
 		if err != nil {
 			return false, err.Error()
@@ -219,13 +219,13 @@ func TestEvictionUnderMemoryPressure(t *testing.T) {
 
 	// The new eviction manager found the pressure and hog first, and was
 	// told hog is being evicted already.
-	eventually(t, time.Minute, "the new nodehb told hog is evicted already", func() (bool, string) {
+	testenv.Eventually(t, time.Minute, "the new nodehb told hog is evicted already", func() (bool, string) {
 		return strings.Contains(secondLog.String(), "pod already evicted or terminating"), ""
 	})
 
 	// The pressure ends with hog; the condition clears after the
 	// transition period.
-	eventually(t, 2*time.Minute, "MemoryPressure cleared", func() (bool, string) {
+	testenv.Eventually(t, 2*time.Minute, "MemoryPressure cleared", func() (bool, string) {
 		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -235,7 +235,7 @@ func TestEvictionUnderMemoryPressure(t *testing.T) {
 	})
 
 	// hog ends Failed, with the kubelet's reason and the message.
-	eventually(t, time.Minute, "hog Failed", func() (bool, string) {
+	testenv.Eventually(t, time.Minute, "hog Failed", func() (bool, string) {
 		p, err := podOf("hog")
 		if err != nil {
 			return false, err.Error()
@@ -303,7 +303,7 @@ func TestEvictionEmptyDirSizeLimit(t *testing.T) {
 		_ = cs.CoreV1().Pods("default").Delete(context.Background(), "filler", metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
 	})
 	const want = `Usage of EmptyDir volume "scratch" exceeds the limit "1Mi". `
-	eventually(t, 2*time.Minute, "filler evicted", func() (bool, string) {
+	testenv.Eventually(t, 2*time.Minute, "filler evicted", func() (bool, string) {
 		p, err := cs.CoreV1().Pods("default").Get(ctx, "filler", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -311,7 +311,7 @@ func TestEvictionEmptyDirSizeLimit(t *testing.T) {
 		return p.Status.Phase == corev1.PodFailed && p.Status.Reason == "Evicted" && p.Status.Message == want,
 			fmt.Sprintf("%s %s %q", p.Status.Phase, p.Status.Reason, p.Status.Message)
 	})
-	eventually(t, time.Minute, "the Evicted Event", func() (bool, string) {
+	testenv.Eventually(t, time.Minute, "the Evicted Event", func() (bool, string) {
 		evs, err := podEvents(ctx, cs, "filler", "Evicted")
 		if err != nil {
 			return false, err.Error()

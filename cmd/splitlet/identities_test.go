@@ -79,7 +79,7 @@ func TestStageIdentities(t *testing.T) {
 			"--runtime=sim", "--nodehb.agent-not-ready-grace=1s")
 	}
 	cs := cp.Clientset()
-	ctx := context.Background()
+	ctx := t.Context()
 	waitNodeReady(t, cs, node)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "ids", Namespace: "default"},
@@ -91,7 +91,7 @@ func TestStageIdentities(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "pod Ready through an exec probe", func() (bool, string) {
+	testenv.Eventually(t, 60*time.Second, "pod Ready through an exec probe", func() (bool, string) {
 		p, err := cs.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -117,7 +117,7 @@ func TestStageIdentities(t *testing.T) {
 	if err := cs.CoreV1().Pods("default").Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "pod gone", func() (bool, string) {
+	testenv.Eventually(t, 60*time.Second, "pod gone", func() (bool, string) {
 		_, err := cs.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
@@ -169,7 +169,7 @@ func TestStageIdentities(t *testing.T) {
 	}
 	// (and the server's log shows them: the check above of a quiet log
 	// could have failed.)
-	eventually(t, 10*time.Second, "the refusals in the server's log", func() (bool, string) {
+	testenv.Eventually(t, 10*time.Second, "the refusals in the server's log", func() (bool, string) {
 		return len(seen.All()) >= 19, strings.Join(seen.All(), "\n")
 	})
 }
@@ -251,7 +251,7 @@ func refused(t *testing.T, url, seed, subject string) error {
 func checkStatus(t *testing.T, bin, node, url, adminSeed string) {
 	t.Helper()
 	var st nodeStatus
-	eventually(t, 30*time.Second, "splitlet status: every stage ready, all partitions owned", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "splitlet status: every stage ready, all partitions owned", func() (bool, string) {
 		out, err := exec.Command(bin, "status", "--node-name", node, "--nats-url", url, "--nats-nkey", adminSeed, "--json").Output()
 		if err != nil {
 			return false, fmt.Sprintf("%v: %s", err, out)

@@ -84,7 +84,7 @@ func TestEndToEndForgedMirrorAnnotation(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { deleteNow(cs, victim.Name) })
-			eventually(t, 60*time.Second, "the victim's log", func() (bool, string) {
+			testenv.Eventually(t, 60*time.Second, "the victim's log", func() (bool, string) {
 				out, err := logsOf(ctx, cs, victim.Name, &corev1.PodLogOptions{Container: "app"})
 				return err == nil && strings.Contains(out, "victim-log"), fmt.Sprint(out, err)
 			})
@@ -97,7 +97,7 @@ func TestEndToEndForgedMirrorAnnotation(t *testing.T) {
 			}
 			t.Cleanup(func() { release(cs, forged.Name) })
 			if mirrorPods {
-				eventually(t, 30*time.Second, "podconfig deletes the orphaned mirror pod", func() (bool, string) {
+				testenv.Eventually(t, 30*time.Second, "podconfig deletes the orphaned mirror pod", func() (bool, string) {
 					p, err := cs.CoreV1().Pods("default").Get(ctx, forged.Name, metav1.GetOptions{})
 					return err == nil && p.DeletionTimestamp != nil, fmt.Sprint(err)
 				})
@@ -122,11 +122,11 @@ func TestEndToEndForgedMirrorAnnotation(t *testing.T) {
 				return
 			}
 			mirror := "static-who-" + node
-			eventually(t, 60*time.Second, "exec in the static pod through its mirror pod", func() (bool, string) {
+			testenv.Eventually(t, 60*time.Second, "exec in the static pod through its mirror pod", func() (bool, string) {
 				out, err := execOut(ctx, cp, mirror, "app", "sh", "-c", "echo $WHO")
 				return err == nil && out == "static\n", fmt.Sprint(out, err)
 			})
-			eventually(t, 30*time.Second, "the static pod's log through its mirror pod", func() (bool, string) {
+			testenv.Eventually(t, 30*time.Second, "the static pod's log through its mirror pod", func() (bool, string) {
 				out, err := logsOf(ctx, cs, mirror, &corev1.PodLogOptions{Container: "app"})
 				return err == nil && strings.Contains(out, "static-log"), fmt.Sprint(out, err)
 			})

@@ -134,7 +134,7 @@ func TestEndToEndCRIHostPortsAndPortForward(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { deletePods(t, cp, "web", "web2") })
-	eventually(t, 2*time.Minute, "the web pod Running", func() (bool, string) {
+	testenv.Eventually(t, 2*time.Minute, "the web pod Running", func() (bool, string) {
 		p, err := cs.CoreV1().Pods("default").Get(ctx, "web", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -144,7 +144,7 @@ func TestEndToEndCRIHostPortsAndPortForward(t *testing.T) {
 
 	// The host port, on the host's loopback, reaches the pod's server.
 	hostURL := fmt.Sprintf("http://127.0.0.1:%d/", hostPort)
-	eventually(t, 30*time.Second, "the pod's page on "+hostURL, func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "the pod's page on "+hostURL, func() (bool, string) {
 		body, err := httpGet(ctx, hostURL)
 		return strings.TrimSpace(body) == webPage, fmt.Sprintf("%q, %v", body, err)
 	})
@@ -153,7 +153,7 @@ func TestEndToEndCRIHostPortsAndPortForward(t *testing.T) {
 	if _, err := cs.CoreV1().Pods("default").Create(ctx, webPod("web2", node, "127.0.0.1", hostPort), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, "web2 rejected for its host port", func() (bool, string) {
+	testenv.Eventually(t, time.Minute, "web2 rejected for its host port", func() (bool, string) {
 		p, err := cs.CoreV1().Pods("default").Get(ctx, "web2", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -238,7 +238,7 @@ func deletePods(t *testing.T, cp *testenv.ControlPlane, names ...string) {
 	for _, name := range names {
 		_ = cs.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{})
 	}
-	eventually(t, time.Minute, "the pods gone", func() (bool, string) {
+	testenv.Eventually(t, time.Minute, "the pods gone", func() (bool, string) {
 		for _, name := range names {
 			if _, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				return false, fmt.Sprintf("%s: %v", name, err)

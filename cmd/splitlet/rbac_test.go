@@ -54,7 +54,7 @@ func TestStageAPIRoles(t *testing.T) {
 				node = "rbac-node-identity"
 			}
 			cp := testenv.ControlPlaneForTest(t, testenv.ControlPlaneOptions{Audit: true})
-			ctx := context.Background()
+			ctx := t.Context()
 			if err := testenv.Apply(ctx, cp.Config, rbacDir); err != nil {
 				t.Fatalf("deploy/rbac: %v", err)
 			}
@@ -157,12 +157,12 @@ func exerciseStages(t *testing.T, cs kubernetes.Interface, cp *testenv.ControlPl
 	ctx := context.Background()
 	// podconfig: the static pod's mirror pod.
 	mirrorName := "static-web-" + node
-	eventually(t, 60*time.Second, "mirror pod of the static pod", func() (bool, string) {
+	testenv.Eventually(t, 60*time.Second, "mirror pod of the static pod", func() (bool, string) {
 		_, err := cs.CoreV1().Pods("default").Get(ctx, mirrorName, metav1.GetOptions{})
 		return err == nil, fmt.Sprint(err)
 	})
 	// nodehb: the Lease.
-	eventually(t, 30*time.Second, "node lease", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "node lease", func() (bool, string) {
 		_, err := cs.CoordinationV1().Leases("kube-node-lease").Get(ctx, node, metav1.GetOptions{})
 		return err == nil, fmt.Sprint(err)
 	})
@@ -181,14 +181,14 @@ func exerciseStages(t *testing.T, cs kubernetes.Interface, cp *testenv.ControlPl
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 60*time.Second, "pod Ready through an exec probe", func() (bool, string) {
+	testenv.Eventually(t, 60*time.Second, "pod Ready through an exec probe", func() (bool, string) {
 		p, err := cs.CoreV1().Pods("default").Get(ctx, ready.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
 		return podCondition(p, corev1.PodReady) == corev1.ConditionTrue, string(p.Status.Phase)
 	})
-	eventually(t, 60*time.Second, "Unhealthy Event of the failing probe", func() (bool, string) {
+	testenv.Eventually(t, 60*time.Second, "Unhealthy Event of the failing probe", func() (bool, string) {
 		evs, err := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + unready.Name + ",reason=Unhealthy"})
 		if err != nil {
 			return false, err.Error()
@@ -221,7 +221,7 @@ func exerciseStages(t *testing.T, cs kubernetes.Interface, cp *testenv.ControlPl
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 60*time.Second, "pods gone", func() (bool, string) {
+	testenv.Eventually(t, 60*time.Second, "pods gone", func() (bool, string) {
 		for _, name := range []string{ready.Name, unready.Name} {
 			if _, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				return false, name + ": " + fmt.Sprint(err)
@@ -237,7 +237,7 @@ func exerciseStages(t *testing.T, cs kubernetes.Interface, cp *testenv.ControlPl
 	if err := cs.CoreV1().Pods("default").Delete(ctx, mirrorName, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "mirror pod made again", func() (bool, string) {
+	testenv.Eventually(t, 60*time.Second, "mirror pod made again", func() (bool, string) {
 		p, err := cs.CoreV1().Pods("default").Get(ctx, mirrorName, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()

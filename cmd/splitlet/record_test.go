@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -67,7 +66,7 @@ func TestRecordReplayDiff(t *testing.T) {
 	startSplitlet(t, bin, cp, node, "splitlet", "--services=all", "--runtime=sim", fmt.Sprintf("--nats-listen=127.0.0.1:%d", natsPort))
 	liveURL := fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
 	cs := cp.Clientset()
-	ctx := context.Background()
+	ctx := t.Context()
 	waitNodeReady(t, cs, node)
 	probe := func(h corev1.ProbeHandler) *corev1.Probe { return &corev1.Probe{ProbeHandler: h, PeriodSeconds: 1} }
 	pod := &corev1.Pod{
@@ -82,7 +81,7 @@ func TestRecordReplayDiff(t *testing.T) {
 	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "tcp Ready, http not (its server answers 500)", func() (bool, string) {
+	testenv.Eventually(t, 60*time.Second, "tcp Ready, http not (its server answers 500)", func() (bool, string) {
 		p, err := cs.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()

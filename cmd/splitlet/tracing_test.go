@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -47,7 +46,7 @@ func TestTracePodAcrossStages(t *testing.T) {
 	}
 	startAgent(t, cp, node, "--runtime=process", "--tracing-endpoint="+col.URL, fmt.Sprintf("--nodehb.port=%d", kubeletPort))
 	cs := cp.Clientset()
-	ctx := context.Background()
+	ctx := t.Context()
 	waitNodeReady(t, cs, node)
 
 	pod := &corev1.Pod{
@@ -71,7 +70,7 @@ func TestTracePodAcrossStages(t *testing.T) {
 		t.Fatal(err)
 	}
 	uid := string(created.UID)
-	eventually(t, 60*time.Second, "pod Ready", func() (bool, string) {
+	testenv.Eventually(t, 60*time.Second, "pod Ready", func() (bool, string) {
 		p, err := cs.CoreV1().Pods("default").Get(ctx, "traced", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -81,7 +80,7 @@ func TestTracePodAcrossStages(t *testing.T) {
 
 	// The start trace: podconfig's span of the ADD is its root.
 	var start string
-	eventually(t, 30*time.Second, "one trace of the pod's start across the stages", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "one trace of the pod's start across the stages", func() (bool, string) {
 		spans := col.Spans()
 		start = ""
 		for _, s := range spans {
@@ -153,7 +152,7 @@ func TestTracePodAcrossStages(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "started") {
 		t.Fatalf("kubelet API logs: %d %q", resp.StatusCode, body)
 	}
-	eventually(t, 30*time.Second, "the logs request traced through nodehb to the pod workers", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "the logs request traced through nodehb to the pod workers", func() (bool, string) {
 		spans := col.Spans()
 		var nodehb, workers bool
 		for _, s := range spans {

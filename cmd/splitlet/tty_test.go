@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 
@@ -120,7 +121,7 @@ func (b *watchBuffer) found() bool {
 // shell a container with stdin and tty runs.
 func TestEndToEndCRIExecWithTTY(t *testing.T) {
 	testenv.SkipShort(t, "containerd, etcd and kube-apiserver")
-	ctx := context.Background()
+	ctx := t.Context()
 	cd, err := testenv.EnsureContainerd(ctx, testenv.ContainerdOptions{})
 	if err != nil {
 		t.Fatalf("--runtime=cri needs a containerd: %v", err)
@@ -151,14 +152,20 @@ func TestEndToEndCRIExecWithTTY(t *testing.T) {
 	}
 	// Registered after startAgent, so it runs while the agent still does:
 	// the agent stops and removes the container.
+	// The test's context has ended when clean-ups run: this one polls on its own.
 	t.Cleanup(func() {
-		_ = cs.CoreV1().Pods("default").Delete(ctx, "shell", metav1.DeleteOptions{})
-		eventually(t, time.Minute, "the pod gone", func() (bool, string) {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = cs.CoreV1().Pods("default").Delete(cctx, "shell", metav1.DeleteOptions{})
+		err := wait.PollUntilContextCancel(cctx, testenv.PollInterval, true, func(ctx context.Context) (bool, error) {
 			_, err := cs.CoreV1().Pods("default").Get(ctx, "shell", metav1.GetOptions{})
-			return apierrors.IsNotFound(err), fmt.Sprint(err)
+			return apierrors.IsNotFound(err), nil
 		})
+		if err != nil {
+			t.Errorf("the pod not gone within 1m: %v", err)
+		}
 	})
-	eventually(t, 2*time.Minute, "the pod Running", func() (bool, string) {
+	testenv.Eventually(t, 2*time.Minute, "the pod Running", func() (bool, string) {
 		p, err := cs.CoreV1().Pods("default").Get(ctx, "shell", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()

@@ -121,8 +121,13 @@ func TestShadowDiffFindsPlantedChange(t *testing.T) {
 	}
 	<-time.After(3 * time.Second) // a window: no other pod may come to differ
 	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the live diff did not stop when cancelled")
 	}
 	mu.Lock()
 	defer mu.Unlock()

@@ -75,69 +75,17 @@ func Main(binary string, services ...Service) {
 // shutdown timeout. It returns the process exit code: 0 after a clean stop,
 // 2 for bad flags or configuration, 1 for a failure to start or stop.
 func Run(ctx context.Context, binary string, args []string, stderr io.Writer, services ...Service) int {
-	fs := pflag.NewFlagSet(binary, pflag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.SortFlags = true
-	common := &config.Common{}
-	common.RegisterFlags(fs)
-	names := make([]string, len(services))
-	for i, s := range services {
-		names[i] = s.Name
+	a, code, done := parseArgs(binary, args, stderr, services)
+	if done {
+		return code
 	}
-	selected := []string{"all"}
-	if len(services) > 1 {
-		fs.StringSliceVar(&selected, "services", selected, "services to run in this process: all, or a comma-separated list of "+strings.Join(names, ", "))
-	}
-	showVersion := fs.Bool("version", false, "print the version and exit")
-	healthcheck := fs.Bool("healthcheck", false, "check the /readyz of this binary's running process (at http-addr when its port is fixed, else at the address it wrote to <data-dir>/<binary>.http-addr) and exit 0 when ready, 1 when not: a container health check for images with no shell")
-	for _, s := range services {
-		if s.Flags != nil {
-			s.Flags(fs)
-		}
-	}
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: %s [flags]\n\n%s is part of Splitlet %s. Every flag can also be set as %s<KEY> or as a key in the --config YAML file.\n\nFlags:\n%s",
-			binary, binary, Version, config.EnvPrefix, fs.FlagUsages())
-	}
-	if err := config.Load(fs, args, nil); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintf(stderr, "%s: %v\n", binary, err)
-		return 2
-	}
-	if *showVersion {
-		fmt.Fprintf(stderr, "%s %s\n", binary, Version)
-		return 0
-	}
-	if err := common.Complete(); err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", binary, err)
-		return 2
-	}
-	if *healthcheck {
+	common := a.common
+	if a.healthcheck {
 		return checkHealth(ctx, binary, common, stderr)
 	}
-	run, err := choose(services, selected)
+	run, owner, err := selectServices(common, services, a.selected)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", binary, err)
-		return 2
-	}
-	if err := checkShadow(common, run); err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", binary, err)
-		return 2
-	}
-	for _, s := range run {
-		if s.Validate == nil {
-			continue
-		}
-		if err := s.Validate(); err != nil {
-			fmt.Fprintf(stderr, "%s: %v\n", binary, err)
-			return 2
-		}
-	}
-	owner := CredentialsOwner(slices.ContainsFunc(run, func(s Service) bool { return s.NodeCredentials }))
-	if common.BootstrapKubeconfig != "" && !owner {
-		fmt.Fprintf(stderr, "%s: bootstrap-kubeconfig: only the process that runs nodehb asks for the node's certificate; give this one kubeconfig=<the kubeconfig nodehb writes>\n", binary)
 		return 2
 	}
 	log, err := logging.New(common.LogLevel, common.LogFormat)
@@ -155,7 +103,88 @@ func Run(ctx context.Context, binary string, args []string, stderr io.Writer, se
 			return 1
 		}
 	}
+	return serve(ctx, binary, common, run, owner, log, stderr)
+}
 
+// runArgs is what Run's flags ask for.
+type runArgs struct {
+	common      *config.Common
+	selected    []string
+	healthcheck bool
+}
+
+// parseArgs registers the common and the services' flags and loads them
+// from args, the environment and the config file; done with the exit code
+// when the process ends here (help, version, a bad flag).
+func parseArgs(binary string, args []string, stderr io.Writer, services []Service) (*runArgs, int, bool) {
+	fs := pflag.NewFlagSet(binary, pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.SortFlags = true
+	a := &runArgs{common: &config.Common{}, selected: []string{"all"}}
+	a.common.RegisterFlags(fs)
+	names := make([]string, len(services))
+	for i, s := range services {
+		names[i] = s.Name
+	}
+	if len(services) > 1 {
+		fs.StringSliceVar(&a.selected, "services", a.selected, "services to run in this process: all, or a comma-separated list of "+strings.Join(names, ", "))
+	}
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	fs.BoolVar(&a.healthcheck, "healthcheck", false, "check the /readyz of this binary's running process (at http-addr when its port is fixed, else at the address it wrote to <data-dir>/<binary>.http-addr) and exit 0 when ready, 1 when not: a container health check for images with no shell")
+	for _, s := range services {
+		if s.Flags != nil {
+			s.Flags(fs)
+		}
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: %s [flags]\n\n%s is part of Splitlet %s. Every flag can also be set as %s<KEY> or as a key in the --config YAML file.\n\nFlags:\n%s",
+			binary, binary, Version, config.EnvPrefix, fs.FlagUsages())
+	}
+	if err := config.Load(fs, args, nil); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return nil, 0, true
+		}
+		fmt.Fprintf(stderr, "%s: %v\n", binary, err)
+		return nil, 2, true
+	}
+	if *showVersion {
+		fmt.Fprintf(stderr, "%s %s\n", binary, Version)
+		return nil, 0, true
+	}
+	if err := a.common.Complete(); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", binary, err)
+		return nil, 2, true
+	}
+	return a, 0, false
+}
+
+// selectServices picks the services to run and checks their configuration.
+func selectServices(common *config.Common, services []Service, selected []string) ([]Service, CredentialsOwner, error) {
+	run, err := choose(services, selected)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := checkShadow(common, run); err != nil {
+		return nil, false, err
+	}
+	for _, s := range run {
+		if s.Validate == nil {
+			continue
+		}
+		if err := s.Validate(); err != nil {
+			return nil, false, err
+		}
+	}
+	owner := CredentialsOwner(slices.ContainsFunc(run, func(s Service) bool { return s.NodeCredentials }))
+	if common.BootstrapKubeconfig != "" && !owner {
+		return nil, false, errors.New("bootstrap-kubeconfig: only the process that runs nodehb asks for the node's certificate; give this one kubeconfig=<the kubeconfig nodehb writes>")
+	}
+	return run, owner, nil
+}
+
+// serve assembles the services into one fx application, starts it, waits
+// for ctx to end or a service to ask the process to stop, and stops it.
+func serve(ctx context.Context, binary string, common *config.Common, run []Service, owner CredentialsOwner, log *zap.Logger, stderr io.Writer) int {
 	opts := []fx.Option{
 		fx.WithLogger(func() fxevent.Logger { return logging.FxLogger(log) }),
 		fx.Supply(common, log, Binary(binary), busIdentity(run, common.Shadow), owner),

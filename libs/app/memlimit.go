@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"go.uber.org/zap"
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/splitlet/splitlet/libs/config"
 )
@@ -46,11 +45,11 @@ func MemoryBudget(common *config.Common, services []Service) int64 {
 // memoryLimit is the soft limit the memory-limit key asks for, in bytes
 // (0: none), and where it comes from; budget is auto's figure when no
 // cgroup limit applies.
-func memoryLimit(key string, budget int64, files []string) (int64, string) {
-	switch key {
-	case "none":
+func memoryLimit(key config.MemoryLimit, budget int64, files []string) (int64, string) {
+	switch key.Mode {
+	case config.MemoryLimitNone:
 		return 0, "memory-limit none"
-	case "auto":
+	case config.MemoryLimitAuto:
 		for _, f := range files {
 			data, err := os.ReadFile(f)
 			if err != nil {
@@ -68,13 +67,12 @@ func memoryLimit(key string, budget int64, files []string) (int64, string) {
 		}
 		return 0, "no cgroup memory limit"
 	}
-	q := resource.MustParse(key) // checked by config.Common.Complete
-	return q.Value(), "memory-limit " + key
+	return key.Bytes, "memory-limit " + key.String()
 }
 
 // applyMemoryLimit sets the Go runtime's soft memory limit from the key,
 // unless GOMEMLIMIT (read by the runtime itself) is set.
-func applyMemoryLimit(key string, budget int64, log *zap.Logger) {
+func applyMemoryLimit(key config.MemoryLimit, budget int64, log *zap.Logger) {
 	if v := os.Getenv("GOMEMLIMIT"); v != "" {
 		log.Info("memory limit from GOMEMLIMIT", zap.String("GOMEMLIMIT", v))
 		return

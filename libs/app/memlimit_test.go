@@ -37,7 +37,11 @@ func TestMemoryLimit(t *testing.T) {
 		{"none", budget, []string{limited}, 0},
 		{"512Mi", budget, []string{limited}, 512 << 20},
 	} {
-		if got, from := memoryLimit(c.key, c.budget, c.files); got != c.want {
+		var key config.MemoryLimit
+		if err := key.Set(c.key); err != nil {
+			t.Fatal(err)
+		}
+		if got, from := memoryLimit(key, c.budget, c.files); got != c.want {
 			t.Errorf("%s with %v: %d (%s), want %d", c.key, c.files, got, from, c.want)
 		}
 	}

@@ -30,18 +30,17 @@ const (
 	KindStatsResult      Kind = "StatsResult"
 	KindStreamRequest    Kind = "StreamRequest"
 	KindStreamResult     Kind = "StreamResult"
-	// KindStaticPods was added within v2.
-	KindStaticPods Kind = "StaticPods"
-	// KindStatusPatch was added within v2: what a shadow statussync would
-	// have written (docs/bus.md, "Shadow stages").
+	KindStaticPods       Kind = "StaticPods"
+	// KindStatusPatch is what a shadow statussync would have written
+	// (docs/bus.md, "Shadow stages").
 	KindStatusPatch Kind = "StatusPatch"
-	// KindNodePressure, KindEvictRequest and KindEvictResult were added
-	// within v2 (node-pressure eviction).
+	// KindNodePressure, KindEvictRequest and KindEvictResult carry
+	// node-pressure eviction.
 	KindNodePressure Kind = "NodePressure"
 	KindEvictRequest Kind = "EvictRequest"
 	KindEvictResult  Kind = "EvictResult"
-	// KindReclaimRequest and KindReclaimResult were added within v2
-	// (node-level reclaim before eviction).
+	// KindReclaimRequest and KindReclaimResult carry node-level reclaim
+	// before eviction.
 	KindReclaimRequest Kind = "ReclaimRequest"
 	KindReclaimResult  Kind = "ReclaimResult"
 )

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 func publishProbe(t *testing.T, pub *bus.Publisher, p int, container string) {
@@ -20,22 +21,11 @@ func publishProbe(t *testing.T, pub *bus.Publisher, p int, container string) {
 	}
 }
 
-func eventuallyTrue(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestFollowStartsAfterAndKeepsNothingOnTheServer: a follower hands on the
 // messages after its start sequence, in order, and no others; it leaves no
 // durable consumer behind; it is caught up once it handled the last one.
 func TestFollowStartsAfterAndKeepsNothingOnTheServer(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	js, pub := nodeN(t, "worker-1")
 	stream := bus.StreamName("n", bus.StreamProbes)
 	for range 3 {
@@ -51,7 +41,7 @@ func TestFollowStartsAfterAndKeepsNothingOnTheServer(t *testing.T) {
 	waitLen(t, &got, 2)
 	publishProbe(t, pub, 0, "c")
 	waitLen(t, &got, 3)
-	eventuallyTrue(t, "caught up", func() bool { return f.CaughtUp(ctx) })
+	testenv.EventuallyTrue(t, 10*time.Second, "caught up", func() bool { return f.CaughtUp(ctx) })
 	got.mu.Lock()
 	seqs := append([]uint64(nil), got.seqs...)
 	got.mu.Unlock()
@@ -79,7 +69,7 @@ func TestFollowStartsAfterAndKeepsNothingOnTheServer(t *testing.T) {
 // given a message at most MaxPanicDeliveries times, then the message is
 // skipped and the next handled.
 func TestFollowRetriesAFailedMessageInOrder(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	js, pub := nodeN(t, "worker-1")
 	const name = "follow-retries"
 	before := testutil.ToFloat64(bus.HandlerPanics.WithLabelValues(name))
@@ -116,7 +106,7 @@ func TestFollowRetriesAFailedMessageInOrder(t *testing.T) {
 	publishProbe(t, pub, 0, "after flaky")
 	publishProbe(t, pub, 0, "poison")
 	publishProbe(t, pub, 0, "after poison")
-	eventuallyTrue(t, "every message handled or skipped", func() bool {
+	testenv.EventuallyTrue(t, 10*time.Second, "every message handled or skipped", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(order) == 3
@@ -138,7 +128,7 @@ func TestFollowRetriesAFailedMessageInOrder(t *testing.T) {
 // from the server (a NATS server restarted without it) goes on from the
 // last message it handed on, missing nothing and repeating nothing.
 func TestFollowSurvivesItsConsumerDeleted(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	js, pub := nodeN(t, "worker-1")
 	stream := bus.StreamName("n", bus.StreamProbes)
 	var got collected
@@ -166,7 +156,7 @@ func TestFollowSurvivesItsConsumerDeleted(t *testing.T) {
 	publishProbe(t, pub, 0, "c")
 	publishProbe(t, pub, 0, "c")
 	waitLen(t, &got, 3)
-	eventuallyTrue(t, "caught up", func() bool { return f.CaughtUp(ctx) })
+	testenv.EventuallyTrue(t, 10*time.Second, "caught up", func() bool { return f.CaughtUp(ctx) })
 	got.mu.Lock()
 	defer got.mu.Unlock()
 	if s := got.seqs; len(s) != 3 || s[1]-s[0] != 1 || s[2]-s[0] != 2 {

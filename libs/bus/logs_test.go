@@ -32,10 +32,10 @@ func TestLogsStreaming(t *testing.T) {
 			return
 		}
 		if req.Container != "c" {
-			served <- worker.SendChunkError(context.Background(), m.Reply, io.ErrUnexpectedEOF)
+			served <- worker.SendChunkError(t.Context(), m.Reply, io.ErrUnexpectedEOF)
 			return
 		}
-		go func() { served <- worker.StreamChunks(context.Background(), m.Reply, strings.NewReader(want)) }()
+		go func() { served <- worker.StreamChunks(t.Context(), m.Reply, strings.NewReader(want)) }()
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +44,7 @@ func TestLogsStreaming(t *testing.T) {
 
 	client := bus.NewPublisher(nc, js, "n", "nodehb")
 	var got strings.Builder
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	if err := client.RequestLogs(ctx, subject, &bus.LogsRequest{ContainerRef: bus.ContainerRef{PodUID: "u", Namespace: "default", Pod: "a", Container: "c"}}, &got); err != nil {
 		t.Fatal(err)
@@ -52,15 +52,24 @@ func TestLogsStreaming(t *testing.T) {
 	if got.String() != want {
 		t.Fatalf("got %d bytes, want %d", got.Len(), len(want))
 	}
-	if err := <-served; err != nil {
-		t.Fatal(err)
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the responder did not return after its stream")
 	}
 	// An error answer comes back as an error.
 	err = client.RequestLogs(ctx, subject, &bus.LogsRequest{ContainerRef: bus.ContainerRef{PodUID: "u", Namespace: "default", Pod: "a", Container: "other"}}, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "unexpected EOF") {
 		t.Fatalf("want the responder's error, got %v", err)
 	}
-	<-served
+	select {
+	case <-served:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the responder did not return after its error")
+	}
 
 	// A requester that goes away ends a followed stream: the responder's
 	// reader never ends, and StreamChunks returns once chunks go unacked.
@@ -75,13 +84,13 @@ func TestLogsStreaming(t *testing.T) {
 		}
 	}()
 	sub2, err := nc.Subscribe(subject+"f", func(m *nats.Msg) {
-		go func() { served <- worker.StreamChunks(context.Background(), m.Reply, pr) }()
+		go func() { served <- worker.StreamChunks(t.Context(), m.Reply, pr) }()
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sub2.Unsubscribe()
-	fctx, fcancel := context.WithCancel(context.Background())
+	fctx, fcancel := context.WithCancel(t.Context())
 	w := &cancelAfter{n: 20, cancel: fcancel}
 	_ = client.RequestLogs(fctx, subject+"f", &bus.LogsRequest{ContainerRef: bus.ContainerRef{PodUID: "u", Namespace: "default", Pod: "a", Container: "c"}, Follow: true}, w)
 	select {

@@ -465,8 +465,7 @@ func DecodeStreamResult(e *Envelope) (*StreamResult, error) {
 
 // StatsRequest asks the replica that owns a partition for the resource
 // figures of its pods. ImageFsOnly asks for the runtime's image file
-// system alone (no pods; added within v2: an older pod worker answers in
-// full).
+// system alone (no pods; a pod worker that ignores it answers in full).
 type StatsRequest struct {
 	ImageFsOnly bool `json:"imageFsOnly,omitempty"`
 }
@@ -482,7 +481,6 @@ type ContainerStats struct {
 	MemoryWorkingSetBytes uint64      `json:"memoryWorkingSetBytes"`
 	// MemoryRequest is the container's memory request as its spec states
 	// it (absent: none), for the eviction manager's ranking and message.
-	// Added within v2.
 	MemoryRequest *resource.Quantity `json:"memoryRequest,omitempty"`
 }
 
@@ -494,7 +492,7 @@ type PodStats struct {
 	StartTime  metav1.Time      `json:"startTime"`
 	Containers []ContainerStats `json:"containers"`
 	// Priority is the pod's spec.priority (0 when unset), for the eviction
-	// manager's ranking. Added within v2.
+	// manager's ranking.
 	Priority int32 `json:"priority,omitempty"`
 }
 
@@ -504,7 +502,7 @@ type StatsResult struct {
 	Error string     `json:"error,omitempty"`
 	// ImageFs is the runtime's image file system (CRI ImageFsInfo), for
 	// the eviction manager's imagefs signals; absent when the runtime
-	// keeps no images. Added within v2.
+	// keeps no images.
 	ImageFs *FsStats `json:"imageFs,omitempty"`
 }
 
@@ -532,7 +530,7 @@ func DecodeStatsRequest(e *Envelope) (*StatsRequest, error) {
 // (nodehb) last observed them: the kubelet's MemoryPressure, DiskPressure
 // and PIDPressure, each listed while true (within the pressure transition
 // period). The pod workers' admission reads it (kubelet: the eviction
-// manager's admit handler). Added within v2.
+// manager's admit handler).
 type NodePressure struct {
 	Conditions []corev1.NodeConditionType `json:"conditions"`
 }
@@ -557,7 +555,6 @@ func DecodeNodePressure(e *Envelope) (*NodePressure, error) {
 // it with Reason and Message (phase Failed), record the Event, and stop its
 // containers within GracePeriodSeconds (kubelet: the eviction manager's
 // evictPod). The pod is named three times, as in the runtime requests.
-// Added within v2.
 type EvictRequest struct {
 	PodUID             types.UID `json:"podUID"`
 	Namespace          string    `json:"namespace"`

@@ -74,8 +74,7 @@ func StagePermissions(stage, node string, partitions int) (Permissions, error) {
 	}
 	switch stage {
 	case StagePodconfig:
-		// the pod updates and, on their own subjects (contract v2), the
-		// reconciles: each pattern matches only its own kind, not the
+		// the pod updates and, on their own subjects, the reconciles: each pattern matches only its own kind, not the
 		// whole of podupdates.>.
 		p.Publish = append(p.Publish, s.PodUpdatesAll(), s.PodReconcilesAll(), s.SourcesReady(), s.StaticPods())
 	case StagePodworkers:

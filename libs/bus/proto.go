@@ -17,13 +17,12 @@ import (
 	"github.com/splitlet/splitlet/libs/protofields"
 )
 
-// Encoding is a message's wire form. Contract v2 has two: JSON (the v1 form,
-// unchanged) and protobuf. The form is named by the message's Content-Type
-// header; a message without one is JSON (a v1 publisher sets none).
+// Encoding is a message's wire form: JSON or protobuf. The form is named
+// by the message's Content-Type header; a message without one is JSON.
 type Encoding uint8
 
 // The encodings. The zero value is JSON, so that an Envelope built as a
-// literal keeps the v1 form; publishers default to protobuf.
+// literal is JSON; publishers default to protobuf.
 const (
 	EncodingJSON Encoding = iota
 	EncodingProtobuf
@@ -37,8 +36,7 @@ const (
 )
 
 // The schemaVersion a message carries: its form's version. JSON messages
-// keep the v1 form (and so 1), so that a v1 stage reads them; protobuf ones
-// carry 2.
+// carry 1, protobuf ones 2.
 const (
 	SchemaVersionJSON     = 1
 	SchemaVersionProtobuf = 2

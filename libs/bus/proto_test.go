@@ -148,7 +148,7 @@ func TestProtobufPodRuntimeStatusFields(t *testing.T) {
 }
 
 // TestDecodeMsgFollowsTheHeader: the Content-Type header names the form; a
-// message without one is told by its first byte (a v1 publisher's JSON).
+// message without one is told by its first byte (JSON).
 func TestDecodeMsgFollowsTheHeader(t *testing.T) {
 	ex := docExamples(t)[0]
 	e, err := bus.Decode(ex)

@@ -38,8 +38,8 @@ type PublisherOption func(*Publisher)
 
 // WithEncoding has the publisher write its messages in enc (default:
 // protobuf, for the kinds that have a protobuf form). JSON is for a node
-// with a stage that reads only JSON (a v1 stage, or one in a language
-// without Kubernetes' protobuf types).
+// with a stage that reads only JSON (one in a language without
+// Kubernetes' protobuf types).
 func WithEncoding(enc Encoding) PublisherOption {
 	return func(p *Publisher) { p.enc = enc }
 }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // Redelivery kept short for the tests: 4 deliveries 40, 80, 160 ms apart.
@@ -128,17 +129,6 @@ func (s *podState) has(uid types.UID) bool {
 	return s.pods[uid]
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func consumeForTest(t *testing.T, js jetstream.JetStream, stream, durable string, log *zap.Logger, perPod bool, h bus.Handler) {
 	t.Helper()
 	stop, err := bus.Consume(t.Context(), js, bus.ConsumerOptions{
@@ -178,7 +168,7 @@ func TestHandlerErrorIsBounded(t *testing.T) {
 	consumeForTest(t, js, bus.StreamPodStatus, durable, zap.New(core), true, s.status)
 	publishStatus(t, pub, uid)
 
-	eventually(t, "the termination", func() bool {
+	testenv.EventuallyTrue(t, 15*time.Second, "the termination", func() bool {
 		return testutil.ToFloat64(bus.HandlerTerminations.WithLabelValues(durable))-before == 1
 	})
 	waitDrained(t, js, bus.StreamName("n", bus.StreamPodStatus), durable)
@@ -203,7 +193,7 @@ func TestHandlerErrorIsBounded(t *testing.T) {
 	}
 
 	s.setReject(uid, false)
-	eventually(t, "the status recovered from the stream", func() bool { return s.takenOf(uid) != 0 })
+	testenv.EventuallyTrue(t, 15*time.Second, "the status recovered from the stream", func() bool { return s.takenOf(uid) != 0 })
 	calls = s.callsOf(uid)
 	if last := calls[len(calls)-1]; !last.recovering || last.seq != calls[0].seq {
 		t.Errorf("recovered with %+v, want the terminated message (seq %d) marked as recovering", last, calls[0].seq)
@@ -244,7 +234,7 @@ func TestTerminatedUpdateRecoveredBySnapshot(t *testing.T) {
 	if err := pub.Publish(t.Context(), subject, bus.KindPodUpdate, bus.OpAdd, &bus.PodUpdate{Pods: []corev1.Pod{pod}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the ADD terminated", func() bool { return len(s.callsOf(pod.UID)) == testDeliver })
+	testenv.EventuallyTrue(t, 15*time.Second, "the ADD terminated", func() bool { return len(s.callsOf(pod.UID)) == testDeliver })
 	waitDrained(t, js, bus.StreamName("n", bus.StreamPodUpdates), durable)
 	if s.has(pod.UID) {
 		t.Fatal("the rejected pod was taken")
@@ -253,8 +243,8 @@ func TestTerminatedUpdateRecoveredBySnapshot(t *testing.T) {
 	if err := pub.Publish(t.Context(), subject, bus.KindPodUpdate, bus.OpSet, &bus.PodUpdate{Pods: []corev1.Pod{pod}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the pod from the SET", func() bool { return s.has(pod.UID) })
-	eventually(t, "the mark settled", func() bool { return logs.FilterMessageSnippet("settled a terminated one").Len() == 1 })
+	testenv.EventuallyTrue(t, 15*time.Second, "the pod from the SET", func() bool { return s.has(pod.UID) })
+	testenv.EventuallyTrue(t, 15*time.Second, "the mark settled", func() bool { return logs.FilterMessageSnippet("settled a terminated one").Len() == 1 })
 	if n := len(s.callsOf(pod.UID)); n != testDeliver+1 {
 		t.Errorf("handler called %d times for the pod, want %d (the ADD's deliveries and the SET)", n, testDeliver+1)
 	}
@@ -272,22 +262,22 @@ func TestNewerMessageSettlesTerminated(t *testing.T) {
 	s.setReject(uid, true)
 	consumeForTest(t, js, bus.StreamPodStatus, durable, zap.NewNop(), true, s.status)
 	publishStatus(t, pub, uid)
-	eventually(t, "the first status terminated", func() bool { return len(s.deliveries(uid)) == testDeliver })
+	testenv.EventuallyTrue(t, 15*time.Second, "the first status terminated", func() bool { return len(s.deliveries(uid)) == testDeliver })
 	waitDrained(t, js, bus.StreamName("n", bus.StreamPodStatus), durable)
 	// the terminated message is still rejected, the newer one is not
 	s.mu.Lock()
 	s.reject[uid], s.rejectSeq[uid] = false, s.calls[uid][0].seq
 	s.mu.Unlock()
 	publishStatus(t, pub, uid)
-	eventually(t, "the newer status", func() bool { return s.takenOf(uid) != 0 })
+	testenv.EventuallyTrue(t, 15*time.Second, "the newer status", func() bool { return s.takenOf(uid) != 0 })
 	newer := s.takenOf(uid)
 
 	s.setReject(other, true)
 	publishStatus(t, pub, other)
-	eventually(t, "the other pod's status terminated", func() bool { return len(s.deliveries(other)) == testDeliver })
+	testenv.EventuallyTrue(t, 15*time.Second, "the other pod's status terminated", func() bool { return len(s.deliveries(other)) == testDeliver })
 	waitDrained(t, js, bus.StreamName("n", bus.StreamPodStatus), durable)
 	s.setReject(other, false)
-	eventually(t, "the other pod recovered", func() bool { return s.takenOf(other) != 0 })
+	testenv.EventuallyTrue(t, 15*time.Second, "the other pod recovered", func() bool { return s.takenOf(other) != 0 })
 	if got := s.takenOf(uid); got != newer {
 		t.Errorf("pod's status went from seq %d back to %d", newer, got)
 	}
@@ -297,13 +287,13 @@ func TestNewerMessageSettlesTerminated(t *testing.T) {
 }
 
 // TestUnboundedConsumerIsBoundedInPlace: a durable consumer made without a
-// delivery bound (as by a former version) is updated in place: it gets the
+// delivery bound (by another program, or by hand) is updated in place: it gets the
 // bound and resumes where it was, with the message left unacknowledged
 // when its stage was killed delivered again and nothing redelivered from
 // before.
 func TestUnboundedConsumerIsBoundedInPlace(t *testing.T) {
 	js, pub := nodeN(t, "podworkers-1")
-	const durable = "former"
+	const durable = "unbounded"
 	stream := bus.StreamName("n", bus.StreamPodStatus)
 	if _, err := js.CreateOrUpdateConsumer(t.Context(), stream, jetstream.ConsumerConfig{
 		Durable: durable, AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Second, MaxDeliver: -1,
@@ -346,7 +336,7 @@ func TestUnboundedConsumerIsBoundedInPlace(t *testing.T) {
 	if info.Config.MaxDeliver != 2*bus.DefaultMaxDeliveries {
 		t.Errorf("MaxDeliver %d after the update, want %d", info.Config.MaxDeliver, 2*bus.DefaultMaxDeliveries)
 	}
-	eventually(t, "the message in hand delivered again", func() bool { return s.takenOf("in-hand") != 0 })
+	testenv.EventuallyTrue(t, 15*time.Second, "the message in hand delivered again", func() bool { return s.takenOf("in-hand") != 0 })
 	waitDrained(t, js, stream, durable)
 	if c := s.callsOf("acked"); len(c) != 0 {
 		t.Errorf("the acknowledged message was delivered again: %v", c)

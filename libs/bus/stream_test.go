@@ -39,13 +39,10 @@ func (c *collected) len() int {
 
 func waitLen(t *testing.T, c *collected, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for c.len() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("got %d messages, want %d", c.len(), n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, fmt.Sprintf("%d messages", n), func() (bool, string) {
+		got := c.len()
+		return got >= n, fmt.Sprintf("%d messages", got)
+	})
 }
 
 // nodeN gives a test NATS server with the streams of node "n" and a
@@ -90,7 +87,7 @@ func waitDrained(t *testing.T, js jetstream.JetStream, stream, durable string) {
 // twice (same seq, as after a lost ack) is handled once; a malformed message
 // is dropped, not redelivered, and does not block the ones after it.
 func TestDurableDeliveryAndDedup(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	n := testenv.NATSForTest(t)
 	nc, js := n.Connect(t)
 	const node = "node-a"
@@ -162,7 +159,7 @@ func TestDurableDeliveryAndDedup(t *testing.T) {
 	}
 }
 
-// TestReconcilesOnTheirOwnSubject (contract v2): a RECONCILE on its
+// TestReconcilesOnTheirOwnSubject: a RECONCILE on its
 // partition's reconcile subject is kept in the pod-updates stream, but a
 // consumer of PodUpdatesAll (the prober's, statussync's) is never sent it,
 // while a consumer of the partition's two subjects (its owner's, the pod
@@ -170,7 +167,7 @@ func TestDurableDeliveryAndDedup(t *testing.T) {
 // The publisher's seq runs across both subjects: the receiver's per-subject
 // dedup drops none of them as already seen.
 func TestReconcilesOnTheirOwnSubject(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	js, pub := nodeN(t, "api")
 	s := bus.For("n")
 	const part = 3
@@ -232,7 +229,7 @@ func TestReconcilesOnTheirOwnSubject(t *testing.T) {
 
 // TestHandlerErrorRedelivers: a failing handler gets the message again.
 func TestHandlerErrorRedelivers(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	js, pub := nodeN(t, "worker-1")
 	var mu sync.Mutex
 	calls := 0
@@ -268,7 +265,7 @@ func TestHandlerErrorRedelivers(t *testing.T) {
 // on one subject lose nothing to the receivers' stale-message rule, because
 // messages leave in sequence order.
 func TestConcurrentPublishKeepsSequenceOrder(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	js, pub := nodeN(t, "prober-1")
 	var got collected
 	stop, err := bus.Consume(ctx, js, bus.ConsumerOptions{Stream: bus.StreamName("n", bus.StreamProbes), Durable: "order"}, got.handler)
@@ -284,7 +281,7 @@ func TestConcurrentPublishKeepsSequenceOrder(t *testing.T) {
 			defer wg.Done()
 			for i := range each {
 				r := &bus.ProbeResult{PodUID: "u", Container: "c", Probe: bus.ProbeReadiness, Result: bus.ProbeSuccess, Message: string(rune('a'+g)) + string(rune('0'+i%10))}
-				if _, err := pub.PublishAsync(context.Background(), bus.For("n").ProbeResults(1), bus.KindProbeResult, "", r); err != nil {
+				if _, err := pub.PublishAsync(t.Context(), bus.For("n").ProbeResults(1), bus.KindProbeResult, "", r); err != nil {
 					t.Error(err)
 					return
 				}
@@ -309,7 +306,7 @@ func TestConcurrentPublishKeepsSequenceOrder(t *testing.T) {
 // crash the process; the message is delivered MaxPanicDeliveries times, then
 // terminated, the panics are counted, and the next message is handled.
 func TestHandlerPanicIsBounded(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	js, pub := nodeN(t, "worker-1")
 	var mu sync.Mutex
 	poisoned, good := 0, 0
@@ -385,7 +382,7 @@ func TestHandlerPanicIsBounded(t *testing.T) {
 // NATS server was lost) is dropped as already seen by default, and passed
 // on to a handler that orders messages itself (OrderedByHandler).
 func TestOvertakenMessageWithOrderedByHandler(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	js, pub := nodeN(t, "podworkers-a")
 	target := bus.For("n").PodStatus(3)
 	older, _, err := pub.Seal(bus.KindPodRuntimeStatus, "", &bus.PodRuntimeStatus{UID: "uid-a", Namespace: "ns", Name: "a"})

@@ -35,9 +35,9 @@ const StreamMaxBytes = 256 << 20
 // StreamConfigs returns the streams a node's stages use. Pod updates, pod
 // status and probe results keep an hour of history in files, so a stage that
 // restarts resumes from its durable consumer; the state stream keeps the last
-// message of each subject. The pod-updates stream takes podupdates.> (since
-// contract v2): the pod updates and the reconciles of each partition are
-// kept in one stream, in the order they were published.
+// message of each subject. The pod-updates stream takes podupdates.>: the
+// pod updates and the reconciles of each partition are kept in one stream,
+// in the order they were published.
 func StreamConfigs(node string, replicas int) []jetstream.StreamConfig {
 	s := For(node)
 	if replicas < 1 {
@@ -71,8 +71,8 @@ func StreamConfigs(node string, replicas int) []jetstream.StreamConfig {
 
 // conforms says whether a stream's configuration has the contract's
 // settings. The subjects must be exactly the contract's: a pod-updates
-// stream made by a v1 stage (podupdates.* only, which leaves the reconciles
-// out) does not conform, and is widened to podupdates.>.
+// stream of podupdates.* alone (which leaves the reconciles out) does not
+// conform, and is widened to podupdates.>.
 func conforms(have, want jetstream.StreamConfig) bool {
 	return slices.Equal(have.Subjects, want.Subjects) && have.Retention == want.Retention && have.Storage == want.Storage &&
 		have.MaxAge == want.MaxAge && unlimited(have.MaxBytes) == unlimited(want.MaxBytes) && have.Discard == want.Discard && have.Duplicates == want.Duplicates &&

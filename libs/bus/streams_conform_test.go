@@ -33,8 +33,8 @@ func TestMadeStreamsConform(t *testing.T) {
 	}
 }
 
-// A pod-updates stream made by a v1 stage (podupdates.* alone, which leaves
-// the reconciles of contract v2 out) does not conform; EnsureStreams widens
+// A pod-updates stream of podupdates.* alone (which leaves the reconciles
+// out) does not conform; EnsureStreams widens
 // it to podupdates.>, keeping what it holds, and a reconcile is stored.
 func TestV1PodUpdatesStreamIsWidened(t *testing.T) {
 	n := testenv.NATSForTest(t)
@@ -60,14 +60,14 @@ func TestV1PodUpdatesStreamIsWidened(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := js.Publish(ctx, s.PodReconciles(0), []byte(`{}`)); err == nil {
-		t.Fatal("a v1 pod-updates stream stored a reconcile")
+		t.Fatal("a podupdates.* stream stored a reconcile")
 	}
 	st, err := js.Stream(ctx, want.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if conforms(st.CachedInfo().Config, want) {
-		t.Fatal("a v1 pod-updates stream conforms")
+		t.Fatal("a podupdates.* stream conforms")
 	}
 	if err := EnsureStreamsReplicas(ctx, js, node, 1); err != nil {
 		t.Fatal(err)

@@ -56,11 +56,10 @@ func (s Subjects) PodUpdatesAll() string { return s.prefix + "." + tokPodUpdates
 
 // PodReconciles is where podconfig publishes the PodUpdates of the pods in
 // the partition that only the partition's owner (podworkers) reads: the
-// RECONCILEs (status-only changes; new in contract v2, v1 sent them on
-// PodUpdates) and the DELETEs that only shorten a terminating pod's grace
-// period (added within v2). Only the owner consumes it, so the NATS server
-// no longer sends the prober and statussync, which filter PodUpdatesAll,
-// what they have no use for.
+// RECONCILEs (status-only changes) and the DELETEs that only shorten a
+// terminating pod's grace period. Only the owner consumes it, so the NATS
+// server does not send the prober and statussync, which filter
+// PodUpdatesAll, what they have no use for.
 func (s Subjects) PodReconciles(partition int) string {
 	return s.part(tokPodUpdates+"."+tokReconcile, partition)
 }
@@ -117,14 +116,12 @@ func (s Subjects) AgentReady() string { return s.prefix + "." + tokState + ".age
 
 // StaticPods carries the node's static pods (StaticPods), so that a stage
 // that meets a mirror pod in the API server can tell whether it stands for
-// one. Last value kept. Published by podconfig; consumed by nodehb. Added
-// within v2.
+// one. Last value kept. Published by podconfig; consumed by nodehb.
 func (s Subjects) StaticPods() string { return s.prefix + "." + tokState + ".static" }
 
 // NodePressure carries the node's pressure conditions (MemoryPressure,
 // DiskPressure, PIDPressure) as the eviction manager observes them. Last
 // value kept. Published by nodehb; consumed by podworkers (admission).
-// Added within v2.
 func (s Subjects) NodePressure() string { return s.prefix + "." + tokState + ".pressure" }
 
 // StateAll matches the last-value subjects.
@@ -143,7 +140,7 @@ func (s Subjects) Exec(partition int) string { return s.part(tokRuntime+".exec",
 // one of the exec probe commands (liveness, readiness, startup) of that
 // container of the pod, and refuses otherwise. It is kept apart from Exec
 // (the kubelet API's exec, which the API server authorised) so that the
-// prober's bus identity may ask for probes and nothing else. Added within v2.
+// prober's bus identity may ask for probes and nothing else.
 func (s Subjects) ProbeExec(partition int) string {
 	return s.part(tokRuntime+"."+tokProbeExec, partition)
 }
@@ -154,25 +151,24 @@ func (s Subjects) Stats(partition int) string { return s.part(tokRuntime+".stats
 
 // Stream is the request/reply subject that asks for the URL of the
 // runtime's streaming server for an interactive exec (TTY, stdin as typed,
-// output as written) in a container of a pod in the partition. Added within
-// v1: a pod worker that does not serve it leaves the request unanswered, and
-// the requester falls back to Exec.
+// output as written) in a container of a pod in the partition. A pod worker
+// that does not serve it leaves the request unanswered, and the requester
+// falls back to Exec.
 func (s Subjects) Stream(partition int) string { return s.part(tokRuntime+".stream", partition) }
 
 // Evict is the request/reply subject where the eviction manager (nodehb)
-// asks the owner of a pod's partition to evict it (EvictRequest). Added
-// within v2.
+// asks the owner of a pod's partition to evict it (EvictRequest).
 func (s Subjects) Evict(partition int) string { return s.part(tokRuntime+"."+tokEvict, partition) }
 
 // Reclaim is the request/reply subject where the eviction manager (nodehb)
 // asks the node's garbage collector, the owner of partition 0, to free
-// node-level resources (ReclaimRequest). Added within v2.
+// node-level resources (ReclaimRequest).
 func (s Subjects) Reclaim(partition int) string { return s.part(tokRuntime+"."+tokReclaim, partition) }
 
 // Status is the request/reply subject where every instance of a stage
 // answers with its StageStatus (the NATS service API's endpoint of the
-// stage; `$SRV.STATS` carries the same in its endpoint data). Added within
-// v1: a stage that does not serve it is simply absent from `splitlet status`.
+// stage; `$SRV.STATS` carries the same in its endpoint data). A stage that
+// does not serve it is absent from `splitlet status`.
 func (s Subjects) Status(stage string) string { return s.prefix + "." + tokStatus + "." + stage }
 
 const (

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -64,7 +63,7 @@ type Common struct {
 	Partitions          int
 	ShutdownTimeout     time.Duration
 	Tracing             TracingKeys
-	MemoryLimit         string
+	MemoryLimit         MemoryLimit
 	// MaxPods is the node's pod capacity (the kubelet's --max-pods); 0: by
 	// runtime (PodCapacity).
 	MaxPods int
@@ -129,9 +128,10 @@ func (c *Common) RegisterFlags(fs *pflag.FlagSet) {
 	fs.Var(newEnum(&c.LogFormat, "json", "json", "console"), "log-format", "json or console")
 	fs.IntVar(&c.Partitions, "partitions", 16, "bus partitions of the node's pods; every stage of a node must agree")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown may take to drain in-flight work")
-	fs.StringVar(&c.MemoryLimit, "memory-limit", "auto", "the Go runtime's soft memory limit (GOMEMLIMIT) of this process: a quantity (512Mi), none, or auto: 90% of the container's memory limit (cgroup memory.max) when it has one, else the budget of the process's stages for max-pods pods (docs/bench.md, \"Memory\"); a GOMEMLIMIT in the environment wins")
+	c.MemoryLimit = MemoryLimit{}
+	fs.Var(&c.MemoryLimit, "memory-limit", "the Go runtime's soft memory limit (GOMEMLIMIT) of this process: a quantity (512Mi), none, or auto: 90% of the container's memory limit (cgroup memory.max) when it has one, else the budget of the process's stages for max-pods pods (docs/bench.md, \"Memory\"); a GOMEMLIMIT in the environment wins")
 	fs.IntVar(&c.MaxPods, "max-pods", 0, fmt.Sprintf("the node's pod capacity (the kubelet's --max-pods), which the Node reports and the stages' memory budgets assume; 0: by runtime, %d on process and cri (the kubelet's default), %d on sim", kubeletMaxPods, simMaxPods))
-	fs.Var(newEnum(&c.BusEncoding, BusEncodingProtobuf, BusEncodingProtobuf, BusEncodingJSON), "bus-encoding", "form of the messages this process's stages write on the bus: protobuf (contract v2, Kubernetes' protobuf for the pods in them) or json (the v1 form, for a node with a stage that reads only JSON); every stage reads both")
+	fs.Var(newEnum(&c.BusEncoding, BusEncodingProtobuf, BusEncodingProtobuf, BusEncodingJSON), "bus-encoding", "form of the messages this process's stages write on the bus: protobuf (Kubernetes' protobuf for the pods in them) or json (for a node with a stage that reads only JSON); every stage reads both")
 	fs.StringVar(&c.Tracing.Endpoint, "tracing-endpoint", "", "OTLP/HTTP collector for traces of each pod across the stages (http://127.0.0.1:4318, or host:port); empty: tracing off")
 	fs.BoolVar(&c.Shadow, "shadow", false, "run the stages as shadows of the live ones on the live bus (nats-url): they read what the live stages read through consumers of their own, publish under splitlet.v1.<node>.shadow.<stage>, and write nothing to the API server or the runtime (docs/experiments.md, \"Shadow a candidate\")")
 	fs.Float64Var(&c.Tracing.SampleRate, "tracing-sample-rate", 1, "share of pods traced when tracing-endpoint is set, 0 to 1 (traces begun elsewhere follow their parent's decision)")
@@ -202,11 +202,6 @@ func (c *Common) Complete() error {
 	}
 	if c.Runtime == RuntimeCRI && !strings.HasPrefix(c.CRIEndpoint, "unix://") && !strings.HasPrefix(c.CRIEndpoint, "/") {
 		return fmt.Errorf("invalid value %q for cri-endpoint: must be a unix:// socket", c.CRIEndpoint)
-	}
-	if c.MemoryLimit != "auto" && c.MemoryLimit != "none" {
-		if q, err := resource.ParseQuantity(c.MemoryLimit); err != nil || q.Sign() <= 0 {
-			return fmt.Errorf("invalid value %q for memory-limit: a positive quantity (512Mi), auto or none", c.MemoryLimit)
-		}
 	}
 	if c.Tracing.SampleRate < 0 || c.Tracing.SampleRate > 1 {
 		return fmt.Errorf("invalid value %v for tracing-sample-rate: must be 0 to 1", c.Tracing.SampleRate)

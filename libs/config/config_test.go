@@ -90,7 +90,7 @@ func TestAPILimitsByRuntime(t *testing.T) {
 		{config.RuntimeCRI, 0, 7, 50, 7},
 	} {
 		common := config.Common{NodeName: "n", Partitions: 16, NATSReplicas: 1, ShutdownTimeout: time.Second,
-			Runtime: c.runtime, CRIEndpoint: config.DefaultCRIEndpoint, KubeAPIQPS: c.qps, KubeAPIBurst: c.burst, Tracing: config.TracingKeys{SampleRate: 1}, MemoryLimit: "auto"}
+			Runtime: c.runtime, CRIEndpoint: config.DefaultCRIEndpoint, KubeAPIQPS: c.qps, KubeAPIBurst: c.burst, Tracing: config.TracingKeys{SampleRate: 1}}
 		if err := common.Complete(); err != nil {
 			t.Fatal(err)
 		}

@@ -105,7 +105,7 @@ func (h *harness) newPod(name string, containers ...corev1.Container) *corev1.Po
 
 // sendPods publishes a PodUpdate of the api source, one message per
 // partition, on the subject podconfig uses for op: a RECONCILE on the
-// partition's reconcile subject (contract v2), anything else on its pod
+// partition's reconcile subject, anything else on its pod
 // updates subject.
 func (h *harness) sendPods(t testing.TB, op bus.Op, pods ...*corev1.Pod) {
 	t.Helper()

@@ -70,146 +70,176 @@ func PodWorkers(t *testing.T, tg Target, opts ...Option) {
 	h.run(t, "agent-readiness", false, h.workersReadiness)
 	t.Run("concurrent", func(t *testing.T) {
 		h.run(t, "add-runs-pod", true, func(t *testing.T) { h.runPod(t, status, "add") })
-		h.run(t, "remove-terminates", true, func(t *testing.T) {
-			pod, _ := h.runPod(t, status, "remove")
-			from := status.count()
-			h.sendPods(t, bus.OpRemove, pod)
-			h.waitTerminated(t, status, pod, from)
-		})
-		h.run(t, "delete-terminates", true, func(t *testing.T) {
-			pod, _ := h.runPod(t, status, "delete")
-			from := status.count()
-			pod = pod.DeepCopy()
-			pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = &metav1.Time{Time: time.Now()}, ptr(int64(1))
-			h.sendPods(t, bus.OpDelete, pod)
-			h.waitTerminated(t, status, pod, from)
-		})
-		h.run(t, "shortened-grace-on-owner-subject", true, func(t *testing.T) {
-			// A container that outlives SIGTERM: only the shortened grace
-			// period ends it within the kit's timeout.
-			pod, _ := h.runPod(t, status, "shortened", ignoresSIGTERM)
-			from := status.count()
-			pod = pod.DeepCopy()
-			pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = &metav1.Time{Time: time.Now()}, ptr(int64(300))
-			h.sendPods(t, bus.OpDelete, pod)
-			pod = pod.DeepCopy()
-			pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = &metav1.Time{Time: time.Now().Add(-300 * time.Second)}, ptr(int64(0))
-			h.publish(t, h.api, h.subjects.PodReconciles(h.partition(string(pod.UID))), bus.KindPodUpdate, bus.OpDelete, &bus.PodUpdate{Pods: []corev1.Pod{*pod}})
-			h.waitTerminated(t, status, pod, from)
-		})
-		h.run(t, "rejected-at-admission", true, func(t *testing.T) {
-			pod := h.newPod("too-big", sleeper())
-			pod.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100000")}
-			from := status.count()
-			h.sendPods(t, bus.OpAdd, pod)
-			_, r := status.waitFor(t, from, "phase Failed, reason OutOfcpu, terminated", podStatus(pod, func(st *bus.PodRuntimeStatus) bool {
-				return st.Phase == corev1.PodFailed && st.Terminated
-			}))
-			st, _ := bus.DecodePodRuntimeStatus(r.env)
-			if st.Reason != "OutOfcpu" {
-				t.Errorf("rejection reason %q, want OutOfcpu (kubelet: Out<resource>)", st.Reason)
-			}
-			if st.Message == "" {
-				t.Errorf("a rejection without a message")
-			}
-		})
-		h.run(t, "liveness-failure-restarts", true, func(t *testing.T) {
-			pod, first := h.runPod(t, status, "liveness")
-			c := first.ContainerStatuses[0]
-			from := status.count()
-			h.publish(t, h.prober, h.subjects.ProbeResults(h.partition(string(pod.UID))), bus.KindProbeResult, "", &bus.ProbeResult{
-				PodUID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, Container: c.Name, ContainerID: c.ContainerID,
-				Probe: bus.ProbeLiveness, Result: bus.ProbeFailure, Message: "conformance: liveness failed",
-			})
-			status.waitFor(t, from, "the container running again after a liveness Failure", podStatus(pod, func(st *bus.PodRuntimeStatus) bool {
-				for _, cs := range st.ContainerStatuses {
-					if cs.Name == c.Name && cs.State.Running != nil && (cs.ContainerID != c.ContainerID || cs.RestartCount > c.RestartCount) {
-						return true
-					}
-				}
-				return false
-			}))
-		})
-		h.run(t, "exec-answered", true, func(t *testing.T) {
-			pod, _ := h.runPod(t, status, "exec")
-			ctx, cancel := context.WithTimeout(context.Background(), h.tg.Timeout)
-			defer cancel()
-			e, err := h.prober.Request(ctx, h.subjects.Exec(h.partition(string(pod.UID))), bus.KindExecRequest, &bus.ExecRequest{
-				ContainerRef: bus.ContainerRef{PodUID: pod.UID, Namespace: pod.Namespace, Pod: pod.Name, Container: "app"},
-				Command:      []string{"echo", "conformance"}, TimeoutSeconds: 5,
-			})
-			if err != nil {
-				t.Fatalf("no answer on runtime.exec: %v", err)
-			}
-			if _, err := bus.DecodeExecResult(e); err != nil {
-				t.Fatalf("the answer is not an ExecResult: %v", err)
-			}
-		})
+		h.run(t, "remove-terminates", true, func(t *testing.T) { h.workersRemoveTerminates(t, status) })
+		h.run(t, "delete-terminates", true, func(t *testing.T) { h.workersDeleteTerminates(t, status) })
+		h.run(t, "shortened-grace-on-owner-subject", true, func(t *testing.T) { h.workersShortenedGraceOnOwnerSubject(t, status) })
+		h.run(t, "rejected-at-admission", true, func(t *testing.T) { h.workersRejectedAtAdmission(t, status) })
+		h.run(t, "liveness-failure-restarts", true, func(t *testing.T) { h.workersLivenessFailureRestarts(t, status) })
+		h.run(t, "exec-answered", true, func(t *testing.T) { h.workersExecAnswered(t, status) })
 		h.run(t, "probe-exec-only-probe-commands", true, func(t *testing.T) { h.probeExecOnlyProbes(t, status) })
-		h.run(t, "stats-answered", true, func(t *testing.T) {
-			pod, _ := h.runPod(t, status, "stats")
-			ctx, cancel := context.WithTimeout(context.Background(), h.tg.Timeout)
-			defer cancel()
-			e, err := h.prober.Request(ctx, h.subjects.Stats(h.partition(string(pod.UID))), bus.KindStatsRequest, &bus.StatsRequest{})
-			if err != nil {
-				t.Fatalf("no answer on runtime.stats: %v", err)
-			}
-			res, err := bus.DecodeStatsResult(e)
-			if err != nil {
-				t.Fatalf("the answer is not a StatsResult: %v", err)
-			}
-			for _, p := range res.Pods {
-				if p.UID == pod.UID {
-					return
-				}
-			}
-			t.Errorf("StatsResult of partition %d does not list the running pod %s (error %q)", h.partition(string(pod.UID)), pod.UID, res.Error)
-		})
-		h.run(t, "request-naming-another-pod-refused", true, func(t *testing.T) {
-			pod, _ := h.runPod(t, status, "named")
-			ctx, cancel := context.WithTimeout(context.Background(), h.tg.Timeout)
-			defer cancel()
-			ref := bus.ContainerRef{PodUID: pod.UID, Namespace: pod.Namespace, Pod: pod.Name + "-another", Container: "app"}
-			e, err := h.prober.Request(ctx, h.subjects.Exec(h.partition(string(pod.UID))), bus.KindExecRequest, &bus.ExecRequest{
-				ContainerRef: ref, Command: []string{"echo", "conformance"}, TimeoutSeconds: 5,
-			})
-			if err != nil {
-				t.Fatalf("no answer on runtime.exec: %v", err)
-			}
-			res, err := bus.DecodeExecResult(e)
-			if err != nil {
-				t.Fatalf("the answer is not an ExecResult: %v", err)
-			}
-			if res.Error == "" || len(res.Stdout) > 0 {
-				t.Errorf("exec under the UID of %s naming %s/%s: %+v, want an error and nothing run", pod.Name, ref.Namespace, ref.Pod, res)
-			}
-			var out strings.Builder
-			if err := h.prober.RequestLogs(ctx, h.subjects.Logs(h.partition(string(pod.UID))), &bus.LogsRequest{ContainerRef: ref}, &out); err == nil || out.Len() > 0 {
-				t.Errorf("logs under the UID of %s naming %s/%s: %q, %v; want an error and no log", pod.Name, ref.Namespace, ref.Pod, out.String(), err)
-			}
-		})
+		h.run(t, "stats-answered", true, func(t *testing.T) { h.workersStatsAnswered(t, status) })
+		h.run(t, "request-naming-another-pod-refused", true, func(t *testing.T) { h.workersRequestNamingAnotherPodRefused(t, status) })
 		h.run(t, "evict-fails-pod-once", true, func(t *testing.T) { h.evictOnce(t, status) })
-		h.run(t, "logs-answered", true, func(t *testing.T) {
-			pod, _ := h.runPod(t, status, "logs")
-			ctx, cancel := context.WithTimeout(context.Background(), h.tg.Timeout)
-			defer cancel()
-			err := h.prober.RequestLogs(ctx, h.subjects.Logs(h.partition(string(pod.UID))), &bus.LogsRequest{
-				ContainerRef: bus.ContainerRef{PodUID: pod.UID, Namespace: pod.Namespace, Pod: pod.Name, Container: "app"},
-			}, io.Discard)
-			if err != nil {
-				t.Fatalf("logs request: %v", err)
-			}
-		})
+		h.run(t, "logs-answered", true, func(t *testing.T) { h.workersLogsAnswered(t, status) })
 	})
 	// A SET replaces every api pod of its partition, so it runs alone.
-	h.run(t, "set-without-pod-terminates", false, func(t *testing.T) {
-		pod, _ := h.runPod(t, status, "set")
-		from := status.count()
-		h.publish(t, h.api, h.subjects.PodUpdates(h.partition(string(pod.UID))), bus.KindPodUpdate, bus.OpSet, &bus.PodUpdate{Pods: []corev1.Pod{}})
-		h.waitTerminated(t, status, pod, from)
-	})
+	h.run(t, "set-without-pod-terminates", false, func(t *testing.T) { h.workersSetWithoutPodTerminates(t, status) })
 	// The node's pressure refuses every new BestEffort pod, so it runs alone.
 	h.run(t, "pressure-refuses-best-effort", false, func(t *testing.T) { h.pressureRefuses(t, status) })
+}
+
+// workersRemoveTerminates is the remove-terminates case of PodWorkers.
+func (h *harness) workersRemoveTerminates(t *testing.T, status *watcher) {
+	pod, _ := h.runPod(t, status, "remove")
+	from := status.count()
+	h.sendPods(t, bus.OpRemove, pod)
+	h.waitTerminated(t, status, pod, from)
+}
+
+// workersDeleteTerminates is the delete-terminates case of PodWorkers.
+func (h *harness) workersDeleteTerminates(t *testing.T, status *watcher) {
+	pod, _ := h.runPod(t, status, "delete")
+	from := status.count()
+	pod = pod.DeepCopy()
+	pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = &metav1.Time{Time: time.Now()}, ptr(int64(1))
+	h.sendPods(t, bus.OpDelete, pod)
+	h.waitTerminated(t, status, pod, from)
+}
+
+// workersShortenedGraceOnOwnerSubject is the shortened-grace-on-owner-subject case of PodWorkers.
+func (h *harness) workersShortenedGraceOnOwnerSubject(t *testing.T, status *watcher) {
+	// A container that outlives SIGTERM: only the shortened grace
+	// period ends it within the kit's timeout.
+	pod, _ := h.runPod(t, status, "shortened", ignoresSIGTERM)
+	from := status.count()
+	pod = pod.DeepCopy()
+	pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = &metav1.Time{Time: time.Now()}, ptr(int64(300))
+	h.sendPods(t, bus.OpDelete, pod)
+	pod = pod.DeepCopy()
+	pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = &metav1.Time{Time: time.Now().Add(-300 * time.Second)}, ptr(int64(0))
+	h.publish(t, h.api, h.subjects.PodReconciles(h.partition(string(pod.UID))), bus.KindPodUpdate, bus.OpDelete, &bus.PodUpdate{Pods: []corev1.Pod{*pod}})
+	h.waitTerminated(t, status, pod, from)
+}
+
+// workersRejectedAtAdmission is the rejected-at-admission case of PodWorkers.
+func (h *harness) workersRejectedAtAdmission(t *testing.T, status *watcher) {
+	pod := h.newPod("too-big", sleeper())
+	pod.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100000")}
+	from := status.count()
+	h.sendPods(t, bus.OpAdd, pod)
+	_, r := status.waitFor(t, from, "phase Failed, reason OutOfcpu, terminated", podStatus(pod, func(st *bus.PodRuntimeStatus) bool {
+		return st.Phase == corev1.PodFailed && st.Terminated
+	}))
+	st, _ := bus.DecodePodRuntimeStatus(r.env)
+	if st.Reason != "OutOfcpu" {
+		t.Errorf("rejection reason %q, want OutOfcpu (kubelet: Out<resource>)", st.Reason)
+	}
+	if st.Message == "" {
+		t.Errorf("a rejection without a message")
+	}
+}
+
+// workersLivenessFailureRestarts is the liveness-failure-restarts case of PodWorkers.
+func (h *harness) workersLivenessFailureRestarts(t *testing.T, status *watcher) {
+	pod, first := h.runPod(t, status, "liveness")
+	c := first.ContainerStatuses[0]
+	from := status.count()
+	h.publish(t, h.prober, h.subjects.ProbeResults(h.partition(string(pod.UID))), bus.KindProbeResult, "", &bus.ProbeResult{
+		PodUID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, Container: c.Name, ContainerID: c.ContainerID,
+		Probe: bus.ProbeLiveness, Result: bus.ProbeFailure, Message: "conformance: liveness failed",
+	})
+	status.waitFor(t, from, "the container running again after a liveness Failure", podStatus(pod, func(st *bus.PodRuntimeStatus) bool {
+		for _, cs := range st.ContainerStatuses {
+			if cs.Name == c.Name && cs.State.Running != nil && (cs.ContainerID != c.ContainerID || cs.RestartCount > c.RestartCount) {
+				return true
+			}
+		}
+		return false
+	}))
+}
+
+// workersExecAnswered is the exec-answered case of PodWorkers.
+func (h *harness) workersExecAnswered(t *testing.T, status *watcher) {
+	pod, _ := h.runPod(t, status, "exec")
+	ctx, cancel := context.WithTimeout(context.Background(), h.tg.Timeout)
+	defer cancel()
+	e, err := h.prober.Request(ctx, h.subjects.Exec(h.partition(string(pod.UID))), bus.KindExecRequest, &bus.ExecRequest{
+		ContainerRef: bus.ContainerRef{PodUID: pod.UID, Namespace: pod.Namespace, Pod: pod.Name, Container: "app"},
+		Command:      []string{"echo", "conformance"}, TimeoutSeconds: 5,
+	})
+	if err != nil {
+		t.Fatalf("no answer on runtime.exec: %v", err)
+	}
+	if _, err := bus.DecodeExecResult(e); err != nil {
+		t.Fatalf("the answer is not an ExecResult: %v", err)
+	}
+}
+
+// workersStatsAnswered is the stats-answered case of PodWorkers.
+func (h *harness) workersStatsAnswered(t *testing.T, status *watcher) {
+	pod, _ := h.runPod(t, status, "stats")
+	ctx, cancel := context.WithTimeout(context.Background(), h.tg.Timeout)
+	defer cancel()
+	e, err := h.prober.Request(ctx, h.subjects.Stats(h.partition(string(pod.UID))), bus.KindStatsRequest, &bus.StatsRequest{})
+	if err != nil {
+		t.Fatalf("no answer on runtime.stats: %v", err)
+	}
+	res, err := bus.DecodeStatsResult(e)
+	if err != nil {
+		t.Fatalf("the answer is not a StatsResult: %v", err)
+	}
+	for _, p := range res.Pods {
+		if p.UID == pod.UID {
+			return
+		}
+	}
+	t.Errorf("StatsResult of partition %d does not list the running pod %s (error %q)", h.partition(string(pod.UID)), pod.UID, res.Error)
+}
+
+// workersRequestNamingAnotherPodRefused is the request-naming-another-pod-refused case of PodWorkers.
+func (h *harness) workersRequestNamingAnotherPodRefused(t *testing.T, status *watcher) {
+	pod, _ := h.runPod(t, status, "named")
+	ctx, cancel := context.WithTimeout(context.Background(), h.tg.Timeout)
+	defer cancel()
+	ref := bus.ContainerRef{PodUID: pod.UID, Namespace: pod.Namespace, Pod: pod.Name + "-another", Container: "app"}
+	e, err := h.prober.Request(ctx, h.subjects.Exec(h.partition(string(pod.UID))), bus.KindExecRequest, &bus.ExecRequest{
+		ContainerRef: ref, Command: []string{"echo", "conformance"}, TimeoutSeconds: 5,
+	})
+	if err != nil {
+		t.Fatalf("no answer on runtime.exec: %v", err)
+	}
+	res, err := bus.DecodeExecResult(e)
+	if err != nil {
+		t.Fatalf("the answer is not an ExecResult: %v", err)
+	}
+	if res.Error == "" || len(res.Stdout) > 0 {
+		t.Errorf("exec under the UID of %s naming %s/%s: %+v, want an error and nothing run", pod.Name, ref.Namespace, ref.Pod, res)
+	}
+	var out strings.Builder
+	if err := h.prober.RequestLogs(ctx, h.subjects.Logs(h.partition(string(pod.UID))), &bus.LogsRequest{ContainerRef: ref}, &out); err == nil || out.Len() > 0 {
+		t.Errorf("logs under the UID of %s naming %s/%s: %q, %v; want an error and no log", pod.Name, ref.Namespace, ref.Pod, out.String(), err)
+	}
+}
+
+// workersLogsAnswered is the logs-answered case of PodWorkers.
+func (h *harness) workersLogsAnswered(t *testing.T, status *watcher) {
+	pod, _ := h.runPod(t, status, "logs")
+	ctx, cancel := context.WithTimeout(context.Background(), h.tg.Timeout)
+	defer cancel()
+	err := h.prober.RequestLogs(ctx, h.subjects.Logs(h.partition(string(pod.UID))), &bus.LogsRequest{
+		ContainerRef: bus.ContainerRef{PodUID: pod.UID, Namespace: pod.Namespace, Pod: pod.Name, Container: "app"},
+	}, io.Discard)
+	if err != nil {
+		t.Fatalf("logs request: %v", err)
+	}
+}
+
+// workersSetWithoutPodTerminates is the set-without-pod-terminates case of PodWorkers.
+func (h *harness) workersSetWithoutPodTerminates(t *testing.T, status *watcher) {
+	pod, _ := h.runPod(t, status, "set")
+	from := status.count()
+	h.publish(t, h.api, h.subjects.PodUpdates(h.partition(string(pod.UID))), bus.KindPodUpdate, bus.OpSet, &bus.PodUpdate{Pods: []corev1.Pod{}})
+	h.waitTerminated(t, status, pod, from)
 }
 
 // evict asks the owner of pod's partition to evict it.

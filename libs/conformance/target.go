@@ -33,10 +33,10 @@ type Target struct {
 	ProbeHost string
 	// Timeout bounds each expectation (default 20 s).
 	Timeout time.Duration
-	// JSONOnly: the stage reads only the JSON form of the bus (a v1 stage,
-	// or one in a language without Kubernetes' protobuf types), so the kit
-	// writes JSON, as the other stages of its node must (bus-encoding json).
-	// By default the kit writes protobuf, contract v2's default.
+	// JSONOnly: the stage reads only the JSON form of the bus (one in a
+	// language without Kubernetes' protobuf types), so the kit writes JSON,
+	// as the other stages of its node must (bus-encoding json). By default
+	// the kit writes protobuf, the publishers' default.
 	JSONOnly bool
 }
 

@@ -67,7 +67,7 @@ func (s *seen) has(name string) bool {
 
 func TestNodePods(t *testing.T) {
 	testenv.SkipShort(t, "etcd and kube-apiserver")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	cp, err := testenv.StartControlPlane(ctx, testenv.ControlPlaneOptions{})
 	if err != nil {
@@ -94,7 +94,7 @@ func TestNodePods(t *testing.T) {
 	cached := func(t *testing.T, inf cache.SharedIndexInformer, name string) *corev1.Pod {
 		t.Helper()
 		var p *corev1.Pod
-		poll(t, "pod "+name+" cached", func() bool {
+		testenv.EventuallyTrue(t, 30*time.Second, "pod "+name+" cached", func() bool {
 			obj, ok, _ := inf.GetIndexer().GetByKey("default/" + name)
 			if ok {
 				p = obj.(*corev1.Pod)
@@ -120,7 +120,7 @@ func TestNodePods(t *testing.T) {
 			t.Fatal(err)
 		}
 		create(t, "shared", "p1")
-		poll(t, "both stages see p1", func() bool { return a.has("p1") && b.has("p1") })
+		testenv.EventuallyTrue(t, 30*time.Second, "both stages see p1", func() bool { return a.has("p1") && b.has("p1") })
 		if got := watches.Load() - before; got != 1 {
 			t.Errorf("watches of pods opened: %d, want 1", got)
 		}
@@ -131,7 +131,7 @@ func TestNodePods(t *testing.T) {
 		// One stage lets go: its handler hears nothing more, the other's does.
 		releaseFull()
 		create(t, "shared", "p2")
-		poll(t, "the stage still holding sees p2", func() bool { return b.has("p2") })
+		testenv.EventuallyTrue(t, 30*time.Second, "the stage still holding sees p2", func() bool { return b.has("p2") })
 		if a.has("p2") {
 			t.Error("a released stage's handler was given a pod created after its release")
 		}
@@ -148,7 +148,7 @@ func TestNodePods(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		poll(t, "the restarted stage's handler synced", regC.HasSynced)
+		testenv.EventuallyTrue(t, 30*time.Second, "the restarted stage's handler synced", regC.HasSynced)
 		if !c.has("p1") || !c.has("p2") {
 			t.Errorf("the restarted stage's handler was not given the cached pods (p1 %v, p2 %v)", c.has("p1"), c.has("p2"))
 		}
@@ -159,14 +159,14 @@ func TestNodePods(t *testing.T) {
 
 		// The last one lets go: the informer stops; the next stage starts another.
 		releaseNarrow()
-		poll(t, "informer stopped", narrow.IsStopped)
+		testenv.EventuallyTrue(t, 30*time.Second, "informer stopped", narrow.IsStopped)
 		again, releaseAgain := n.Acquire(noLabels)
 		defer releaseAgain()
 		regAgain, err := again.AddEventHandler(cache.ResourceEventHandlerFuncs{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		poll(t, "the new informer's handler synced", regAgain.HasSynced)
+		testenv.EventuallyTrue(t, 30*time.Second, "the new informer's handler synced", regAgain.HasSynced)
 		if again.IsStopped() {
 			t.Error("the informer taken after the last release is not running")
 		}
@@ -204,7 +204,7 @@ func TestNodePods(t *testing.T) {
 			t.Errorf("watches of pods opened: %d, want 2 (one a view)", got)
 		}
 		releaseFull()
-		poll(t, "the unshared informer stopped", full.IsStopped)
+		testenv.EventuallyTrue(t, 30*time.Second, "the unshared informer stopped", full.IsStopped)
 		if narrow.IsStopped() {
 			t.Error("releasing the unshared informer stopped the shared one")
 		}
@@ -223,21 +223,9 @@ func TestNodePods(t *testing.T) {
 			}
 		}
 		create(t, "indexers", "p5")
-		poll(t, "p5 indexed", func() bool {
+		testenv.EventuallyTrue(t, 30*time.Second, "p5 indexed", func() bool {
 			objs, err := inf.GetIndexer().ByIndex("byLabel", "p5")
 			return err == nil && len(objs) == 1
 		})
 	})
-}
-
-// poll waits up to 30 s for cond.
-func poll(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -158,16 +158,66 @@ func conformanceMain(ctx context.Context, o options, c conformanceOptions) int {
 	return 0
 }
 
+// runConformance brings up a node as run does (cri runtime, every
+// controller, the host's address), and runs the suite's e2e binary against
+// it once it is up.
 func runConformance(ctx context.Context, o options, c conformanceOptions) (*summary, error) {
 	start := time.Now()
 	st := suiteOf(c.suite)
+	e2eBin, bins, err := e2eBinaries(st)
+	if err != nil {
+		return nil, err
+	}
+	reportDir, err := prepareReportDir(c.reportDir)
+	if err != nil {
+		return nil, err
+	}
+	names, err := listE2EImages(ctx, e2eBin)
+	if err != nil {
+		return nil, err
+	}
+	o, state, err := conformanceNode(o, c, st)
+	if err != nil {
+		return nil, err
+	}
+	var result *summary
+	o.up = func(ctx context.Context, kubeconfig string) error {
+		cd := &testenv.Containerd{Address: o.containerd.Address, Endpoint: "unix://" + o.containerd.Address}
+		if err := importE2EImages(ctx, cd, filepath.Join(state, "e2e-images"), names, bins, o.out); err != nil {
+			return err
+		}
+		if err := waitClusterReady(ctx, kubeconfig, o.node); err != nil {
+			return err
+		}
+		run := suiteRun{bin: e2eBin, dir: state, reportDir: reportDir, skips: st.skips, title: st.title}
+		var err error
+		if run.args, run.secrets, err = st.args(suiteEnv{kubeconfig: kubeconfig, reportDir: reportDir, criEndpoint: cd.Endpoint, state: state}, c); err != nil {
+			return err
+		}
+		result, err = runE2E(ctx, run, c, o.out)
+		return err
+	}
+	if err := run(ctx, o); err != nil {
+		return nil, err
+	}
+	if result == nil {
+		return nil, errors.New("the e2e run did not happen")
+	}
+	fmt.Fprintf(o.out, "\n%[1]s: %[2]s\n%[1]s: the whole run took %[3]s; report: %[4]s\n",
+		st.title, result.headline(), time.Since(start).Round(time.Second), filepath.Join(reportDir, "summary.txt"))
+	return result, nil
+}
+
+// e2eBinaries finds the suite's e2e binary and the test binaries its
+// images need (agnhost; nnp and agnhost-tls when built).
+func e2eBinaries(st conformanceSuite) (string, testenv.E2EBinaries, error) {
+	bins := testenv.E2EBinaries{}
 	e2eBin, err := testenv.Binary(st.binary)
 	if err != nil {
-		return nil, fmt.Errorf("%w (make conformance builds it: hack/conformance/build.sh bin)", err)
+		return "", bins, fmt.Errorf("%w (make conformance builds it: hack/conformance/build.sh bin)", err)
 	}
-	bins := testenv.E2EBinaries{}
 	if bins.Agnhost, err = testenv.Binary("agnhost"); err != nil {
-		return nil, fmt.Errorf("%w (make conformance builds it: hack/conformance/build.sh bin)", err)
+		return "", bins, fmt.Errorf("%w (make conformance builds it: hack/conformance/build.sh bin)", err)
 	}
 	if p, err := testenv.Binary("nnp"); err == nil {
 		bins.Nonewprivs = p
@@ -175,24 +225,31 @@ func runConformance(ctx context.Context, o options, c conformanceOptions) (*summ
 	if p, err := testenv.Binary("agnhost-tls"); err == nil {
 		bins.AgnhostTLS = p
 	}
-	reportDir, err := filepath.Abs(c.reportDir)
+	return e2eBin, bins, nil
+}
+
+// prepareReportDir makes the report directory and clears what a run writes
+// there, and only that: the directory may be the user's.
+func prepareReportDir(dir string) (string, error) {
+	reportDir, err := filepath.Abs(dir)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	if err := os.MkdirAll(reportDir, 0o755); err != nil {
-		return nil, err
+		return "", err
 	}
-	// Only what this run writes is cleared: the directory may be the
-	// user's.
 	old, _ := filepath.Glob(filepath.Join(reportDir, "junit_*.xml"))
 	for _, f := range append(old, filepath.Join(reportDir, "e2e.log"), filepath.Join(reportDir, "summary.txt"), filepath.Join(reportDir, "summary.json")) {
 		_ = os.Remove(f)
 	}
-	names, err := listE2EImages(ctx, e2eBin)
-	if err != nil {
-		return nil, err
-	}
+	return reportDir, nil
+}
 
+// conformanceNode sets the node's options for the suite: a state directory
+// of its own, the cri runtime with a containerd and CNI network of the
+// suite's, every controller, the host's address, a static pod directory;
+// it returns them with the state directory's absolute path.
+func conformanceNode(o options, c conformanceOptions, st conformanceSuite) (options, string, error) {
 	// The kubelet's run has a state directory of its own, so that it can go
 	// at the same time as a Splitlet run with the same --state-dir; so has
 	// each suite.
@@ -203,11 +260,11 @@ func runConformance(ctx context.Context, o options, c conformanceOptions) (*summ
 	o.stateDir = filepath.Join(o.stateDir, sub)
 	state, err := filepath.Abs(o.stateDir)
 	if err != nil {
-		return nil, err
+		return o, "", err
 	}
 	o.runtime, o.controllers, o.noDemo, o.once = "cri", true, true, true
 	if o.kubeletPort, err = testenv.FreePort(); err != nil {
-		return nil, err
+		return o, "", err
 	}
 	bridge, subnet := st.bridge, st.subnet
 	if o.nodeAgent == agentKubelet {
@@ -236,32 +293,7 @@ func runConformance(ctx context.Context, o options, c conformanceOptions) (*summ
 	// Static pods (the node suite's mirror pod specs write manifests where
 	// the node's /configz says staticPodPath is).
 	o.staticPodDir = filepath.Join(state, "manifests")
-	var result *summary
-	o.up = func(ctx context.Context, kubeconfig string) error {
-		cd := &testenv.Containerd{Address: o.containerd.Address, Endpoint: "unix://" + o.containerd.Address}
-		if err := importE2EImages(ctx, cd, filepath.Join(state, "e2e-images"), names, bins, o.out); err != nil {
-			return err
-		}
-		if err := waitClusterReady(ctx, kubeconfig, o.node); err != nil {
-			return err
-		}
-		run := suiteRun{bin: e2eBin, dir: state, reportDir: reportDir, skips: st.skips, title: st.title}
-		var err error
-		if run.args, run.secrets, err = st.args(suiteEnv{kubeconfig: kubeconfig, reportDir: reportDir, criEndpoint: cd.Endpoint, state: state}, c); err != nil {
-			return err
-		}
-		result, err = runE2E(ctx, run, c, o.out)
-		return err
-	}
-	if err := run(ctx, o); err != nil {
-		return nil, err
-	}
-	if result == nil {
-		return nil, errors.New("the e2e run did not happen")
-	}
-	fmt.Fprintf(o.out, "\n%[1]s: %[2]s\n%[1]s: the whole run took %[3]s; report: %[4]s\n",
-		st.title, result.headline(), time.Since(start).Round(time.Second), filepath.Join(reportDir, "summary.txt"))
-	return result, nil
+	return o, state, nil
 }
 
 // hostAddress is the host's IPv4 address on its default route (the source

@@ -37,7 +37,7 @@ func TestLocalUpCRI(t *testing.T) {
 		t.Fatal(err)
 	}
 	state := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	runCtx, stop := context.WithCancel(ctx)
 	out := &apptest.Buffer{}
@@ -47,8 +47,13 @@ func TestLocalUpCRI(t *testing.T) {
 	}()
 	defer func() {
 		stop()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v\n%s", err, out.String())
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("run: %v\n%s", err, out.String())
+			}
+		case <-time.After(2 * time.Minute):
+			t.Errorf("run did not stop within 2m\n%s", out.String())
 		}
 	}()
 	var cs kubernetes.Interface

@@ -133,44 +133,19 @@ func (o options) agentName() string {
 	return agentSplitlet
 }
 
+// run brings up the control plane and the node agent, prints the hints,
+// and waits for ctx to end or the agent to exit; its deferred steps take
+// everything down again, last started first stopped.
 func run(ctx context.Context, o options) error {
-	state, err := filepath.Abs(o.stateDir)
-	if err != nil {
-		return err
-	}
 	if o.kubeletPort == 0 {
 		o.kubeletPort = 10250
 	}
+	state, splitletBin, err := o.prepare()
+	if err != nil {
+		return err
+	}
 	kubelet := o.nodeAgent == agentKubelet
-	if kubelet && o.runtime != "cri" {
-		return errors.New("--node-agent=kubelet needs --runtime=cri (the kubelet runs pods only through a CRI runtime)")
-	}
-	var splitletBin string
-	if !kubelet {
-		if splitletBin, err = testenv.Binary("splitlet"); err != nil {
-			return fmt.Errorf("%w (run `make build`)", err)
-		}
-	}
-	cpDir := filepath.Join(state, "controlplane")
-	if err := os.RemoveAll(cpDir); err != nil {
-		return err
-	}
-	// (the state directory is not made 0700 with the control plane's: pods
-	// of the process runtime run as another user under <state>/data)
-	if err := os.MkdirAll(state, 0o755); err != nil {
-		return err
-	}
-	if o.controllers {
-		fmt.Fprintln(o.out, "starting etcd, kube-apiserver, kube-controller-manager and kube-scheduler ...")
-	} else {
-		fmt.Fprintln(o.out, "starting etcd, kube-apiserver and kube-controller-manager (its CSR controllers) ...")
-	}
-	// Splitlet joins as a kubelet does, with a bootstrap token: the API
-	// server takes bootstrap tokens, and kube-controller-manager (all its
-	// controllers, or those of CSRs alone) approves and signs the node's
-	// client certificate.
-	cp, err := testenv.StartControlPlane(ctx, testenv.ControlPlaneOptions{Dir: cpDir, ServiceAccountAdmission: o.controllers,
-		Controllers: o.controllers, CSRControllers: !o.controllers && !kubelet, BootstrapTokens: !kubelet, Audit: o.audit})
+	cp, err := o.startControlPlane(ctx, state)
 	if err != nil {
 		return err
 	}
@@ -210,100 +185,208 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
-	var agent *exec.Cmd
+	var cmd *exec.Cmd
 	var kl *kubeletNode
 	if kubelet {
-		nodeIP := o.nodeIP
-		if nodeIP == "" {
-			nodeIP = hostAddress()
-		}
-		if nodeIP == "" {
-			nodeIP = "127.0.0.1"
-		}
-		if kl, err = newKubelet(cp, state, o.node, nodeIP, o.kubeletPort, criEndpoint, o.staticPodDir); err != nil {
+		if cmd, kl, err = o.kubeletCommand(cp, state, criEndpoint); err != nil {
 			return err
 		}
-		fmt.Fprintf(o.out, "starting the kubelet (%s, %s runtime) as node %s ...\n", kl.cmd.Path, o.runtime, o.node)
-		agent = kl.cmd
 		// After the kubelet is down: the kernel settings it changed.
 		defer saveSysctls(kubeletSysctls)()
-	} else {
-		join, err := newJoin(ctx, cp, state)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(o.out, "starting splitlet (all services, embedded NATS, %s runtime) as node %s, joining with a bootstrap token ...\n", o.runtime, o.node)
-		agent = exec.Command(splitletBin,
-			"--services=all",
-			"--bootstrap-kubeconfig="+join.bootstrapKubeconfig,
-			"--kubeconfig="+join.kubeconfig,
-			"--cert-dir="+join.certDir,
-			"--rotate-certificates",
-			"--node-name="+o.node,
-			"--runtime="+o.runtime,
-			"--data-dir="+dataDir,
-			"--http-addr=127.0.0.1:0",
-			"--log-format=console",
-			// What a control plane gives its kubelets: the kubelet API's port
-			// and the CA of the client certificate kube-apiserver presents
-			// when it proxies logs, exec and port-forward to the node.
-			fmt.Sprintf("--nodehb.port=%d", o.kubeletPort),
-			"--nodehb.client-ca-file="+cp.CAFile,
-		)
-		if criEndpoint != "" {
-			agent.Args = append(agent.Args, "--cri-endpoint="+criEndpoint)
-		}
-		if o.nodeIP != "" {
-			agent.Args = append(agent.Args, "--nodehb.address="+o.nodeIP, "--podworkers.host-ip="+o.nodeIP)
-		}
-		if o.staticPodDir != "" {
-			agent.Args = append(agent.Args, "--podconfig.static-pod-path="+o.staticPodDir)
-		}
-		agent.Args = append(agent.Args, o.splitletArgs...)
-	}
-	agent.Stdout, agent.Stderr = logFile, logFile
-	agent.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := agent.Start(); err != nil {
+	} else if cmd, err = o.splitletCommand(ctx, cp, state, dataDir, criEndpoint, splitletBin); err != nil {
 		return err
 	}
-	// exited is closed when the node agent has exited, with its error in
-	// exitErr: every waiter sees it, however many there are.
-	exited := make(chan struct{})
-	var exitErr error
-	go func() { exitErr = agent.Wait(); close(exited) }()
-	defer func() {
-		select {
-		case <-exited:
-			return
-		default:
-		}
-		fmt.Fprintf(o.out, "stopping %s ...\n", o.agentName())
-		_ = agent.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = syscall.Kill(-agent.Process.Pid, syscall.SIGKILL)
-			<-exited
-		}
-	}()
-	var healthAddr string
-	if kubelet {
-		if err := waitKubeletHealthy(ctx, kl.healthz, exited, &exitErr, logPath); err != nil {
-			return err
-		}
-		healthAddr = strings.TrimPrefix(kl.healthz, "http://")
-	} else if healthAddr, err = waitReady(ctx, addrFile, exited, &exitErr, logPath); err != nil {
+	agent, err := startAgent(cmd, logFile)
+	if err != nil {
 		return err
 	}
+	defer agent.stop(o)
+	healthAddr, err := agent.waitUp(ctx, kl, addrFile, logPath)
+	if err != nil {
+		return err
+	}
+	return o.serveUp(ctx, cp, agent, healthAddr, logPath, kubeconfig)
+}
 
+// prepare makes the state directory, clearing the control plane's, and
+// finds splitlet's binary unless the kubelet is the node agent.
+func (o options) prepare() (state, splitletBin string, err error) {
+	if state, err = filepath.Abs(o.stateDir); err != nil {
+		return "", "", err
+	}
+	if o.nodeAgent == agentKubelet {
+		if o.runtime != "cri" {
+			return "", "", errors.New("--node-agent=kubelet needs --runtime=cri (the kubelet runs pods only through a CRI runtime)")
+		}
+	} else if splitletBin, err = testenv.Binary("splitlet"); err != nil {
+		return "", "", fmt.Errorf("%w (run `make build`)", err)
+	}
+	if err := os.RemoveAll(filepath.Join(state, "controlplane")); err != nil {
+		return "", "", err
+	}
+	// (the state directory is not made 0700 with the control plane's: pods
+	// of the process runtime run as another user under <state>/data)
+	if err := os.MkdirAll(state, 0o755); err != nil {
+		return "", "", err
+	}
+	return state, splitletBin, nil
+}
+
+// startControlPlane starts etcd, kube-apiserver and kube-controller-manager
+// (all its controllers and kube-scheduler with --controllers, else those of
+// CSRs alone). Splitlet joins as a kubelet does, with a bootstrap token:
+// the API server takes bootstrap tokens, and kube-controller-manager
+// approves and signs the node's client certificate.
+func (o options) startControlPlane(ctx context.Context, state string) (*testenv.ControlPlane, error) {
+	if o.controllers {
+		fmt.Fprintln(o.out, "starting etcd, kube-apiserver, kube-controller-manager and kube-scheduler ...")
+	} else {
+		fmt.Fprintln(o.out, "starting etcd, kube-apiserver and kube-controller-manager (its CSR controllers) ...")
+	}
+	kubelet := o.nodeAgent == agentKubelet
+	return testenv.StartControlPlane(ctx, testenv.ControlPlaneOptions{Dir: filepath.Join(state, "controlplane"), ServiceAccountAdmission: o.controllers,
+		Controllers: o.controllers, CSRControllers: !o.controllers && !kubelet, BootstrapTokens: !kubelet, Audit: o.audit})
+}
+
+// kubeletCommand is the real kubelet's command, on the node's address (the
+// host's unless --node-ip says).
+func (o options) kubeletCommand(cp *testenv.ControlPlane, state, criEndpoint string) (*exec.Cmd, *kubeletNode, error) {
+	nodeIP := o.nodeIP
+	if nodeIP == "" {
+		nodeIP = hostAddress()
+	}
+	if nodeIP == "" {
+		nodeIP = "127.0.0.1"
+	}
+	kl, err := newKubelet(cp, state, o.node, nodeIP, o.kubeletPort, criEndpoint, o.staticPodDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	fmt.Fprintf(o.out, "starting the kubelet (%s, %s runtime) as node %s ...\n", kl.cmd.Path, o.runtime, o.node)
+	return kl.cmd, kl, nil
+}
+
+// splitletCommand is splitlet's command: every service, joining with a
+// bootstrap token.
+func (o options) splitletCommand(ctx context.Context, cp *testenv.ControlPlane, state, dataDir, criEndpoint, splitletBin string) (*exec.Cmd, error) {
+	join, err := newJoin(ctx, cp, state)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(o.out, "starting splitlet (all services, embedded NATS, %s runtime) as node %s, joining with a bootstrap token ...\n", o.runtime, o.node)
+	cmd := exec.Command(splitletBin,
+		"--services=all",
+		"--bootstrap-kubeconfig="+join.bootstrapKubeconfig,
+		"--kubeconfig="+join.kubeconfig,
+		"--cert-dir="+join.certDir,
+		"--rotate-certificates",
+		"--node-name="+o.node,
+		"--runtime="+o.runtime,
+		"--data-dir="+dataDir,
+		"--http-addr=127.0.0.1:0",
+		"--log-format=console",
+		// What a control plane gives its kubelets: the kubelet API's port
+		// and the CA of the client certificate kube-apiserver presents
+		// when it proxies logs, exec and port-forward to the node.
+		fmt.Sprintf("--nodehb.port=%d", o.kubeletPort),
+		"--nodehb.client-ca-file="+cp.CAFile,
+	)
+	if criEndpoint != "" {
+		cmd.Args = append(cmd.Args, "--cri-endpoint="+criEndpoint)
+	}
+	if o.nodeIP != "" {
+		cmd.Args = append(cmd.Args, "--nodehb.address="+o.nodeIP, "--podworkers.host-ip="+o.nodeIP)
+	}
+	if o.staticPodDir != "" {
+		cmd.Args = append(cmd.Args, "--podconfig.static-pod-path="+o.staticPodDir)
+	}
+	cmd.Args = append(cmd.Args, o.splitletArgs...)
+	return cmd, nil
+}
+
+// agentProc is the running node agent. exited is closed when it has
+// exited, with its error in err: every waiter sees it, however many there
+// are.
+type agentProc struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+	err    error
+}
+
+// startAgent starts the node agent, its output to log, in a process group
+// of its own that dies with this process.
+func startAgent(cmd *exec.Cmd, log *os.File) (*agentProc, error) {
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	a := &agentProc{cmd: cmd, exited: make(chan struct{})}
+	go func() { a.err = cmd.Wait(); close(a.exited) }()
+	return a, nil
+}
+
+// stop ends a running agent: SIGTERM, then after 15 s SIGKILL to its
+// process group.
+func (a *agentProc) stop(o options) {
+	select {
+	case <-a.exited:
+		return
+	default:
+	}
+	fmt.Fprintf(o.out, "stopping %s ...\n", o.agentName())
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.exited:
+	case <-time.After(15 * time.Second):
+		_ = syscall.Kill(-a.cmd.Process.Pid, syscall.SIGKILL)
+		<-a.exited
+	}
+}
+
+// waitUp waits for the agent to answer healthy (the kubelet's healthz,
+// splitlet's readyz) and returns the address it answers on.
+func (a *agentProc) waitUp(ctx context.Context, kl *kubeletNode, addrFile, logPath string) (string, error) {
+	if kl != nil {
+		if err := waitKubeletHealthy(ctx, kl.healthz, a.exited, &a.err, logPath); err != nil {
+			return "", err
+		}
+		return strings.TrimPrefix(kl.healthz, "http://"), nil
+	}
+	return waitReady(ctx, addrFile, a.exited, &a.err, logPath)
+}
+
+// serveUp applies the demo pod, prints the hints and waits for ctx to end
+// or the agent to exit (returns at once with --once).
+func (o options) serveUp(ctx context.Context, cp *testenv.ControlPlane, agent *agentProc, healthAddr, logPath, kubeconfig string) error {
 	if !o.noDemo {
 		cs := kubernetes.NewForConfigOrDie(cp.Config)
 		if err := applyDemoPod(ctx, cs, o.node); err != nil {
 			return err
 		}
 	}
+	o.printUp(cp, healthAddr, logPath, kubeconfig)
+	if o.up != nil {
+		if err := o.up(ctx, kubeconfig); err != nil {
+			return err
+		}
+	}
+	if o.once {
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		fmt.Fprintln(o.out)
+		return nil
+	case <-agent.exited:
+		return fmt.Errorf("%s exited: %v (see %s)", o.agentName(), agent.err, logPath)
+	}
+}
+
+// printUp prints where everything is and the kubectl commands to try.
+func (o options) printUp(cp *testenv.ControlPlane, healthAddr, logPath, kubeconfig string) {
 	upName := "Splitlet"
-	if kubelet {
+	if o.nodeAgent == agentKubelet {
 		upName = "The kubelet"
 	}
 	if o.noDemo {
@@ -318,8 +401,9 @@ Look on:
 
 Ctrl-C stops everything.
 `, o.node, cp.URL, healthAddr, logPath, kubeconfig, cp.Dir, upName, o.agentName())
-	} else {
-		fmt.Fprintf(o.out, `
+		return
+	}
+	fmt.Fprintf(o.out, `
 %[6]s is up: node %[1]s, API server %[2]s, %[7]s health on http://%[3]s
 Logs: %[4]s
 
@@ -335,22 +419,6 @@ Try:
 
 Ctrl-C stops everything.
 `, o.node, cp.URL, healthAddr, logPath, kubeconfig, upName, o.agentName())
-	}
-	if o.up != nil {
-		if err := o.up(ctx, kubeconfig); err != nil {
-			return err
-		}
-	}
-	if o.once {
-		return nil
-	}
-	select {
-	case <-ctx.Done():
-		fmt.Fprintln(o.out)
-		return nil
-	case <-exited:
-		return fmt.Errorf("%s exited: %v (see %s)", o.agentName(), exitErr, logPath)
-	}
 }
 
 // join is how the node joins: a bootstrap token in a bootstrap kubeconfig,

@@ -31,7 +31,7 @@ function subjectsUnder(prefix) {
     shadow: (stage) => subjectsUnder(`${prefix}.shadow.${stage}`),
     shadowAll: `${prefix}.shadow.>`,
     podUpdates: (p) => `${prefix}.podupdates.${p}`,
-    // podupdates.* leaves out the reconciles, which contract v2 sends on
+    // podupdates.* leaves out the reconciles, sent on
     // podupdates.reconcile.<p> (for the pod workers alone).
     podUpdatesAll: `${prefix}.podupdates.*`,
     // the pod-updates stream holds both: podupdates.>.
@@ -332,7 +332,7 @@ function settles(subject, e) {
 function decodeMsg(header, data) {
   const ct = header?.get("Content-Type") ?? "";
   if (ct !== "" && ct !== "application/json") {
-    // contract v2's protobuf form: this prober reads JSON only, and the
+    // the protobuf form: this prober reads JSON only, and the
     // stages it reads from must run with bus-encoding json.
     throw new DecodeError("(header Content-Type)", `${ct}: this stage reads JSON only; run the other stages with bus-encoding json`);
   }

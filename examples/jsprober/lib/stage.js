@@ -80,10 +80,6 @@ export class Stage {
   }
 
   onPodUpdate(subject, e) {
-    // A status-only change: the kubelet's probe manager ignores it. The
-    // consumer's filter (podupdates.*) keeps contract v2's reconciles away;
-    // a v1 podconfig still sends them on podupdates.<p>.
-    if (e.op === "RECONCILE") return;
     let u;
     try {
       u = bus.decodePodUpdate(e);

@@ -11,6 +11,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // shimsOf lists the pids of containerd shims serving a sandbox (the shim's
@@ -45,7 +46,7 @@ func TestCreatedContainerRemoved(t *testing.T) {
 	p := newPod("created", true, shell("a", `sleep 3600`), shell("b", `sleep 3600`))
 	cleanupPod(t, p)
 	st := start(t, r, p, 0, 0)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	r.mu.Lock()
 	pd := r.pods[p.UID]
@@ -94,7 +95,7 @@ func TestCreatedContainerRemoved(t *testing.T) {
 	if err := r.RemovePod(ctx, p.UID); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the sandbox's shim exits", 20*time.Second, func() (bool, string) {
+	testenv.Eventually(t, 20*time.Second, "the sandbox's shim exits", func() (bool, string) {
 		s := shimsOf(t, sb.id)
 		return len(s) == 0, strings.Join(s, ",")
 	})
@@ -111,11 +112,11 @@ func TestCancelledStartCountsAsCreated(t *testing.T) {
 			Reason: "StartError", Message: msg, CreatedAt: time.Now().UnixNano(), FinishedAt: time.Now().UnixNano(),
 			Labels: map[string]string{labelPodUID: "u1", labelContainerName: "c"}, Metadata: &runtimeapi.ContainerMetadata{Name: "c"}}
 	}
-	st, ok := r.convert(context.Background(), status(`failed to start containerd task "abc": context canceled: unknown`))
+	st, ok := r.convert(t.Context(), status(`failed to start containerd task "abc": context canceled: unknown`))
 	if !ok || st.State != runtime.StateCreated || st.ExitCode != 0 || st.Reason != "" {
 		t.Errorf("cancelled start: %+v", st)
 	}
-	st, ok = r.convert(context.Background(), status(`failed to create containerd task: exec: "nope": executable file not found in $PATH: unknown`))
+	st, ok = r.convert(t.Context(), status(`failed to create containerd task: exec: "nope": executable file not found in $PATH: unknown`))
 	if !ok || st.State != runtime.StateExited || st.ExitCode != 128 || st.Reason != "StartError" {
 		t.Errorf("failed start: %+v", st)
 	}
@@ -130,7 +131,7 @@ func TestNodesShareARuntime(t *testing.T) {
 	p := newPod("node-a-pod", true, shell("c", `sleep 3600`))
 	cleanupPod(t, p)
 	start(t, a, p, 0, 0)
-	ctx := context.Background()
+	ctx := t.Context()
 	for _, r := range []*Runtime{a, b} {
 		if err := r.Relist(ctx); err != nil {
 			t.Fatal(err)

@@ -119,21 +119,6 @@ func cleanupPod(t *testing.T, p *corev1.Pod) {
 	})
 }
 
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s (last: %s)", what, timeout, last)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func start(t *testing.T, r *Runtime, p *corev1.Pod, i, attempt int) runtime.ContainerStatus {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -157,7 +142,7 @@ func instanceOf(r *Runtime, uid types.UID, id string) (runtime.ContainerStatus, 
 func waitExited(t *testing.T, r *Runtime, uid types.UID, id string) runtime.ContainerStatus {
 	t.Helper()
 	var got runtime.ContainerStatus
-	waitFor(t, "container "+id+" exited", time.Minute, func() (bool, string) {
+	testenv.Eventually(t, time.Minute, "container "+id+" exited", func() (bool, string) {
 		c, ok := instanceOf(r, uid, id)
 		got = c
 		return ok && c.State == runtime.StateExited, fmt.Sprintf("%+v", c)
@@ -220,12 +205,12 @@ func TestPodRunsOnHostNetwork(t *testing.T) {
 	if ip := r.PodIP(p); ip != "127.0.0.1" {
 		t.Errorf("host-network pod IP %q, want the host IP", ip)
 	}
-	waitFor(t, "log lines", 30*time.Second, func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "log lines", func() (bool, string) {
 		l := logs(t, r, p.UID, "main", runtime.LogOptions{})
 		return strings.Contains(l, "hello\n") && strings.Contains(l, "oops\n"), l
 	})
 
-	ctx := context.Background()
+	ctx := t.Context()
 	res, err := r.Exec(ctx, p.UID, "main", []string{"sh", "-c", "echo out; echo err >&2; exit 3"}, nil, 10*time.Second)
 	if err != nil || string(res.Stdout) != "out\n" || string(res.Stderr) != "err\n" || res.ExitCode != 3 {
 		t.Errorf("exec: %q %q %d %v", res.Stdout, res.Stderr, res.ExitCode, err)
@@ -251,7 +236,7 @@ func TestPodRunsOnHostNetwork(t *testing.T) {
 		t.Error("exec in a missing container: no error")
 	}
 	var stats []runtime.ContainerStats
-	waitFor(t, "stats", 30*time.Second, func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "stats", func() (bool, string) {
 		stats = r.Stats(p.UID)
 		return len(stats) == 2, fmt.Sprintf("%+v", stats)
 	})
@@ -260,7 +245,7 @@ func TestPodRunsOnHostNetwork(t *testing.T) {
 	followed := make(chan string, 1)
 	go func() {
 		var b bytes.Buffer
-		fctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		fctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()
 		_ = r.Logs(fctx, p.UID, "main", runtime.LogOptions{Follow: true, TailLines: -1}, &b)
 		followed <- b.String()
@@ -357,7 +342,7 @@ func TestExitsAndRestarts(t *testing.T) {
 // runtime goes on.
 func TestImageFailures(t *testing.T) {
 	r := newRuntime(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	// a registry on a closed local port: the pull fails at once, and no
 	// traffic leaves the host.
 	p := newPod("badimage", true, corev1.Container{Name: "c", Image: "127.0.0.1:1/nonexistent:v1", Command: []string{"true"}})
@@ -453,7 +438,7 @@ func TestReadBack(t *testing.T) {
 	if len(sbs) != 1 {
 		t.Errorf("pod has %d sandboxes, want 1", len(sbs))
 	}
-	ctx := context.Background()
+	ctx := t.Context()
 	for _, id := range []string{running.ID, lateSt.ID} {
 		if err := second.StopContainer(ctx, id, time.Second); err != nil {
 			t.Fatal(err)
@@ -483,7 +468,7 @@ func TestRemovePod(t *testing.T) {
 	r := newRuntime(t)
 	p := newPod("removed", true, shell("c", `echo x; sleep 3600`))
 	st := start(t, r, p, 0, 0)
-	ctx := context.Background()
+	ctx := t.Context()
 	if err := r.RemovePod(ctx, p.UID); err == nil {
 		t.Error("RemovePod with a running container: no error")
 	}
@@ -539,7 +524,7 @@ func TestPodsAndRelist(t *testing.T) {
 	if hasPod(second.Pods(), p) || len(second.PodContainers(p.UID)) != 0 {
 		t.Fatal("second runtime saw the pod without relisting: the test would prove nothing")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	if err := second.Relist(ctx); err != nil {
 		t.Fatal(err)
@@ -590,7 +575,7 @@ func TestOOMScoreAdj(t *testing.T) {
 		p := newPod("oom-"+c.ctr.Name, true, c.ctr)
 		cleanupPod(t, p)
 		start(t, r, p, 0, 0)
-		waitFor(t, c.ctr.Name+"'s oom_score_adj in its log", 30*time.Second, func() (bool, string) {
+		testenv.Eventually(t, 30*time.Second, c.ctr.Name+"'s oom_score_adj in its log", func() (bool, string) {
 			out := strings.TrimSpace(logs(t, r, p.UID, c.ctr.Name, runtime.LogOptions{}))
 			return out == c.want, fmt.Sprintf("log %q, want %q", out, c.want)
 		})
@@ -614,20 +599,20 @@ func TestEphemeralTargetSharesProcesses(t *testing.T) {
 		{shell("loner", show), "", "sh -c " + show},
 	} {
 		c.ctr.Image, c.ctr.ImagePullPolicy = p.Spec.Containers[0].Image, p.Spec.Containers[0].ImagePullPolicy
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		_, err := r.StartContainer(ctx, p, &c.ctr, 0, runtime.StartOptions{TargetContainer: c.target})
 		cancel()
 		if err != nil {
 			t.Fatalf("start %s: %v", c.ctr.Name, err)
 		}
-		waitFor(t, c.ctr.Name+"'s PID 1", 30*time.Second, func() (bool, string) {
+		testenv.Eventually(t, 30*time.Second, c.ctr.Name+"'s PID 1", func() (bool, string) {
 			out := strings.TrimSpace(logs(t, r, p.UID, c.ctr.Name, runtime.LogOptions{}))
 			return out == c.want, fmt.Sprintf("PID 1 is %q, want %q", out, c.want)
 		})
 	}
 	// the debuggers stop before their target: stopping the target first
 	// kills whatever shares its process namespace under the runtime's feet.
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	list := r.PodContainers(p.UID)
 	for i := len(list) - 1; i >= 0; i-- {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/libs/runtime/gc"
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // containersInRuntime lists the IDs containerd holds for the pod.
@@ -170,7 +171,7 @@ func TestLogRotation(t *testing.T) {
 	}()
 	rotations := 0
 	var seenGz bool
-	waitFor(t, "five rotations", time.Minute, func() (bool, string) {
+	testenv.Eventually(t, time.Minute, "five rotations", func() (bool, string) {
 		before, _ := os.Stat(st.LogPath)
 		if err := r.RotateLogs(t.Context(), policy); err != nil {
 			t.Fatal(err)
@@ -204,7 +205,7 @@ func TestLogRotation(t *testing.T) {
 	// (the live file just rotated may hold no line yet: kubectl logs
 	// reads the live file, as on a kubelet)
 	var text string
-	waitFor(t, "a line in the live log", 10*time.Second, func() (bool, string) {
+	testenv.Eventually(t, 10*time.Second, "a line in the live log", func() (bool, string) {
 		text = logs(t, r, p.UID, "w", runtime.LogOptions{})
 		return text != "", "empty"
 	})

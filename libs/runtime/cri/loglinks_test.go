@@ -1,12 +1,13 @@
 package cri
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // TestContainerLogLinks: a started container's log is linked from the
@@ -25,7 +26,7 @@ func TestContainerLogLinks(t *testing.T) {
 		if err != nil || target != st.LogPath {
 			t.Fatalf("attempt %d: link %s -> %q, %v; want -> %s", attempt, link, target, err, st.LogPath)
 		}
-		waitFor(t, "the log through its link", 10*time.Second, func() (bool, string) {
+		testenv.Eventually(t, 10*time.Second, "the log through its link", func() (bool, string) {
 			data, err := os.ReadFile(link)
 			return err == nil && strings.Contains(string(data), "hello"), string(data)
 		})
@@ -35,7 +36,7 @@ func TestContainerLogLinks(t *testing.T) {
 	if _, err := os.Lstat(links[0]); !os.IsNotExist(err) {
 		t.Errorf("link of the dropped instance: %v, want it gone", err)
 	}
-	if err := r.RemovePod(context.Background(), p.UID); err != nil {
+	if err := r.RemovePod(t.Context(), p.UID); err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range links[1:] {

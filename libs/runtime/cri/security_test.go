@@ -13,6 +13,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // runAsNonRoot against containerd: busybox runs as root, so a container
@@ -29,14 +30,14 @@ func TestRunAsNonRoot(t *testing.T) {
 	allowed.SecurityContext = &corev1.SecurityContext{RunAsNonRoot: &yes, RunAsUser: &uid, AllowPrivilegeEscalation: &no}
 	p := newPod("nonroot", true, refused, allowed)
 	cleanupPod(t, p)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	st, err := r.StartContainer(ctx, p, &p.Spec.Containers[0], 0, runtime.StartOptions{})
 	if err == nil || st.Reason != ReasonCreateConfigError || !strings.Contains(st.Message, "container has runAsNonRoot and image will run as root") {
 		t.Fatalf("root image with runAsNonRoot: %+v, %v", st, err)
 	}
 	st = start(t, r, p, 1, 0)
-	waitFor(t, "the non-root container's output", 30*time.Second, func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "the non-root container's output", func() (bool, string) {
 		var b strings.Builder
 		_ = r.Logs(ctx, p.UID, "allowed", runtime.LogOptions{TailLines: -1}, &b)
 		return b.String() == "1000 NoNewPrivs:1\n", b.String()
@@ -119,7 +120,7 @@ func TestSeccompProfiles(t *testing.T) {
 		"local":      "Seccomp:2 unshare-ok mkdir-denied\n",
 	}
 	for name, line := range want {
-		waitFor(t, name+"'s probe", 30*time.Second, func() (bool, string) {
+		testenv.Eventually(t, 30*time.Second, name+"'s probe", func() (bool, string) {
 			l := logs(t, r, p.UID, name, runtime.LogOptions{})
 			return l == line, l
 		})
@@ -132,7 +133,7 @@ func TestSeccompProfiles(t *testing.T) {
 	start(t, byDefault, q, 0, 0)
 	start(t, byDefault, q, 1, 0)
 	for name, line := range map[string]string{"none": "Seccomp:2 unshare-denied mkdir-ok\n", "unconfined": "Seccomp:0 unshare-ok mkdir-ok\n"} {
-		waitFor(t, "seccompDefault: "+name+"'s probe", 30*time.Second, func() (bool, string) {
+		testenv.Eventually(t, 30*time.Second, "seccompDefault: "+name+"'s probe", func() (bool, string) {
 			l := logs(t, byDefault, q.UID, name, runtime.LogOptions{})
 			return l == line, l
 		})
@@ -173,7 +174,7 @@ func TestSecurityContextApplied(t *testing.T) {
 		"privileged": {"CapEff:" + all, "keys-open"},
 	}
 	for name, tokens := range want {
-		waitFor(t, name+"'s probe", 30*time.Second, func() (bool, string) {
+		testenv.Eventually(t, 30*time.Second, name+"'s probe", func() (bool, string) {
 			l := logs(t, r, p.UID, name, runtime.LogOptions{})
 			got := strings.Fields(l)
 			for _, tok := range tokens {
@@ -231,7 +232,7 @@ func TestAppArmorOnThisHost(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.Name, err)
 		}
-		waitFor(t, c.Name+" confined", 30*time.Second, func() (bool, string) {
+		testenv.Eventually(t, 30*time.Second, c.Name+" confined", func() (bool, string) {
 			l := logs(t, r, p.UID, c.Name, runtime.LogOptions{})
 			return strings.Contains(l, "(enforce)"), l
 		})

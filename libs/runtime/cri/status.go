@@ -224,14 +224,28 @@ func (r *Runtime) relist(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// the newest ready sandbox of each pod, and the highest attempt.
-	type choice struct {
-		id              string
-		created         int64
-		attempt         uint32
-		namespace, name string
+	chosen := chooseSandboxes(sbs)
+	r.fetchSandboxIPs(ctx, r.applySandboxes(chosen, begun))
+	listed, err := r.refreshListed(ctx, cs, begun)
+	if err != nil {
+		return err
 	}
-	chosen := map[types.UID]*choice{}
+	r.dropUnlisted(listed, begun)
+	r.forgetIdle(chosen)
+	return nil
+}
+
+// sandboxChoice is a pod's newest ready sandbox and its highest attempt.
+type sandboxChoice struct {
+	id              string
+	created         int64
+	attempt         uint32
+	namespace, name string
+}
+
+// chooseSandboxes picks each pod's newest ready sandbox and highest attempt.
+func chooseSandboxes(sbs []*runtimeapi.PodSandbox) map[types.UID]*sandboxChoice {
+	chosen := map[types.UID]*sandboxChoice{}
 	for _, sb := range sbs {
 		uid := types.UID(sb.GetLabels()[labelPodUID])
 		if uid == "" {
@@ -239,7 +253,7 @@ func (r *Runtime) relist(ctx context.Context) error {
 		}
 		ch := chosen[uid]
 		if ch == nil {
-			ch = &choice{}
+			ch = &sandboxChoice{}
 			chosen[uid] = ch
 		}
 		if a := sb.GetMetadata().GetAttempt(); a > ch.attempt {
@@ -250,8 +264,16 @@ func (r *Runtime) relist(ctx context.Context) error {
 			ch.id, ch.created = sb.GetId(), sb.GetCreatedAt()
 		}
 	}
+	return chosen
+}
+
+// applySandboxes records the chosen sandboxes in the pods not changed since
+// the relist began, clears the sandbox of those with none, and returns the
+// sandboxes whose IP is not known yet.
+func (r *Runtime) applySandboxes(chosen map[types.UID]*sandboxChoice, begun time.Time) []string {
 	var needIP []string
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	for uid, ch := range chosen {
 		pd := r.podLocked(uid)
 		pd.hasSandbox = true
@@ -273,15 +295,23 @@ func (r *Runtime) relist(ctx context.Context) error {
 			pd.sandboxID = ""
 		}
 	}
-	r.mu.Unlock()
-	for _, id := range needIP {
+	return needIP
+}
+
+// fetchSandboxIPs asks the runtime for the IPs of the sandboxes given.
+func (r *Runtime) fetchSandboxIPs(ctx context.Context, ids []string) {
+	for _, id := range ids {
 		if resp, err := r.rs.PodSandboxStatus(ctx, id, false); err == nil {
 			r.mu.Lock()
 			r.sandboxIPs[id] = resp.GetStatus().GetNetwork().GetIp()
 			r.mu.Unlock()
 		}
 	}
+}
 
+// refreshListed asks ContainerStatus of the listed containers that are new
+// or changed state, and returns the IDs listed.
+func (r *Runtime) refreshListed(ctx context.Context, cs []*runtimeapi.Container, begun time.Time) (map[string]bool, error) {
 	listed := make(map[string]bool, len(cs))
 	for _, c := range cs {
 		uid := types.UID(c.GetLabels()[labelPodUID])
@@ -300,9 +330,15 @@ func (r *Runtime) relist(ctx context.Context) error {
 			continue
 		}
 		if _, err := r.refresh(ctx, c.GetId(), begun); err != nil && !isNotFound(err) {
-			return err
+			return nil, err
 		}
 	}
+	return listed, nil
+}
+
+// dropUnlisted drops the cached containers the runtime no longer lists and
+// nobody touched since the relist began.
+func (r *Runtime) dropUnlisted(listed map[string]bool, begun time.Time) {
 	type gone struct {
 		uid types.UID
 		id  string
@@ -318,7 +354,13 @@ func (r *Runtime) relist(ctx context.Context) error {
 	for _, g := range drop {
 		r.gone(g.uid, g.id)
 	}
+}
+
+// forgetIdle forgets the pods with no container, no sandbox and no call in
+// flight, and the IPs of sandboxes no pod uses.
+func (r *Runtime) forgetIdle(chosen map[types.UID]*sandboxChoice) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	for uid, pd := range r.pods {
 		if len(pd.instances) == 0 && pd.sandboxID == "" && pd.busy == 0 {
 			if _, ok := chosen[uid]; !ok {
@@ -335,6 +377,4 @@ func (r *Runtime) relist(ctx context.Context) error {
 			delete(r.sandboxIPs, id)
 		}
 	}
-	r.mu.Unlock()
-	return nil
 }

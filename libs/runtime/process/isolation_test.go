@@ -1,7 +1,6 @@
 package process
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -66,7 +65,7 @@ func agentFiles(t *testing.T) (dir string, files []string) {
 func waitOutput(t *testing.T, r *testRuntime, p *corev1.Pod, name, mark string) string {
 	t.Helper()
 	var out string
-	poll(t, "output of "+string(p.UID)+"/"+name, func() bool {
+	testenv.EventuallyTrue(t, 20*time.Second, "output of "+string(p.UID)+"/"+name, func() bool {
 		out = r.logs(p, name, runtime.LogOptions{TailLines: -1})
 		return strings.Contains(out, mark)
 	})
@@ -289,7 +288,7 @@ func TestRuntimeWithoutPodUsers(t *testing.T) {
 	p := shPod("u-asked", `echo "uid=$(id -u) gid=$(id -g)"`)
 	p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: &u, RunAsGroup: &g}
 	if os.Geteuid() != 0 {
-		if _, err := r.StartContainer(context.Background(), p, &p.Spec.Containers[0], 0, runtime.StartOptions{}); err == nil {
+		if _, err := r.StartContainer(t.Context(), p, &p.Spec.Containers[0], 0, runtime.StartOptions{}); err == nil {
 			t.Fatal("a runtime that is not root switched users")
 		}
 		return

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // testRuntime is a runtime that, at the end of the test, stops every
@@ -138,17 +139,6 @@ func shPod(uid string, scripts ...string) *corev1.Pod {
 	return p
 }
 
-func poll(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 var criLine = regexp.MustCompile(`^(\S+) (stdout|stderr) (F|P) (.*)$`)
 
 func TestOutputInCRILogAndLogs(t *testing.T) {
@@ -227,11 +217,11 @@ func TestOutputInCRILogAndLogs(t *testing.T) {
 			t.Fatalf("timestamped line %q: %v", l, err)
 		}
 	}
-	if err := r.Logs(context.Background(), p.UID, "nope", runtime.LogOptions{TailLines: -1}, &bytes.Buffer{}); !errors.Is(err, runtime.ErrNotFound) {
+	if err := r.Logs(t.Context(), p.UID, "nope", runtime.LogOptions{TailLines: -1}, &bytes.Buffer{}); !errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("logs of an unknown container: %v", err)
 	}
 
-	if err := r.RemovePod(context.Background(), p.UID); err != nil {
+	if err := r.RemovePod(t.Context(), p.UID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(r.RootDir(), "pods", "u-logs")); !os.IsNotExist(err) {
@@ -267,7 +257,7 @@ func TestPreviousAndFollow(t *testing.T) {
 	if end := r.waitExit(first.ID); end.ExitCode != 3 || end.Reason != ReasonError {
 		t.Fatalf("first attempt %+v", end)
 	}
-	if err := r.Logs(context.Background(), p.UID, "c0", runtime.LogOptions{Previous: true, TailLines: -1}, &bytes.Buffer{}); !errors.Is(err, runtime.ErrNotFound) {
+	if err := r.Logs(t.Context(), p.UID, "c0", runtime.LogOptions{Previous: true, TailLines: -1}, &bytes.Buffer{}); !errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("previous of a first attempt: %v", err)
 	}
 
@@ -281,9 +271,9 @@ func TestPreviousAndFollow(t *testing.T) {
 	var buf syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- r.Logs(context.Background(), p.UID, "c0", runtime.LogOptions{Follow: true, TailLines: -1}, &buf)
+		done <- r.Logs(t.Context(), p.UID, "c0", runtime.LogOptions{Follow: true, TailLines: -1}, &buf)
 	}()
-	poll(t, "the first line followed", func() bool { return buf.String() == "a\n" })
+	testenv.EventuallyTrue(t, 20*time.Second, "the first line followed", func() bool { return buf.String() == "a\n" })
 	select {
 	case err := <-done:
 		t.Fatalf("follow ended while the container runs: %v", err)
@@ -308,11 +298,11 @@ func TestPreviousAndFollow(t *testing.T) {
 	// Follow stops when the caller's context ends.
 	c.Command = []string{"/bin/sh", "-c", `echo x; exec sleep 100`}
 	third := r.start(p, 0, 2)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	var buf3 syncBuffer
 	done3 := make(chan error, 1)
 	go func() { done3 <- r.Logs(ctx, p.UID, "c0", runtime.LogOptions{Follow: true, TailLines: -1}, &buf3) }()
-	poll(t, "the line followed", func() bool { return buf3.String() == "x\n" })
+	testenv.EventuallyTrue(t, 20*time.Second, "the line followed", func() bool { return buf3.String() == "x\n" })
 	cancel()
 	select {
 	case <-done3:
@@ -326,7 +316,7 @@ func TestPreviousAndFollow(t *testing.T) {
 	if _, err := os.Stat(first.LogPath); !os.IsNotExist(err) {
 		t.Fatalf("the oldest log is still there: %v", err)
 	}
-	if err := r.RemovePod(context.Background(), p.UID); err == nil {
+	if err := r.RemovePod(t.Context(), p.UID); err == nil {
 		t.Fatal("RemovePod with a running container succeeded")
 	}
 }
@@ -340,9 +330,9 @@ func TestGracePeriodThenKillWholeGroup(t *testing.T) {
 	plain := r.start(p, 1, 0)
 	var buf syncBuffer
 	go func() {
-		_ = r.Logs(context.Background(), p.UID, "c0", runtime.LogOptions{Follow: true, TailLines: -1}, &buf)
+		_ = r.Logs(t.Context(), p.UID, "c0", runtime.LogOptions{Follow: true, TailLines: -1}, &buf)
 	}()
-	poll(t, "the script started", func() bool { return buf.String() == "started\n" })
+	testenv.EventuallyTrue(t, 20*time.Second, "the script started", func() bool { return buf.String() == "started\n" })
 	r.Runtime.mu.Lock()
 	c, _ := r.Runtime.table.ByID(st.ID)
 	pgid := c.pid
@@ -352,7 +342,7 @@ func TestGracePeriodThenKillWholeGroup(t *testing.T) {
 		t.Fatalf("group %d has %d members, want sh and two sleeps: %+v", pgid, len(members), members)
 	}
 
-	if err := r.StopContainer(context.Background(), st.ID, 300*time.Millisecond); err != nil {
+	if err := r.StopContainer(t.Context(), st.ID, 300*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	end := r.waitExit(st.ID)
@@ -367,16 +357,16 @@ func TestGracePeriodThenKillWholeGroup(t *testing.T) {
 	}
 
 	// A process that honours SIGTERM ends with it.
-	if err := r.StopContainer(context.Background(), plain.ID, 20*time.Second); err != nil {
+	if err := r.StopContainer(t.Context(), plain.ID, 20*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if end := r.waitExit(plain.ID); end.ExitCode != 143 || end.Reason != ReasonError {
 		t.Fatalf("status after SIGTERM %+v", end)
 	}
-	if err := r.StopContainer(context.Background(), plain.ID, 0); err != nil {
+	if err := r.StopContainer(t.Context(), plain.ID, 0); err != nil {
 		t.Fatalf("stopping a stopped container: %v", err)
 	}
-	if err := r.StopContainer(context.Background(), "process://nope", 0); !errors.Is(err, runtime.ErrNotFound) {
+	if err := r.StopContainer(t.Context(), "process://nope", 0); !errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("stop of an unknown container: %v", err)
 	}
 }
@@ -472,7 +462,7 @@ func TestEnvAndDownwardAPI(t *testing.T) {
 	} {
 		bad := shPod("u-env-bad", "true")
 		bad.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "X", ValueFrom: src}}
-		st, err := r.StartContainer(context.Background(), bad, &bad.Spec.Containers[0], 0, runtime.StartOptions{})
+		st, err := r.StartContainer(t.Context(), bad, &bad.Spec.Containers[0], 0, runtime.StartOptions{})
 		if err == nil || st.Reason != ReasonConfigError || !strings.Contains(st.Message, "X") {
 			t.Errorf("%s: %+v, %v", name, st, err)
 		}
@@ -503,7 +493,7 @@ func TestExitCodesAndReasons(t *testing.T) {
 	} {
 		p := shPod("u-cannot", "true")
 		mut(&p.Spec.Containers[0])
-		st, err := r.StartContainer(context.Background(), p, &p.Spec.Containers[0], 0, runtime.StartOptions{})
+		st, err := r.StartContainer(t.Context(), p, &p.Spec.Containers[0], 0, runtime.StartOptions{})
 		if err == nil || st.State != runtime.StateExited || st.Reason != ReasonCannotRun || st.ExitCode != 128 || st.Message == "" {
 			t.Errorf("%s: %+v, %v", name, st, err)
 		}
@@ -532,7 +522,7 @@ func TestExec(t *testing.T) {
 	c.Env = []corev1.EnvVar{{Name: "FOO", Value: "bar"}}
 	c.WorkingDir = t.TempDir()
 	st := r.start(p, 0, 0)
-	ctx := context.Background()
+	ctx := t.Context()
 
 	res, err := r.Exec(ctx, p.UID, "c0", []string{"sh", "-c", `echo out; echo err >&2; pwd; echo $FOO; exit 7`}, nil, 10*time.Second)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // ownerEnv makes the test binary a stand-in pod worker (TestMain): it runs
@@ -115,7 +116,7 @@ func TestSweepKillsWhatADeadOwnerLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r2.Close()
-	poll(t, "the dead owner's background child killed", func() bool { return !running(child) })
+	testenv.EventuallyTrue(t, 20*time.Second, "the dead owner's background child killed", func() bool { return !running(child) })
 	if left, _ := filepath.Glob(filepath.Join(dir, "records", "*")); len(left) != 0 {
 		t.Errorf("records left after the sweep: %v", left)
 	}
@@ -133,11 +134,11 @@ func TestRecordsFollowGroups(t *testing.T) {
 	if len(got) != 1 {
 		t.Fatalf("records with one container running: %v", got)
 	}
-	if err := r.StopContainer(context.Background(), st.ID, 0); err != nil {
+	if err := r.StopContainer(t.Context(), st.ID, 0); err != nil {
 		t.Fatal(err)
 	}
 	r.waitExit(st.ID)
-	poll(t, "no record left", func() bool { got, _ := filepath.Glob(filepath.Join(records, "*")); return len(got) == 0 })
+	testenv.EventuallyTrue(t, 20*time.Second, "no record left", func() bool { got, _ := filepath.Glob(filepath.Join(records, "*")); return len(got) == 0 })
 	if err := os.Chmod(records, 0o777); err != nil {
 		t.Fatal(err)
 	}

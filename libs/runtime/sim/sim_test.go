@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 func newPod(uid string, ann map[string]string, names ...string) *corev1.Pod {
@@ -69,10 +70,10 @@ func TestStartStop(t *testing.T) {
 	if s := r.Stats(p.UID); len(s) != 1 || s[0].ContainerID != st.ID {
 		t.Fatalf("stats %+v", s)
 	}
-	if err := r.RemovePod(context.Background(), p.UID); err == nil {
+	if err := r.RemovePod(t.Context(), p.UID); err == nil {
 		t.Fatal("RemovePod with a running container succeeded")
 	}
-	if err := r.StopContainer(context.Background(), st.ID, 30*time.Second); err != nil {
+	if err := r.StopContainer(t.Context(), st.ID, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	ev := waitEvent(t, r)
@@ -84,13 +85,13 @@ func TestStartStop(t *testing.T) {
 		t.Fatalf("stopped status %+v", cs[0])
 	}
 	// Stopping again is a no-op; an unknown ID is not found.
-	if err := r.StopContainer(context.Background(), st.ID, 0); err != nil {
+	if err := r.StopContainer(t.Context(), st.ID, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.StopContainer(context.Background(), "sim://nope", 0); !errors.Is(err, runtime.ErrNotFound) {
+	if err := r.StopContainer(t.Context(), "sim://nope", 0); !errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("stop unknown: %v", err)
 	}
-	if err := r.RemovePod(context.Background(), p.UID); err != nil {
+	if err := r.RemovePod(t.Context(), p.UID); err != nil {
 		t.Fatal(err)
 	}
 	if cs := r.PodContainers(p.UID); len(cs) != 0 {
@@ -141,7 +142,7 @@ func TestExitByAnnotation(t *testing.T) {
 		t.Fatalf("event %+v, want the restart's", ev)
 	}
 	var buf bytes.Buffer
-	if err := r.Logs(context.Background(), p.UID, "app", runtime.LogOptions{Previous: true, TailLines: -1}, &buf); err != nil {
+	if err := r.Logs(t.Context(), p.UID, "app", runtime.LogOptions{Previous: true, TailLines: -1}, &buf); err != nil {
 		t.Fatal(err)
 	}
 	if want := "sim: container app started (attempt 0)\nsim: container app exited with code 3\n"; buf.String() != want {
@@ -166,12 +167,12 @@ func TestExitByAnnotation(t *testing.T) {
 func TestBadAnnotationsAndStartError(t *testing.T) {
 	r := newRuntime(t)
 	p := newPod("u3", map[string]string{AnnotationExitAfter: "soon"}, "app")
-	st, err := r.StartContainer(context.Background(), p, &p.Spec.Containers[0], 0, runtime.StartOptions{})
+	st, err := r.StartContainer(t.Context(), p, &p.Spec.Containers[0], 0, runtime.StartOptions{})
 	if err == nil || st.Reason != ReasonConfigError || !strings.Contains(st.Message, AnnotationExitAfter) {
 		t.Fatalf("bad annotation: %+v, %v", st, err)
 	}
 	p = newPod("u4", map[string]string{AnnotationStartError + ".app": "no such binary"}, "app")
-	st, err = r.StartContainer(context.Background(), p, &p.Spec.Containers[0], 0, runtime.StartOptions{})
+	st, err = r.StartContainer(t.Context(), p, &p.Spec.Containers[0], 0, runtime.StartOptions{})
 	if err == nil || st.State != runtime.StateExited || st.Reason != ReasonCannotRun || st.ExitCode != 128 || st.Message != "no such binary" {
 		t.Fatalf("start error: %+v, %v", st, err)
 	}
@@ -185,7 +186,7 @@ func TestIgnoreSIGTERM(t *testing.T) {
 	p := newPod("u5", map[string]string{AnnotationIgnoreSIGTERM: "true"}, "app")
 	st := start(t, r, p, 0, 0)
 	stopped := make(chan error, 1)
-	go func() { stopped <- r.StopContainer(context.Background(), st.ID, 50*time.Millisecond) }()
+	go func() { stopped <- r.StopContainer(t.Context(), st.ID, 50*time.Millisecond) }()
 	select {
 	case err := <-stopped:
 		if err != nil {
@@ -200,7 +201,7 @@ func TestIgnoreSIGTERM(t *testing.T) {
 	}
 	// A caller that gives up kills at once.
 	st = start(t, r, p, 0, 1)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	if err := r.StopContainer(ctx, st.ID, time.Hour); !errors.Is(err, context.Canceled) {
 		t.Fatalf("stop with a cancelled context: %v", err)
@@ -213,42 +214,41 @@ func TestIgnoreSIGTERM(t *testing.T) {
 func TestStartLimit(t *testing.T) {
 	r := newRuntime(t, WithStartLatency(time.Hour), WithMaxConcurrentStarts(1))
 	p := newPod("u6", nil, "a", "b")
-	ctxA, cancelA := context.WithCancel(context.Background())
-	ctxB, cancelB := context.WithCancel(context.Background())
+	ctxA, cancelA := context.WithCancel(t.Context())
+	ctxB, cancelB := context.WithCancel(t.Context())
 	defer cancelB()
 	errA, errB := make(chan error, 1), make(chan error, 1)
 	go func() {
 		_, err := r.StartContainer(ctxA, p, &p.Spec.Containers[0], 0, runtime.StartOptions{})
 		errA <- err
 	}()
-	poll(t, "a holds the slot", func() bool { return len(r.starts) == 1 })
+	testenv.EventuallyTrue(t, 10*time.Second, "a holds the slot", func() bool { return len(r.starts) == 1 })
 	go func() {
 		_, err := r.StartContainer(ctxB, p, &p.Spec.Containers[1], 0, runtime.StartOptions{})
 		errB <- err
 	}()
-	poll(t, "b waits for the slot", func() bool { return r.waiting.Load() == 1 })
+	testenv.EventuallyTrue(t, 10*time.Second, "b waits for the slot", func() bool { return r.waiting.Load() == 1 })
 	cancelA()
-	if err := <-errA; !errors.Is(err, context.Canceled) {
-		t.Fatalf("a: %v", err)
+	select {
+	case err := <-errA:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("a: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a: the cancelled start did not return")
 	}
-	poll(t, "b takes the slot", func() bool { return r.waiting.Load() == 0 && len(r.starts) == 1 })
+	testenv.EventuallyTrue(t, 10*time.Second, "b takes the slot", func() bool { return r.waiting.Load() == 0 && len(r.starts) == 1 })
 	cancelB()
-	if err := <-errB; !errors.Is(err, context.Canceled) {
-		t.Fatalf("b: %v", err)
+	select {
+	case err := <-errB:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("b: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("b: the cancelled start did not return")
 	}
 	if cs := r.PodContainers(p.UID); len(cs) != 0 {
 		t.Fatalf("cancelled starts left containers: %+v", cs)
-	}
-}
-
-func poll(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting: %s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -258,11 +258,11 @@ func TestLogsFollowAndExec(t *testing.T) {
 	st := start(t, r, p, 0, 0)
 	start(t, r, p, 1, 0)
 
-	res, err := r.Exec(context.Background(), p.UID, "app", []string{"true"}, nil, time.Second)
+	res, err := r.Exec(t.Context(), p.UID, "app", []string{"true"}, nil, time.Second)
 	if err != nil || res.ExitCode != 2 || string(res.Stdout) != "hi\n" {
 		t.Fatalf("exec: %+v, %v", res, err)
 	}
-	res, err = r.Exec(context.Background(), p.UID, "plain", []string{"true"}, nil, time.Second)
+	res, err = r.Exec(t.Context(), p.UID, "plain", []string{"true"}, nil, time.Second)
 	if err != nil || res.ExitCode != 0 || len(res.Stdout) != 0 {
 		t.Fatalf("exec plain: %+v, %v", res, err)
 	}
@@ -270,30 +270,30 @@ func TestLogsFollowAndExec(t *testing.T) {
 	// for a while.
 	early := newPod("u7a", map[string]string{AnnotationExecExitCode: "1", AnnotationExecAfter: "1h"}, "app")
 	start(t, r, early, 0, 0)
-	if res, err := r.Exec(context.Background(), early.UID, "app", []string{"true"}, nil, time.Second); err != nil || res.ExitCode != 0 {
+	if res, err := r.Exec(t.Context(), early.UID, "app", []string{"true"}, nil, time.Second); err != nil || res.ExitCode != 0 {
 		t.Fatalf("exec before exec-after: %+v, %v", res, err)
 	}
 	late := newPod("u7b", map[string]string{AnnotationExecExitCode: "1", AnnotationExecAfter: "20ms"}, "app")
 	start(t, r, late, 0, 0)
-	poll(t, "exec fails after exec-after", func() bool {
-		res, err := r.Exec(context.Background(), late.UID, "app", []string{"true"}, nil, time.Second)
+	testenv.EventuallyTrue(t, 10*time.Second, "exec fails after exec-after", func() bool {
+		res, err := r.Exec(t.Context(), late.UID, "app", []string{"true"}, nil, time.Second)
 		return err == nil && res.ExitCode == 1
 	})
-	if _, err := r.Exec(context.Background(), p.UID, "nope", []string{"true"}, nil, time.Second); !errors.Is(err, runtime.ErrNotFound) {
+	if _, err := r.Exec(t.Context(), p.UID, "nope", []string{"true"}, nil, time.Second); !errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("exec in unknown container: %v", err)
 	}
 
 	done := make(chan error, 1)
 	var buf bytes.Buffer
 	go func() {
-		done <- r.Logs(context.Background(), p.UID, "app", runtime.LogOptions{Follow: true, Timestamps: true, TailLines: -1}, &buf)
+		done <- r.Logs(t.Context(), p.UID, "app", runtime.LogOptions{Follow: true, Timestamps: true, TailLines: -1}, &buf)
 	}()
 	select {
 	case err := <-done:
 		t.Fatalf("follow returned while the container runs: %v", err)
 	default:
 	}
-	if err := r.StopContainer(context.Background(), st.ID, time.Second); err != nil {
+	if err := r.StopContainer(t.Context(), st.ID, time.Second); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -311,10 +311,10 @@ func TestLogsFollowAndExec(t *testing.T) {
 	if _, err := time.Parse(time.RFC3339Nano, strings.Fields(lines[0])[0]); err != nil {
 		t.Fatalf("no timestamp in %q: %v", lines[0], err)
 	}
-	if _, err := r.Exec(context.Background(), p.UID, "app", []string{"true"}, nil, time.Second); err == nil {
+	if _, err := r.Exec(t.Context(), p.UID, "app", []string{"true"}, nil, time.Second); err == nil {
 		t.Fatal("exec in an exited container succeeded")
 	}
-	if err := r.Logs(context.Background(), p.UID, "app", runtime.LogOptions{Previous: true, TailLines: -1}, &buf); !errors.Is(err, runtime.ErrNotFound) {
+	if err := r.Logs(t.Context(), p.UID, "app", runtime.LogOptions{Previous: true, TailLines: -1}, &buf); !errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("previous without one: %v", err)
 	}
 }
@@ -362,13 +362,13 @@ func TestRestoreAndForget(t *testing.T) {
 	old := newRuntime(t)
 	p := newPod("u-restore", map[string]string{AnnotationExitCode + ".job": "4", AnnotationExitAfter + ".job": "50ms"}, "app", "job", "done")
 	app := start(t, old, p, 0, 0)
-	if err := old.StopContainer(context.Background(), app.ID, time.Second); err != nil {
+	if err := old.StopContainer(t.Context(), app.ID, time.Second); err != nil {
 		t.Fatal(err)
 	}
 	waitEvent(t, old)
 	app = start(t, old, p, 0, 1)
 	done := start(t, old, p, 2, 0)
-	if err := old.StopContainer(context.Background(), done.ID, time.Second); err != nil {
+	if err := old.StopContainer(t.Context(), done.ID, time.Second); err != nil {
 		t.Fatal(err)
 	}
 	waitEvent(t, old)
@@ -405,7 +405,7 @@ func TestRestoreAndForget(t *testing.T) {
 		}
 	}
 	// a running restored container stops as any other; the next attempt gets a new ID.
-	if err := r.StopContainer(context.Background(), app.ID, time.Second); err != nil {
+	if err := r.StopContainer(t.Context(), app.ID, time.Second); err != nil {
 		t.Fatal(err)
 	}
 	waitEvent(t, r)
@@ -428,7 +428,7 @@ func TestRestoreAndForget(t *testing.T) {
 	if len(r.PodContainers(p.UID)) != 0 || len(r.Pods()) != 0 {
 		t.Fatal("Forget kept the pod")
 	}
-	if err := r.StopContainer(context.Background(), next.ID, time.Second); !errors.Is(err, runtime.ErrNotFound) {
+	if err := r.StopContainer(t.Context(), next.ID, time.Second); !errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("stop of a forgotten container: %v", err)
 	}
 	if err := r.Restore(nil, reported); err == nil {

@@ -273,7 +273,7 @@ func runPadded(t *testing.T, nc *nats.Conn, node string, period time.Duration, o
 	return pods
 }
 
-// TestReconcileHasItsOwnSubject (contract v2): a change of a pod's status
+// TestReconcileHasItsOwnSubject: a change of a pod's status
 // alone leaves as a RECONCILE on its partition's reconcile subject. A
 // durable consumer of PodUpdatesAll (the prober's and statussync's filter)
 // is never sent it; one of the partition's two subjects (the filter of the

@@ -60,7 +60,7 @@ func TestAPISourceLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.EventuallyTrue(t, 10*time.Second, "RECONCILE", func() bool { return len(e.bus.ops(p.UID)) == 3 })
-	// on its own subject (contract v2), which the prober and statussync do
+	// on its own subject, which the prober and statussync do
 	// not consume.
 	if _, rec, _ := e.bus.last(p.UID, bus.OpReconcile); rec.Subject != bus.For(e.node).PodReconciles(bus.Partition(string(p.UID), partitions)) {
 		t.Fatalf("RECONCILE on %s, want %s", rec.Subject, bus.For(e.node).PodReconciles(bus.Partition(string(p.UID), partitions)))

@@ -3,6 +3,8 @@ package service
 import (
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
 )
 
 // The image pull keys are checked as the kubelet checks them: parallel
@@ -30,5 +32,30 @@ func TestImagePullKeysValidated(t *testing.T) {
 		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
 			t.Errorf("%s: %v, want an error naming %q", c.name, err, c.want)
 		}
+	}
+}
+
+// The on/off/auto keys are parsed where they are read: a bad word is an
+// error of the flag set, naming the key and its spellings.
+func TestSwitchKeysRefuseOtherWords(t *testing.T) {
+	for _, key := range []string{"podworkers.container-events", "podworkers.volumes"} {
+		cfg := &Config{}
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		fs.SetOutput(new(strings.Builder))
+		cfg.RegisterFlags(fs)
+		if f := fs.Lookup(key); f == nil || f.DefValue != "auto" {
+			t.Fatalf("%s: default %v, want auto", key, f)
+		}
+		err := fs.Parse([]string{"--" + key + "=yes"})
+		if err == nil || !strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), "on, off or auto") {
+			t.Errorf("%s=yes: %v, want an error naming the key and on, off or auto", key, err)
+		}
+		if err := fs.Parse([]string{"--" + key + "=off"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := defaults(t)
+	if !cfg.ContainerEvents.On(true) || cfg.ContainerEvents.On(false) || !cfg.Volumes.On(true) || cfg.Volumes.On(false) {
+		t.Errorf("the defaults are not auto: %v, %v", cfg.ContainerEvents, cfg.Volumes)
 	}
 }

@@ -22,7 +22,9 @@ import (
 	"github.com/splitlet/splitlet/libs/logging"
 	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/libs/tracing"
+	"github.com/splitlet/splitlet/services/podworkers/internal/controller"
 	"github.com/splitlet/splitlet/services/podworkers/internal/podsync"
+	"github.com/splitlet/splitlet/services/podworkers/internal/statuspub"
 )
 
 func labelsEverything() labels.Selector { return labels.Everything() }
@@ -55,13 +57,7 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 	// last owned it) may go out now: the pods' truth is rebuilt below.
 	sink.Open(p)
 	r.setActive(p, true)
-	state, after, err := r.replay(ctx, p)
-	if err == nil {
-		err = r.restore(ctx, p, state)
-	}
-	if err == nil {
-		err = r.relist(ctx, p, rt)
-	}
+	state, after, err := r.rebuild(ctx, p, rt)
 	if err != nil {
 		r.setActive(p, false)
 		return err
@@ -70,18 +66,46 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 	r.setAdopted(p)
 	pctx, cancel := context.WithCancel(context.Background())
 	part := &partition{cancel: cancel}
-	fail := func(err error) error {
+	err = r.followUpdates(ctx, p, part, ctrl, after, log)
+	if err == nil {
+		err = r.consumeProbes(ctx, p, part, ctrl, log)
+	}
+	if err == nil {
+		err = r.serveRequests(pctx, p, part, ctrl, rt, pub, sink)
+	}
+	if err != nil {
 		r.stopPartition(p, part, false)
 		r.setActive(p, false)
 		return err
 	}
-	node := r.common.NodeName
+	r.mu.Lock()
+	r.parts[p] = part
+	r.mu.Unlock()
+	return nil
+}
+
+// rebuild replays the partition's desired pods from the stream, restores
+// what they last ran into a runtime that must be told, and has a runtime
+// that polls read its containers; it returns the pods and the stream
+// sequence the replay ended at.
+func (r *Runner) rebuild(ctx context.Context, p int, rt runtime.Runtime) (map[string]map[types.UID]corev1.Pod, uint64, error) {
+	state, after, err := r.replay(ctx, p)
+	if err == nil {
+		err = r.restore(ctx, p, state)
+	}
+	if err == nil {
+		err = r.relist(ctx, p, rt)
+	}
+	return state, after, err
+}
+
+// followUpdates follows the partition's pod updates and its reconciles
+// (their own subject), in stream order, from after on; the op is read from
+// each envelope.
+func (r *Runner) followUpdates(ctx context.Context, p int, part *partition, ctrl *controller.Controller, after uint64, log *zap.Logger) error {
 	updates, err := bus.Follow(ctx, r.conn.JS, bus.FollowOptions{
-		Stream: bus.StreamName(node, bus.StreamPodUpdates),
-		Name:   updatesFollower(p),
-		// the partition's pod updates and its reconciles (their own
-		// subject since contract v2), in stream order: the op is read
-		// from each envelope.
+		Stream:  bus.StreamName(r.common.NodeName, bus.StreamPodUpdates),
+		Name:    updatesFollower(p),
 		Filters: r.subjects.PartitionPodUpdates(p),
 		After:   after,
 		Logger:  log,
@@ -107,12 +131,18 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 		return nil
 	})
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	part.updates = updates
 	part.stops = append(part.stops, updates.Stop)
+	return nil
+}
+
+// consumeProbes resumes the partition's probe results consumer, shared by
+// the replicas.
+func (r *Runner) consumeProbes(ctx context.Context, p int, part *partition, ctrl *controller.Controller, log *zap.Logger) error {
 	stop, err := bus.Consume(ctx, r.conn.JS, bus.ConsumerOptions{
-		Stream:        bus.StreamName(node, bus.StreamProbes),
+		Stream:        bus.StreamName(r.common.NodeName, bus.StreamProbes),
 		Durable:       probesDurable(p),
 		Filters:       []string{r.subjects.ProbeResults(p)},
 		DeliverPolicy: jetstream.DeliverNewPolicy,
@@ -128,30 +158,15 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 		return r.gated(p, func() { ctrl.HandleProbe(pr) })
 	})
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	part.stops = append(part.stops, stop)
-	// A handler that panics answers the requester with an error of the
-	// kind it waits for, and the stage goes on.
-	serve := func(subject string, h func(context.Context, *nats.Msg), kind bus.Kind, failure func(string) any) error {
-		sub, err := r.conn.NC.Subscribe(subject, func(m *nats.Msg) {
-			part.reqs.Add(1)
-			go func() {
-				defer part.reqs.Done()
-				rctx, span := r.requestSpan(pctx, m)
-				err := bus.Recover(r.log, "podworkers-requests", m.Subject, func() { h(rctx, m) })
-				tracing.End(span, err)
-				if err != nil && m.Reply != "" {
-					_ = pub.Send(m.Reply, kind, failure(err.Error()))
-				}
-			}()
-		})
-		if err != nil {
-			return err
-		}
-		part.subs = append(part.subs, sub)
-		return nil
-	}
+	return nil
+}
+
+// serveRequests answers the partition's runtime requests (logs, exec,
+// probe exec, stats, stream, evict; reclaim on gcPartition) until pctx ends.
+func (r *Runner) serveRequests(pctx context.Context, p int, part *partition, ctrl *controller.Controller, rt runtime.Runtime, pub *bus.Publisher, sink *statuspub.Publisher) error {
 	for _, s := range []struct {
 		subject string
 		h       func(context.Context, *nats.Msg)
@@ -171,20 +186,40 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 		{r.subjects.Evict(p), func(ctx context.Context, m *nats.Msg) { r.serveEvict(ctx, sink, pub, m) },
 			bus.KindEvictResult, func(e string) any { return &bus.EvictResult{Error: e} }},
 	} {
-		if err := serve(s.subject, s.h, s.kind, s.failure); err != nil {
-			return fail(err)
+		if err := r.serveRequest(pctx, part, pub, s.subject, s.h, s.kind, s.failure); err != nil {
+			return err
 		}
 	}
 	if p == gcPartition {
 		// node-level reclaim goes to the node's garbage collector alone.
-		if err := serve(r.subjects.Reclaim(p), func(ctx context.Context, m *nats.Msg) { r.serveReclaim(ctx, rt, pub, m) },
+		if err := r.serveRequest(pctx, part, pub, r.subjects.Reclaim(p), func(ctx context.Context, m *nats.Msg) { r.serveReclaim(ctx, rt, pub, m) },
 			bus.KindReclaimResult, func(e string) any { return &bus.ReclaimResult{Error: e} }); err != nil {
-			return fail(err)
+			return err
 		}
 	}
-	r.mu.Lock()
-	r.parts[p] = part
-	r.mu.Unlock()
+	return nil
+}
+
+// serveRequest subscribes h to subject, each request in a goroutine of its
+// own that the partition waits for. A handler that panics answers the
+// requester with an error of the kind it waits for, and the stage goes on.
+func (r *Runner) serveRequest(pctx context.Context, part *partition, pub *bus.Publisher, subject string, h func(context.Context, *nats.Msg), kind bus.Kind, failure func(string) any) error {
+	sub, err := r.conn.NC.Subscribe(subject, func(m *nats.Msg) {
+		part.reqs.Add(1)
+		go func() {
+			defer part.reqs.Done()
+			rctx, span := r.requestSpan(pctx, m)
+			err := bus.Recover(r.log, "podworkers-requests", m.Subject, func() { h(rctx, m) })
+			tracing.End(span, err)
+			if err != nil && m.Reply != "" {
+				_ = pub.Send(m.Reply, kind, failure(err.Error()))
+			}
+		}()
+	})
+	if err != nil {
+		return err
+	}
+	part.subs = append(part.subs, sub)
 	return nil
 }
 

@@ -79,8 +79,8 @@ type Config struct {
 	ProcessUIDRange      string
 	ProcessUIDDir        string
 	ProcessAllowRoot     bool
-	ContainerEvents      string
-	Volumes              string
+	ContainerEvents      config.Switch
+	Volumes              config.Switch
 	RootDir              string
 	SeccompProfileRoot   string
 	SeccompDefault       bool
@@ -125,8 +125,9 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.ProcessUIDRange, "podworkers.process-uid-range", process.DefaultUserRange.String(), "runtime process, when podworkers runs as root: the uids (and gids of the same numbers) pods run as, first-last; each pod gets one of its own, so that pods cannot read each other's files and environment nor the agent's credentials; a container asking for another uid (runAsUser) is refused")
 	fs.StringVar(&c.ProcessUIDDir, "podworkers.process-uid-dir", "", "runtime process, when podworkers runs as root: where the pod workers of this host claim their pods' uids, one file per uid (shared by every node and replica of the host, so that no two pods share a uid; mode 0700, this user's); default <tmp>/splitlet-process-uids")
 	fs.BoolVar(&c.ProcessAllowRoot, "podworkers.process-allow-root", false, "runtime process, when podworkers runs as root: run containers that ask for uid or gid 0 (runAsUser, runAsGroup) as root, which reads the agent's credentials and every pod's files; off: such a container is refused with CreateContainerConfigError")
-	fs.StringVar(&c.ContainerEvents, "podworkers.container-events", "auto", "record the kubelet's container Events on pods (Created, Started, Failed, BackOff, Killing): on, off, or auto (on, but for the sim runtime, which is for scale tests: like kwok it records none, sparing the API server two writes a pod)")
-	fs.StringVar(&c.Volumes, "podworkers.volumes", "auto", "set up pods' volumes (emptyDir, hostPath, configMap, secret, downwardAPI, projected with service account tokens) and mount them into containers: on, off, or auto (on, but for the sim runtime, which runs nothing that could read them)")
+	c.ContainerEvents, c.Volumes = config.SwitchAuto, config.SwitchAuto
+	fs.Var(&c.ContainerEvents, "podworkers.container-events", "record the kubelet's container Events on pods (Created, Started, Failed, BackOff, Killing): on, off, or auto (on, but for the sim runtime, which is for scale tests: like kwok it records none, sparing the API server two writes a pod)")
+	fs.Var(&c.Volumes, "podworkers.volumes", "set up pods' volumes (emptyDir, hostPath, configMap, secret, downwardAPI, projected with service account tokens) and mount them into containers: on, off, or auto (on, but for the sim runtime, which runs nothing that could read them)")
 	fs.StringVar(&c.RootDir, "podworkers.root-dir", "", "where pods' volumes live, as <root-dir>/pods/<uid>/volumes/ (the kubelet's --root-dir layout); shared by the replicas of a node, and for the cri runtime the same path on the host; default <data-dir>/kubelet")
 	fs.StringVar(&c.SeccompProfileRoot, "podworkers.seccomp-profile-root", "", "runtime cri: the directory of Localhost seccomp profiles (a pod's seccompProfile localhostProfile is a path under it; the kubelet's <root-dir>/seccomp), a path of the host containerd runs on; default <root-dir>/seccomp")
 	fs.BoolVar(&c.SeccompDefault, "podworkers.seccomp-default", false, "runtime cri: run a container whose securityContext and pod name no seccomp profile with the runtime's default profile (RuntimeDefault) instead of unconfined (the kubelet's seccompDefault); the process runtime applies no seccomp profile and refuses to start with it on")
@@ -154,13 +155,6 @@ func (c *Config) Validate() error {
 	} {
 		if d <= 0 {
 			return fmt.Errorf("invalid value %v for %s: must be positive", d, key)
-		}
-	}
-	for key, v := range map[string]string{"podworkers.container-events": c.ContainerEvents, "podworkers.volumes": c.Volumes} {
-		switch v {
-		case "auto", "on", "off":
-		default:
-			return fmt.Errorf("invalid value %q for %s: must be on, off or auto", v, key)
 		}
 	}
 	if _, err := process.ParseUserRange(c.ProcessUIDRange); err != nil {
@@ -555,7 +549,7 @@ func (r *Runner) run(ctx context.Context) error {
 		podsync.WithStartObserver(r.metrics.started)}
 	var podRecorder record.EventRecorder // the pods' Events, nil when off
 	syncOpts = append(syncOpts, securitySyncOptions(rt)...)
-	if r.cfg.ContainerEvents == "on" || (r.cfg.ContainerEvents == "auto" && rt.Type() != sim.Type) {
+	if r.cfg.ContainerEvents.On(rt.Type() != sim.Type) {
 		podRecorder = recorder
 		syncOpts = append(syncOpts, podsync.WithRecorder(recorder))
 	}
@@ -565,7 +559,7 @@ func (r *Runner) run(ctx context.Context) error {
 		syncOpts = append(syncOpts, podsync.WithPullSecrets(volumes.Client{CS: r.cs}))
 	}
 	var vols *volumes.Manager
-	if r.cfg.Volumes == "on" || (r.cfg.Volumes == "auto" && rt.Type() != sim.Type) {
+	if r.cfg.Volumes.On(rt.Type() != sim.Type) {
 		root := r.cfg.RootDir
 		if root == "" {
 			root = filepath.Join(r.common.DataDir, "kubelet")

@@ -170,7 +170,7 @@ func (e *env) send(op bus.Op, pods ...*corev1.Pod) {
 	}
 	for part, list := range byPart {
 		// as podconfig does: a RECONCILE on the partition's reconcile
-		// subject (contract v2).
+		// subject.
 		subject := bus.For(e.node).PodUpdates(part)
 		if op == bus.OpReconcile {
 			subject = bus.For(e.node).PodReconciles(part)
@@ -353,7 +353,7 @@ func TestPodRunsAndIsTornDown(t *testing.T) {
 }
 
 // checkReconcilesInOrder: the RECONCILEs of a running pod (on their own
-// subject since contract v2) reach the owner of its partition, in publish
+// subject) reach the owner of its partition, in publish
 // order with the pod's UPDATEs: once the partition's follower has handled
 // the last message sent, the pod the controller holds is that
 // message's, whichever of the two subjects it came on.

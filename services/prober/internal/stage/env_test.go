@@ -179,13 +179,7 @@ func (e *env) restart() {
 // eventually polls cond until it holds or the deadline passes.
 func (e *env) eventually(what string, d time.Duration, cond func() bool) {
 	e.t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.EventuallyTrue(e.t, d, what, cond)
 }
 
 func (e *env) onExec(uid types.UID, f execFunc) {

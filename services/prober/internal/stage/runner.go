@@ -254,8 +254,9 @@ func (r *Runner) trySubscribe(ctx context.Context) error {
 		stop, err := consume(bus.ConsumerOptions{
 			Stream:  bus.StreamName(r.node, bus.StreamPodUpdates),
 			Durable: r.durables[0],
-			// podupdates.* only: the reconciles (podupdates.reconcile.<p>
-			// since contract v2) are left to the pod workers by the server.
+			// podupdates.* only: the server keeps the reconciles
+			// (podupdates.reconcile.<p>, status-only changes, which the
+			// kubelet's probe manager ignores) for the pod workers.
 			Filters: []string{r.subjects.PodUpdatesAll()},
 			Logger:  r.log,
 		}, r.onPodUpdate)
@@ -309,13 +310,6 @@ func (r *Runner) Stop(ctx context.Context) error {
 }
 
 func (r *Runner) onPodUpdate(_ context.Context, subject string, e *bus.Envelope) error {
-	if e.Op == bus.OpReconcile {
-		// A status-only change; the kubelet's HandlePodReconcile leaves the
-		// probe manager alone, so the payload is not even decoded. The
-		// consumer's filter keeps contract v2's reconciles away; this is
-		// for a v1 podconfig, which still sends them on podupdates.<p>.
-		return nil
-	}
 	u, err := bus.DecodePodUpdate(e)
 	if err != nil {
 		// A payload that does not decode will not decode next time either.

@@ -220,59 +220,92 @@ func (w *worker) doProbe(ctx context.Context) (keep bool) {
 	if isTerminalPhase(pod.Status.Phase) {
 		return false
 	}
+	st, cs, keep := w.observe()
+	if cs == nil {
+		return keep
+	}
+	if keep, due := w.due(pod, cs); !due {
+		return keep
+	}
+	result, message, counted := w.runCounted(ctx, pod, st)
+	if !counted || ctx.Err() != nil {
+		return true
+	}
+	if w.thresholdReached(result) {
+		w.report(result, message)
+	}
+	return true
+}
+
+// observe finds the container's current status; a nil status says there
+// is nothing to probe, with keep false when the pod is terminal. A new
+// container instance starts from the probe's initial result.
+func (w *worker) observe() (*bus.PodRuntimeStatus, *corev1.ContainerStatus, bool) {
 	st, ok := w.m.statusOf(w.key.uid)
 	if !ok {
-		return true
+		return nil, nil, true
 	}
 	if isTerminalPhase(st.Phase) || st.Terminated {
 		w.m.log.Debug("pod is terminal, probe worker ends", w.logFields()...)
-		return false
+		return nil, nil, false
 	}
 	cs := containerStatus(st, w.container.Name)
 	if cs == nil || cs.ContainerID == "" {
-		return true
+		return nil, nil, true
 	}
 	if cs.ContainerID != w.containerID {
-		if w.containerID != "" {
-			w.m.results.remove(w.key.probe, w.containerID)
-		}
-		w.containerID = cs.ContainerID
-		// kubelet rule (restart grace): a container that was running well
-		// before the prober started keeps whatever result it had, so that a
-		// restarted prober does not flip ready containers to not ready.
-		beforeUs := w.m.startedBeforeUs(cs)
-		if w.isInit && w.key.probe == bus.ProbeStartup && cs.Started != nil && *cs.Started {
-			w.set(bus.ProbeSuccess, "")
-		}
-		if !beforeUs {
-			w.set(w.initial, "")
-		}
-		w.onHold = false
+		w.newContainer(cs)
 	}
+	return st, cs, true
+}
+
+// newContainer resets the worker for a new container instance.
+func (w *worker) newContainer(cs *corev1.ContainerStatus) {
+	if w.containerID != "" {
+		w.m.results.remove(w.key.probe, w.containerID)
+	}
+	w.containerID = cs.ContainerID
+	// kubelet rule (restart grace): a container that was running well
+	// before the prober started keeps whatever result it had, so that a
+	// restarted prober does not flip ready containers to not ready.
+	beforeUs := w.m.startedBeforeUs(cs)
+	if w.isInit && w.key.probe == bus.ProbeStartup && cs.Started != nil && *cs.Started {
+		w.set(bus.ProbeSuccess, "")
+	}
+	if !beforeUs {
+		w.set(w.initial, "")
+	}
+	w.onHold = false
+}
+
+// due says whether the probe runs now; when not, keep says whether the
+// worker goes on.
+func (w *worker) due(pod *corev1.Pod, cs *corev1.ContainerStatus) (keep, due bool) {
 	if w.onHold {
-		return true
+		return true, false
 	}
 	if cs.State.Running == nil {
 		w.set(bus.ProbeFailure, "container is not running")
 		if cs.State.Terminated == nil {
-			return true
+			return true, false
 		}
-		return w.isInit || willRestart(w.container, pod, cs.State.Terminated.ExitCode)
+		return w.isInit || willRestart(w.container, pod, cs.State.Terminated.ExitCode), false
 	}
 	if pod.DeletionTimestamp != nil && (w.key.probe == bus.ProbeLiveness || w.key.probe == bus.ProbeStartup) {
 		// kubelet rule: a pod being deleted is not restarted by its probes.
 		w.set(bus.ProbeSuccess, "")
-		return false
+		return false, false
 	}
 	if int32(time.Since(cs.State.Running.StartedAt.Time).Seconds()) < w.spec.InitialDelaySeconds {
-		return true
+		return true, false
 	}
+	// Startup runs only before the container started; the others only after.
 	started := w.m.isStarted(w.key.uid, cs)
-	if started == (w.key.probe == bus.ProbeStartup) {
-		// Startup runs only before the container started; the others only after.
-		return true
-	}
+	return true, started != (w.key.probe == bus.ProbeStartup)
+}
 
+// runCounted runs the probe and counts its result and duration.
+func (w *worker) runCounted(ctx context.Context, pod *corev1.Pod, st *bus.PodRuntimeStatus) (bus.ProbeOutcome, string, bool) {
 	begun := time.Now()
 	result, message, counted := w.run(ctx, pod, st)
 	switch result {
@@ -285,19 +318,26 @@ func (w *worker) doProbe(ctx context.Context) (keep bool) {
 		w.counters.unknown.Inc()
 		w.counters.duration.Observe(time.Since(begun).Seconds())
 	}
-	if !counted || ctx.Err() != nil {
-		return true
-	}
+	return result, message, counted
+}
+
+// thresholdReached counts the run of equal results and says whether it
+// reached the probe's failure or success threshold.
+func (w *worker) thresholdReached(result bus.ProbeOutcome) bool {
 	if w.lastResult == result {
 		w.resultRun++
 	} else {
 		w.lastResult = result
 		w.resultRun = 1
 	}
-	if (result == bus.ProbeFailure && w.resultRun < int(w.spec.FailureThreshold)) ||
-		(result == bus.ProbeSuccess && w.resultRun < int(w.spec.SuccessThreshold)) {
-		return true
-	}
+	return (result != bus.ProbeFailure || w.resultRun >= int(w.spec.FailureThreshold)) &&
+		(result != bus.ProbeSuccess || w.resultRun >= int(w.spec.SuccessThreshold))
+}
+
+// report sets the result and acts on it: a started container's readiness
+// probe runs at once; a failed liveness or any startup result holds the
+// worker until a new container ID.
+func (w *worker) report(result bus.ProbeOutcome, message string) {
 	w.set(result, message)
 	if w.key.probe == bus.ProbeStartup && result == bus.ProbeSuccess {
 		// kubelet: the startup result syncs the pod, whose status update
@@ -313,7 +353,6 @@ func (w *worker) doProbe(ctx context.Context) (keep bool) {
 		w.onHold = true
 		w.resultRun = 0
 	}
-	return true
 }
 
 // run executes the probe action once and records its Event. counted is

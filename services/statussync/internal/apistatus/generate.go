@@ -100,22 +100,39 @@ func AllStopped(rs *bus.PodRuntimeStatus) bool {
 // Generate builds the pod's API status (kubelet: generateAPIPodStatus).
 // The caller then passes it through the status manager's rules (Prepare).
 func Generate(in Input) corev1.PodStatus {
-	pod, rs := in.Pod, in.Runtime
-	if Rejected(rs) && len(in.Old.ContainerStatuses) == 0 {
-		// kubelet rejectPod: phase, reason and message only.
-		msg := rs.Message
-		if !strings.HasPrefix(msg, rejectedPrefix) {
-			msg = rejectedPrefix + msg
-		}
-		return corev1.PodStatus{
-			Phase:      corev1.PodFailed,
-			Reason:     rs.Reason,
-			Message:    msg,
-			QOSClass:   qosOf(pod, in.API),
-			Conditions: append(foreignConditions(in.API.Conditions), scheduledCondition(pod)),
-		}
+	if Rejected(in.Runtime) && len(in.Old.ContainerStatuses) == 0 {
+		return rejectedStatus(in)
 	}
-	terminal := Terminal(rs)
+	s := runtimeStatus(in)
+	decidePhase(in, &s)
+	if in.Runtime.Terminated {
+		terminate(in.Pod, &s, in.Static)
+	}
+	applyProbes(in.Pod, &s, in.Probes)
+	s.Conditions = conditions(in, &s)
+	return s
+}
+
+// rejectedStatus is a pod refused at admission (kubelet rejectPod): phase,
+// reason and message only.
+func rejectedStatus(in Input) corev1.PodStatus {
+	msg := in.Runtime.Message
+	if !strings.HasPrefix(msg, rejectedPrefix) {
+		msg = rejectedPrefix + msg
+	}
+	return corev1.PodStatus{
+		Phase:      corev1.PodFailed,
+		Reason:     in.Runtime.Reason,
+		Message:    msg,
+		QOSClass:   qosOf(in.Pod, in.API),
+		Conditions: append(foreignConditions(in.API.Conditions), scheduledCondition(in.Pod)),
+	}
+}
+
+// runtimeStatus is what the runtime status says of the pod: its addresses,
+// start time, QoS class and its containers' statuses.
+func runtimeStatus(in Input) corev1.PodStatus {
+	pod, rs := in.Pod, in.Runtime
 	s := corev1.PodStatus{
 		HostIP:             ipOr(rs.HostIP, in.Old.HostIP),
 		PodIP:              ipOr(rs.PodIP, in.Old.PodIP),
@@ -141,9 +158,15 @@ func Generate(in Input) corev1.PodStatus {
 		}
 		s.EphemeralContainerStatuses = containerStatuses(specs, rs.EphemeralContainerStatuses, in.Old.EphemeralContainerStatuses, false, pod.DeletionTimestamp != nil)
 	}
+	return s
+}
 
+// decidePhase sets the phase, reason and message from the containers, the
+// cached and API statuses and the worker's own decision.
+func decidePhase(in Input, s *corev1.PodStatus) {
+	pod, rs := in.Pod, in.Runtime
 	all := append(slices.Clone(s.ContainerStatuses), s.InitContainerStatuses...)
-	s.Phase = Phase(pod, all, terminal, anyRegularRunning(pod, rs.ContainerStatuses), in.Static)
+	s.Phase = Phase(pod, all, Terminal(rs), anyRegularRunning(pod, rs.ContainerStatuses), in.Static)
 	// A terminal phase, once reached in the cache or in the API, stays.
 	if !terminalPhase(s.Phase) {
 		switch {
@@ -171,24 +194,23 @@ func Generate(in Input) corev1.PodStatus {
 		// kubelet: no transition out of a terminal phase shown by the API.
 		s.Phase = in.API.Phase
 	}
-	if rs.Terminated {
-		terminate(pod, &s, in.Static)
-	}
+}
 
-	applyProbes(pod, &s, in.Probes)
-
-	s.Conditions = workerConditions(foreignConditions(in.API.Conditions), rs.Conditions)
+// conditions are the pod's conditions: the foreign ones the API holds with
+// the worker's shared ones set on them, then the kubelet's own.
+func conditions(in Input, s *corev1.PodStatus) []corev1.PodCondition {
+	pod := in.Pod
+	cs := workerConditions(foreignConditions(in.API.Conditions), in.Runtime.Conditions)
 	allStatuses := append(slices.Clone(s.InitContainerStatuses), s.ContainerStatuses...)
-	s.Conditions = append(s.Conditions,
-		readyToStartCondition(pod, rs),
+	cs = append(cs,
+		readyToStartCondition(pod, in.Runtime),
 		initializedCondition(pod, allStatuses, s.Phase),
 	)
-	s.Conditions = append(s.Conditions,
-		podReadyCondition(pod, s.Conditions, allStatuses, s.Phase),
+	return append(cs,
+		podReadyCondition(pod, cs, allStatuses, s.Phase),
 		containersReadyCondition(pod, allStatuses, s.Phase),
 		scheduledCondition(pod),
 	)
-	return s
 }
 
 // scheduledCondition: the pod is on this node (kubelet: generateAPIPodStatus

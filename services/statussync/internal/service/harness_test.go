@@ -238,15 +238,12 @@ func (h *harness) startRunner(o harnessOptions) *Runner {
 // eventually polls check until it returns nil or the deadline passes.
 func (h *harness) eventually(what string, check func() error) {
 	h.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = check(); err == nil {
-			return
+	testenv.Eventually(h.t, 30*time.Second, what, func() (bool, string) {
+		if err := check(); err != nil {
+			return false, err.Error()
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	h.t.Fatalf("%s: not within 30s: %v", what, err)
+		return true, ""
+	})
 }
 
 func (h *harness) partition(uid types.UID) int { return bus.Partition(string(uid), h.partitions) }

@@ -264,101 +264,129 @@ func (r *Runner) ensureStreams(ctx context.Context, node string) error {
 	}
 }
 
+// consumeSpec is one stream the stage consumes: replayed first, then
+// followed by a durable consumer.
+type consumeSpec struct {
+	stream, durable string
+	// filter, when set, is the one subject of the stream consumed.
+	filter string
+	handle bus.Handler
+	// perPod: the handler orders the messages per pod itself (one pod a
+	// message), not by the subject's high-water mark.
+	perPod bool
+}
+
+// consume replays the recent history of the pod updates, runtime statuses
+// and probe results into m, then follows each with a durable consumer.
 func (r *Runner) consume(ctx context.Context, node string, m *statusmanager.Manager, log *zap.Logger) ([]func(), error) {
-	var stops []func()
-	// One high-water mark per stream, shared by the replay and the durable
-	// consumer, so that a message replayed is not applied again after a
-	// newer one (the runtime statuses, one pod a message, are ordered per
-	// pod by the manager instead).
-	snapshots := bus.NewSnapshots()
-	once := func(h bus.Handler) bus.Handler {
-		d := bus.NewDedup()
-		return func(ctx context.Context, subject string, e *bus.Envelope) error {
-			// a terminated message recovered from the stream is older than
-			// some taken since, though none of them supersedes it.
-			if !bus.Recovering(ctx) && !d.Accept(subject, e) {
-				log.Debug("dropping a message already seen or overtaken", zap.String(logging.FieldSubject, subject),
-					zap.String("source", e.Source), zap.Uint64("seq", e.Seq))
-				return nil
-			}
-			return h(ctx, subject, e)
-		}
-	}
+	specs := r.consumeSpecs(node, m, log)
+	r.replayRecent(ctx, node, specs, log)
+	return r.startConsumers(ctx, node, specs, log)
+}
+
+// consumeSpecs lists the streams and their handlers. One high-water mark
+// per stream, shared by the replay and the durable consumer, keeps a
+// message replayed from being applied again after a newer one (the runtime
+// statuses, one pod a message, are ordered per pod by the manager instead).
+func (r *Runner) consumeSpecs(node string, m *statusmanager.Manager, log *zap.Logger) []consumeSpec {
 	subjects := bus.For(node)
-	specs := []struct {
-		stream, durable string
-		// filter, when set, is the one subject of the stream consumed.
-		filter string
-		handle bus.Handler
-		// perPod: the handler orders the messages per pod itself (one pod
-		// a message), not by the subject's high-water mark.
-		perPod bool
-	}{
-		// podupdates.* only: since contract v2 podconfig publishes the
-		// reconciles on podupdates.reconcile.<p>, which the server then
-		// keeps from this consumer.
-		{bus.StreamPodUpdates, DurablePodUpdates, subjects.PodUpdatesAll(), func(mctx context.Context, subject string, e *bus.Envelope) error {
-			if e.Op == bus.OpReconcile {
-				// A status-only change: the spec is the same, and the API
-				// status (readiness gates: NeedToReconcilePodReadiness)
-				// reaches the manager through its own pod informer. Kept
-				// although the filter leaves the v2 reconciles out: a v1
-				// podconfig still publishes them on podupdates.<p>.
-				return nil
-			}
-			u, err := bus.DecodePodUpdate(e)
-			if err != nil {
-				log.Warn("dropping malformed pod update", zap.String(logging.FieldSubject, subject), zap.Error(err))
-				return nil
-			}
-			p, ok := bus.PartitionOf(subject)
-			if !ok {
-				log.Warn("dropping pod update on a subject without a partition", zap.String(logging.FieldSubject, subject))
-				return nil
-			}
-			if r.traces != nil {
-				for i := range u.Pods {
-					r.traces.Remember(mctx, string(u.Pods[i].UID))
-				}
-			}
-			op, pods, apply := snapshots.Resolve(subject, e, u)
-			if !apply {
-				return nil
-			}
-			m.PodUpdate(op, e.Source, p, pods)
-			return nil
-		}, false},
-		{bus.StreamPodStatus, DurablePodStatus, "", func(mctx context.Context, subject string, e *bus.Envelope) error {
-			rs, err := bus.DecodePodRuntimeStatus(e)
-			if err != nil {
-				log.Warn("dropping malformed runtime status", zap.String(logging.FieldSubject, subject), zap.Error(err))
-				return nil
-			}
-			r.traces.Remember(mctx, string(rs.UID))
-			// ordered per pod: a status another pod's newer one overtook
-			// (redelivered after a NATS server was lost) is still taken.
-			if !m.RuntimeStatusFrom(e.Source, e.Seq, rs) {
-				log.Debug("dropping a runtime status already seen or overtaken", zap.String(logging.FieldSubject, subject),
-					zap.String("source", e.Source), zap.Uint64("seq", e.Seq), zap.String(logging.FieldUID, string(rs.UID)))
-			}
-			return nil
-		}, true},
-		{bus.StreamProbes, DurableProbes, "", func(mctx context.Context, subject string, e *bus.Envelope) error {
-			pr, err := bus.DecodeProbeResult(e)
-			if err != nil {
-				log.Warn("dropping malformed probe result", zap.String(logging.FieldSubject, subject), zap.Error(err))
-				return nil
-			}
-			r.traces.Remember(mctx, string(pr.PodUID))
-			m.ProbeResult(pr)
-			return nil
-		}, false},
+	specs := []consumeSpec{
+		// podupdates.* only: the server keeps the reconciles
+		// (podupdates.reconcile.<p>) from this consumer; their API status
+		// (readiness gates: NeedToReconcilePodReadiness) reaches the
+		// manager through its own pod informer.
+		{bus.StreamPodUpdates, DurablePodUpdates, subjects.PodUpdatesAll(), r.handlePodUpdate(m, bus.NewSnapshots(), log), false},
+		{bus.StreamPodStatus, DurablePodStatus, "", r.handleRuntimeStatus(m, log), true},
+		{bus.StreamProbes, DurableProbes, "", r.handleProbeResult(m, log), false},
 	}
 	for i := range specs {
 		if !specs[i].perPod {
-			specs[i].handle = once(specs[i].handle)
+			specs[i].handle = dedupOnce(specs[i].handle, log)
 		}
 	}
+	return specs
+}
+
+// dedupOnce drops a message h has seen or a newer one overtook.
+func dedupOnce(h bus.Handler, log *zap.Logger) bus.Handler {
+	d := bus.NewDedup()
+	return func(ctx context.Context, subject string, e *bus.Envelope) error {
+		// a terminated message recovered from the stream is older than
+		// some taken since, though none of them supersedes it.
+		if !bus.Recovering(ctx) && !d.Accept(subject, e) {
+			log.Debug("dropping a message already seen or overtaken", zap.String(logging.FieldSubject, subject),
+				zap.String("source", e.Source), zap.Uint64("seq", e.Seq))
+			return nil
+		}
+		return h(ctx, subject, e)
+	}
+}
+
+// handlePodUpdate hands the pods of a pod update to m, resolved against
+// the partition's last snapshot.
+func (r *Runner) handlePodUpdate(m *statusmanager.Manager, snapshots *bus.Snapshots, log *zap.Logger) bus.Handler {
+	return func(mctx context.Context, subject string, e *bus.Envelope) error {
+		u, err := bus.DecodePodUpdate(e)
+		if err != nil {
+			log.Warn("dropping malformed pod update", zap.String(logging.FieldSubject, subject), zap.Error(err))
+			return nil
+		}
+		p, ok := bus.PartitionOf(subject)
+		if !ok {
+			log.Warn("dropping pod update on a subject without a partition", zap.String(logging.FieldSubject, subject))
+			return nil
+		}
+		if r.traces != nil {
+			for i := range u.Pods {
+				r.traces.Remember(mctx, string(u.Pods[i].UID))
+			}
+		}
+		op, pods, apply := snapshots.Resolve(subject, e, u)
+		if !apply {
+			return nil
+		}
+		m.PodUpdate(op, e.Source, p, pods)
+		return nil
+	}
+}
+
+// handleRuntimeStatus hands a pod's runtime status to m, which orders them
+// per pod.
+func (r *Runner) handleRuntimeStatus(m *statusmanager.Manager, log *zap.Logger) bus.Handler {
+	return func(mctx context.Context, subject string, e *bus.Envelope) error {
+		rs, err := bus.DecodePodRuntimeStatus(e)
+		if err != nil {
+			log.Warn("dropping malformed runtime status", zap.String(logging.FieldSubject, subject), zap.Error(err))
+			return nil
+		}
+		r.traces.Remember(mctx, string(rs.UID))
+		// ordered per pod: a status another pod's newer one overtook
+		// (redelivered after a NATS server was lost) is still taken.
+		if !m.RuntimeStatusFrom(e.Source, e.Seq, rs) {
+			log.Debug("dropping a runtime status already seen or overtaken", zap.String(logging.FieldSubject, subject),
+				zap.String("source", e.Source), zap.Uint64("seq", e.Seq), zap.String(logging.FieldUID, string(rs.UID)))
+		}
+		return nil
+	}
+}
+
+// handleProbeResult hands a probe result to m.
+func (r *Runner) handleProbeResult(m *statusmanager.Manager, log *zap.Logger) bus.Handler {
+	return func(mctx context.Context, subject string, e *bus.Envelope) error {
+		pr, err := bus.DecodeProbeResult(e)
+		if err != nil {
+			log.Warn("dropping malformed probe result", zap.String(logging.FieldSubject, subject), zap.Error(err))
+			return nil
+		}
+		r.traces.Remember(mctx, string(pr.PodUID))
+		m.ProbeResult(pr)
+		return nil
+	}
+}
+
+// replayRecent replays each stream's last ReplayWindow; an incomplete
+// replay is logged, the durable consumers then carry on.
+func (r *Runner) replayRecent(ctx context.Context, node string, specs []consumeSpec, log *zap.Logger) {
 	for _, s := range specs {
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		n, err := replay(rctx, r.js, bus.StreamName(node, s.stream), s.filter, r.cfg.ReplayWindow, s.handle, log)
@@ -369,6 +397,12 @@ func (r *Runner) consume(ctx context.Context, node string, m *statusmanager.Mana
 			log.Info("replayed recent bus history", zap.String("stream", s.stream), zap.Int("messages", n))
 		}
 	}
+}
+
+// startConsumers starts one durable consumer a stream (a shadow's own,
+// gone an hour after it is) and returns their stops.
+func (r *Runner) startConsumers(ctx context.Context, node string, specs []consumeSpec, log *zap.Logger) ([]func(), error) {
+	var stops []func()
 	for _, s := range specs {
 		var filters []string
 		if s.filter != "" {
@@ -376,7 +410,6 @@ func (r *Runner) consume(ctx context.Context, node string, m *statusmanager.Mana
 		}
 		durable, inactive := s.durable, time.Duration(0)
 		if r.common.Shadow {
-			// its own consumers, gone an hour after the shadow is.
 			durable, inactive = bus.ShadowDurable(s.durable), time.Hour
 		}
 		stop, err := bus.Consume(ctx, r.js, bus.ConsumerOptions{

@@ -558,7 +558,7 @@ func TestRestartAppliesLateProbeResult(t *testing.T) {
 	}
 }
 
-// TestReconcilesAreNotSent (contract v2): statussync's consumer of the
+// TestReconcilesAreNotSent: statussync's consumer of the
 // pod-updates stream takes podupdates.* alone, so the server never sends it
 // the reconciles, which podconfig publishes on podupdates.reconcile.<p> and
 // which statussync would drop: of a RECONCILE and an UPDATE published after

@@ -836,111 +836,182 @@ func canBeDeleted(pod *corev1.Pod, st *versioned) bool {
 	return st.finished
 }
 
+// syncState is what sync reads of a pod under the lock before it talks to
+// the API server.
+type syncState struct {
+	st         versioned
+	static     bool
+	apiVersion uint64
+	target     *corev1.Pod
+	written    *corev1.Pod
+}
+
 // sync writes a pod's latest version if the API server has not got it, and
-// deletes the pod when it may go (kubelet: syncPod).
+// deletes the pod when it may go (kubelet: syncPod). It holds the lock only
+// between its calls to the API server: to read the pod's state, to record
+// a write's answer, to mark the pod deleted.
 func (m *Manager) sync(ctx context.Context, uid types.UID) (err error) {
-	m.mu.Lock()
-	e := m.entries[uid]
-	if e == nil || e.status == nil || !e.deletedAt.IsZero() {
-		m.mu.Unlock()
+	s, ok := m.syncState(uid)
+	if !ok {
 		return nil
 	}
-	st := *e.status
-	if m.opts.Tracer != nil {
-		if pctx := m.opts.Traces.Context(ctx, string(uid)); tracing.Traced(pctx) {
-			var span trace.Span
-			ctx, span = m.opts.Tracer.Start(pctx, "statussync sync", tracing.PodAttributes(st.namespace, st.name, string(uid)),
-				trace.WithAttributes(tracing.AttrStage.String("statussync"), attribute.Int64("splitlet.status.version", int64(st.version))))
-			defer func() { tracing.End(span, err) }()
+	if span := m.startSyncSpan(&ctx, uid, &s.st); span != nil {
+		defer func() { tracing.End(span, err) }()
+	}
+	log := m.log.WithLazy(podLog(s.st.namespace, s.st.name, uid)...)
+	target, err := m.syncTarget(ctx, uid, &s, log)
+	if err != nil || target == nil {
+		return err
+	}
+	base := freshest(target, s.written)
+	if s.apiVersion < s.st.version {
+		var done bool
+		if base, done, err = m.writeStatus(ctx, uid, &s, base, log); done {
+			return err
 		}
 	}
-	static := isStatic(m.specOrEmpty(e), e.source)
-	apiVersion := m.apiVersions[uid]
-	target := m.apiCopy(uid, st.namespace, st.name, static)
-	written := m.written[uid]
-	m.mu.Unlock()
-	log := m.log.WithLazy(podLog(st.namespace, st.name, uid)...)
-	if target == nil && !static {
+	if !canBeDeleted(base, &s.st) {
+		return nil
+	}
+	return m.deleteFinished(ctx, uid, base, log)
+}
+
+// syncState reads the pod's state under the lock; false when there is
+// nothing to sync (no status yet, or the pod deleted already).
+func (m *Manager) syncState(uid types.UID) (syncState, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := m.entries[uid]
+	if e == nil || e.status == nil || !e.deletedAt.IsZero() {
+		return syncState{}, false
+	}
+	s := syncState{st: *e.status, static: isStatic(m.specOrEmpty(e), e.source), apiVersion: m.apiVersions[uid], written: m.written[uid]}
+	s.target = m.apiCopy(uid, s.st.namespace, s.st.name, s.static)
+	return s, true
+}
+
+// startSyncSpan starts the sync's span in the pod's trace, if it has one,
+// and points *ctx at it.
+func (m *Manager) startSyncSpan(ctx *context.Context, uid types.UID, st *versioned) trace.Span {
+	if m.opts.Tracer == nil {
+		return nil
+	}
+	pctx := m.opts.Traces.Context(*ctx, string(uid))
+	if !tracing.Traced(pctx) {
+		return nil
+	}
+	var span trace.Span
+	*ctx, span = m.opts.Tracer.Start(pctx, "statussync sync", tracing.PodAttributes(st.namespace, st.name, string(uid)),
+		trace.WithAttributes(tracing.AttrStage.String("statussync"), attribute.Int64("splitlet.status.version", int64(st.version))))
+	return span
+}
+
+// syncTarget is the API object the status goes to; nil when the API has
+// none (yet): a mirror pod still to be created, or a pod already gone. The
+// informer's event brings the pod back here.
+func (m *Manager) syncTarget(ctx context.Context, uid types.UID, s *syncState, log *zap.Logger) (*corev1.Pod, error) {
+	target := s.target
+	if target == nil && !s.static {
 		// The informer may lag the bus (a pod created a moment ago), and its
 		// event comes too late when the stage is stopping: ask the API
 		// server, as the kubelet does before every write.
-		p, err := m.client.CoreV1().Pods(st.namespace).Get(ctx, st.name, metav1.GetOptions{})
+		p, err := m.client.CoreV1().Pods(s.st.namespace).Get(ctx, s.st.name, metav1.GetOptions{})
 		switch {
 		case err == nil && p.UID == uid:
 			target = p
 		case err != nil && !apierrors.IsNotFound(err):
 			log.Warn("reading the pod failed, will retry", zap.Error(err))
-			return err
+			return nil, err
 		}
 	}
 	if target == nil {
-		// Not in the API (yet): a mirror pod still to be created, or a pod
-		// already gone. The informer's event brings the pod back here.
-		log.Debug("no API object for the status yet", zap.Bool("static", static))
-		return nil
+		log.Debug("no API object for the status yet", zap.Bool("static", s.static))
 	}
-	base := freshest(target, written)
-	if apiVersion < st.version {
-		// kubelet: PodCouldHaveRunningContainers, from the runtime's report.
-		merged := apistatus.Merge(base, base.Status, st.status, !st.stopped)
-		patch, unchanged, err := apistatus.StatusPatch(base.UID, base.Status, merged)
-		if err != nil {
-			log.Error("cannot build the status patch", zap.Error(err))
-			return nil
-		}
-		if !unchanged {
-			updated, err := m.patchStatus(ctx, base, merged, patch)
-			switch {
-			case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
-				// Gone, or recreated under the same name (UID precondition).
-				log.Info("pod gone or recreated; status not written", zap.Error(err))
-				return nil
-			case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
-				// Retrying the same status cannot help; the next change or
-				// the next batch tries again.
-				log.Error("API server refused the status", zap.Error(err), zap.ByteString("patch", patch))
-				if m.opts.Recorder != nil {
-					m.opts.Recorder.Eventf(base, corev1.EventTypeWarning, "FailedToUpdatePodStatus", "Pod status refused by the API server: %v", err)
-				}
-				m.failures.Inc()
-				return nil
-			case err != nil:
-				log.Warn("status update failed, will retry", zap.Error(err))
-				if m.opts.Recorder != nil {
-					m.opts.Recorder.Eventf(base, corev1.EventTypeWarning, "FailedToUpdatePodStatus", "Failed to update pod status: %v", err)
-				}
-				return err
-			}
-			m.patches.Inc()
-			log.Debug("status patched", zap.Uint64("version", st.version), zap.ByteString("patch", patch))
-			m.mu.Lock()
-			if e := m.entries[uid]; e != nil && !e.stageDone && !e.runningAt.IsZero() &&
-				bus.AllRunning(updated.Status.ContainerStatuses) && !bus.AllRunning(base.Status.ContainerStatuses) {
-				// the patch that shows the new pod running: its time here.
-				e.stageDone = true
-				bus.ObserveStage(bus.StageStatussync, time.Since(e.runningAt))
-			}
-			// Only the view of the answer is kept, as the informer keeps
-			// only the view of its pods.
-			updated = m.view(updated)
-			base = updated
-			m.written[uid] = updated
-			if cur := m.apiCopy(uid, st.namespace, st.name, static); cur != nil {
-				// the informer may have seen the write already.
-				m.latest(uid, cur)
-			}
-			m.mu.Unlock()
-		}
-		m.mu.Lock()
-		if m.apiVersions[uid] < st.version {
-			m.apiVersions[uid] = st.version
-		}
-		m.mu.Unlock()
+	return target, nil
+}
+
+// writeStatus patches the pod's status to the manager's version and
+// records the answer; it returns the pod as the API server now holds it,
+// or done (with the error to retry on, if any) when sync stops here.
+func (m *Manager) writeStatus(ctx context.Context, uid types.UID, s *syncState, base *corev1.Pod, log *zap.Logger) (*corev1.Pod, bool, error) {
+	// kubelet: PodCouldHaveRunningContainers, from the runtime's report.
+	merged := apistatus.Merge(base, base.Status, s.st.status, !s.st.stopped)
+	patch, unchanged, err := apistatus.StatusPatch(base.UID, base.Status, merged)
+	if err != nil {
+		log.Error("cannot build the status patch", zap.Error(err))
+		return nil, true, nil
 	}
-	if !canBeDeleted(base, &st) {
-		return nil
+	var updated *corev1.Pod
+	if !unchanged {
+		updated, err = m.patchStatus(ctx, base, merged, patch)
+		if done, err := m.patchFailed(base, patch, err, log); done {
+			return nil, true, err
+		}
+		m.patches.Inc()
+		log.Debug("status patched", zap.Uint64("version", s.st.version), zap.ByteString("patch", patch))
 	}
-	err = m.deletePod(ctx, base)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if updated != nil {
+		m.observeRunning(uid, base, updated)
+		// Only the view of the answer is kept, as the informer keeps only
+		// the view of its pods.
+		updated = m.view(updated)
+		base = updated
+		m.written[uid] = updated
+		if cur := m.apiCopy(uid, s.st.namespace, s.st.name, s.static); cur != nil {
+			// the informer may have seen the write already.
+			m.latest(uid, cur)
+		}
+	}
+	if m.apiVersions[uid] < s.st.version {
+		m.apiVersions[uid] = s.st.version
+	}
+	return base, false, nil
+}
+
+// patchFailed sorts a failed status patch: done when sync stops, with the
+// error when a retry may help.
+func (m *Manager) patchFailed(base *corev1.Pod, patch []byte, err error, log *zap.Logger) (bool, error) {
+	switch {
+	case err == nil:
+		return false, nil
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		// Gone, or recreated under the same name (UID precondition).
+		log.Info("pod gone or recreated; status not written", zap.Error(err))
+		return true, nil
+	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
+		// Retrying the same status cannot help; the next change or the
+		// next batch tries again.
+		log.Error("API server refused the status", zap.Error(err), zap.ByteString("patch", patch))
+		if m.opts.Recorder != nil {
+			m.opts.Recorder.Eventf(base, corev1.EventTypeWarning, "FailedToUpdatePodStatus", "Pod status refused by the API server: %v", err)
+		}
+		m.failures.Inc()
+		return true, nil
+	default:
+		log.Warn("status update failed, will retry", zap.Error(err))
+		if m.opts.Recorder != nil {
+			m.opts.Recorder.Eventf(base, corev1.EventTypeWarning, "FailedToUpdatePodStatus", "Failed to update pod status: %v", err)
+		}
+		return true, err
+	}
+}
+
+// observeRunning times the stage on the patch that shows the new pod
+// running. Called with the lock held.
+func (m *Manager) observeRunning(uid types.UID, base, updated *corev1.Pod) {
+	if e := m.entries[uid]; e != nil && !e.stageDone && !e.runningAt.IsZero() &&
+		bus.AllRunning(updated.Status.ContainerStatuses) && !bus.AllRunning(base.Status.ContainerStatuses) {
+		e.stageDone = true
+		bus.ObserveStage(bus.StageStatussync, time.Since(e.runningAt))
+	}
+}
+
+// deleteFinished deletes a finished pod from the API server and marks it
+// deleted.
+func (m *Manager) deleteFinished(ctx context.Context, uid types.UID, base *corev1.Pod, log *zap.Logger) error {
+	err := m.deletePod(ctx, base)
 	switch {
 	case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err):
 	default:
