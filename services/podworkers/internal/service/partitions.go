@@ -22,7 +22,9 @@ import (
 	"github.com/splitlet/splitlet/libs/logging"
 	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/libs/tracing"
+	"github.com/splitlet/splitlet/services/podworkers/internal/controller"
 	"github.com/splitlet/splitlet/services/podworkers/internal/podsync"
+	"github.com/splitlet/splitlet/services/podworkers/internal/statuspub"
 )
 
 func labelsEverything() labels.Selector { return labels.Everything() }
@@ -131,6 +133,18 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 		return fail(err)
 	}
 	part.stops = append(part.stops, stop)
+	if err := r.serveRequests(pctx, p, part, rt, ctrl, pub, sink); err != nil {
+		return fail(err)
+	}
+	r.mu.Lock()
+	r.parts[p] = part
+	r.mu.Unlock()
+	return nil
+}
+
+// serveRequests answers the partition's runtime requests (logs, exec, exec
+// probes, stats, streams, evictions) until the partition stops.
+func (r *Runner) serveRequests(pctx context.Context, p int, part *partition, rt runtime.Runtime, ctrl *controller.Controller, pub *bus.Publisher, sink *statuspub.Publisher) error {
 	// A handler that panics answers the requester with an error of the
 	// kind it waits for, and the stage goes on.
 	serve := func(subject string, h func(context.Context, *nats.Msg), kind bus.Kind, failure func(string) any) error {
@@ -172,12 +186,9 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 			bus.KindEvictResult, func(e string) any { return &bus.EvictResult{Error: e} }},
 	} {
 		if err := serve(s.subject, s.h, s.kind, s.failure); err != nil {
-			return fail(err)
+			return err
 		}
 	}
-	r.mu.Lock()
-	r.parts[p] = part
-	r.mu.Unlock()
 	return nil
 }
 
