@@ -34,6 +34,34 @@ func labelsEverything() labels.Selector { return labels.Everything() }
 func updatesFollower(p int) string { return fmt.Sprintf("podworkers-p%d", p) }
 func probesDurable(p int) string   { return bus.DurablePodworkersProbes(p) }
 
+// follower and durable are updatesFollower and probesDurable, a shadow's
+// with its own names (docs/bus.md, "Shadow stages").
+func (r *Runner) follower(p int) string {
+	if r.common.Shadow {
+		return bus.ShadowIdentity(updatesFollower(p))
+	}
+	return updatesFollower(p)
+}
+
+func (r *Runner) durable(p int) string {
+	if r.common.Shadow {
+		return bus.ShadowDurable(probesDurable(p))
+	}
+	return probesDurable(p)
+}
+
+// durableInactive: a shadow's durables go an hour after the shadow; a live
+// replica's are the node's, kept.
+func (r *Runner) durableInactive() time.Duration {
+	if r.common.Shadow {
+		return shadowInactive
+	}
+	return 0
+}
+
+// shadowInactive is how long a shadow's probe durables outlive the shadow.
+const shadowInactive = time.Hour
+
 // consumerAckWait is short so that the probe results a crashed owner held
 // are redelivered, in order, before the next owner takes the partition (the
 // lease TTL is longer).
@@ -80,7 +108,7 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 	node := r.common.NodeName
 	updates, err := bus.Follow(ctx, r.conn.JS, bus.FollowOptions{
 		Stream: bus.StreamName(node, bus.StreamPodUpdates),
-		Name:   updatesFollower(p),
+		Name:   r.follower(p),
 		// the partition's pod updates and its reconciles (their own
 		// subject since contract v2), in stream order: the op is read
 		// from each envelope.
@@ -114,12 +142,13 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 	part.updates = updates
 	part.stops = append(part.stops, updates.Stop)
 	stop, err := bus.Consume(ctx, r.conn.JS, bus.ConsumerOptions{
-		Stream:        bus.StreamName(node, bus.StreamProbes),
-		Durable:       probesDurable(p),
-		Filters:       []string{r.subjects.ProbeResults(p)},
-		DeliverPolicy: jetstream.DeliverNewPolicy,
-		AckWait:       consumerAckWait,
-		Logger:        log,
+		Stream:            bus.StreamName(node, bus.StreamProbes),
+		Durable:           r.durable(p),
+		Filters:           []string{r.subjects.ProbeResults(p)},
+		DeliverPolicy:     jetstream.DeliverNewPolicy,
+		AckWait:           consumerAckWait,
+		Logger:            log,
+		InactiveThreshold: r.durableInactive(),
 	}, func(mctx context.Context, subject string, e *bus.Envelope) error {
 		pr, err := bus.DecodeProbeResult(e)
 		if err != nil {
@@ -133,8 +162,10 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 		return fail(err)
 	}
 	part.stops = append(part.stops, stop)
-	if err := r.serveRequests(pctx, p, part, rt, ctrl, pub, sink); err != nil {
-		return fail(err)
+	if !r.common.Shadow { // a shadow answers no runtime request: the live replicas do
+		if err := r.serveRequests(pctx, p, part, rt, ctrl, pub, sink); err != nil {
+			return fail(err)
+		}
 	}
 	r.mu.Lock()
 	r.parts[p] = part

@@ -334,7 +334,13 @@ func (r *Runner) ID() string {
 }
 
 // Source is the replica's source name on the bus.
-func (r *Runner) Source() string { return "podworkers-" + r.ID() }
+// A shadow's is shadow-podworkers-<id>.
+func (r *Runner) Source() string {
+	if r.common.Shadow {
+		return bus.ShadowIdentity("podworkers-" + r.ID())
+	}
+	return "podworkers-" + r.ID()
+}
 
 // Start returns at once; the stage's loops run in the background.
 func (r *Runner) Start(context.Context) error {
@@ -475,6 +481,9 @@ func (r *Runner) newRuntime(ctx context.Context) (runtime.Runtime, error) {
 func (r *Runner) run(ctx context.Context) error {
 	if err := r.conn.StreamsReady(ctx); err != nil {
 		return err
+	}
+	if r.common.Shadow {
+		return r.runShadow(ctx)
 	}
 	node := r.common.NodeName
 	kv, err := ownership.CreateBucket(ctx, r.conn.JS, bus.NodeToken(node), r.common.NATSReplicas)
