@@ -35,6 +35,9 @@ const (
 	// KindStatusPatch was added within v2: what a shadow statussync would
 	// have written (docs/bus.md, "Shadow stages").
 	KindStatusPatch Kind = "StatusPatch"
+	// KindShadowEvent was added within v2: an Event a shadow pod worker
+	// would have recorded (docs/bus.md, "Shadow stages").
+	KindShadowEvent Kind = "ShadowEvent"
 	// KindNodePressure, KindEvictRequest and KindEvictResult were added
 	// within v2 (node-pressure eviction).
 	KindNodePressure Kind = "NodePressure"
@@ -48,7 +51,7 @@ var knownKinds = map[Kind]bool{
 	KindLogsRequest: true, KindLogsChunk: true, KindExecRequest: true, KindExecResult: true,
 	KindStatsRequest: true, KindStatsResult: true,
 	KindStreamRequest: true, KindStreamResult: true,
-	KindStaticPods: true, KindStatusPatch: true, KindNodePressure: true, KindEvictRequest: true, KindEvictResult: true,
+	KindStaticPods: true, KindStatusPatch: true, KindShadowEvent: true, KindNodePressure: true, KindEvictRequest: true, KindEvictResult: true,
 }
 
 // Op is the operation of a PodUpdate, as the kubelet's config package names them.

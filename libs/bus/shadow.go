@@ -79,6 +79,44 @@ func DecodeStatusPatch(e *Envelope) (*StatusPatch, error) {
 	return DecodePayload[StatusPatch](e, KindStatusPatch)
 }
 
+// ShadowEvents is where a shadow pod worker publishes, under its shadow
+// prefix, the Events it would have recorded about the pods of the
+// partition (ShadowEvent); a live pod worker records them in the API
+// server.
+func (s Subjects) ShadowEvents(partition int) string { return s.part(tokEvents, partition) }
+
+const tokEvents = "events"
+
+// ShadowEvent is an Event a shadow stage decided on and did not record:
+// the object it is about (a Pod, or the Node) and the Event's type, reason
+// and message, as the live stage records them.
+type ShadowEvent struct {
+	Object    string    `json:"object"`
+	Namespace string    `json:"namespace,omitempty"`
+	Name      string    `json:"name"`
+	UID       types.UID `json:"uid,omitempty"`
+	Type      string    `json:"type"`
+	Reason    string    `json:"reason"`
+	Message   string    `json:"message,omitempty"`
+}
+
+func (ev *ShadowEvent) validate(*Envelope) error {
+	switch {
+	case ev.Name == "":
+		return fieldErr("payload.name", "required")
+	case ev.Reason == "":
+		return fieldErr("payload.reason", "required")
+	case ev.Type != "Normal" && ev.Type != "Warning":
+		return fieldErr("payload.type", "is %q, want Normal or Warning", ev.Type)
+	}
+	return nil
+}
+
+// DecodeShadowEvent decodes and checks a ShadowEvent payload.
+func DecodeShadowEvent(e *Envelope) (*ShadowEvent, error) {
+	return DecodePayload[ShadowEvent](e, KindShadowEvent)
+}
+
 // ShadowAll matches everything the node's shadows publish.
 func (s Subjects) ShadowAll() string { return s.prefix + "." + tokShadow + ".>" }
 

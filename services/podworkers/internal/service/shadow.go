@@ -27,7 +27,8 @@ import (
 // statuses show it: each start, stop or removal it decides on is recorded,
 // not carried out. It answers no runtime request, sets up no volume, runs
 // no garbage collection or cgroup housekeeping, says nothing of the node's
-// readiness, and records its Events in its log only.
+// readiness, and publishes the Events it would record as ShadowEvent
+// messages under its prefix.
 func (r *Runner) runShadow(ctx context.Context) error {
 	node := r.common.NodeName
 	if err := bus.EnsureShadowStream(ctx, r.conn.JS, node, r.common.NATSReplicas); err != nil {
@@ -42,10 +43,10 @@ func (r *Runner) runShadow(ctx context.Context) error {
 	defer stopMirror()
 	allocatable, thisNode, stopNode := r.watchNode(ctx)
 	defer stopNode()
-	recorder := shadowRecorder{r.log.Named("events")}
+	pub := bus.NewPublisher(r.conn.NC, r.conn.JS, node, r.Source(), r.common.BusEncodingOption())
+	recorder := shadowRecorder{log: r.log.Named("events"), pub: pub, subjects: r.subjects.Shadow(bus.StagePodworkers), partitions: r.common.Partitions}
 	syncOpts, _, stopSync := r.syncOptions(ctx, rt, recorder, allocatable, false)
 	defer stopSync()
-	pub := bus.NewPublisher(r.conn.NC, r.conn.JS, node, r.Source(), r.common.BusEncodingOption())
 	sink := statuspub.New(pub, r.common.Partitions, r.isActive, r.log.Named("status"))
 	sink.SetSubjects(r.subjects.Shadow(bus.StagePodworkers))
 	// it holds every partition in its own view: no other replica's pods
@@ -162,11 +163,35 @@ func (r *Runner) mirrorLive(ctx context.Context, rt *shadowrt.Runtime) (func(), 
 
 // shadowRecorder is a shadow pod worker's Event recorder: a shadow writes
 // nothing to the API server, so each Event the live pod workers would
-// record is logged at debug level instead.
-type shadowRecorder struct{ log *zap.Logger }
+// record goes out as a ShadowEvent on shadow.podworkers.events.<p> instead
+// (the partition of the object's UID), published without waiting for the
+// stream (a pod worker does not wait on its Events either).
+type shadowRecorder struct {
+	log        *zap.Logger
+	pub        *bus.Publisher
+	subjects   bus.Subjects
+	partitions int
+}
 
-func (s shadowRecorder) Event(_ runtime.Object, eventtype, reason, message string) {
-	s.log.Debug("shadow: Event not recorded", zap.String("type", eventtype), zap.String("reason", reason), zap.String("message", message))
+func (s shadowRecorder) Event(o runtime.Object, eventtype, reason, message string) {
+	ev := &bus.ShadowEvent{Type: eventtype, Reason: reason, Message: message}
+	switch obj := o.(type) {
+	case *corev1.Pod:
+		ev.Object, ev.Namespace, ev.Name, ev.UID = "Pod", obj.Namespace, obj.Name, obj.UID
+	case *corev1.Node:
+		ev.Object, ev.Name, ev.UID = "Node", obj.Name, obj.UID
+	case *corev1.ObjectReference:
+		ev.Object, ev.Namespace, ev.Name, ev.UID = obj.Kind, obj.Namespace, obj.Name, obj.UID
+	default:
+		ev.Object = fmt.Sprintf("%T", o)
+	}
+	if ev.Name == "" {
+		ev.Name = ev.Object
+	}
+	subject := s.subjects.ShadowEvents(bus.Partition(string(ev.UID), s.partitions))
+	if _, err := s.pub.PublishAsync(context.Background(), subject, bus.KindShadowEvent, "", ev); err != nil {
+		s.log.Debug("shadow: cannot publish an Event", zap.String("reason", reason), zap.String(logging.FieldSubject, subject), zap.Error(err))
+	}
 }
 
 func (s shadowRecorder) Eventf(o runtime.Object, eventtype, reason, format string, args ...any) {

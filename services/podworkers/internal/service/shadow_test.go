@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -51,11 +52,12 @@ const (
 // the live pod updates and probe results and publishes what it would under
 // shadow.podworkers: the same pod statuses as the live replica (the same
 // containers, the restart a liveness failure asks for, the termination of
-// a deleted pod), through durables of its own. The node does the same as
-// without it: the live runtime holds the containers the live replica alone
-// would start (no second start, no second restart), no shadow status
-// reaches the live subjects, it holds no partition lease and tries no
-// write to the API server. Killed with SIGKILL, it leaves the live node as
+// a deleted pod) and, as ShadowEvents, the container Events it would
+// record (Killing, Created, Started), reading through durables of its own.
+// The node does the same as without it: the live runtime holds the
+// containers the live replica alone would start (no second start, no
+// second restart), no shadow status reaches the live subjects, it holds no
+// partition lease and tries no write to the API server. Killed with SIGKILL, it leaves the live node as
 // it was: its pods keep their containers, a new pod starts once.
 func TestShadowPodWorkerChangesNothing(t *testing.T) {
 	e := newEnv(t, "pw-shadow")
@@ -92,6 +94,7 @@ func TestShadowPodWorkerChangesNothing(t *testing.T) {
 
 	checkLiveUnchanged(t, e, liveRT, a.UID, 2)
 	e.checkLiveDiff(t)
+	shadow.waitEvents(t, map[types.UID][]string{a.UID: {"Killing", "Created", "Started"}, b.UID: {"Created", "Started", "Killing"}})
 	if n := child.count("decision recorded, not carried out"); n == 0 {
 		t.Error("the shadow recorded no decision (start, stop): it did not decide")
 	}
@@ -181,6 +184,8 @@ func (e *env) checkShadowConsumers(t *testing.T) {
 type shadowView struct {
 	mu     sync.Mutex
 	status map[types.UID]*bus.PodRuntimeStatus
+	// events are the reasons of the ShadowEvents of each pod.
+	events map[types.UID][]string
 	wrong  []string
 }
 
@@ -191,7 +196,7 @@ func (e *env) watchShadow(t *testing.T) *shadowView {
 	if err := bus.EnsureShadowStream(t.Context(), js, e.node, 1); err != nil {
 		t.Fatal(err)
 	}
-	v := &shadowView{status: map[types.UID]*bus.PodRuntimeStatus{}}
+	v := &shadowView{status: map[types.UID]*bus.PodRuntimeStatus{}, events: map[types.UID][]string{}}
 	prefix := bus.For(e.node).Shadow(bus.StagePodworkers)
 	cons, err := js.OrderedConsumer(t.Context(), bus.StreamName(e.node, bus.StreamShadow), jetstream.OrderedConsumerConfig{})
 	if err != nil {
@@ -202,9 +207,18 @@ func (e *env) watchShadow(t *testing.T) *shadowView {
 		if err != nil {
 			return
 		}
-		st, err := bus.DecodePodRuntimeStatus(env)
 		v.mu.Lock()
 		defer v.mu.Unlock()
+		if env.Kind == bus.KindShadowEvent {
+			ev, err := bus.DecodeShadowEvent(env)
+			if err != nil || m.Subject() != prefix.ShadowEvents(bus.Partition(string(ev.UID), partitions)) {
+				v.wrong = append(v.wrong, m.Subject())
+				return
+			}
+			v.events[ev.UID] = append(v.events[ev.UID], ev.Reason)
+			return
+		}
+		st, err := bus.DecodePodRuntimeStatus(env)
 		if err != nil || m.Subject() != prefix.PodStatus(bus.Partition(string(st.UID), partitions)) {
 			v.wrong = append(v.wrong, m.Subject())
 			return
@@ -241,6 +255,32 @@ func (v *shadowView) waitSame(t *testing.T, e *env, uid types.UID, what string) 
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s:\n%s", what, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitEvents waits until the shadow published, for each pod, ShadowEvents
+// of each reason wanted.
+func (v *shadowView) waitEvents(t *testing.T, want map[types.UID][]string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v.mu.Lock()
+		var missing []string
+		for uid, reasons := range want {
+			for _, r := range reasons {
+				if !slices.Contains(v.events[uid], r) {
+					missing = append(missing, fmt.Sprintf("%s of %s (have %v)", r, uid, v.events[uid]))
+				}
+			}
+		}
+		v.mu.Unlock()
+		if len(missing) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("shadow Events missing: %v", missing)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -346,6 +386,9 @@ func runShadowChild(node string) int {
 		return 2
 	}
 	cfg.Housekeeping, cfg.ContainerBackOff, cfg.BackOffPeriod = 200*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond
+	// the container Events a live pod worker of a real runtime records,
+	// published by the shadow (the sim runtime's default records none).
+	cfg.ContainerEvents = "on"
 	url := os.Getenv(shadowChildNATS)
 	common := &config.Common{NodeName: node, Partitions: partitions, Runtime: config.RuntimeSim, DataDir: os.TempDir(), NATSURL: url, NATSReplicas: 1, Shadow: true}
 	rc, err := clientcmd.BuildConfigFromFlags("", os.Getenv(shadowChildKubeconfig))
