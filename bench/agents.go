@@ -35,8 +35,9 @@ type agentRun struct {
 	dir   string
 	// health is the health/pprof address of each Splitlet process.
 	health map[string]string
-	// natsMonitor is the nats-server's monitoring address (split runs).
-	natsMonitor string
+	// natsMonitor is the nats-server's monitoring address, natsURL its
+	// client URL (split runs).
+	natsMonitor, natsURL string
 	// cleanups run after the processes stopped (a trace collector).
 	cleanups []func()
 	// cpuAtCreate is each process's CPU time when the first pod was
@@ -343,6 +344,10 @@ var agents = []agent{
 	// tracing at a sample rate of 1 % and 100 % (-agents split,split-trace1,split-trace100).
 	{name: "split-trace1", registersNode: true, start: startSplitTraced(0.01)},
 	{name: "split-trace100", registersNode: true, start: startSplitTraced(1)},
+	// The split agent with a shadow prober beside its live stages (--shadow:
+	// the same pods probed again, results under the shadow prefix): what a
+	// shadow costs the node.
+	{name: "split-shadow", registersNode: true, start: startSplitShadow},
 	// The split and all-in-one agents from another build's binaries
 	// (-base-bin): a change and what it replaced, measured in one run
 	// (-agents split,split-base,kwok).
@@ -380,6 +385,25 @@ func startSplitTraced(rate float64) func(context.Context, *benchEnv, string) (*a
 		return r, err
 	}
 }
+
+// startSplitShadow is the split agent and a shadow prober, its process
+// named shadow-prober-0.
+func startSplitShadow(_ context.Context, env *benchEnv, node string) (*agentRun, error) {
+	r, err := startSplitFrom(env, env.binDir, node, "split-shadow")
+	if err != nil {
+		return r, err
+	}
+	const name = shadowProc + "prober-0"
+	args, err := r.splitletArgs(env, node, filepath.Join(r.dir, name), name)
+	if err != nil {
+		return r, err
+	}
+	args = append(args, "--nats-url="+r.natsURL, "--shadow")
+	return r, r.spawn(env, name, filepath.Join(env.binDir, "prober"), args...)
+}
+
+// shadowProc starts the name of a shadow stage's process.
+const shadowProc = "shadow-"
 
 func startAllInOne(_ context.Context, env *benchEnv, node string) (*agentRun, error) {
 	return startAllInOneFrom(env, env.binDir, node, "allinone")
@@ -438,6 +462,7 @@ func startSplitFrom(env *benchEnv, binDir, node, name string, extra ...string) (
 	}
 	r.natsMonitor = monAddr
 	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
+	r.natsURL = natsURL
 	replicas := max(env.scale.replicas, 1)
 	services := []string{"podconfig", "statussync", "prober", "nodehb"}
 	for i := 0; i < replicas; i++ {

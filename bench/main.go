@@ -33,7 +33,7 @@ func main() {
 	var (
 		pods        = flag.Int("pods", 5000, "pods per agent")
 		concurrency = flag.Int("concurrency", 20, "concurrent pod creations")
-		which       = flag.String("agents", "split,allinone,kwok,kwok-v0.7.0,ideal", "agents to run, in order (also: split-trace1, split-trace100: split with tracing at 1 % and 100 %)")
+		which       = flag.String("agents", "split,split-shadow,allinone,kwok,kwok-v0.7.0,ideal", "agents to run, in order (split-shadow: split with a shadow prober; also: split-trace1, split-trace100: split with tracing at 1 % and 100 %)")
 		outDir      = flag.String("out", "bench/out", "where the JSON figures go")
 		backlog     = flag.Int("backlog-pods", 5000, "pods of the backlog case: created before each agent starts, drained from its start (0: skip it)")
 		scalePods   = flag.Int("scale-pods", 2000, "pods of the scaling case (0: skip it)")
@@ -381,6 +381,7 @@ var burstRows = []tableRow{
 	{"of it, executables' pages (MiB)", func(x *result) float64 { return float64(x.FileRSSBytes) / (1 << 20) }},
 	{"peak RSS less executables' pages (MiB)", func(x *result) float64 { return float64(x.PeakRSSBytes-x.FileRSSBytes) / (1 << 20) }},
 	{"agent CPU, first create → all gone (s)", func(x *result) float64 { return x.CPUSec }},
+	{"of which shadow stages' CPU (s)", func(x *result) float64 { return x.shadowCPU() }},
 	{"agent CPU, whole life with start-up (s)", func(x *result) float64 { return x.CPULifeSec }},
 	{"control plane CPU, agent's life (s)", func(x *result) float64 { return x.ControlPlaneCPUSec }},
 	{"bus messages delivered per pod (split)", func(x *result) float64 { return x.BusMsgsPerPod }},
@@ -398,6 +399,18 @@ var backlogRows = []tableRow{
 	{"time to all gone after DeleteCollection (s)", func(x *result) float64 { return x.AllGoneSec }},
 	{"peak PSS, summed, sampled (MiB)", func(x *result) float64 { return float64(x.PeakPSSBytes) / (1 << 20) }},
 	{"agent CPU, start → all gone (s)", func(x *result) float64 { return x.CPUSec }},
+}
+
+// shadowCPU is the CPU time of the run's shadow stages (split-shadow's
+// shadow prober), part of CPUSec.
+func (x *result) shadowCPU() float64 {
+	var sum float64
+	for name, sec := range x.CPUEach {
+		if strings.HasPrefix(name, shadowProc) {
+			sum += sec
+		}
+	}
+	return sum
 }
 
 func printTable(out io.Writer, order []string, r map[string]*result, rounds map[string][]*result) {

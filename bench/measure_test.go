@@ -15,3 +15,11 @@ func TestPodNameIsADNSLabel(t *testing.T) {
 		}
 	}
 }
+
+// TestShadowCPU: the shadow row sums the shadow stages' processes alone.
+func TestShadowCPU(t *testing.T) {
+	x := &result{CPUEach: map[string]float64{"shadow-prober-0": 0.5, "prober-2": 1, "podworkers-4": 2}}
+	if got := x.shadowCPU(); got != 0.5 {
+		t.Errorf("shadow CPU %v, want 0.5", got)
+	}
+}

@@ -76,6 +76,19 @@ func TestSplitletStages(t *testing.T) {
 			t.Errorf("permission violations:\n%s", strings.Join(v, "\n"))
 		}
 	})
+	t.Run("podworkers-shadow", func(t *testing.T) {
+		// the pod workers as a shadow, under their shadow identity: the
+		// kit's shadow cases (statuses under the shadow prefix, the live
+		// runtime's containers, nothing live), no permission violation.
+		const node = "selftest-podworkers-shadow"
+		n := bustest.Start(t, node, 4)
+		apptest.Start(t, "podworkers", []string{"--nats-url=" + n.URL, "--nats-nkey=" + n.Seed(bus.ShadowIdentity(bus.StagePodworkers)),
+			"--node-name=" + node, "--partitions=4", "--kubeconfig=" + cp.Kubeconfig, "--shadow"}, podworkers.Service())
+		conformance.PodWorkersShadow(t, conformance.Target{NATSURL: n.URL, NATSOptions: n.Options(t, bus.AdminIdentity), Node: node, Partitions: 4, Config: cp.Config})
+		if v := n.Violations.All(); len(v) > 0 {
+			t.Errorf("permission violations:\n%s", strings.Join(v, "\n"))
+		}
+	})
 	t.Run("podconfig", func(t *testing.T) {
 		tg := stage(t, "selftest-podconfig")
 		apptest.Start(t, "podconfig", common(tg), podconfig.Service())

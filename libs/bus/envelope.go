@@ -34,6 +34,9 @@ const (
 	// KindStatusPatch is what a shadow statussync would have written
 	// (docs/bus.md, "Shadow stages").
 	KindStatusPatch Kind = "StatusPatch"
+	// KindShadowEvent is an Event a shadow pod worker would have recorded
+	// (docs/bus.md, "Shadow stages").
+	KindShadowEvent Kind = "ShadowEvent"
 	// KindNodePressure, KindEvictRequest and KindEvictResult carry
 	// node-pressure eviction.
 	KindNodePressure Kind = "NodePressure"
@@ -51,7 +54,7 @@ var knownKinds = map[Kind]bool{
 	KindLogsRequest: true, KindLogsChunk: true, KindExecRequest: true, KindExecResult: true,
 	KindStatsRequest: true, KindStatsResult: true,
 	KindStreamRequest: true, KindStreamResult: true,
-	KindStaticPods: true, KindStatusPatch: true, KindNodePressure: true, KindEvictRequest: true, KindEvictResult: true,
+	KindStaticPods: true, KindStatusPatch: true, KindShadowEvent: true, KindNodePressure: true, KindEvictRequest: true, KindEvictResult: true,
 	KindReclaimRequest: true, KindReclaimResult: true,
 }
 

@@ -28,7 +28,7 @@ const tokShadow = "shadow"
 const StreamShadow = "shadow"
 
 // ShadowStages are the stages that have a shadow mode.
-var ShadowStages = []string{StageProber, StageStatussync}
+var ShadowStages = []string{StagePodworkers, StageProber, StageStatussync}
 
 // ShadowIdentity is the bus identity of a stage's shadow: shadow-<stage>.
 // Its durables, inboxes and service name start with it.
@@ -79,6 +79,44 @@ func DecodeStatusPatch(e *Envelope) (*StatusPatch, error) {
 	return DecodePayload[StatusPatch](e, KindStatusPatch)
 }
 
+// ShadowEvents is where a shadow pod worker publishes, under its shadow
+// prefix, the Events it would have recorded about the pods of the
+// partition (ShadowEvent); a live pod worker records them in the API
+// server.
+func (s Subjects) ShadowEvents(partition int) string { return s.part(tokEvents, partition) }
+
+const tokEvents = "events"
+
+// ShadowEvent is an Event a shadow stage decided on and did not record:
+// the object it is about (a Pod, or the Node) and the Event's type, reason
+// and message, as the live stage records them.
+type ShadowEvent struct {
+	Object    string    `json:"object"`
+	Namespace string    `json:"namespace,omitempty"`
+	Name      string    `json:"name"`
+	UID       types.UID `json:"uid,omitempty"`
+	Type      string    `json:"type"`
+	Reason    string    `json:"reason"`
+	Message   string    `json:"message,omitempty"`
+}
+
+func (ev *ShadowEvent) validate(*Envelope) error {
+	switch {
+	case ev.Name == "":
+		return fieldErr("payload.name", "required")
+	case ev.Reason == "":
+		return fieldErr("payload.reason", "required")
+	case ev.Type != "Normal" && ev.Type != "Warning":
+		return fieldErr("payload.type", "is %q, want Normal or Warning", ev.Type)
+	}
+	return nil
+}
+
+// DecodeShadowEvent decodes and checks a ShadowEvent payload.
+func DecodeShadowEvent(e *Envelope) (*ShadowEvent, error) {
+	return DecodePayload[ShadowEvent](e, KindShadowEvent)
+}
+
 // ShadowAll matches everything the node's shadows publish.
 func (s Subjects) ShadowAll() string { return s.prefix + "." + tokShadow + ".>" }
 
@@ -124,22 +162,29 @@ func EnsureShadowStream(ctx context.Context, js jetstream.JetStream, node string
 }
 
 // ShadowStreams is what a shadow of stage reads: the live stage's streams
-// with its durables renamed (ShadowDurable).
+// with its durables renamed (ShadowDurable), but the pod workers' partition
+// leases (a shadow pod worker holds every partition in its own view and
+// takes none from the live replicas).
 func ShadowStreams(stage, node string, partitions int) []StreamUse {
-	uses := StageStreams(stage, node, partitions)
-	for i := range uses {
-		uses[i].Durables = slices.Clone(uses[i].Durables)
-		for j, d := range uses[i].Durables {
-			uses[i].Durables[j] = ShadowDurable(d)
+	var out []StreamUse
+	for _, u := range StageStreams(stage, node, partitions) {
+		if u.Stream == "KV_"+LeaseBucket(node) {
+			continue
 		}
+		u.Durables = slices.Clone(u.Durables)
+		for j, d := range u.Durables {
+			u.Durables[j] = ShadowDurable(d)
+		}
+		out = append(out, u)
 	}
-	return uses
+	return out
 }
 
 // ShadowPermissions are the permissions of stage's shadow identity: read
-// what the live stage reads (through its own durables), publish on its
-// shadow prefix alone (and, for the prober, its exec probes, which the pod
-// workers run only when they are the pod's own probe commands).
+// what the live stage reads (through its own durables; for the pod workers,
+// not their partition leases), publish on its shadow prefix alone (and, for
+// the prober, its exec probes, which the pod workers run only when they are
+// the pod's own probe commands).
 func ShadowPermissions(stage, node string, partitions int) (Permissions, error) {
 	if !slices.Contains(ShadowStages, stage) {
 		return Permissions{}, fmt.Errorf("bus: stage %q has no shadow mode (%s have)", stage, strings.Join(ShadowStages, ", "))

@@ -139,3 +139,55 @@ func TestShadowStatussyncIdentity(t *testing.T) {
 		t.Error("the statussync shadow published under the prober shadow's prefix")
 	}
 }
+
+// TestShadowPodworkersIdentity: the pod workers' shadow publishes its pod
+// statuses under its shadow prefix and reads the probe results through
+// durables of its own; it may not publish a live pod status or agent
+// readiness, take the live replicas' probe durables, nor write to the
+// partition lease bucket.
+func TestShadowPodworkersIdentity(t *testing.T) {
+	const node = "shadow-pw"
+	srv := bustest.Start(t, node, 2)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	nc := srv.Connect(t, bus.ShadowIdentity(bus.StagePodworkers), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := bus.For(node)
+	probes := bus.StreamName(node, bus.StreamProbes)
+	if _, err := js.CreateOrUpdateConsumer(ctx, probes, jetstream.ConsumerConfig{Durable: bus.ShadowDurable(bus.DurablePodworkersProbes(1)), AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Errorf("its own probe durable: %v", err)
+	}
+	pub := bus.NewPublisher(nc, js, node, "shadow-podworkers")
+	st := &bus.PodRuntimeStatus{UID: "u", Namespace: "d", Name: "p"}
+	if err := pub.Publish(ctx, s.Shadow(bus.StagePodworkers).PodStatus(1), bus.KindPodRuntimeStatus, "", st); err != nil {
+		t.Errorf("publish its pod status: %v", err)
+	}
+	if v := srv.Violations.All(); len(v) > 0 {
+		t.Fatalf("violations by what the shadow may do: %v", v)
+	}
+	short := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 2*time.Second) }
+	refused := []func(context.Context) error{
+		func(c context.Context) error { return pub.Publish(c, s.PodStatus(1), bus.KindPodRuntimeStatus, "", st) },
+		func(c context.Context) error {
+			return pub.Publish(c, s.AgentReady(), bus.KindAgentReadiness, "", &bus.AgentReadiness{Ready: true, Partitions: 2})
+		},
+		func(c context.Context) error {
+			_, err := js.CreateOrUpdateConsumer(c, probes, jetstream.ConsumerConfig{Durable: bus.DurablePodworkersProbes(1), AckPolicy: jetstream.AckExplicitPolicy})
+			return err
+		},
+		func(c context.Context) error {
+			_, err := js.Publish(c, "$KV."+bus.LeaseBucket(node)+".p0", []byte("shadow"))
+			return err
+		},
+	}
+	for i, f := range refused {
+		c, cc := short()
+		if err := f(c); err == nil {
+			t.Errorf("step %d (live status, agent readiness, live durable, lease write): allowed", i)
+		}
+		cc()
+	}
+}

@@ -155,3 +155,69 @@ func StatusSyncShadow(t *testing.T, tg Target, opts ...Option) {
 		}
 	})
 }
+
+// PodWorkersShadow checks a pod worker running as a shadow (--shadow),
+// with no live pod worker on the node: the kit plays the live pod workers
+// (their statuses on podstatus.*, which a shadow takes for the live
+// runtime's state) and podconfig.
+//
+// Cases:
+//   - shadow/status-under-the-shadow-prefix: a pod the kit adds, whose
+//     container the kit's live pod worker reports running, comes out under
+//     shadow.podworkers.podstatus.<p> of its partition with that very
+//     container running: the shadow decided the start and took the live
+//     runtime's container, it started none of its own.
+//   - shadow/nothing-live: over the same time, no pod status on the live
+//     podstatus.* subjects but the kit's, no AgentReadiness, and no Event
+//     in the API server about the pod (when Config is set).
+//   - shadow/own-consumers: the shadow reads the probe results through its
+//     own durables (shadow-podworkers-probes-p<p>); the live replicas'
+//     are neither made nor consumed.
+func PodWorkersShadow(t *testing.T, tg Target, opts ...Option) {
+	h := newHarness(t, tg, opts)
+	h.publish(t, h.config, h.subjects.SourcesReady(), bus.KindSourcesReady, "",
+		&bus.SourcesReady{Sources: []string{SourceAPI}, Ready: []string{SourceAPI}, AllReady: true})
+	shadow := h.subjects.Shadow(bus.StagePodworkers)
+	statuses := h.watch(t, shadow.PodStatusAll())
+	live := h.watch(t, h.subjects.PodStatusAll(), SourcePodWorkers)
+	agent := h.watch(t, h.subjects.AgentReady())
+	var pod *corev1.Pod
+	h.run(t, "shadow/status-under-the-shadow-prefix", false, func(t *testing.T) {
+		pod = h.newPod("shadow-pw", corev1.Container{Name: "app", Image: "busybox"})
+		h.sendPods(t, bus.OpAdd, pod)
+		id := "kit://" + string(pod.UID)[:8]
+		h.sendStatus(t, h.runningStatus(pod, map[string]string{"app": id}, time.Now()))
+		_, r := statuses.waitFor(t, 0, "the pod's shadow status with the live container running", func(r received) bool {
+			st, err := bus.DecodePodRuntimeStatus(r.env)
+			return err == nil && st.UID == pod.UID && len(st.ContainerStatuses) == 1 &&
+				st.ContainerStatuses[0].ContainerID == id && st.ContainerStatuses[0].State.Running != nil
+		})
+		if want := shadow.PodStatus(h.partition(string(pod.UID))); r.subject != want {
+			t.Errorf("shadow pod status on %s, want %s", r.subject, want)
+		}
+	})
+	h.run(t, "shadow/nothing-live", false, func(t *testing.T) {
+		if pod == nil {
+			t.Skip("no shadow status to compare with")
+		}
+		live.never(t, 0, quiet, "a live pod status while only a shadow pod worker runs", func(received) bool { return true })
+		agent.never(t, 0, 0, "an AgentReadiness from a shadow pod worker", func(received) bool { return true })
+		if h.tg.Config != nil {
+			h.noEvents(t, pod)
+		}
+	})
+	h.run(t, "shadow/own-consumers", false, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), h.tg.Timeout)
+		defer cancel()
+		name := bus.StreamName(h.tg.Node, bus.StreamProbes)
+		for p := 0; p < h.tg.Partitions; p++ {
+			d := bus.DurablePodworkersProbes(p)
+			if _, err := h.js.Consumer(ctx, name, d); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				t.Errorf("the live durable %s on %s: %v; want none", d, name, err)
+			}
+			if _, err := h.js.Consumer(ctx, name, bus.ShadowDurable(d)); err != nil {
+				t.Errorf("the shadow's durable %s on %s: %v", bus.ShadowDurable(d), name, err)
+			}
+		}
+	})
+}

@@ -184,6 +184,21 @@ func podOfKey(key string) string {
 	return key
 }
 
+// LiveOutputs is what a live diff compares of a stage: its outputs
+// (Outputs), but for the pod workers their pod statuses alone: a shadow pod
+// worker says nothing of the node's readiness (the live replicas' agent
+// readiness is the node's).
+func LiveOutputs(node, stage string) (Filter, error) {
+	out, err := Outputs(node, stage)
+	if err != nil {
+		return out, err
+	}
+	if stage == bus.StagePodworkers {
+		delete(out.Subjects, bus.StreamState)
+	}
+	return out, nil
+}
+
 // shadowFilter is f with each subject moved under the stage's shadow
 // prefix, in the shadow stream.
 func shadowFilter(node, stage string, f Filter) Filter {
@@ -204,7 +219,7 @@ func shadowFilter(node, stage string, f Filter) Filter {
 // key's first lasting difference and a summary every o.Every; Live
 // returns the last summary.
 func Live(ctx context.Context, js jetstream.JetStream, o LiveOptions, emit func(LiveEvent)) (LiveSummary, error) {
-	out, err := Outputs(o.Node, o.Stage)
+	out, err := LiveOutputs(o.Node, o.Stage)
 	if err != nil {
 		return LiveSummary{}, err
 	}

@@ -53,3 +53,20 @@ func TestShadowFilter(t *testing.T) {
 		t.Errorf("shadow filter %+v", f.Subjects)
 	}
 }
+
+// TestLiveOutputsPodworkers: the pod workers' live diff compares their pod
+// statuses, under the shadow prefix on the shadow side, and not the agent
+// readiness a shadow does not publish.
+func TestLiveOutputsPodworkers(t *testing.T) {
+	out, err := LiveOutputs("n", "podworkers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Subjects) != 1 || len(out.Subjects["podstatus"]) != 1 || out.Subjects["podstatus"][0] != "splitlet.v1.n.podstatus.*" {
+		t.Errorf("live side %+v", out.Subjects)
+	}
+	f := shadowFilter("n", "podworkers", out)
+	if got := f.Subjects["shadow"]; len(got) != 1 || got[0] != "splitlet.v1.n.shadow.podworkers.podstatus.*" {
+		t.Errorf("shadow side %+v", f.Subjects)
+	}
+}

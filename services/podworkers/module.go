@@ -24,6 +24,9 @@ func Service() app.Service {
 	// memory-limit auto's budget for a pod, with the collector's headroom
 	// (measured: docs/bench.md, "Memory"): the pod worker, the runtime's record and the admission view of each pod.
 	s.MemoryPerPod = 28 << 10
+	// --shadow: beside the live pod workers, deciding on the live pod
+	// updates, changing nothing on the node (docs/bus.md, "Shadow stages").
+	s.Shadow = true
 	return s
 }
 

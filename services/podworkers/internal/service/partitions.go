@@ -34,6 +34,34 @@ func labelsEverything() labels.Selector { return labels.Everything() }
 func updatesFollower(p int) string { return fmt.Sprintf("podworkers-p%d", p) }
 func probesDurable(p int) string   { return bus.DurablePodworkersProbes(p) }
 
+// follower and durable are updatesFollower and probesDurable, a shadow's
+// with its own names (docs/bus.md, "Shadow stages").
+func (r *Runner) follower(p int) string {
+	if r.common.Shadow {
+		return bus.ShadowIdentity(updatesFollower(p))
+	}
+	return updatesFollower(p)
+}
+
+func (r *Runner) durable(p int) string {
+	if r.common.Shadow {
+		return bus.ShadowDurable(probesDurable(p))
+	}
+	return probesDurable(p)
+}
+
+// durableInactive: a shadow's durables go an hour after the shadow; a live
+// replica's are the node's, kept.
+func (r *Runner) durableInactive() time.Duration {
+	if r.common.Shadow {
+		return shadowInactive
+	}
+	return 0
+}
+
+// shadowInactive is how long a shadow's probe durables outlive the shadow.
+const shadowInactive = time.Hour
+
 // consumerAckWait is short so that the probe results a crashed owner held
 // are redelivered, in order, before the next owner takes the partition (the
 // lease TTL is longer).
@@ -70,7 +98,7 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 	if err == nil {
 		err = r.consumeProbes(ctx, p, part, ctrl, log)
 	}
-	if err == nil {
+	if err == nil && !r.common.Shadow { // a shadow answers no runtime request: the live replicas do
 		err = r.serveRequests(pctx, p, part, ctrl, rt, pub, sink)
 	}
 	if err != nil {
@@ -105,7 +133,7 @@ func (r *Runner) rebuild(ctx context.Context, p int, rt runtime.Runtime) (map[st
 func (r *Runner) followUpdates(ctx context.Context, p int, part *partition, ctrl *controller.Controller, after uint64, log *zap.Logger) error {
 	updates, err := bus.Follow(ctx, r.conn.JS, bus.FollowOptions{
 		Stream:  bus.StreamName(r.common.NodeName, bus.StreamPodUpdates),
-		Name:    updatesFollower(p),
+		Name:    r.follower(p),
 		Filters: r.subjects.PartitionPodUpdates(p),
 		After:   after,
 		Logger:  log,
@@ -142,12 +170,13 @@ func (r *Runner) followUpdates(ctx context.Context, p int, part *partition, ctrl
 // the replicas.
 func (r *Runner) consumeProbes(ctx context.Context, p int, part *partition, ctrl *controller.Controller, log *zap.Logger) error {
 	stop, err := bus.Consume(ctx, r.conn.JS, bus.ConsumerOptions{
-		Stream:        bus.StreamName(r.common.NodeName, bus.StreamProbes),
-		Durable:       probesDurable(p),
-		Filters:       []string{r.subjects.ProbeResults(p)},
-		DeliverPolicy: jetstream.DeliverNewPolicy,
-		AckWait:       consumerAckWait,
-		Logger:        log,
+		Stream:            bus.StreamName(r.common.NodeName, bus.StreamProbes),
+		Durable:           r.durable(p),
+		Filters:           []string{r.subjects.ProbeResults(p)},
+		DeliverPolicy:     jetstream.DeliverNewPolicy,
+		AckWait:           consumerAckWait,
+		Logger:            log,
+		InactiveThreshold: r.durableInactive(),
 	}, func(mctx context.Context, subject string, e *bus.Envelope) error {
 		pr, err := bus.DecodeProbeResult(e)
 		if err != nil {

@@ -328,7 +328,13 @@ func (r *Runner) ID() string {
 }
 
 // Source is the replica's source name on the bus.
-func (r *Runner) Source() string { return "podworkers-" + r.ID() }
+// A shadow's is shadow-podworkers-<id>.
+func (r *Runner) Source() string {
+	if r.common.Shadow {
+		return bus.ShadowIdentity("podworkers-" + r.ID())
+	}
+	return "podworkers-" + r.ID()
+}
 
 // Start returns at once; the stage's loops run in the background.
 func (r *Runner) Start(context.Context) error {
@@ -470,6 +476,9 @@ func (r *Runner) run(ctx context.Context) error {
 	if err := r.conn.StreamsReady(ctx); err != nil {
 		return err
 	}
+	if r.common.Shadow {
+		return r.runShadow(ctx)
+	}
 	node := r.common.NodeName
 	kv, err := ownership.CreateBucket(ctx, r.conn.JS, bus.NodeToken(node), r.common.NATSReplicas)
 	if err != nil {
@@ -501,13 +510,8 @@ func (r *Runner) run(ctx context.Context) error {
 	if err := r.checkSecurity(rt); err != nil {
 		return err
 	}
-	fallback, _ := kube.ParseResourceList(r.cfg.FallbackAllocatable)
-
-	// the Node object's allocatable, from an informer on this one node.
-	nodeFactory := informers.NewSharedInformerFactoryWithOptions(r.cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", node).String()
-	}))
-	nodeLister := nodeFactory.Core().V1().Nodes().Lister()
+	allocatable, thisNode, stopNode := r.watchNode(ctx)
+	defer stopNode()
 	nodePods, err := newNodePodsView(ctx, r.cs, node, r.common.Partitions, r.log)
 	if err != nil {
 		return err
@@ -516,104 +520,22 @@ func (r *Runner) run(ctx context.Context) error {
 	r.mu.Lock()
 	r.nodePods = nodePods
 	r.mu.Unlock()
-	nodeFactory.Start(ctx.Done())
-	defer nodeFactory.Shutdown()
-	// admission should see the Node; an API server that does not answer
-	// only delays the start (the fallback applies).
-	syncCtx, cancelSync := context.WithTimeout(ctx, 10*time.Second)
-	nodeFactory.WaitForCacheSync(syncCtx.Done())
-	cancelSync()
-	allocatable := func() corev1.ResourceList {
-		if n, err := nodeLister.Get(node); err == nil && len(n.Status.Allocatable) > 0 {
-			return n.Status.Allocatable
-		}
-		return fallback
-	}
-	nodeAlloc := func() corev1.ResourceList {
-		if n, err := nodeLister.Get(node); err == nil && len(n.Status.Allocatable) > 0 {
-			return n.Status.Allocatable
-		}
-		return nil
-	}
-	r.allocatable.f.Store(&nodeAlloc)
-	thisNode := func() *corev1.Node {
-		if n, err := nodeLister.Get(node); err == nil {
-			return n
-		}
-		return nil
-	}
 
 	recorder, stopRecorder := kube.NewRecorder(r.cs, node)
 	defer stopRecorder()
-	syncOpts := []podsync.Option{podsync.WithBackOff(r.cfg.ContainerBackOff, r.cfg.ContainerBackOffMax), podsync.WithHostIP(r.cfg.HostIP),
-		podsync.WithStartObserver(r.metrics.started)}
-	var podRecorder record.EventRecorder // the pods' Events, nil when off
-	syncOpts = append(syncOpts, securitySyncOptions(rt)...)
-	if r.cfg.ContainerEvents.On(rt.Type() != sim.Type) {
-		podRecorder = recorder
-		syncOpts = append(syncOpts, podsync.WithRecorder(recorder))
-	}
-	syncOpts = append(syncOpts, podsync.WithDNS(r.dnsConfigurer(podRecorder)))
-	if rt.Type() == cri.Type {
-		// the pods' imagePullSecrets, for the runtime that pulls images.
-		syncOpts = append(syncOpts, podsync.WithPullSecrets(volumes.Client{CS: r.cs}))
-	}
-	var vols *volumes.Manager
-	if r.cfg.Volumes.On(rt.Type() != sim.Type) {
-		root := r.cfg.RootDir
-		if root == "" {
-			root = filepath.Join(r.common.DataDir, "kubelet")
-		}
-		client := volumes.Client{CS: r.cs}
-		volOpts := []volumes.Option{volumes.WithAllocatable(allocatable), volumes.WithLogger(r.log.Named("volumes"))}
-		if users, ok := rt.(runtime.PodUsers); ok {
-			volOpts = append(volOpts, volumes.WithPodUsers(users))
-		}
-		vols = volumes.New(root, client, client, volOpts...)
-		syncOpts = append(syncOpts, podsync.WithVolumes(vols))
-		// the services whose variables containers get (kubelet: a services
-		// informer of the whole cluster; the node may list them).
-		svcFactory := informers.NewSharedInformerFactoryWithOptions(r.cs, 0, informers.WithTransform(kube.StripManagedFields))
-		services := svcFactory.Core().V1().Services().Lister()
-		svcFactory.Start(ctx.Done())
-		defer svcFactory.Shutdown()
-		syncCtx, cancelSync := context.WithTimeout(ctx, 10*time.Second)
-		svcFactory.WaitForCacheSync(syncCtx.Done())
-		cancelSync()
-		syncOpts = append(syncOpts, podsync.WithServiceEnv(func(ns string, links bool) []string {
-			return serviceEnv(services, ns, links)
-		}))
-	}
+	syncOpts, vols, stopSync := r.syncOptions(ctx, rt, recorder, allocatable, true)
+	defer stopSync()
 	pub := bus.NewPublisher(r.conn.NC, r.conn.JS, node, r.Source(), r.common.BusEncodingOption())
-	sysctls, err := kube.NewSysctlAllowlist(kube.SafeSysctls(kernelRelease()), r.cfg.AllowedUnsafeSysctls)
-	if err != nil {
-		return err
-	}
 
 	var owner *ownership.Manager
 	var owned atomic.Pointer[ownership.Manager] // for admission, read before owner is set
 	sink := statuspub.New(pub, r.common.Partitions, r.isActive, r.log.Named("status"))
-	sink.SetWindow(r.cfg.StatusWindow)
-	sink.SetTraces(r.traces)
-	ctrl := controller.New(controller.Config{
-		Runtime:    rt,
-		Sink:       sink,
-		Admit:      admissionChain(rt, sysctls, allocatable, thisNode, r.pressure.Conditions),
-		Recorder:   recorder,
-		Partitions: r.common.Partitions,
-		Log:        r.log,
-		OtherPods: func(except types.UID) []*corev1.Pod {
-			return nodePods.otherPods(owned.Load(), except)
-		},
-		Housekeeping: r.cfg.Housekeeping,
-		ObserveSync:  r.metrics.observe,
-		Active:       r.isAdopted,
-		CaughtUp:     r.caughtUp,
-		WorkerOpts:   []podworkers.Option{podworkers.WithResyncInterval(r.cfg.ResyncInterval), podworkers.WithBackOffPeriod(r.cfg.BackOffPeriod)},
-		SyncOpts:     syncOpts,
-		Tracer:       r.tracer,
-		Traces:       r.traces,
-	})
+	ctrl, err := r.newController(rt, sink, recorder, allocatable, thisNode, func(except types.UID) []*corev1.Pod {
+		return nodePods.otherPods(owned.Load(), except)
+	}, syncOpts)
+	if err != nil {
+		return err
+	}
 	defer owned.Store(nil)
 	owner = ownership.New(ownership.Options{
 		KV: kv, ID: id, Partitions: r.common.Partitions, Refresh: r.cfg.LeaseRefresh, TTL: r.cfg.LeaseTTL,
@@ -692,6 +614,120 @@ func (r *Runner) run(ctx context.Context) error {
 	stopSink()
 	sinkWG.Wait()
 	return nil
+}
+
+// watchNode follows the Node object (an informer on this one node): its
+// allocatable for admission (the fallback until it has one), and the Node
+// itself for the node predicates. An API server that does not answer only
+// delays the start (at most 10 s).
+func (r *Runner) watchNode(ctx context.Context) (allocatable func() corev1.ResourceList, thisNode func() *corev1.Node, stop func()) {
+	node := r.common.NodeName
+	fallback, _ := kube.ParseResourceList(r.cfg.FallbackAllocatable)
+	nodeFactory := informers.NewSharedInformerFactoryWithOptions(r.cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", node).String()
+	}))
+	nodeLister := nodeFactory.Core().V1().Nodes().Lister()
+	nodeFactory.Start(ctx.Done())
+	syncCtx, cancelSync := context.WithTimeout(ctx, 10*time.Second)
+	nodeFactory.WaitForCacheSync(syncCtx.Done())
+	cancelSync()
+	allocatable = func() corev1.ResourceList {
+		if n, err := nodeLister.Get(node); err == nil && len(n.Status.Allocatable) > 0 {
+			return n.Status.Allocatable
+		}
+		return fallback
+	}
+	nodeAlloc := func() corev1.ResourceList {
+		if n, err := nodeLister.Get(node); err == nil && len(n.Status.Allocatable) > 0 {
+			return n.Status.Allocatable
+		}
+		return nil
+	}
+	r.allocatable.f.Store(&nodeAlloc)
+	thisNode = func() *corev1.Node {
+		if n, err := nodeLister.Get(node); err == nil {
+			return n
+		}
+		return nil
+	}
+	return allocatable, thisNode, nodeFactory.Shutdown
+}
+
+// syncOptions are the pod syncer's options for runtime rt: back-off, the
+// Events (through recorder, unless podworkers.container-events turns them
+// off), DNS, pull secrets and, with setUp and podworkers.volumes on, the
+// volume manager (returned, for the local storage checks). stop ends the
+// informers they started.
+func (r *Runner) syncOptions(ctx context.Context, rt runtime.Runtime, recorder record.EventRecorder, allocatable func() corev1.ResourceList, setUp bool) ([]podsync.Option, *volumes.Manager, func()) {
+	syncOpts := []podsync.Option{podsync.WithBackOff(r.cfg.ContainerBackOff, r.cfg.ContainerBackOffMax), podsync.WithHostIP(r.cfg.HostIP),
+		podsync.WithStartObserver(r.metrics.started)}
+	var podRecorder record.EventRecorder // the pods' Events, nil when off
+	syncOpts = append(syncOpts, securitySyncOptions(rt)...)
+	if r.cfg.ContainerEvents.On(rt.Type() != sim.Type) {
+		podRecorder = recorder
+		syncOpts = append(syncOpts, podsync.WithRecorder(recorder))
+	}
+	syncOpts = append(syncOpts, podsync.WithDNS(r.dnsConfigurer(podRecorder)))
+	if rt.Type() == cri.Type && setUp {
+		// the pods' imagePullSecrets, for the runtime that pulls images.
+		syncOpts = append(syncOpts, podsync.WithPullSecrets(volumes.Client{CS: r.cs}))
+	}
+	if !setUp || !r.cfg.Volumes.On(rt.Type() != sim.Type) {
+		return syncOpts, nil, func() {}
+	}
+	root := r.cfg.RootDir
+	if root == "" {
+		root = filepath.Join(r.common.DataDir, "kubelet")
+	}
+	client := volumes.Client{CS: r.cs}
+	volOpts := []volumes.Option{volumes.WithAllocatable(allocatable), volumes.WithLogger(r.log.Named("volumes"))}
+	if users, ok := rt.(runtime.PodUsers); ok {
+		volOpts = append(volOpts, volumes.WithPodUsers(users))
+	}
+	vols := volumes.New(root, client, client, volOpts...)
+	syncOpts = append(syncOpts, podsync.WithVolumes(vols))
+	// the services whose variables containers get (kubelet: a services
+	// informer of the whole cluster; the node may list them).
+	svcFactory := informers.NewSharedInformerFactoryWithOptions(r.cs, 0, informers.WithTransform(kube.StripManagedFields))
+	services := svcFactory.Core().V1().Services().Lister()
+	svcFactory.Start(ctx.Done())
+	syncCtx, cancelSync := context.WithTimeout(ctx, 10*time.Second)
+	svcFactory.WaitForCacheSync(syncCtx.Done())
+	cancelSync()
+	syncOpts = append(syncOpts, podsync.WithServiceEnv(func(ns string, links bool) []string {
+		return serviceEnv(services, ns, links)
+	}))
+	return syncOpts, vols, svcFactory.Shutdown
+}
+
+// newController builds the pod worker controller over rt, its statuses
+// into sink, admitting against allocatable, the Node and otherPods (the
+// pods other replicas hold).
+func (r *Runner) newController(rt runtime.Runtime, sink *statuspub.Publisher, recorder record.EventRecorder, allocatable func() corev1.ResourceList,
+	thisNode func() *corev1.Node, otherPods func(types.UID) []*corev1.Pod, syncOpts []podsync.Option) (*controller.Controller, error) {
+	sysctls, err := kube.NewSysctlAllowlist(kube.SafeSysctls(kernelRelease()), r.cfg.AllowedUnsafeSysctls)
+	if err != nil {
+		return nil, err
+	}
+	sink.SetWindow(r.cfg.StatusWindow)
+	sink.SetTraces(r.traces)
+	return controller.New(controller.Config{
+		Runtime:      rt,
+		Sink:         sink,
+		Admit:        admissionChain(rt, sysctls, allocatable, thisNode, r.pressure.Conditions),
+		Recorder:     recorder,
+		Partitions:   r.common.Partitions,
+		Log:          r.log,
+		OtherPods:    otherPods,
+		Housekeeping: r.cfg.Housekeeping,
+		ObserveSync:  r.metrics.observe,
+		Active:       r.isAdopted,
+		CaughtUp:     r.caughtUp,
+		WorkerOpts:   []podworkers.Option{podworkers.WithResyncInterval(r.cfg.ResyncInterval), podworkers.WithBackOffPeriod(r.cfg.BackOffPeriod)},
+		SyncOpts:     syncOpts,
+		Tracer:       r.tracer,
+		Traces:       r.traces,
+	}), nil
 }
 
 // partitionIndex indexes the node's pods by bus partition.

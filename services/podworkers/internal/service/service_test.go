@@ -52,6 +52,9 @@ func controlPlane(t *testing.T) *testenv.ControlPlane {
 }
 
 func TestMain(m *testing.M) {
+	if node := os.Getenv(shadowChildNode); node != "" {
+		os.Exit(runShadowChild(node))
+	}
 	code := m.Run()
 	if cp != nil {
 		cp.Stop()

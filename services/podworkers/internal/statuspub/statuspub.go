@@ -50,6 +50,10 @@ type Publisher struct {
 	scratch [2][]byte
 }
 
+// SetSubjects sets where the statuses go (before Run): a shadow pod
+// worker's under its shadow prefix (default: the node's own subjects).
+func (p *Publisher) SetSubjects(s bus.Subjects) { p.subjects = s }
+
 // SetTraces gives the pods' trace contexts that their statuses carry (before Run).
 func (p *Publisher) SetTraces(t *tracing.Pods) { p.traces = t }
 
