@@ -274,9 +274,11 @@ func TestEvictionUnderMemoryPressure(t *testing.T) {
 	}
 }
 
-// TestEvictionEmptyDirSizeLimit: on containerd, a pod that fills its
-// emptyDir past sizeLimit is evicted with the kubelet's status and Event.
-func TestEvictionEmptyDirSizeLimit(t *testing.T) {
+// TestEvictionLocalStorageLimits: on containerd, a pod that fills its
+// emptyDir past sizeLimit, one whose container writes past the pod's
+// ephemeral-storage limit, and one whose container writes past its own are
+// evicted with the kubelet's status and Event.
+func TestEvictionLocalStorageLimits(t *testing.T) {
 	testenv.SkipShort(t, "containerd, etcd and kube-apiserver")
 	ctx := t.Context()
 	cd, err := testenv.EnsureContainerd(ctx, testenv.ContainerdOptions{})
@@ -285,37 +287,60 @@ func TestEvictionEmptyDirSizeLimit(t *testing.T) {
 	}
 	t.Cleanup(cd.Stop)
 	cp := testenv.ControlPlaneForTest(t)
-	const node = "e2e-emptydir"
+	const node = "e2e-localstorage"
 	startAgent(t, cp, node, "--runtime=cri", "--cri-endpoint="+cd.Endpoint, "--podworkers.local-storage-check-interval=1s")
 	cs := cp.Clientset()
 	waitNodeReady(t, cs, node)
-	limit := resource.MustParse("1Mi")
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "filler", Namespace: "default"},
-		Spec: corev1.PodSpec{NodeName: node, HostNetwork: true, TerminationGracePeriodSeconds: ptr(int64(30)),
-			Volumes: []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &limit}}}},
-			Containers: []corev1.Container{{Name: "fill", Image: testenv.BusyboxImage, ImagePullPolicy: corev1.PullIfNotPresent,
-				Command:      []string{"sh", "-c", "dd if=/dev/zero of=/scratch/fill bs=1M count=4 && sync; sleep 3600"},
-				VolumeMounts: []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}}}}}}
-	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	mi := resource.MustParse("1Mi")
+	storage := corev1.ResourceList{corev1.ResourceEphemeralStorage: mi}
+	filler := func(name, path string) corev1.Container {
+		return corev1.Container{Name: name, Image: testenv.BusyboxImage, ImagePullPolicy: corev1.PullIfNotPresent,
+			Command: []string{"sh", "-c", "dd if=/dev/zero of=" + path + " bs=1M count=4 && sync; sleep 3600"}}
 	}
-	t.Cleanup(func() {
-		_ = cs.CoreV1().Pods("default").Delete(context.Background(), "filler", metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
-	})
-	const want = `Usage of EmptyDir volume "scratch" exceeds the limit "1Mi". `
-	testenv.Eventually(t, 2*time.Minute, "filler evicted", func() (bool, string) {
-		p, err := cs.CoreV1().Pods("default").Get(ctx, "filler", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
+	idle := corev1.Container{Name: "idle", Image: testenv.BusyboxImage, ImagePullPolicy: corev1.PullIfNotPresent,
+		Command: []string{"sleep", "3600"}, Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceEphemeralStorage: resource.MustParse("100Mi")}}}
+	emptyDir := filler("fill", "/scratch/fill")
+	emptyDir.VolumeMounts = []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}}
+	podLimit := filler("fill", "/tmp/fill")
+	podLimit.Resources.Limits = storage
+	ownLimit := podLimit
+	cases := []struct {
+		name, want string
+		spec       corev1.PodSpec
+	}{
+		{"emptydir", `Usage of EmptyDir volume "scratch" exceeds the limit "1Mi". `, corev1.PodSpec{Containers: []corev1.Container{emptyDir},
+			Volumes: []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &mi}}}}}},
+		// one container with a limit: the pod's total limit is its own.
+		{"pod-limit", "Pod ephemeral local storage usage exceeds the total limit of containers 1Mi. ", corev1.PodSpec{Containers: []corev1.Container{podLimit}}},
+		// the pod stays under its total (101Mi); the container goes over its own.
+		{"container-limit", `Container fill exceeded its local ephemeral storage limit "1Mi". `, corev1.PodSpec{Containers: []corev1.Container{ownLimit, idle}}},
+	}
+	for _, c := range cases {
+		spec := c.spec
+		spec.NodeName, spec.HostNetwork, spec.TerminationGracePeriodSeconds = node, true, ptr(int64(30))
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: c.name, Namespace: "default"}, Spec: spec}
+		if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
 		}
-		return p.Status.Phase == corev1.PodFailed && p.Status.Reason == "Evicted" && p.Status.Message == want,
-			fmt.Sprintf("%s %s %q", p.Status.Phase, p.Status.Reason, p.Status.Message)
-	})
-	testenv.Eventually(t, time.Minute, "the Evicted Event", func() (bool, string) {
-		evs, err := podEvents(ctx, cs, "filler", "Evicted")
-		if err != nil {
-			return false, err.Error()
-		}
-		return len(evs) == 1 && evs[0].Message == want && evs[0].Type == corev1.EventTypeWarning, fmt.Sprint(evs)
-	})
+		t.Cleanup(func() {
+			_ = cs.CoreV1().Pods("default").Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+		})
+	}
+	for _, c := range cases {
+		testenv.Eventually(t, 2*time.Minute, c.name+" evicted", func() (bool, string) {
+			p, err := cs.CoreV1().Pods("default").Get(ctx, c.name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			return p.Status.Phase == corev1.PodFailed && p.Status.Reason == "Evicted" && p.Status.Message == c.want,
+				fmt.Sprintf("%s %s %q", p.Status.Phase, p.Status.Reason, p.Status.Message)
+		})
+		testenv.Eventually(t, time.Minute, c.name+"'s Evicted Event", func() (bool, string) {
+			evs, err := podEvents(ctx, cs, c.name, "Evicted")
+			if err != nil {
+				return false, err.Error()
+			}
+			return len(evs) == 1 && evs[0].Message == c.want && evs[0].Type == corev1.EventTypeWarning, fmt.Sprint(evs)
+		})
+	}
 }

@@ -126,6 +126,11 @@ type ContainerStats struct {
 	CPUUsageCoreNanoSecs  uint64
 	CPUUsageNanoCores     uint64
 	MemoryWorkingSetBytes uint64
+	// RootfsUsedBytes is what the container wrote to its writable layer,
+	// LogsUsedBytes what its log files take on disk (current and rotated);
+	// 0 where the runtime does not measure them.
+	RootfsUsedBytes uint64
+	LogsUsedBytes   uint64
 }
 
 // Runtime runs containers. Every method is safe for concurrent use; calls for

@@ -3,6 +3,7 @@ package cri
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -28,7 +29,16 @@ func (r *Runtime) Stats(uid types.UID) []runtime.ContainerStats {
 	if err != nil {
 		return nil
 	}
-	var out []runtime.ContainerStats
+	out, logs := r.containerStats(list)
+	for i := range out {
+		out[i].LogsUsedBytes = logFilesUsage(logs[i])
+	}
+	return out
+}
+
+// containerStats turns the runtime's figures of the running containers it
+// knows into stats; logs are their log paths, in the same order.
+func (r *Runtime) containerStats(list []*runtimeapi.ContainerStats) (out []runtime.ContainerStats, logs []string) {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -44,6 +54,7 @@ func (r *Runtime) Stats(uid types.UID) []runtime.ContainerStats {
 			StartedAt:             in.status.StartedAt,
 			CPUUsageCoreNanoSecs:  s.GetCpu().GetUsageCoreNanoSeconds().GetValue(),
 			MemoryWorkingSetBytes: s.GetMemory().GetWorkingSetBytes().GetValue(),
+			RootfsUsedBytes:       s.GetWritableLayer().GetUsedBytes().GetValue(),
 		}
 		if nc := s.GetCpu().GetUsageNanoCores(); nc != nil {
 			cs.CPUUsageNanoCores = nc.GetValue()
@@ -52,8 +63,26 @@ func (r *Runtime) Stats(uid types.UID) []runtime.ContainerStats {
 		}
 		r.cpu[id] = cpuSample{at: now, usage: cs.CPUUsageCoreNanoSecs}
 		out = append(out, cs)
+		logs = append(logs, in.status.LogPath)
 	}
-	return out
+	return out, logs
+}
+
+// logFilesUsage is the disk space (allocated blocks, as du counts) of a
+// container's log file and its rotated files; 0 without a log.
+func logFilesUsage(path string) uint64 {
+	if path == "" {
+		return 0
+	}
+	files, _ := filepath.Glob(globEscape(path) + ".*")
+	var used uint64
+	for _, f := range append(files, path) {
+		var st unix.Stat_t
+		if unix.Stat(f, &st) == nil {
+			used += uint64(st.Blocks) * 512
+		}
+	}
+	return used
 }
 
 // ImageFsStats implements runtime.ImageFs: the file system that holds the

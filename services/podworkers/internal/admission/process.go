@@ -93,6 +93,9 @@ func processContainerFields(p *corev1.Pod, c *corev1.Container, path string) *no
 	if n := processSecurityFields(p, c, path); n != nil {
 		return n
 	}
+	if q, ok := c.Resources.Limits[corev1.ResourceEphemeralStorage]; ok {
+		return &notEnforced{path + ".resources.limits.ephemeral-storage", q.String(), "a host process writes to the host's file systems, where its use cannot be told from anyone else's"}
+	}
 	return processHostPorts(c, path)
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/splitlet/splitlet/libs/runtime/process"
@@ -133,6 +134,12 @@ func TestProcessUnsupported(t *testing.T) {
 		{"host port as the container port", securityPod(ports(corev1.ContainerPort{ContainerPort: 80}, corev1.ContainerPort{ContainerPort: 81, HostPort: 81, HostIP: "0.0.0.0"})), ""},
 		{"host port mapped to another", securityPod(ports(corev1.ContainerPort{ContainerPort: 80}, corev1.ContainerPort{ContainerPort: 80, HostPort: 8080})), "spec.containers[0].ports[1].hostPort: 8080"},
 		{"host port on one address", securityPod(ports(corev1.ContainerPort{ContainerPort: 80, HostPort: 80, HostIP: "127.0.0.1"})), "spec.containers[0].ports[0].hostIP: 127.0.0.1"},
+		{"ephemeral-storage limit", securityPod(func(p *corev1.Pod) {
+			p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceEphemeralStorage: resource.MustParse("1Gi")}
+		}), "spec.containers[0].resources.limits.ephemeral-storage: 1Gi"},
+		{"ephemeral-storage request only", securityPod(func(p *corev1.Pod) {
+			p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceEphemeralStorage: resource.MustParse("1Gi")}
+		}), ""},
 	} {
 		r := Unsupported(Enforcement{Unsupported: ProcessUnsupported}).Admit(&Attributes{Pod: tc.pod})
 		if tc.field == "" && !r.Admit ||

@@ -7,28 +7,38 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/splitlet/splitlet/libs/logging"
+	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/services/podworkers/internal/admission"
 	"github.com/splitlet/splitlet/services/podworkers/internal/controller"
 	"github.com/splitlet/splitlet/services/podworkers/internal/statuspub"
 	"github.com/splitlet/splitlet/services/podworkers/internal/volumes"
 )
 
-// emptyDirMessageFmt is the kubelet's message of a pod evicted for an
-// emptyDir over its sizeLimit.
-const emptyDirMessageFmt = "Usage of EmptyDir volume %q exceeds the limit %q. "
+// The kubelet's messages of a pod evicted for its local storage: an emptyDir
+// over its sizeLimit, the pod over the sum of its containers'
+// ephemeral-storage limits, a container over its own.
+const (
+	emptyDirMessageFmt  = "Usage of EmptyDir volume %q exceeds the limit %q. "
+	podStorageFmt       = "Pod ephemeral local storage usage exceeds the total limit of containers %s. "
+	containerStorageFmt = "Container %s exceeded its local ephemeral storage limit %q. "
+)
 
 // localStorageGrace is the kubelet's grace period of a local storage
 // eviction (immediate).
 const localStorageGrace = 1
 
 // localStorageLoop evicts, every LocalStorageInterval, the pods of the
-// partitions this replica holds whose emptyDir volume uses more than its
-// sizeLimit (kubelet: the eviction manager's emptyDirLimitEviction). The
-// pod workers do it themselves: it concerns one pod at a time, whose
-// volumes are theirs, and needs no ranking across the node.
-func (r *Runner) localStorageLoop(ctx context.Context, ctrl *controller.Controller, sink *statuspub.Publisher, vols *volumes.Manager) {
+// partitions this replica holds that use more local storage than they may:
+// an emptyDir volume over its sizeLimit, the pod over its containers'
+// ephemeral-storage limits, a container over its own (kubelet: the
+// eviction manager's localStorageEviction, in that order). The pod workers
+// do it themselves: it concerns one pod at a time, whose volumes and
+// containers are theirs, and needs no ranking across the node.
+func (r *Runner) localStorageLoop(ctx context.Context, ctrl *controller.Controller, sink *statuspub.Publisher, vols *volumes.Manager, rt runtime.Runtime) {
 	t := time.NewTicker(r.cfg.LocalStorageInterval)
 	defer t.Stop()
 	for {
@@ -45,21 +55,58 @@ func (r *Runner) localStorageLoop(ctx context.Context, ctrl *controller.Controll
 				if ctx.Err() != nil {
 					return
 				}
-				r.checkEmptyDirs(ctx, ctrl, sink, vols, pod)
+				if msg := r.overLocalStorage(pod, vols, rt); msg != "" {
+					r.evictForStorage(ctx, ctrl, sink, pod, msg)
+				}
 			}
 		}
 	}
 }
 
-// checkEmptyDirs evicts the pod if one of its emptyDir volumes is over its
-// sizeLimit.
-func (r *Runner) checkEmptyDirs(ctx context.Context, ctrl *controller.Controller, sink *statuspub.Publisher, vols *volumes.Manager, pod *corev1.Pod) {
+// overLocalStorage is the kubelet's message for a running pod that uses
+// more local storage than it may, "" for one that does not.
+func (r *Runner) overLocalStorage(pod *corev1.Pod, vols *volumes.Manager, rt runtime.Runtime) string {
 	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
-		return
+		return ""
 	}
+	dirs, msg := r.emptyDirs(pod, vols)
+	if msg != "" {
+		return msg
+	}
+	limits := resourcehelper.PodLimits(pod, resourcehelper.PodResourcesOptions{})
+	podLimit, limited := limits[corev1.ResourceEphemeralStorage]
+	if !limited {
+		return ""
+	}
+	stats := rt.Stats(pod.UID)
+	used := dirs
+	for _, c := range stats {
+		used += int64(c.RootfsUsedBytes + c.LogsUsedBytes)
+	}
+	if used > podLimit.Value() {
+		return fmt.Sprintf(podStorageFmt, podLimit.String())
+	}
+	own := map[string]resource.Quantity{} // the regular containers' limits
+	for _, c := range pod.Spec.Containers {
+		if q, ok := c.Resources.Limits[corev1.ResourceEphemeralStorage]; ok && !q.IsZero() {
+			own[c.Name] = q
+		}
+	}
+	for _, c := range stats {
+		if q, ok := own[c.Name]; ok && int64(c.RootfsUsedBytes+c.LogsUsedBytes) > q.Value() {
+			return fmt.Sprintf(containerStorageFmt, c.Name, q.String())
+		}
+	}
+	return ""
+}
+
+// emptyDirs is the disk the pod's emptyDir volumes use (those on disk, not
+// in memory), or the message for one over its sizeLimit.
+func (r *Runner) emptyDirs(pod *corev1.Pod, vols *volumes.Manager) (int64, string) {
+	var total int64
 	for _, v := range pod.Spec.Volumes {
 		ed := v.EmptyDir
-		if ed == nil || ed.SizeLimit == nil || ed.SizeLimit.Sign() <= 0 {
+		if ed == nil || ed.Medium == corev1.StorageMediumMemory {
 			continue
 		}
 		used, err := vols.EmptyDirUsage(pod.UID, v.Name)
@@ -67,14 +114,18 @@ func (r *Runner) checkEmptyDirs(ctx context.Context, ctrl *controller.Controller
 			r.log.Debug("cannot measure an emptyDir", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)), zap.String("volume", v.Name), zap.Error(err))...)
 			continue
 		}
-		if used <= ed.SizeLimit.Value() {
-			continue
+		if ed.SizeLimit != nil && ed.SizeLimit.Sign() > 0 && used > ed.SizeLimit.Value() {
+			return 0, fmt.Sprintf(emptyDirMessageFmt, v.Name, ed.SizeLimit.String())
 		}
-		msg := fmt.Sprintf(emptyDirMessageFmt, v.Name, ed.SizeLimit.String())
-		_, err = ctrl.Evict(ctx, controller.Eviction{UID: pod.UID, Reason: admission.ReasonEvicted, Message: msg, GracePeriod: localStorageGrace}, sink.Store)
-		if err != nil {
-			r.log.Warn("cannot evict a pod over its emptyDir sizeLimit", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)), zap.Error(err))...)
-		}
-		return
+		total += used
+	}
+	return total, ""
+}
+
+// evictForStorage evicts the pod at once, with msg.
+func (r *Runner) evictForStorage(ctx context.Context, ctrl *controller.Controller, sink *statuspub.Publisher, pod *corev1.Pod, msg string) {
+	_, err := ctrl.Evict(ctx, controller.Eviction{UID: pod.UID, Reason: admission.ReasonEvicted, Message: msg, GracePeriod: localStorageGrace}, sink.Store)
+	if err != nil {
+		r.log.Warn("cannot evict a pod over its local storage limits", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)), zap.String("message", msg), zap.Error(err))...)
 	}
 }

@@ -564,7 +564,7 @@ func (r *Runner) run(ctx context.Context) error {
 	go func() { defer wg.Done(); ctrl.Run(ctrlCtx) }()
 	if vols != nil {
 		wg.Add(1)
-		go func() { defer wg.Done(); r.localStorageLoop(ctrlCtx, ctrl, sink, vols) }()
+		go func() { defer wg.Done(); r.localStorageLoop(ctrlCtx, ctrl, sink, vols, rt) }()
 	}
 	sinkCtx, stopSink := context.WithCancel(context.Background())
 	defer stopSink()
