@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -101,6 +102,9 @@ func StartClusterNetwork(ctx context.Context, cp *ControlPlane, opts ClusterNetw
 	if err != nil {
 		return nil, err
 	}
+	if err := checkBridgeNetfilter(); err != nil {
+		return nil, err
+	}
 	subnet = subnet.Masked()
 	n = &ClusterNetwork{Gateway: subnet.Addr().Next(), DNS: netip.MustParseAddr(DNSServiceIP), Dir: opts.Dir,
 		opts: opts, subnet: subnet, kubeProxyBin: proxyBin}
@@ -148,6 +152,24 @@ func ClusterNetworkForTest(t testing.TB, cp *ControlPlane, opts ClusterNetworkOp
 	}
 	t.Cleanup(n.Stop)
 	return n
+}
+
+// bridgeNFCallIPTables is on when frames crossing a bridge go through
+// iptables (br_netfilter).
+const bridgeNFCallIPTables = "/proc/sys/net/bridge/bridge-nf-call-iptables"
+
+// checkBridgeNetfilter: a pod's packet to a Service whose endpoint is on
+// the same bridge comes back bridged, from pod to pod; only with
+// br_netfilter on does it meet the connection's DNAT entry and look as
+// if it came from the ClusterIP, as kube-proxy requires. (A Docker engine
+// turns it on; it is checked, not changed, here.)
+func checkBridgeNetfilter() error {
+	data, err := os.ReadFile(bridgeNFCallIPTables)
+	if err != nil || strings.TrimSpace(string(data)) != "1" {
+		return fmt.Errorf("testenv: kube-proxy needs bridged traffic through iptables (%s is %q, %v): modprobe br_netfilter; sysctl -w net.bridge.bridge-nf-call-iptables=1",
+			bridgeNFCallIPTables, strings.TrimSpace(string(data)), err)
+	}
+	return nil
 }
 
 // setUpHost makes the bridge with the gateway address (when missing) and
