@@ -74,6 +74,7 @@ type ClusterNetwork struct {
 	kubeProxyBin     string
 	ownDir           bool
 	madeBridge, held bool
+	hostLock         *os.File
 }
 
 // StartClusterNetwork makes the bridge (when missing) and the blackhole
@@ -85,7 +86,8 @@ type ClusterNetwork struct {
 // ready (kube-proxy once the Node has an address, or after 30 s). It
 // needs root. A Service's endpoints come from
 // kube-controller-manager's endpointslice controller
-// (ControlPlaneOptions.ServiceControllers). Stop undoes all of it.
+// (ControlPlaneOptions.ServiceControllers). One cluster network runs on
+// a host at a time (a file lock; a second waits). Stop undoes all of it.
 func StartClusterNetwork(ctx context.Context, cp *ControlPlane, opts ClusterNetworkOptions) (n *ClusterNetwork, err error) {
 	subnet, err := netip.ParsePrefix(opts.Subnet)
 	if err != nil || !subnet.Addr().Is4() {
@@ -124,11 +126,16 @@ func StartClusterNetwork(ctx context.Context, cp *ControlPlane, opts ClusterNetw
 	if err = PrivateDir(n.Dir); err != nil {
 		return nil, err
 	}
+	// One cluster network on the host at a time (tests of two packages
+	// run at once): the route and kube-proxy's chains are host-wide.
+	waitCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	if n.hostLock, err = lockHost(waitCtx); err != nil {
+		return nil, err
+	}
 	if err = n.setUpHost(); err != nil {
 		return nil, err
 	}
-	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
 	if err = n.makeObjects(waitCtx, cp); err != nil {
 		return nil, err
 	}
@@ -301,6 +308,10 @@ func (n *ClusterNetwork) Stop() {
 	}
 	if n.ownDir {
 		_ = os.RemoveAll(n.Dir)
+	}
+	if n.hostLock != nil {
+		n.hostLock.Close()
+		n.hostLock = nil
 	}
 }
 

@@ -1,9 +1,12 @@
 package testenv
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/netip"
+	"os"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -51,3 +54,32 @@ func addBlackhole(dst netip.Prefix) error { return netlink.RouteReplace(blackhol
 
 // delBlackhole removes it.
 func delBlackhole(dst netip.Prefix) error { return netlink.RouteDel(blackhole(dst)) }
+
+// hostLockPath is the lock one cluster network at a time holds: the
+// blackhole route and kube-proxy's chains are the host's, not a test's.
+const hostLockPath = "/tmp/splitlet-clusternet.lock"
+
+// lockHost waits (until ctx ends) for the host's cluster network lock and
+// holds it until the file returned is closed.
+func lockHost(ctx context.Context) (*os.File, error) {
+	f, err := os.OpenFile(hostLockPath, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			f.Close()
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, errors.New("testenv: another cluster network holds " + hostLockPath + ": " + ctx.Err().Error())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

@@ -3,8 +3,10 @@
 package testenv
 
 import (
+	"context"
 	"errors"
 	"net/netip"
+	"os"
 )
 
 var errClusterNetwork = errors.New("testenv: the cluster network needs Linux")
@@ -13,3 +15,4 @@ func ensureBridge(string, netip.Prefix) (bool, error) { return false, errCluster
 func delBridge(string) error                          { return errClusterNetwork }
 func addBlackhole(netip.Prefix) error                 { return errClusterNetwork }
 func delBlackhole(netip.Prefix) error                 { return errClusterNetwork }
+func lockHost(context.Context) (*os.File, error)      { return nil, errClusterNetwork }
