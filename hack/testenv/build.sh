@@ -5,6 +5,8 @@
 #   etcd/  go.etcd.io/etcd/server/v3 v3.5.x
 #   registry/  github.com/distribution/distribution/v3, the CNCF registry
 #          the image pull tests push to (htpasswd auth, on 127.0.0.1)
+#   coredns/  github.com/coredns/coredns with the plugins a test cluster's
+#          DNS needs (coredns/main.go), beside kube-proxy for Services
 # A binary already at the pinned version is not built again.
 set -euo pipefail
 bin=${1:?usage: build.sh BIN_DIR}
@@ -14,6 +16,7 @@ bin=$(cd "$bin" && pwd) # the builds run in the modules' directories
 kube_version=$(awk '$1=="require" && $2=="k8s.io/kubernetes" {print $3}' "$here/kube/go.mod")
 etcd_version=$(awk '$1=="require" && $2=="go.etcd.io/etcd/server/v3" {print $3}' "$here/etcd/go.mod")
 registry_version=$(awk '$1=="require" && $2=="github.com/distribution/distribution/v3" {print $3}' "$here/registry/go.mod")
+coredns_version=$(awk '$1=="require" && $2=="github.com/coredns/coredns" {print $3}' "$here/coredns/go.mod")
 minor=${kube_version#v1.}; minor=${minor%%.*}
 
 # The build-only modules stand outside the workspace.
@@ -40,6 +43,19 @@ go_build_registry() {
 	cd "$here/registry" && go build -trimpath -ldflags "-s -w \
 		-X github.com/distribution/distribution/v3/version.version=$registry_version" \
 		-o "$bin/registry" github.com/distribution/distribution/v3/cmd/registry
+}
+
+go_build_coredns() {
+	cd "$here/coredns" && go build -trimpath -ldflags "-s -w" -o "$bin/coredns" .
+}
+
+build_coredns() {
+	if [[ -x "$bin/coredns" ]] && [[ "$("$bin/coredns" -version 2>/dev/null)" == "CoreDNS-${coredns_version#v}"$'\n'* ]]; then
+		echo "testenv: coredns $coredns_version already built"
+		return
+	fi
+	echo "testenv: building coredns $coredns_version ..."
+	built coredns go_build_coredns
 }
 
 build_registry() {
@@ -78,6 +94,10 @@ build_kube kube-apiserver
 # bootstrap token (make run, the join test).
 build_kube kube-controller-manager
 build_registry
+# kube-proxy and CoreDNS: Services by ClusterIP and by name around a node
+# (libs/testenv.StartClusterNetwork).
+build_kube kube-proxy
+build_coredns
 # kube-scheduler builds the same way when a test needs it:
 # TESTENV_EXTRA=kube-scheduler; so does the kubelet, static too (make
 # conformance NODE=kubelet: TESTENV_EXTRA=kubelet).

@@ -61,6 +61,20 @@ const PodCNIConfig = `{
 // host ports (hostPort, hostIP 127.0.0.1 included: it masquerades what
 // comes from the host's loopback).
 func GatewayCNIConfig(name, bridge, subnet string) string {
+	return gatewayCNIConfig(name, bridge, subnet, "")
+}
+
+// ServicesCNIConfig is GatewayCNIConfig with one route more in each pod:
+// ServiceCIDR through the gateway, where kube-proxy's rules take it
+// (StartClusterNetwork). Still no default route: a pod reaches the other
+// pods, the host's bridge address and the Services, nothing else.
+func ServicesCNIConfig(name, bridge, subnet string) string {
+	return gatewayCNIConfig(name, bridge, subnet, fmt.Sprintf(`, "routes": [{"dst": %q}]`, ServiceCIDR))
+}
+
+// gatewayCNIConfig is GatewayCNIConfig with routes (JSON: `, "routes":
+// [...]` or empty) in its IPAM configuration.
+func gatewayCNIConfig(name, bridge, subnet, routes string) string {
 	return fmt.Sprintf(`{
   "cniVersion": "0.4.0",
   "name": %q,
@@ -69,7 +83,7 @@ func GatewayCNIConfig(name, bridge, subnet string) string {
     "bridge": %q,
     "isGateway": true,
     "ipMasq": false,
-    "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]]}
+    "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]]%s}
   }, {
     "type": "firewall"
   }, {
@@ -78,7 +92,7 @@ func GatewayCNIConfig(name, bridge, subnet string) string {
     "snat": true
   }]
 }
-`, name, bridge, subnet)
+`, name, bridge, subnet, routes)
 }
 
 // ContainerdOptions tune EnsureContainerd.

@@ -37,6 +37,12 @@ func (cp *ControlPlane) StartControllers(ctx context.Context) (err error) {
 // of expired bootstrap tokens (tokencleaner).
 var CSRControllers = []string{"csrapproving", "csrsigning", "csrcleaner", "tokencleaner"}
 
+// ServiceControllers are the controllers of kube-controller-manager that
+// give Services their endpoints: EndpointSlices from the ready pods a
+// Service selects (endpointslice), and from the Endpoints of a Service
+// without a selector (endpointslicemirroring).
+var ServiceControllers = []string{"endpointslice", "endpointslicemirroring"}
+
 // StartCSRControllers runs kube-controller-manager alone with the
 // CSRControllers (no scheduler), as StartControllers runs it otherwise.
 func (cp *ControlPlane) StartCSRControllers(ctx context.Context) error {
@@ -84,7 +90,7 @@ func (cp *ControlPlane) startControllers(ctx context.Context, scheduler bool, co
 		"--root-ca-file="+cp.pki.caFile,
 		"--cluster-signing-cert-file="+cp.pki.caFile,
 		"--cluster-signing-key-file="+cp.pki.caKeyFile,
-		"--service-cluster-ip-range=10.0.0.0/24",
+		"--service-cluster-ip-range="+ServiceCIDR,
 	)
 	if len(controllers) > 0 {
 		kcmArgs = append(kcmArgs, "--controllers="+strings.Join(controllers, ","))

@@ -72,6 +72,10 @@ type ControlPlaneOptions struct {
 	// controllers of a node's TLS bootstrap (StartCSRControllers), when
 	// Controllers is off.
 	CSRControllers bool
+	// ServiceControllers runs kube-controller-manager with the
+	// ServiceControllers (a Service's EndpointSlices from its pods), when
+	// Controllers is off; with CSRControllers, both sets.
+	ServiceControllers bool
 	// BootstrapTokens turns on bootstrap token authentication
 	// (--enable-bootstrap-token-auth) and makes the RBAC bindings kubeadm
 	// makes for TLS bootstrap (BootstrapRBAC).
@@ -210,7 +214,7 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *Contr
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + certs.saPub,
 		"--service-account-signing-key-file=" + certs.saKey,
-		"--service-cluster-ip-range=10.0.0.0/24",
+		"--service-cluster-ip-range=" + ServiceCIDR,
 		"--allow-privileged=true",
 		"--enable-priority-and-fairness=false",
 		// How kube-apiserver reaches a kubelet (nodehb) for logs and exec:
@@ -260,8 +264,15 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *Contr
 	switch {
 	case opts.Controllers:
 		err = cp.StartControllers(ctx)
-	case opts.CSRControllers:
-		err = cp.StartCSRControllers(ctx)
+	case opts.CSRControllers || opts.ServiceControllers:
+		var names []string
+		if opts.CSRControllers {
+			names = append(names, CSRControllers...)
+		}
+		if opts.ServiceControllers {
+			names = append(names, ServiceControllers...)
+		}
+		err = cp.startControllers(ctx, false, names)
 	}
 	if err != nil {
 		return nil, err
