@@ -137,6 +137,7 @@ func StartMetricsServer(ctx context.Context, cp *ControlPlane, opts MetricsServe
 		"--kubelet-request-timeout=5s",
 		"--kubelet-use-node-status-port",
 		"--kubelet-preferred-address-types=InternalIP",
+		"--v=1", // incomplete node and pod figures are logged
 	}
 	if opts.KubeletCAFile != "" {
 		args = append(args, "--kubelet-certificate-authority="+opts.KubeletCAFile)
