@@ -154,6 +154,13 @@ func (s *sampler) rateBand(end time.Time, w time.Duration) (lo, hi int64, ok boo
 	return lo, hi, true
 }
 
+// firstAt is when the first sample was taken.
+func (s *sampler) firstAt() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.samples[0].at
+}
+
 // workingSet is the root's latest working set.
 func (s *sampler) workingSet() int64 {
 	s.mu.Lock()
@@ -193,20 +200,12 @@ func TestResourceMetricsAPI(t *testing.T) {
 	t.Cleanup(cd.Stop)
 	cp := testenv.ControlPlaneForTest(t, testenv.ControlPlaneOptions{AggregationLayer: true})
 	const node = "e2e-top"
-	startSplitlet(t, buildBinary(t), cp, node, "agent", "--services=all", "--runtime=cri", "--cri-endpoint="+cd.Endpoint)
+	// no eviction thresholds: a host short of disk evicts no test pod
+	startSplitlet(t, buildBinary(t), cp, node, "agent", "--services=all", "--runtime=cri", "--cri-endpoint="+cd.Endpoint,
+		"--nodehb.eviction-hard=")
 	cs := cp.Clientset()
 	waitNodeReady(t, cs, node)
-	sctx, stop := context.WithCancel(ctx)
-	defer stop()
-	var s sampler
-	first, err := readRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.samples = []rootSample{first}
-	done := make(chan struct{})
-	go func() { defer close(done); s.run(sctx) }()
-	defer func() { stop(); <-done }()
+	s := startSampler(t)
 
 	for name, command := range map[string]string{"busy": "while true; do :; done", "idle": "sleep 3600"} {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
@@ -220,8 +219,7 @@ func TestResourceMetricsAPI(t *testing.T) {
 		// (the pod goes once they have stopped)
 		t.Cleanup(func() { deletePodAndWait(t, cs, name) })
 	}
-	dir := t.TempDir()
-	ms, err := testenv.StartMetricsServer(ctx, cp, testenv.MetricsServerOptions{Dir: dir})
+	ms, err := testenv.StartMetricsServer(ctx, cp, testenv.MetricsServerOptions{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatalf("metrics-server: %v", err)
 	}
@@ -233,8 +231,30 @@ func TestResourceMetricsAPI(t *testing.T) {
 		}
 	})
 
-	// kubectl top pods: both pods listed, the busy one above the idle one.
-	var busy, idle podMetrics
+	busy, idle := topPods(t, cs)
+	checkTopNode(t, cs, node, s, busy, idle)
+}
+
+// startSampler samples the root cgroup from now until the test ends.
+func startSampler(t *testing.T) *sampler {
+	t.Helper()
+	first, err := readRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &sampler{samples: []rootSample{first}}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.run(ctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	return s
+}
+
+// topPods is `kubectl top pods`: both pods listed, the busy one above the
+// idle one.
+func topPods(t *testing.T, cs kubernetes.Interface) (busy, idle podMetrics) {
+	t.Helper()
+	ctx := t.Context()
 	eventually(t, 2*time.Minute, "PodMetrics of busy and idle", func() (bool, string) {
 		for name, out := range map[string]*podMetrics{"busy": &busy, "idle": &idle} {
 			if err := metricsGet(ctx, cs, "/namespaces/default/pods/"+name, out); err != nil {
@@ -251,16 +271,21 @@ func TestResourceMetricsAPI(t *testing.T) {
 	if busy.cpu() < 100 || busy.cpu() <= idle.cpu() || idle.cpu() > 50 {
 		t.Errorf("kubectl top pods: busy %dm, idle %dm; want busy above 100m and idle's (under 50m)", busy.cpu(), idle.cpu())
 	}
+	return busy, idle
+}
 
-	// kubectl top nodes: the root cgroup's figures over the same window.
+// checkTopNode is `kubectl top nodes`: the root cgroup's figures over the
+// same window, far above the pods'.
+func checkTopNode(t *testing.T, cs kubernetes.Interface, node string, s *sampler, pods ...podMetrics) {
+	t.Helper()
 	var nm nodeMetrics
 	eventually(t, time.Minute, "NodeMetrics of "+node, func() (bool, string) {
-		if err := metricsGet(ctx, cs, "/nodes/"+node, &nm); err != nil {
+		if err := metricsGet(t.Context(), cs, "/nodes/"+node, &nm); err != nil {
 			return false, err.Error()
 		}
 		// a window the samples cover, up to a second after its end
 		start := nm.Timestamp.Time.Add(-nm.Window.Duration)
-		return start.After(first.at) && nm.Timestamp.Time.Add(time.Second+200*time.Millisecond).Before(time.Now()), "window not covered yet"
+		return start.After(s.firstAt()) && nm.Timestamp.Time.Add(time.Second+200*time.Millisecond).Before(time.Now()), "window not covered yet"
 	})
 	lo, hi, ok := s.rateBand(nm.Timestamp.Time, nm.Window.Duration)
 	if !ok {
@@ -278,7 +303,7 @@ func TestResourceMetricsAPI(t *testing.T) {
 		t.Errorf("node memory %dMi, the root cgroup's working set %dMi", nodeMem>>20, rootMem>>20)
 	}
 	var podMem int64
-	for _, p := range []podMetrics{busy, idle} {
+	for _, p := range pods {
 		for _, c := range p.Containers {
 			podMem += c.Usage.Memory.Value()
 		}
