@@ -209,14 +209,14 @@ func TestResourceMetricsAPI(t *testing.T) {
 
 	for name, command := range map[string]string{"busy": "while true; do :; done", "idle": "sleep 3600"} {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-			Spec: corev1.PodSpec{NodeName: node, HostNetwork: true, TerminationGracePeriodSeconds: ptr(int64(0)),
+			Spec: corev1.PodSpec{NodeName: node, HostNetwork: true, TerminationGracePeriodSeconds: ptr(int64(1)),
 				Containers: []corev1.Container{{Name: name, Image: testenv.BusyboxImage, ImagePullPolicy: corev1.PullIfNotPresent,
 					Command: []string{"sh", "-c", command}}}}}
 		if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		// deleted while the node runs, so that it stops the containers
-		// (the pod goes once they have stopped)
+		// (a grace period above 0: the pod goes once they have stopped)
 		t.Cleanup(func() { deletePodAndWait(t, cs, name) })
 	}
 	ms, err := testenv.StartMetricsServer(ctx, cp, testenv.MetricsServerOptions{Dir: t.TempDir()})
