@@ -47,7 +47,7 @@ help:
 	@echo "make e2e      the images, then the end-to-end tests on the compose stack (deploy/compose)"
 	@echo "make up       the compose stack (STACKFLAGS=\"--podworkers=3 --tcpprober|--jsprober|--allinone --shadow=prober:jsprober --cri --nats-cluster --tracing\"); make down"
 	@echo "make images-tracing  make images and splitlet/jaeger:dev (Jaeger, for --tracing; make image-jaeger alone)"
-	@echo "make testenv  build etcd, kube-apiserver, kube-controller-manager, kube-proxy, CoreDNS and the test registry into bin/ (skipped when the pinned versions are there)"
+	@echo "make testenv  build etcd, kube-apiserver, kube-controller-manager, kube-proxy, CoreDNS, the test registry and metrics-server into bin/ (skipped when the pinned versions are there)"
 	@echo "make vet      go vet and gofmt"
 	@echo "make jsprober-deps  npm ci of examples/jsprober (the JavaScript prober's nats client; make test and make images run it)"
 
@@ -124,7 +124,8 @@ fuzz:
 # localup is built and run as a binary of its own (not `go run`, which turns
 # a Ctrl-C into exit status 1): Ctrl-C stops everything with 0.
 RUNTIME ?= process
-run: testenv build
+run: build
+	@TESTENV_RUN_ONLY=1 hack/testenv/build.sh $(BIN)
 	@CGO_ENABLED=0 $(GO) build -o $(BIN)/localup ./tools/localup
 	$(BIN)/localup --runtime=$(RUNTIME)
 

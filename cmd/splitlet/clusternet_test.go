@@ -136,14 +136,14 @@ func startWebService(t *testing.T, cp *testenv.ControlPlane, node string) (*core
 	}
 	t.Cleanup(func() { _ = cs.CoreV1().Services("default").Delete(ctx, "web", metav1.DeleteOptions{}) })
 	var web *corev1.Pod
-	eventually(t, 2*time.Minute, "the web pod Running with an IP", func() (bool, string) {
+	testenv.Eventually(t, 2*time.Minute, "the web pod Running with an IP", func() (bool, string) {
 		web, err = cs.CoreV1().Pods("default").Get(ctx, "web", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
 		return web.Status.Phase == corev1.PodRunning && web.Status.PodIP != "", string(web.Status.Phase)
 	})
-	eventually(t, time.Minute, "the web Service's endpoint ready", func() (bool, string) {
+	testenv.Eventually(t, time.Minute, "the web Service's endpoint ready", func() (bool, string) {
 		slices, err := cs.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=web"})
 		if err != nil {
 			return false, err.Error()
@@ -167,7 +167,7 @@ func clientLogs(t *testing.T, cp *testenv.ControlPlane) string {
 	ctx := t.Context()
 	cs := cp.Clientset()
 	var phase corev1.PodPhase
-	eventually(t, 3*time.Minute, "the client pod done", func() (bool, string) {
+	testenv.Eventually(t, 3*time.Minute, "the client pod done", func() (bool, string) {
 		p, err := cs.CoreV1().Pods("default").Get(ctx, "client", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -176,7 +176,7 @@ func clientLogs(t *testing.T, cp *testenv.ControlPlane) string {
 		return phase == corev1.PodSucceeded || phase == corev1.PodFailed, string(phase)
 	})
 	var logs string
-	eventually(t, 30*time.Second, "the client pod's log", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "the client pod's log", func() (bool, string) {
 		b, err := cs.CoreV1().Pods("default").GetLogs("client", &corev1.PodLogOptions{}).DoRaw(ctx)
 		logs = string(b)
 		return err == nil, fmt.Sprintf("%v: %s", err, b)

@@ -7,6 +7,8 @@
 #          the image pull tests push to (htpasswd auth, on 127.0.0.1)
 #   coredns/  github.com/coredns/coredns with the plugins a test cluster's
 #          DNS needs (coredns/main.go), beside kube-proxy for Services
+#   metrics-server/  sigs.k8s.io/metrics-server, the resource metrics API
+#          (kubectl top) the node metrics test runs against a Splitlet node
 # A binary already at the pinned version is not built again.
 set -euo pipefail
 bin=${1:?usage: build.sh BIN_DIR}
@@ -88,16 +90,39 @@ build_etcd() {
 	built etcd go_build_etcd
 }
 
+go_build_metrics_server() {
+	cd "$here/metrics-server" && go build -trimpath -ldflags "-s -w \
+		-X k8s.io/client-go/pkg/version.gitVersion=$metrics_server_version" \
+		-o "$bin/metrics-server" sigs.k8s.io/metrics-server/cmd/metrics-server
+}
+
+build_metrics_server() {
+	local v
+	v=$(awk '$1=="require" && $2=="sigs.k8s.io/metrics-server" {print $3}' "$here/metrics-server/go.mod")
+	if [[ -x "$bin/metrics-server" ]] && [[ "$("$bin/metrics-server" --version 2>/dev/null)" == "$v" ]]; then
+		echo "testenv: metrics-server $v already built"
+		return
+	fi
+	echo "testenv: building metrics-server $v ..."
+	metrics_server_version=$v
+	built metrics-server go_build_metrics_server
+}
+
 build_etcd
 build_kube kube-apiserver
 # kube-controller-manager: its CSR signer and approver let a node join with a
 # bootstrap token (make run, the join test).
 build_kube kube-controller-manager
-build_registry
-# kube-proxy and CoreDNS: Services by ClusterIP and by name around a node
-# (libs/testenv.StartClusterNetwork).
-build_kube kube-proxy
-build_coredns
+# What only the tests use (TESTENV_RUN_ONLY=1, for make run, skips it): the
+# registry the pull tests push to; kube-proxy and CoreDNS, Services by
+# ClusterIP and by name around a node (libs/testenv.StartClusterNetwork);
+# metrics-server, the resource metrics API.
+if [[ -z "${TESTENV_RUN_ONLY:-}" ]]; then
+	build_registry
+	build_kube kube-proxy
+	build_coredns
+	build_metrics_server
+fi
 # kube-scheduler builds the same way when a test needs it:
 # TESTENV_EXTRA=kube-scheduler; so does the kubelet, static too (make
 # conformance NODE=kubelet: TESTENV_EXTRA=kubelet).

@@ -84,6 +84,10 @@ type ControlPlaneOptions struct {
 	// --cluster-signing-duration, the lifetime of the certificates it
 	// signs; 0: its default (a year).
 	SigningDuration time.Duration
+	// AggregationLayer turns on the API server's aggregation layer (the
+	// front proxy's CA and client certificate), so that extension API
+	// servers such as metrics-server (StartMetricsServer) serve through it.
+	AggregationLayer bool
 }
 
 // ControlPlane is a running etcd and kube-apiserver on 127.0.0.1.
@@ -232,6 +236,13 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *Contr
 		// Without kube-controller-manager nothing creates the default
 		// service account of a namespace, so its admission is off.
 		args = append(args, "--disable-admission-plugins=ServiceAccount")
+	}
+	if opts.AggregationLayer {
+		aggregation, err := cp.aggregationArgs()
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, aggregation...)
 	}
 	args = append(args, opts.APIServerArgs...)
 	if opts.Audit {

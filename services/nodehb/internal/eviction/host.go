@@ -58,39 +58,65 @@ func (h *Host) Observe(obs Observations) error {
 	return nil
 }
 
-// memory: MemTotal less the root cgroup's working set. cgroup v1 has the
-// root's usage in memory.usage_in_bytes; v2 has no memory.current at the
-// root, where usage is MemTotal less MemFree (as cadvisor takes it).
+// memory: MemTotal less the root cgroup's working set.
 func (h *Host) memory() (Observation, error) {
-	mi, err := readKeyed(filepath.Join(h.Proc, "meminfo"), ":")
+	m, err := h.rootMemory()
 	if err != nil {
 		return Observation{}, err
 	}
-	total := mi["MemTotal"] << 10
-	if total <= 0 {
-		return Observation{}, fmt.Errorf("meminfo: no MemTotal")
+	return Observation{Available: max(m.Total-m.WorkingSet, 0), Capacity: m.Total}, nil
+}
+
+// RootMemory is the root memory cgroup's figures, as cadvisor reads them
+// for the root container, in bytes (faults in counts).
+type RootMemory struct {
+	// Total is MemTotal of /proc/meminfo, the root's limit.
+	Total int64
+	// Usage is the root's usage; WorkingSet that less its inactive file
+	// pages, never below 0.
+	Usage, WorkingSet int64
+	// RSS is its anonymous memory; PageFaults and MajorPageFaults its
+	// fault counters.
+	RSS, PageFaults, MajorPageFaults int64
+}
+
+// rootMemory reads the root memory cgroup. cgroup v1 has the root's usage
+// in memory.usage_in_bytes and hierarchical totals (total_*) in
+// memory.stat; v2 has no memory.current at the root, where usage is
+// MemTotal less MemFree (as cadvisor takes it), and memory.stat counts the
+// whole hierarchy.
+func (h *Host) rootMemory() (RootMemory, error) {
+	mi, err := readKeyed(filepath.Join(h.Proc, "meminfo"), ":")
+	if err != nil {
+		return RootMemory{}, err
 	}
-	var usage, inactive int64
+	m := RootMemory{Total: mi["MemTotal"] << 10}
+	if m.Total <= 0 {
+		return RootMemory{}, fmt.Errorf("meminfo: no MemTotal")
+	}
+	prefix := "total_"
 	v1 := filepath.Join(h.Cgroup, "memory")
+	statFile := filepath.Join(v1, "memory.stat")
 	if b, err := os.ReadFile(filepath.Join(v1, "memory.usage_in_bytes")); err == nil {
-		if usage, err = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err != nil {
-			return Observation{}, fmt.Errorf("memory.usage_in_bytes: %w", err)
+		if m.Usage, err = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err != nil {
+			return RootMemory{}, fmt.Errorf("memory.usage_in_bytes: %w", err)
 		}
-		stat, err := readKeyed(filepath.Join(v1, "memory.stat"), "")
-		if err != nil {
-			return Observation{}, err
-		}
-		inactive = stat["total_inactive_file"]
 	} else {
-		usage = total - mi["MemFree"]<<10
-		stat, err := readKeyed(filepath.Join(h.Cgroup, "memory.stat"), "")
-		if err != nil {
-			return Observation{}, err
-		}
-		inactive = stat["inactive_file"]
+		m.Usage = m.Total - mi["MemFree"]<<10
+		prefix, statFile = "", filepath.Join(h.Cgroup, "memory.stat")
 	}
-	ws := max(usage-inactive, 0)
-	return Observation{Available: max(total-ws, 0), Capacity: total}, nil
+	stat, err := readKeyed(statFile, "")
+	if err != nil {
+		return RootMemory{}, err
+	}
+	m.WorkingSet = max(m.Usage-stat[prefix+"inactive_file"], 0)
+	if prefix == "" {
+		m.RSS = stat["anon"]
+	} else {
+		m.RSS = stat["total_rss"]
+	}
+	m.PageFaults, m.MajorPageFaults = stat[prefix+"pgfault"], stat[prefix+"pgmajfault"]
+	return m, nil
 }
 
 func (h *Host) pids() (Observation, error) {

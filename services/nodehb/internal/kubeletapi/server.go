@@ -93,6 +93,10 @@ type Config struct {
 	// working set, the node file system, the process limit; nil: the node's
 	// memory is the sum of its pods'.
 	Observe func(eviction.Observations) error
+	// NodeUsage, if set, gives the node's own CPU and memory (the root
+	// cgroup) for the summary's and /metrics/resource's node; nil: the
+	// node's CPU and memory are the sum of its pods' (a simulated node).
+	NodeUsage func() (eviction.NodeUsage, error)
 }
 
 // Server is the running kubelet API.
@@ -109,6 +113,8 @@ type Server struct {
 	// after a short grace so that followed logs end.
 	base       context.Context
 	cancelBase context.CancelFunc
+	// cpu turns the node's cumulative CPU into a rate (nodeCPU).
+	cpu cpuRate
 }
 
 // New builds the server; Start listens.

@@ -91,7 +91,11 @@ type CPUStats struct {
 type MemoryStats struct {
 	Time            metav1.Time `json:"time"`
 	AvailableBytes  *uint64     `json:"availableBytes,omitempty"`
+	UsageBytes      *uint64     `json:"usageBytes,omitempty"`
 	WorkingSetBytes *uint64     `json:"workingSetBytes,omitempty"`
+	RSSBytes        *uint64     `json:"rssBytes,omitempty"`
+	PageFaults      *uint64     `json:"pageFaults,omitempty"`
+	MajorPageFaults *uint64     `json:"majorPageFaults,omitempty"`
 }
 
 func u64(v uint64) *uint64 { return &v }
@@ -225,7 +229,66 @@ func (s *Server) summarize(pods []bus.PodStats, now time.Time, start time.Time) 
 	if s.cfg.Observe != nil {
 		s.nodeFigures(&sum.Node, t)
 	}
+	if s.cfg.NodeUsage != nil {
+		s.nodeUsage(&sum.Node)
+	}
 	return sum
+}
+
+// nodeUsage sets the node's CPU and memory from the node itself (the root
+// cgroup), as the kubelet's summary does from cadvisor's root container;
+// when they cannot be read the node has none (and /metrics/resource no
+// node series), rather than the sum of its pods.
+func (s *Server) nodeUsage(n *NodeStats) {
+	u, err := s.cfg.NodeUsage()
+	if err != nil {
+		s.log.Info("node usage unreadable", zap.Error(err))
+		n.CPU, n.Memory = nil, nil
+		return
+	}
+	t := metav1.NewTime(u.Time)
+	n.CPU = &CPUStats{Time: t, UsageCoreNanoSeconds: u64(u.CPUUsageCoreNanoSeconds), UsageNanoCores: s.cpu.observe(u.Time, u.CPUUsageCoreNanoSeconds)}
+	m := u.Memory
+	n.Memory = &MemoryStats{
+		Time:            t,
+		AvailableBytes:  u64(uint64(max(m.Total-m.WorkingSet, 0))),
+		UsageBytes:      u64(uint64(m.Usage)),
+		WorkingSetBytes: u64(uint64(m.WorkingSet)),
+		RSSBytes:        u64(uint64(m.RSS)),
+		PageFaults:      u64(uint64(m.PageFaults)),
+		MajorPageFaults: u64(uint64(m.MajorPageFaults)),
+	}
+}
+
+// cpuRateWindow is the shortest time between the two samples a CPU rate
+// is taken over; readings closer to the last sample get the last rate (as
+// cadvisor's rate is between its last two housekeeping samples).
+const cpuRateWindow = time.Second
+
+// cpuRate turns cumulative CPU samples into usage in nanocores.
+type cpuRate struct {
+	mu       sync.Mutex
+	lastTime time.Time
+	lastNs   uint64
+	rate     *uint64
+}
+
+// observe takes a sample and returns the latest rate; nil until two
+// samples cpuRateWindow apart were seen.
+func (c *cpuRate) observe(at time.Time, ns uint64) *uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.lastTime.IsZero() || ns < c.lastNs || at.Before(c.lastTime):
+		c.lastTime, c.lastNs, c.rate = at, ns, nil
+	case at.Sub(c.lastTime) >= cpuRateWindow:
+		r := uint64(float64(ns-c.lastNs) / at.Sub(c.lastTime).Seconds())
+		c.lastTime, c.lastNs, c.rate = at, ns, &r
+	}
+	if c.rate == nil {
+		return nil
+	}
+	return u64(*c.rate)
 }
 
 // nodeFigures fills the node's own figures, as the eviction manager sees
@@ -309,8 +372,12 @@ func (c resourceCollector) Collect(ch chan<- prometheus.Metric) {
 		errv = 1
 	}
 	ch <- prometheus.MustNewConstMetric(descScrapeErr, prometheus.GaugeValue, errv)
-	ch <- prometheus.MustNewConstMetric(descNodeCPU, prometheus.CounterValue, seconds(c.sum.Node.CPU.UsageCoreNanoSeconds))
-	ch <- prometheus.MustNewConstMetric(descNodeMem, prometheus.GaugeValue, bytes(c.sum.Node.Memory.WorkingSetBytes))
+	if n := c.sum.Node; n.CPU != nil && n.CPU.UsageCoreNanoSeconds != nil {
+		ch <- prometheus.NewMetricWithTimestamp(n.CPU.Time.Time, prometheus.MustNewConstMetric(descNodeCPU, prometheus.CounterValue, seconds(n.CPU.UsageCoreNanoSeconds)))
+	}
+	if n := c.sum.Node; n.Memory != nil && n.Memory.WorkingSetBytes != nil {
+		ch <- prometheus.NewMetricWithTimestamp(n.Memory.Time.Time, prometheus.MustNewConstMetric(descNodeMem, prometheus.GaugeValue, bytes(n.Memory.WorkingSetBytes)))
+	}
 	for _, p := range c.sum.Pods {
 		ch <- prometheus.MustNewConstMetric(descPodCPU, prometheus.CounterValue, seconds(p.CPU.UsageCoreNanoSeconds), p.PodRef.Namespace, p.PodRef.Name)
 		ch <- prometheus.MustNewConstMetric(descPodMem, prometheus.GaugeValue, bytes(p.Memory.WorkingSetBytes), p.PodRef.Namespace, p.PodRef.Name)

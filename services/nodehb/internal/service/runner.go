@@ -198,6 +198,7 @@ func Build(cfg *Config, common *config.Common, log *zap.Logger, clients Clients,
 		Configz:        func() any { return withStaticPodPath(configz, r.Static.Path()) },
 		Trace:          tp.Handler,
 		Observe:        r.Eviction.Observe,
+		NodeUsage:      nodeUsage(common),
 	})
 	if err != nil {
 		stopEvents()
@@ -215,6 +216,16 @@ func (v *podsView) Stats(ctx context.Context) ([]bus.PodStats, int) { return v.a
 func (v *podsView) ImageFs(ctx context.Context) *bus.FsStats        { return v.api.ImageFs(ctx) }
 func (v *podsView) Evict(ctx context.Context, p int, req *bus.EvictRequest) (*bus.EvictResult, error) {
 	return v.api.Evict(ctx, p, req)
+}
+
+// nodeUsage reads the node's own CPU and memory where the node is the
+// host (process and cri runtimes); the sim runtime's node is made up, and
+// its figures are the sum of its pods'.
+func nodeUsage(common *config.Common) func() (eviction.NodeUsage, error) {
+	if common.Runtime != config.RuntimeProcess && common.Runtime != config.RuntimeCRI {
+		return nil
+	}
+	return eviction.NewHost(common.DataDir).Usage
 }
 
 // evictionLoop builds the eviction manager. The sim runtime's node has no
