@@ -40,3 +40,17 @@ func TestEventuallyFailsAtTheDeadline(t *testing.T) {
 		t.Fatalf("failure %q", rec.msg)
 	}
 }
+
+// From a Cleanup, where the test's context has ended, Eventually still
+// polls until its condition holds.
+func TestEventuallyInCleanup(t *testing.T) {
+	n := 0
+	t.Run("sub", func(t *testing.T) {
+		t.Cleanup(func() {
+			Eventually(t, time.Second, "the third call", func() (bool, string) { n++; return n == 3, "" })
+		})
+	})
+	if n != 3 {
+		t.Fatalf("cond called %d times in a Cleanup, want 3", n)
+	}
+}
