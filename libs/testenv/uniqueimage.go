@@ -6,6 +6,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
+	"path/filepath"
+	"testing"
 )
 
 // ImportUniqueImage imports an image of its own under name: one file of
@@ -35,4 +37,22 @@ func (c *Containerd) ImportUniqueImage(ctx context.Context, name string) error {
 		return err
 	}
 	return c.WaitImages(ctx, name)
+}
+
+// OwnContainerd starts a containerd of the test's own, in a directory it
+// returns for the test's other files, so that image removals touch no other
+// test's images; both go when the test ends.
+func OwnContainerd(t testing.TB, name string) (*Containerd, string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "splitlet-"+name+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	cd, err := EnsureContainerd(t.Context(), ContainerdOptions{Address: filepath.Join(dir, "none.sock"), Dir: filepath.Join(dir, "containerd")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cd.Stop)
+	return cd, dir
 }

@@ -3,7 +3,6 @@ package cri
 import (
 	"context"
 	"errors"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -47,16 +46,7 @@ func hasImage(t *testing.T, r *Runtime, name string) bool {
 // reports that it could not free enough.
 func TestImageGC(t *testing.T) {
 	testenv.SkipShort(t, "containerd")
-	dir, err := os.MkdirTemp("", "splitlet-imagegc-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	cd, err := testenv.EnsureContainerd(t.Context(), testenv.ContainerdOptions{Address: filepath.Join(dir, "none.sock"), Dir: filepath.Join(dir, "containerd")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cd.Stop)
+	cd, dir := testenv.OwnContainerd(t, "imagegc")
 	r, err := New(t.Context(), WithEndpoint(cd.Endpoint), WithLogRoot(filepath.Join(dir, "logs")), WithContainerLogDir(filepath.Join(dir, "containers")),
 		WithPollInterval(200*time.Millisecond))
 	if err != nil {

@@ -2,8 +2,6 @@ package service
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -21,16 +19,7 @@ import (
 // test's own, so that no other test's images go.
 func TestReclaimRemovesUnusedImages(t *testing.T) {
 	testenv.SkipShort(t, "containerd")
-	dir, err := os.MkdirTemp("", "splitlet-reclaim-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	cd, err := testenv.EnsureContainerd(t.Context(), testenv.ContainerdOptions{Address: filepath.Join(dir, "none.sock"), Dir: filepath.Join(dir, "containerd")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cd.Stop)
+	cd, _ := testenv.OwnContainerd(t, "reclaim")
 	const unused = "splitlet.test/reclaim:1"
 	if err := cd.ImportUniqueImage(t.Context(), unused); err != nil {
 		t.Fatal(err)

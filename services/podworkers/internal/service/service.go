@@ -572,16 +572,11 @@ func (r *Runner) run(ctx context.Context) error {
 	sinkWG.Add(1)
 	go func() { defer sinkWG.Done(); sink.Run(sinkCtx) }()
 
-	stopSources, err := r.watchSources(ctx, ctrl)
+	stopInputs, err := r.watchInputs(ctx, ctrl)
 	if err != nil {
 		return err
 	}
-	defer stopSources()
-	stopPressure, err := r.watchPressure(ctx)
-	if err != nil {
-		return err
-	}
-	defer stopPressure()
+	defer stopInputs()
 
 	gcDone := r.runGC(ctx, rt)
 	ownerCtx, stopOwner := context.WithCancel(context.Background())
@@ -867,6 +862,21 @@ func (v *nodePodsView) otherPods(owner *ownership.Manager, except types.UID) []*
 		}
 	}
 	return out
+}
+
+// watchInputs follows the sources' readiness and the node's pressure
+// conditions until the returned stop is called.
+func (r *Runner) watchInputs(ctx context.Context, ctrl *controller.Controller) (func(), error) {
+	stopSources, err := r.watchSources(ctx, ctrl)
+	if err != nil {
+		return nil, err
+	}
+	stopPressure, err := r.watchPressure(ctx)
+	if err != nil {
+		stopSources()
+		return nil, err
+	}
+	return func() { stopPressure(); stopSources() }, nil
 }
 
 // watchSources follows state.sources (every replica reads every value).

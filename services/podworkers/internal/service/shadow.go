@@ -65,16 +65,11 @@ func (r *Runner) runShadow(ctx context.Context) error {
 	go func() { defer wg.Done(); ctrl.Run(ctrlCtx) }()
 	go func() { defer wg.Done(); sink.Run(ctrlCtx) }()
 	defer func() { stopCtrl(); wg.Wait() }()
-	stopSources, err := r.watchSources(ctx, ctrl)
+	stopInputs, err := r.watchInputs(ctx, ctrl)
 	if err != nil {
 		return err
 	}
-	defer stopSources()
-	stopPressure, err := r.watchPressure(ctx)
-	if err != nil {
-		return err
-	}
-	defer stopPressure()
+	defer stopInputs()
 	if err := r.followAll(ctx); err != nil {
 		return err
 	}
