@@ -204,6 +204,11 @@ type StartOptions struct {
 	// it makes what the pod's containers share, its sandbox. Nil: the
 	// runtime's default, the host's resolv.conf.
 	DNS func() (*DNSConfig, error)
+	// RuntimeHandler, if set, names the runtime handler of the pod's
+	// sandbox (kubelet: the handler of the pod's RuntimeClass, looked up
+	// when the sandbox is made); its error fails the sandbox. Nil: the
+	// runtime's default handler.
+	RuntimeHandler func() (string, error)
 	// TargetContainer, for an ephemeral container, names the pod's
 	// container whose process namespace it joins (targetContainerName:
 	// kubectl debug --target); a runtime without such namespaces ignores
