@@ -158,6 +158,9 @@ type Syncer struct {
 	// holds the pods told what a HostDNS runtime does not apply.
 	dns     *dns.Configurer
 	dnsTold map[types.UID]bool
+	// runtimeClasses resolves a RuntimeClass to its runtime handler (nil:
+	// every pod gets the runtime's default).
+	runtimeClasses func(name string) (string, error)
 }
 
 // New returns a Syncer.

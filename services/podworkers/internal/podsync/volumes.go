@@ -95,6 +95,7 @@ func (s *Syncer) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 		opts.ImageEvent = func(eventType, reason, message string) { s.event(pod, c.Name, eventType, reason, "%s", message) }
 	}
 	s.podDNS(pod, &opts)
+	s.podRuntimeHandler(pod, &opts)
 	opts.PullSecrets = s.pullSecrets(ctx, pod)
 	if s.serviceEnv != nil {
 		links := pod.Spec.EnableServiceLinks == nil || *pod.Spec.EnableServiceLinks

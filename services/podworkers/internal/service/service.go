@@ -561,8 +561,12 @@ func (r *Runner) run(ctx context.Context) error {
 	}
 	syncOpts = append(syncOpts, podsync.WithDNS(r.dnsConfigurer(podRecorder)))
 	if rt.Type() == cri.Type {
-		// the pods' imagePullSecrets, for the runtime that pulls images.
+		// the pods' imagePullSecrets, for the runtime that pulls images, and
+		// their RuntimeClasses' handlers, for the one that has handlers.
 		syncOpts = append(syncOpts, podsync.WithPullSecrets(volumes.Client{CS: r.cs}))
+		lookup, stopClasses := runtimeClasses(ctx, r.cs)
+		defer stopClasses()
+		syncOpts = append(syncOpts, podsync.WithRuntimeClasses(lookup))
 	}
 	var vols *volumes.Manager
 	if r.cfg.Volumes == "on" || (r.cfg.Volumes == "auto" && rt.Type() != sim.Type) {
