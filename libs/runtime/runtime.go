@@ -195,6 +195,9 @@ type StartOptions struct {
 	// for the pod (its /etc/hosts, the containers' termination message
 	// files); empty: none are made.
 	PodDir string
+	// VolumePaths are the host paths of the pod's volumes set up, by name
+	// (env files of fileKeyRef are read there).
+	VolumePaths map[string]string
 	// Allocatable is the node's allocatable, the value of a
 	// resourceFieldRef the container sets no limit for (kubelet: limits
 	// default to the node's allocatable).

@@ -229,7 +229,7 @@ func (r *Runtime) containerConfig(ctx context.Context, p *corev1.Pod, c *corev1.
 		podIP = r.PodIP(p)
 	}
 	env, err := containerenv.Build(ctx, p, c, containerenv.Options{PodIP: podIP, HostIP: r.opts.hostIP, Runtime: Type,
-		Sources: opts.Sources, Allocatable: opts.Allocatable, ServiceEnv: opts.ServiceEnv})
+		Sources: opts.Sources, Allocatable: opts.Allocatable, ServiceEnv: opts.ServiceEnv, VolumePaths: opts.VolumePaths})
 	if err != nil {
 		return nil, err
 	}
