@@ -230,6 +230,10 @@ type Mount struct {
 	// Propagation is the mount propagation the spec asks for
 	// (mountPropagation; empty: None).
 	Propagation corev1.MountPropagationMode
+	// Volume is the volume's name; RecursiveReadOnly the mount's
+	// recursiveReadOnly (nil: Disabled).
+	Volume            string
+	RecursiveReadOnly *corev1.RecursiveReadOnlyMode
 }
 
 // Sources reads the objects a container's environment refers to. A missing

@@ -286,9 +286,14 @@ func (r *Runtime) containerConfig(ctx context.Context, p *corev1.Pod, c *corev1.
 		k, v, _ := strings.Cut(kv, "=")
 		cfg.Envs = append(cfg.Envs, &runtimeapi.KeyValue{Key: k, Value: []byte(v)})
 	}
+	supportsRRO := r.RecursiveReadOnlyMounts(opts.RuntimeHandler)
 	for _, m := range opts.Mounts {
+		rro, err := runtime.ResolveRecursiveReadOnly(m, supportsRRO)
+		if err != nil {
+			return nil, fmt.Errorf("failed to resolve recursive read-only mode: %w", err)
+		}
 		cfg.Mounts = append(cfg.Mounts, &runtimeapi.Mount{ContainerPath: m.ContainerPath, HostPath: m.HostPath,
-			Readonly: m.ReadOnly, Propagation: propagation(m.Propagation)})
+			Readonly: m.ReadOnly, RecursiveReadOnly: rro, Propagation: propagation(m.Propagation)})
 	}
 	files, err := podFileMounts(p, c, attempt, podIP, r.opts.domain(), opts)
 	if err != nil {

@@ -1156,5 +1156,6 @@ func (s *Syncer) containerStatus(pod *corev1.Pod, c *corev1.Container, list []ru
 	if cs.Started == nil {
 		cs.Started = &f
 	}
+	cs.VolumeMounts = s.volumeMountStatuses(pod, c)
 	return cs
 }
