@@ -32,7 +32,10 @@ func TestVolumeMountStatuses(t *testing.T) {
 	ro := func(m corev1.RecursiveReadOnlyMode) corev1.VolumeMountStatus {
 		return corev1.VolumeMountStatus{Name: "mnt", ReadOnly: true, RecursiveReadOnly: mode(m)}
 	}
-	at := func(path string, st corev1.VolumeMountStatus) corev1.VolumeMountStatus { st.MountPath = path; return st }
+	at := func(path string, st corev1.VolumeMountStatus) corev1.VolumeMountStatus {
+		st.MountPath = path
+		return st
+	}
 	rw := corev1.VolumeMountStatus{Name: "mnt", MountPath: "/rw"}
 	for _, tc := range []struct {
 		name string
