@@ -82,7 +82,10 @@ func StageStreams(stage, node string, partitions int) []StreamUse {
 		}
 	case StageNodehb:
 		return []StreamUse{{Stream: name(StreamState), Ordered: true}}
+	case StagePodconfig:
+		// the pod workers' statuses from now on: a mirror pod stays while
+		// its static pod's worker has not terminated it.
+		return []StreamUse{{Stream: name(StreamPodStatus), Ordered: true}}
 	}
-	// podconfig publishes only.
 	return nil
 }

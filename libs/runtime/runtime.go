@@ -200,6 +200,9 @@ type StartOptions struct {
 	// for the pod (its /etc/hosts, the containers' termination message
 	// files); empty: none are made.
 	PodDir string
+	// VolumePaths are the host paths of the pod's volumes set up, by name
+	// (env files of fileKeyRef are read there).
+	VolumePaths map[string]string
 	// Allocatable is the node's allocatable, the value of a
 	// resourceFieldRef the container sets no limit for (kubelet: limits
 	// default to the node's allocatable).
@@ -209,6 +212,11 @@ type StartOptions struct {
 	// it makes what the pod's containers share, its sandbox. Nil: the
 	// runtime's default, the host's resolv.conf.
 	DNS func() (*DNSConfig, error)
+	// RuntimeHandler, if set, names the runtime handler of the pod's
+	// sandbox (kubelet: the handler of the pod's RuntimeClass, looked up
+	// when the sandbox is made); its error fails the sandbox. Nil: the
+	// runtime's default handler.
+	RuntimeHandler func() (string, error)
 	// TargetContainer, for an ephemeral container, names the pod's
 	// container whose process namespace it joins (targetContainerName:
 	// kubectl debug --target); a runtime without such namespaces ignores
@@ -227,6 +235,10 @@ type Mount struct {
 	// Propagation is the mount propagation the spec asks for
 	// (mountPropagation; empty: None).
 	Propagation corev1.MountPropagationMode
+	// Volume is the volume's name; RecursiveReadOnly the mount's
+	// recursiveReadOnly (nil: Disabled).
+	Volume            string
+	RecursiveReadOnly *corev1.RecursiveReadOnlyMode
 }
 
 // Sources reads the objects a container's environment refers to. A missing

@@ -41,6 +41,9 @@ type Options struct {
 	Allocatable corev1.ResourceList
 	// ServiceEnv are the service variables ("KEY=value"; ServiceVariables).
 	ServiceEnv []string
+	// VolumePaths are the host paths of the pod's volumes, by name, where
+	// fileKeyRef reads its env files.
+	VolumePaths map[string]string
 }
 
 // ServiceVariables are the environment variables of services the kubelet
@@ -177,8 +180,8 @@ func Expand(args []string, env []string) []string {
 }
 
 // valueFrom resolves an env var source: the downward API, resource fields
-// of the container's requests and limits, and keys of ConfigMaps and
-// Secrets.
+// of the container's requests and limits, keys of ConfigMaps and Secrets,
+// and keys of env files in the pod's volumes.
 func valueFrom(ctx context.Context, pod *corev1.Pod, c *corev1.Container, src *corev1.EnvVarSource, o Options) (string, bool, error) {
 	switch {
 	case src.FieldRef != nil:
@@ -193,6 +196,8 @@ func valueFrom(ctx context.Context, pod *corev1.Pod, c *corev1.Container, src *c
 	case src.SecretKeyRef != nil:
 		ref := src.SecretKeyRef
 		return keyValue(ctx, o, true, pod.Namespace, ref.Name, ref.Key, ref.Optional)
+	case src.FileKeyRef != nil:
+		return fileKeyValue(src.FileKeyRef, o)
 	}
 	return "", false, errors.New("valueFrom names no source")
 }

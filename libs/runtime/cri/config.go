@@ -154,8 +154,8 @@ type sandbox struct {
 
 // ensureSandbox returns the pod's ready sandbox, creating one when it has
 // none (kubelet: createPodSandbox, a new attempt after a sandbox that
-// stopped).
-func (r *Runtime) ensureSandbox(ctx context.Context, p *corev1.Pod, pd *pod, dns func() (*runtime.DNSConfig, error)) (*sandbox, error) {
+// stopped) with the resolver configuration and runtime handler opts give.
+func (r *Runtime) ensureSandbox(ctx context.Context, p *corev1.Pod, pd *pod, opts runtime.StartOptions) (*sandbox, error) {
 	pd.sandboxMu.Lock()
 	defer pd.sandboxMu.Unlock()
 	r.mu.Lock()
@@ -191,7 +191,7 @@ func (r *Runtime) ensureSandbox(ctx context.Context, p *corev1.Pod, pd *pod, dns
 	}
 	cfg := r.sandboxConfig(p, attempt)
 	var err error
-	if cfg.DnsConfig, err = sandboxDNS(p, dns); err != nil {
+	if cfg.DnsConfig, err = sandboxDNS(p, opts.DNS); err != nil {
 		return nil, fmt.Errorf("the pod's DNS configuration: %w", err)
 	}
 	if err := os.MkdirAll(cfg.LogDirectory, 0o755); err != nil {
@@ -200,7 +200,13 @@ func (r *Runtime) ensureSandbox(ctx context.Context, p *corev1.Pod, pd *pod, dns
 	if err := r.ensurePodCgroup(ctx, p, true); err != nil {
 		return nil, err
 	}
-	id, err = r.rs.RunPodSandbox(ctx, cfg, "")
+	handler := ""
+	if opts.RuntimeHandler != nil {
+		if handler, err = opts.RuntimeHandler(); err != nil {
+			return nil, err
+		}
+	}
+	id, err = r.rs.RunPodSandbox(ctx, cfg, handler)
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +218,7 @@ func (r *Runtime) ensureSandbox(ctx context.Context, p *corev1.Pod, pd *pod, dns
 	pd.sandboxID, pd.sandboxAt, pd.hasSandbox, pd.sandboxAttempt = id, time.Now(), true, attempt
 	r.sandboxIPs[id] = ip
 	r.mu.Unlock()
-	r.log.Debug("pod sandbox created", podFields(p, "sandbox", id)...)
+	r.log.Debug("pod sandbox created", podFields(p, "sandbox", id, "runtimeHandler", handler)...)
 	return &sandbox{id: id, config: cfg, ip: ip}, nil
 }
 
@@ -223,7 +229,7 @@ func (r *Runtime) containerConfig(ctx context.Context, p *corev1.Pod, c *corev1.
 		podIP = r.PodIP(p)
 	}
 	env, err := containerenv.Build(ctx, p, c, containerenv.Options{PodIP: podIP, HostIP: r.opts.hostIP, Runtime: Type,
-		Sources: opts.Sources, Allocatable: opts.Allocatable, ServiceEnv: opts.ServiceEnv})
+		Sources: opts.Sources, Allocatable: opts.Allocatable, ServiceEnv: opts.ServiceEnv, VolumePaths: opts.VolumePaths})
 	if err != nil {
 		return nil, err
 	}
@@ -280,9 +286,14 @@ func (r *Runtime) containerConfig(ctx context.Context, p *corev1.Pod, c *corev1.
 		k, v, _ := strings.Cut(kv, "=")
 		cfg.Envs = append(cfg.Envs, &runtimeapi.KeyValue{Key: k, Value: []byte(v)})
 	}
+	supportsRRO := r.RecursiveReadOnlyMounts(opts.RuntimeHandler)
 	for _, m := range opts.Mounts {
+		rro, err := runtime.ResolveRecursiveReadOnly(m, supportsRRO)
+		if err != nil {
+			return nil, fmt.Errorf("failed to resolve recursive read-only mode: %w", err)
+		}
 		cfg.Mounts = append(cfg.Mounts, &runtimeapi.Mount{ContainerPath: m.ContainerPath, HostPath: m.HostPath,
-			Readonly: m.ReadOnly, Propagation: propagation(m.Propagation)})
+			Readonly: m.ReadOnly, RecursiveReadOnly: rro, Propagation: propagation(m.Propagation)})
 	}
 	files, err := podFileMounts(p, c, attempt, podIP, r.opts.domain(), opts)
 	if err != nil {

@@ -51,7 +51,7 @@ func TestCreatedContainerRemoved(t *testing.T) {
 	r.mu.Lock()
 	pd := r.pods[p.UID]
 	r.mu.Unlock()
-	sb, err := r.ensureSandbox(ctx, p, pd, nil)
+	sb, err := r.ensureSandbox(ctx, p, pd, runtime.StartOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

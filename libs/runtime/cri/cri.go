@@ -475,7 +475,7 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 	}()
 	// kubelet: the sandbox comes first (SyncPod), then each container's
 	// image, config, create and start (startContainer).
-	sb, err := r.ensureSandbox(ctx, p, pd, opts.DNS)
+	sb, err := r.ensureSandbox(ctx, p, pd, opts)
 	if err != nil {
 		if ctx.Err() != nil {
 			st.State = runtime.StateUnknown

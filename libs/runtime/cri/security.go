@@ -32,6 +32,9 @@ type security struct {
 	// supplementalGroupsPolicy Strict.
 	userNamespaces bool
 	groupsPolicy   bool
+	// rro names the runtime handlers that make read-only mounts
+	// recursively read-only ("" the default handler).
+	rro map[string]bool
 }
 
 // WithSeccompProfileRoot sets the directory of Localhost seccomp profiles
@@ -70,6 +73,12 @@ func (s *security) readFeatures(ctx context.Context, status func(context.Context
 	for _, h := range resp.GetRuntimeHandlers() {
 		if h.GetName() == "" {
 			s.userNamespaces = h.GetFeatures().GetUserNamespaces()
+		}
+		if h.GetFeatures().GetRecursiveReadOnlyMounts() {
+			if s.rro == nil {
+				s.rro = map[string]bool{}
+			}
+			s.rro[h.GetName()] = true
 		}
 	}
 	s.groupsPolicy = resp.GetFeatures().GetSupplementalGroupsPolicy()
@@ -245,3 +254,19 @@ var maskedPaths = sync.OnceValue(func() []string {
 	}
 	return paths
 })
+
+// RecursiveReadOnlyMounts says whether the runtime handler of a pod (its
+// RuntimeClass's, as handler resolves it; nil the default) makes
+// read-only mounts recursively read-only, as the CRI runtime reports it
+// (kubelet: runtimeClassSupportsRecursiveReadOnlyMounts; a handler that
+// cannot be looked up has no such support).
+func (r *Runtime) RecursiveReadOnlyMounts(handler func() (string, error)) bool {
+	name := ""
+	if handler != nil {
+		var err error
+		if name, err = handler(); err != nil {
+			return false
+		}
+	}
+	return r.opts.security.rro[name]
+}

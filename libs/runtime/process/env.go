@@ -19,7 +19,7 @@ import (
 func (r *Runtime) containerEnv(ctx context.Context, pod *corev1.Pod, c *corev1.Container, opts runtime.StartOptions) ([]string, error) {
 	return containerenv.Build(ctx, pod, c, containerenv.Options{
 		Base: r.opts.baseEnv, Hostname: true, PodIP: r.PodIP(pod), HostIP: r.opts.hostIP, Runtime: Type,
-		Sources: opts.Sources, Allocatable: opts.Allocatable, ServiceEnv: opts.ServiceEnv,
+		Sources: opts.Sources, Allocatable: opts.Allocatable, ServiceEnv: opts.ServiceEnv, VolumePaths: opts.VolumePaths,
 	})
 }
 

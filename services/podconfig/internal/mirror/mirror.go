@@ -10,6 +10,14 @@
 //	no static pod, mirror (all static
 //	  sources seen, informer synced)         -> delete the orphan
 //
+// except that a mirror pod whose static pod (the UID of its annotation)
+// the pod workers still run is neither replaced by another static pod's
+// nor deleted as an orphan until they report that pod terminated (kubelet:
+// the mirror pod follows the static pod that runs, which a changed
+// manifest's pod waits for; IsPodForMirrorPodTerminatingByFullName). The
+// manager learns it from the pod workers' PodRuntimeStatus (RuntimeStatus):
+// a UID with a status and none yet saying terminated runs.
+//
 // A mirror pod is a copy of the static pod's metadata and spec with the
 // annotation kubernetes.io/config.mirror = the static pod's hash and a
 // controller owner reference to the Node. Its creation waits until the Node
@@ -27,12 +35,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/logging"
 	"github.com/splitlet/splitlet/services/podconfig/internal/merge"
 )
@@ -52,6 +62,9 @@ type Manager struct {
 	mu      sync.Mutex
 	static  map[string]*corev1.Pod
 	allSeen bool
+	// running holds the static pods the pod workers run (a status seen,
+	// none yet terminated), by UID, with their namespace/name.
+	running map[types.UID]string
 	wg      sync.WaitGroup
 }
 
@@ -61,7 +74,7 @@ func New(cs kubernetes.Interface, node string, lister corelisters.PodLister, syn
 	recorder record.EventRecorder, log *zap.Logger, resync time.Duration) *Manager {
 	return &Manager{
 		cs: cs, node: node, lister: lister, synced: synced, recorder: recorder, log: log, resync: resync,
-		static: map[string]*corev1.Pod{},
+		static: map[string]*corev1.Pod{}, running: map[types.UID]string{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 10*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "podconfig-mirror-pods"}),
@@ -96,6 +109,45 @@ func (m *Manager) SetStatic(pods []*corev1.Pod, allSeen bool) {
 	if becameSeen {
 		m.enqueueMirrors()
 	}
+}
+
+// RuntimeStatus takes a pod workers' status: a static pod of this node, or
+// the one a mirror pod names, runs until a status says it terminated, and
+// its mirror pod is checked again then.
+func (m *Manager) RuntimeStatus(rs *bus.PodRuntimeStatus) {
+	k := key(rs.Namespace, rs.Name)
+	m.mu.Lock()
+	_, known := m.running[rs.UID]
+	switch {
+	case rs.Terminated:
+		delete(m.running, rs.UID)
+	case !known && m.isStaticUID(k, rs.UID):
+		m.running[rs.UID] = k
+	}
+	m.mu.Unlock()
+	if known && rs.Terminated {
+		m.queue.Add(k)
+	}
+}
+
+// isStaticUID: uid is the static pod of that key, or the one its mirror
+// pod names (a static pod whose manifest changed or went). Call with m.mu
+// held.
+func (m *Manager) isStaticUID(k string, uid types.UID) bool {
+	if p := m.static[k]; p != nil && p.UID == uid {
+		return true
+	}
+	ns, name, _ := cache.SplitMetaNamespaceKey(k)
+	mirror, err := m.lister.Pods(ns).Get(name)
+	return err == nil && mirror.Annotations[merge.AnnotationMirror] == string(uid)
+}
+
+// runs: the pod workers run the static pod of that UID.
+func (m *Manager) runs(uid string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.running[types.UID(uid)]
+	return ok
 }
 
 // MirrorPodChanged queues a check of the named pod (informer events).
@@ -199,6 +251,10 @@ func (m *Manager) sync(ctx context.Context, k string) error {
 		}
 	}
 	if static == nil {
+		if mirror != nil && allSeen && m.runs(mirror.Annotations[merge.AnnotationMirror]) {
+			// its static pod terminates within its grace: the mirror stays.
+			return nil
+		}
 		if mirror != nil && allSeen {
 			// kubelet: orphaned mirror pods are removed once all sources are ready.
 			m.log.Info("deleting orphaned mirror pod", logging.Pod(ns, name, string(mirror.UID))...)
@@ -209,6 +265,11 @@ func (m *Manager) sync(ctx context.Context, k string) error {
 	hash := static.Annotations[merge.AnnotationHash]
 	if mirror != nil {
 		if mirror.DeletionTimestamp == nil && mirror.Annotations[merge.AnnotationMirror] == hash {
+			return nil
+		}
+		if mirror.DeletionTimestamp == nil && m.runs(mirror.Annotations[merge.AnnotationMirror]) {
+			// the static pod before a change of the manifest terminates:
+			// the mirror follows it until it has.
 			return nil
 		}
 		// kubelet: a mirror pod being deleted or not matching is replaced.

@@ -123,6 +123,9 @@ type Runner struct {
 	http       *source.HTTP
 	mirrors    *mirror.Manager
 	stopEvents func()
+	// follow hands the mirror manager the pod workers' statuses (nil
+	// without mirror pods).
+	follow func(context.Context)
 
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -194,6 +197,10 @@ func Build(cfg *Config, node string, partitions int, log *zap.Logger, cs kuberne
 		r.mirrors = mirror.New(cs, node, r.api.Lister(), r.api.HasSynced, recorder, log.Named("mirror"), cfg.MirrorResync)
 		r.api.SetMirrorObserver(r.mirrors)
 		ctrl.SetStaticSink(r.mirrors)
+		if nc != nil {
+			mirrors, mlog := r.mirrors, log.Named("mirror")
+			r.follow = func(ctx context.Context) { followStatuses(ctx, nc, node, waitStreams, mirrors, mlog) }
+		}
 	}
 	return r, nil
 }
@@ -224,6 +231,10 @@ func (r *Runner) Start(context.Context) error {
 	}
 	if r.mirrors != nil {
 		r.mirrors.Start(ctx)
+	}
+	if r.follow != nil {
+		r.wg.Add(1)
+		go func() { defer r.wg.Done(); r.follow(ctx) }()
 	}
 	return nil
 }

@@ -277,3 +277,34 @@ func TestFileNotifications(t *testing.T) {
 	}
 	testenv.EventuallyTrue(t, 10*time.Second, "REMOVE on notification", func() bool { return fmt.Sprint(e.bus.ops("n-1")) == "[ADD UPDATE REMOVE]" })
 }
+
+// A manifest removed and written again at once (within the read that a
+// notification brings) is a pod removed and added again, the same UID:
+// REMOVE, then ADD (kubelet: the file source's delete and add events), so
+// that the pod workers restart it; a manifest replaced by a rename over it
+// is no removal.
+func TestFileRemovedAndRewrittenAtOnce(t *testing.T) {
+	e := newEnv(t, "node-rewrite", false)
+	dir := t.TempDir()
+	cfg := testConfig()
+	cfg.StaticPodPath = dir
+	cfg.FileCheckFrequency = time.Hour
+	cfg.MirrorPods = false
+	e.start(cfg)
+	e.waitAllReady()
+	name := "again-" + e.node
+	file := filepath.Join(dir, "again.yaml")
+	writeFile(t, file, manifestYAML("again", "busybox", ""))
+	var uid types.UID
+	testenv.EventuallyTrue(t, 10*time.Second, "ADD", func() bool { uid = e.bus.uidByName(name); return uid != "" })
+	writeFile(t, file, manifestYAML("again", "busybox", ""))
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte(manifestYAML("again", "busybox", "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testenv.EventuallyTrue(t, 10*time.Second, "REMOVE and ADD of the same UID", func() bool {
+		return fmt.Sprint(e.bus.ops(uid)) == "[ADD REMOVE ADD]"
+	})
+}

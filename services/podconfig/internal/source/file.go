@@ -31,6 +31,10 @@ const ReasonInvalidManifest = "InvalidStaticPodManifest"
 // period and shortly after any file system notification, and each read is
 // reported as a SET. A manifest that cannot be used is left out with a log
 // line and a Node Event naming the file and the reason; the others go on.
+// A file removed (or renamed away) is reported gone at once, before the
+// read that follows: a manifest removed and written again is a pod removed
+// and added again, which restarts it (kubelet: the file source's delete
+// and add events).
 type File struct {
 	path     string
 	node     string
@@ -39,12 +43,14 @@ type File struct {
 	log      *zap.Logger
 	recorder record.EventRecorder
 	bad      map[string]string // file -> last error reported
+	// last holds the pod of each file of the last SET, by file.
+	last map[string]*corev1.Pod
 }
 
 // NewFile builds the source; Run runs it.
 func NewFile(path, node string, period time.Duration, sink Sink, recorder record.EventRecorder, log *zap.Logger) *File {
 	return &File{path: strings.TrimRight(path, string(os.PathSeparator)), node: node, period: period,
-		sink: sink, log: log, recorder: recorder, bad: map[string]string{}}
+		sink: sink, log: log, recorder: recorder, bad: map[string]string{}, last: map[string]*corev1.Pod{}}
 }
 
 // Run reads and watches the path until ctx ends.
@@ -89,6 +95,9 @@ func (f *File) Run(ctx context.Context) {
 				}
 				if strings.HasPrefix(filepath.Base(e.Name), ".") {
 					continue // kubelet: dot files are ignored
+				}
+				if e.Op.Has(fsnotify.Remove) || e.Op.Has(fsnotify.Rename) {
+					f.removed(e.Name)
 				}
 				if debounce == nil {
 					// Editors write in steps: read once things settle.
@@ -153,6 +162,7 @@ func (f *File) scan() bool {
 		files = []string{f.path}
 	}
 	pods := []*corev1.Pod{}
+	last := map[string]*corev1.Pod{}
 	stillBad := map[string]bool{}
 	for _, file := range files {
 		st, err := os.Stat(file)
@@ -169,14 +179,35 @@ func (f *File) scan() bool {
 			continue
 		}
 		pods = append(pods, p)
+		last[file] = p.DeepCopy()
 	}
 	for file := range f.bad {
 		if !stillBad[file] {
 			delete(f.bad, file)
 		}
 	}
+	f.last = last
 	f.sink.Submit(merge.Update{Source: merge.SourceFile, Op: bus.OpSet, Pods: pods})
 	return true
+}
+
+// removed reports the pods without the one of a file just removed, if the
+// last SET had it.
+func (f *File) removed(file string) {
+	if _, ok := f.last[file]; !ok {
+		return
+	}
+	delete(f.last, file)
+	files := make([]string, 0, len(f.last))
+	for name := range f.last {
+		files = append(files, name)
+	}
+	sort.Strings(files)
+	pods := make([]*corev1.Pod, 0, len(files))
+	for _, name := range files {
+		pods = append(pods, f.last[name].DeepCopy())
+	}
+	f.sink.Submit(merge.Update{Source: merge.SourceFile, Op: bus.OpSet, Pods: pods})
 }
 
 func (f *File) read(file string) (*corev1.Pod, error) {

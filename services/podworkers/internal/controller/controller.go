@@ -523,10 +523,12 @@ func (c *Controller) cleanupWorkers() (map[types.UID]podworkers.WorkType, bool) 
 	states := c.workers.SyncKnownPods(desired)
 	c.mu.Lock()
 	var forgotten []types.UID
+	recreated := map[types.UID]bool{}
 	for uid := range c.tracked {
 		if st, ok := states[uid]; !ok || st == podworkers.TerminatedAndRecreated {
 			forgotten = append(forgotten, uid)
 			delete(c.tracked, uid)
+			recreated[uid] = ok
 		}
 	}
 	var orphans, restart []*corev1.Pod
@@ -554,6 +556,11 @@ func (c *Controller) cleanupWorkers() (map[types.UID]podworkers.WorkType, bool) 
 	c.mu.Unlock()
 	for _, uid := range forgotten {
 		c.syncer.Forget(uid)
+		if recreated[uid] {
+			// kubelet: a pod created again keeps its exited containers,
+			// which its restart counts go on from, and its files.
+			continue
+		}
 		if err := c.cfg.Runtime.RemovePod(context.Background(), uid); err != nil {
 			c.log.Warn("cannot remove pod from the runtime", zap.String(logging.FieldUID, string(uid)), zap.Error(err))
 		} else if err := c.syncer.RemoveVolumes(uid); err != nil {

@@ -176,6 +176,10 @@ func TestRecreatedUIDRunsAgain(t *testing.T) {
 		st := s.get("r")
 		return isRunning(st) && rt.StartsOf("c") >= 2
 	})
+	// kubelet: the container of the instance before counts as a restart.
+	if st := s.get("r"); st.ContainerStatuses[0].RestartCount != 1 {
+		t.Errorf("restart count %d after the pod was created again, want 1", st.ContainerStatuses[0].RestartCount)
+	}
 }
 
 func TestLivenessFailureRestartsCurrentContainerOnly(t *testing.T) {

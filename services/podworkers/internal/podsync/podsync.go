@@ -158,6 +158,9 @@ type Syncer struct {
 	// holds the pods told what a HostDNS runtime does not apply.
 	dns     *dns.Configurer
 	dnsTold map[types.UID]bool
+	// runtimeClasses resolves a RuntimeClass to its runtime handler (nil:
+	// every pod gets the runtime's default).
+	runtimeClasses func(name string) (string, error)
 }
 
 // New returns a Syncer.
@@ -848,57 +851,76 @@ func (s *Syncer) SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, grace 
 	st := s.status(pod, true, false)
 	applyKill(st, kill)
 	s.sink.Set(st)
-	sidecars := map[string]bool{}
-	for i := range pod.Spec.InitContainers {
-		if isSidecar(&pod.Spec.InitContainers[i]) {
-			sidecars[pod.Spec.InitContainers[i].Name] = true
-		}
-	}
-	deadline := time.Now().Add(time.Duration(grace) * time.Second)
-	var errs []error
-	// kubelet: the app containers stop first, together; then the sidecars
-	// one by one in the reverse of their order in the spec, all within
-	// the same grace period.
-	phases := []func(name string) bool{func(name string) bool { return !sidecars[name] }}
-	for i := len(pod.Spec.InitContainers) - 1; i >= 0; i-- {
-		if name := pod.Spec.InitContainers[i].Name; sidecars[name] {
-			phases = append(phases, func(n string) bool { return n == name })
-		}
-	}
-	for _, inPhase := range phases {
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		for _, c := range s.rt.PodContainers(pod.UID) {
-			if c.State == runtime.StateExited || !inPhase(c.Name) {
-				continue
-			}
-			left := time.Until(deadline)
-			if left < time.Second {
-				left = time.Second
-			}
-			s.event(pod, c.Name, corev1.EventTypeNormal, EventKilling, "Stopping container %s", c.Name)
-			wg.Add(1)
-			go func(id, name string) {
-				defer wg.Done()
-				sctx, span := tracing.Start(ctx, "runtime StopContainer", trace.WithAttributes(attribute.String("k8s.container.name", name)))
-				err := s.kill(sctx, pod, name, id, left)
-				tracing.End(span, err)
-				if err != nil && !errors.Is(err, runtime.ErrNotFound) {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-				}
-			}(c.ID, c.Name)
-		}
-		wg.Wait()
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
+	errs := s.stopAll(ctx, pod, grace)
+	if ctx.Err() != nil {
+		return ctx.Err()
 	}
 	st = s.status(pod, true, false)
 	applyKill(st, kill)
 	s.sink.Set(st)
 	return errors.Join(errs...)
+}
+
+// stopAll stops every running container of the pod within grace (kubelet:
+// killContainersWithSyncResult): all at once, each running its preStop
+// hook at once; a sidecar then waits for the app containers and the
+// sidecars declared after it to stop (terminationOrder), and is stopped
+// with what is left of the grace, at least minPreStopGrace.
+func (s *Syncer) stopAll(ctx context.Context, pod *corev1.Pod, grace int64) []error {
+	var running []runtime.ContainerStatus
+	names := map[string]bool{}
+	for _, c := range s.rt.PodContainers(pod.UID) {
+		if c.State != runtime.StateExited {
+			running = append(running, c)
+			names[c.Name] = true
+		}
+	}
+	var order *terminationOrder
+	if hasSidecar(pod) {
+		order = newTerminationOrder(pod, names)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for _, c := range running {
+		s.event(pod, c.Name, corev1.EventTypeNormal, EventKilling, "Stopping container %s", c.Name)
+		wg.Add(1)
+		go func(id, name string) {
+			defer wg.Done()
+			sctx, span := tracing.Start(ctx, "runtime StopContainer", trace.WithAttributes(attribute.String("k8s.container.name", name)))
+			err := s.stopInOrder(sctx, pod, name, id, time.Duration(grace)*time.Second, order)
+			tracing.End(span, err)
+			if err != nil && !errors.Is(err, runtime.ErrNotFound) {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}(c.ID, c.Name)
+	}
+	wg.Wait()
+	return errs
+}
+
+// stopInOrder runs the container's preStop hook, waits for its turn and
+// stops it with what is left of grace (at least minPreStopGrace).
+func (s *Syncer) stopInOrder(ctx context.Context, pod *corev1.Pod, name, id string, grace time.Duration, order *terminationOrder) error {
+	start := time.Now()
+	s.preStop(ctx, pod, name, grace)
+	left := grace - time.Since(start)
+	left -= order.wait(name, left)
+	err := s.rt.StopContainer(ctx, id, max(left, minPreStopGrace))
+	order.done(name)
+	return err
+}
+
+// hasSidecar: the pod has a restartable init container.
+func hasSidecar(pod *corev1.Pod) bool {
+	for i := range pod.Spec.InitContainers {
+		if isSidecar(&pod.Spec.InitContainers[i]) {
+			return true
+		}
+	}
+	return false
 }
 
 func applyKill(st *bus.PodRuntimeStatus, kill *podworkers.KillOptions) {
@@ -1153,5 +1175,6 @@ func (s *Syncer) containerStatus(pod *corev1.Pod, c *corev1.Container, list []ru
 	if cs.Started == nil {
 		cs.Started = &f
 	}
+	cs.VolumeMounts = s.volumeMountStatuses(pod, c)
 	return cs
 }

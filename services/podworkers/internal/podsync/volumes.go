@@ -95,6 +95,7 @@ func (s *Syncer) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 		opts.ImageEvent = func(eventType, reason, message string) { s.event(pod, c.Name, eventType, reason, "%s", message) }
 	}
 	s.podDNS(pod, &opts)
+	s.podRuntimeHandler(pod, &opts)
 	opts.PullSecrets = s.pullSecrets(ctx, pod)
 	if s.serviceEnv != nil {
 		links := pod.Spec.EnableServiceLinks == nil || *pod.Spec.EnableServiceLinks
@@ -104,15 +105,16 @@ func (s *Syncer) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 		opts.Sources = s.volumes.Sources()
 		opts.Allocatable = s.volumes.Allocatable()
 		opts.PodDir = s.volumes.PodDir(pod.UID)
+		s.mu.Lock()
+		vols := s.vols[pod.UID]
+		s.mu.Unlock()
+		opts.VolumePaths = volumePaths(vols)
 		if len(c.VolumeMounts) > 0 {
-			s.mu.Lock()
-			vols := s.vols[pod.UID]
-			s.mu.Unlock()
 			var env []string
 			if needsEnv(c) {
 				// subPathExpr expands against the container's environment.
 				env, _ = containerenv.Build(ctx, pod, c, containerenv.Options{PodIP: s.rt.PodIP(pod), HostIP: s.hostIP,
-					Sources: opts.Sources, Allocatable: opts.Allocatable, Runtime: s.rt.Type()})
+					Sources: opts.Sources, Allocatable: opts.Allocatable, Runtime: s.rt.Type(), VolumePaths: opts.VolumePaths})
 			}
 			mounts, err := volumes.Mounts(pod, c, vols, env)
 			if err != nil {
@@ -124,6 +126,15 @@ func (s *Syncer) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 		}
 	}
 	return s.rt.StartContainer(ctx, pod, c, attempt, opts)
+}
+
+// volumePaths are the host paths of the pod's volumes, by name.
+func volumePaths(vols map[string]volumes.Volume) map[string]string {
+	out := make(map[string]string, len(vols))
+	for name, v := range vols {
+		out[name] = v.Path
+	}
+	return out
 }
 
 func needsEnv(c *corev1.Container) bool {

@@ -36,6 +36,10 @@
 //   - The transitions only go forward: a pod that began terminating never
 //     syncs again; a finished pod ignores every update until SyncKnownPods
 //     forgets it.
+//   - A static pod (source file or http) starts only when no other static
+//     pod of its full name has started and not finished, and after those of
+//     the name that came before it: a changed manifest's pod waits for the
+//     old one to terminate within its grace (retried after the back-off).
 //   - Requesting termination (or shortening the grace period) cancels the
 //     context of the sync in flight, so teardown does not wait for setup.
 //   - The grace period only ever shrinks: the pod's spec, then its deletion
@@ -258,6 +262,13 @@ type Workers struct {
 	podsSynced bool
 	closed     bool
 
+	// startedStatic names, per full name, the static pod allowed to start
+	// and not yet finished; waitingStatic the static pods of that name
+	// waiting to start, in the order they arrived (kubelet:
+	// startedStaticPodsByFullname, waitingToStartStaticPodsByFullname).
+	startedStatic map[string]types.UID
+	waitingStatic map[string][]types.UID
+
 	queue   workqueue.TypedDelayingInterface[types.UID]
 	running sync.WaitGroup
 	ctx     context.Context
@@ -274,6 +285,9 @@ func New(handler SyncHandler, opts ...Option) *Workers {
 		resync:  DefaultResyncInterval,
 		backOff: DefaultBackOffPeriod,
 		pods:    map[types.UID]*podState{},
+
+		startedStatic: map[string]types.UID{},
+		waitingStatic: map[string][]types.UID{},
 	}
 	for _, o := range opts {
 		o(w)
@@ -373,6 +387,10 @@ func (w *Workers) UpdatePod(opts UpdateOptions) {
 			s.terminatingAt = now
 		}
 		w.pods[uid] = s
+		if isStatic(pod) {
+			// static pods of one full name start in the order they came.
+			w.waitingStatic[s.fullname] = append(w.waitingStatic[s.fullname], uid)
+		}
 	} else if s.terminationRequested() && opts.Type == UpdateCreate {
 		// kubelet: the same UID created again while terminating restarts
 		// once the old instance is finished and forgotten.
@@ -538,6 +556,7 @@ func (w *Workers) take(uid types.UID, s *podState) (context.Context, *work, bool
 		}
 		if ok && cur == s && s.detached {
 			delete(w.pods, uid)
+			w.releaseStatic(s.fullname, uid)
 		}
 		return nil, nil, false
 	}
@@ -545,6 +564,13 @@ func (w *Workers) take(uid types.UID, s *podState) (context.Context, *work, bool
 	s.pending = nil
 	// the work type follows the state at the time it runs, not when queued.
 	wk.kind = s.workType()
+	if wk.kind == SyncPodWork && isStatic(wk.opts.Pod) && !w.allowStaticPodStart(s.fullname, uid) {
+		// another static pod of the name runs, or is ahead in line: retry
+		// after the back-off (kubelet: allowPodStart), parked meanwhile.
+		s.pending, s.running = nil, false
+		w.queue.AddAfter(uid, wait.Jitter(w.backOff, backOffJitter))
+		return nil, nil, false
+	}
 	if wk.kind != SyncPodWork && (wk.opts.Kill == nil || wk.opts.Kill.GracePeriodOverride == nil) {
 		g := s.gracePeriod
 		if g == 0 {
@@ -631,6 +657,7 @@ func (w *Workers) completeTerminated(uid types.UID) {
 	if s.cancel != nil {
 		s.cancel()
 	}
+	w.releaseStatic(s.fullname, uid)
 }
 
 // Detach stops the worker of a pod without terminating the pod (its
@@ -648,6 +675,7 @@ func (w *Workers) Detach(uid types.UID) <-chan struct{} {
 		if ok {
 			closeAll(s.notify)
 			delete(w.pods, uid)
+			w.releaseStatic(s.fullname, uid)
 		}
 		done := make(chan struct{})
 		close(done)
@@ -692,6 +720,7 @@ func (w *Workers) SyncKnownPods(desired []*corev1.Pod) map[types.UID]WorkType {
 		_, known := want[uid]
 		if s.finished && (s.restartRequested || !known) {
 			delete(w.pods, uid)
+			w.releaseStatic(s.fullname, uid)
 			if s.restartRequested {
 				out[uid] = TerminatedAndRecreated
 			}

@@ -663,12 +663,17 @@ func (r *Runner) syncOptions(ctx context.Context, rt runtime.Runtime, recorder r
 		syncOpts = append(syncOpts, podsync.WithRecorder(recorder))
 	}
 	syncOpts = append(syncOpts, podsync.WithDNS(r.dnsConfigurer(podRecorder)))
+	stopClasses := func() {}
 	if rt.Type() == cri.Type && setUp {
-		// the pods' imagePullSecrets, for the runtime that pulls images.
+		// the pods' imagePullSecrets, for the runtime that pulls images, and
+		// their RuntimeClasses' handlers, for the one that has handlers.
 		syncOpts = append(syncOpts, podsync.WithPullSecrets(volumes.Client{CS: r.cs}))
+		var lookup func(name string) (string, error)
+		lookup, stopClasses = runtimeClasses(ctx, r.cs)
+		syncOpts = append(syncOpts, podsync.WithRuntimeClasses(lookup))
 	}
 	if !setUp || !r.cfg.Volumes.On(rt.Type() != sim.Type) {
-		return syncOpts, nil, func() {}
+		return syncOpts, nil, stopClasses
 	}
 	root := r.cfg.RootDir
 	if root == "" {
@@ -692,7 +697,7 @@ func (r *Runner) syncOptions(ctx context.Context, rt runtime.Runtime, recorder r
 	syncOpts = append(syncOpts, podsync.WithServiceEnv(func(ns string, links bool) []string {
 		return serviceEnv(services, ns, links)
 	}))
-	return syncOpts, vols, svcFactory.Shutdown
+	return syncOpts, vols, func() { svcFactory.Shutdown(); stopClasses() }
 }
 
 // newController builds the pod worker controller over rt, its statuses

@@ -765,7 +765,8 @@ func Mounts(pod *corev1.Pod, c *corev1.Container, vols map[string]Volume, env []
 			host = p
 		}
 		out = append(out, runtime.Mount{ContainerPath: vm.MountPath, HostPath: host,
-			ReadOnly: vm.ReadOnly || v.ReadOnly, Propagation: propagation(vm.MountPropagation)})
+			ReadOnly: vm.ReadOnly || v.ReadOnly, Propagation: propagation(vm.MountPropagation),
+			Volume: vm.Name, RecursiveReadOnly: vm.RecursiveReadOnly})
 	}
 	return out, nil
 }

@@ -323,6 +323,7 @@ func containerStatuses(specs []corev1.Container, runtime, old []corev1.Container
 				AllocatedResources:   r.AllocatedResources.DeepCopy(),
 				Resources:            r.Resources.DeepCopy(),
 				User:                 r.User.DeepCopy(),
+				VolumeMounts:         volumeMounts(r.VolumeMounts),
 			}
 			if st.Image == "" {
 				st.Image = c.Image
@@ -760,4 +761,17 @@ func findCondition(list []corev1.PodCondition, t corev1.PodConditionType) *corev
 		}
 	}
 	return nil
+}
+
+// volumeMounts copies a container's mount statuses (status.volumeMounts),
+// which the pod workers resolve.
+func volumeMounts(in []corev1.VolumeMountStatus) []corev1.VolumeMountStatus {
+	if in == nil {
+		return nil
+	}
+	out := make([]corev1.VolumeMountStatus, len(in))
+	for i := range in {
+		in[i].DeepCopyInto(&out[i])
+	}
+	return out
 }
