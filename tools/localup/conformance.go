@@ -293,6 +293,10 @@ func conformanceNode(o options, c conformanceOptions, st conformanceSuite) (opti
 	// Static pods (the node suite's mirror pod specs write manifests where
 	// the node's /configz says staticPodPath is).
 	o.staticPodDir = filepath.Join(state, "manifests")
+	// The kubelet's settings of the same run (kubeletConfig): no image
+	// garbage collection and eviction thresholds near zero.
+	o.splitletArgs = append(o.splitletArgs, "--image-gc-high-threshold=100", "--image-gc-low-threshold=99",
+		"--nodehb.eviction-hard=memory.available<50Mi,nodefs.available<1%,nodefs.inodesFree<1%,imagefs.available<1%")
 	return o, state, nil
 }
 
