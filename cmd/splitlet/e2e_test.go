@@ -31,6 +31,18 @@ func startAgent(t *testing.T, cp *testenv.ControlPlane, node string, args ...str
 	return startSplitlet(t, buildBinary(t), cp, node, "splitlet", append([]string{"--services=all"}, args...)...)
 }
 
+// hostContainerd is the containerd the CRI tests share (the host's, or one
+// started for them), stopped with the test if started for it.
+func hostContainerd(t *testing.T) *testenv.Containerd {
+	t.Helper()
+	cd, err := testenv.EnsureContainerd(t.Context(), testenv.ContainerdOptions{})
+	if err != nil {
+		t.Fatalf("--runtime=cri needs a containerd: %v", err)
+	}
+	t.Cleanup(cd.Stop)
+	return cd
+}
+
 // startSplitlet runs bin (splitlet) for node against the control plane,
 // with its own data dir, health and kubelet ports, and stops it (SIGTERM,
 // then SIGKILL after 15 s) when the test ends, printing its log if the

@@ -87,11 +87,7 @@ var evictedMessage = regexp.MustCompile(`^The node was low on resource: memory\.
 func TestEvictionUnderMemoryPressure(t *testing.T) {
 	testenv.SkipShort(t, "containerd, etcd and kube-apiserver")
 	ctx := t.Context()
-	cd, err := testenv.EnsureContainerd(ctx, testenv.ContainerdOptions{})
-	if err != nil {
-		t.Fatalf("--runtime=cri needs a containerd: %v", err)
-	}
-	t.Cleanup(cd.Stop)
+	cd := hostContainerd(t)
 	cp := testenv.ControlPlaneForTest(t)
 	bin := buildBinary(t)
 	const node = "e2e-evict"
@@ -281,11 +277,7 @@ func TestEvictionUnderMemoryPressure(t *testing.T) {
 func TestEvictionLocalStorageLimits(t *testing.T) {
 	testenv.SkipShort(t, "containerd, etcd and kube-apiserver")
 	ctx := t.Context()
-	cd, err := testenv.EnsureContainerd(ctx, testenv.ContainerdOptions{})
-	if err != nil {
-		t.Fatalf("--runtime=cri needs a containerd: %v", err)
-	}
-	t.Cleanup(cd.Stop)
+	cd := hostContainerd(t)
 	cp := testenv.ControlPlaneForTest(t)
 	const node = "e2e-localstorage"
 	startAgent(t, cp, node, "--runtime=cri", "--cri-endpoint="+cd.Endpoint, "--podworkers.local-storage-check-interval=1s")

@@ -193,11 +193,7 @@ func deletePodAndWait(t *testing.T, cs kubernetes.Interface, name string) {
 func TestResourceMetricsAPI(t *testing.T) {
 	testenv.SkipShort(t, "containerd, etcd, kube-apiserver and metrics-server")
 	ctx := t.Context()
-	cd, err := testenv.EnsureContainerd(ctx, testenv.ContainerdOptions{})
-	if err != nil {
-		t.Fatalf("--runtime=cri needs a containerd: %v", err)
-	}
-	t.Cleanup(cd.Stop)
+	cd := hostContainerd(t)
 	cp := testenv.ControlPlaneForTest(t, testenv.ControlPlaneOptions{AggregationLayer: true})
 	const node = "e2e-top"
 	// no eviction thresholds: a host short of disk evicts no test pod

@@ -122,11 +122,7 @@ func (b *watchBuffer) found() bool {
 func TestEndToEndCRIExecWithTTY(t *testing.T) {
 	testenv.SkipShort(t, "containerd, etcd and kube-apiserver")
 	ctx := t.Context()
-	cd, err := testenv.EnsureContainerd(ctx, testenv.ContainerdOptions{})
-	if err != nil {
-		t.Fatalf("--runtime=cri needs a containerd: %v", err)
-	}
-	t.Cleanup(cd.Stop)
+	cd := hostContainerd(t)
 	cp := testenv.ControlPlaneForTest(t)
 	const node = "e2e-cri-tty"
 	startAgent(t, cp, node, "--runtime=cri", "--cri-endpoint="+cd.Endpoint)
