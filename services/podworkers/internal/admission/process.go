@@ -71,6 +71,9 @@ func processPodFields(p *corev1.Pod) *notEnforced {
 	if p.Spec.HostUsers != nil && !*p.Spec.HostUsers {
 		return &notEnforced{"spec.hostUsers", "false", "it gives no user namespace"}
 	}
+	if p.Spec.RuntimeClassName != nil && *p.Spec.RuntimeClassName != "" {
+		return &notEnforced{"spec.runtimeClassName", *p.Spec.RuntimeClassName, "a host process runs under no runtime handler"}
+	}
 	ps := p.Spec.SecurityContext
 	if ps == nil {
 		return nil

@@ -137,6 +137,10 @@ func TestProcessUnsupported(t *testing.T) {
 		{"ephemeral-storage limit", securityPod(func(p *corev1.Pod) {
 			p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceEphemeralStorage: resource.MustParse("1Gi")}
 		}), "spec.containers[0].resources.limits.ephemeral-storage: 1Gi"},
+		{"runtimeClassName", securityPod(func(p *corev1.Pod) {
+			class := "gvisor"
+			p.Spec.RuntimeClassName = &class
+		}), "spec.runtimeClassName: gvisor"},
 		{"ephemeral-storage request only", securityPod(func(p *corev1.Pod) {
 			p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceEphemeralStorage: resource.MustParse("1Gi")}
 		}), ""},
