@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -12,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -335,4 +338,86 @@ func TestEvictionLocalStorageLimits(t *testing.T) {
 			return len(evs) == 1 && evs[0].Message == c.want && evs[0].Type == corev1.EventTypeWarning, fmt.Sprint(evs)
 		})
 	}
+}
+
+// loopFilesystem mounts an ext4 file system of size MiB of its own at a new
+// directory, unmounted when the test ends: a disk the test may fill.
+func loopFilesystem(t *testing.T, size int) string {
+	t.Helper()
+	img := filepath.Join(t.TempDir(), "fs.img")
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"truncate", "-s", fmt.Sprintf("%dM", size), img},
+		{"mkfs.ext4", "-q", "-F", img},
+		{"mount", "-o", "loop", img, dir},
+	} {
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", "-l", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v\n%s", dir, err, out)
+		}
+	})
+	return dir
+}
+
+// TestEvictionUnderDiskPressure: the node's data directory on a small file
+// system of its own; a pod filling an emptyDir there brings nodefs.available
+// under the threshold: the node reports DiskPressure, reclaims at node level
+// first (nothing to free there), evicts the pod with the kubelet's reason
+// and message, and clears DiskPressure once the pod's volume is gone.
+func TestEvictionUnderDiskPressure(t *testing.T) {
+	testenv.SkipShort(t, "containerd, etcd, kube-apiserver, root and a loop device")
+	ctx := t.Context()
+	cd := hostContainerd(t)
+	cp := testenv.ControlPlaneForTest(t)
+	const node = "e2e-diskpressure"
+	// 2 GiB (sparse): room for the bus's streams, which the embedded server
+	// sizes from the free space; the threshold 64 MiB under what is free.
+	dataDir := loopFilesystem(t, 2048)
+	var st unix.Statfs_t
+	if err := unix.Statfs(dataDir, &st); err != nil {
+		t.Fatal(err)
+	}
+	threshold := (int64(st.Bavail)*st.Bsize)>>20 - 64
+	startAgent(t, cp, node, "--runtime=cri", "--cri-endpoint="+cd.Endpoint, "--data-dir="+dataDir,
+		fmt.Sprintf("--nodehb.eviction-hard=nodefs.available<%dMi", threshold), "--nodehb.eviction-pressure-transition-period=5s",
+		"--nodehb.eviction-monitoring-interval=1s", "--nodehb.node-status-update-frequency=1s")
+	cs := cp.Clientset()
+	waitNodeReady(t, cs, node)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "disk-filler", Namespace: "default"},
+		Spec: corev1.PodSpec{NodeName: node, HostNetwork: true, TerminationGracePeriodSeconds: ptr(int64(1)), RestartPolicy: corev1.RestartPolicyNever,
+			Volumes: []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+			Containers: []corev1.Container{{Name: "fill", Image: testenv.BusyboxImage, ImagePullPolicy: corev1.PullIfNotPresent,
+				Command:      []string{"sh", "-c", "dd if=/dev/zero of=/scratch/fill bs=1M count=160; sync; sleep 3600"},
+				VolumeMounts: []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}}}}}}
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.CoreV1().Pods("default").Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+	})
+	diskPressure := func(want corev1.ConditionStatus, reason string) func() (bool, string) {
+		return func() (bool, string) {
+			n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			c := nodeCondition(n, corev1.NodeDiskPressure)
+			return c != nil && c.Status == want && c.Reason == reason, fmt.Sprint(c)
+		}
+	}
+	testenv.Eventually(t, 2*time.Minute, "DiskPressure", diskPressure(corev1.ConditionTrue, "KubeletHasDiskPressure"))
+	testenv.Eventually(t, 2*time.Minute, "disk-filler evicted", func() (bool, string) {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.Status.Phase == corev1.PodFailed && p.Status.Reason == "Evicted" &&
+				strings.HasPrefix(p.Status.Message, "The node was low on resource: ephemeral-storage. Threshold quantity: "),
+			fmt.Sprintf("%s %s %q", p.Status.Phase, p.Status.Reason, p.Status.Message)
+	})
+	testenv.Eventually(t, 2*time.Minute, "DiskPressure cleared", diskPressure(corev1.ConditionFalse, "KubeletHasNoDiskPressure"))
 }
