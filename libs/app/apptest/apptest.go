@@ -103,7 +103,8 @@ func RunBad(binary string, args []string, services ...app.Service) (int, string)
 	return code, out.String()
 }
 
-// Buffer is a writer safe to read while a process or services write it.
+// Buffer is a writer safe to read while a process or services write it;
+// also a zap sink (Sync does nothing).
 type Buffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
@@ -114,6 +115,9 @@ func (b *Buffer) Write(p []byte) (int, error) {
 	defer b.mu.Unlock()
 	return b.b.Write(p)
 }
+
+// Sync implements zapcore.WriteSyncer.
+func (b *Buffer) Sync() error { return nil }
 
 func (b *Buffer) String() string {
 	b.mu.Lock()

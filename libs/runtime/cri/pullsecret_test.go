@@ -1,7 +1,6 @@
 package cri
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"regexp"
@@ -15,29 +14,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/splitlet/splitlet/libs/app/apptest"
 	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
-
-// syncBuffer is a log sink tests read while the runtime writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) Sync() error { return nil }
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // An image only in a registry with auth: without credentials its pull
 // fails (ErrImagePull, then ImagePullBackOff); with the pod's pull secret
@@ -57,7 +37,7 @@ func TestPullWithPullSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &apptest.Buffer{}
 	r := newRuntime(t, WithPullRecordsDir(t.TempDir()), WithLogger(zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), logs, zap.DebugLevel))))
 	t.Cleanup(func() {
 		_ = r.is.RemoveImage(context.Background(), &runtimeapi.ImageSpec{Image: image})
@@ -178,7 +158,7 @@ func TestPullWithCredentialProvider(t *testing.T) {
 	writePlugin(t, dir, "test-registry", fmt.Sprintf(`{"apiVersion":"credentialprovider.kubelet.k8s.io/v1","kind":"CredentialProviderResponse","cacheKeyType":"Registry","auth":{%q:{"username":%q,"password":%q}}}`,
 		reg.Host, reg.User, reg.Password))
 	cfg := writeProviderConfig(t, dir, fmt.Sprintf("providers:\n- name: test-registry\n  matchImages: [%q]\n  defaultCacheDuration: 1m\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n", reg.Host))
-	logs := &syncBuffer{}
+	logs := &apptest.Buffer{}
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), logs, zap.DebugLevel))
 	cp, err := LoadCredentialProviders(cfg, dir, log)
 	if err != nil {

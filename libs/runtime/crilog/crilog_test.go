@@ -7,11 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/splitlet/splitlet/libs/app/apptest"
 	"github.com/splitlet/splitlet/libs/runtime"
 )
 
@@ -95,23 +95,6 @@ func TestReadSkipsMalformedLines(t *testing.T) {
 	}
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func TestFollow(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "0.log")
 	f, err := Create(path)
@@ -121,7 +104,7 @@ func TestFollow(t *testing.T) {
 	if err := f.Write(Stdout, false, []byte("old")); err != nil {
 		t.Fatal(err)
 	}
-	var out lockedBuffer
+	var out apptest.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- ReadFile(context.Background(), path, runtime.LogOptions{Follow: true, TailLines: -1}, f, &out)
@@ -202,7 +185,7 @@ func TestFollowAcrossRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	live := &polled{}
-	var out lockedBuffer
+	var out apptest.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- ReadFile(t.Context(), path, runtime.LogOptions{Follow: true, TailLines: -1}, live, &out)

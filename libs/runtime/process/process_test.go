@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/splitlet/splitlet/libs/app/apptest"
 	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
@@ -229,24 +230,6 @@ func TestOutputInCRILogAndLogs(t *testing.T) {
 	}
 }
 
-// syncBuffer is a writer the test reads while Logs follows into it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 func TestPreviousAndFollow(t *testing.T) {
 	r := newRuntime(t)
 	dir := t.TempDir()
@@ -268,7 +251,7 @@ func TestPreviousAndFollow(t *testing.T) {
 	if s := r.logs(p, "c0", runtime.LogOptions{Previous: true, TailLines: -1}); s != "first\n" {
 		t.Fatalf("previous logs %q", s)
 	}
-	var buf syncBuffer
+	var buf apptest.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- r.Logs(t.Context(), p.UID, "c0", runtime.LogOptions{Follow: true, TailLines: -1}, &buf)
@@ -299,7 +282,7 @@ func TestPreviousAndFollow(t *testing.T) {
 	c.Command = []string{"/bin/sh", "-c", `echo x; exec sleep 100`}
 	third := r.start(p, 0, 2)
 	ctx, cancel := context.WithCancel(t.Context())
-	var buf3 syncBuffer
+	var buf3 apptest.Buffer
 	done3 := make(chan error, 1)
 	go func() { done3 <- r.Logs(ctx, p.UID, "c0", runtime.LogOptions{Follow: true, TailLines: -1}, &buf3) }()
 	testenv.EventuallyTrue(t, 20*time.Second, "the line followed", func() bool { return buf3.String() == "x\n" })
@@ -328,7 +311,7 @@ func TestGracePeriodThenKillWholeGroup(t *testing.T) {
 		`exec sleep 100`)
 	st := r.start(p, 0, 0)
 	plain := r.start(p, 1, 0)
-	var buf syncBuffer
+	var buf apptest.Buffer
 	go func() {
 		_ = r.Logs(t.Context(), p.UID, "c0", runtime.LogOptions{Follow: true, TailLines: -1}, &buf)
 	}()

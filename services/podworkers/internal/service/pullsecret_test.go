@@ -1,12 +1,10 @@
 package service
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,31 +14,12 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	remote "k8s.io/cri-client/pkg"
 
+	"github.com/splitlet/splitlet/libs/app/apptest"
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/config"
 	"github.com/splitlet/splitlet/libs/runtime/cri"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
-
-// lockedBuffer is a log sink the test reads while replicas write.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) Sync() error { return nil }
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // An image only in a registry with auth runs with the pod's
 // imagePullSecret and with its service account's (which the API server's
@@ -59,7 +38,7 @@ func TestCRIImagePullSecrets(t *testing.T) {
 	admin := cp.Clientset()
 	e.cs = admin
 	e.replicaCS = clientsetAs(t, cp, "system:node:"+e.node, "system:nodes")
-	logs := &lockedBuffer{}
+	logs := &apptest.Buffer{}
 	e.logSink = logs
 
 	reg, err := testenv.StartRegistry(t.Context(), t.TempDir())
