@@ -226,8 +226,16 @@ func (r *Runner) serveRequests(pctx context.Context, p int, part *partition, ctr
 			return err
 		}
 	}
-	return nil
+	// the server holds every subscription before the partition is counted
+	// acquired: a request sent after that finds its responder.
+	fctx, cancel := context.WithTimeout(pctx, flushTimeout)
+	defer cancel()
+	return r.conn.NC.FlushWithContext(fctx)
 }
+
+// flushTimeout bounds the round trip that confirms a partition's
+// subscriptions.
+const flushTimeout = 10 * time.Second
 
 // serveRequest subscribes h to subject, each request in a goroutine of its
 // own that the partition waits for. A handler that panics answers the

@@ -31,7 +31,12 @@ func TestReclaimRemovesUnusedImages(t *testing.T) {
 		c.GC.ImageMinAge = 0
 		c.GC.ImagePeriod = time.Hour // no periodic run: only the request removes it
 	})
-	eventually(t, 30*time.Second, "partition 0 owned", func() bool { return r.isActive(gcPartition) })
+	// acquired, not only active: its responders are subscribed.
+	eventually(t, 30*time.Second, "partition 0 acquired", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.parts[gcPartition] != nil
+	})
 
 	request := func(p int) (*bus.ReclaimResult, error) {
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
