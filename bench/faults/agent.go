@@ -159,6 +159,9 @@ func startAgent(env *faultEnv, node string, o agentOptions) (*agent, error) {
 				args = append(args, "--cri-endpoint="+o.criEndpoint)
 			}
 		}
+		if o.runtime != "sim" {
+			args = append(args, hostDiskNeutral(bin)...)
+		}
 		if bin == "nodehb" && o.pods > 0 {
 			// the node's pod capacity (the kubelet's --max-pods): 110 by
 			// default on process and CRI, fewer than the CRI case's burst.
@@ -241,4 +244,20 @@ func (a *agent) crashes() map[string]int {
 		}
 	}
 	return out
+}
+
+// hostDiskNeutral are a stage's settings that keep the host's own disk and
+// memory out of a case on real containers, as the conformance harness sets
+// them for both agents: eviction thresholds near zero and no image garbage
+// collection. A host disk past the kubelet's default thresholds would
+// otherwise refuse the burst with DiskPressure, a condition of the machine
+// and not of the fault measured.
+func hostDiskNeutral(stage string) []string {
+	switch stage {
+	case "nodehb":
+		return []string{"--nodehb.eviction-hard=memory.available<50Mi,nodefs.available<1%,nodefs.inodesFree<1%,imagefs.available<1%"}
+	case "podworkers":
+		return []string{"--image-gc-high-threshold=100", "--image-gc-low-threshold=99"}
+	}
+	return nil
 }
