@@ -38,6 +38,11 @@ type Attributes struct {
 	// Local lists the admitted pods whose requests Used sums, for the
 	// checks that look at pods, not sums (host ports); nil: none.
 	Local func() []*corev1.Pod
+	// Started: the node already started the pod (the runtime holds its
+	// containers, or its status has a start time, which only the node
+	// sets): admitted before, it is being admitted again by a pod worker
+	// that restarted or took its partition over.
+	Started bool
 }
 
 // Result of an admission check.

@@ -19,14 +19,14 @@ const ReasonEvicted = "Evicted"
 // alone, every pod but a BestEffort one that does not tolerate the
 // node.kubernetes.io/memory-pressure taint; under any other pressure, none.
 // conditions are the node's pressure conditions now (nodehb's NodePressure).
-// A pod the node already started (its status has a start time, which only
-// the node sets) passes: a pod worker that restarts or takes a partition
-// over admits its pods again, and pressure then is the eviction manager's
-// to resolve by ranking, not a reason to stop every running pod at once.
+// A pod the node already started (Attributes.Started) passes: a pod worker
+// that restarts or takes a partition over admits its pods again, and
+// pressure then is the eviction manager's to resolve by ranking, not a
+// reason to stop every running pod at once.
 func Pressure(conditions func() []corev1.NodeConditionType) Handler {
 	return HandlerFunc(func(a *Attributes) Result {
 		conds := conditions()
-		if len(conds) == 0 || kube.IsCriticalPod(a.Pod) || a.Pod.Status.StartTime != nil {
+		if len(conds) == 0 || kube.IsCriticalPod(a.Pod) || a.Started {
 			return Result{Admit: true}
 		}
 		if len(conds) == 1 && conds[0] == corev1.NodeMemoryPressure {

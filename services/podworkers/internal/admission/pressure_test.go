@@ -2,11 +2,9 @@ package admission
 
 import (
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestPressureAdmission(t *testing.T) {
@@ -18,8 +16,6 @@ func TestPressureAdmission(t *testing.T) {
 	critical := bestEffort.DeepCopy()
 	prio := int32(2000001000)
 	critical.Spec.Priority = &prio
-	started := burstable.DeepCopy()
-	started.Status.StartTime = &metav1.Time{Time: time.Now()}
 	mem := []corev1.NodeConditionType{corev1.NodeMemoryPressure}
 	disk := []corev1.NodeConditionType{corev1.NodeDiskPressure}
 	for _, c := range []struct {
@@ -34,9 +30,11 @@ func TestPressureAdmission(t *testing.T) {
 		{"memory: tolerating best effort admitted", tolerating, mem, true},
 		{"disk: burstable refused", burstable, disk, false},
 		{"disk: critical admitted", critical, disk, true},
-		{"disk: a pod the node already started admitted again", started, disk, true},
 	} {
 		r := Pressure(func() []corev1.NodeConditionType { return c.conds }).Admit(&Attributes{Pod: c.pod})
+		if started := Pressure(func() []corev1.NodeConditionType { return c.conds }).Admit(&Attributes{Pod: c.pod, Started: true}); !started.Admit {
+			t.Errorf("%s: a pod the node already started refused again: %q %q", c.name, started.Reason, started.Message)
+		}
 		if r.Admit != c.admit {
 			t.Errorf("%s: admit %v, want %v", c.name, r.Admit, c.admit)
 		}

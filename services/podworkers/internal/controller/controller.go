@@ -342,7 +342,8 @@ func (c *Controller) admit(p *corev1.Pod) admission.Result {
 			}
 		}
 	}
-	r := c.cfg.Admit.Admit(&admission.Attributes{Pod: p, OtherPods: others, Used: used, Local: local})
+	started := p.Status.StartTime != nil || len(c.cfg.Runtime.PodContainers(p.UID)) > 0
+	r := c.cfg.Admit.Admit(&admission.Attributes{Pod: p, OtherPods: others, Used: used, Local: local, Started: started})
 	if r.Admit {
 		c.mu.Lock()
 		if e, ok := c.pods[p.UID]; ok && !e.counted {

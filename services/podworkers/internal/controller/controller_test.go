@@ -411,3 +411,34 @@ func TestReAddedPodIsNotRestarted(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A pod worker that starts again under disk pressure admits again the pod
+// whose containers the runtime holds, and leaves them running; a pod new
+// to the node is refused with the kubelet's reason.
+func TestPressureReadmitsStartedPods(t *testing.T) {
+	rt := fakeruntime.New()
+	first, stop := startStoppable(t, rt, newSink(), "cpu=4,pods=10", nil)
+	first.SetSourcesReady(true)
+	a := pod("a", "")
+	first.HandleUpdate("api", bus.OpSet, 0, []corev1.Pod{a})
+	eventually(t, "a running", func() bool { return len(rt.PodContainers("a")) == 1 && rt.PodContainers("a")[0].State == runtime.StateRunning })
+	id := rt.PodContainers("a")[0].ID
+	stop()
+
+	s := newSink()
+	disk := func() []corev1.NodeConditionType { return []corev1.NodeConditionType{corev1.NodeDiskPressure} }
+	second := startWith(t, rt, s, "cpu=4,pods=10", func(cfg *Config) {
+		cfg.Admit = append(cfg.Admit, admission.Pressure(disk))
+	})
+	second.SetSourcesReady(true)
+	b := pod("b", "")
+	second.HandleUpdate("api", bus.OpSet, 0, []corev1.Pod{a, b})
+	eventually(t, "b refused", func() bool { st := s.get("b"); return st != nil && st.Terminated })
+	if st := s.get("b"); st.Reason != admission.ReasonEvicted || st.Message != "Pod was rejected: The node had condition: [DiskPressure]. " {
+		t.Errorf("b: %q %q, want the kubelet's rejection under DiskPressure", st.Reason, st.Message)
+	}
+	eventually(t, "a reported running again", func() bool { return isRunning(s.get("a")) })
+	if cs := rt.PodContainers("a"); len(cs) != 1 || cs[0].ID != id {
+		t.Fatalf("a's containers after the restart: %+v, want %s alone, untouched", cs, id)
+	}
+}
