@@ -56,6 +56,11 @@ type Config struct {
 	CleanupWait time.Duration
 	Partitions  int
 	Node        string
+	// NodeFsDevice is the device of the node's file system (st_dev of the
+	// data dir; 0: not known): an image file system on another device is
+	// the runtime's own, and the disk signals rank pods by what lies on
+	// each.
+	NodeFsDevice uint64
 }
 
 // Loop runs the eviction manager: a round every Interval.
@@ -71,6 +76,9 @@ type Loop struct {
 	now       func() time.Time
 	// watchesImageFs: a threshold is on an imagefs signal.
 	watchesImageFs bool
+	// imageFsDevice is the image file system's device as last reported
+	// (0: none or not known); read and written by the rounds only.
+	imageFsDevice uint64
 
 	mu      sync.Mutex
 	conds   []corev1.NodeConditionType
@@ -159,7 +167,7 @@ func (l *Loop) Round(ctx context.Context) {
 		l.log.Warn("eviction thresholds met, but no pods are active to evict")
 		return
 	}
-	Rank(res, pods)
+	Rank(th.Signal, l.dedicatedImageFs(), pods)
 	for i := range pods {
 		if l.evict(ctx, th, obs, &pods[i]) {
 			return
@@ -197,12 +205,19 @@ func (l *Loop) observeAll(ctx context.Context) Observations {
 		return obs
 	}
 	if imageFs := l.pods.ImageFs(ctx); imageFs != nil && imageFs.CapacityBytes > 0 {
+		l.imageFsDevice = imageFs.Device
 		obs[ImageFsAvailable] = Observation{Available: int64(imageFs.AvailableBytes), Capacity: int64(imageFs.CapacityBytes)}
 		if imageFs.Inodes > 0 {
 			obs[ImageFsInodesFree] = Observation{Available: int64(imageFs.InodesFree), Capacity: int64(imageFs.Inodes)}
 		}
 	}
 	return obs
+}
+
+// dedicatedImageFs: the runtime's image file system is known to be on
+// another device than the node's (kubelet: an imagefs of its own).
+func (l *Loop) dedicatedImageFs() bool {
+	return l.imageFsDevice != 0 && l.cfg.NodeFsDevice != 0 && l.imageFsDevice != l.cfg.NodeFsDevice
 }
 
 // waiting: the pod evicted last still shows and CleanupWait has not passed.

@@ -238,8 +238,10 @@ func (c *Config) evictionLoop(common *config.Common, pods eviction.Pods, pub *bu
 	}
 	observe := func(eviction.Observations) error { return nil }
 	var reclaimer eviction.NodeReclaimer
+	var nodeFsDevice uint64
 	if common.Runtime == config.RuntimeProcess || common.Runtime == config.RuntimeCRI {
-		observe = eviction.NewHost(common.DataDir).Observe
+		host := eviction.NewHost(common.DataDir)
+		observe, nodeFsDevice = host.Observe, host.NodeFsDevice()
 		reclaimer = busReclaimer{pub: pub, subj: bus.For(common.NodeName)}
 	}
 	subject := bus.For(common.NodeName).NodePressure()
@@ -253,7 +255,7 @@ func (c *Config) evictionLoop(common *config.Common, pods eviction.Pods, pub *bu
 	}
 	return eviction.NewLoop(eviction.Config{
 		Thresholds: ts, Interval: c.Eviction.Interval, Transition: c.Eviction.Transition,
-		MaxPodGrace: c.Eviction.MaxPodGrace, Partitions: common.Partitions, Node: common.NodeName,
+		MaxPodGrace: c.Eviction.MaxPodGrace, Partitions: common.Partitions, Node: common.NodeName, NodeFsDevice: nodeFsDevice,
 	}, observe, pods, reclaimer, publish, recorder, log), nil
 }
 
