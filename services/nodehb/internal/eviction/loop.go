@@ -2,11 +2,13 @@ package eviction
 
 import (
 	"context"
+	goruntime "runtime"
 	"slices"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
@@ -76,6 +78,8 @@ type Loop struct {
 	now       func() time.Time
 	// watchesImageFs: a threshold is on an imagefs signal.
 	watchesImageFs bool
+	// onRound, when set, gets each round's cost.
+	onRound func(RoundCost)
 	// imageFsDevice is the image file system's device as last reported
 	// (0: none or not known); read and written by the rounds only.
 	imageFsDevice uint64
@@ -130,18 +134,51 @@ func (l *Loop) Conditions() []corev1.NodeConditionType {
 // Changed is signalled when Conditions changed.
 func (l *Loop) Changed() <-chan struct{} { return l.changed }
 
+// RoundCost is what one round cost: the CPU time of the round's own
+// goroutine (its thread's, CLOCK_THREAD_CPUTIME_ID; not the bus client's
+// decoding of the replies it waits for) and its wall time.
+type RoundCost struct {
+	CPU, Wall time.Duration
+}
+
+// SetRoundObserver has fn called with each round's cost (before Run).
+func (l *Loop) SetRoundObserver(fn func(RoundCost)) { l.onRound = fn }
+
 // Run runs a round at once and then every Interval until ctx ends.
 func (l *Loop) Run(ctx context.Context) {
 	t := time.NewTicker(l.cfg.Interval)
 	defer t.Stop()
 	for {
-		l.Round(ctx)
+		l.measuredRound(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 	}
+}
+
+// measuredRound runs a round on a thread of its own, so that the thread's
+// CPU clock counts the round alone.
+func (l *Loop) measuredRound(ctx context.Context) {
+	if l.onRound == nil {
+		l.Round(ctx)
+		return
+	}
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	cpu0, start := threadCPU(), time.Now()
+	l.Round(ctx)
+	l.onRound(RoundCost{CPU: threadCPU() - cpu0, Wall: time.Since(start)})
+}
+
+// threadCPU is the calling thread's CPU time (0 if unreadable).
+func threadCPU() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
 }
 
 // Round observes, reports the conditions, and evicts at most one pod.

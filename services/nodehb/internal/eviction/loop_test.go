@@ -156,3 +156,29 @@ func TestLoopRanksByTheSignalsFileSystem(t *testing.T) {
 		}
 	}
 }
+
+// TestLoopReportsRoundCost: each round run by Run reports its CPU and wall
+// time; a round that burns CPU shows it.
+func TestLoopReportsRoundCost(t *testing.T) {
+	pods := &fakePods{evicted: map[string]int{}}
+	burn := func(Observations) error {
+		for end := threadCPU() + 20*time.Millisecond; threadCPU() < end; {
+		}
+		return nil
+	}
+	l := NewLoop(Config{Thresholds: mustParse(t, "memory.available<100Mi", "", nil, nil), Interval: time.Hour, Partitions: 1},
+		burn, pods, nil, func(context.Context, []corev1.NodeConditionType) error { return nil }, record.NewFakeRecorder(10), zap.NewNop())
+	got := make(chan RoundCost, 1)
+	l.SetRoundObserver(func(c RoundCost) { got <- c })
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go l.Run(ctx)
+	select {
+	case c := <-got:
+		if c.CPU < 20*time.Millisecond || c.Wall < 20*time.Millisecond {
+			t.Fatalf("round cost %+v, want CPU and wall time >= 20ms", c)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no round reported")
+	}
+}

@@ -105,7 +105,36 @@ func New(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.Inte
 	if _, err := health.Register(reg, nodeName); err != nil {
 		return nil, err
 	}
+	if err := registerEvictionCost(reg, r.Eviction); err != nil {
+		return nil, err
+	}
 	return r, nil
+}
+
+// registerEvictionCost exports what the eviction manager's rounds cost:
+// their number, their goroutine's CPU time and their wall time.
+func registerEvictionCost(reg prometheus.Registerer, l *eviction.Loop) error {
+	rounds, err := health.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "splitlet_nodehb_eviction_rounds_total",
+		Help: "Rounds of the eviction manager."}))
+	if err != nil {
+		return err
+	}
+	cpu, err := health.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "splitlet_nodehb_eviction_round_cpu_seconds_total",
+		Help: "CPU time of the eviction manager's rounds (the round's own thread)."}))
+	if err != nil {
+		return err
+	}
+	wall, err := health.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "splitlet_nodehb_eviction_round_seconds_total",
+		Help: "Wall time of the eviction manager's rounds."}))
+	if err != nil {
+		return err
+	}
+	l.SetRoundObserver(func(c eviction.RoundCost) {
+		rounds.Inc()
+		cpu.Add(c.CPU.Seconds())
+		wall.Add(c.Wall.Seconds())
+	})
+	return nil
 }
 
 // Build builds the stage; every configuration error names its key.
