@@ -24,7 +24,8 @@ func mustParse(t *testing.T, hard, soft string, grace, reclaim map[string]string
 func TestParseDefaultsAndErrors(t *testing.T) {
 	ts := mustParse(t, DefaultHard, "", nil, nil)
 	got := FormatThresholds(ts, true)
-	want := map[string]string{"memory.available": "100Mi", "nodefs.available": "10%", "imagefs.available": "15%", "nodefs.inodesFree": "5%"}
+	// the kubelet v1.36 defaults (pkg/kubelet/eviction, defaults_linux.go).
+	want := map[string]string{"memory.available": "100Mi", "nodefs.available": "10%", "imagefs.available": "15%", "nodefs.inodesFree": "5%", "imagefs.inodesFree": "5%"}
 	if len(got) != len(want) {
 		t.Fatalf("got %v", got)
 	}
