@@ -44,6 +44,9 @@ type agentRun struct {
 	// created; mem samples their memory from then on.
 	cpuAtCreate []float64
 	mem         *memSampler
+	// evictionAtCreate is the eviction manager's cost when the first pod
+	// was created.
+	evictionAtCreate evictionCost
 }
 
 // busTraffic is what the nats-server counted: messages and bytes in (published)

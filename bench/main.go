@@ -345,6 +345,10 @@ func printCase(out io.Writer, name string, res *result) {
 	for _, p := range slices.Sorted(maps.Keys(res.CPUEach)) {
 		fmt.Fprintf(out, " %s %.1f", p, res.CPUEach[p])
 	}
+	if res.EvictionStageCPUSec > 0 {
+		fmt.Fprintf(out, "; eviction loop: %.0f rounds, CPU %.1f ms of its stage's %.0f ms (%.2f %%)",
+			res.EvictionRounds, 1000*res.EvictionCPUSec, 1000*res.EvictionStageCPUSec, res.evictionShare())
+	}
 	fmt.Fprintln(out)
 }
 
@@ -384,6 +388,8 @@ var burstRows = []tableRow{
 	{"of which shadow stages' CPU (s)", func(x *result) float64 { return x.shadowCPU() }},
 	{"agent CPU, whole life with start-up (s)", func(x *result) float64 { return x.CPULifeSec }},
 	{"control plane CPU, agent's life (s)", func(x *result) float64 { return x.ControlPlaneCPUSec }},
+	{"eviction loop CPU, first create → all gone (ms)", func(x *result) float64 { return 1000 * x.EvictionCPUSec }},
+	{"eviction loop CPU, share of its stage's (nodehb) CPU (%)", func(x *result) float64 { return x.evictionShare() }},
 	{"bus messages delivered per pod (split)", func(x *result) float64 { return x.BusMsgsPerPod }},
 	{"bus KiB delivered per pod (split)", func(x *result) float64 { return x.BusKiBPerPod }},
 	{"bus messages delivered per pod, create→Ready (split)", func(x *result) float64 { return x.BusMsgsPerPodToReady }},

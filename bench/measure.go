@@ -71,6 +71,14 @@ type result struct {
 	BusKiBPerPodToReady  float64 `json:"busKiBDeliveredPerPodToReady,omitempty"`
 	// BusPublishedPerPod: messages each stream stored, per pod.
 	BusPublishedPerPod map[string]float64 `json:"busMessagesPublishedPerPodByStream,omitempty"`
+	// EvictionRounds and EvictionCPUSec: the eviction manager's rounds and
+	// their CPU time from the first create until all pods are gone
+	// (splitlet_nodehb_eviction_*); EvictionStageCPUSec the CPU of the
+	// process that runs it (nodehb; all-in-one: the whole agent) over the
+	// same window.
+	EvictionRounds      float64 `json:"evictionRounds,omitempty"`
+	EvictionCPUSec      float64 `json:"evictionLoopCPUSeconds,omitempty"`
+	EvictionStageCPUSec float64 `json:"evictionStageCPUSeconds,omitempty"`
 	// Stages: where a Splitlet run's create→Ready goes, stage by stage
 	// and hop by hop (splitlet_pod_stage_duration_seconds and
 	// splitlet_bus_delivery_seconds, read at the end of the burst).
@@ -183,6 +191,10 @@ func runCaseWith(ctx context.Context, env *benchEnv, a agent, node string, n, co
 	if err != nil {
 		return nil, err
 	}
+	evictionNow, err := run.evictionCost(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("eviction figures: %w", err)
+	}
 	res.CPUEach = map[string]float64{}
 	for i, pid := range run.pids() {
 		sec, err := cpuSeconds([]int{pid})
@@ -194,6 +206,7 @@ func runCaseWith(ctx context.Context, env *benchEnv, a agent, node string, n, co
 		res.CPUEach[run.names[i]] += sec
 		res.CPUSec += sec
 	}
+	res.setEviction(run.evictionAtCreate, evictionNow)
 	bus, err := run.busTraffic()
 	if err != nil {
 		return nil, fmt.Errorf("bus figures: %w", err)
@@ -415,7 +428,9 @@ func (r *agentRun) markCreate() error {
 		r.cpuAtCreate = append(r.cpuAtCreate, sec)
 	}
 	r.mem = sampleMemory(r.pids(), r.names, memSampleEvery)
-	return nil
+	var err error
+	r.evictionAtCreate, err = r.evictionCost(context.Background())
+	return err
 }
 
 // memSampleEvery: how often the agents' memory is sampled.
@@ -656,6 +671,8 @@ func median(rs []*result) *result {
 		func(r *result) *float64 { return &r.BusKiBPerPod },
 		func(r *result) *float64 { return &r.BusMsgsPerPodToReady },
 		func(r *result) *float64 { return &r.BusKiBPerPodToReady },
+		func(r *result) *float64 { return &r.EvictionCPUSec },
+		func(r *result) *float64 { return &r.EvictionStageCPUSec },
 	} {
 		vals := make([]float64, len(rs))
 		for i, r := range rs {

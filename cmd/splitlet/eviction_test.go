@@ -421,3 +421,78 @@ func TestEvictionUnderDiskPressure(t *testing.T) {
 	})
 	testenv.Eventually(t, 2*time.Minute, "DiskPressure cleared", diskPressure(corev1.ConditionFalse, "KubeletHasNoDiskPressure"))
 }
+
+// TestEvictionRanksDiskByUsage: two pods fill emptyDirs on the node's own
+// small file system until, together, they bring nodefs.available under the
+// threshold. The one writing more beyond its ephemeral-storage request
+// goes first (kubelet: rankDiskPressureFunc), though the other writes more
+// in all and comes first by name; the other keeps running once the
+// pressure is gone.
+func TestEvictionRanksDiskByUsage(t *testing.T) {
+	testenv.SkipShort(t, "containerd, etcd, kube-apiserver, root and a loop device")
+	ctx := t.Context()
+	cd := hostContainerd(t)
+	cp := testenv.ControlPlaneForTest(t)
+	const node = "e2e-diskrank"
+	dataDir := loopFilesystem(t, 2048)
+	var st unix.Statfs_t
+	if err := unix.Statfs(dataDir, &st); err != nil {
+		t.Fatal(err)
+	}
+	// met only by both pods' writes together (130Mi + 80Mi).
+	threshold := (int64(st.Bavail)*st.Bsize)>>20 - 180
+	startAgent(t, cp, node, "--runtime=cri", "--cri-endpoint="+cd.Endpoint, "--data-dir="+dataDir,
+		fmt.Sprintf("--nodehb.eviction-hard=nodefs.available<%dMi", threshold), "--nodehb.eviction-pressure-transition-period=5s",
+		"--nodehb.eviction-monitoring-interval=1s", "--nodehb.node-status-update-frequency=1s")
+	cs := cp.Clientset()
+	waitNodeReady(t, cs, node)
+	filler := func(name string, mib int, request string) *corev1.Pod {
+		c := corev1.Container{Name: "fill", Image: testenv.BusyboxImage, ImagePullPolicy: corev1.PullIfNotPresent,
+			Command:      []string{"sh", "-c", fmt.Sprintf("dd if=/dev/zero of=/scratch/fill bs=1M count=%d; sync; sleep 3600", mib)},
+			VolumeMounts: []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}}}
+		if request != "" {
+			c.Resources.Requests = corev1.ResourceList{corev1.ResourceEphemeralStorage: resource.MustParse(request)}
+		}
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+			Spec: corev1.PodSpec{NodeName: node, HostNetwork: true, TerminationGracePeriodSeconds: ptr(int64(1)), RestartPolicy: corev1.RestartPolicyNever,
+				Volumes:    []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+				Containers: []corev1.Container{c}}}
+	}
+	// a: 130Mi, 30Mi over its request; b: 80Mi, all of it over (none).
+	for _, p := range []*corev1.Pod{filler("a-over-request", 130, "100Mi"), filler("b-no-request", 80, "")} {
+		if _, err := cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cs.CoreV1().Pods("default").Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+		})
+	}
+	phase := func(name string) (*corev1.Pod, string) {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err.Error()
+		}
+		return p, fmt.Sprintf("%s %s %q", p.Status.Phase, p.Status.Reason, p.Status.Message)
+	}
+	testenv.Eventually(t, 3*time.Minute, "a pod evicted", func() (bool, string) {
+		a, sa := phase("a-over-request")
+		b, sb := phase("b-no-request")
+		return (a != nil && a.Status.Phase == corev1.PodFailed) || (b != nil && b.Status.Phase == corev1.PodFailed), sa + "; " + sb
+	})
+	if b, s := phase("b-no-request"); b == nil || b.Status.Reason != "Evicted" ||
+		!strings.HasPrefix(b.Status.Message, "The node was low on resource: ephemeral-storage. Threshold quantity: ") {
+		a, sa := phase("a-over-request")
+		t.Fatalf("b-no-request (80Mi over its request) should go first: b %s; a-over-request (30Mi over) %s (%v)", s, sa, a != nil)
+	}
+	testenv.Eventually(t, 2*time.Minute, "DiskPressure cleared", func() (bool, string) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		c := nodeCondition(n, corev1.NodeDiskPressure)
+		return c != nil && c.Status == corev1.ConditionFalse, fmt.Sprint(c)
+	})
+	if a, s := phase("a-over-request"); a == nil || a.Status.Phase != corev1.PodRunning {
+		t.Fatalf("a-over-request should still run: %s", s)
+	}
+}

@@ -482,6 +482,16 @@ type ContainerStats struct {
 	// MemoryRequest is the container's memory request as its spec states
 	// it (absent: none), for the eviction manager's ranking and message.
 	MemoryRequest *resource.Quantity `json:"memoryRequest,omitempty"`
+	// RootfsUsedBytes and RootfsInodesUsed are the container's writable
+	// layer, LogsUsedBytes and LogsInodesUsed its log files (current and
+	// rotated); 0 where the runtime does not measure them.
+	RootfsUsedBytes  uint64 `json:"rootfsUsedBytes,omitempty"`
+	RootfsInodesUsed uint64 `json:"rootfsInodesUsed,omitempty"`
+	LogsUsedBytes    uint64 `json:"logsUsedBytes,omitempty"`
+	LogsInodesUsed   uint64 `json:"logsInodesUsed,omitempty"`
+	// EphemeralStorageRequest is the container's ephemeral-storage request
+	// (absent: none), for the eviction message.
+	EphemeralStorageRequest *resource.Quantity `json:"ephemeralStorageRequest,omitempty"`
 }
 
 // PodStats are a pod's resource figures.
@@ -494,6 +504,17 @@ type PodStats struct {
 	// Priority is the pod's spec.priority (0 when unset), for the eviction
 	// manager's ranking.
 	Priority int32 `json:"priority,omitempty"`
+	// EphemeralStorageRequest is the pod's ephemeral-storage request (its
+	// containers', init containers' and overhead, as the scheduler sums
+	// them; absent: none), for the disk signals' ranking.
+	EphemeralStorageRequest *resource.Quantity `json:"ephemeralStorageRequest,omitempty"`
+	// VolumeUsedBytes and VolumeInodesUsed are what the pod's local volumes
+	// on the node's file system (emptyDir on disk) take.
+	VolumeUsedBytes  uint64 `json:"volumeUsedBytes,omitempty"`
+	VolumeInodesUsed uint64 `json:"volumeInodesUsed,omitempty"`
+	// ProcessCount is the number of processes in the pod (its cgroup's),
+	// for the pid.available ranking; 0 where the runtime does not count.
+	ProcessCount uint64 `json:"processCount,omitempty"`
 }
 
 // StatsResult answers a StatsRequest.
@@ -512,6 +533,9 @@ type FsStats struct {
 	CapacityBytes  uint64 `json:"capacityBytes"`
 	InodesFree     uint64 `json:"inodesFree"`
 	Inodes         uint64 `json:"inodes"`
+	// Device is the file system's device number (st_dev), to tell an image
+	// file system of its own from the node's; 0 when not known.
+	Device uint64 `json:"device,omitempty"`
 }
 
 func (p *StatsResult) validate(*Envelope) error { return nil }

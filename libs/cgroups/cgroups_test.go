@@ -220,6 +220,13 @@ func TestLayoutV2(t *testing.T) {
 	if err != nil || len(pods) != 1 || pods[uid] == "" {
 		t.Errorf("pod cgroups %v (%v)", pods, err)
 	}
+	podDir := filepath.Join(root, n.Parent(b))
+	if err := os.WriteFile(filepath.Join(podDir, "pids.current"), []byte("7\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := fake.Pids(n.Parent(b)); got != 7 || err != nil {
+		t.Errorf("Pids: %d (%v), want 7", got, err)
+	}
 }
 
 // Without cgroups-per-qos nothing is written and sandboxes go under the

@@ -351,3 +351,17 @@ func (f *FS) Children(path string) ([]string, error) {
 	}
 	return out, nil
 }
+
+// Pids is pids.current of the cgroup at path: the processes (threads
+// included) in it and its children.
+func (f *FS) Pids(path string) (uint64, error) {
+	d := f.dir("pids", path)
+	if d == "" {
+		return 0, errors.New("cgroups: the pids controller is not mounted")
+	}
+	b, err := os.ReadFile(filepath.Join(d, "pids.current"))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+}

@@ -131,6 +131,9 @@ type ContainerStats struct {
 	// 0 where the runtime does not measure them.
 	RootfsUsedBytes uint64
 	LogsUsedBytes   uint64
+	// RootfsInodesUsed and LogsInodesUsed are the inodes of the same.
+	RootfsInodesUsed uint64
+	LogsInodesUsed   uint64
 }
 
 // Runtime runs containers. Every method is safe for concurrent use; calls for
@@ -462,6 +465,15 @@ func SameResources(a, b corev1.ResourceRequirements) bool {
 type FsStats struct {
 	AvailableBytes, CapacityBytes uint64
 	InodesFree, Inodes            uint64
+	// Device is the file system's st_dev (0: not known).
+	Device uint64
+}
+
+// PodProcesses is a runtime that counts the processes of a pod (kubelet:
+// the pod cgroup's pids.current, the pid.available ranking's figure); ok
+// is false when it cannot.
+type PodProcesses interface {
+	PodProcessCount(pod *corev1.Pod) (n uint64, ok bool)
 }
 
 // ImageFs is a runtime that keeps images on a file system of its own

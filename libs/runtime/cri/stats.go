@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -31,9 +32,20 @@ func (r *Runtime) Stats(uid types.UID) []runtime.ContainerStats {
 	}
 	out, logs := r.containerStats(list)
 	for i := range out {
-		out[i].LogsUsedBytes = logFilesUsage(logs[i])
+		out[i].LogsUsedBytes, out[i].LogsInodesUsed = logFilesUsage(logs[i])
 	}
 	return out
+}
+
+// PodProcessCount implements runtime.PodProcesses: pids.current of the
+// pod's cgroup; without the cgroup layout (cgroups-per-qos off) none.
+func (r *Runtime) PodProcessCount(p *corev1.Pod) (uint64, bool) {
+	n := r.opts.cgroups
+	if n == nil {
+		return 0, false
+	}
+	count, err := n.FS().Pids(n.Parent(p))
+	return count, err == nil
 }
 
 // containerStats turns the runtime's figures of the running containers it
@@ -55,6 +67,7 @@ func (r *Runtime) containerStats(list []*runtimeapi.ContainerStats) (out []runti
 			CPUUsageCoreNanoSecs:  s.GetCpu().GetUsageCoreNanoSeconds().GetValue(),
 			MemoryWorkingSetBytes: s.GetMemory().GetWorkingSetBytes().GetValue(),
 			RootfsUsedBytes:       s.GetWritableLayer().GetUsedBytes().GetValue(),
+			RootfsInodesUsed:      s.GetWritableLayer().GetInodesUsed().GetValue(),
 		}
 		if nc := s.GetCpu().GetUsageNanoCores(); nc != nil {
 			cs.CPUUsageNanoCores = nc.GetValue()
@@ -68,21 +81,21 @@ func (r *Runtime) containerStats(list []*runtimeapi.ContainerStats) (out []runti
 	return out, logs
 }
 
-// logFilesUsage is the disk space (allocated blocks, as du counts) of a
-// container's log file and its rotated files; 0 without a log.
-func logFilesUsage(path string) uint64 {
+// logFilesUsage is the disk space (allocated blocks, as du counts) and the
+// inodes of a container's log file and its rotated files; 0 without a log.
+func logFilesUsage(path string) (used, inodes uint64) {
 	if path == "" {
-		return 0
+		return 0, 0
 	}
 	files, _ := filepath.Glob(globEscape(path) + ".*")
-	var used uint64
 	for _, f := range append(files, path) {
 		var st unix.Stat_t
 		if unix.Stat(f, &st) == nil {
 			used += uint64(st.Blocks) * 512
+			inodes++
 		}
 	}
-	return used
+	return used, inodes
 }
 
 // ImageFsStats implements runtime.ImageFs: the file system that holds the
@@ -102,8 +115,10 @@ func (r *Runtime) ImageFsStats(ctx context.Context) (runtime.FsStats, error) {
 		if err := unix.Statfs(mp, &st); err != nil {
 			return runtime.FsStats{}, fmt.Errorf("image file system %s: %w", mp, err)
 		}
+		var dev unix.Stat_t
+		_ = unix.Stat(mp, &dev) // Device 0 when unknown
 		return runtime.FsStats{AvailableBytes: st.Bavail * uint64(st.Bsize), CapacityBytes: st.Blocks * uint64(st.Bsize),
-			InodesFree: st.Ffree, Inodes: st.Files}, nil
+			InodesFree: st.Ffree, Inodes: st.Files, Device: uint64(dev.Dev)}, nil
 	}
 	return runtime.FsStats{}, fmt.Errorf("the runtime names no image file system")
 }

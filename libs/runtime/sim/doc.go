@@ -25,7 +25,8 @@
 // Logs are synthetic: one stdout line when the container started and one
 // when it exited. Exec needs a running container; it runs nothing and
 // answers what the exec annotations say (default: exit code 0, no output).
-// Stats report running containers with zero CPU and memory.
+// Stats report running containers with zero CPU, memory and disk; the
+// process count of a pod is its running containers, one process each.
 //
 // # Restore
 //

@@ -580,6 +580,22 @@ func (r *Runtime) Stats(uid types.UID) []runtime.ContainerStats {
 	return out
 }
 
+// PodProcessCount implements runtime.PodProcesses: one process for each
+// running container (a simulated container stands for one).
+func (r *Runtime) PodProcessCount(p *corev1.Pod) (uint64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var n uint64
+	if pd := r.table.Pod(p.UID); pd != nil {
+		for _, c := range pd.Instances {
+			if c.status.State == runtime.StateRunning {
+				n++
+			}
+		}
+	}
+	return n, true
+}
+
 // UpdateContainerResources implements runtime.Resizer: the new figures are
 // recorded (this runtime enforces none).
 func (r *Runtime) UpdateContainerResources(_ context.Context, id string, res corev1.ResourceRequirements) error {

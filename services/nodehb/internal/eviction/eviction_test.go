@@ -1,6 +1,7 @@
 package eviction
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +25,8 @@ func mustParse(t *testing.T, hard, soft string, grace, reclaim map[string]string
 func TestParseDefaultsAndErrors(t *testing.T) {
 	ts := mustParse(t, DefaultHard, "", nil, nil)
 	got := FormatThresholds(ts, true)
-	want := map[string]string{"memory.available": "100Mi", "nodefs.available": "10%", "imagefs.available": "15%", "nodefs.inodesFree": "5%"}
+	// the kubelet v1.36 defaults (pkg/kubelet/eviction, defaults_linux.go).
+	want := map[string]string{"memory.available": "100Mi", "nodefs.available": "10%", "imagefs.available": "15%", "nodefs.inodesFree": "5%", "imagefs.inodesFree": "5%"}
 	if len(got) != len(want) {
 		t.Fatalf("got %v", got)
 	}
@@ -144,14 +146,69 @@ func TestRankMemory(t *testing.T) {
 		pod("burstable-over", 0, 300<<20, q("100Mi")), // over by 200Mi
 		pod("besteffort-high", 1000, 500<<20, nil),    // over, higher priority
 	}
-	Rank(corev1.ResourceMemory, pods)
+	Rank(MemoryAvailable, false, pods)
 	if got, want := names(pods), "burstable-over,besteffort-small,besteffort-high,guaranteed-big"; got != want {
 		t.Fatalf("rank %s, want %s", got, want)
 	}
-	pods = []bus.PodStats{pod("a", 10, 0, nil), pod("b", -5, 0, nil)}
-	Rank(corev1.ResourceEphemeralStorage, pods)
-	if names(pods) != "b,a" {
-		t.Fatalf("disk rank by priority: %s", names(pods))
+}
+
+// diskPod is a pod with one container's writable layer and logs, its
+// emptyDirs, and its ephemeral-storage request.
+func diskPod(name string, prio int32, rootfs, logs, volumes uint64, req *resource.Quantity) bus.PodStats {
+	return bus.PodStats{UID: types.UID(name), Name: name, Namespace: "default", Priority: prio, EphemeralStorageRequest: req,
+		VolumeUsedBytes: volumes, VolumeInodesUsed: volumes >> 20,
+		Containers: []bus.ContainerStats{{Name: "c", RootfsUsedBytes: rootfs, LogsUsedBytes: logs, RootfsInodesUsed: rootfs >> 20, LogsInodesUsed: 1}}}
+}
+
+// TestRankDisk: the disk signals rank by usage above the ephemeral-storage
+// request, then priority, then usage above the request, usage counted on
+// the signal's file system (the kubelet's rankDiskPressureFunc).
+func TestRankDisk(t *testing.T) {
+	pods := func() []bus.PodStats {
+		return []bus.PodStats{
+			diskPod("a-under-request", 0, 0, 0, 900<<20, q("1Gi")),        // under its request
+			diskPod("b-over-a-little", 0, 0, 10<<20, 120<<20, q("100Mi")), // over by 30Mi
+			diskPod("c-over-much", 0, 0, 0, 80<<20, nil),                  // over by 80Mi
+			diskPod("d-over-high-prio", 1000, 0, 0, 500<<20, nil),         // over, higher priority
+			diskPod("e-rootfs-only", 0, 200<<20, 0, 0, nil),               // writes its writable layer
+			diskPod("f-nothing", -10, 0, 0, 0, nil),                       // uses nothing, low priority
+		}
+	}
+	for _, tc := range []struct {
+		signal    Signal
+		dedicated bool
+		want      string
+	}{
+		// one file system: everything counts.
+		{NodeFsAvailable, false, "e-rootfs-only,c-over-much,b-over-a-little,d-over-high-prio,f-nothing,a-under-request"},
+		// nodefs of its own: logs and volumes only.
+		{NodeFsAvailable, true, "c-over-much,b-over-a-little,d-over-high-prio,f-nothing,e-rootfs-only,a-under-request"},
+		// imagefs of its own: writable layers only.
+		{ImageFsAvailable, true, "e-rootfs-only,f-nothing,c-over-much,b-over-a-little,a-under-request,d-over-high-prio"},
+		// inodes: any use exceeds (no pod requests inodes; every pod has a
+		// log file here); then priority, then inodes less the
+		// ephemeral-storage request.
+		{NodeFsInodesFree, false, "f-nothing,e-rootfs-only,c-over-much,b-over-a-little,a-under-request,d-over-high-prio"},
+	} {
+		ps := pods()
+		Rank(tc.signal, tc.dedicated, ps)
+		if got := names(ps); got != tc.want {
+			t.Errorf("%s dedicated=%v:\n got %s\nwant %s", tc.signal, tc.dedicated, got, tc.want)
+		}
+	}
+}
+
+// TestRankPIDs: priority first, then the pod with more processes.
+func TestRankPIDs(t *testing.T) {
+	ps := []bus.PodStats{
+		{UID: "few", Name: "few", ProcessCount: 2},
+		{UID: "many", Name: "many", ProcessCount: 300},
+		{UID: "many-high", Name: "many-high", ProcessCount: 900, Priority: 100},
+		{UID: "some-low", Name: "some-low", ProcessCount: 5, Priority: -1},
+	}
+	Rank(PIDAvailable, false, ps)
+	if got, want := names(ps), "some-low,many,few,many-high"; got != want {
+		t.Fatalf("pid rank %s, want %s", got, want)
 	}
 }
 
@@ -171,7 +228,37 @@ func TestMessages(t *testing.T) {
 	if want := "The node was low on resource: ephemeral-storage. Threshold quantity: 10Gi, available: 5Gi. "; got != want {
 		t.Fatalf("disk message\n got %q\nwant %q", got, want)
 	}
+	// ephemeral-storage: each container whose writable layer and logs
+	// exceed its ephemeral-storage request.
+	p = bus.PodStats{Name: "p", Containers: []bus.ContainerStats{
+		{Name: "writer", RootfsUsedBytes: 100 << 20, LogsUsedBytes: 28 << 20, EphemeralStorageRequest: q("64Mi")},
+		{Name: "quiet", LogsUsedBytes: 1 << 20, EphemeralStorageRequest: q("64Mi")},
+	}}
+	got = Message(disk, Observations{NodeFsAvailable: {Available: 5 << 30, Capacity: 100 << 30}}, &p)
+	if want := "The node was low on resource: ephemeral-storage. Threshold quantity: 10Gi, available: 5Gi. Container writer was using 128Mi, request is 64Mi, has larger consumption of ephemeral-storage. "; got != want {
+		t.Fatalf("disk message\n got %q\nwant %q", got, want)
+	}
 	if got := ConditionMessage([]corev1.NodeConditionType{corev1.NodeMemoryPressure}); got != "The node had condition: [MemoryPressure]. " {
 		t.Fatalf("admission message %q", got)
+	}
+}
+
+// BenchmarkRank5000 ranks 5000 pods for each kind of signal: the work of a
+// round that evicts on a node of 5000 pods, besides gathering the figures.
+func BenchmarkRank5000(b *testing.B) {
+	pods := make([]bus.PodStats, 5000)
+	for i := range pods {
+		pods[i] = diskPod(fmt.Sprintf("p%d", i), int32(i%7), uint64(i*7919%5000)<<10, uint64(i%13)<<10, uint64(i*104729%5000)<<12, q("1Mi"))
+		pods[i].Containers[0].MemoryWorkingSetBytes = uint64(i*31%5000) << 12
+		pods[i].ProcessCount = uint64(i % 17)
+	}
+	work := make([]bus.PodStats, len(pods))
+	for _, s := range []Signal{MemoryAvailable, NodeFsAvailable, NodeFsInodesFree, PIDAvailable} {
+		b.Run(string(s), func(b *testing.B) {
+			for b.Loop() {
+				copy(work, pods)
+				Rank(s, false, work)
+			}
+		})
 	}
 }

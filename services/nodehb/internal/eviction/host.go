@@ -163,3 +163,13 @@ func readKeyed(path, sep string) (map[string]int64, error) {
 	}
 	return out, s.Err()
 }
+
+// NodeFsDevice is the device of the node's file system (0 when it cannot
+// be read).
+func (h *Host) NodeFsDevice() uint64 {
+	var st unix.Stat_t
+	if err := unix.Stat(h.NodeFs, &st); err != nil {
+		return 0
+	}
+	return uint64(st.Dev)
+}

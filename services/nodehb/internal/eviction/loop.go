@@ -2,11 +2,13 @@ package eviction
 
 import (
 	"context"
+	goruntime "runtime"
 	"slices"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
@@ -56,6 +58,11 @@ type Config struct {
 	CleanupWait time.Duration
 	Partitions  int
 	Node        string
+	// NodeFsDevice is the device of the node's file system (st_dev of the
+	// data dir; 0: not known): an image file system on another device is
+	// the runtime's own, and the disk signals rank pods by what lies on
+	// each.
+	NodeFsDevice uint64
 }
 
 // Loop runs the eviction manager: a round every Interval.
@@ -71,6 +78,11 @@ type Loop struct {
 	now       func() time.Time
 	// watchesImageFs: a threshold is on an imagefs signal.
 	watchesImageFs bool
+	// onRound, when set, gets each round's cost.
+	onRound func(RoundCost)
+	// imageFsDevice is the image file system's device as last reported
+	// (0: none or not known); read and written by the rounds only.
+	imageFsDevice uint64
 
 	mu      sync.Mutex
 	conds   []corev1.NodeConditionType
@@ -122,18 +134,51 @@ func (l *Loop) Conditions() []corev1.NodeConditionType {
 // Changed is signalled when Conditions changed.
 func (l *Loop) Changed() <-chan struct{} { return l.changed }
 
+// RoundCost is what one round cost: the CPU time of the round's own
+// goroutine (its thread's, CLOCK_THREAD_CPUTIME_ID; not the bus client's
+// decoding of the replies it waits for) and its wall time.
+type RoundCost struct {
+	CPU, Wall time.Duration
+}
+
+// SetRoundObserver has fn called with each round's cost (before Run).
+func (l *Loop) SetRoundObserver(fn func(RoundCost)) { l.onRound = fn }
+
 // Run runs a round at once and then every Interval until ctx ends.
 func (l *Loop) Run(ctx context.Context) {
 	t := time.NewTicker(l.cfg.Interval)
 	defer t.Stop()
 	for {
-		l.Round(ctx)
+		l.measuredRound(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 	}
+}
+
+// measuredRound runs a round on a thread of its own, so that the thread's
+// CPU clock counts the round alone.
+func (l *Loop) measuredRound(ctx context.Context) {
+	if l.onRound == nil {
+		l.Round(ctx)
+		return
+	}
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	cpu0, start := threadCPU(), time.Now()
+	l.Round(ctx)
+	l.onRound(RoundCost{CPU: threadCPU() - cpu0, Wall: time.Since(start)})
+}
+
+// threadCPU is the calling thread's CPU time (0 if unreadable).
+func threadCPU() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
 }
 
 // Round observes, reports the conditions, and evicts at most one pod.
@@ -159,7 +204,7 @@ func (l *Loop) Round(ctx context.Context) {
 		l.log.Warn("eviction thresholds met, but no pods are active to evict")
 		return
 	}
-	Rank(res, pods)
+	Rank(th.Signal, l.dedicatedImageFs(), pods)
 	for i := range pods {
 		if l.evict(ctx, th, obs, &pods[i]) {
 			return
@@ -197,12 +242,19 @@ func (l *Loop) observeAll(ctx context.Context) Observations {
 		return obs
 	}
 	if imageFs := l.pods.ImageFs(ctx); imageFs != nil && imageFs.CapacityBytes > 0 {
+		l.imageFsDevice = imageFs.Device
 		obs[ImageFsAvailable] = Observation{Available: int64(imageFs.AvailableBytes), Capacity: int64(imageFs.CapacityBytes)}
 		if imageFs.Inodes > 0 {
 			obs[ImageFsInodesFree] = Observation{Available: int64(imageFs.InodesFree), Capacity: int64(imageFs.Inodes)}
 		}
 	}
 	return obs
+}
+
+// dedicatedImageFs: the runtime's image file system is known to be on
+// another device than the node's (kubelet: an imagefs of its own).
+func (l *Loop) dedicatedImageFs() bool {
+	return l.imageFsDevice != 0 && l.cfg.NodeFsDevice != 0 && l.imageFsDevice != l.cfg.NodeFsDevice
 }
 
 // waiting: the pod evicted last still shows and CleanupWait has not passed.

@@ -133,3 +133,52 @@ func TestLoopImageFsFromTheRuntime(t *testing.T) {
 		t.Fatalf("conditions %v, asked %v: want DiskPressure and an eviction", c, pods.asked)
 	}
 }
+
+// TestLoopRanksByTheSignalsFileSystem: under nodefs pressure with an image
+// file system on another device, the pod writing its logs and volumes goes
+// first; with both on one device, the pod writing more in all (here its
+// writable layer) does.
+func TestLoopRanksByTheSignalsFileSystem(t *testing.T) {
+	for _, tc := range []struct {
+		imageFsDevice uint64
+		want          string
+	}{{imageFsDevice: 9, want: "volume-writer"}, {imageFsDevice: 7, want: "layer-writer"}} {
+		pods := &fakePods{evicted: map[string]int{}, pods: []bus.PodStats{
+			diskPod("layer-writer", 0, 500<<20, 0, 0, nil), diskPod("volume-writer", 0, 0, 0, 100<<20, nil)},
+			imageFs: &bus.FsStats{AvailableBytes: 90, CapacityBytes: 100, Device: tc.imageFsDevice}}
+		l := NewLoop(Config{Thresholds: mustParse(t, "nodefs.available<10%,imagefs.available<15%", "", nil, nil), Interval: time.Second,
+			Transition: time.Minute, Partitions: 1, NodeFsDevice: 7},
+			func(o Observations) error { o[NodeFsAvailable] = Observation{Available: 5, Capacity: 100}; return nil },
+			pods, nil, func(context.Context, []corev1.NodeConditionType) error { return nil }, record.NewFakeRecorder(10), zap.NewNop())
+		l.Round(t.Context())
+		if len(pods.asked) != 1 || pods.asked[0] != tc.want {
+			t.Errorf("imagefs device %d: evicted %v, want %s", tc.imageFsDevice, pods.asked, tc.want)
+		}
+	}
+}
+
+// TestLoopReportsRoundCost: each round run by Run reports its CPU and wall
+// time; a round that burns CPU shows it.
+func TestLoopReportsRoundCost(t *testing.T) {
+	pods := &fakePods{evicted: map[string]int{}}
+	burn := func(Observations) error {
+		for end := threadCPU() + 20*time.Millisecond; threadCPU() < end; {
+		}
+		return nil
+	}
+	l := NewLoop(Config{Thresholds: mustParse(t, "memory.available<100Mi", "", nil, nil), Interval: time.Hour, Partitions: 1},
+		burn, pods, nil, func(context.Context, []corev1.NodeConditionType) error { return nil }, record.NewFakeRecorder(10), zap.NewNop())
+	got := make(chan RoundCost, 1)
+	l.SetRoundObserver(func(c RoundCost) { got <- c })
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go l.Run(ctx)
+	select {
+	case c := <-got:
+		if c.CPU < 20*time.Millisecond || c.Wall < 20*time.Millisecond {
+			t.Fatalf("round cost %+v, want CPU and wall time >= 20ms", c)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no round reported")
+	}
+}

@@ -99,7 +99,7 @@ func (t Threshold) key() string {
 }
 
 // DefaultHard is the kubelet's default --eviction-hard (Linux).
-const DefaultHard = "memory.available<100Mi,nodefs.available<10%,imagefs.available<15%,nodefs.inodesFree<5%"
+const DefaultHard = "memory.available<100Mi,nodefs.available<10%,imagefs.available<15%,nodefs.inodesFree<5%,imagefs.inodesFree<5%"
 
 // Parse reads the thresholds: hard and soft as "signal<value[,...]",
 // soft grace periods as signal=duration, minimum reclaims as signal=value

@@ -105,7 +105,36 @@ func New(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.Inte
 	if _, err := health.Register(reg, nodeName); err != nil {
 		return nil, err
 	}
+	if err := registerEvictionCost(reg, r.Eviction); err != nil {
+		return nil, err
+	}
 	return r, nil
+}
+
+// registerEvictionCost exports what the eviction manager's rounds cost:
+// their number, their goroutine's CPU time and their wall time.
+func registerEvictionCost(reg prometheus.Registerer, l *eviction.Loop) error {
+	rounds, err := health.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "splitlet_nodehb_eviction_rounds_total",
+		Help: "Rounds of the eviction manager."}))
+	if err != nil {
+		return err
+	}
+	cpu, err := health.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "splitlet_nodehb_eviction_round_cpu_seconds_total",
+		Help: "CPU time of the eviction manager's rounds (the round's own thread)."}))
+	if err != nil {
+		return err
+	}
+	wall, err := health.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "splitlet_nodehb_eviction_round_seconds_total",
+		Help: "Wall time of the eviction manager's rounds."}))
+	if err != nil {
+		return err
+	}
+	l.SetRoundObserver(func(c eviction.RoundCost) {
+		rounds.Inc()
+		cpu.Add(c.CPU.Seconds())
+		wall.Add(c.Wall.Seconds())
+	})
+	return nil
 }
 
 // Build builds the stage; every configuration error names its key.
@@ -238,8 +267,10 @@ func (c *Config) evictionLoop(common *config.Common, pods eviction.Pods, pub *bu
 	}
 	observe := func(eviction.Observations) error { return nil }
 	var reclaimer eviction.NodeReclaimer
+	var nodeFsDevice uint64
 	if common.Runtime == config.RuntimeProcess || common.Runtime == config.RuntimeCRI {
-		observe = eviction.NewHost(common.DataDir).Observe
+		host := eviction.NewHost(common.DataDir)
+		observe, nodeFsDevice = host.Observe, host.NodeFsDevice()
 		reclaimer = busReclaimer{pub: pub, subj: bus.For(common.NodeName)}
 	}
 	subject := bus.For(common.NodeName).NodePressure()
@@ -253,7 +284,7 @@ func (c *Config) evictionLoop(common *config.Common, pods eviction.Pods, pub *bu
 	}
 	return eviction.NewLoop(eviction.Config{
 		Thresholds: ts, Interval: c.Eviction.Interval, Transition: c.Eviction.Transition,
-		MaxPodGrace: c.Eviction.MaxPodGrace, Partitions: common.Partitions, Node: common.NodeName,
+		MaxPodGrace: c.Eviction.MaxPodGrace, Partitions: common.Partitions, Node: common.NodeName, NodeFsDevice: nodeFsDevice,
 	}, observe, pods, reclaimer, publish, recorder, log), nil
 }
 

@@ -779,7 +779,7 @@ func (r *Runner) serveStats(rt runtime.Runtime, pub *bus.Publisher, p int, m *na
 	if ifs, ok := rt.(runtime.ImageFs); ok {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		if st, err := ifs.ImageFsStats(ctx); err == nil {
-			res.ImageFs = &bus.FsStats{AvailableBytes: st.AvailableBytes, CapacityBytes: st.CapacityBytes, InodesFree: st.InodesFree, Inodes: st.Inodes}
+			res.ImageFs = &bus.FsStats{AvailableBytes: st.AvailableBytes, CapacityBytes: st.CapacityBytes, InodesFree: st.InodesFree, Inodes: st.Inodes, Device: st.Device}
 		}
 		cancel()
 	}
@@ -789,13 +789,15 @@ func (r *Runner) serveStats(rt runtime.Runtime, pub *bus.Publisher, p int, m *na
 		}
 		return
 	}
+	r.mu.Lock()
+	vols := r.vols
+	r.mu.Unlock()
 	for _, pod := range r.Controller().PodsOf(p) {
 		cs := rt.Stats(pod.UID)
 		if len(cs) == 0 {
 			continue
 		}
-		ps := podStats(pod, cs)
-		res.Pods = append(res.Pods, ps)
+		res.Pods = append(res.Pods, r.podStats(rt, vols, pod, cs))
 	}
 	if err := pub.Send(m.Reply, bus.KindStatsResult, res); err != nil {
 		r.log.Warn("cannot answer stats", zap.Error(err))

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/logging"
@@ -20,6 +21,7 @@ import (
 	"github.com/splitlet/splitlet/libs/runtime/gc"
 	"github.com/splitlet/splitlet/services/podworkers/internal/controller"
 	"github.com/splitlet/splitlet/services/podworkers/internal/statuspub"
+	"github.com/splitlet/splitlet/services/podworkers/internal/volumes"
 )
 
 // pressureView holds the node's pressure conditions as nodehb last
@@ -110,29 +112,72 @@ func (r *Runner) serveEvict(ctx context.Context, sink *statuspub.Publisher, pub 
 }
 
 // podStats are a held pod's figures, with what the eviction manager ranks
-// by: the pod's priority and each container's memory request.
+// by: the pod's priority, its and each container's memory and
+// ephemeral-storage requests, the disk its containers, logs and local
+// volumes take, and its processes.
+func (r *Runner) podStats(rt runtime.Runtime, vols *volumes.Manager, pod *corev1.Pod, cs []runtime.ContainerStats) bus.PodStats {
+	ps := podStats(pod, cs)
+	if vols != nil {
+		ps.VolumeUsedBytes, ps.VolumeInodesUsed = r.localVolumeUsage(pod, vols)
+	}
+	if pp, ok := rt.(runtime.PodProcesses); ok {
+		ps.ProcessCount, _ = pp.PodProcessCount(pod)
+	}
+	return ps
+}
+
+// podStats are the figures of a pod the runtime reports and its spec
+// states.
 func podStats(pod *corev1.Pod, cs []runtime.ContainerStats) bus.PodStats {
 	ps := bus.PodStats{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name}
 	if pod.Spec.Priority != nil {
 		ps.Priority = *pod.Spec.Priority
 	}
-	requests := map[string]*resource.Quantity{}
-	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for i := range list {
-			if q, ok := list[i].Resources.Requests[corev1.ResourceMemory]; ok {
-				requests[list[i].Name] = &q
-			}
-		}
+	if q, ok := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})[corev1.ResourceEphemeralStorage]; ok && !q.IsZero() {
+		ps.EphemeralStorageRequest = &q
 	}
+	mem, disk := containerRequests(pod, corev1.ResourceMemory), containerRequests(pod, corev1.ResourceEphemeralStorage)
 	for _, c := range cs {
 		if ps.StartTime.IsZero() || c.StartedAt.Before(ps.StartTime.Time) {
 			ps.StartTime = metav1.NewTime(c.StartedAt)
 		}
 		ps.Containers = append(ps.Containers, bus.ContainerStats{Name: c.Name, StartTime: metav1.NewTime(c.StartedAt),
 			CPUUsageNanoCores: c.CPUUsageNanoCores, CPUUsageCoreNanoSecs: c.CPUUsageCoreNanoSecs, MemoryWorkingSetBytes: c.MemoryWorkingSetBytes,
-			MemoryRequest: requests[c.Name]})
+			MemoryRequest: mem[c.Name], RootfsUsedBytes: c.RootfsUsedBytes, RootfsInodesUsed: c.RootfsInodesUsed,
+			LogsUsedBytes: c.LogsUsedBytes, LogsInodesUsed: c.LogsInodesUsed, EphemeralStorageRequest: disk[c.Name]})
 	}
 	return ps
+}
+
+// containerRequests are the pod's containers' requests of res, by name.
+func containerRequests(pod *corev1.Pod, res corev1.ResourceName) map[string]*resource.Quantity {
+	out := map[string]*resource.Quantity{}
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			if q, ok := list[i].Resources.Requests[res]; ok {
+				out[list[i].Name] = &q
+			}
+		}
+	}
+	return out
+}
+
+// localVolumeUsage is the disk and inodes the pod's emptyDir volumes on
+// the node's file system take (kubelet: the local volumes of its disk
+// ranking; a volume that cannot be measured counts 0).
+func (r *Runner) localVolumeUsage(pod *corev1.Pod, vols *volumes.Manager) (used, inodes uint64) {
+	for _, v := range pod.Spec.Volumes {
+		if v.EmptyDir == nil || v.EmptyDir.Medium == corev1.StorageMediumMemory {
+			continue
+		}
+		b, n, err := vols.EmptyDirFsUsage(pod.UID, v.Name)
+		if err != nil {
+			r.log.Debug("cannot measure an emptyDir", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)), zap.String("volume", v.Name), zap.Error(err))...)
+			continue
+		}
+		used, inodes = used+uint64(b), inodes+uint64(n)
+	}
+	return used, inodes
 }
 
 // serveReclaim answers a ReclaimRequest of the eviction manager: the node's

@@ -241,6 +241,8 @@ type Runner struct {
 	pub   *bus.Publisher
 	sink  *statuspub.Publisher
 	gc    *gc.Manager
+	// vols are the pods' volumes (nil: none set up), measured for stats.
+	vols  *volumes.Manager
 	parts map[int]*partition
 	// active partitions: owned and not being released; only their pods'
 	// statuses are published.
@@ -554,7 +556,7 @@ func (r *Runner) run(ctx context.Context) error {
 	owned.Store(owner)
 
 	r.mu.Lock()
-	r.rt, r.ctrl, r.owner, r.pub, r.sink = rt, ctrl, owner, pub, sink
+	r.rt, r.ctrl, r.owner, r.pub, r.sink, r.vols = rt, ctrl, owner, pub, sink, vols
 	r.mu.Unlock()
 
 	var wg sync.WaitGroup

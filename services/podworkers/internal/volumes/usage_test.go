@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// TestEmptyDirUsage counts what a volume's files take on disk, a hard link
-// once, and 0 for a volume not set up.
+// TestEmptyDirUsage counts what a volume's files take on disk and their
+// inodes, a hard link once, and 0 for a volume not set up.
 func TestEmptyDirUsage(t *testing.T) {
 	m := New(t.TempDir(), nil, nil)
 	if n, err := m.EmptyDirUsage("uid-1", "scratch"); err != nil || n != 0 {
@@ -30,6 +30,10 @@ func TestEmptyDirUsage(t *testing.T) {
 	n, err := m.EmptyDirUsage("uid-1", "scratch")
 	if err != nil || n < 3<<20 || n > 4<<20 {
 		t.Fatalf("usage %d, %v; want about 3 MiB", n, err)
+	}
+	// the volume's root, sub and f (g is f again).
+	if _, inodes, err := m.EmptyDirFsUsage("uid-1", "scratch"); err != nil || inodes != 3 {
+		t.Fatalf("inodes %d, %v; want 3", inodes, err)
 	}
 	if _, err := m.EmptyDirUsage("uid-1", "../x"); err == nil {
 		t.Fatal("a volume name out of the pod's directory accepted")

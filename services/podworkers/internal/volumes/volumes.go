@@ -864,13 +864,19 @@ func (c Client) CreateToken(ctx context.Context, namespace, account string, req 
 // counts it (allocated blocks, each inode once; kubelet: the volume's
 // usedBytes). A volume not set up counts 0.
 func (m *Manager) EmptyDirUsage(uid types.UID, name string) (int64, error) {
+	used, _, err := m.EmptyDirFsUsage(uid, name)
+	return used, err
+}
+
+// EmptyDirFsUsage is EmptyDirUsage and the inodes the volume takes (kubelet:
+// the volume's inodesUsed).
+func (m *Manager) EmptyDirFsUsage(uid types.UID, name string) (used, inodes int64, err error) {
 	if !safeUID(uid) || strings.ContainsAny(name, "/\x00") || name == "" || name == "." || name == ".." {
-		return 0, fmt.Errorf("volume %q of pod %q cannot name a directory", name, uid)
+		return 0, 0, fmt.Errorf("volume %q of pod %q cannot name a directory", name, uid)
 	}
 	root := filepath.Join(m.podDir(uid), "volumes", dirEmptyDir, name)
 	seen := map[uint64]bool{}
-	var used int64
-	err := filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil
@@ -889,5 +895,5 @@ func (m *Manager) EmptyDirUsage(uid types.UID, name string) (int64, error) {
 		used += st.Blocks * 512
 		return nil
 	})
-	return used, err
+	return used, int64(len(seen)), err
 }
