@@ -363,6 +363,24 @@ func loopFilesystem(t *testing.T, size int) string {
 	return dir
 }
 
+// startOnSmallDisk starts the node on the cri runtime with its data
+// directory on a 2 GiB file system of its own (sparse: room for the bus's
+// streams, which the embedded server sizes from the free space) and the
+// nodefs.available threshold underFreeMiB under what is free there, with
+// the eviction loop and the Node status on a one-second beat.
+func startOnSmallDisk(t *testing.T, cd *testenv.Containerd, cp *testenv.ControlPlane, node string, underFreeMiB int64) {
+	t.Helper()
+	dataDir := loopFilesystem(t, 2048)
+	var st unix.Statfs_t
+	if err := unix.Statfs(dataDir, &st); err != nil {
+		t.Fatal(err)
+	}
+	threshold := (int64(st.Bavail)*st.Bsize)>>20 - underFreeMiB
+	startAgent(t, cp, node, "--runtime=cri", "--cri-endpoint="+cd.Endpoint, "--data-dir="+dataDir,
+		fmt.Sprintf("--nodehb.eviction-hard=nodefs.available<%dMi", threshold), "--nodehb.eviction-pressure-transition-period=5s",
+		"--nodehb.eviction-monitoring-interval=1s", "--nodehb.node-status-update-frequency=1s")
+}
+
 // TestEvictionUnderDiskPressure: the node's data directory on a small file
 // system of its own; a pod filling an emptyDir there brings nodefs.available
 // under the threshold: the node reports DiskPressure, reclaims at node level
@@ -374,17 +392,8 @@ func TestEvictionUnderDiskPressure(t *testing.T) {
 	cd := hostContainerd(t)
 	cp := testenv.ControlPlaneForTest(t)
 	const node = "e2e-diskpressure"
-	// 2 GiB (sparse): room for the bus's streams, which the embedded server
-	// sizes from the free space; the threshold 64 MiB under what is free.
-	dataDir := loopFilesystem(t, 2048)
-	var st unix.Statfs_t
-	if err := unix.Statfs(dataDir, &st); err != nil {
-		t.Fatal(err)
-	}
-	threshold := (int64(st.Bavail)*st.Bsize)>>20 - 64
-	startAgent(t, cp, node, "--runtime=cri", "--cri-endpoint="+cd.Endpoint, "--data-dir="+dataDir,
-		fmt.Sprintf("--nodehb.eviction-hard=nodefs.available<%dMi", threshold), "--nodehb.eviction-pressure-transition-period=5s",
-		"--nodehb.eviction-monitoring-interval=1s", "--nodehb.node-status-update-frequency=1s")
+	// the threshold 64 MiB under what is free.
+	startOnSmallDisk(t, cd, cp, node, 64)
 	cs := cp.Clientset()
 	waitNodeReady(t, cs, node)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "disk-filler", Namespace: "default"},
@@ -434,16 +443,8 @@ func TestEvictionRanksDiskByUsage(t *testing.T) {
 	cd := hostContainerd(t)
 	cp := testenv.ControlPlaneForTest(t)
 	const node = "e2e-diskrank"
-	dataDir := loopFilesystem(t, 2048)
-	var st unix.Statfs_t
-	if err := unix.Statfs(dataDir, &st); err != nil {
-		t.Fatal(err)
-	}
 	// met only by both pods' writes together (130Mi + 80Mi).
-	threshold := (int64(st.Bavail)*st.Bsize)>>20 - 180
-	startAgent(t, cp, node, "--runtime=cri", "--cri-endpoint="+cd.Endpoint, "--data-dir="+dataDir,
-		fmt.Sprintf("--nodehb.eviction-hard=nodefs.available<%dMi", threshold), "--nodehb.eviction-pressure-transition-period=5s",
-		"--nodehb.eviction-monitoring-interval=1s", "--nodehb.node-status-update-frequency=1s")
+	startOnSmallDisk(t, cd, cp, node, 180)
 	cs := cp.Clientset()
 	waitNodeReady(t, cs, node)
 	filler := func(name string, mib int, request string) *corev1.Pod {
