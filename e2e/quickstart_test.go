@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/splitlet/splitlet/libs/testenv"
 )
@@ -71,6 +75,12 @@ func walkQuickStart(t *testing.T, s *stack) {
 			want, once = regexp.MustCompile(`pod/demo created`), true
 		case strings.HasPrefix(line, "kubectl logs demo"):
 			want = regexp.MustCompile(`(?m)^hello$`)
+		case strings.HasPrefix(line, "kubectl top node"):
+			// NAME CPU(cores) CPU(%) MEMORY(bytes) MEMORY(%)
+			want = regexp.MustCompile(`(?m)^` + nodeName + `\s+\d+m\s+\d+%\s+\d+Mi\s+\d+%`)
+		case strings.HasPrefix(line, "kubectl top pod demo"):
+			// NAME CPU(cores) MEMORY(bytes)
+			want = regexp.MustCompile(`(?m)^demo\s+\d+m\s+\d+Mi`)
 		case strings.HasPrefix(line, "kubectl delete pod demo"):
 			want = regexp.MustCompile(`pod "demo" deleted`)
 		default:
@@ -90,5 +100,46 @@ func walkQuickStart(t *testing.T, s *stack) {
 			return err == nil && want.MatchString(out), out
 		})
 		t.Logf("$ %s\n%s", line, out)
+		if strings.HasPrefix(line, "kubectl top pod demo") {
+			s.checkResourceMetrics(t, "demo")
+		}
 	}
+}
+
+// checkResourceMetrics: metrics.k8s.io/v1beta1, which kubectl top reads,
+// answers through kube-apiserver's aggregation layer with the node's CPU
+// and memory and with the pod's container's, as metrics-server scraped
+// them from nodehb.
+func (s *stack) checkResourceMetrics(t *testing.T, pod string) {
+	t.Helper()
+	ctx := t.Context()
+	get := func(path string, out any) error {
+		data, err := s.cs.Discovery().RESTClient().Get().AbsPath("/apis/metrics.k8s.io/v1beta1" + path).DoRaw(ctx)
+		if err != nil {
+			return fmt.Errorf("%s: %w: %s", path, err, data)
+		}
+		return json.Unmarshal(data, out)
+	}
+	var node struct {
+		Usage corev1.ResourceList `json:"usage"`
+	}
+	if err := get("/nodes/"+nodeName, &node); err != nil {
+		t.Fatalf("NodeMetrics: %v", err)
+	}
+	if node.Usage.Cpu().IsZero() || node.Usage.Memory().IsZero() {
+		t.Errorf("NodeMetrics of %s: usage %v, want CPU and memory above 0", nodeName, node.Usage)
+	}
+	var pm struct {
+		Containers []struct {
+			Name  string              `json:"name"`
+			Usage corev1.ResourceList `json:"usage"`
+		} `json:"containers"`
+	}
+	if err := get("/namespaces/"+namespace+"/pods/"+pod, &pm); err != nil {
+		t.Fatalf("PodMetrics: %v", err)
+	}
+	if len(pm.Containers) != 1 || pm.Containers[0].Usage.Memory().IsZero() {
+		t.Errorf("PodMetrics of %s: %+v, want its one container with memory above 0", pod, pm.Containers)
+	}
+	t.Logf("metrics.k8s.io: node %s %v; pod %s %+v", nodeName, node.Usage, pod, pm.Containers)
 }

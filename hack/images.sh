@@ -10,7 +10,8 @@
 #   splitlet/podworkers:TAG  + a static busybox (sh, sleep, httpd, ...) for
 #   splitlet/splitlet:TAG      process-runtime pods
 #   splitlet/nats:TAG        nats-server, + controlplane for its health check
-#   splitlet/controlplane:TAG etcd, kube-apiserver, controlplane (launcher and checks)
+#   splitlet/controlplane:TAG etcd, kube-apiserver, metrics-server, controlplane
+#                            (launcher and checks)
 #   splitlet/tcpprober:TAG   examples/tcpprober (when present)
 #   splitlet/jsprober:TAG    examples/jsprober: this host's node, the shared
 #                            libraries ldd lists for it, the prober's JS and
@@ -43,7 +44,7 @@ if [[ -z "$only" ]] && { [[ -z "$busybox" ]] || ldd "$busybox" >/dev/null 2>&1; 
 	echo "images: a static busybox is needed (Debian: apt-get install busybox-static)" >&2
 	exit 1
 fi
-needs="etcd kube-apiserver nats-server splitlet nodehb podconfig podworkers prober statussync"
+needs="etcd kube-apiserver metrics-server nats-server splitlet nodehb podconfig podworkers prober statussync"
 [[ "$only" == jaeger ]] && needs=jaeger
 for need in $needs; do
 	[[ -x "$bin/$need" ]] || { echo "images: $bin/$need missing (make build testenv nats-server, or make jaeger)" >&2; exit 1; }
@@ -131,7 +132,7 @@ done
 image podworkers podworkers yes podworkers
 image splitlet splitlet yes splitlet
 image nats nats-server no nats-server controlplane
-image controlplane controlplane no controlplane etcd kube-apiserver
+image controlplane controlplane no controlplane etcd kube-apiserver metrics-server
 if $have_tcpprober; then
 	image tcpprober tcpprober no tcpprober
 else

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -119,4 +120,23 @@ func writeFile(path string, data []byte, mode os.FileMode) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// metricsServerIdentity is the directory of metrics-server's credentials
+// under --identities-dir: kubeconfig (a client certificate of
+// testenv.MetricsServerUser), tls.crt and tls.key (its serving
+// certificate, for 127.0.0.1 and metrics-server.kube-system.svc), ca.crt.
+const metricsServerIdentity = "metrics-server"
+
+// writeMetricsServer writes metrics-server's identity directory (0700,
+// files 0600) and registers it with the API server at 127.0.0.1:port
+// (testenv.RegisterMetricsServer: its RBAC, Service and APIService).
+func writeMetricsServer(ctx context.Context, cp *testenv.ControlPlane, dir string, port int) error {
+	if err := testenv.PrivateDir(dir); err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(dir, "ca.crt"), cp.CAData, 0o644); err != nil {
+		return err
+	}
+	return testenv.RegisterMetricsServer(ctx, cp, dir, port)
 }

@@ -103,6 +103,7 @@ type runOptions struct {
 	partitions  int
 	natsRoutes  []string
 	tracing     string
+	metricsPort int
 }
 
 func parseRun(args []string) (runOptions, error) {
@@ -122,8 +123,12 @@ func parseRun(args []string) (runOptions, error) {
 	fs.IntVar(&o.partitions, "partitions", bus.DefaultPartitions, "with --identities-dir: the node's partition count (the stages' partitions key), for the pod workers' durable consumers in the bus permissions")
 	routes := fs.String("nats-routes", os.Getenv("SPLITLET_NATS_ROUTES"), "with --nats-dir: the route ports (host:port, comma-separated) of a NATS cluster: its route credentials (route CA, certificate and key, password) and cluster.conf (the route authorization and the routes) go to --nats-dir; also SPLITLET_NATS_ROUTES")
 	fs.StringVar(&o.tracing, "tracing-config-file", "", "kube-apiserver's --tracing-config-file (a TracingConfiguration: its spans go to that OTLP gRPC endpoint); statussync's identity joins system:monitoring, whose trace context kube-apiserver continues")
+	fs.IntVar(&o.metricsPort, "metrics-server-port", 0, "with --identities-dir: turn the aggregation layer on and register metrics-server (metrics.k8s.io/v1beta1, what kubectl top reads) at 127.0.0.1:PORT, its credentials in <identities-dir>/metrics-server; 0: none")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	if o.metricsPort != 0 && (o.identities == "" || o.metricsPort < 0 || o.metricsPort > 65535) {
+		return o, fmt.Errorf("invalid value %d for --metrics-server-port: a port, with --identities-dir", o.metricsPort)
 	}
 	for _, p := range strings.Split(*apply, ",") {
 		if p = strings.TrimSpace(p); p != "" {
@@ -190,7 +195,8 @@ func runCmd(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(out, "controlplane: starting kube-apiserver on 127.0.0.1:%d against etcd %s\n", o.port, o.etcdURL)
-	cpOpts := testenv.ControlPlaneOptions{Dir: dir, Port: o.port, EtcdURL: o.etcdURL, EtcdCerts: etcdCerts, KeepCredentials: true}
+	cpOpts := testenv.ControlPlaneOptions{Dir: dir, Port: o.port, EtcdURL: o.etcdURL, EtcdCerts: etcdCerts, KeepCredentials: true,
+		AggregationLayer: o.metricsPort != 0}
 	if o.tracing != "" {
 		cpOpts.APIServerArgs = []string{"--tracing-config-file=" + o.tracing}
 	}
@@ -204,7 +210,7 @@ func runCmd(ctx context.Context, args []string, out io.Writer) error {
 			return err
 		}
 	}
-	if err := writeOutputs(cp, o); err != nil {
+	if err := writeOutputs(ctx, cp, o); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "controlplane: kube-apiserver ready at %s; admin kubeconfig: %s\n", cp.URL, strings.Join(o.kubeconfigs, ", "))
@@ -230,7 +236,7 @@ func runCmd(ctx context.Context, args []string, out io.Writer) error {
 // writeOutputs writes the identities, the CA file and the admin
 // kubeconfigs (0600): the copies first, the health check's own last, after
 // the host's files took their owner.
-func writeOutputs(cp *testenv.ControlPlane, o runOptions) error {
+func writeOutputs(ctx context.Context, cp *testenv.ControlPlane, o runOptions) error {
 	if o.hostDir != "" {
 		if err := testenv.PrivateDir(o.hostDir); err != nil {
 			return err
@@ -239,6 +245,11 @@ func writeOutputs(cp *testenv.ControlPlane, o runOptions) error {
 	if o.identities != "" {
 		if err := writeIdentities(cp, o.identities, o.natsDir, o.node, o.partitions, o.natsRoutes, o.tracing != ""); err != nil {
 			return fmt.Errorf("identities: %w", err)
+		}
+	}
+	if o.metricsPort != 0 {
+		if err := writeMetricsServer(ctx, cp, filepath.Join(o.identities, metricsServerIdentity), o.metricsPort); err != nil {
+			return fmt.Errorf("metrics-server: %w", err)
 		}
 	}
 	if err := writeFile(filepath.Join(o.stateDir, "ca.crt"), cp.CAData, 0o644); err != nil {
