@@ -21,17 +21,28 @@ import (
 // start, continuation lines joined, in order.
 func quickStartLines(t *testing.T) []string {
 	t.Helper()
+	lines := readmeKubectlLines(t, "## Quick start")
+	if len(lines) < 4 {
+		t.Fatalf("README.md's Quick start has %d kubectl lines, want the get/run/logs/delete walk: %q", len(lines), lines)
+	}
+	return lines
+}
+
+// readmeKubectlLines returns the kubectl lines of the first sh block after
+// the heading (a line starting with it) in README.md, continuation lines joined, in order.
+func readmeKubectlLines(t *testing.T, heading string) []string {
+	t.Helper()
 	data, err := os.ReadFile(filepath.Join(composeDir(t), "..", "..", "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(data), "## Quick start")
+	_, section, ok := strings.Cut(string(data), "\n"+heading)
 	if !ok {
-		t.Fatal("README.md has no Quick start section")
+		t.Fatalf("README.md has no %q section", heading)
 	}
 	_, block, ok := strings.Cut(section, "```sh\n")
 	if !ok {
-		t.Fatal("README.md's Quick start has no sh block")
+		t.Fatalf("README.md's %q has no sh block", heading)
 	}
 	block, _, _ = strings.Cut(block, "```")
 	var lines []string
@@ -47,10 +58,29 @@ func quickStartLines(t *testing.T) []string {
 		}
 		cur = ""
 	}
-	if len(lines) < 4 {
-		t.Fatalf("README.md's Quick start has %d kubectl lines, want the get/run/logs/delete walk: %q", len(lines), lines)
-	}
 	return lines
+}
+
+// runReadmeLine runs one README line through bash with the stack's
+// kubeconfig until its output matches want (within the time given); once: it must
+// pass at the first run (a line that creates).
+func runReadmeLine(t *testing.T, s *stack, line string, want *regexp.Regexp, once bool, within time.Duration) string {
+	t.Helper()
+	var out string
+	testenv.Eventually(t, within, line, func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "bash", "-c", line)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+s.kubeconfig)
+		data, err := cmd.CombinedOutput()
+		out = string(data)
+		if once && err != nil {
+			t.Fatalf("%s: %v\n%s", line, err, data)
+		}
+		return err == nil && want.MatchString(out), out
+	})
+	t.Logf("$ %s\n%s", line, out)
+	return out
 }
 
 // walkQuickStart runs README.md's quick-start kubectl lines as written,
@@ -86,20 +116,7 @@ func walkQuickStart(t *testing.T, s *stack) {
 		default:
 			t.Fatalf("README quick-start line %q is not walked by this test: add it", line)
 		}
-		var out string
-		testenv.Eventually(t, 90*time.Second, line, func() (bool, string) {
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, "bash", "-c", line)
-			cmd.Env = append(os.Environ(), "KUBECONFIG="+s.kubeconfig)
-			data, err := cmd.CombinedOutput()
-			out = string(data)
-			if once && err != nil {
-				t.Fatalf("%s: %v\n%s", line, err, data)
-			}
-			return err == nil && want.MatchString(out), out
-		})
-		t.Logf("$ %s\n%s", line, out)
+		runReadmeLine(t, s, line, want, once, 90*time.Second)
 		if strings.HasPrefix(line, "kubectl top pod demo") {
 			s.checkResourceMetrics(t, "demo")
 		}

@@ -57,6 +57,9 @@ const usage = `usage:
                                      exit 0 when GET URL answers 200
   controlplane check-nats [--ca F] HOST:PORT
                                      exit 0 when nats-server answers there with JetStream on (and TLS verified by F)
+  controlplane cluster-network [flags]
+                                     run CoreDNS and kube-proxy for the node's pods (root, the host's network)
+  controlplane check-file FILE       exit 0 when FILE exists
 `
 
 func main() {
@@ -78,6 +81,10 @@ func main() {
 		err = etcdCertsCmd(os.Args[2:], os.Stdout)
 	case "check-nats":
 		err = checkNATS(ctx, os.Args[2:])
+	case "cluster-network":
+		err = clusterNetCmd(ctx, os.Args[2:], os.Stdout)
+	case "check-file":
+		err = checkFileCmd(os.Args[2:])
 	default:
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
@@ -104,6 +111,7 @@ type runOptions struct {
 	natsRoutes  []string
 	tracing     string
 	metricsPort int
+	services    bool
 }
 
 func parseRun(args []string) (runOptions, error) {
@@ -124,6 +132,7 @@ func parseRun(args []string) (runOptions, error) {
 	routes := fs.String("nats-routes", os.Getenv("SPLITLET_NATS_ROUTES"), "with --nats-dir: the route ports (host:port, comma-separated) of a NATS cluster: its route credentials (route CA, certificate and key, password) and cluster.conf (the route authorization and the routes) go to --nats-dir; also SPLITLET_NATS_ROUTES")
 	fs.StringVar(&o.tracing, "tracing-config-file", "", "kube-apiserver's --tracing-config-file (a TracingConfiguration: its spans go to that OTLP gRPC endpoint); statussync's identity joins system:monitoring, whose trace context kube-apiserver continues")
 	fs.IntVar(&o.metricsPort, "metrics-server-port", 0, "with --identities-dir: turn the aggregation layer on and register metrics-server (metrics.k8s.io/v1beta1, what kubectl top reads) at 127.0.0.1:PORT, its credentials in <identities-dir>/metrics-server; 0: none")
+	fs.BoolVar(&o.services, "service-controllers", false, "run kube-controller-manager's endpointslice controllers (a Service's endpoints from its pods)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -196,7 +205,7 @@ func runCmd(ctx context.Context, args []string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "controlplane: starting kube-apiserver on 127.0.0.1:%d against etcd %s\n", o.port, o.etcdURL)
 	cpOpts := testenv.ControlPlaneOptions{Dir: dir, Port: o.port, EtcdURL: o.etcdURL, EtcdCerts: etcdCerts, KeepCredentials: true,
-		AggregationLayer: o.metricsPort != 0}
+		AggregationLayer: o.metricsPort != 0, ServiceControllers: o.services}
 	if o.tracing != "" {
 		cpOpts.APIServerArgs = []string{"--tracing-config-file=" + o.tracing}
 	}
