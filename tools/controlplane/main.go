@@ -112,6 +112,7 @@ type runOptions struct {
 	tracing     string
 	metricsPort int
 	services    bool
+	nodeDir     string
 }
 
 func parseRun(args []string) (runOptions, error) {
@@ -132,6 +133,7 @@ func parseRun(args []string) (runOptions, error) {
 	routes := fs.String("nats-routes", os.Getenv("SPLITLET_NATS_ROUTES"), "with --nats-dir: the route ports (host:port, comma-separated) of a NATS cluster: its route credentials (route CA, certificate and key, password) and cluster.conf (the route authorization and the routes) go to --nats-dir; also SPLITLET_NATS_ROUTES")
 	fs.StringVar(&o.tracing, "tracing-config-file", "", "kube-apiserver's --tracing-config-file (a TracingConfiguration: its spans go to that OTLP gRPC endpoint); statussync's identity joins system:monitoring, whose trace context kube-apiserver continues")
 	fs.IntVar(&o.metricsPort, "metrics-server-port", 0, "with --identities-dir: turn the aggregation layer on and register metrics-server (metrics.k8s.io/v1beta1, what kubectl top reads) at 127.0.0.1:PORT, its credentials in <identities-dir>/metrics-server; 0: none")
+	fs.StringVar(&o.nodeDir, "node-dir", "", "with --identities-dir: the node's credential directory (0700), where the stage that joins keeps the client certificate it gets with the bootstrap token and the others read it; a certificate there of another CA is removed")
 	fs.BoolVar(&o.services, "service-controllers", false, "run kube-controller-manager's endpointslice controllers (a Service's endpoints from its pods)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -155,8 +157,8 @@ func parseRun(args []string) (runOptions, error) {
 	if len(o.natsRoutes) > 0 && o.identities == "" {
 		return o, errors.New("--nats-routes needs --identities-dir and --nats-dir")
 	}
-	if o.identities != "" && (o.natsDir == "" || o.node == "") {
-		return o, errors.New("--identities-dir needs --nats-dir and --node-name")
+	if o.identities != "" && (o.natsDir == "" || o.node == "" || o.nodeDir == "") {
+		return o, errors.New("--identities-dir needs --nats-dir, --node-name and --node-dir")
 	}
 	if o.partitions < 1 || o.partitions > bus.MaxPartitions {
 		return o, fmt.Errorf("invalid value %d for --partitions: must be 1 to %d", o.partitions, bus.MaxPartitions)
@@ -205,7 +207,10 @@ func runCmd(ctx context.Context, args []string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "controlplane: starting kube-apiserver on 127.0.0.1:%d against etcd %s\n", o.port, o.etcdURL)
 	cpOpts := testenv.ControlPlaneOptions{Dir: dir, Port: o.port, EtcdURL: o.etcdURL, EtcdCerts: etcdCerts, KeepCredentials: true,
-		AggregationLayer: o.metricsPort != 0, ServiceControllers: o.services}
+		AggregationLayer: o.metricsPort != 0, ServiceControllers: o.services,
+		// the node joins with a bootstrap token: kube-controller-manager
+		// approves and signs its client certificate's CSR.
+		BootstrapTokens: o.identities != "", CSRControllers: o.identities != ""}
 	if o.tracing != "" {
 		cpOpts.APIServerArgs = []string{"--tracing-config-file=" + o.tracing}
 	}
@@ -252,7 +257,10 @@ func writeOutputs(ctx context.Context, cp *testenv.ControlPlane, o runOptions) e
 		}
 	}
 	if o.identities != "" {
-		if err := writeIdentities(cp, o.identities, o.natsDir, o.node, o.partitions, o.natsRoutes, o.tracing != ""); err != nil {
+		if err := prepareNodeDir(cp, o.nodeDir); err != nil {
+			return fmt.Errorf("node directory: %w", err)
+		}
+		if err := writeIdentities(ctx, cp, o.identities, o.natsDir, o.node, o.partitions, o.natsRoutes, o.tracing != ""); err != nil {
 			return fmt.Errorf("identities: %w", err)
 		}
 	}
