@@ -9,7 +9,8 @@ import (
 
 // TestComposeStack: the split stack (compose.yaml), brought up with one
 // pod worker as `make up` does, first walks README.md's quick start with
-// the real kubectl, checks that each stage runs with its own identity and
+// the real kubectl (kubectl top included: metrics.k8s.io answers for the
+// node and the pod, through metrics-server), checks that each stage runs with its own identity and
 // that etcd and the credentials on the host are closed to others,
 // restarts kube-apiserver (no stage is locked out), then, scaled to three
 // while pods run, passes the whole scenario of checkPodsOnStack.

@@ -98,7 +98,7 @@ func imageTag() string {
 func image(name string) string { return "splitlet/" + name + ":" + imageTag() }
 
 // stackPorts are the fixed ports of deploy/compose/compose.yaml.
-var stackPorts = []int{16443, 12379, 12380, 14222, 20250}
+var stackPorts = []int{16443, 12379, 12380, 14222, 20250, 14443}
 
 // composeDir is deploy/compose of this checkout.
 func composeDir(t *testing.T) string {

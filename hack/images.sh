@@ -10,7 +10,10 @@
 #   splitlet/podworkers:TAG  + a static busybox (sh, sleep, httpd, ...) for
 #   splitlet/splitlet:TAG      process-runtime pods
 #   splitlet/nats:TAG        nats-server, + controlplane for its health check
-#   splitlet/controlplane:TAG etcd, kube-apiserver, controlplane (launcher and checks)
+#   splitlet/controlplane:TAG etcd, kube-apiserver, kube-controller-manager,
+#                            metrics-server, CoreDNS, kube-proxy with this
+#                            host's iptables (its libraries, as ldd lists
+#                            them), controlplane (launcher and checks)
 #   splitlet/tcpprober:TAG   examples/tcpprober (when present)
 #   splitlet/jsprober:TAG    examples/jsprober: this host's node, the shared
 #                            libraries ldd lists for it, the prober's JS and
@@ -43,7 +46,7 @@ if [[ -z "$only" ]] && { [[ -z "$busybox" ]] || ldd "$busybox" >/dev/null 2>&1; 
 	echo "images: a static busybox is needed (Debian: apt-get install busybox-static)" >&2
 	exit 1
 fi
-needs="etcd kube-apiserver nats-server splitlet nodehb podconfig podworkers prober statussync"
+needs="etcd kube-apiserver kube-controller-manager metrics-server coredns kube-proxy nats-server splitlet nodehb podconfig podworkers prober statussync"
 [[ "$only" == jaeger ]] && needs=jaeger
 for need in $needs; do
 	[[ -x "$bin/$need" ]] || { echo "images: $bin/$need missing (make build testenv nats-server, or make jaeger)" >&2; exit 1; }
@@ -71,6 +74,9 @@ image() {
 	local ctx="$work/$name"
 	mkdir -p "$ctx/rootfs/tmp" "$ctx/rootfs/data"
 	chmod 1777 "$ctx/rootfs/tmp"
+	if [[ -n "${extra_rootfs:-}" ]]; then
+		cp -a "$extra_rootfs/." "$ctx/rootfs/"
+	fi
 	for f in "$@"; do
 		ln -f "$bin/$f" "$ctx/rootfs/$f" 2>/dev/null || cp "$bin/$f" "$ctx/rootfs/$f"
 	done
@@ -85,7 +91,7 @@ image() {
 	cat >"$ctx/Dockerfile" <<DOCKERFILE
 FROM scratch
 COPY rootfs/ /
-ENV PATH=/usr/local/bin:/usr/bin:/bin
+ENV PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin
 ENTRYPOINT ["/$entry"]
 DOCKERFILE
 	echo "images: splitlet/$name:$tag"
@@ -131,7 +137,33 @@ done
 image podworkers podworkers yes podworkers
 image splitlet splitlet yes splitlet
 image nats nats-server no nats-server controlplane
-image controlplane controlplane no controlplane etcd kube-apiserver
+# kube-proxy runs iptables: this host's (the variant `iptables` names,
+# nf_tables or legacy, as the host's own rules use), its extensions and
+# the shared libraries ldd lists for them, at their paths.
+iptables_rootfs() {
+	local root=$1 multi xt lib f
+	multi=$(readlink -f "$(command -v iptables)")
+	xt=$(dirname "$(readlink -f "$(ldd "$multi" | awk '$1 ~ /^libxtables/ { print $3 }')")")/xtables
+	mkdir -p "$root/usr/sbin"
+	cp "$multi" "$root/usr/sbin/"
+	for f in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore; do
+		ln -s "$(basename "$multi")" "$root/usr/sbin/$f"
+	done
+	mkdir -p "$root$xt"
+	cp "$xt"/*.so "$root$xt/"
+	while read -r lib; do
+		mkdir -p "$root$(dirname "$lib")"
+		cp -L "$lib" "$root$lib"
+	done < <(for f in "$multi" "$xt"/*.so; do ldd "$f"; done | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' | sort -u)
+}
+if ! command -v iptables >/dev/null 2>&1; then
+	echo "images: iptables is needed for kube-proxy in splitlet/controlplane (Debian: apt-get install iptables)" >&2
+	exit 1
+fi
+extra_rootfs="$work/iptables"
+iptables_rootfs "$extra_rootfs"
+image controlplane controlplane no controlplane etcd kube-apiserver kube-controller-manager metrics-server coredns kube-proxy
+extra_rootfs=
 if $have_tcpprober; then
 	image tcpprober tcpprober no tcpprober
 else

@@ -22,6 +22,17 @@ const (
 	DNSServiceIP = "10.0.0.10"
 )
 
+// The pods' bridge and subnet of the compose stack's cluster network
+// (deploy/compose/compose.cluster.yaml): a containerd whose CNI network is
+// ServicesCNIConfig(StackClusterNetwork, StackClusterBridge,
+// StackClusterSubnet) runs its pods there (`criimages --serve
+// --services-cni`).
+const (
+	StackClusterNetwork = "splitlet-cluster"
+	StackClusterBridge  = "splitlet-svc0"
+	StackClusterSubnet  = "10.97.0.0/16"
+)
+
 // ClusterDomain is the DNS domain CoreDNS serves the cluster's Services
 // and pods under (a node's --cluster-domain).
 const ClusterDomain = "cluster.local"

@@ -238,7 +238,7 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *Contr
 		args = append(args, "--disable-admission-plugins=ServiceAccount")
 	}
 	if opts.AggregationLayer {
-		aggregation, err := cp.aggregationArgs()
+		aggregation, err := cp.aggregationArgs(opts.KeepCredentials)
 		if err != nil {
 			return nil, err
 		}

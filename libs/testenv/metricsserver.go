@@ -33,28 +33,14 @@ const MetricsServerUser = "metrics-server"
 // aggregationArgs are kube-apiserver's aggregation layer flags: the
 // front proxy's CA (a CA of its own) and the client certificate the API
 // server shows the extension API servers it proxies to, with the user in
-// request headers.
-func (cp *ControlPlane) aggregationArgs() ([]string, error) {
-	caDER, caKeyDER, err := newCA("splitlet-testenv-front-proxy-ca")
-	if err != nil {
-		return nil, err
-	}
-	front := &pki{}
-	if err := front.useCA(caDER, caKeyDER); err != nil {
-		return nil, err
-	}
-	certDER, keyDER, err := front.sign(certificate{cn: "front-proxy-client", usages: clientUse})
-	if err != nil {
-		return nil, err
-	}
+// request headers. With keep, those of an earlier start are used when all
+// three files are there.
+func (cp *ControlPlane) aggregationArgs(keep bool) ([]string, error) {
 	caFile := filepath.Join(cp.Dir, "front-proxy-ca.crt")
 	certFile := filepath.Join(cp.Dir, "front-proxy-client.crt")
 	keyFile := filepath.Join(cp.Dir, "front-proxy-client.key")
-	for _, w := range []struct {
-		path, kind string
-		der        []byte
-	}{{caFile, "CERTIFICATE", caDER}, {certFile, "CERTIFICATE", certDER}, {keyFile, "EC PRIVATE KEY", keyDER}} {
-		if err := writePEM(w.path, w.kind, w.der); err != nil {
+	if !keep || !filesExist(caFile, certFile, keyFile) {
+		if err := writeFrontProxyCerts(caFile, certFile, keyFile); err != nil {
 			return nil, err
 		}
 	}
@@ -67,6 +53,42 @@ func (cp *ControlPlane) aggregationArgs() ([]string, error) {
 		"--proxy-client-cert-file=" + certFile,
 		"--proxy-client-key-file=" + keyFile,
 	}, nil
+}
+
+// writeFrontProxyCerts makes the front proxy's CA and its client
+// certificate (CN front-proxy-client).
+func writeFrontProxyCerts(caFile, certFile, keyFile string) error {
+	caDER, caKeyDER, err := newCA("splitlet-testenv-front-proxy-ca")
+	if err != nil {
+		return err
+	}
+	front := &pki{}
+	if err := front.useCA(caDER, caKeyDER); err != nil {
+		return err
+	}
+	certDER, keyDER, err := front.sign(certificate{cn: "front-proxy-client", usages: clientUse})
+	if err != nil {
+		return err
+	}
+	for _, w := range []struct {
+		path, kind string
+		der        []byte
+	}{{caFile, "CERTIFICATE", caDER}, {certFile, "CERTIFICATE", certDER}, {keyFile, "EC PRIVATE KEY", keyDER}} {
+		if err := writePEM(w.path, w.kind, w.der); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// filesExist reports whether every path exists.
+func filesExist(paths ...string) bool {
+	for _, p := range paths {
+		if _, err := os.Stat(p); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // MetricsServer is a metrics-server on 127.0.0.1 serving the resource
@@ -92,63 +114,24 @@ type MetricsServerOptions struct {
 }
 
 // StartMetricsServer registers metrics-server with the control plane
-// (started with AggregationLayer) and starts it: its RBAC, a Service
-// kube-system/metrics-server of type ExternalName "localhost" (there is no
-// service network: the aggregator resolves an ExternalName service to its
-// name and the APIService's port), the APIService v1beta1.metrics.k8s.io
-// with the control plane's CA, which signs metrics-server's serving
-// certificate. It scrapes each node's kubelet API at the node's
-// InternalIP and status port, as MetricsServerUser (a client certificate).
-// It returns once the APIService is Available.
+// (started with AggregationLayer; RegisterMetricsServer) and starts it on
+// a free port of 127.0.0.1. It scrapes each node's kubelet API at the
+// node's InternalIP and status port, as MetricsServerUser (a client
+// certificate). It returns once the APIService is Available.
 func StartMetricsServer(ctx context.Context, cp *ControlPlane, opts MetricsServerOptions) (*MetricsServer, error) {
 	bin, err := Binary(MetricsServerBinary)
 	if err != nil {
 		return nil, err
-	}
-	if opts.Resolution == 0 {
-		opts.Resolution = 10 * time.Second
 	}
 	port, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
 	m := &MetricsServer{Port: port, Log: filepath.Join(opts.Dir, "metrics-server.log")}
-	kubeconfig := filepath.Join(opts.Dir, "metrics-server.kubeconfig")
-	if err := cp.WriteClientKubeconfig(kubeconfig, MetricsServerUser); err != nil {
+	if err := RegisterMetricsServer(ctx, cp, opts.Dir, port); err != nil {
 		return nil, err
 	}
-	certFile, keyFile, err := metricsServerCert(cp, opts.Dir)
-	if err != nil {
-		return nil, err
-	}
-	cs := cp.Clientset()
-	if err := metricsServerRBAC(ctx, cs); err != nil {
-		return nil, fmt.Errorf("testenv: metrics-server RBAC: %w", err)
-	}
-	args := []string{
-		"--kubeconfig=" + kubeconfig,
-		"--authentication-kubeconfig=" + kubeconfig,
-		"--authorization-kubeconfig=" + kubeconfig,
-		"--bind-address=127.0.0.1",
-		"--secure-port=" + itoa(port),
-		"--tls-cert-file=" + certFile,
-		"--tls-private-key-file=" + keyFile,
-		"--metric-resolution=" + opts.Resolution.String(),
-		"--kubelet-request-timeout=5s",
-		"--kubelet-use-node-status-port",
-		"--kubelet-preferred-address-types=InternalIP",
-		"--v=1", // incomplete node and pod figures are logged
-	}
-	if opts.KubeletCAFile != "" {
-		args = append(args, "--kubelet-certificate-authority="+opts.KubeletCAFile)
-	} else {
-		args = append(args, "--kubelet-insecure-tls")
-	}
-	if m.proc, err = startProcess(MetricsServerBinary, m.Log, bin, args...); err != nil {
-		return nil, err
-	}
-	if err := registerMetricsAPI(ctx, cp, cs, port); err != nil {
-		m.Stop()
+	if m.proc, err = startProcess(MetricsServerBinary, m.Log, bin, MetricsServerArgs(opts.Dir, port, opts)...); err != nil {
 		return nil, err
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
@@ -162,6 +145,65 @@ func StartMetricsServer(ctx context.Context, cp *ControlPlane, opts MetricsServe
 	return m, nil
 }
 
+// The files RegisterMetricsServer writes in its directory, which
+// MetricsServerArgs names: metrics-server's kubeconfig (a client
+// certificate of MetricsServerUser) and its serving certificate and key.
+const (
+	MetricsServerKubeconfig = "kubeconfig"
+	MetricsServerCert       = "tls.crt"
+	MetricsServerKey        = "tls.key"
+)
+
+// RegisterMetricsServer writes metrics-server's credentials to dir (0600)
+// and makes what routes metrics.k8s.io/v1beta1 to a metrics-server on
+// 127.0.0.1:port: its RBAC, a Service kube-system/metrics-server of type
+// ExternalName "localhost" (there is no service network: the aggregator
+// resolves an ExternalName service to its name and the APIService's port)
+// and the APIService v1beta1.metrics.k8s.io with the control plane's CA,
+// which signs metrics-server's serving certificate. What exists already
+// (an earlier start) is kept, the APIService brought to this port and CA.
+func RegisterMetricsServer(ctx context.Context, cp *ControlPlane, dir string, port int) error {
+	if err := cp.WriteClientKubeconfig(filepath.Join(dir, MetricsServerKubeconfig), MetricsServerUser); err != nil {
+		return err
+	}
+	if err := metricsServerCert(cp, dir); err != nil {
+		return err
+	}
+	cs := cp.Clientset()
+	if err := metricsServerRBAC(ctx, cs); err != nil {
+		return fmt.Errorf("testenv: metrics-server RBAC: %w", err)
+	}
+	return registerMetricsAPI(ctx, cp, cs, port)
+}
+
+// MetricsServerArgs is metrics-server's command line with the files
+// RegisterMetricsServer wrote in dir (as the process sees them), serving
+// on 127.0.0.1:port.
+func MetricsServerArgs(dir string, port int, opts MetricsServerOptions) []string {
+	if opts.Resolution == 0 {
+		opts.Resolution = 10 * time.Second
+	}
+	kubeconfig := filepath.Join(dir, MetricsServerKubeconfig)
+	args := []string{
+		"--kubeconfig=" + kubeconfig,
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + itoa(port),
+		"--tls-cert-file=" + filepath.Join(dir, MetricsServerCert),
+		"--tls-private-key-file=" + filepath.Join(dir, MetricsServerKey),
+		"--metric-resolution=" + opts.Resolution.String(),
+		"--kubelet-request-timeout=5s",
+		"--kubelet-use-node-status-port",
+		"--kubelet-preferred-address-types=InternalIP",
+		"--v=1", // incomplete node and pod figures are logged
+	}
+	if opts.KubeletCAFile != "" {
+		return append(args, "--kubelet-certificate-authority="+opts.KubeletCAFile)
+	}
+	return append(args, "--kubelet-insecure-tls")
+}
+
 // Stop stops metrics-server.
 func (m *MetricsServer) Stop() {
 	if m != nil && m.proc != nil {
@@ -169,19 +211,19 @@ func (m *MetricsServer) Stop() {
 	}
 }
 
-// metricsServerCert writes metrics-server's serving certificate, for the
-// name the aggregator checks (<service>.<namespace>.svc) and 127.0.0.1.
-func metricsServerCert(cp *ControlPlane, dir string) (certFile, keyFile string, err error) {
+// metricsServerCert writes metrics-server's serving certificate to dir,
+// for the name the aggregator checks (<service>.<namespace>.svc) and
+// 127.0.0.1.
+func metricsServerCert(cp *ControlPlane, dir string) error {
 	certPEM, keyPEM, err := cp.ServerCertificate([]net.IP{net.ParseIP("127.0.0.1")},
 		[]string{"metrics-server.kube-system.svc", "localhost"})
 	if err != nil {
-		return "", "", err
+		return err
 	}
-	certFile, keyFile = filepath.Join(dir, "metrics-server.crt"), filepath.Join(dir, "metrics-server.key")
-	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
-		return "", "", err
+	if err := writePrivateFile(filepath.Join(dir, MetricsServerCert), certPEM); err != nil {
+		return err
 	}
-	return certFile, keyFile, os.WriteFile(keyFile, keyPEM, 0o600)
+	return writePrivateFile(filepath.Join(dir, MetricsServerKey), keyPEM)
 }
 
 // metricsServerRBAC grants MetricsServerUser what metrics-server's own
@@ -234,7 +276,16 @@ func registerMetricsAPI(ctx context.Context, cp *ControlPlane, cs kubernetes.Int
 			"groupPriorityMinimum": int64(100), "versionPriority": int64(100),
 		},
 	}}
-	if _, err := dyn.Resource(apiServiceGVR).Create(ctx, as, metav1.CreateOptions{}); err != nil {
+	apis := dyn.Resource(apiServiceGVR)
+	_, err = apis.Create(ctx, as, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		var old *unstructured.Unstructured
+		if old, err = apis.Get(ctx, as.GetName(), metav1.GetOptions{}); err == nil {
+			as.SetResourceVersion(old.GetResourceVersion())
+			_, err = apis.Update(ctx, as, metav1.UpdateOptions{})
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("testenv: APIService v1beta1.metrics.k8s.io: %w", err)
 	}
 	return nil

@@ -57,6 +57,9 @@ const usage = `usage:
                                      exit 0 when GET URL answers 200
   controlplane check-nats [--ca F] HOST:PORT
                                      exit 0 when nats-server answers there with JetStream on (and TLS verified by F)
+  controlplane cluster-network [flags]
+                                     run CoreDNS and kube-proxy for the node's pods (root, the host's network)
+  controlplane check-file FILE       exit 0 when FILE exists
 `
 
 func main() {
@@ -78,6 +81,10 @@ func main() {
 		err = etcdCertsCmd(os.Args[2:], os.Stdout)
 	case "check-nats":
 		err = checkNATS(ctx, os.Args[2:])
+	case "cluster-network":
+		err = clusterNetCmd(ctx, os.Args[2:], os.Stdout)
+	case "check-file":
+		err = checkFileCmd(os.Args[2:])
 	default:
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
@@ -103,6 +110,9 @@ type runOptions struct {
 	partitions  int
 	natsRoutes  []string
 	tracing     string
+	metricsPort int
+	services    bool
+	nodeDir     string
 }
 
 func parseRun(args []string) (runOptions, error) {
@@ -122,8 +132,14 @@ func parseRun(args []string) (runOptions, error) {
 	fs.IntVar(&o.partitions, "partitions", bus.DefaultPartitions, "with --identities-dir: the node's partition count (the stages' partitions key), for the pod workers' durable consumers in the bus permissions")
 	routes := fs.String("nats-routes", os.Getenv("SPLITLET_NATS_ROUTES"), "with --nats-dir: the route ports (host:port, comma-separated) of a NATS cluster: its route credentials (route CA, certificate and key, password) and cluster.conf (the route authorization and the routes) go to --nats-dir; also SPLITLET_NATS_ROUTES")
 	fs.StringVar(&o.tracing, "tracing-config-file", "", "kube-apiserver's --tracing-config-file (a TracingConfiguration: its spans go to that OTLP gRPC endpoint); statussync's identity joins system:monitoring, whose trace context kube-apiserver continues")
+	fs.IntVar(&o.metricsPort, "metrics-server-port", 0, "with --identities-dir: turn the aggregation layer on and register metrics-server (metrics.k8s.io/v1beta1, what kubectl top reads) at 127.0.0.1:PORT, its credentials in <identities-dir>/metrics-server; 0: none")
+	fs.StringVar(&o.nodeDir, "node-dir", "", "with --identities-dir: the node's credential directory (0700), where the stage that joins keeps the client certificate it gets with the bootstrap token and the others read it; a certificate there of another CA is removed")
+	fs.BoolVar(&o.services, "service-controllers", false, "run kube-controller-manager's endpointslice controllers (a Service's endpoints from its pods)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	if o.metricsPort != 0 && (o.identities == "" || o.metricsPort < 0 || o.metricsPort > 65535) {
+		return o, fmt.Errorf("invalid value %d for --metrics-server-port: a port, with --identities-dir", o.metricsPort)
 	}
 	for _, p := range strings.Split(*apply, ",") {
 		if p = strings.TrimSpace(p); p != "" {
@@ -141,8 +157,8 @@ func parseRun(args []string) (runOptions, error) {
 	if len(o.natsRoutes) > 0 && o.identities == "" {
 		return o, errors.New("--nats-routes needs --identities-dir and --nats-dir")
 	}
-	if o.identities != "" && (o.natsDir == "" || o.node == "") {
-		return o, errors.New("--identities-dir needs --nats-dir and --node-name")
+	if o.identities != "" && (o.natsDir == "" || o.node == "" || o.nodeDir == "") {
+		return o, errors.New("--identities-dir needs --nats-dir, --node-name and --node-dir")
 	}
 	if o.partitions < 1 || o.partitions > bus.MaxPartitions {
 		return o, fmt.Errorf("invalid value %d for --partitions: must be 1 to %d", o.partitions, bus.MaxPartitions)
@@ -190,7 +206,11 @@ func runCmd(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(out, "controlplane: starting kube-apiserver on 127.0.0.1:%d against etcd %s\n", o.port, o.etcdURL)
-	cpOpts := testenv.ControlPlaneOptions{Dir: dir, Port: o.port, EtcdURL: o.etcdURL, EtcdCerts: etcdCerts, KeepCredentials: true}
+	cpOpts := testenv.ControlPlaneOptions{Dir: dir, Port: o.port, EtcdURL: o.etcdURL, EtcdCerts: etcdCerts, KeepCredentials: true,
+		AggregationLayer: o.metricsPort != 0, ServiceControllers: o.services,
+		// the node joins with a bootstrap token: kube-controller-manager
+		// approves and signs its client certificate's CSR.
+		BootstrapTokens: o.identities != "", CSRControllers: o.identities != ""}
 	if o.tracing != "" {
 		cpOpts.APIServerArgs = []string{"--tracing-config-file=" + o.tracing}
 	}
@@ -204,7 +224,7 @@ func runCmd(ctx context.Context, args []string, out io.Writer) error {
 			return err
 		}
 	}
-	if err := writeOutputs(cp, o); err != nil {
+	if err := writeOutputs(ctx, cp, o); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "controlplane: kube-apiserver ready at %s; admin kubeconfig: %s\n", cp.URL, strings.Join(o.kubeconfigs, ", "))
@@ -230,15 +250,23 @@ func runCmd(ctx context.Context, args []string, out io.Writer) error {
 // writeOutputs writes the identities, the CA file and the admin
 // kubeconfigs (0600): the copies first, the health check's own last, after
 // the host's files took their owner.
-func writeOutputs(cp *testenv.ControlPlane, o runOptions) error {
+func writeOutputs(ctx context.Context, cp *testenv.ControlPlane, o runOptions) error {
 	if o.hostDir != "" {
 		if err := testenv.PrivateDir(o.hostDir); err != nil {
 			return err
 		}
 	}
 	if o.identities != "" {
-		if err := writeIdentities(cp, o.identities, o.natsDir, o.node, o.partitions, o.natsRoutes, o.tracing != ""); err != nil {
+		if err := prepareNodeDir(cp, o.nodeDir); err != nil {
+			return fmt.Errorf("node directory: %w", err)
+		}
+		if err := writeIdentities(ctx, cp, o.identities, o.natsDir, o.node, o.partitions, o.natsRoutes, o.tracing != ""); err != nil {
 			return fmt.Errorf("identities: %w", err)
+		}
+	}
+	if o.metricsPort != 0 {
+		if err := writeMetricsServer(ctx, cp, filepath.Join(o.identities, metricsServerIdentity), o.metricsPort); err != nil {
+			return fmt.Errorf("metrics-server: %w", err)
 		}
 	}
 	if err := writeFile(filepath.Join(o.stateDir, "ca.crt"), cp.CAData, 0o644); err != nil {

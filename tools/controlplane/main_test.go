@@ -271,30 +271,36 @@ func TestRunAgainstExternalEtcd(t *testing.T) {
 	if data, err := os.ReadFile(filepath.Join(state, "ca.crt")); err != nil || !bytes.Contains(data, []byte("BEGIN CERTIFICATE")) {
 		t.Fatalf("ca.crt: %v %q", err, data)
 	}
-	// the identities: the node's for nodehb, podconfig, podworkers (its
-	// volumes read Secrets), statussync and the all-in-one; the role's for
-	// the prober.
-	want := map[string]string{"nodehb": "system:node:" + node, "podconfig": "system:node:" + node, "statussync": "system:node:" + node,
-		"node": "system:node:" + node, "podworkers": "system:node:" + node, "prober": "splitlet:prober"}
-	for id, user := range want {
-		got, groups := whoAmI(t, filepath.Join(ids, id, "kubeconfig"))
-		if got != user {
-			t.Errorf("identity %s is %q, want %q", id, got, user)
+	// the identities: the bootstrap token for nodehb and the all-in-one
+	// (they join as the node and ask for its certificate), nothing for
+	// podconfig, podworkers and statussync (they read the node's), the
+	// role's for the prober.
+	for _, id := range []string{"nodehb", "node"} {
+		got, groups := whoAmI(t, filepath.Join(ids, id, "bootstrap-kubeconfig"))
+		if !strings.HasPrefix(got, "system:bootstrap:") || !slices.Contains(groups, testenv.BootstrappersGroup) {
+			t.Errorf("identity %s's bootstrap kubeconfig is %q in %v, want a bootstrap token", id, got, groups)
 		}
-		if strings.HasPrefix(user, "system:node:") && !slices.Contains(groups, "system:nodes") {
-			t.Errorf("identity %s: groups %v, want system:nodes", id, groups)
+		wantMode(t, filepath.Join(ids, id, "bootstrap-kubeconfig"), 0o600)
+	}
+	for _, id := range []string{"nodehb", "node", "podconfig", "podworkers", "statussync"} {
+		if _, err := os.Stat(filepath.Join(ids, id, "kubeconfig")); err == nil {
+			t.Errorf("identity %s has a kubeconfig of its own; it runs with the node's certificate", id)
 		}
 		wantMode(t, filepath.Join(ids, id), 0o700)
-		wantMode(t, filepath.Join(ids, id, "kubeconfig"), 0o600)
 	}
+	if got, _ := whoAmI(t, filepath.Join(ids, "prober", "kubeconfig")); got != "splitlet:prober" {
+		t.Errorf("identity prober is %q, want splitlet:prober", got)
+	}
+	wantMode(t, filepath.Join(ids, "prober", "kubeconfig"), 0o600)
+	wantMode(t, filepath.Join(out, "node"), 0o700)
 	for _, d := range []string{out, ids, natsDir} {
 		wantMode(t, d, 0o700)
 	}
 	wantMode(t, filepath.Join(natsDir, "server.key"), 0o600)
 	wantOwner(t, out, owner)
-	// A client certificate of the cluster's CA (the node's identity) does
+	// A client certificate of the cluster's CA (a stage's identity) does
 	// not open etcd either.
-	nodeCfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(ids, "node", "kubeconfig"))
+	nodeCfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(ids, "prober", "kubeconfig"))
 	if err != nil {
 		t.Fatal(err)
 	}

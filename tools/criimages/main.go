@@ -13,6 +13,8 @@
 //	go run ./tools/criimages --out .splitlet/images                # archives only
 //	go run ./tools/criimages --import                              # into /run/containerd/containerd.sock
 //	criimages --serve --dir /tmp/splitlet-containerd               # what .ci/run does
+//	criimages --serve --services-cni --address /run/splitlet-cluster/containerd.sock \
+//	    --dir /run/splitlet-cluster                                 # pods on the network of compose.cluster.yaml
 package main
 
 import (
@@ -34,6 +36,7 @@ func main() {
 	sandbox := flag.String("sandbox-image", testenv.PauseImage, "name of the sandbox image (containerd's sandbox_image)")
 	serve := flag.Bool("serve", false, "ready a containerd (started under --dir when none answers at --address) with the images, and run until signalled")
 	dir := flag.String("dir", "", "with --serve: where a started containerd keeps its state, socket and log")
+	servicesCNI := flag.Bool("services-cni", false, "with --serve: a started containerd gives pods the network of the compose stack's cluster network (compose.cluster.yaml): bridge "+testenv.StackClusterBridge+" as their gateway, subnet "+testenv.StackClusterSubnet+", the Service range routed through it")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -41,7 +44,11 @@ func main() {
 		if *dir == "" {
 			fail(fmt.Errorf("--serve needs --dir"))
 		}
-		cd, err := testenv.EnsureContainerd(ctx, testenv.ContainerdOptions{Address: *address, Dir: *dir})
+		opts := testenv.ContainerdOptions{Address: *address, Dir: *dir}
+		if *servicesCNI {
+			opts.CNIConfig = testenv.ServicesCNIConfig(testenv.StackClusterNetwork, testenv.StackClusterBridge, testenv.StackClusterSubnet)
+		}
+		cd, err := testenv.EnsureContainerd(ctx, opts)
 		if err != nil {
 			fail(err)
 		}

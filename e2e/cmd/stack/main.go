@@ -2,7 +2,7 @@
 // compose CLI (Debian's docker.io has none): it drives the same files through
 // the compose library that the end-to-end tests use. `make up`, `make down`.
 //
-//	go run ./e2e/cmd/stack up [--podworkers=N] [--tcpprober | --jsprober | --allinone] [--shadow=prober:jsprober] [--cri] [--nats-cluster] [--tracing]
+//	go run ./e2e/cmd/stack up [--podworkers=N] [--tcpprober | --jsprober | --allinone] [--shadow=prober:jsprober] [--cri [--cluster]] [--nats-cluster] [--tracing]
 //	go run ./e2e/cmd/stack down
 //
 // With the docker compose CLI (v2.20 or later) the same files work directly;
@@ -31,7 +31,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 || (os.Args[1] != "up" && os.Args[1] != "down") {
-		fmt.Fprintln(os.Stderr, "usage: stack up [--podworkers=N] [--tcpprober | --jsprober | --allinone] [--shadow=prober:jsprober|prober:tcpprober] [--cri] [--nats-cluster] [--tracing] | stack down")
+		fmt.Fprintln(os.Stderr, "usage: stack up [--podworkers=N] [--tcpprober | --jsprober | --allinone] [--shadow=prober:jsprober|prober:tcpprober] [--cri [--cluster]] [--nats-cluster] [--tracing] | stack down")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
@@ -42,6 +42,7 @@ func main() {
 	jsprober := fs.Bool("jsprober", false, "swap the prober for examples/jsprober, in JavaScript on Node.js (compose.jsprober.yaml)")
 	allinone := fs.Bool("allinone", false, "the all-in-one binary instead of the five stages (compose.allinone.yaml)")
 	cri := fs.Bool("cri", false, "pods as real containers of the host's containerd (compose.cri.yaml; containerd at $SPLITLET_CONTAINERD_ADDRESS or /run/containerd/containerd.sock)")
+	cluster := fs.Bool("cluster", false, "with --cri: cluster DNS (CoreDNS) and Services (kube-proxy) for the pods (compose.cluster.yaml; the containerd's pods on the network criimages --serve --services-cni gives them)")
 	natsCluster := fs.Bool("nats-cluster", false, "NATS as a three-server cluster, streams at three replicas (compose.natscluster.yaml)")
 	shadow := fs.String("shadow", "", "run a candidate as a shadow of a live stage, <stage>:<candidate>: prober:jsprober or prober:tcpprober (compose.shadow-<candidate>.yaml; docs/experiments.md)")
 	tracing := fs.Bool("tracing", false, "Jaeger, and every stage and kube-apiserver sending it spans (compose.tracing.yaml; builds splitlet/jaeger with make image-jaeger when missing)")
@@ -49,6 +50,10 @@ func main() {
 	_ = fs.Parse(os.Args[2:])
 	if n := btoi(*tcpprober) + btoi(*jsprober) + btoi(*allinone); n > 1 {
 		fmt.Fprintln(os.Stderr, "stack: --tcpprober, --jsprober and --allinone exclude each other")
+		os.Exit(2)
+	}
+	if *cluster && !*cri {
+		fmt.Fprintln(os.Stderr, "stack: --cluster runs on the CRI variant: add --cri")
 		os.Exit(2)
 	}
 	if *allinone && (*cri || *natsCluster) {
@@ -78,6 +83,15 @@ func main() {
 	}
 	if *cri {
 		files = append(files, filepath.Join(*dir, "compose.cri.yaml"))
+	}
+	if *cluster || os.Args[1] == "down" {
+		files = append(files, filepath.Join(*dir, "compose.cluster.yaml"))
+		// the host's cluster network lock, which cluster-network holds
+		// (a bind mount of a file: it must exist).
+		if err := touch(clusterNetLock); err != nil {
+			fmt.Fprintf(os.Stderr, "stack: %v\n", err)
+			os.Exit(1)
+		}
 	}
 	if shadowFile != "" {
 		files = append(files, filepath.Join(*dir, shadowFile))
@@ -204,4 +218,18 @@ func defaultDir() string {
 		}
 	}
 	return filepath.Join("deploy", "compose")
+}
+
+// clusterNetLock is the host's cluster network lock (libs/testenv
+// StartClusterNetwork), which compose.cluster.yaml's cluster-network
+// mounts.
+const clusterNetLock = "/tmp/splitlet-clusternet.lock"
+
+// touch makes the file (0600) unless it exists.
+func touch(path string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }
