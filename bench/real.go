@@ -109,10 +109,14 @@ type realCaseResult struct {
 	// CPU seconds (user + system, reaped children included) from the
 	// first create until every sandbox is removed (or the wait ended):
 	// the agent's processes, summed, and each; containerd's and its
-	// shims'. CPUToReadySec is the agent's until all pods are Ready.
+	// shims'. CPUToReadySec is the agent's until all pods are Ready,
+	// CPUToStoppedSec until every sandbox is stopped (the kubelet removes
+	// them only in its garbage collection, once a minute: its CPU to the
+	// removal holds up to a minute of it idling).
 	AgentCPUSec      float64            `json:"agentCPUSeconds"`
 	AgentCPUEach     map[string]float64 `json:"agentCPUSecondsByProcess"`
 	CPUToReadySec    float64            `json:"agentCPUSecondsToReady"`
+	CPUToStoppedSec  float64            `json:"agentCPUSecondsToSandboxesStopped"`
 	ContainerdCPUSec float64            `json:"containerdCPUSeconds"`
 	ShimsCPUSec      float64            `json:"shimsCPUSeconds"`
 	// Peak of the agent's summed PSS over the same window (sampled).
@@ -372,7 +376,8 @@ func sandboxCounts(sbs []*runtimeapi.PodSandbox, pods map[types.UID]bool) (ready
 // teardownTimes polls containerd's sandboxes every 100 ms from start until
 // none of the pods' is left or wait has passed: the seconds until every one
 // was stopped and until every one was removed (-1: not within the wait).
-func teardownTimes(ctx context.Context, endpoint string, pods map[types.UID]bool, start time.Time, wait time.Duration) (stopped, removed float64, err error) {
+// onStopped runs when every one is first seen stopped.
+func teardownTimes(ctx context.Context, endpoint string, pods map[types.UID]bool, start time.Time, wait time.Duration, onStopped func() error) (stopped, removed float64, err error) {
 	rs, err := remote.NewRemoteRuntimeService(ctx, endpoint, 30*time.Second, nil, false)
 	if err != nil {
 		return 0, 0, err
@@ -388,6 +393,9 @@ func teardownTimes(ctx context.Context, endpoint string, pods map[types.UID]bool
 		ready, present := sandboxCounts(sbs, pods)
 		if ready == 0 && stopped < 0 {
 			stopped = now
+			if err := onStopped(); err != nil {
+				return 0, 0, err
+			}
 		}
 		if present == 0 {
 			return stopped, now, nil

@@ -86,7 +86,7 @@ func runRealCase(ctx context.Context, env *benchEnv, cd *testenv.Containerd, a r
 	}
 	res.PodWritesPerPod = (ready.pods - before.pods - float64(n)) / float64(n)
 	res.AllWritesPerPod = (ready.all - before.all - float64(n)) / float64(n)
-	if err := realDelete(ctx, s, tr, label, n, o.teardownWait, res); err != nil {
+	if err := realDelete(ctx, s, tr, label, n, o.teardownWait, res, m); err != nil {
 		return nil, err
 	}
 	gone, err := writeCounts(ctx, s.cs)
@@ -125,7 +125,7 @@ func realCreate(ctx context.Context, s *realSetup, tr *tracker, label, variant s
 
 // realDelete deletes the pods in one DeleteCollection and waits until
 // they are gone from the API and their sandboxes from containerd.
-func realDelete(ctx context.Context, s *realSetup, tr *tracker, label string, n int, wait time.Duration, res *realCaseResult) error {
+func realDelete(ctx context.Context, s *realSetup, tr *tracker, label string, n int, wait time.Duration, res *realCaseResult, m *realMeter) error {
 	uids, err := podUIDs(ctx, s.cs, label)
 	if err != nil {
 		return err
@@ -144,7 +144,10 @@ func realDelete(ctx context.Context, s *realSetup, tr *tracker, label string, n 
 	}
 	tr.mu.Unlock()
 	res.AllGoneSec = lastGone.Sub(delStart).Seconds()
-	res.SandboxesStoppedSec, res.SandboxesRemovedSec, err = teardownTimes(ctx, s.e.cd.Endpoint, uids, delStart, wait)
+	res.SandboxesStoppedSec, res.SandboxesRemovedSec, err = teardownTimes(ctx, s.e.cd.Endpoint, uids, delStart, wait, func() (err error) {
+		res.CPUToStoppedSec, _, err = m.agentCPU()
+		return err
+	})
 	return err
 }
 

@@ -36,6 +36,7 @@ var realRows = []ratioRow[*realCaseResult]{
 	{"every sandbox stopped and removed: full teardown (s)", func(r *realCaseResult) float64 { return r.SandboxesRemovedSec }, map[string]float64{"allinone": 0.5, "split": 0.5}},
 	{"agent CPU, first create → teardown done (s)", func(r *realCaseResult) float64 { return r.AgentCPUSec }, map[string]float64{"allinone": 0.3, "split": 0.6}},
 	{"agent CPU, first create → all Ready (s)", func(r *realCaseResult) float64 { return r.CPUToReadySec }, nil},
+	{"agent CPU, first create → every sandbox stopped (s)", func(r *realCaseResult) float64 { return r.CPUToStoppedSec }, nil},
 	{"containerd CPU, same window (s)", func(r *realCaseResult) float64 { return r.ContainerdCPUSec }, nil},
 	{"containerd shims' CPU, same window (s)", func(r *realCaseResult) float64 { return r.ShimsCPUSec }, nil},
 	{"agent peak PSS, summed (MiB)", func(r *realCaseResult) float64 { return float64(r.PeakPSSBytes) / (1 << 20) }, map[string]float64{"allinone": 0.75, "split": 1.5}},
