@@ -66,6 +66,12 @@ func (e *realEnv) splitletArgs(r *agentRun, node, kubeconfig, proc string) ([]st
 		"--cri-endpoint=" + e.cd.Endpoint,
 		"--data-dir=" + filepath.Join(r.dir, proc),
 		"--http-addr=" + addr,
+		// The kubelet's configuration's choices for this host
+		// (testenv.KubeletConfig): no image garbage collection (the
+		// images are imported and could not come back), eviction
+		// thresholds near zero (the disk is shared with other runs).
+		"--image-gc-high-threshold=100", "--image-gc-low-threshold=99",
+		"--nodehb.eviction-hard=memory.available<50Mi,nodefs.available<1%,nodefs.inodesFree<1%,imagefs.available<1%",
 	}
 	if e.maxPods > 0 {
 		args = append(args, "--max-pods="+strconv.Itoa(e.maxPods))
@@ -175,8 +181,12 @@ func startRealKubelet(e *realEnv, node string) (*agentRun, error) {
 	if err != nil {
 		return nil, err
 	}
+	nodeIP := testenv.HostAddress()
+	if nodeIP == "" {
+		return nil, fmt.Errorf("the kubelet needs a node IP that is not loopback: the host has no address on a default route")
+	}
 	kl, err := testenv.NewKubelet(e.cp, testenv.KubeletOptions{
-		Dir: filepath.Join(r.dir, "kubelet"), Node: node, NodeIP: "127.0.0.1", Port: port,
+		Dir: filepath.Join(r.dir, "kubelet"), Node: node, NodeIP: nodeIP, Port: port,
 		CRIEndpoint: e.cd.Endpoint, MaxPods: e.maxPods,
 	})
 	if err != nil {

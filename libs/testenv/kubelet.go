@@ -321,3 +321,20 @@ func SaveSysctls(names []string) func() {
 		}
 	}
 }
+
+// HostAddress is the host's IPv4 address on its default route (the source
+// address the kernel picks for a non-local destination; nothing is sent),
+// or "" when there is none: a node IP the kubelet takes (it refuses a
+// loopback address).
+func HostAddress() string {
+	c, err := net.Dial("udp4", "203.0.113.1:9")
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	a, ok := c.LocalAddr().(*net.UDPAddr)
+	if !ok || a.IP.IsLoopback() {
+		return ""
+	}
+	return a.IP.String()
+}
