@@ -77,6 +77,9 @@ func runRealCase(ctx context.Context, env *benchEnv, cd *testenv.Containerd, a r
 	if err != nil {
 		return nil, err
 	}
+	// With -profiles: the Splitlet processes' CPU profiles from the first
+	// create, for -cpu-profile (the kubelet's needs its API's credentials).
+	profiled := profileCPU(env, s.run, label)
 	if err := realCreate(ctx, s, tr, label, variant, n, res, m); err != nil {
 		return nil, err
 	}
@@ -99,6 +102,9 @@ func runRealCase(ctx context.Context, env *benchEnv, cd *testenv.Containerd, a r
 		return nil, err
 	}
 	res.PeakPSSBytes, res.PeakPSSEach = pss.total, pss.each
+	if err := <-profiled; err != nil {
+		return nil, fmt.Errorf("CPU profiles: %w", err)
+	}
 	return res, nil
 }
 
