@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -14,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -129,6 +132,8 @@ type realCaseResult struct {
 	PodWritesPerPod      float64 `json:"podWritesPerPod"`
 	AllWritesPerPod      float64 `json:"allWritesPerPod"`
 	AllWritesPerPodCycle float64 `json:"allWritesPerPodToGone"`
+	// By verb and resource, per pod, create → all gone.
+	WritesPerPodEach map[string]float64 `json:"writesPerPodToGoneByResource"`
 }
 
 // realIdleResult is one agent's idle figures: its pods running, nothing
@@ -143,8 +148,9 @@ type realIdleResult struct {
 	AgentCPUEach     map[string]float64 `json:"agentCPUSecondsByProcess"`
 	RuntimeCPUPerMin float64            `json:"runtimeCPUSecondsPerMinute"`
 	PeakPSSBytes     int64              `json:"peakPSSBytes"`
-	// API writes per minute, every resource.
-	WritesPerMin float64 `json:"apiWritesPerMinute"`
+	// API writes per minute, every resource, and by verb and resource.
+	WritesPerMin     float64            `json:"apiWritesPerMinute"`
+	WritesPerMinEach map[string]float64 `json:"apiWritesPerMinuteByResource"`
 }
 
 // realReport is the case's part of the JSON report.
@@ -199,8 +205,7 @@ func runReal(ctx context.Context, out io.Writer, env *benchEnv, o realOptions) (
 			if err != nil {
 				return rep, fmt.Errorf("real-container idle case, %s: %w", name, err)
 			}
-			fmt.Fprintf(out, "%s idle: agent CPU %.2f s/min, containerd and shims %.2f s/min, %.1f API writes/min\n",
-				name, res.AgentCPUPerMin, res.RuntimeCPUPerMin, res.WritesPerMin)
+			printRealIdle(out, res)
 			rep.Idle = append(rep.Idle, res)
 		}
 	}
@@ -461,4 +466,57 @@ func printRealReports(out io.Writer, paths string) error {
 	}
 	printRealTables(out, rep)
 	return nil
+}
+
+// writesByResource reads the API server's apiserver_request_total over
+// mutating verbs, by "<verb> <resource>[/<subresource>]".
+func writesByResource(ctx context.Context, cs kubernetes.Interface) (map[string]float64, error) {
+	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return parseWritesByResource(raw)
+}
+
+// parseWritesByResource is writesByResource's reading of the metrics text.
+func parseWritesByResource(metrics []byte) (map[string]float64, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(metrics))
+	if err != nil {
+		return nil, err
+	}
+	fam := families["apiserver_request_total"]
+	if fam == nil {
+		return nil, fmt.Errorf("no apiserver_request_total in /metrics")
+	}
+	out := map[string]float64{}
+	for _, m := range fam.GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		switch labels["verb"] {
+		case "POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY":
+		default:
+			continue
+		}
+		key := labels["verb"] + " " + labels["resource"]
+		if sub := labels["subresource"]; sub != "" {
+			key += "/" + sub
+		}
+		out[key] += m.GetCounter().GetValue()
+	}
+	return out, nil
+}
+
+// writesDelta is after less before, each key divided by per; keys that
+// did not move are left out.
+func writesDelta(before, after map[string]float64, per float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			out[k] = d / per
+		}
+	}
+	return out
 }

@@ -217,3 +217,40 @@ func TestReadRealReports(t *testing.T) {
 		t.Error("a report without real-container figures taken")
 	}
 }
+
+// Writes are counted by verb and resource, reads left out; the delta keeps
+// what moved, per unit.
+func TestWritesByResource(t *testing.T) {
+	metrics := `# HELP apiserver_request_total x
+# TYPE apiserver_request_total counter
+apiserver_request_total{code="201",resource="pods",subresource="",verb="POST"} 100
+apiserver_request_total{code="200",resource="pods",subresource="status",verb="PATCH"} 250
+apiserver_request_total{code="200",resource="events",subresource="",verb="POST"} 40
+apiserver_request_total{code="200",resource="events",subresource="",verb="PATCH"} 2
+apiserver_request_total{code="200",resource="pods",subresource="",verb="LIST"} 7
+apiserver_request_total{code="200",resource="pods",subresource="",verb="WATCH"} 3
+`
+	got, err := parseWritesByResource([]byte(metrics))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{"POST pods": 100, "PATCH pods/status": 250, "POST events": 40, "PATCH events": 2}
+	if len(got) != len(want) {
+		t.Errorf("writes %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: %v, want %v", k, got[k], v)
+		}
+	}
+	d := writesDelta(map[string]float64{"POST pods": 100, "POST events": 40}, map[string]float64{"POST pods": 300, "POST events": 40, "PATCH leases": 10}, 2)
+	if len(d) != 2 || d["POST pods"] != 100 || d["PATCH leases"] != 5 {
+		t.Errorf("delta %v", d)
+	}
+	if s := byResource(map[string]float64{"b": 1, "a": 1, "c": 3}); s != "c 3.00, a 1.00, b 1.00" {
+		t.Errorf("byResource = %q", s)
+	}
+	if _, err := parseWritesByResource([]byte("# TYPE other counter\nother 1\n")); err == nil {
+		t.Error("no apiserver_request_total taken")
+	}
+}

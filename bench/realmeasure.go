@@ -77,6 +77,10 @@ func runRealCase(ctx context.Context, env *benchEnv, cd *testenv.Containerd, a r
 	if err != nil {
 		return nil, err
 	}
+	beforeEach, err := writesByResource(ctx, s.cs)
+	if err != nil {
+		return nil, err
+	}
 	// With -profiles: the Splitlet processes' CPU profiles from the first
 	// create, for -cpu-profile (the kubelet's needs its API's credentials).
 	profiled := profileCPU(env, s.run, label)
@@ -97,6 +101,11 @@ func runRealCase(ctx context.Context, env *benchEnv, cd *testenv.Containerd, a r
 		return nil, err
 	}
 	res.AllWritesPerPodCycle = (gone.all - before.all - float64(n) - 1) / float64(n)
+	goneEach, err := writesByResource(ctx, s.cs)
+	if err != nil {
+		return nil, err
+	}
+	res.WritesPerPodEach = writesDelta(beforeEach, goneEach, float64(n))
 	var pss memoryFigures
 	if res.AgentCPUSec, res.AgentCPUEach, res.ContainerdCPUSec, res.ShimsCPUSec, pss, err = m.end(); err != nil {
 		return nil, err
@@ -196,7 +205,7 @@ func runRealIdle(ctx context.Context, env *benchEnv, cd *testenv.Containerd, a r
 
 // measureIdle measures the agent over d with its pods running.
 func measureIdle(ctx context.Context, s *realSetup, cd *testenv.Containerd, agent string, n int, d time.Duration) (*realIdleResult, error) {
-	before, err := writeCounts(ctx, s.cs)
+	before, err := writesByResource(ctx, s.cs)
 	if err != nil {
 		return nil, err
 	}
@@ -213,13 +222,17 @@ func measureIdle(ctx context.Context, s *realSetup, cd *testenv.Containerd, agen
 		return nil, err
 	}
 	minutes := time.Since(start).Minutes()
-	after, err := writeCounts(ctx, s.cs)
+	after, err := writesByResource(ctx, s.cs)
 	if err != nil {
 		return nil, err
 	}
-	return &realIdleResult{Agent: agent, Pods: n, Minutes: minutes,
+	res := &realIdleResult{Agent: agent, Pods: n, Minutes: minutes,
 		AgentCPUPerMin: agentCPU / minutes, AgentCPUEach: each, RuntimeCPUPerMin: (containerd + shims) / minutes,
-		PeakPSSBytes: pss.total, WritesPerMin: (after.all - before.all) / minutes}, nil
+		PeakPSSBytes: pss.total, WritesPerMinEach: writesDelta(before, after, minutes)}
+	for _, v := range res.WritesPerMinEach {
+		res.WritesPerMin += v
+	}
+	return res, nil
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

@@ -191,7 +191,32 @@ func printRealCase(out io.Writer, r *realCaseResult) {
 	for _, p := range slices.Sorted(maps.Keys(r.AgentCPUEach)) {
 		fmt.Fprintf(out, " %s %.2f", p, r.AgentCPUEach[p])
 	}
-	fmt.Fprintln(out)
+	fmt.Fprintf(out, "; API writes per pod: %s\n", byResource(r.WritesPerPodEach))
+}
+
+// printRealIdle prints one idle case's figures.
+func printRealIdle(out io.Writer, r *realIdleResult) {
+	fmt.Fprintf(out, "%s idle: agent CPU %.2f s/min, containerd and shims %.2f s/min, API writes per minute %.1f: %s\n",
+		r.Agent, r.AgentCPUPerMin, r.RuntimeCPUPerMin, r.WritesPerMin, byResource(r.WritesPerMinEach))
+}
+
+// byResource lists counts by verb and resource, the largest first.
+func byResource(m map[string]float64) string {
+	keys := slices.Collect(maps.Keys(m))
+	slices.SortFunc(keys, func(a, b string) int {
+		if m[a] != m[b] {
+			if m[a] > m[b] {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %.2f", k, m[k])
+	}
+	return strings.Join(parts, ", ")
 }
 
 // readRealReports reads the real-container part of bench JSON reports
