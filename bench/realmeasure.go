@@ -132,6 +132,10 @@ func realCreate(ctx context.Context, s *realSetup, tr *tracker, label, variant s
 	if res.CPUToReadySec, _, err = m.agentCPU(); err != nil {
 		return err
 	}
+	// With -profiles: the Splitlet processes' heap profiles, all Ready.
+	if err := saveHeapProfiles(s.e.bench, s.run, label); err != nil {
+		return err
+	}
 	lat, last := tr.latencies(label, created, start)
 	res.AllReadySec = last.Sub(start).Seconds()
 	res.P50Ms, res.P99Ms, res.MaxMs = pct(lat, 50), pct(lat, 99), lat[len(lat)-1]
