@@ -260,9 +260,11 @@ func setUpReal(ctx context.Context, env *benchEnv, cd *testenv.Containerd, a rea
 		if s.run != nil {
 			s.run.stop()
 		}
-		// Whatever the agent left (it was stopped, or failed, midway).
+		// Whatever the agent left (it was stopped, or failed, midway),
+		// with the pods' log directories under /var/log/pods (Splitlet's):
+		// a later agent's runtime would list them again.
 		rmCtx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		if err := testenv.RemoveAllSandboxes(rmCtx, cd.Endpoint, ""); err != nil {
+		if err := testenv.RemoveAllSandboxes(rmCtx, cd.Endpoint, testenv.PodLogRoot); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: removing sandboxes: %v\n", err)
 		}
 		cancel()
