@@ -132,6 +132,8 @@ type realCaseResult struct {
 	PodWritesPerPod      float64 `json:"podWritesPerPod"`
 	AllWritesPerPod      float64 `json:"allWritesPerPod"`
 	AllWritesPerPodCycle float64 `json:"allWritesPerPodToGone"`
+	// Each process's PSS, anonymous and file pages, when all are Ready.
+	PSSPartsAtReady map[string]map[string]int64 `json:"pssPartsAtReadyBytes"`
 	// By verb and resource, per pod, create → all gone.
 	WritesPerPodEach map[string]float64 `json:"writesPerPodToGoneByResource"`
 }
@@ -148,6 +150,8 @@ type realIdleResult struct {
 	AgentCPUEach     map[string]float64 `json:"agentCPUSecondsByProcess"`
 	RuntimeCPUPerMin float64            `json:"runtimeCPUSecondsPerMinute"`
 	PeakPSSBytes     int64              `json:"peakPSSBytes"`
+	// Each process's PSS, anonymous and file pages, at the window's end.
+	PSSParts map[string]map[string]int64 `json:"pssPartsBytes"`
 	// API writes per minute, every resource, and by verb and resource.
 	WritesPerMin     float64            `json:"apiWritesPerMinute"`
 	WritesPerMinEach map[string]float64 `json:"apiWritesPerMinuteByResource"`

@@ -132,6 +132,9 @@ func realCreate(ctx context.Context, s *realSetup, tr *tracker, label, variant s
 	if res.CPUToReadySec, _, err = m.agentCPU(); err != nil {
 		return err
 	}
+	if res.PSSPartsAtReady, err = pssParts(s.run.pids(), s.run.names); err != nil {
+		return err
+	}
 	// With -profiles: the Splitlet processes' heap profiles, all Ready.
 	if err := saveHeapProfiles(s.e.bench, s.run, label); err != nil {
 		return err
@@ -221,6 +224,10 @@ func measureIdle(ctx context.Context, s *realSetup, cd *testenv.Containerd, agen
 	if err := waitFor(ctx, d+time.Minute, s.run, "the idle window", func() bool { return time.Since(start) >= d }); err != nil {
 		return nil, err
 	}
+	parts, err := pssParts(s.run.pids(), s.run.names)
+	if err != nil {
+		return nil, err
+	}
 	agentCPU, each, containerd, shims, pss, err := m.end()
 	if err != nil {
 		return nil, err
@@ -232,7 +239,7 @@ func measureIdle(ctx context.Context, s *realSetup, cd *testenv.Containerd, agen
 	}
 	res := &realIdleResult{Agent: agent, Pods: n, Minutes: minutes,
 		AgentCPUPerMin: agentCPU / minutes, AgentCPUEach: each, RuntimeCPUPerMin: (containerd + shims) / minutes,
-		PeakPSSBytes: pss.total, WritesPerMinEach: writesDelta(before, after, minutes)}
+		PeakPSSBytes: pss.total, PSSParts: parts, WritesPerMinEach: writesDelta(before, after, minutes)}
 	for _, v := range res.WritesPerMinEach {
 		res.WritesPerMin += v
 	}

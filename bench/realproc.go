@@ -214,3 +214,21 @@ func (m *runtimeMeter) end() (containerd, shims float64, err error) {
 	}
 	return t.total() - m.atStart.total(), shims, nil
 }
+
+// pssParts reads each process's PSS in its parts: anonymous memory (heap,
+// stacks) and file pages (the executable's), in bytes, by process name.
+func pssParts(pids []int, names []string) (map[string]map[string]int64, error) {
+	out := map[string]map[string]int64{}
+	for i, pid := range pids {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+		if err != nil {
+			return nil, fmt.Errorf("%s (pid %d): %w", names[i], pid, err)
+		}
+		kib, err := statusKiB(string(data), "Pss_Anon", "Pss_File")
+		if err != nil {
+			return nil, fmt.Errorf("%s (pid %d): %w", names[i], pid, err)
+		}
+		out[names[i]] = map[string]int64{"anon": kib["Pss_Anon"] * 1024, "file": kib["Pss_File"] * 1024}
+	}
+	return out, nil
+}
