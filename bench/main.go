@@ -110,6 +110,9 @@ func run(ctx context.Context, out io.Writer, o benchOptions) error {
 	if err != nil {
 		return err
 	}
+	if err := o.real.check(); err != nil {
+		return err
+	}
 	report := map[string]any{"pods": o.pods, "concurrency": o.concurrency, "rounds": o.rounds, "at": time.Now().UTC()}
 	var results map[string]*result
 	if o.pods > 0 {

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -168,9 +170,6 @@ type realReport struct {
 // control plane. It is not pinned: containerd, the shims and the agents
 // share the machine as on a node.
 func runReal(ctx context.Context, out io.Writer, env *benchEnv, o realOptions) (*realReport, error) {
-	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("the real-container case needs root (containerd, the kubelet); -real=false skips it")
-	}
 	if env.agentCPUs != "" {
 		env.agentCPUs, env.controlPlaneCPUs = "", ""
 		if err := pin(fmt.Sprintf("0-%d", runtime.NumCPU()-1), os.Getpid()); err != nil {
@@ -216,6 +215,26 @@ func runReal(ctx context.Context, out io.Writer, env *benchEnv, o realOptions) (
 	fmt.Fprintln(out)
 	printRealTables(out, rep)
 	return rep, nil
+}
+
+// check fails early, before any case runs, when the real-container case
+// cannot: it needs root, containerd and, for the kubelet, bin/kubelet.
+func (o realOptions) check() error {
+	if !o.enabled() {
+		return nil
+	}
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("the real-container case needs root (containerd, the kubelet); -real=false skips it")
+	}
+	if _, err := exec.LookPath("containerd"); err != nil {
+		return fmt.Errorf("the real-container case needs containerd (Debian's containerd, and containernetworking-plugins): %w; -real=false skips it", err)
+	}
+	if slices.Contains(o.agents, "kubelet") {
+		if _, err := testenv.Binary(testenv.KubeletBinary); err != nil {
+			return fmt.Errorf("%w (build it: TESTENV_EXTRA=kubelet hack/testenv/build.sh bin; -real=false skips the case)", err)
+		}
+	}
+	return nil
 }
 
 // realCNIConfig is the pods' network on the run's containerd: a bridge of
