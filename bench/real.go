@@ -163,6 +163,8 @@ type realIdleResult struct {
 type realReport struct {
 	Cases []*realCaseResult `json:"cases"`
 	Idle  []*realIdleResult `json:"idle,omitempty"`
+	// Ratios: each agent's figures over the kubelet's, with the targets.
+	Ratios []realRatio `json:"ratios,omitempty"`
 }
 
 // runReal runs the real-container case: one containerd for the run, and
@@ -214,6 +216,7 @@ func runReal(ctx context.Context, out io.Writer, env *benchEnv, o realOptions) (
 	}
 	fmt.Fprintln(out)
 	printRealTables(out, rep)
+	rep.Ratios = realRatios(rep)
 	return rep, nil
 }
 

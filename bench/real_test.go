@@ -254,3 +254,31 @@ apiserver_request_total{code="200",resource="pods",subresource="",verb="WATCH"} 
 		t.Error("no apiserver_request_total taken")
 	}
 }
+
+// The JSON report keeps each agent's ratios to the kubelet and whether
+// each target is met; a wait that did not end has no ratio.
+func TestRealRatios(t *testing.T) {
+	got := realRatios(sampleReport())
+	find := func(c, agent, figure string) *realRatio {
+		for i := range got {
+			if got[i].Case == c && got[i].Agent == agent && got[i].Figure == figure {
+				return &got[i]
+			}
+		}
+		return nil
+	}
+	cpu := find("plain 100", "split", "agent CPU, first create → teardown done (s)")
+	if cpu == nil || cpu.Ratio != 0.5 || cpu.Target != 0.6 || cpu.Met == nil || !*cpu.Met {
+		t.Errorf("split CPU ratio %+v", cpu)
+	}
+	idle := find("idle", "allinone", "agent CPU per minute (s)")
+	if idle == nil || idle.Ratio != 0.5 || idle.Met == nil || *idle.Met {
+		t.Errorf("idle ratio %+v", idle)
+	}
+	if r := find("plain 100", "split", "every sandbox stopped and removed: full teardown (s)"); r != nil {
+		t.Errorf("a ratio for a wait that did not end: %+v", r)
+	}
+	if r := find("plain 100", "kubelet", "agent CPU, first create → teardown done (s)"); r != nil {
+		t.Errorf("the kubelet against itself: %+v", r)
+	}
+}

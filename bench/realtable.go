@@ -242,3 +242,64 @@ func readRealReports(paths []string) (*realReport, error) {
 	}
 	return all, nil
 }
+
+// realRatio is one agent's figure over the kubelet's, with its target (0:
+// none), as the JSON report keeps it.
+type realRatio struct {
+	Case   string  `json:"case"` // "<variant> <pods>" or "idle"
+	Agent  string  `json:"agent"`
+	Figure string  `json:"figure"`
+	Ratio  float64 `json:"ratio"`
+	Target float64 `json:"target,omitempty"`
+	Met    *bool   `json:"met,omitempty"`
+}
+
+// ratiosOf lists every agent's ratios to the kubelet for rows.
+func ratiosOf[T any](name string, byAgent map[string]T, rows []ratioRow[T]) []realRatio {
+	peerRes, ok := byAgent[ratioPeer]
+	if !ok {
+		return nil
+	}
+	var out []realRatio
+	for _, a := range slices.Sorted(maps.Keys(byAgent)) {
+		if a == ratioPeer {
+			continue
+		}
+		for _, row := range rows {
+			r, ok := ratio(row.get(byAgent[a]), row.get(peerRes))
+			if !ok {
+				continue
+			}
+			x := realRatio{Case: name, Agent: a, Figure: row.name, Ratio: r}
+			if t, has := row.target[a]; has {
+				met := r <= t
+				x.Target, x.Met = t, &met
+			}
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// realRatios are the ratios of every case and of the idle case.
+func realRatios(rep *realReport) []realRatio {
+	groups := map[caseKey]map[string]*realCaseResult{}
+	var keys []caseKey
+	for _, c := range rep.Cases {
+		k := caseKey{c.Variant, c.Pods}
+		if groups[k] == nil {
+			keys = append(keys, k)
+			groups[k] = map[string]*realCaseResult{}
+		}
+		groups[k][c.Agent] = c
+	}
+	var out []realRatio
+	for _, k := range keys {
+		out = append(out, ratiosOf(fmt.Sprintf("%s %d", k.variant, k.pods), groups[k], realRows)...)
+	}
+	idle := map[string]*realIdleResult{}
+	for _, r := range rep.Idle {
+		idle[r.Agent] = r
+	}
+	return append(out, ratiosOf("idle", idle, idleRows)...)
+}
