@@ -31,7 +31,7 @@ import (
 
 func main() {
 	var (
-		pods        = flag.Int("pods", 5000, "pods per agent")
+		pods        = flag.Int("pods", 5000, "pods per agent (0: skip the main case)")
 		concurrency = flag.Int("concurrency", 20, "concurrent pod creations")
 		which       = flag.String("agents", "split,split-shadow,allinone,kwok,kwok-v0.7.0,ideal", "agents to run, in order (split-shadow: split with a shadow prober; also: split-trace1, split-trace100: split with tracing at 1 % and 100 %)")
 		outDir      = flag.String("out", "bench/out", "where the JSON figures go")
@@ -50,6 +50,7 @@ func main() {
 		node        = flag.String("node", "", "ideal agent: node name")
 		kubeconfig  = flag.String("kubeconfig", "", "ideal agent: kubeconfig")
 	)
+	realFlags := addRealFlags()
 	flag.Parse()
 	if *ideal {
 		if err := runIdealAgent(*node, *kubeconfig); err != nil {
@@ -58,9 +59,21 @@ func main() {
 		}
 		return
 	}
+	if realFlags.report != "" {
+		if err := printRealReports(os.Stdout, realFlags.report); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	realOpts, err := realFlags.options()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	opts := benchOptions{baseBin: *baseBin, which: *which, pods: *pods, concurrency: *concurrency, outDir: *outDir,
+	opts := benchOptions{real: realOpts, baseBin: *baseBin, which: *which, pods: *pods, concurrency: *concurrency, outDir: *outDir,
 		scale: scaleOptions{startLatency: *scaleLat, maxConcurrent: *scaleConc}, scalePods: *scalePods, largePods: *largePods, backlogPods: *backlog,
 		stages: *stages, profiles: *profiles, cpuProfile: *cpuProfile, rounds: max(*rounds, 1), pinCPUs: *pinCPUs}
 	if err := run(ctx, os.Stdout, opts); err != nil {
@@ -80,6 +93,7 @@ type benchOptions struct {
 	cpuProfile             time.Duration
 	rounds                 int
 	pinCPUs                bool
+	real                   realOptions
 }
 
 func run(ctx context.Context, out io.Writer, o benchOptions) error {
@@ -96,26 +110,41 @@ func run(ctx context.Context, out io.Writer, o benchOptions) error {
 	if err != nil {
 		return err
 	}
-	results, rounds, err := runRounds(ctx, out, env, o, order)
-	if err != nil {
+	if err := o.real.check(); err != nil {
 		return err
 	}
-	report := map[string]any{"pods": o.pods, "concurrency": o.concurrency, "rounds": o.rounds, "results": results, "byRound": rounds, "at": time.Now().UTC()}
-	fmt.Fprintln(out)
-	printTable(out, order, results, rounds)
-	printBreakdown(out, order, results)
+	report := map[string]any{"pods": o.pods, "concurrency": o.concurrency, "rounds": o.rounds, "at": time.Now().UTC()}
+	var results map[string]*result
+	if o.pods > 0 {
+		var rounds map[string][]*result
+		if results, rounds, err = runRounds(ctx, out, env, o, order); err != nil {
+			return err
+		}
+		report["results"], report["byRound"] = results, rounds
+		fmt.Fprintln(out)
+		printTable(out, order, results, rounds)
+		printBreakdown(out, order, results)
+	}
 	if o.backlogPods > 0 {
 		if report["backlog"], err = runBacklog(ctx, out, env, o, order); err != nil {
 			return err
 		}
 	}
-	if o.largePods > 0 {
+	if o.largePods > 0 && results != nil {
 		if report["large"], err = runLarge(ctx, out, env, o, results["split"]); err != nil {
 			return err
 		}
 	}
 	if o.scalePods > 0 {
 		if report["scaling"], err = runScaling(ctx, out, env, o); err != nil {
+			return err
+		}
+	}
+	if o.real.enabled() {
+		realRes, err := runReal(ctx, out, env, o.real)
+		report["real"] = realRes
+		if err != nil {
+			_ = writeReport(out, o.outDir, report)
 			return err
 		}
 	}

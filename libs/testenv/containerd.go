@@ -435,3 +435,12 @@ func RemoveAllSandboxes(ctx context.Context, endpoint, logRoot string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// PID is the process id of a containerd this process started; 0 for one
+// it did not start (the host's).
+func (c *Containerd) PID() int {
+	if c == nil || c.proc == nil || c.proc.cmd.Process == nil {
+		return 0
+	}
+	return c.proc.cmd.Process.Pid
+}

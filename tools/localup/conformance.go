@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -303,18 +302,7 @@ func conformanceNode(o options, c conformanceOptions, st conformanceSuite) (opti
 // hostAddress is the host's IPv4 address on its default route (the source
 // address the kernel picks for a non-local destination; nothing is sent),
 // or "" when there is none.
-func hostAddress() string {
-	c, err := net.Dial("udp4", "203.0.113.1:9")
-	if err != nil {
-		return ""
-	}
-	defer c.Close()
-	a, ok := c.LocalAddr().(*net.UDPAddr)
-	if !ok || a.IP.IsLoopback() {
-		return ""
-	}
-	return a.IP.String()
-}
+func hostAddress() string { return testenv.HostAddress() }
 
 // listE2EImages asks e2e.test which images its tests use.
 func listE2EImages(ctx context.Context, e2eBin string) ([]string, error) {

@@ -173,7 +173,7 @@ func run(ctx context.Context, o options) error {
 	if kubelet {
 		// After containerd is down (deferred calls run last first): what
 		// the kubelet mounted for its pods' volumes.
-		defer func() { _ = unmountUnder(kubeletRoot(filepath.Join(state, "kubelet"))) }()
+		defer func() { _ = testenv.UnmountUnder(testenv.KubeletRoot(filepath.Join(state, "kubelet"))) }()
 	}
 	criEndpoint, stopCRI, err := criRuntime(ctx, o.runtime, state, o.containerd, o.out)
 	if err != nil {
@@ -186,13 +186,13 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	var cmd *exec.Cmd
-	var kl *kubeletNode
+	var kl *testenv.Kubelet
 	if kubelet {
 		if cmd, kl, err = o.kubeletCommand(cp, state, criEndpoint); err != nil {
 			return err
 		}
 		// After the kubelet is down: the kernel settings it changed.
-		defer saveSysctls(kubeletSysctls)()
+		defer testenv.SaveSysctls(testenv.KubeletSysctls)()
 	} else if cmd, err = o.splitletCommand(ctx, cp, state, dataDir, criEndpoint, splitletBin); err != nil {
 		return err
 	}
@@ -250,7 +250,7 @@ func (o options) startControlPlane(ctx context.Context, state string) (*testenv.
 
 // kubeletCommand is the real kubelet's command, on the node's address (the
 // host's unless --node-ip says).
-func (o options) kubeletCommand(cp *testenv.ControlPlane, state, criEndpoint string) (*exec.Cmd, *kubeletNode, error) {
+func (o options) kubeletCommand(cp *testenv.ControlPlane, state, criEndpoint string) (*exec.Cmd, *testenv.Kubelet, error) {
 	nodeIP := o.nodeIP
 	if nodeIP == "" {
 		nodeIP = hostAddress()
@@ -262,8 +262,8 @@ func (o options) kubeletCommand(cp *testenv.ControlPlane, state, criEndpoint str
 	if err != nil {
 		return nil, nil, err
 	}
-	fmt.Fprintf(o.out, "starting the kubelet (%s, %s runtime) as node %s ...\n", kl.cmd.Path, o.runtime, o.node)
-	return kl.cmd, kl, nil
+	fmt.Fprintf(o.out, "starting the kubelet (%s, %s runtime) as node %s ...\n", kl.Cmd.Path, o.runtime, o.node)
+	return kl.Cmd, kl, nil
 }
 
 // splitletCommand is splitlet's command: every service, joining with a
@@ -346,12 +346,12 @@ func (a *agentProc) stop(o options) {
 
 // waitUp waits for the agent to answer healthy (the kubelet's healthz,
 // splitlet's readyz) and returns the address it answers on.
-func (a *agentProc) waitUp(ctx context.Context, kl *kubeletNode, addrFile, logPath string) (string, error) {
+func (a *agentProc) waitUp(ctx context.Context, kl *testenv.Kubelet, addrFile, logPath string) (string, error) {
 	if kl != nil {
-		if err := waitKubeletHealthy(ctx, kl.healthz, a.exited, &a.err, logPath); err != nil {
+		if err := waitKubeletHealthy(ctx, kl.Healthz, a.exited, &a.err, logPath); err != nil {
 			return "", err
 		}
-		return strings.TrimPrefix(kl.healthz, "http://"), nil
+		return strings.TrimPrefix(kl.Healthz, "http://"), nil
 	}
 	return waitReady(ctx, addrFile, a.exited, &a.err, logPath)
 }

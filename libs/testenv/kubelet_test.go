@@ -1,20 +1,22 @@
-package main
+package testenv
 
 import (
 	"strings"
 	"testing"
 )
 
-// The kubelet's configuration holds what the run needs of it: the API
+// The kubelet's configuration holds what a run needs of it: the API
 // authenticated and authorized through the control plane, cgroup v1 and
-// swap accepted, no image garbage collection, pod logs of its own.
+// swap accepted, no image garbage collection, pod logs of its own; maxPods
+// only when asked for.
 func TestKubeletConfig(t *testing.T) {
-	got := kubeletConfig(kubeletConfigOptions{
-		port: 10301, healthzPort: 10302, clientCAFile: "/cp/ca.crt",
-		certFile: "/k/kubelet.crt", keyFile: "/k/kubelet.key",
-		criEndpoint: "unix:///c/containerd.sock", podLogsDir: "/k/pod-logs", resolvConf: "/etc/resolv.conf",
-		staticPodDir: "/s/manifests",
-	})
+	o := KubeletConfigOptions{
+		Port: 10301, HealthzPort: 10302, ClientCAFile: "/cp/ca.crt",
+		CertFile: "/k/kubelet.crt", KeyFile: "/k/kubelet.key",
+		CRIEndpoint: "unix:///c/containerd.sock", PodLogsDir: "/k/pod-logs", ResolvConf: "/etc/resolv.conf",
+		StaticPodDir: "/s/manifests",
+	}
+	got := KubeletConfig(o)
 	for _, want := range []string{
 		"kind: KubeletConfiguration\n",
 		"port: 10301\n", "healthzPort: 10302\n", "readOnlyPort: 0\n",
@@ -30,6 +32,13 @@ func TestKubeletConfig(t *testing.T) {
 	}
 	if strings.Contains(got, "%!") {
 		t.Errorf("a formatting error:\n%s", got)
+	}
+	if strings.Contains(got, "maxPods") {
+		t.Errorf("maxPods set though not asked for:\n%s", got)
+	}
+	o.MaxPods = 250
+	if got := KubeletConfig(o); !strings.HasSuffix(got, "\nmaxPods: 250\n") {
+		t.Errorf("no maxPods: 250 in\n%s", got)
 	}
 }
 
