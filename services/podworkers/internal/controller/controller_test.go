@@ -421,7 +421,9 @@ func TestPressureReadmitsStartedPods(t *testing.T) {
 	first.SetSourcesReady(true)
 	a := pod("a", "")
 	first.HandleUpdate("api", bus.OpSet, 0, []corev1.Pod{a})
-	eventually(t, "a running", func() bool { return len(rt.PodContainers("a")) == 1 && rt.PodContainers("a")[0].State == runtime.StateRunning })
+	eventually(t, "a running", func() bool {
+		return len(rt.PodContainers("a")) == 1 && rt.PodContainers("a")[0].State == runtime.StateRunning
+	})
 	id := rt.PodContainers("a")[0].ID
 	stop()
 
