@@ -89,7 +89,7 @@ func (m *Manager) load() {
 		m.pods = cp.Pods
 	}
 	for name := range cp.Registered {
-		m.res[name] = &resourceState{devices: map[string]bool{}, stopped: m.now()}
+		m.res[name] = &resourceState{devices: map[string]bool{}, listed: true, stopped: m.now()}
 	}
 	m.log.Info("device checkpoint read", zap.Int("resources", len(cp.Registered)), zap.Int("pods", len(m.pods)))
 }
