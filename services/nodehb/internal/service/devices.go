@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/config"
@@ -85,10 +87,14 @@ func (r *Runner) startDevices(nc *nats.Conn, pub *bus.Publisher) {
 	r.devicesSub = sub
 }
 
-// stopDevices stops answering allocations, then the socket.
+// stopDevices stops answering allocations (the requests already received
+// are answered), then the socket.
 func (r *Runner) stopDevices() {
-	if r.devicesSub != nil {
-		_ = r.devicesSub.Drain()
+	if sub := r.devicesSub; sub != nil {
+		_ = sub.Drain()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) { return !sub.IsValid(), nil })
+		cancel()
 	}
 	if r.Devices != nil {
 		r.Devices.Stop()
