@@ -174,19 +174,23 @@ func TestReRegistration(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, m, "example.com/rr", 2, 2)
+	m.mu.Lock()
+	old := m.res["example.com/rr"].ep
+	m.mu.Unlock()
 	p2 := deviceplugin.New("a", "b", "c")
-	p2.Serve(dir, "rr2.sock")
+	if err := p2.Serve(dir, "rr2.sock"); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(p2.Stop)
 	if err := p2.Register(t.Context(), dir, "rr2.sock", "example.com/rr"); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, m, "example.com/rr", 3, 3)
-	p1.Stop()
-	consistently(t, 300*time.Millisecond, func() bool {
-		_, a := m.Resources()
-		q := a["example.com/rr"]
-		return q.Value() == 3
-	}, func() string { return "the old plugin's end marked the new one's devices unhealthy" })
+	// the old endpoint's stream ends now, after the new one listed.
+	m.endpointStopped("example.com/rr", old)
+	waitFor(t, m, "example.com/rr", 3, 3)
+	p2.Stop()
+	waitFor(t, m, "example.com/rr", 3, 0)
 }
 
 func podReq(uid string, containers ...bus.DeviceContainer) *bus.DeviceAllocateRequest {
