@@ -54,7 +54,7 @@ func TestDevicePlugin(t *testing.T) {
 	create(t, cs, holder)
 	waitPod(t, cs, "holder", "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
 	create(t, cs, devicePod(node, "rejected", "true"))
-	want := "Allocate failed due to requested number of devices unavailable for example.com/stub. Requested: 1, Available: 0, which is unexpected"
+	want := "Pod was rejected: Allocate failed due to requested number of devices unavailable for example.com/stub. Requested: 1, Available: 0, which is unexpected"
 	waitPod(t, cs, "rejected", "rejected with UnexpectedAdmissionError", func(p *corev1.Pod) bool {
 		return p.Status.Phase == corev1.PodFailed && p.Status.Reason == "UnexpectedAdmissionError" && p.Status.Message == want
 	})
