@@ -2,6 +2,7 @@ package selftest_test
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -57,10 +58,18 @@ func TestSplitletStages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// the cri runtime's nodehb serves device plugins, here in a
+		// directory of the test's (short: a socket path has at most 107 bytes).
+		tg.DevicePluginsDir, err = os.MkdirTemp("", "dp")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(tg.DevicePluginsDir) })
 		apptest.Start(t, "nodehb", append(common(tg), fmt.Sprintf("--nodehb.port=%d", port),
 			"--nodehb.client-ca-file="+cp.CAFile, "--nodehb.node-status-update-frequency=1s",
 			// the kit's not-ready case waits its timeout, not nodehb's 20 s default grace
-			"--nodehb.agent-not-ready-grace=1s"), nodehb.Service())
+			"--nodehb.agent-not-ready-grace=1s",
+			"--runtime=cri", "--nodehb.device-plugins-dir="+tg.DevicePluginsDir), nodehb.Service())
 		conformance.NodeHB(t, tg)
 	})
 	t.Run("statussync-shadow", func(t *testing.T) {

@@ -90,6 +90,12 @@ func TestRoundTrips(t *testing.T) {
 			func(e *bus.Envelope) (any, error) { return bus.DecodeReclaimRequest(e) }},
 		{bus.KindReclaimResult, "", &bus.ReclaimResult{ImageBytesFreed: 4 << 20},
 			func(e *bus.Envelope) (any, error) { return bus.DecodeReclaimResult(e) }},
+		{bus.KindDeviceAllocateRequest, "", &bus.DeviceAllocateRequest{PodUID: "u", Namespace: "default", Pod: "a", Start: "c",
+			Containers: []bus.DeviceContainer{{Name: "c", Resources: map[string]int64{"example.com/dev": 1}}}},
+			func(e *bus.Envelope) (any, error) { return bus.DecodeDeviceAllocateRequest(e) }},
+		{bus.KindDeviceAllocateResult, "", &bus.DeviceAllocateResult{Containers: []bus.DeviceContainerOptions{{Name: "c",
+			Envs: map[string]string{"DEV": "0"}, Devices: []bus.DeviceNode{{ContainerPath: "/dev/x", HostPath: "/dev/x", Permissions: "rw"}}}}},
+			func(e *bus.Envelope) (any, error) { return bus.DecodeDeviceAllocateResult(e) }},
 		{bus.KindStatsResult, "", &bus.StatsResult{Pods: []bus.PodStats{{UID: "u", Name: "a", Namespace: "default", StartTime: now, Containers: []bus.ContainerStats{{Name: "c", StartTime: now, MemoryWorkingSetBytes: 42}}}}},
 			func(e *bus.Envelope) (any, error) { return bus.DecodeStatsResult(e) }},
 	}

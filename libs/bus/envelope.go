@@ -56,6 +56,7 @@ var knownKinds = map[Kind]bool{
 	KindStreamRequest: true, KindStreamResult: true,
 	KindStaticPods: true, KindStatusPatch: true, KindShadowEvent: true, KindNodePressure: true, KindEvictRequest: true, KindEvictResult: true,
 	KindReclaimRequest: true, KindReclaimResult: true,
+	KindDeviceAllocateRequest: true, KindDeviceAllocateResult: true,
 }
 
 // Op is the operation of a PodUpdate, as the kubelet's config package names them.

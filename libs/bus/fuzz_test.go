@@ -89,6 +89,10 @@ func decodeKind(e *bus.Envelope) (any, error) {
 		return bus.DecodeReclaimRequest(e)
 	case bus.KindReclaimResult:
 		return bus.DecodeReclaimResult(e)
+	case bus.KindDeviceAllocateRequest:
+		return bus.DecodeDeviceAllocateRequest(e)
+	case bus.KindDeviceAllocateResult:
+		return bus.DecodeDeviceAllocateResult(e)
 	}
 	return nil, nil
 }

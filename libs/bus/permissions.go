@@ -82,7 +82,9 @@ func StagePermissions(stage, node string, partitions int) (Permissions, error) {
 			// the log chunks after the first, to the kubelet API's
 			// inbox (each one a request nodehb acknowledges).
 			InboxPrefix(StageNodehb)+".>",
-			"$KV."+LeaseBucket(node)+".>")
+			"$KV."+LeaseBucket(node)+".>",
+			// the device allocation of its pods (the device manager's).
+			s.DevicesAllocate())
 		p.Subscribe = append(p.Subscribe, runtime("logs", "exec", tokProbeExec, "stream", "stats", tokEvict, tokReclaim)...)
 	case StageProber:
 		p.Publish = append(p.Publish, s.ProbeResultsAll())
@@ -95,6 +97,8 @@ func StagePermissions(stage, node string, partitions int) (Permissions, error) {
 		p.Publish = append(p.Publish, s.NodePressure())
 		// acknowledgements of the log chunks the pod workers send it.
 		p.Publish = append(p.Publish, InboxPrefix(StagePodworkers)+".>")
+		// the device manager answers the pod workers' allocations.
+		p.Subscribe = append(p.Subscribe, s.DevicesAllocate())
 	}
 	for _, u := range StageStreams(stage, node, partitions) {
 		p.Publish = append(p.Publish, readStream(u)...)

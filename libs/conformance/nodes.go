@@ -32,6 +32,9 @@ import (
 //     DiskPressure and PIDPressure agree with it, each with the kubelet's
 //     reason (KubeletHasSufficientMemory, KubeletHasNoDiskPressure,
 //     KubeletHasSufficientPID when false).
+//   - devices-allocate: with Target.DevicePluginsDir, a device plugin the kit
+//     registers is stated in the Node and allocates through
+//     devices.allocate (devicesAllocate).
 func NodeHB(t *testing.T, tg Target, opts ...Option) {
 	h := newHarness(t, tg, opts)
 	if h.tg.Config == nil {
@@ -94,6 +97,7 @@ func NodeHB(t *testing.T, tg Target, opts ...Option) {
 		h.waitObject(t, "Node Ready True again", nodeReady(corev1.ConditionTrue))
 	})
 	h.run(t, "pressure-published", false, func(t *testing.T) { h.pressurePublished(t, cs) })
+	h.run(t, "devices-allocate", false, func(t *testing.T) { h.devicesAllocate(t, cs) })
 }
 
 // pressurePublished: the last NodePressure and the Node's pressure

@@ -33,6 +33,10 @@ type Target struct {
 	ProbeHost string
 	// Timeout bounds each expectation (default 20 s).
 	Timeout time.Duration
+	// DevicePluginsDir is where the node heartbeat stage serves the device
+	// plugin registration socket (nodehb.device-plugins-dir); empty: NodeHB
+	// skips its device case (a node without device plugins).
+	DevicePluginsDir string
 	// JSONOnly: the stage reads only the JSON form of the bus (one in a
 	// language without Kubernetes' protobuf types), so the kit writes JSON,
 	// as the other stages of its node must (bus-encoding json). By default

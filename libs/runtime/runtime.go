@@ -225,6 +225,9 @@ type StartOptions struct {
 	// kubectl debug --target); a runtime without such namespaces ignores
 	// it.
 	TargetContainer string
+	// Devices are the container's devices from the device plugins (nil:
+	// none); a runtime that is not a DeviceRuntime refuses them.
+	Devices *DeviceOptions
 }
 
 // Mount is a volume mount of a container, resolved.

@@ -300,6 +300,7 @@ func (r *Runtime) containerConfig(ctx context.Context, p *corev1.Pod, c *corev1.
 		return nil, err
 	}
 	cfg.Mounts = append(cfg.Mounts, files...)
+	applyDevices(cfg, opts.Devices)
 	return cfg, nil
 }
 

@@ -70,6 +70,7 @@ type Controller struct {
 	desired   *Desired
 	ready     Readiness
 	pressure  Pressure
+	extended  ExtendedResources
 	log       *zap.Logger
 	recorder  record.EventRecorder
 	update    time.Duration
@@ -286,8 +287,10 @@ func (c *Controller) patchStatus(ctx context.Context, cur, updated *corev1.Node)
 // nodestatus setters).
 func (c *Controller) setStatus(n *corev1.Node, now time.Time) {
 	d := c.desired
+	prevCapacity := n.Status.Capacity
 	n.Status.Capacity = d.Capacity.DeepCopy()
 	n.Status.Allocatable = d.Allocatable.DeepCopy()
+	c.setExtended(n, prevCapacity)
 	n.Status.Addresses = append([]corev1.NodeAddress(nil), d.Addresses...)
 	n.Status.DaemonEndpoints.KubeletEndpoint.Port = d.Port
 	n.Status.NodeInfo = d.NodeInfo

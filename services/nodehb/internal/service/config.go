@@ -17,6 +17,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/config"
 	"github.com/splitlet/splitlet/libs/kube"
+	"github.com/splitlet/splitlet/services/nodehb/internal/devices"
 	"github.com/splitlet/splitlet/services/nodehb/internal/eviction"
 	"github.com/splitlet/splitlet/services/nodehb/internal/nodestatus"
 	"github.com/splitlet/splitlet/services/nodehb/internal/readiness"
@@ -70,6 +71,9 @@ type Config struct {
 	AgentTimeout     time.Duration
 	AgentGrace       time.Duration
 	RequestTimeout   time.Duration
+	// DevicePluginsDir is where the device plugin registration socket is
+	// served (devices.go).
+	DevicePluginsDir string
 	// DNS are the node's cluster DNS keys, shared with the pod workers,
 	// which apply them; nodehb states them in /configz.
 	DNS config.DNS
@@ -110,6 +114,7 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.AgentTimeout, "nodehb.agent-ready-timeout", 40*time.Second, "silence of the pod workers' readiness heartbeat after which the Node is NotReady")
 	fs.DurationVar(&c.AgentGrace, "nodehb.agent-not-ready-grace", readiness.DefaultGrace, "once the agent was ready, how long it may report not ready (a pod worker restarting, partitions handed over) before the Node is NotReady; 0: at once")
 	fs.DurationVar(&c.RequestTimeout, "nodehb.runtime-request-timeout", 10*time.Second, "timeout of exec and stats requests to the pod workers")
+	fs.StringVar(&c.DevicePluginsDir, "nodehb.device-plugins-dir", devices.DefaultDir, "directory of the device plugin registration socket (kubelet.sock) and the plugins' sockets, with the cri runtime (the kubelet's device plugin path); empty: no device plugins. Another runtime gives containers no devices: there only the default is accepted, and no socket is served")
 	c.DNS.RegisterFlags(fs)
 	c.Cgroups.RegisterFlags(fs)
 }

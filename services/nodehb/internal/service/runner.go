@@ -29,6 +29,7 @@ import (
 	"github.com/splitlet/splitlet/libs/messaging"
 	"github.com/splitlet/splitlet/libs/nodecert"
 	"github.com/splitlet/splitlet/libs/tracing"
+	"github.com/splitlet/splitlet/services/nodehb/internal/devices"
 	"github.com/splitlet/splitlet/services/nodehb/internal/eviction"
 	"github.com/splitlet/splitlet/services/nodehb/internal/kubeletapi"
 	"github.com/splitlet/splitlet/services/nodehb/internal/lease"
@@ -54,6 +55,11 @@ type Runner struct {
 	serving certificate.Manager
 	// Eviction is the node's eviction manager.
 	Eviction *eviction.Loop
+	// Devices is the device plugin manager (nil: none runs).
+	Devices    *devices.Manager
+	devicesSub *nats.Subscription
+	nc         *nats.Conn
+	pub        *bus.Publisher
 
 	stopEvents  func()
 	cancel      context.CancelFunc
@@ -149,24 +155,32 @@ func Build(cfg *Config, common *config.Common, log *zap.Logger, clients Clients,
 	if err != nil {
 		return nil, err
 	}
-	r := &Runner{log: log, node: common.NodeName, js: js, streamsReady: streamsReady}
+	r := &Runner{log: log, node: common.NodeName, js: js, streamsReady: streamsReady, nc: nc}
 	r.Static = staticpods.New(log.Named("static"))
 	r.Gate = readiness.New(readiness.WithTimeout(cfg.AgentTimeout), readiness.WithGrace(cfg.AgentGrace), readiness.WithLogger(log.Named("readiness")))
 	recorder, stopEvents := kube.NewRecorder(clients.Shared, common.NodeName)
 	r.stopEvents = stopEvents
 	pub := bus.NewPublisher(nc, js, common.NodeName, "nodehb", common.BusEncodingOption())
+	r.pub = pub
 	evictor := &podsView{}
 	r.Eviction, err = cfg.evictionLoop(common, evictor, pub, recorder, log.Named("eviction"))
 	if err != nil {
 		stopEvents()
 		return nil, err
 	}
-	r.Status = nodestatus.New(clients.Heartbeat, desired, r.Gate,
-		nodestatus.WithPressure(r.Eviction),
+	statusOpts := []nodestatus.Option{nodestatus.WithPressure(r.Eviction)}
+	if r.Devices, err = cfg.deviceManager(common, apiPods{cs: clients.Shared, node: common.NodeName}, log.Named("devices")); err != nil {
+		stopEvents()
+		return nil, err
+	}
+	if r.Devices != nil {
+		statusOpts = append(statusOpts, nodestatus.WithExtendedResources(r.Devices))
+	}
+	r.Status = nodestatus.New(clients.Heartbeat, desired, r.Gate, append(statusOpts,
 		nodestatus.WithUpdateFrequency(cfg.StatusUpdate),
 		nodestatus.WithReportFrequency(cfg.StatusReport),
 		nodestatus.WithRecorder(recorder),
-		nodestatus.WithLogger(log.Named("status")))
+		nodestatus.WithLogger(log.Named("status")))...)
 	r.Lease = lease.New(clients.Heartbeat, common.NodeName, r.Status.NodeUID,
 		lease.WithDuration(cfg.LeaseDuration), lease.WithRenewInterval(cfg.LeaseRenew),
 		lease.WithLogger(log.Named("lease")))
@@ -301,6 +315,7 @@ func (r *Runner) Start(context.Context) error {
 	if r.serving != nil {
 		r.serving.Start()
 	}
+	r.startDevices(r.nc, r.pub)
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	r.wg.Add(5)
@@ -362,6 +377,7 @@ func (r *Runner) Stop(ctx context.Context) error {
 	if r.serving != nil {
 		r.serving.Stop()
 	}
+	r.stopDevices()
 	r.cancel()
 	r.wg.Wait()
 	r.stopEvents()

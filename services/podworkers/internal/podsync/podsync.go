@@ -161,6 +161,7 @@ type Syncer struct {
 	// runtimeClasses resolves a RuntimeClass to its runtime handler (nil:
 	// every pod gets the runtime's default).
 	runtimeClasses func(name string) (string, error)
+	devices        func(ctx context.Context, pod *corev1.Pod, container string) (*runtime.DeviceOptions, error)
 }
 
 // New returns a Syncer.

@@ -96,6 +96,9 @@ func (s *Syncer) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 	}
 	s.podDNS(pod, &opts)
 	s.podRuntimeHandler(pod, &opts)
+	if st, err := s.podDevices(ctx, pod, c, attempt, &opts); err != nil {
+		return st, err
+	}
 	opts.PullSecrets = s.pullSecrets(ctx, pod)
 	if s.serviceEnv != nil {
 		links := pod.Spec.EnableServiceLinks == nil || *pod.Spec.EnableServiceLinks

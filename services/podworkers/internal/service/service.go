@@ -50,6 +50,7 @@ import (
 	"github.com/splitlet/splitlet/libs/runtime/sim"
 	"github.com/splitlet/splitlet/libs/tracing"
 	"github.com/splitlet/splitlet/services/podworkers/internal/controller"
+	"github.com/splitlet/splitlet/services/podworkers/internal/devices"
 	"github.com/splitlet/splitlet/services/podworkers/internal/dns"
 	"github.com/splitlet/splitlet/services/podworkers/internal/ownership"
 	"github.com/splitlet/splitlet/services/podworkers/internal/podsync"
@@ -260,6 +261,9 @@ type Runner struct {
 	// (nil with tracing off).
 	tracer trace.Tracer
 	traces *tracing.Pods
+	// devices asks the node's device manager (set by run; nil in a
+	// shadow, which allocates nothing).
+	devices *devices.Client
 	// nodePods is the admission view of the node's pods (set by run).
 	nodePods *nodePodsView
 	// snapshots puts SETs sent in parts back together.
@@ -514,6 +518,7 @@ func (r *Runner) run(ctx context.Context) error {
 	}
 	allocatable, thisNode, stopNode := r.watchNode(ctx)
 	defer stopNode()
+	r.devices = r.deviceClient(rt, thisNode)
 	nodePods, err := newNodePodsView(ctx, r.cs, node, r.common.Partitions, r.log)
 	if err != nil {
 		return err
@@ -665,6 +670,9 @@ func (r *Runner) syncOptions(ctx context.Context, rt runtime.Runtime, recorder r
 		syncOpts = append(syncOpts, podsync.WithRecorder(recorder))
 	}
 	syncOpts = append(syncOpts, podsync.WithDNS(r.dnsConfigurer(podRecorder)))
+	if setUp && r.devices != nil {
+		syncOpts = append(syncOpts, podsync.WithDevices(r.devices.Options))
+	}
 	stopClasses := func() {}
 	if rt.Type() == cri.Type && setUp {
 		// the pods' imagePullSecrets, for the runtime that pulls images, and
@@ -716,7 +724,7 @@ func (r *Runner) newController(rt runtime.Runtime, sink *statuspub.Publisher, re
 	return controller.New(controller.Config{
 		Runtime:      rt,
 		Sink:         sink,
-		Admit:        admissionChain(rt, sysctls, allocatable, thisNode, r.pressure.Conditions),
+		Admit:        append(admissionChain(rt, sysctls, allocatable, thisNode, r.pressure.Conditions), r.deviceAdmission()...),
 		Recorder:     recorder,
 		Partitions:   r.common.Partitions,
 		Log:          r.log,
