@@ -153,17 +153,7 @@ func (s *stack) announceStatic(t *testing.T, pods ...bus.StaticPod) {
 // eventually polls f until it returns nil or the deadline passes.
 func eventually(t *testing.T, within time.Duration, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, within, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.EventuallyNoError(t, within, what, f)
 }
 
 func (s *stack) node_(t *testing.T) *corev1.Node {

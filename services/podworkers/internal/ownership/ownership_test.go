@@ -84,13 +84,7 @@ func (r *replica) stop() {
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.EventuallyTrue(t, 15*time.Second, what, cond)
 }
 
 // exclusive: every partition held by exactly one replica.

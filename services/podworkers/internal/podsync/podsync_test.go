@@ -13,6 +13,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/testenv"
 	"github.com/splitlet/splitlet/services/podworkers/internal/fakeruntime"
 	"github.com/splitlet/splitlet/services/podworkers/internal/podworkers"
 )
@@ -77,13 +78,7 @@ func pod(uid string, policy corev1.RestartPolicy, names ...string) *corev1.Pod {
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.EventuallyTrue(t, 15*time.Second, what, cond)
 }
 
 func containerState(st *bus.PodRuntimeStatus, name string) (corev1.ContainerStatus, bool) {

@@ -3,6 +3,7 @@ package shadowrt
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 func status(pod *corev1.Pod, id string, running bool) *bus.PodRuntimeStatus {
@@ -87,11 +89,8 @@ func TestDecisionsWaitForTheLiveRuntime(t *testing.T) {
 // waitDecided waits until rt recorded n decisions of verb.
 func waitDecided(t *testing.T, rt *Runtime, verb string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for rt.Decisions()[verb] < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s decision recorded", verb)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, 5*time.Second, fmt.Sprintf("%d %s decisions", n, verb), func() (bool, string) {
+		got := rt.Decisions()[verb]
+		return got >= n, fmt.Sprintf("%d", got)
+	})
 }
