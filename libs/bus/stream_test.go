@@ -335,21 +335,11 @@ func TestHandlerPanicIsBounded(t *testing.T) {
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		testenv.Eventually(t, 10*time.Second, what, func() (bool, string) {
 			mu.Lock()
-			ok := cond()
-			mu.Unlock()
-			if ok {
-				return
-			}
-			if time.Now().After(deadline) {
-				mu.Lock()
-				defer mu.Unlock()
-				t.Fatalf("%s: poisoned message handled %d times, good ones %d", what, poisoned, good)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			defer mu.Unlock()
+			return cond(), fmt.Sprintf("poisoned message handled %d times, good ones %d", poisoned, good)
+		})
 	}
 	publish(0, "poison")
 	waitFor("retries", func() bool { return poisoned >= bus.MaxPanicDeliveries })
