@@ -35,16 +35,10 @@ func TestServiceRunsAlone(t *testing.T) {
 		t.Fatalf("node not registered: %v", err)
 	}
 	// Wait for the Lease so that the check after stop means something.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := cs.CoordinationV1().Leases("kube-node-lease").Get(context.Background(), "module-node", metav1.GetOptions{}); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no lease in 20 s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.EventuallyNoError(t, 20*time.Second, "the node's Lease", func() error {
+		_, err := cs.CoordinationV1().Leases("kube-node-lease").Get(t.Context(), "module-node", metav1.GetOptions{})
+		return err
+	})
 	s.Stop(t)
 	after, err := cs.CoreV1().Nodes().Get(context.Background(), "module-node", metav1.GetOptions{})
 	if err != nil || after.UID != node.UID {

@@ -132,17 +132,7 @@ func TestRenewalsSurviveAnOutage(t *testing.T) {
 	}
 	poll := func(what string, f func() error) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			err := f()
-			if err == nil {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %v", what, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		testenv.EventuallyNoError(t, 20*time.Second, what, f)
 	}
 	poll("first renewal", func() error { _, err := renewTime(); return err })
 

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/testenv"
 	"github.com/splitlet/splitlet/services/prober/internal/probe"
 )
 
@@ -72,13 +73,7 @@ func TestContainerRunningBeforeProberStarted(t *testing.T) {
 		ContainerStatuses: []corev1.ContainerStatus{{Name: "app", ContainerID: "sim://old",
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(time.Now().Add(-time.Minute))}}}}})
 	m.UpsertPod("api", pod)
-	deadline := time.Now().Add(5 * time.Second)
-	for len(rec.list()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no result within 5s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.EventuallyTrue(t, 5*time.Second, "a probe result", func() bool { return len(rec.list()) > 0 })
 	got := rec.list()
 	if got[0].Probe != bus.ProbeReadiness || got[0].Result != bus.ProbeSuccess {
 		t.Errorf("first result %+v, want Readiness Success and no initial Failure", got[0])
