@@ -173,22 +173,19 @@ func startRun(t *testing.T, kubeconfig string, args ...string) *running {
 	r := &running{cancel: cancel, done: make(chan error, 1), logs: &apptest.Buffer{}}
 	t.Cleanup(cancel)
 	go func() { r.done <- runCmd(ctx, args, r.logs) }()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		err := checkCmd(context.Background(), []string{"--kubeconfig=" + kubeconfig})
+	testenv.Eventually(t, 90*time.Second, "check passed", func() (bool, string) {
+		err := checkCmd(t.Context(), []string{"--kubeconfig=" + kubeconfig})
 		if err == nil {
-			return r
+			return true, ""
 		}
 		select {
 		case err := <-r.done:
 			t.Fatalf("run ended early: %v\n%s", err, r.logs.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("check never passed: %v\n%s", err, r.logs.String())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return false, fmt.Sprintf("%v\n%s", err, r.logs.String())
+	})
+	return r
 }
 
 // stop ends the run and waits for it.
