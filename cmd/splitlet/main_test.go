@@ -165,7 +165,7 @@ func TestBadFlagsExitNonZero(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " ")+c.env, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, bin, c.args...)
 			cmd.Env = os.Environ()

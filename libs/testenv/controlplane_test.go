@@ -88,7 +88,7 @@ func TestControlPlane(t *testing.T) {
 func TestRestartAPIServer(t *testing.T) {
 	cp := testenv.ControlPlaneForTest(t)
 	cs := cp.Clientset()
-	ctx := context.Background()
+	ctx := t.Context()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kept"}}
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

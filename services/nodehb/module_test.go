@@ -1,7 +1,6 @@
 package nodehb_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -30,7 +29,7 @@ func TestServiceRunsAlone(t *testing.T) {
 	s := apptest.Start(t, "nodehb", []string{"--kubeconfig=" + cp.Kubeconfig, "--node-name=module-node",
 		fmt.Sprintf("--nodehb.port=%d", kport), "--nodehb.lease-renew-interval=200ms"}, nodehb.Service())
 	cs := cp.Clientset()
-	node, err := cs.CoreV1().Nodes().Get(context.Background(), "module-node", metav1.GetOptions{})
+	node, err := cs.CoreV1().Nodes().Get(t.Context(), "module-node", metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("node not registered: %v", err)
 	}
@@ -40,17 +39,17 @@ func TestServiceRunsAlone(t *testing.T) {
 		return err
 	})
 	s.Stop(t)
-	after, err := cs.CoreV1().Nodes().Get(context.Background(), "module-node", metav1.GetOptions{})
+	after, err := cs.CoreV1().Nodes().Get(t.Context(), "module-node", metav1.GetOptions{})
 	if err != nil || after.UID != node.UID {
 		t.Fatalf("node not left in place after stop: %v", err)
 	}
-	l1, err := cs.CoordinationV1().Leases("kube-node-lease").Get(context.Background(), "module-node", metav1.GetOptions{})
+	l1, err := cs.CoordinationV1().Leases("kube-node-lease").Get(t.Context(), "module-node", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Ten renew intervals later the Lease is unchanged: renewals stopped.
 	time.Sleep(2 * time.Second)
-	l2, err := cs.CoordinationV1().Leases("kube-node-lease").Get(context.Background(), "module-node", metav1.GetOptions{})
+	l2, err := cs.CoordinationV1().Leases("kube-node-lease").Get(t.Context(), "module-node", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

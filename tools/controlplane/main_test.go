@@ -245,7 +245,7 @@ func TestRunAgainstExternalEtcd(t *testing.T) {
 	}
 	copyPath := filepath.Join(out, "kubeconfig")
 	kubeconfig := filepath.Join(state, "kubeconfig")
-	if err := checkCmd(context.Background(), []string{"--kubeconfig=" + kubeconfig}); err == nil {
+	if err := checkCmd(t.Context(), []string{"--kubeconfig=" + kubeconfig}); err == nil {
 		t.Fatal("check passed before run")
 	}
 	ids, natsDir := filepath.Join(out, "identities"), filepath.Join(out, "nats")
@@ -260,7 +260,7 @@ func TestRunAgainstExternalEtcd(t *testing.T) {
 			t.Fatalf("%s: server %s, want port %s", p, cfg.Host, h.ports["16443"])
 		}
 		cs := kubernetes.NewForConfigOrDie(cfg)
-		if _, err := cs.CoreV1().Namespaces().Get(context.Background(), "default", metav1.GetOptions{}); err != nil {
+		if _, err := cs.CoreV1().Namespaces().Get(t.Context(), "default", metav1.GetOptions{}); err != nil {
 			t.Fatalf("%s: %v", p, err)
 		}
 		wantMode(t, p, 0o600)
@@ -324,13 +324,13 @@ func TestRunAgainstExternalEtcd(t *testing.T) {
 		}
 	}
 	etcdCheck := []string{"--cacert=" + etcdCerts.CAFile, "--cert=" + etcdCerts.ClientCertFile, "--key=" + etcdCerts.ClientKeyFile}
-	if err := checkURLCmd(context.Background(), append(etcdCheck, etcdURL+"/health")); err != nil {
+	if err := checkURLCmd(t.Context(), append(etcdCheck, etcdURL+"/health")); err != nil {
 		t.Fatal(err)
 	}
-	if err := checkURLCmd(context.Background(), append(etcdCheck, etcdURL+"/no-such-path")); err == nil {
+	if err := checkURLCmd(t.Context(), append(etcdCheck, etcdURL+"/no-such-path")); err == nil {
 		t.Fatal("check-url passed on a 404")
 	}
-	if err := checkURLCmd(context.Background(), []string{etcdURL + "/health"}); err == nil {
+	if err := checkURLCmd(t.Context(), []string{etcdURL + "/health"}); err == nil {
 		t.Fatal("check-url without the client certificate passed on etcd")
 	}
 	oldAdmin, err := os.ReadFile(copyPath)
@@ -342,7 +342,7 @@ func TestRunAgainstExternalEtcd(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.stop(t)
-	if err := checkCmd(context.Background(), []string{"--kubeconfig=" + kubeconfig}); err == nil {
+	if err := checkCmd(t.Context(), []string{"--kubeconfig=" + kubeconfig}); err == nil {
 		t.Fatal("check passed after stop")
 	}
 

@@ -47,7 +47,7 @@ func TestComposeNATSConfigs(t *testing.T) {
 		"--nats-routes="+hostports(routes))
 	r.stop(t)
 	admin := natsAdmin(t, ids)
-	if err := checkNATS(context.Background(), []string{etcdURL}); err == nil {
+	if err := checkNATS(t.Context(), []string{etcdURL}); err == nil {
 		t.Errorf("check-nats passed on etcd's port %s", etcdURL)
 	}
 

@@ -45,7 +45,7 @@ func TestUnacknowledgedPublishIsResentAsSet(t *testing.T) {
 	c.Submit(merge.Update{Source: merge.SourceAPI, Op: bus.OpAdd, Pods: []*corev1.Pod{pod}})
 	// No stream takes the ADD: the publish fails.
 	testenv.EventuallyTrue(t, 10*time.Second, "a publish failure recorded without streams", func() bool { return testutil.ToFloat64(c.failures) > 0 })
-	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+	sctx, scancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer scancel()
 	if err := bus.EnsureStreams(sctx, js, node); err != nil {
 		t.Fatal(err)
@@ -116,7 +116,7 @@ func TestBatchCoalescing(t *testing.T) {
 func TestOversizedBatchIsSplit(t *testing.T) {
 	const node = "node-split"
 	nc, js := smallPayloadBus(t, node)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	pods := runPadded(t, nc, node, time.Hour, bus.OpAdd)
 
@@ -191,7 +191,7 @@ func smallPayloadBus(t *testing.T, node string) (*nats.Conn, jetstream.JetStream
 func TestOversizedSetIsSentInParts(t *testing.T) {
 	const node = "node-setpart"
 	nc, js := smallPayloadBus(t, node)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	// a SET marks the source seen: its pods are then re-sent every period.
 	pods := runPadded(t, nc, node, 300*time.Millisecond, bus.OpSet)

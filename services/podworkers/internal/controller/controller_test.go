@@ -347,7 +347,7 @@ func TestReleaseDuringHousekeepingKillsAndRemovesNothing(t *testing.T) {
 			st := s.get(done.UID)
 			return st != nil && st.Terminated
 		})
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		err := c.ReleasePartition(ctx, 0)
 		cancel()
 		if err != nil {

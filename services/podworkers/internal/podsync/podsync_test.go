@@ -1,7 +1,6 @@
 package podsync
 
 import (
-	"context"
 	"strings"
 	"sync"
 	"testing"
@@ -361,7 +360,7 @@ func TestSidecarStartupProbeHoldsTheApp(t *testing.T) {
 		StartupProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}}}
 	sync := func() {
 		t.Helper()
-		if _, err := sy.SyncPod(context.Background(), podworkers.UpdateSync, p); err != nil {
+		if _, err := sy.SyncPod(t.Context(), podworkers.UpdateSync, p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -387,11 +386,11 @@ func TestSidecarStartupProbeHoldsTheApp(t *testing.T) {
 	// result it will not get again.
 	q := pod("s2", corev1.RestartPolicyAlways, "app")
 	q.Spec.InitContainers = p.Spec.InitContainers
-	if _, err := sy.SyncPod(context.Background(), podworkers.UpdateSync, q); err != nil {
+	if _, err := sy.SyncPod(t.Context(), podworkers.UpdateSync, q); err != nil {
 		t.Fatal(err)
 	}
 	later := New(rt, &sink{last: map[types.UID]*bus.PodRuntimeStatus{}})
-	if _, err := later.SyncPod(context.Background(), podworkers.UpdateSync, q); err != nil {
+	if _, err := later.SyncPod(t.Context(), podworkers.UpdateSync, q); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(rt.PodContainers(q.UID)); n != 2 {

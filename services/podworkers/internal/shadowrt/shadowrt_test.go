@@ -1,7 +1,6 @@
 package shadowrt
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -81,7 +80,7 @@ func TestDecisionsWaitForTheLiveRuntime(t *testing.T) {
 	if d := rt.Decisions(); d[Start] != 2 || d[Stop] != 1 || d[Remove] != 1 {
 		t.Errorf("decisions %v", d)
 	}
-	if _, err := rt.Exec(context.Background(), pod.UID, "app", []string{"true"}, nil, time.Second); !errors.Is(err, ErrRefused) {
+	if _, err := rt.Exec(t.Context(), pod.UID, "app", []string{"true"}, nil, time.Second); !errors.Is(err, ErrRefused) {
 		t.Errorf("exec: %v, want refused", err)
 	}
 }

@@ -48,7 +48,7 @@ func stopped(t *testing.T, done <-chan struct{}) {
 // being the newest status; unowned partitions are not spoken for.
 func TestBurstIsCoalesced(t *testing.T) {
 	const node = "coalesce"
-	ctx := context.Background()
+	ctx := t.Context()
 	p, js, owned := runPublisher(t, node, 100*time.Millisecond)
 
 	for i := 0; i < 200; i++ {
@@ -122,7 +122,7 @@ func TestBurstIsCoalesced(t *testing.T) {
 	// drops them; a lost lease drops them unsaid.
 	owned.Store(false)
 	p.Set(&bus.PodRuntimeStatus{UID: "u3", Namespace: "ns", Name: "c", Message: "last word"})
-	if err := p.HandOver(context.Background(), 0, true); err != nil {
+	if err := p.HandOver(t.Context(), 0, true); err != nil {
 		t.Fatal(err)
 	}
 	for deadline = time.Now().Add(10 * time.Second); ; {
@@ -139,7 +139,7 @@ func TestBurstIsCoalesced(t *testing.T) {
 		}
 	}
 	p.Set(&bus.PodRuntimeStatus{UID: "u4", Namespace: "ns", Name: "d", Message: "lost"})
-	if err := p.HandOver(context.Background(), 0, false); err != nil {
+	if err := p.HandOver(t.Context(), 0, false); err != nil {
 		t.Fatal(err)
 	}
 	p.Open(0) // taken again
@@ -170,7 +170,7 @@ func TestRefusedPublishIsRetried(t *testing.T) {
 	const node = "refused"
 	n := testenv.NATSForTest(t)
 	nc, js := n.Connect(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	if err := bus.EnsureStreams(ctx, js, node); err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func TestRefusedPublishIsRetried(t *testing.T) {
 // the partition back later: only what it says after that does.
 func TestHandedOverPartitionStaysSilentAfterReacquire(t *testing.T) {
 	const node = "handback"
-	ctx := context.Background()
+	ctx := t.Context()
 	p, js, owned := runPublisher(t, node, 10*time.Millisecond)
 	cons, err := js.OrderedConsumer(ctx, bus.StreamName(node, bus.StreamPodStatus), jetstream.OrderedConsumerConfig{})
 	if err != nil {

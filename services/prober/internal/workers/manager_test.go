@@ -58,7 +58,7 @@ func TestContainerRunningBeforeProberStarted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = m.Stop(context.Background()) }()
+	defer func() { _ = m.Stop(t.Context()) }()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "old", Namespace: "default", UID: "old-uid"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{
@@ -154,6 +154,6 @@ func TestReadinessRunsWhenStartupSucceeds(t *testing.T) {
 		if startedAt.IsZero() {
 			t.Errorf("sidecar %v: ready without a startup success: %+v", sidecar, rec.list())
 		}
-		_ = m.Stop(context.Background())
+		_ = m.Stop(t.Context())
 	}
 }

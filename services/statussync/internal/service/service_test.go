@@ -1,7 +1,6 @@
 package service
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -316,7 +315,7 @@ func TestBurstIsCoalesced(t *testing.T) {
 	p := h.createPod("burst", nil)
 	const changes = 60
 	for i := 1; i <= changes; i++ {
-		if _, err := h.workers.PublishAsync(context.Background(), bus.For(h.node).PodStatus(h.partition(p.UID)), bus.KindPodRuntimeStatus, "",
+		if _, err := h.workers.PublishAsync(t.Context(), bus.For(h.node).PodStatus(h.partition(p.UID)), bus.KindPodRuntimeStatus, "",
 			runtimeStatus(p, runningC("app", fmt.Sprintf("sim://b%d", i), int32(i)))); err != nil {
 			t.Fatal(err)
 		}
