@@ -82,12 +82,10 @@ func TestBurstIsCoalesced(t *testing.T) {
 		t.Fatalf("a burst of 200 changes became %d messages", len(got))
 	}
 	// the publisher counts the send once the stream acknowledged it.
-	for wait := time.Now().Add(10 * time.Second); p.Sent() < len(got); {
-		if time.Now().After(wait) {
-			t.Fatalf("sent count %d, %d messages arrived", p.Sent(), len(got))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, fmt.Sprintf("a sent count of the %d messages that arrived", len(got)), func() (bool, string) {
+		n := p.Sent()
+		return n >= len(got), fmt.Sprintf("sent %d", n)
+	})
 	// the same status again is not re-sent; an unowned partition is silent.
 	p.Set(&bus.PodRuntimeStatus{UID: "u1", Namespace: "ns", Name: "a", Message: "199"})
 	owned.Store(false)
@@ -209,12 +207,9 @@ func TestRefusedPublishIsRetried(t *testing.T) {
 		}
 		return int(info.State.Msgs)
 	}
-	for wait := time.Now().Add(10 * time.Second); p.Sent() < 1 || lastOf() < 1; {
-		if time.Now().After(wait) {
-			t.Fatalf("the small status was not sent (sent %d)", p.Sent())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, "the small status sent", func() (bool, string) {
+		return p.Sent() >= 1 && lastOf() >= 1, fmt.Sprintf("sent %d", p.Sent())
+	})
 	// several flushes later the refused one is still not counted.
 	for wait := time.Now().Add(300 * time.Millisecond); time.Now().Before(wait); time.Sleep(20 * time.Millisecond) {
 		if p.Sent() != 1 {
@@ -222,12 +217,9 @@ func TestRefusedPublishIsRetried(t *testing.T) {
 		}
 	}
 	limit(64 * 1024)
-	for wait := time.Now().Add(15 * time.Second); p.Sent() < 2; {
-		if time.Now().After(wait) {
-			t.Fatalf("the refused status was never sent again (sent %d, stream holds %d)", p.Sent(), lastOf())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 15*time.Second, "the refused status sent again", func() (bool, string) {
+		return p.Sent() >= 2, fmt.Sprintf("sent %d, stream holds %d", p.Sent(), lastOf())
+	})
 	if got := lastOf(); got != 2 {
 		t.Fatalf("stream holds %d statuses, want 2", got)
 	}
