@@ -70,8 +70,7 @@ func TestAllServicesAgainstControlPlane(t *testing.T) {
 		}
 	})
 
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, 30*time.Second, "splitlet ready", func() (bool, string) {
 		code, body, err := get("http://" + addr + "/readyz?verbose")
 		if err == nil && code == http.StatusOK {
 			for _, check := range []string{"nats", "kube-apiserver", "podconfig", "podworkers", "prober", "statussync", "nodehb"} {
@@ -79,18 +78,15 @@ func TestAllServicesAgainstControlPlane(t *testing.T) {
 					t.Fatalf("/readyz does not report %s ok:\n%s", check, body)
 				}
 			}
-			break
+			return true, ""
 		}
 		select {
 		case err := <-exited:
 			t.Fatalf("splitlet exited before ready: %v\n%s", err, logs.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not ready in 30s (last: %d %v %s)\n%s", code, err, body, logs.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return false, fmt.Sprintf("%d %v %s\n%s", code, err, body, logs.String())
+	})
 	if code, _, err := get("http://" + addr + "/healthz"); err != nil || code != http.StatusOK {
 		t.Fatalf("/healthz: %d %v", code, err)
 	}
@@ -104,17 +100,10 @@ func TestAllServicesAgainstControlPlane(t *testing.T) {
 	}
 	// podconfig and statussync, both watching the node's pods, share one
 	// watch in one process (kube.NodePods).
-	var watches float64
-	deadline = time.Now().Add(10 * time.Second)
-	for {
-		if watches, err = podWatches(cp); err == nil && watches == baseWatches+1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pod watches open on the API server: %v (%v), want one more than before splitlet started (%v)", watches, err, baseWatches)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, fmt.Sprintf("one pod watch more on the API server than before splitlet started (%v)", baseWatches), func() (bool, string) {
+		watches, err := podWatches(cp)
+		return err == nil && watches == baseWatches+1, fmt.Sprintf("%v (%v)", watches, err)
+	})
 
 	start := time.Now()
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -176,7 +165,7 @@ func TestBadFlagsExitNonZero(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " ")+c.env, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, bin, c.args...)
 			cmd.Env = os.Environ()

@@ -122,27 +122,18 @@ func waitReady(t *testing.T, nc *nats.Conn, node string) discovery.StageStatus {
 // until jsprober says it is ready.
 func waitReadyAs(t *testing.T, nc *nats.Conn, node, stage string) discovery.StageStatus {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	var last string
-	for time.Now().Before(deadline) {
+	var st discovery.StageStatus
+	testenv.Eventually(t, 30*time.Second, "jsprober ready on "+bus.For(node).Status(stage), func() (bool, string) {
 		m, err := nc.Request(bus.For(node).Status(stage), nil, time.Second)
 		if err != nil {
-			last = err.Error()
-			time.Sleep(100 * time.Millisecond) // polling a process that is starting
-			continue
+			return false, err.Error() // polling a process that is starting
 		}
-		var st discovery.StageStatus
 		if err := json.Unmarshal(m.Data, &st); err != nil {
 			t.Fatalf("status answer is not a StageStatus: %v: %s", err, m.Data)
 		}
-		if st.Ready {
-			return st
-		}
-		last = string(m.Data)
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("jsprober not ready on %s within 30 s (last: %s)", bus.For(node).Status(stage), last)
-	return discovery.StageStatus{}
+		return st.Ready, string(m.Data)
+	})
+	return st
 }
 
 // checkDiscovery: the StageStatus and $SRV.INFO are those of a prober

@@ -21,6 +21,7 @@ import (
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/bus/bustest"
 	"github.com/splitlet/splitlet/libs/conformance"
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // TestShadowConformance: jsprober with --shadow, as the prober's shadow
@@ -172,28 +173,23 @@ type port struct {
 
 func (p *port) open(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p.port))
-		if err == nil {
-			p.l, p.port = l, l.Addr().(*net.TCPAddr).Port
-			go func() {
-				for {
-					c, err := l.Accept()
-					if err != nil {
-						return
-					}
-					_ = c.Close()
-				}
-			}()
-			t.Cleanup(func() { _ = l.Close() })
-			return
+	var l net.Listener
+	// the port may still be being released: a bounded retry.
+	testenv.EventuallyNoError(t, 5*time.Second, fmt.Sprintf("listen again on %d", p.port), func() (err error) {
+		l, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p.port))
+		return err
+	})
+	p.l, p.port = l, l.Addr().(*net.TCPAddr).Port
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("listen again on %d: %v", p.port, err)
-		}
-		time.Sleep(50 * time.Millisecond) // the port is still being released; bounded retry
-	}
+	}()
+	t.Cleanup(func() { _ = l.Close() })
 }
 
 func (p *port) close() { _ = p.l.Close() }

@@ -69,7 +69,7 @@ func TestDocumentedChoices(t *testing.T) {
 			Name: c.Name, ContainerID: "sim://" + c.Name, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
 		})
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	api := bus.NewPublisher(nc, js, node, "api")
 	if err := api.Publish(ctx, subjects.PodUpdates(0), bus.KindPodUpdate, bus.OpAdd, &bus.PodUpdate{Pods: []corev1.Pod{pod}}); err != nil {

@@ -105,20 +105,11 @@ func TestShadowDiffFindsPlantedChange(t *testing.T) {
 	}()
 	// until both sides reported on the four pods and the httpGet ones were
 	// found; then as long again as the settle time, for anything else.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("a live diff of the pods %v", want), func() (bool, string) {
 		mu.Lock()
-		found := slices.Equal(last.Pods, want) && last.Keys == 4
-		mu.Unlock()
-		if found {
-			break
-		}
-		if time.Now().After(deadline) {
-			mu.Lock()
-			t.Fatalf("live diff within 30 s: summary %+v, differences %+v; want the pods %v", last, diffs, want)
-		}
-		time.Sleep(100 * time.Millisecond) // polling the diff's running summary
-	}
+		defer mu.Unlock()
+		return slices.Equal(last.Pods, want) && last.Keys == 4, fmt.Sprintf("summary %+v, differences %+v", last, diffs)
+	})
 	<-time.After(3 * time.Second) // a window: no other pod may come to differ
 	cancel()
 	select {

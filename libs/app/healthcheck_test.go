@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.uber.org/fx"
+
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // TestHealthcheckFindsRunningProcess: `--healthcheck` with the same keys as a
@@ -25,19 +27,12 @@ func TestHealthcheckFindsRunningProcess(t *testing.T) {
 	done := make(chan int, 1)
 	var logs bytes.Buffer
 	go func() { done <- Run(ctx, "hc", args, &logs, svc) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	t.Cleanup(cancel)
+	testenv.Eventually(t, 30*time.Second, "healthcheck passed", func() (bool, string) {
 		var out bytes.Buffer
-		code := Run(context.Background(), "hc", append(args, "--healthcheck"), &out, svc)
-		if code == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			cancel()
-			t.Fatalf("healthcheck never passed; last: %s", out.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		code := Run(t.Context(), "hc", append(args, "--healthcheck"), &out, svc)
+		return code == 0, out.String()
+	})
 	cancel()
 	select {
 	case code := <-done:

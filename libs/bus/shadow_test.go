@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/bus/bustest"
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // TestShadowIdentity: on a server with the node's identities, the prober's
@@ -78,13 +80,11 @@ func TestShadowIdentity(t *testing.T) {
 		t.Error("statussync read the shadow's durable")
 	}
 	// the server saw each refusal.
-	deadline := time.Now().Add(5 * time.Second)
-	for len(srv.Violations.All()) < 5 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond) // the server logs violations asynchronously
-	}
-	if v := srv.Violations.All(); len(v) < 5 {
-		t.Errorf("want a violation for each refused step (publish, two consumers, an ack, statussync's read), have %d: %v", len(v), v)
-	}
+	// (the server logs violations asynchronously)
+	testenv.Eventually(t, 5*time.Second, "a violation for each refused step (publish, two consumers, an ack, statussync's read)", func() (bool, string) {
+		v := srv.Violations.All()
+		return len(v) >= 5, fmt.Sprintf("%d: %v", len(v), v)
+	})
 	// its outputs are in the shadow stream, and in no live stream.
 	st, err := srv.Connect(t, bus.AdminIdentity).JetStream()
 	if err != nil {

@@ -66,20 +66,13 @@ func waitDrained(t *testing.T, js jetstream.JetStream, stream, durable string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.Eventually(t, 10*time.Second, "consumer "+durable+" drained", func() (bool, string) {
 		info, err := cons.Info(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info.NumPending == 0 && info.NumAckPending == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("consumer %s still has pending=%d ackPending=%d", durable, info.NumPending, info.NumAckPending)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return info.NumPending == 0 && info.NumAckPending == 0, fmt.Sprintf("pending=%d ackPending=%d", info.NumPending, info.NumAckPending)
+	})
 }
 
 // TestDurableDeliveryAndDedup: messages published while a consumer is away
@@ -342,21 +335,11 @@ func TestHandlerPanicIsBounded(t *testing.T) {
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		testenv.Eventually(t, 10*time.Second, what, func() (bool, string) {
 			mu.Lock()
-			ok := cond()
-			mu.Unlock()
-			if ok {
-				return
-			}
-			if time.Now().After(deadline) {
-				mu.Lock()
-				defer mu.Unlock()
-				t.Fatalf("%s: poisoned message handled %d times, good ones %d", what, poisoned, good)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			defer mu.Unlock()
+			return cond(), fmt.Sprintf("poisoned message handled %d times, good ones %d", poisoned, good)
+		})
 	}
 	publish(0, "poison")
 	waitFor("retries", func() bool { return poisoned >= bus.MaxPanicDeliveries })

@@ -1,7 +1,6 @@
 package bus
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -17,7 +16,7 @@ import (
 func TestMadeStreamsConform(t *testing.T) {
 	n := testenv.NATSForTest(t)
 	_, js := n.Connect(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	if err := EnsureStreamsReplicas(ctx, js, "conform", 1); err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +38,7 @@ func TestMadeStreamsConform(t *testing.T) {
 func TestV1PodUpdatesStreamIsWidened(t *testing.T) {
 	n := testenv.NATSForTest(t)
 	_, js := n.Connect(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	const node = "widen"
 	s := For(node)
 	var want jetstream.StreamConfig

@@ -73,17 +73,12 @@ func TestServeReportsLagAndPartitions(t *testing.T) {
 	}
 	waitLag := func(want uint64) discovery.StageStatus {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			st := status()
-			if st.Lag == want {
-				return st
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("lag %d, want %d: %+v", st.Lag, want, st)
-			}
-			time.Sleep(50 * time.Millisecond) // polling interval
-		}
+		var st discovery.StageStatus
+		testenv.Eventually(t, 20*time.Second, fmt.Sprintf("lag %d", want), func() (bool, string) {
+			st = status()
+			return st.Lag == want, fmt.Sprintf("%+v", st)
+		})
+		return st
 	}
 	st := waitLag(n)
 	if st.Node != node || st.Stage != stage || st.Instance != "i-1" || !st.Ready || len(st.Partitions) != 2 ||

@@ -79,7 +79,7 @@ func TestContainerdRuntimeHandlers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rs.Close(context.Background())
+	defer rs.Close(t.Context())
 	sandbox := func(handler string) error {
 		cfg := &runtimeapi.PodSandboxConfig{
 			Metadata:     &runtimeapi.PodSandboxMetadata{Name: "h-" + handler, Namespace: "default", Uid: "uid-" + handler},

@@ -68,23 +68,58 @@ func (cp *ControlPlane) startControllers(ctx context.Context, scheduler bool, co
 	if scheduler {
 		users = append(users, SchedulerUser)
 	}
+	kubeconfigs, err := cp.writeUserKubeconfigs(users)
+	if err != nil {
+		return err
+	}
+	kcm, err := cp.startControllerManager(kcmBin, kubeconfigs[ControllerManagerUser], controllers)
+	if err != nil {
+		return err
+	}
+	waits := []healthCheck{kcm}
+	if scheduler {
+		sched, err := cp.startScheduler(kubeconfigs[SchedulerUser])
+		if err != nil {
+			return err
+		}
+		waits = append(waits, sched)
+	}
+	return waitHealthy(ctx, waits)
+}
+
+// healthCheck is a started component and the port of its /healthz.
+type healthCheck struct {
+	p    *process
+	port int
+}
+
+// writeUserKubeconfigs writes a kubeconfig with a client certificate for
+// each user into Dir and returns their paths by user.
+func (cp *ControlPlane) writeUserKubeconfigs(users []string) (map[string]string, error) {
 	kubeconfigs := map[string]string{}
 	for _, user := range users {
 		cfg, err := cp.ClientConfig(user)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		path := filepath.Join(cp.Dir, strings.TrimPrefix(user, "system:")+".kubeconfig")
 		if err := WriteKubeconfigFor(path, user, cfg); err != nil {
-			return err
+			return nil, err
 		}
 		kubeconfigs[user] = path
 	}
-	kcmPort, err := FreePort()
+	return kubeconfigs, nil
+}
+
+// startControllerManager runs kube-controller-manager on a free port with
+// the control plane's CA and service account key (controllers: all
+// defaults when none).
+func (cp *ControlPlane) startControllerManager(bin, kubeconfig string, controllers []string) (healthCheck, error) {
+	port, err := FreePort()
 	if err != nil {
-		return err
+		return healthCheck{}, err
 	}
-	kcmArgs := append(servingArgs(cp.Dir, "kube-controller-manager", kubeconfigs[ControllerManagerUser], kcmPort),
+	args := append(servingArgs(cp.Dir, "kube-controller-manager", kubeconfig, port),
 		"--use-service-account-credentials=true",
 		"--service-account-private-key-file="+cp.pki.saKey,
 		"--root-ca-file="+cp.pki.caFile,
@@ -93,42 +128,42 @@ func (cp *ControlPlane) startControllers(ctx context.Context, scheduler bool, co
 		"--service-cluster-ip-range="+ServiceCIDR,
 	)
 	if len(controllers) > 0 {
-		kcmArgs = append(kcmArgs, "--controllers="+strings.Join(controllers, ","))
+		args = append(args, "--controllers="+strings.Join(controllers, ","))
 	}
 	if cp.signingDuration > 0 {
-		kcmArgs = append(kcmArgs, "--cluster-signing-duration="+cp.signingDuration.String())
+		args = append(args, "--cluster-signing-duration="+cp.signingDuration.String())
 	}
-	if cp.controllerManager, err = startProcess("kube-controller-manager", filepath.Join(cp.Dir, "kube-controller-manager.log"), kcmBin, kcmArgs...); err != nil {
-		return err
+	if cp.controllerManager, err = startProcess("kube-controller-manager", filepath.Join(cp.Dir, "kube-controller-manager.log"), bin, args...); err != nil {
+		return healthCheck{}, err
 	}
-	waits := []struct {
-		p    *process
-		port int
-	}{{cp.controllerManager, kcmPort}}
-	if scheduler {
-		schedBin, err := Binary("kube-scheduler")
-		if err != nil {
-			return err
-		}
-		schedPort, err := FreePort()
-		if err != nil {
-			return err
-		}
-		if cp.scheduler, err = startProcess("kube-scheduler", filepath.Join(cp.Dir, "kube-scheduler.log"), schedBin,
-			servingArgs(cp.Dir, "kube-scheduler", kubeconfigs[SchedulerUser], schedPort)...); err != nil {
-			return err
-		}
-		waits = append(waits, struct {
-			p    *process
-			port int
-		}{cp.scheduler, schedPort})
+	return healthCheck{cp.controllerManager, port}, nil
+}
+
+// startScheduler runs kube-scheduler on a free port.
+func (cp *ControlPlane) startScheduler(kubeconfig string) (healthCheck, error) {
+	bin, err := Binary("kube-scheduler")
+	if err != nil {
+		return healthCheck{}, err
 	}
-	// Their serving certificates are self-signed (--cert-dir): only
-	// liveness is checked here, not who serves.
+	port, err := FreePort()
+	if err != nil {
+		return healthCheck{}, err
+	}
+	if cp.scheduler, err = startProcess("kube-scheduler", filepath.Join(cp.Dir, "kube-scheduler.log"), bin,
+		servingArgs(cp.Dir, "kube-scheduler", kubeconfig, port)...); err != nil {
+		return healthCheck{}, err
+	}
+	return healthCheck{cp.scheduler, port}, nil
+}
+
+// waitHealthy waits up to two minutes until each component answers
+// /healthz. Their serving certificates are self-signed (--cert-dir): only
+// liveness is checked here, not who serves.
+func waitHealthy(ctx context.Context, checks []healthCheck) error {
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	for _, c := range waits {
+	for _, c := range checks {
 		url := fmt.Sprintf("https://127.0.0.1:%d/healthz", c.port)
 		if err := c.p.waitFor(waitCtx, "/healthz", func() error { return httpOK(client, url, "") }); err != nil {
 			return err

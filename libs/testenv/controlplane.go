@@ -127,15 +127,7 @@ type ControlPlane struct {
 // StartControlPlane starts etcd and kube-apiserver and waits until the API
 // server answers /readyz.
 func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *ControlPlane, err error) {
-	etcdBin := ""
-	if opts.EtcdURL == "" {
-		if etcdBin, err = Binary("etcd"); err != nil {
-			return nil, err
-		}
-	} else if opts.EtcdCerts == nil || !strings.HasPrefix(opts.EtcdURL, "https://") {
-		return nil, errNoEtcdCerts
-	}
-	apiBin, err := Binary("kube-apiserver")
+	etcdBin, apiBin, err := controlPlaneBinaries(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -156,20 +148,73 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *Contr
 	if err = PrivateDir(cp.Dir); err != nil {
 		return nil, err
 	}
+	tokenFile, err := cp.writeCredentials(opts.KeepCredentials)
+	if err != nil {
+		return nil, err
+	}
+
+	waitCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	cp.EtcdURL, cp.EtcdCerts = opts.EtcdURL, opts.EtcdCerts
+	if cp.EtcdURL == "" {
+		if err = cp.startEtcd(waitCtx, etcdBin, opts.KeepCredentials); err != nil {
+			return nil, err
+		}
+	}
+	port := opts.Port
+	if port == 0 {
+		if port, err = FreePort(); err != nil {
+			return nil, err
+		}
+	}
+	cp.URL = "https://127.0.0.1:" + itoa(port)
+	args, err := cp.apiServerArgs(opts, port, tokenFile)
+	if err != nil {
+		return nil, err
+	}
+	if err = cp.startAPIServer(waitCtx, apiBin, args); err != nil {
+		return nil, err
+	}
+	if err = cp.startAddOns(ctx, opts); err != nil {
+		return nil, err
+	}
+	return cp, nil
+}
+
+// controlPlaneBinaries finds kube-apiserver and, when opts names no running
+// etcd, etcd; a running etcd must be reached over TLS with EtcdCerts.
+func controlPlaneBinaries(opts ControlPlaneOptions) (etcdBin, apiBin string, err error) {
+	if opts.EtcdURL == "" {
+		if etcdBin, err = Binary("etcd"); err != nil {
+			return "", "", err
+		}
+	} else if opts.EtcdCerts == nil || !strings.HasPrefix(opts.EtcdURL, "https://") {
+		return "", "", errNoEtcdCerts
+	}
+	if apiBin, err = Binary("kube-apiserver"); err != nil {
+		return "", "", err
+	}
+	return etcdBin, apiBin, nil
+}
+
+// writeCredentials makes (or, when keep, reloads) the certificates in Dir
+// and writes the token file of AdminUser and NobodyUser, keeping their
+// earlier tokens when keep; it returns the token file's path.
+func (cp *ControlPlane) writeCredentials(keep bool) (string, error) {
 	newCerts := newPKI
-	if opts.KeepCredentials {
+	if keep {
 		newCerts = loadOrNewPKI
 	}
 	certs, err := newCerts(cp.Dir)
 	if err != nil {
-		return nil, fmt.Errorf("testenv: certificates: %w", err)
+		return "", fmt.Errorf("testenv: certificates: %w", err)
 	}
 	cp.pki = certs
 	cp.CAData = certs.caPEM
 	cp.CAFile = certs.caFile
 	tokenFile := filepath.Join(cp.Dir, "tokens.csv")
 	var kept map[string]string
-	if opts.KeepCredentials {
+	if keep {
 		kept = readTokens(tokenFile)
 	}
 	var tokenLines []string
@@ -182,25 +227,16 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *Contr
 		tokenLines = append(tokenLines, fmt.Sprintf("%s,%s,%s,%q", tok, u.name, u.name, u.groups))
 	}
 	if err = os.WriteFile(tokenFile, []byte(strings.Join(tokenLines, "\n")+"\n"), 0o600); err != nil {
-		return nil, err
+		return "", err
 	}
+	return tokenFile, nil
+}
 
-	waitCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	cp.EtcdURL, cp.EtcdCerts = opts.EtcdURL, opts.EtcdCerts
-	if cp.EtcdURL == "" {
-		if err = cp.startEtcd(waitCtx, etcdBin, opts.KeepCredentials); err != nil {
-			return nil, err
-		}
-	}
-
-	port := opts.Port
-	if port == 0 {
-		if port, err = FreePort(); err != nil {
-			return nil, err
-		}
-	}
-	cp.URL = "https://127.0.0.1:" + itoa(port)
+// apiServerArgs is kube-apiserver's command line for opts: TLS with the
+// control plane's certificates, the token file, the authorizers and
+// admission plugins, and what the options turn on.
+func (cp *ControlPlane) apiServerArgs(opts ControlPlaneOptions, port int, tokenFile string) ([]string, error) {
+	certs := cp.pki
 	args := []string{
 		"--etcd-servers=" + cp.EtcdURL,
 		"--bind-address=127.0.0.1",
@@ -252,29 +288,38 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *Contr
 		}
 		args = append(args, auditArgs...)
 	}
-	cp.apiserver, err = startProcess("kube-apiserver", filepath.Join(cp.Dir, "kube-apiserver.log"), apiBin, args...)
+	return args, nil
+}
+
+// startAPIServer runs kube-apiserver with args, waits until it answers
+// /readyz to the admin and writes the admin's Config and kubeconfig.
+func (cp *ControlPlane) startAPIServer(ctx context.Context, bin string, args []string) (err error) {
+	cp.apiserver, err = startProcess("kube-apiserver", filepath.Join(cp.Dir, "kube-apiserver.log"), bin, args...)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(certs.caPEM)
+	pool.AppendCertsFromPEM(cp.pki.caPEM)
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 5 * time.Second}
-	if err = cp.apiserver.waitFor(waitCtx, "/readyz", func() error { return httpOK(client, cp.URL+"/readyz", cp.Tokens[AdminUser]) }); err != nil {
-		return nil, err
+	if err = cp.apiserver.waitFor(ctx, "/readyz", func() error { return httpOK(client, cp.URL+"/readyz", cp.Tokens[AdminUser]) }); err != nil {
+		return err
 	}
 	cp.Config = cp.ConfigFor(AdminUser)
 	cp.Kubeconfig = filepath.Join(cp.Dir, "kubeconfig")
-	if err = cp.WriteKubeconfig(cp.Kubeconfig, AdminUser); err != nil {
-		return nil, err
-	}
+	return cp.WriteKubeconfig(cp.Kubeconfig, AdminUser)
+}
+
+// startAddOns makes the bootstrap token RBAC bindings and starts the
+// controllers opts asks for, once the API server serves.
+func (cp *ControlPlane) startAddOns(ctx context.Context, opts ControlPlaneOptions) error {
 	if opts.BootstrapTokens {
-		if err = BootstrapRBAC(ctx, cp.Clientset()); err != nil {
-			return nil, err
+		if err := BootstrapRBAC(ctx, cp.Clientset()); err != nil {
+			return err
 		}
 	}
 	switch {
 	case opts.Controllers:
-		err = cp.StartControllers(ctx)
+		return cp.StartControllers(ctx)
 	case opts.CSRControllers || opts.ServiceControllers:
 		var names []string
 		if opts.CSRControllers {
@@ -283,12 +328,9 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *Contr
 		if opts.ServiceControllers {
 			names = append(names, ServiceControllers...)
 		}
-		err = cp.startControllers(ctx, false, names)
+		return cp.startControllers(ctx, false, names)
 	}
-	if err != nil {
-		return nil, err
-	}
-	return cp, nil
+	return nil
 }
 
 // startEtcd runs etcd on two free ports, with TLS and client certificates

@@ -77,16 +77,10 @@ func TestControlPlane(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("work dir %s left behind", dir)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, err := cs.Discovery().ServerVersion(); err != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("API server still answers after Stop")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.EventuallyTrue(t, 5*time.Second, "API server gone after Stop", func() bool {
+		_, err := cs.Discovery().ServerVersion()
+		return err != nil
+	})
 }
 
 // kube-apiserver killed and started again keeps its port, credentials and
@@ -94,7 +88,7 @@ func TestControlPlane(t *testing.T) {
 func TestRestartAPIServer(t *testing.T) {
 	cp := testenv.ControlPlaneForTest(t)
 	cs := cp.Clientset()
-	ctx := context.Background()
+	ctx := t.Context()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kept"}}
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -84,17 +84,10 @@ func PlanE2EImages(names []string, bins E2EBinaries) (kinds map[string][]string,
 // E2EImages returns the images PlanE2EImages chose, with their files read
 // from bins.
 func E2EImages(kinds map[string][]string, bins E2EBinaries, pause []byte) ([]E2EImage, error) {
-	busybox := bins.Busybox
-	if busybox == "" {
-		busybox = os.Getenv(BusyboxPathEnv)
-	}
-	if busybox == "" {
-		busybox = "/bin/busybox"
-	}
 	var bbFiles []ImageFile
 	if len(kinds["agnhost"])+len(kinds["busybox"])+len(kinds["nginx"])+len(kinds["nonroot"])+len(kinds["nonewprivs"]) > 0 {
 		var err error
-		if bbFiles, err = BusyboxImageFiles(busybox); err != nil {
+		if bbFiles, err = BusyboxImageFiles(busyboxPath(bins)); err != nil {
 			return nil, err
 		}
 	}
@@ -102,13 +95,6 @@ func E2EImages(kinds map[string][]string, bins E2EBinaries, pause []byte) ([]E2E
 	// images do not share a backing array).
 	withBusybox := func(more ...ImageFile) []ImageFile {
 		return append(append([]ImageFile(nil), bbFiles...), more...)
-	}
-	read := func(path string) ([]byte, error) {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return nil, fmt.Errorf("testenv: e2e images: %w", err)
-		}
-		return data, nil
 	}
 	var out []E2EImage
 	kindNames := make([]string, 0, len(kinds))
@@ -118,6 +104,7 @@ func E2EImages(kinds map[string][]string, bins E2EBinaries, pause []byte) ([]E2E
 	sort.Strings(kindNames)
 	for _, kind := range kindNames {
 		img := E2EImage{Kind: kind, Names: kinds[kind]}
+		var err error
 		switch kind {
 		case "busybox":
 			img.Config, img.Files = busyboxConfig, withBusybox()
@@ -126,58 +113,92 @@ func E2EImages(kinds map[string][]string, bins E2EBinaries, pause []byte) ([]E2E
 			img.Config, img.Files = busyboxConfig, withBusybox()
 			img.Config.User = "1234"
 		case "agnhost":
-			// /agnhost (entrypoint, `pause` by default) and busybox, for
-			// the tests that run `sh -c` in it.
-			data, err := read(bins.Agnhost)
-			if err != nil {
-				return nil, err
-			}
-			// As the real image: /agnhost-2 a link to it, /uploads, a user
-			// and a group defined in the image (uid 1000, gid 50000).
-			img.Config = ImageConfig{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: busyboxConfig.Env}
-			img.Files = withBusybox(ImageFile{Path: "agnhost", Mode: 0o755, Data: data},
-				ImageFile{Path: "agnhost-2", Mode: fs.ModeSymlink, Link: "agnhost"},
-				ImageFile{Path: "uploads", Mode: fs.ModeDir | 0o755},
-				// The real image has curl (the lifecycle hook tests' exec
-				// hooks run `curl http://...`); busybox's wget does that.
-				ImageFile{Path: "bin/curl", Mode: 0o755, Data: []byte("#!/bin/sh\n# curl URL: the body on stdout, as the tests use it\nexec wget -q -O - \"$@\"\n")},
-				// and bash (the probe specs run `/bin/bash -c` scripts that
-				// busybox's sh runs as well).
-				ImageFile{Path: "bin/bash", Mode: 0o755, Data: []byte("#!/bin/sh\n# bash: busybox's sh, which runs what the tests give bash\nexec /bin/sh \"$@\"\n")})
-			img.Files = replaceFile(img.Files, ImageFile{Path: "etc/passwd", Mode: 0o644, Data: []byte(
-				"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\nuser-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n")})
-			img.Files = replaceFile(img.Files, ImageFile{Path: "etc/group", Mode: 0o644, Data: []byte(
-				"root:x:0:\nnogroup:x:65534:\nuser-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n")})
-			if bins.AgnhostTLS != "" {
-				for _, name := range []string{"localhost.crt", "localhost.key"} {
-					data, err := read(filepath.Join(bins.AgnhostTLS, name))
-					if err != nil {
-						return nil, err
-					}
-					img.Files = append(img.Files, ImageFile{Path: name, Mode: 0o644, Data: data})
-				}
-			}
+			img.Config, img.Files, err = agnhostImage(bins, withBusybox)
 		case "nginx":
 			img.Config, img.Files = nginxConfig, withBusybox(nginxFiles()...)
 		case "nonewprivs":
-			// As test/images/nonewprivs: nnp, setuid root, prints its
-			// effective uid.
-			data, err := read(bins.Nonewprivs)
-			if err != nil {
-				return nil, err
-			}
-			dir := fs.ModeDir | 0o755
-			img.Config = ImageConfig{Cmd: []string{"nnp"}, Env: busyboxConfig.Env}
-			img.Files = withBusybox(ImageFile{Path: "usr", Mode: dir}, ImageFile{Path: "usr/local", Mode: dir},
-				ImageFile{Path: "usr/local/bin", Mode: dir}, ImageFile{Path: "usr/local/bin/nnp", Mode: fs.ModeSetuid | 0o755, Data: data})
+			img.Config, img.Files, err = nonewprivsImage(bins, withBusybox)
 		case "pause":
 			img.Config, img.Files = pauseConfig, pauseFiles(pause)
 		default:
 			return nil, fmt.Errorf("testenv: e2e images: unknown kind %q", kind)
 		}
+		if err != nil {
+			return nil, err
+		}
 		out = append(out, img)
 	}
 	return out, nil
+}
+
+// busyboxPath is the busybox binary the images are made of: bins.Busybox,
+// else $BusyboxPathEnv, else /bin/busybox.
+func busyboxPath(bins E2EBinaries) string {
+	if bins.Busybox != "" {
+		return bins.Busybox
+	}
+	if env := os.Getenv(BusyboxPathEnv); env != "" {
+		return env
+	}
+	return "/bin/busybox"
+}
+
+// readImageFile reads a file that goes into an image.
+func readImageFile(path string) ([]byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("testenv: e2e images: %w", err)
+	}
+	return data, nil
+}
+
+// agnhostImage is /agnhost (entrypoint, `pause` by default) and busybox,
+// for the tests that run `sh -c` in it.
+func agnhostImage(bins E2EBinaries, withBusybox func(...ImageFile) []ImageFile) (ImageConfig, []ImageFile, error) {
+	data, err := readImageFile(bins.Agnhost)
+	if err != nil {
+		return ImageConfig{}, nil, err
+	}
+	// As the real image: /agnhost-2 a link to it, /uploads, a user
+	// and a group defined in the image (uid 1000, gid 50000).
+	config := ImageConfig{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: busyboxConfig.Env}
+	files := withBusybox(ImageFile{Path: "agnhost", Mode: 0o755, Data: data},
+		ImageFile{Path: "agnhost-2", Mode: fs.ModeSymlink, Link: "agnhost"},
+		ImageFile{Path: "uploads", Mode: fs.ModeDir | 0o755},
+		// The real image has curl (the lifecycle hook tests' exec
+		// hooks run `curl http://...`); busybox's wget does that.
+		ImageFile{Path: "bin/curl", Mode: 0o755, Data: []byte("#!/bin/sh\n# curl URL: the body on stdout, as the tests use it\nexec wget -q -O - \"$@\"\n")},
+		// and bash (the probe specs run `/bin/bash -c` scripts that
+		// busybox's sh runs as well).
+		ImageFile{Path: "bin/bash", Mode: 0o755, Data: []byte("#!/bin/sh\n# bash: busybox's sh, which runs what the tests give bash\nexec /bin/sh \"$@\"\n")})
+	files = replaceFile(files, ImageFile{Path: "etc/passwd", Mode: 0o644, Data: []byte(
+		"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\nuser-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n")})
+	files = replaceFile(files, ImageFile{Path: "etc/group", Mode: 0o644, Data: []byte(
+		"root:x:0:\nnogroup:x:65534:\nuser-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n")})
+	if bins.AgnhostTLS != "" {
+		for _, name := range []string{"localhost.crt", "localhost.key"} {
+			data, err := readImageFile(filepath.Join(bins.AgnhostTLS, name))
+			if err != nil {
+				return ImageConfig{}, nil, err
+			}
+			files = append(files, ImageFile{Path: name, Mode: 0o644, Data: data})
+		}
+	}
+	return config, files, nil
+}
+
+// nonewprivsImage is as test/images/nonewprivs: nnp, setuid root, prints
+// its effective uid.
+func nonewprivsImage(bins E2EBinaries, withBusybox func(...ImageFile) []ImageFile) (ImageConfig, []ImageFile, error) {
+	data, err := readImageFile(bins.Nonewprivs)
+	if err != nil {
+		return ImageConfig{}, nil, err
+	}
+	dir := fs.ModeDir | 0o755
+	config := ImageConfig{Cmd: []string{"nnp"}, Env: busyboxConfig.Env}
+	files := withBusybox(ImageFile{Path: "usr", Mode: dir}, ImageFile{Path: "usr/local", Mode: dir},
+		ImageFile{Path: "usr/local/bin", Mode: dir}, ImageFile{Path: "usr/local/bin/nnp", Mode: fs.ModeSetuid | 0o755, Data: data})
+	return config, files, nil
 }
 
 // nginxConfig and nginxFiles make a stand-in for the nginx test image out

@@ -52,3 +52,15 @@ func EventuallyTrue(t testing.TB, timeout time.Duration, what string, cond func(
 	t.Helper()
 	Eventually(t, timeout, what, func() (bool, string) { return cond(), "false" })
 }
+
+// EventuallyNoError is Eventually for a check that returns nil once the
+// condition holds and otherwise an error that describes the state.
+func EventuallyNoError(t testing.TB, timeout time.Duration, what string, check func() error) {
+	t.Helper()
+	Eventually(t, timeout, what, func() (bool, string) {
+		if err := check(); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+}

@@ -43,14 +43,7 @@ func TestNATSClusterRoutesNeedCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	joined := testenv.RoutedServerForTest(t, c.Routes.URL(route), goodTLS)
-	deadline := time.Now().Add(20 * time.Second)
-	for joined.NumRoutes() == 0 {
-		if time.Now().After(deadline) {
-			t.Error("a server with the route credentials did not join within 20 s")
-			break
-		}
-		time.Sleep(50 * time.Millisecond) // polling the server's route count
-	}
+	testenv.EventuallyTrue(t, 20*time.Second, "a server with the route credentials joined", func() bool { return joined.NumRoutes() > 0 })
 	for what, s := range refused {
 		if n := s.NumRoutes(); n != 0 {
 			t.Errorf("a route with %s was accepted (%d routes)", what, n)

@@ -105,7 +105,7 @@ func TestOTLPHTTPSendsExportRequest(t *testing.T) {
 	f := &fakeCollector{}
 	c := newTestClient(t, f)
 	spans := testSpans("sync", "patch")
-	if err := c.UploadTraces(context.Background(), spans); err != nil {
+	if err := c.UploadTraces(t.Context(), spans); err != nil {
 		t.Fatal(err)
 	}
 	got := f.requests()
@@ -127,7 +127,7 @@ func TestOTLPHTTPSendsExportRequest(t *testing.T) {
 func TestOTLPHTTPRetriesWhatTheSpecificationSaysToRetry(t *testing.T) {
 	f := &fakeCollector{answers: []int{http.StatusServiceUnavailable, http.StatusTooManyRequests, http.StatusBadGateway, http.StatusGatewayTimeout, http.StatusOK}}
 	c := newTestClient(t, f)
-	if err := c.UploadTraces(context.Background(), testSpans("sync")); err != nil {
+	if err := c.UploadTraces(t.Context(), testSpans("sync")); err != nil {
 		t.Fatalf("export after retryable failures: %v", err)
 	}
 	got := f.requests()
@@ -144,7 +144,7 @@ func TestOTLPHTTPRetriesWhatTheSpecificationSaysToRetry(t *testing.T) {
 func TestOTLPHTTPDoesNotRetryABadRequest(t *testing.T) {
 	f := &fakeCollector{answers: []int{http.StatusBadRequest}}
 	c := newTestClient(t, f)
-	err := c.UploadTraces(context.Background(), testSpans("sync"))
+	err := c.UploadTraces(t.Context(), testSpans("sync"))
 	if err == nil || !strings.Contains(err.Error(), "400") || !strings.Contains(err.Error(), "collector says Bad Request") {
 		t.Fatalf("err = %v, want the 400 and the collector's text", err)
 	}
@@ -159,7 +159,7 @@ func TestOTLPHTTPGivesUpWhenTheExportTimesOut(t *testing.T) {
 		f.answers[i] = http.StatusServiceUnavailable
 	}
 	c := newTestClient(t, f)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
 	// the deadline may fall during a wait (the error names the last 503)
 	// or during a request: either way the export ends with it.
@@ -180,7 +180,7 @@ func TestOTLPHTTPRetriesAnAbsentCollector(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.retryBase, c.retryMax = time.Millisecond, 4*time.Millisecond
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
 	if err := c.UploadTraces(ctx, testSpans("sync")); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want retries until the deadline", err)

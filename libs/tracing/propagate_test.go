@@ -1,7 +1,6 @@
 package tracing
 
 import (
-	"context"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -26,11 +25,11 @@ func spanContext(t *testing.T, traceHex, spanHex string, sampled bool) trace.Spa
 }
 
 func TestInjectNothingUntraced(t *testing.T) {
-	if h := Inject(context.Background()); h != nil {
+	if h := Inject(t.Context()); h != nil {
 		t.Errorf("untraced context: headers %v, want none", h)
 	}
 	unsampled := spanContext(t, "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331", false)
-	if h := Inject(trace.ContextWithSpanContext(context.Background(), unsampled)); h != nil {
+	if h := Inject(trace.ContextWithSpanContext(t.Context(), unsampled)); h != nil {
 		t.Errorf("unsampled context: headers %v, want none", h)
 	}
 }
@@ -40,7 +39,7 @@ func TestRoundTripWithPods(t *testing.T) {
 	a := spanContext(t, "11111111111111111111111111111111", "1111111111111111", true)
 	b := spanContext(t, "22222222222222222222222222222222", "2222222222222222", true)
 	off := spanContext(t, "33333333333333333333333333333333", "3333333333333333", false)
-	ctx := WithPods(trace.ContextWithSpanContext(context.Background(), msg), map[string]trace.SpanContext{"a": a, "b": b, "off": off})
+	ctx := WithPods(trace.ContextWithSpanContext(t.Context(), msg), map[string]trace.SpanContext{"a": a, "b": b, "off": off})
 	h := Inject(ctx)
 	if got := h.Get(HeaderTraceparent); got != "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" {
 		t.Errorf("traceparent %q", got)
@@ -50,7 +49,7 @@ func TestRoundTripWithPods(t *testing.T) {
 	}
 
 	// What a receiver sees, after the headers crossed NATS.
-	got := Extract(context.Background(), nats.Header(h))
+	got := Extract(t.Context(), nats.Header(h))
 	if sc := trace.SpanContextFromContext(got); sc.TraceID() != msg.TraceID() || sc.SpanID() != msg.SpanID() || !sc.IsRemote() {
 		t.Errorf("message context %v, want %v (remote)", sc, msg)
 	}
@@ -64,7 +63,7 @@ func TestRoundTripWithPods(t *testing.T) {
 
 func TestExtractIgnoresGarbage(t *testing.T) {
 	h := nats.Header{HeaderTraceparent: {"not a traceparent"}, HeaderPodTraceparent: {"nospace", "uid 00-zz-zz-01"}}
-	ctx := Extract(context.Background(), h)
+	ctx := Extract(t.Context(), h)
 	if Traced(ctx) || Traced(PodContext(ctx, "uid")) {
 		t.Error("a malformed header gave a trace to continue")
 	}
@@ -73,17 +72,17 @@ func TestExtractIgnoresGarbage(t *testing.T) {
 func TestPodsWindow(t *testing.T) {
 	p := NewPods()
 	a := spanContext(t, "11111111111111111111111111111111", "1111111111111111", true)
-	p.Remember(trace.ContextWithRemoteSpanContext(context.Background(), a), "uid")
-	if sc := trace.SpanContextFromContext(p.Context(context.Background(), "uid")); sc.SpanID() != a.SpanID() {
+	p.Remember(trace.ContextWithRemoteSpanContext(t.Context(), a), "uid")
+	if sc := trace.SpanContextFromContext(p.Context(t.Context(), "uid")); sc.SpanID() != a.SpanID() {
 		t.Fatalf("remembered %v, got %v", a, sc)
 	}
 	own := spanContext(t, "11111111111111111111111111111111", "4444444444444444", true)
 	p.Continue("uid", own)
-	if sc := trace.SpanContextFromContext(p.Context(context.Background(), "uid")); sc.SpanID() != own.SpanID() {
+	if sc := trace.SpanContextFromContext(p.Context(t.Context(), "uid")); sc.SpanID() != own.SpanID() {
 		t.Errorf("continued with %v, got %v", own, sc)
 	}
 	p.Continue("other", own) // no message told of it: nothing to continue
-	if Traced(p.Context(context.Background(), "other")) {
+	if Traced(p.Context(t.Context(), "other")) {
 		t.Error("Continue opened a trace for a pod no message named")
 	}
 	// past the follow window, the pod's later work starts no span under it.
@@ -92,13 +91,13 @@ func TestPodsWindow(t *testing.T) {
 	e.at = e.at.Add(-follow - 1)
 	p.m["uid"] = e
 	p.mu.Unlock()
-	if Traced(p.Context(context.Background(), "uid")) {
+	if Traced(p.Context(t.Context(), "uid")) {
 		t.Error("context given after the follow window")
 	}
 	var nilPods *Pods
-	nilPods.Remember(context.Background(), "x")
+	nilPods.Remember(t.Context(), "x")
 	nilPods.Continue("x", a)
-	if Traced(nilPods.Context(context.Background(), "x")) {
+	if Traced(nilPods.Context(t.Context(), "x")) {
 		t.Error("a nil store keeps contexts")
 	}
 }

@@ -21,7 +21,7 @@ func TestNewExportsToTheCollector(t *testing.T) {
 		}
 		_, span := p.Tracer("test").Start(context.Background(), "sync "+endpoint, tracing.PodAttributes("default", "web", "u1"))
 		span.End()
-		if err := p.Shutdown(context.Background()); err != nil {
+		if err := p.Shutdown(t.Context()); err != nil {
 			t.Fatalf("Shutdown: %v", err)
 		}
 		found := false

@@ -1,7 +1,6 @@
 package nodehb_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -30,33 +29,27 @@ func TestServiceRunsAlone(t *testing.T) {
 	s := apptest.Start(t, "nodehb", []string{"--kubeconfig=" + cp.Kubeconfig, "--node-name=module-node",
 		fmt.Sprintf("--nodehb.port=%d", kport), "--nodehb.lease-renew-interval=200ms"}, nodehb.Service())
 	cs := cp.Clientset()
-	node, err := cs.CoreV1().Nodes().Get(context.Background(), "module-node", metav1.GetOptions{})
+	node, err := cs.CoreV1().Nodes().Get(t.Context(), "module-node", metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("node not registered: %v", err)
 	}
 	// Wait for the Lease so that the check after stop means something.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := cs.CoordinationV1().Leases("kube-node-lease").Get(context.Background(), "module-node", metav1.GetOptions{}); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no lease in 20 s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.EventuallyNoError(t, 20*time.Second, "the node's Lease", func() error {
+		_, err := cs.CoordinationV1().Leases("kube-node-lease").Get(t.Context(), "module-node", metav1.GetOptions{})
+		return err
+	})
 	s.Stop(t)
-	after, err := cs.CoreV1().Nodes().Get(context.Background(), "module-node", metav1.GetOptions{})
+	after, err := cs.CoreV1().Nodes().Get(t.Context(), "module-node", metav1.GetOptions{})
 	if err != nil || after.UID != node.UID {
 		t.Fatalf("node not left in place after stop: %v", err)
 	}
-	l1, err := cs.CoordinationV1().Leases("kube-node-lease").Get(context.Background(), "module-node", metav1.GetOptions{})
+	l1, err := cs.CoordinationV1().Leases("kube-node-lease").Get(t.Context(), "module-node", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Ten renew intervals later the Lease is unchanged: renewals stopped.
 	time.Sleep(2 * time.Second)
-	l2, err := cs.CoordinationV1().Leases("kube-node-lease").Get(context.Background(), "module-node", metav1.GetOptions{})
+	l2, err := cs.CoordinationV1().Leases("kube-node-lease").Get(t.Context(), "module-node", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

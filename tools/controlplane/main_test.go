@@ -173,22 +173,19 @@ func startRun(t *testing.T, kubeconfig string, args ...string) *running {
 	r := &running{cancel: cancel, done: make(chan error, 1), logs: &apptest.Buffer{}}
 	t.Cleanup(cancel)
 	go func() { r.done <- runCmd(ctx, args, r.logs) }()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		err := checkCmd(context.Background(), []string{"--kubeconfig=" + kubeconfig})
+	testenv.Eventually(t, 90*time.Second, "check passed", func() (bool, string) {
+		err := checkCmd(t.Context(), []string{"--kubeconfig=" + kubeconfig})
 		if err == nil {
-			return r
+			return true, ""
 		}
 		select {
 		case err := <-r.done:
 			t.Fatalf("run ended early: %v\n%s", err, r.logs.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("check never passed: %v\n%s", err, r.logs.String())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return false, fmt.Sprintf("%v\n%s", err, r.logs.String())
+	})
+	return r
 }
 
 // stop ends the run and waits for it.
@@ -248,7 +245,7 @@ func TestRunAgainstExternalEtcd(t *testing.T) {
 	}
 	copyPath := filepath.Join(out, "kubeconfig")
 	kubeconfig := filepath.Join(state, "kubeconfig")
-	if err := checkCmd(context.Background(), []string{"--kubeconfig=" + kubeconfig}); err == nil {
+	if err := checkCmd(t.Context(), []string{"--kubeconfig=" + kubeconfig}); err == nil {
 		t.Fatal("check passed before run")
 	}
 	ids, natsDir := filepath.Join(out, "identities"), filepath.Join(out, "nats")
@@ -263,7 +260,7 @@ func TestRunAgainstExternalEtcd(t *testing.T) {
 			t.Fatalf("%s: server %s, want port %s", p, cfg.Host, h.ports["16443"])
 		}
 		cs := kubernetes.NewForConfigOrDie(cfg)
-		if _, err := cs.CoreV1().Namespaces().Get(context.Background(), "default", metav1.GetOptions{}); err != nil {
+		if _, err := cs.CoreV1().Namespaces().Get(t.Context(), "default", metav1.GetOptions{}); err != nil {
 			t.Fatalf("%s: %v", p, err)
 		}
 		wantMode(t, p, 0o600)
@@ -333,13 +330,13 @@ func TestRunAgainstExternalEtcd(t *testing.T) {
 		}
 	}
 	etcdCheck := []string{"--cacert=" + etcdCerts.CAFile, "--cert=" + etcdCerts.ClientCertFile, "--key=" + etcdCerts.ClientKeyFile}
-	if err := checkURLCmd(context.Background(), append(etcdCheck, etcdURL+"/health")); err != nil {
+	if err := checkURLCmd(t.Context(), append(etcdCheck, etcdURL+"/health")); err != nil {
 		t.Fatal(err)
 	}
-	if err := checkURLCmd(context.Background(), append(etcdCheck, etcdURL+"/no-such-path")); err == nil {
+	if err := checkURLCmd(t.Context(), append(etcdCheck, etcdURL+"/no-such-path")); err == nil {
 		t.Fatal("check-url passed on a 404")
 	}
-	if err := checkURLCmd(context.Background(), []string{etcdURL + "/health"}); err == nil {
+	if err := checkURLCmd(t.Context(), []string{etcdURL + "/health"}); err == nil {
 		t.Fatal("check-url without the client certificate passed on etcd")
 	}
 	oldAdmin, err := os.ReadFile(copyPath)
@@ -351,7 +348,7 @@ func TestRunAgainstExternalEtcd(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.stop(t)
-	if err := checkCmd(context.Background(), []string{"--kubeconfig=" + kubeconfig}); err == nil {
+	if err := checkCmd(t.Context(), []string{"--kubeconfig=" + kubeconfig}); err == nil {
 		t.Fatal("check passed after stop")
 	}
 

@@ -47,7 +47,7 @@ func TestComposeNATSConfigs(t *testing.T) {
 		"--nats-routes="+hostports(routes))
 	r.stop(t)
 	admin := natsAdmin(t, ids)
-	if err := checkNATS(context.Background(), []string{etcdURL}); err == nil {
+	if err := checkNATS(t.Context(), []string{etcdURL}); err == nil {
 		t.Errorf("check-nats passed on etcd's port %s", etcdURL)
 	}
 
@@ -84,14 +84,7 @@ func TestComposeNATSConfigs(t *testing.T) {
 	route := fmt.Sprintf("127.0.0.1:%d", routes[0])
 	refused := testenv.RoutedServerForTest(t, &url.URL{Scheme: "nats-route", Host: route}, nil)
 	joined := testenv.RoutedServerForTest(t, creds.URL(route), tlsConfig)
-	deadline := time.Now().Add(30 * time.Second)
-	for joined.NumRoutes() == 0 {
-		if time.Now().After(deadline) {
-			t.Error("a server with the route credentials did not join the compose cluster within 30 s")
-			break
-		}
-		time.Sleep(100 * time.Millisecond) // polling the server's route count
-	}
+	testenv.EventuallyTrue(t, 30*time.Second, "a server with the route credentials joined the compose cluster", func() bool { return joined.NumRoutes() > 0 })
 	if n := refused.NumRoutes(); n != 0 {
 		t.Errorf("a route without credentials joined the compose cluster (%d routes)", n)
 	}
@@ -152,17 +145,9 @@ func startNATSConf(t *testing.T, name, natsDir string, env []string, replace map
 func checkNATSServer(t *testing.T, port int, natsDir string, admin []nats.Option, logs *apptest.Buffer) {
 	t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		err := checkNATS(context.Background(), []string{"--ca=" + filepath.Join(natsDir, "ca.crt"), addr})
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("check-nats %s: %v", addr, err)
-		}
-		time.Sleep(200 * time.Millisecond) // polling a server that is starting
-	}
+	testenv.EventuallyNoError(t, 60*time.Second, "check-nats "+addr, func() error {
+		return checkNATS(t.Context(), []string{"--ca=" + filepath.Join(natsDir, "ca.crt"), addr})
+	})
 	nc, err := nats.Connect("tls://"+addr, admin...)
 	if err != nil {
 		t.Fatal(err)
@@ -172,18 +157,13 @@ func checkNATSServer(t *testing.T, port int, natsDir string, admin []nats.Option
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	// (polling for the JetStream leader)
+	testenv.EventuallyNoError(t, 60*time.Second, "JetStream through "+addr+" as admin", func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
 		_, err := js.AccountInfo(ctx)
-		cancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("JetStream through %s as admin: %v", addr, err)
-		}
-		time.Sleep(200 * time.Millisecond) // polling for the JetStream leader
-	}
+		return err
+	})
 	if strings.Contains(logs.String(), "monitor") {
 		t.Errorf("nats-server %s started a monitoring port:\n%s", addr, logs.String())
 	}

@@ -34,58 +34,17 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: stack up [--podworkers=N] [--tcpprober | --jsprober | --allinone] [--shadow=prober:jsprober|prober:tcpprober] [--cri [--cluster]] [--nats-cluster] [--tracing] | stack down")
 		os.Exit(2)
 	}
-	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
-	dir := fs.String("dir", defaultDir(), "the compose directory (deploy/compose)")
-	project := fs.String("project", "splitlet", "compose project name")
-	podworkers := fs.Int("podworkers", 1, "podworkers replicas (up)")
-	tcpprober := fs.Bool("tcpprober", false, "swap the prober for examples/tcpprober (compose.tcpprober.yaml)")
-	jsprober := fs.Bool("jsprober", false, "swap the prober for examples/jsprober, in JavaScript on Node.js (compose.jsprober.yaml)")
-	allinone := fs.Bool("allinone", false, "the all-in-one binary instead of the five stages (compose.allinone.yaml)")
-	cri := fs.Bool("cri", false, "pods as real containers of the host's containerd (compose.cri.yaml; containerd at $SPLITLET_CONTAINERD_ADDRESS or /run/containerd/containerd.sock)")
-	cluster := fs.Bool("cluster", false, "with --cri: cluster DNS (CoreDNS) and Services (kube-proxy) for the pods (compose.cluster.yaml; the containerd's pods on the network criimages --serve --services-cni gives them)")
-	natsCluster := fs.Bool("nats-cluster", false, "NATS as a three-server cluster, streams at three replicas (compose.natscluster.yaml)")
-	shadow := fs.String("shadow", "", "run a candidate as a shadow of a live stage, <stage>:<candidate>: prober:jsprober or prober:tcpprober (compose.shadow-<candidate>.yaml; docs/experiments.md)")
-	tracing := fs.Bool("tracing", false, "Jaeger, and every stage and kube-apiserver sending it spans (compose.tracing.yaml; builds splitlet/jaeger with make image-jaeger when missing)")
-	timeout := fs.Duration("timeout", 5*time.Minute, "how long up may wait for every service to be healthy")
-	_ = fs.Parse(os.Args[2:])
-	if n := btoi(*tcpprober) + btoi(*jsprober) + btoi(*allinone); n > 1 {
-		fmt.Fprintln(os.Stderr, "stack: --tcpprober, --jsprober and --allinone exclude each other")
-		os.Exit(2)
-	}
-	if *cluster && !*cri {
-		fmt.Fprintln(os.Stderr, "stack: --cluster runs on the CRI variant: add --cri")
-		os.Exit(2)
-	}
-	if *allinone && (*cri || *natsCluster) {
-		fmt.Fprintln(os.Stderr, "stack: --allinone runs its own embedded NATS and the process runtime; --cri and --nats-cluster apply to the five stages")
-		os.Exit(2)
-	}
-	shadowFile, err := shadowOverlay(*shadow, *tcpprober || *jsprober || *allinone)
+	cmd := os.Args[1]
+	f := parseFlags(cmd, os.Args[2:])
+	shadowFile, err := f.check()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "stack: %v\n", err)
 		os.Exit(2)
 	}
-	if *allinone && *tracing {
-		fmt.Fprintln(os.Stderr, "stack: --tracing applies to the five stages, not --allinone")
-		os.Exit(2)
-	}
 	// No reaper container: it would have to be pulled; `stack down` cleans up.
 	_ = os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
-	files := []string{filepath.Join(*dir, "compose.yaml")}
-	if *tcpprober {
-		files = append(files, filepath.Join(*dir, "compose.tcpprober.yaml"))
-	}
-	if *jsprober {
-		files = append(files, filepath.Join(*dir, "compose.jsprober.yaml"))
-	}
-	if *allinone {
-		files = append(files, filepath.Join(*dir, "compose.allinone.yaml"))
-	}
-	if *cri {
-		files = append(files, filepath.Join(*dir, "compose.cri.yaml"))
-	}
-	if *cluster || os.Args[1] == "down" {
-		files = append(files, filepath.Join(*dir, "compose.cluster.yaml"))
+	files := f.composeFiles(cmd, shadowFile)
+	if f.cluster || cmd == "down" {
 		// the host's cluster network lock, which cluster-network holds
 		// (a bind mount of a file: it must exist).
 		if err := touch(clusterNetLock); err != nil {
@@ -93,20 +52,94 @@ func main() {
 			os.Exit(1)
 		}
 	}
-	if shadowFile != "" {
-		files = append(files, filepath.Join(*dir, shadowFile))
-	}
-	if *tracing || os.Args[1] == "down" {
-		files = append(files, filepath.Join(*dir, "compose.tracing.yaml"))
-	}
-	if *natsCluster || os.Args[1] == "down" {
-		// (down: its servers and volumes go too, whichever way it came up)
-		files = append(files, filepath.Join(*dir, "compose.natscluster.yaml"))
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if *cri && os.Args[1] == "up" {
-		// the images pods use, in the containerd podworkers will use.
+	if cmd == "up" {
+		f.prepareUp(ctx)
+	}
+	if err := run(ctx, cmd, f.project, files, f.podworkers, f.timeout, f.dir); err != nil {
+		fmt.Fprintf(os.Stderr, "stack %s: %v\n", cmd, err)
+		os.Exit(1)
+	}
+}
+
+// stackFlags are the command line's flags.
+type stackFlags struct {
+	dir, project, shadow                            string
+	podworkers                                      int
+	tcpprober, jsprober, allinone, cri, natsCluster bool
+	cluster, tracing                                bool
+	timeout                                         time.Duration
+}
+
+// parseFlags parses the flags of cmd (up or down); a bad flag exits.
+func parseFlags(cmd string, args []string) *stackFlags {
+	f := &stackFlags{}
+	fs := flag.NewFlagSet(cmd, flag.ExitOnError)
+	fs.StringVar(&f.dir, "dir", defaultDir(), "the compose directory (deploy/compose)")
+	fs.StringVar(&f.project, "project", "splitlet", "compose project name")
+	fs.IntVar(&f.podworkers, "podworkers", 1, "podworkers replicas (up)")
+	fs.BoolVar(&f.tcpprober, "tcpprober", false, "swap the prober for examples/tcpprober (compose.tcpprober.yaml)")
+	fs.BoolVar(&f.jsprober, "jsprober", false, "swap the prober for examples/jsprober, in JavaScript on Node.js (compose.jsprober.yaml)")
+	fs.BoolVar(&f.allinone, "allinone", false, "the all-in-one binary instead of the five stages (compose.allinone.yaml)")
+	fs.BoolVar(&f.cri, "cri", false, "pods as real containers of the host's containerd (compose.cri.yaml; containerd at $SPLITLET_CONTAINERD_ADDRESS or /run/containerd/containerd.sock)")
+	fs.BoolVar(&f.cluster, "cluster", false, "with --cri: cluster DNS (CoreDNS) and Services (kube-proxy) for the pods (compose.cluster.yaml; the containerd's pods on the network criimages --serve --services-cni gives them)")
+	fs.BoolVar(&f.natsCluster, "nats-cluster", false, "NATS as a three-server cluster, streams at three replicas (compose.natscluster.yaml)")
+	fs.StringVar(&f.shadow, "shadow", "", "run a candidate as a shadow of a live stage, <stage>:<candidate>: prober:jsprober or prober:tcpprober (compose.shadow-<candidate>.yaml; docs/experiments.md)")
+	fs.BoolVar(&f.tracing, "tracing", false, "Jaeger, and every stage and kube-apiserver sending it spans (compose.tracing.yaml; builds splitlet/jaeger with make image-jaeger when missing)")
+	fs.DurationVar(&f.timeout, "timeout", 5*time.Minute, "how long up may wait for every service to be healthy")
+	_ = fs.Parse(args)
+	return f
+}
+
+// check refuses flags that exclude each other and returns the --shadow
+// overlay's file.
+func (f *stackFlags) check() (string, error) {
+	if n := btoi(f.tcpprober) + btoi(f.jsprober) + btoi(f.allinone); n > 1 {
+		return "", fmt.Errorf("--tcpprober, --jsprober and --allinone exclude each other")
+	}
+	if f.cluster && !f.cri {
+		return "", fmt.Errorf("--cluster runs on the CRI variant: add --cri")
+	}
+	if f.allinone && (f.cri || f.natsCluster) {
+		return "", fmt.Errorf("--allinone runs its own embedded NATS and the process runtime; --cri and --nats-cluster apply to the five stages")
+	}
+	shadowFile, err := shadowOverlay(f.shadow, f.tcpprober || f.jsprober || f.allinone)
+	if err != nil {
+		return "", err
+	}
+	if f.allinone && f.tracing {
+		return "", fmt.Errorf("--tracing applies to the five stages, not --allinone")
+	}
+	return shadowFile, nil
+}
+
+// composeFiles are the compose files of the flags, the base first; down
+// takes the cluster network, tracing and NATS cluster overlays always, so that their
+// services and volumes go whichever way the stack came up.
+func (f *stackFlags) composeFiles(cmd, shadowFile string) []string {
+	files := []string{filepath.Join(f.dir, "compose.yaml")}
+	add := func(on bool, name string) {
+		if on {
+			files = append(files, filepath.Join(f.dir, name))
+		}
+	}
+	add(f.tcpprober, "compose.tcpprober.yaml")
+	add(f.jsprober, "compose.jsprober.yaml")
+	add(f.allinone, "compose.allinone.yaml")
+	add(f.cri, "compose.cri.yaml")
+	add(f.cluster || cmd == "down", "compose.cluster.yaml")
+	add(shadowFile != "", shadowFile)
+	add(f.tracing || cmd == "down", "compose.tracing.yaml")
+	add(f.natsCluster || cmd == "down", "compose.natscluster.yaml")
+	return files
+}
+
+// prepareUp readies what up needs beyond the compose files: with --cri the
+// images pods use, in the containerd podworkers will use; with --tracing
+// the Jaeger image. A failure exits.
+func (f *stackFlags) prepareUp(ctx context.Context) {
+	if f.cri {
 		cd, err := testenv.EnsureContainerd(ctx, testenv.ContainerdOptions{NoStart: true})
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "stack up --cri: %v (start one, e.g. go run ./tools/criimages --serve --dir /tmp/splitlet-containerd, and export SPLITLET_CONTAINERD_ADDRESS=/tmp/splitlet-containerd/containerd.sock)\n", err)
@@ -115,15 +148,11 @@ func main() {
 		fmt.Printf("stack: containerd at %s has the busybox and sandbox images\n", cd.Address)
 		_ = os.Setenv(testenv.ContainerdAddressEnv, cd.Address)
 	}
-	if *tracing && os.Args[1] == "up" {
-		if err := ensureJaegerImage(ctx, *dir); err != nil {
+	if f.tracing {
+		if err := ensureJaegerImage(ctx, f.dir); err != nil {
 			fmt.Fprintf(os.Stderr, "stack up --tracing: %v\n", err)
 			os.Exit(1)
 		}
-	}
-	if err := run(ctx, os.Args[1], *project, files, *podworkers, *timeout, *dir); err != nil {
-		fmt.Fprintf(os.Stderr, "stack %s: %v\n", os.Args[1], err)
-		os.Exit(1)
 	}
 }
 

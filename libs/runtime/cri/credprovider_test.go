@@ -1,7 +1,6 @@
 package cri
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -56,7 +55,7 @@ func TestCredentialProviderLookup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
+	ctx := t.Context()
 	a := cp.lookup(ctx, "eu.registry.example/app:v1")
 	if len(a) != 1 || a[0].Username != "u" || a[0].Password != "pw" {
 		t.Fatalf("credentials %+v", a)
@@ -102,7 +101,7 @@ func TestCredentialProviderConfigRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a := cp.lookup(context.Background(), "r.example/app"); len(a) != 0 {
+	if a := cp.lookup(t.Context(), "r.example/app"); len(a) != 0 {
 		t.Errorf("a bad answer gave %+v", a)
 	}
 }

@@ -255,57 +255,15 @@ type instance struct {
 // New connects to the CRI runtime, reads what it runs, and starts the
 // relist loop.
 func New(ctx context.Context, opts ...Option) (*Runtime, error) {
-	o := options{
-		endpoint:        DefaultEndpoint,
-		logRoot:         DefaultLogRoot,
-		containerLogDir: DefaultContainerLogDir,
-		hostIP:          "127.0.0.1",
-		poll:            time.Second,
-		connTimeout:     2 * time.Minute,
-		imageBackOff:    10 * time.Second,
-		imageBackOffMx:  300 * time.Second,
-		pullSlots:       1,
-		security:        security{seccompRoot: DefaultSeccompProfileRoot},
-		containerGC:     DefaultContainerPolicy,
-	}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if o.log == nil {
-		o.log = zap.NewNop()
-	}
-	root, err := filepath.Abs(o.logRoot)
+	o, err := newOptions(opts)
 	if err != nil {
-		return nil, fmt.Errorf("cri runtime: log root: %w", err)
-	}
-	o.logRoot = root
-	if o.containerLogDir, err = filepath.Abs(o.containerLogDir); err != nil {
-		return nil, fmt.Errorf("cri runtime: container log directory: %w", err)
-	}
-	if o.security.seccompRoot, err = filepath.Abs(o.security.seccompRoot); err != nil {
-		return nil, fmt.Errorf("cri runtime: seccomp profile root: %w", err)
+		return nil, err
 	}
 	dialCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	rs, err := remote.NewRemoteRuntimeService(dialCtx, o.endpoint, o.connTimeout, nil, false)
+	rs, is, v, err := connect(ctx, dialCtx, &o)
 	if err != nil {
-		return nil, fmt.Errorf("cri runtime: connect to %s: %w", o.endpoint, err)
-	}
-	is, err := remote.NewRemoteImageService(dialCtx, o.endpoint, o.connTimeout, nil, false)
-	if err != nil {
-		_ = rs.Close(ctx)
-		return nil, fmt.Errorf("cri runtime: connect to the image service at %s: %w", o.endpoint, err)
-	}
-	v, err := rs.Version(dialCtx, "")
-	if err != nil {
-		_ = rs.Close(ctx)
-		_ = is.Close(ctx)
-		return nil, fmt.Errorf("cri runtime: version of %s: %w", o.endpoint, err)
-	}
-	if err := o.security.readFeatures(dialCtx, rs.Status); err != nil {
-		_ = rs.Close(ctx)
-		_ = is.Close(ctx)
-		return nil, fmt.Errorf("cri runtime: status of %s: %w", o.endpoint, err)
+		return nil, err
 	}
 	o.security.appArmor = kube.AppArmorHost()
 	r := &Runtime{
@@ -348,6 +306,68 @@ func New(ctx context.Context, opts ...Option) (*Runtime, error) {
 	r.log.Info("cri runtime connected", zap.String("endpoint", o.endpoint), zap.String("runtime", r.name),
 		zap.String("version", r.version), zap.Int("containers", len(r.byID)))
 	return r, nil
+}
+
+// newOptions is the defaults with opts applied, the directories made
+// absolute.
+func newOptions(opts []Option) (options, error) {
+	o := options{
+		endpoint:        DefaultEndpoint,
+		logRoot:         DefaultLogRoot,
+		containerLogDir: DefaultContainerLogDir,
+		hostIP:          "127.0.0.1",
+		poll:            time.Second,
+		connTimeout:     2 * time.Minute,
+		imageBackOff:    10 * time.Second,
+		imageBackOffMx:  300 * time.Second,
+		pullSlots:       1,
+		security:        security{seccompRoot: DefaultSeccompProfileRoot},
+		containerGC:     DefaultContainerPolicy,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.log == nil {
+		o.log = zap.NewNop()
+	}
+	var err error
+	if o.logRoot, err = filepath.Abs(o.logRoot); err != nil {
+		return o, fmt.Errorf("cri runtime: log root: %w", err)
+	}
+	if o.containerLogDir, err = filepath.Abs(o.containerLogDir); err != nil {
+		return o, fmt.Errorf("cri runtime: container log directory: %w", err)
+	}
+	if o.security.seccompRoot, err = filepath.Abs(o.security.seccompRoot); err != nil {
+		return o, fmt.Errorf("cri runtime: seccomp profile root: %w", err)
+	}
+	return o, nil
+}
+
+// connect dials the runtime and image services at o.endpoint (within
+// dialCtx), reads the runtime's version and the security features its
+// status reports into o; on an error nothing stays open.
+func connect(ctx, dialCtx context.Context, o *options) (criapi.RuntimeService, criapi.ImageManagerService, *runtimeapi.VersionResponse, error) {
+	rs, err := remote.NewRemoteRuntimeService(dialCtx, o.endpoint, o.connTimeout, nil, false)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("cri runtime: connect to %s: %w", o.endpoint, err)
+	}
+	is, err := remote.NewRemoteImageService(dialCtx, o.endpoint, o.connTimeout, nil, false)
+	if err != nil {
+		_ = rs.Close(ctx)
+		return nil, nil, nil, fmt.Errorf("cri runtime: connect to the image service at %s: %w", o.endpoint, err)
+	}
+	v, err := rs.Version(dialCtx, "")
+	if err != nil {
+		_ = rs.Close(ctx)
+		_ = is.Close(ctx)
+		return nil, nil, nil, fmt.Errorf("cri runtime: version of %s: %w", o.endpoint, err)
+	}
+	if err := o.security.readFeatures(dialCtx, rs.Status); err != nil {
+		_ = rs.Close(ctx)
+		_ = is.Close(ctx)
+		return nil, nil, nil, fmt.Errorf("cri runtime: status of %s: %w", o.endpoint, err)
+	}
+	return rs, is, v, nil
 }
 
 func pullSlots(n int) chan struct{} {

@@ -193,7 +193,7 @@ func TestReadFeatures(t *testing.T) {
 			Features:        &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: true}}, userns: true, sgp: true},
 	} {
 		var s security
-		err := s.readFeatures(context.Background(), func(context.Context, bool) (*runtimeapi.StatusResponse, error) { return tc.resp, nil })
+		err := s.readFeatures(t.Context(), func(context.Context, bool) (*runtimeapi.StatusResponse, error) { return tc.resp, nil })
 		if err != nil || s.userNamespaces != tc.userns || s.groupsPolicy != tc.sgp {
 			t.Errorf("%v: userns %v groups policy %v (%v)", tc.resp, s.userNamespaces, s.groupsPolicy, err)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/app/apptest"
 	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 func all() runtime.LogOptions { return runtime.LogOptions{TailLines: -1} }
@@ -111,13 +112,10 @@ func TestFollow(t *testing.T) {
 	}()
 	waitFor := func(want string) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for out.String() != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("followed %q, want %q", out.String(), want)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		testenv.Eventually(t, 10*time.Second, fmt.Sprintf("followed %q", want), func() (bool, string) {
+			got := out.String()
+			return got == want, fmt.Sprintf("%q", got)
+		})
 	}
 	waitFor("old\n")
 	if err := f.Write(Stderr, false, []byte("new 1")); err != nil {
@@ -204,13 +202,10 @@ func TestFollowAcrossRotation(t *testing.T) {
 	}
 	for i := range 3 {
 		write(5)
-		deadline := time.Now().Add(10 * time.Second)
-		for out.String() != want.String() {
-			if time.Now().After(deadline) {
-				t.Fatalf("before rotation %d: followed %q, want %q", i, out.String(), want.String())
-			}
-			time.Sleep(time.Millisecond)
-		}
+		testenv.Eventually(t, 10*time.Second, fmt.Sprintf("before rotation %d: followed %q", i, want.String()), func() (bool, string) {
+			got := out.String()
+			return got == want.String(), fmt.Sprintf("%q", got)
+		})
 		// lines written to the old file after the rename and before the
 		// new file exists are read too.
 		if err := os.Rename(path, fmt.Sprintf("%s.%d", path, i)); err != nil {

@@ -146,41 +146,7 @@ func readLog(ctx context.Context, f io.ReadSeeker, opts runtime.LogOptions, live
 		}
 	}
 	o := NewOutput(w, opts, total)
-	br := bufio.NewReaderSize(f, 64*1024)
-	var pending []byte
-	// drain writes what br holds up to its end; stop: the byte limit was
-	// reached.
-	drain := func() (stop bool, err error) {
-		for {
-			line, err := br.ReadSlice('\n')
-			if err == nil {
-				if len(pending) > 0 {
-					pending = append(pending, line...)
-					line = pending
-				}
-				rec, perr := Parse(line[:len(line)-1])
-				pending = pending[:0]
-				if perr != nil {
-					continue
-				}
-				more, werr := o.Add(rec)
-				if werr != nil || !more {
-					return true, werr
-				}
-				continue
-			}
-			// A line longer than the buffer, or the end of what is
-			// written so far (maybe in the middle of a line).
-			pending = append(pending, line...)
-			if errors.Is(err, bufio.ErrBufferFull) {
-				continue
-			}
-			if errors.Is(err, io.EOF) {
-				return false, nil
-			}
-			return true, err
-		}
-	}
+	lines := newLineReader(f)
 	for {
 		var changed <-chan struct{}
 		done := true
@@ -190,18 +156,17 @@ func readLog(ctx context.Context, f io.ReadSeeker, opts runtime.LogOptions, live
 			changed = live.Changed()
 			done = live.Done()
 		}
-		if stop, err := drain(); stop || err != nil {
+		if stop, err := drain(lines, o); stop || err != nil {
 			return err
 		}
 		if next != nil && opts.Follow && live != nil {
 			if nf := next(); nf != nil {
 				// rotated: the old file takes no more writes once the
 				// new one exists; read its last lines, then the new one.
-				if stop, err := drain(); stop || err != nil {
+				if stop, err := drain(lines, o); stop || err != nil {
 					return err
 				}
-				br.Reset(nf)
-				pending = pending[:0]
+				lines.reset(nf)
 				continue
 			}
 		}
@@ -216,31 +181,79 @@ func readLog(ctx context.Context, f io.ReadSeeker, opts runtime.LogOptions, live
 	}
 }
 
+// drain writes the records lines holds up to the end of what is written
+// so far; stop: the output's limit was reached, or an error.
+func drain(lines *lineReader, o *Output) (stop bool, err error) {
+	for {
+		line, err := lines.next()
+		if errors.Is(err, io.EOF) {
+			return false, nil
+		}
+		if err != nil {
+			return true, err
+		}
+		rec, perr := Parse(line)
+		if perr != nil {
+			continue
+		}
+		if more, werr := o.Add(rec); werr != nil || !more {
+			return true, werr
+		}
+	}
+}
+
+// lineReader reads the whole lines of a log that may still be written: a
+// line longer than its buffer, or cut by the end of what is written so
+// far, is kept until its end comes.
+type lineReader struct {
+	br      *bufio.Reader
+	pending []byte
+}
+
+func newLineReader(r io.Reader) *lineReader {
+	return &lineReader{br: bufio.NewReaderSize(r, 64*1024)}
+}
+
+// next returns the next whole line without its newline, valid until the
+// next call; io.EOF at the end of what is written so far.
+func (l *lineReader) next() ([]byte, error) {
+	for {
+		line, err := l.br.ReadSlice('\n')
+		if err == nil {
+			if len(l.pending) > 0 {
+				l.pending = append(l.pending, line...)
+				line = l.pending
+			}
+			l.pending = l.pending[:0]
+			return line[:len(line)-1], nil
+		}
+		l.pending = append(l.pending, line...)
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return nil, err
+		}
+	}
+}
+
+// reset reads r from now on, dropping a line left unended.
+func (l *lineReader) reset(r io.Reader) {
+	l.br.Reset(r)
+	l.pending = l.pending[:0]
+}
+
 // countLines counts the complete lines (F records) of a CRI log.
 func countLines(r io.Reader) (int64, error) {
-	br := bufio.NewReaderSize(r, 64*1024)
+	lines := newLineReader(r)
 	var n int64
-	var pending []byte
 	for {
-		line, err := br.ReadSlice('\n')
-		if err == nil {
-			if len(pending) > 0 {
-				pending = append(pending, line...)
-				line = pending
-			}
-			if rec, perr := Parse(line[:len(line)-1]); perr == nil && !rec.Partial {
-				n++
-			}
-			pending = pending[:0]
-			continue
-		}
-		pending = append(pending, line...)
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
+		line, err := lines.next()
 		if errors.Is(err, io.EOF) {
 			return n, nil
 		}
-		return n, err
+		if err != nil {
+			return n, err
+		}
+		if rec, perr := Parse(line); perr == nil && !rec.Partial {
+			n++
+		}
 	}
 }

@@ -282,111 +282,16 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 	}
 	st := runtime.ContainerStatus{PodUID: p.UID, Name: c.Name, Attempt: attempt, Hash: runtime.ContainerHash(c), Image: c.Image, ImageID: c.Image,
 		Resources: runtime.StartResources(c)}
-	configErr := func(err error) (runtime.ContainerStatus, error) {
-		st.State, st.Reason, st.Message = runtime.StateExited, ReasonConfigError, err.Error()
-		return st, fmt.Errorf("process: container %q of pod %s: %w", c.Name, p.UID, err)
-	}
-	if err := safeName("pod UID", string(p.UID)); err != nil {
-		return configErr(err)
-	}
-	if err := safeName("container name", c.Name); err != nil {
-		return configErr(err)
-	}
-	if attempt < 0 {
-		return configErr(fmt.Errorf("attempt %d < 0", attempt))
-	}
-	if err := ctx.Err(); err != nil {
-		st.State = runtime.StateUnknown
+	ct, err := r.createContainer(ctx, p, c, attempt, opts, &st)
+	if err != nil {
 		return st, err
 	}
-	env, err := r.containerEnv(ctx, p, c, opts)
-	if err != nil {
-		return configErr(err)
-	}
-	user, err := r.userFor(p, c)
-	if err != nil {
-		return configErr(err)
-	}
-	files, err := r.podFiles(p, user)
-	if err != nil {
-		return configErr(err)
-	}
-	defer files.Close()
-	cdir := filepath.Join(r.podDir(p.UID), c.Name)
-	if err := files.containerDir(c.Name); err != nil {
-		st.State, st.Reason, st.Message = runtime.StateExited, ReasonCannotRun, err.Error()
-		return st, fmt.Errorf("process: container %q of pod %s: %w", c.Name, p.UID, err)
-	}
-	if err := files.linkMounts(c.Name, opts.Mounts); err != nil {
-		return configErr(err)
-	}
-	termMsg, err := files.terminationFile(c)
-	if err != nil {
-		return configErr(err)
-	}
-	st.ID = r.prefix + strconv.FormatUint(r.seq.Add(1), 16)
-	st.CreatedAt = time.Now()
-	st.LogPath = filepath.Join(cdir, strconv.Itoa(attempt)+".log")
-	lf, err := files.createLog(c.Name + "/" + strconv.Itoa(attempt) + ".log")
-	if err != nil {
-		st.State, st.Reason, st.Message = runtime.StateExited, ReasonCannotRun, err.Error()
-		return st, fmt.Errorf("process: container %q of pod %s: %w", c.Name, p.UID, err)
-	}
-	ct := &container{env: env, log: lf, done: make(chan struct{}), user: user, termMsg: termMsg,
-		fallbackToLogs: c.TerminationMessagePolicy == corev1.TerminationMessageFallbackToLogsOnError}
-
-	// kubelet: command replaces the entrypoint, args the cmd; with no
-	// image, the first word of either is the program.
-	argv := append(containerenv.Expand(c.Command, env), containerenv.Expand(c.Args, env)...)
-	if len(argv) == 0 {
-		return r.failStart(p, ct, st, errors.New("no command: the process runtime has no image entrypoint, so the container needs command or args"))
-	}
-	// the container's own directory is its; when the way there is closed
-	// to it, it starts in / (kubelet: the cwd of an image without a
-	// WORKDIR).
-	ct.dir = cdir
-	if user != nil && !reachable(cdir, user) {
-		ct.dir = "/"
-	}
-	if c.WorkingDir != "" {
-		ct.dir = c.WorkingDir
-		if fi, err := os.Stat(c.WorkingDir); err != nil || !fi.IsDir() {
-			return r.failStart(p, ct, st, fmt.Errorf("working directory %q does not exist or is not a directory", c.WorkingDir))
-		}
-	}
-	path, err := lookPath(argv[0], env, ct.dir)
+	cmd, err := containerCommand(c, ct)
 	if err != nil {
 		return r.failStart(p, ct, st, err)
 	}
-	outR, outW, err := os.Pipe()
+	outR, errR, err := startPiped(cmd)
 	if err != nil {
-		return r.failStart(p, ct, st, err)
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		return r.failStart(p, ct, st, err)
-	}
-	cmd := &exec.Cmd{
-		Path:   path,
-		Args:   argv,
-		Env:    env,
-		Dir:    ct.dir,
-		Stdout: outW,
-		Stderr: errW,
-		SysProcAttr: &syscall.SysProcAttr{
-			Setpgid:    true,
-			Pdeathsig:  syscall.SIGKILL,
-			Credential: credential(ct.user),
-		},
-	}
-	err = start(cmd)
-	outW.Close()
-	errW.Close()
-	if err != nil {
-		outR.Close()
-		errR.Close()
 		return r.failStart(p, ct, st, err)
 	}
 	ct.pid = cmd.Process.Pid
@@ -399,6 +304,130 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 	r.log.Debug("container started", append(logging.Pod(p.Namespace, p.Name, string(p.UID)),
 		zap.String("container", c.Name), zap.String("id", st.ID), zap.Int("pid", ct.pid), zap.Int("attempt", attempt))...)
 	return st, nil
+}
+
+// createContainer checks the container, works out its environment and
+// user, and makes its directory, mounts, termination message file and
+// log: the instance, not yet running, with st given its ID and log path.
+// On an error st is the exited instance's status (a configuration error,
+// or cannot run) and the error is StartContainer's.
+func (r *Runtime) createContainer(ctx context.Context, p *corev1.Pod, c *corev1.Container, attempt int, opts runtime.StartOptions, st *runtime.ContainerStatus) (*container, error) {
+	fail := func(reason string, err error) (*container, error) {
+		st.State, st.Reason, st.Message = runtime.StateExited, reason, err.Error()
+		return nil, fmt.Errorf("process: container %q of pod %s: %w", c.Name, p.UID, err)
+	}
+	if err := safeName("pod UID", string(p.UID)); err != nil {
+		return fail(ReasonConfigError, err)
+	}
+	if err := safeName("container name", c.Name); err != nil {
+		return fail(ReasonConfigError, err)
+	}
+	if attempt < 0 {
+		return fail(ReasonConfigError, fmt.Errorf("attempt %d < 0", attempt))
+	}
+	if err := ctx.Err(); err != nil {
+		st.State = runtime.StateUnknown
+		return nil, err
+	}
+	env, err := r.containerEnv(ctx, p, c, opts)
+	if err != nil {
+		return fail(ReasonConfigError, err)
+	}
+	user, err := r.userFor(p, c)
+	if err != nil {
+		return fail(ReasonConfigError, err)
+	}
+	files, err := r.podFiles(p, user)
+	if err != nil {
+		return fail(ReasonConfigError, err)
+	}
+	defer files.Close()
+	if err := files.containerDir(c.Name); err != nil {
+		return fail(ReasonCannotRun, err)
+	}
+	if err := files.linkMounts(c.Name, opts.Mounts); err != nil {
+		return fail(ReasonConfigError, err)
+	}
+	termMsg, err := files.terminationFile(c)
+	if err != nil {
+		return fail(ReasonConfigError, err)
+	}
+	cdir := filepath.Join(r.podDir(p.UID), c.Name)
+	st.ID = r.prefix + strconv.FormatUint(r.seq.Add(1), 16)
+	st.CreatedAt = time.Now()
+	st.LogPath = filepath.Join(cdir, strconv.Itoa(attempt)+".log")
+	lf, err := files.createLog(c.Name + "/" + strconv.Itoa(attempt) + ".log")
+	if err != nil {
+		return fail(ReasonCannotRun, err)
+	}
+	ct := &container{env: env, log: lf, done: make(chan struct{}), user: user, termMsg: termMsg,
+		fallbackToLogs: c.TerminationMessagePolicy == corev1.TerminationMessageFallbackToLogsOnError}
+	// the container's own directory is its; when the way there is closed
+	// to it, it starts in / (kubelet: the cwd of an image without a
+	// WORKDIR).
+	ct.dir = cdir
+	if user != nil && !reachable(cdir, user) {
+		ct.dir = "/"
+	}
+	return ct, nil
+}
+
+// containerCommand is the container's process: its program found on the
+// container's PATH, in its working directory, as its user, in a process
+// group of its own that dies with the runtime.
+func containerCommand(c *corev1.Container, ct *container) (*exec.Cmd, error) {
+	// kubelet: command replaces the entrypoint, args the cmd; with no
+	// image, the first word of either is the program.
+	argv := append(containerenv.Expand(c.Command, ct.env), containerenv.Expand(c.Args, ct.env)...)
+	if len(argv) == 0 {
+		return nil, errors.New("no command: the process runtime has no image entrypoint, so the container needs command or args")
+	}
+	if c.WorkingDir != "" {
+		ct.dir = c.WorkingDir
+		if fi, err := os.Stat(c.WorkingDir); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("working directory %q does not exist or is not a directory", c.WorkingDir)
+		}
+	}
+	path, err := lookPath(argv[0], ct.env, ct.dir)
+	if err != nil {
+		return nil, err
+	}
+	return &exec.Cmd{
+		Path: path,
+		Args: argv,
+		Env:  ct.env,
+		Dir:  ct.dir,
+		SysProcAttr: &syscall.SysProcAttr{
+			Setpgid:    true,
+			Pdeathsig:  syscall.SIGKILL,
+			Credential: credential(ct.user),
+		},
+	}, nil
+}
+
+// startPiped starts cmd with its stdout and stderr on pipes and returns
+// their read ends.
+func startPiped(cmd *exec.Cmd) (outR, errR *os.File, err error) {
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, nil, err
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	err = start(cmd)
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return nil, nil, err
+	}
+	return outR, errR, nil
 }
 
 // failStart records an instance that could not run.

@@ -17,6 +17,7 @@ package kubeletapi
 //     refused.
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -160,14 +161,10 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	type created struct {
-		stream httpstream.Stream
-		reply  <-chan struct{}
-	}
-	arrivals := make(chan created, 8)
+	arrivals := make(chan createdStream, 8)
 	conn := spdy.NewResponseUpgrader().UpgradeResponse(w, r, func(st httpstream.Stream, reply <-chan struct{}) error {
 		select {
-		case arrivals <- created{st, reply}:
+		case arrivals <- createdStream{st, reply}:
 		default:
 			return fmt.Errorf("too many streams")
 		}
@@ -178,14 +175,30 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	}
 	defer conn.Close()
 	conn.SetIdleTimeout(4 * time.Hour)
+	st, ok := s.awaitExecStreams(r.Context(), arrivals, opts, protocol)
+	if !ok {
+		return
+	}
+	s.runExec(r.Context(), tg, opts, st, protocol)
+}
 
+// createdStream is a stream the client created and the channel closed once
+// its creation is acknowledged.
+type createdStream struct {
+	stream httpstream.Stream
+	reply  <-chan struct{}
+}
+
+// awaitExecStreams collects the streams opts asks for (and the error
+// stream) as the client creates them, within streamCreationTimeout; ok is
+// false when they did not all come.
+func (s *Server) awaitExecStreams(ctx context.Context, arrivals <-chan createdStream, opts *execOptions, protocol string) (st execStreams, ok bool) {
 	want := 1 // the error stream
 	for _, b := range []bool{opts.stdin, opts.stdout, opts.stderr} {
 		if b {
 			want++
 		}
 	}
-	var st execStreams
 	timeout := time.NewTimer(streamCreationTimeout)
 	defer timeout.Stop()
 	for got := 0; got < want; {
@@ -194,7 +207,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 			select {
 			case <-c.reply:
 			case <-timeout.C:
-				return
+				return st, false
 			}
 			switch c.stream.Headers().Get("streamType") {
 			case "error":
@@ -213,20 +226,26 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 			got++
 		case <-timeout.C:
 			s.log.Info("exec: the client did not create its streams in time", zap.String("protocol", protocol))
-			return
-		case <-r.Context().Done():
-			return
+			return st, false
+		case <-ctx.Done():
+			return st, false
 		}
 	}
+	return st, true
+}
 
+// runExec reads the whole stdin, runs the command through the pod's worker
+// and writes its output and exit status to the client's streams.
+func (s *Server) runExec(ctx context.Context, tg resolved, opts *execOptions, st execStreams, protocol string) {
 	var stdin []byte
 	if st.stdin != nil {
+		var err error
 		if stdin, err = io.ReadAll(io.LimitReader(st.stdin, 16<<20)); err != nil {
 			s.writeExecError(st.errs, protocol, fmt.Errorf("reading stdin: %w", err))
 			return
 		}
 	}
-	res, err := s.execOnBus(r.Context(), tg, opts.command, stdin)
+	res, err := s.execOnBus(ctx, tg, opts.command, stdin)
 	if err != nil {
 		s.log.Info("exec in container failed", append(logging.Pod(tg.pod.Namespace, tg.pod.Name, tg.uid), zap.String("container", tg.container), zap.Error(err))...)
 		s.writeExecError(st.errs, protocol, err)

@@ -94,7 +94,7 @@ func (p *proxy) setDown(down bool) {
 func TestRenewalsSurviveAnOutage(t *testing.T) {
 	cp := testenv.ControlPlaneForTest(t)
 	admin := cp.Clientset()
-	node, err := admin.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "outage-node"}}, metav1.CreateOptions{})
+	node, err := admin.CoreV1().Nodes().Create(t.Context(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "outage-node"}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestRenewalsSurviveAnOutage(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	renewTime := func() (time.Time, error) {
-		l, err := admin.CoordinationV1().Leases(Namespace).Get(context.Background(), node.Name, metav1.GetOptions{})
+		l, err := admin.CoordinationV1().Leases(Namespace).Get(t.Context(), node.Name, metav1.GetOptions{})
 		if err != nil {
 			return time.Time{}, err
 		}
@@ -132,17 +132,7 @@ func TestRenewalsSurviveAnOutage(t *testing.T) {
 	}
 	poll := func(what string, f func() error) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			err := f()
-			if err == nil {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %v", what, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		testenv.EventuallyNoError(t, 20*time.Second, what, f)
 	}
 	poll("first renewal", func() error { _, err := renewTime(); return err })
 

@@ -1,7 +1,6 @@
 package nodestatus
 
 import (
-	"context"
 	"sync"
 	"testing"
 	"time"
@@ -65,7 +64,7 @@ func TestWritesOnlyOnChangeOrReportPeriod(t *testing.T) {
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	c := New(cs, desired(), ready, WithReportFrequency(5*time.Minute))
 	c.now = func() time.Time { return now }
-	ctx := context.Background()
+	ctx := t.Context()
 	if err := c.Sync(ctx); err != nil { // registers
 		t.Fatal(err)
 	}

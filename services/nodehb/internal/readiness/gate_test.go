@@ -71,7 +71,7 @@ func TestOldLastValueIsNotFresh(t *testing.T) {
 
 func TestWaitAgentReady(t *testing.T) {
 	g := New()
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
 	if err := g.WaitAgentReady(ctx); err == nil {
 		t.Fatal("returned before readiness")

@@ -130,76 +130,19 @@ func (c *Config) desired(common *config.Common, nodeInfo corev1.NodeSystemInfo) 
 	if err != nil {
 		return nil, err
 	}
-	if c.Port < 1 || c.Port > 65535 {
-		return nil, fmt.Errorf("invalid value %d for nodehb.port: must be 1 to 65535", c.Port)
+	if err := c.checkServing(); err != nil {
+		return nil, err
 	}
-	if net.ParseIP(c.Address) == nil {
-		return nil, fmt.Errorf("invalid value %q for nodehb.address: not an IP address", c.Address)
-	}
-	if c.BindAddress != "" && net.ParseIP(c.BindAddress) == nil {
-		return nil, fmt.Errorf("invalid value %q for nodehb.bind-address: not an IP address", c.BindAddress)
-	}
-	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
-		return nil, fmt.Errorf("nodehb.tls-cert-file and nodehb.tls-private-key-file go together")
-	}
-	if c.RotateServerCert && c.TLSCertFile != "" {
-		return nil, fmt.Errorf("nodehb.rotate-server-certificates and nodehb.tls-cert-file exclude each other: the serving certificate is requested, or given")
-	}
-	for _, d := range []struct {
-		key string
-		v   time.Duration
-	}{{"nodehb.node-status-update-frequency", c.StatusUpdate}, {"nodehb.node-status-report-frequency", c.StatusReport},
-		{"nodehb.lease-duration", c.LeaseDuration}, {"nodehb.lease-renew-interval", c.LeaseRenew},
-		{"nodehb.agent-ready-timeout", c.AgentTimeout}, {"nodehb.runtime-request-timeout", c.RequestTimeout}} {
-		if d.v <= 0 {
-			return nil, fmt.Errorf("invalid value %v for %s: must be positive", d.v, d.key)
-		}
-	}
-	if !(c.AuthFailureQPS >= 0) {
-		return nil, fmt.Errorf("invalid value %v for nodehb.authentication-failure-qps: must not be negative", c.AuthFailureQPS)
-	}
-	if c.AuthFailureQPS > 0 && c.AuthFailureBurst < 1 {
-		return nil, fmt.Errorf("invalid value %d for nodehb.authentication-failure-burst: at least 1 (or nodehb.authentication-failure-qps 0: no limit)", c.AuthFailureBurst)
-	}
-	if c.AgentGrace < 0 {
-		return nil, fmt.Errorf("invalid value %v for nodehb.agent-not-ready-grace: must not be negative", c.AgentGrace)
-	}
-	if c.LeaseDuration < time.Second {
-		return nil, fmt.Errorf("invalid value %v for nodehb.lease-duration: at least 1s", c.LeaseDuration)
+	if err := c.checkPeriods(); err != nil {
+		return nil, err
 	}
 	hostname := c.Hostname
 	if hostname == "" {
 		hostname = common.NodeName
 	}
-	capacity, err := c.capacity(common)
+	capacity, allocatable, err := c.resources(common)
 	if err != nil {
 		return nil, err
-	}
-	var reserved []corev1.ResourceList
-	for _, r := range []struct{ key, v string }{{"nodehb.kube-reserved", c.KubeReserved}, {"nodehb.system-reserved", c.SystemReserved}} {
-		l, err := kube.ParseResourceList(r.v)
-		if err != nil {
-			return nil, fmt.Errorf("invalid value for %s: %w", r.key, err)
-		}
-		reserved = append(reserved, l)
-	}
-	if _, err := c.thresholds(); err != nil {
-		return nil, err
-	}
-	for _, d := range []struct {
-		key string
-		v   time.Duration
-	}{{"nodehb.eviction-monitoring-interval", c.Eviction.Interval}, {"nodehb.eviction-pressure-transition-period", c.Eviction.Transition}} {
-		if d.v <= 0 {
-			return nil, fmt.Errorf("invalid value %v for %s: must be positive", d.v, d.key)
-		}
-	}
-	if c.Eviction.MaxPodGrace < 0 {
-		return nil, fmt.Errorf("invalid value %d for nodehb.eviction-max-pod-grace-period: must not be negative", c.Eviction.MaxPodGrace)
-	}
-	allocatable, err := nodestatus.Allocatable(capacity, c.EvictionHard, reserved...)
-	if err != nil {
-		return nil, fmt.Errorf("invalid value for nodehb.eviction-hard: %w", err)
 	}
 	all := map[string]string{
 		nodestatus.LabelHostname: hostname,
@@ -225,6 +168,98 @@ func (c *Config) desired(common *config.Common, nodeInfo corev1.NodeSystemInfo) 
 		Port:     int32(c.Port),
 		NodeInfo: nodeInfo,
 	}, nil
+}
+
+// checkServing checks the kubelet API's keys: port, addresses and the
+// serving certificate's source.
+func (c *Config) checkServing() error {
+	if c.Port < 1 || c.Port > 65535 {
+		return fmt.Errorf("invalid value %d for nodehb.port: must be 1 to 65535", c.Port)
+	}
+	if net.ParseIP(c.Address) == nil {
+		return fmt.Errorf("invalid value %q for nodehb.address: not an IP address", c.Address)
+	}
+	if c.BindAddress != "" && net.ParseIP(c.BindAddress) == nil {
+		return fmt.Errorf("invalid value %q for nodehb.bind-address: not an IP address", c.BindAddress)
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		return fmt.Errorf("nodehb.tls-cert-file and nodehb.tls-private-key-file go together")
+	}
+	if c.RotateServerCert && c.TLSCertFile != "" {
+		return fmt.Errorf("nodehb.rotate-server-certificates and nodehb.tls-cert-file exclude each other: the serving certificate is requested, or given")
+	}
+	return nil
+}
+
+// checkPeriods checks the status, Lease and agent periods and the limit on
+// failed authentications.
+func (c *Config) checkPeriods() error {
+	if err := positive(
+		durationKey{"nodehb.node-status-update-frequency", c.StatusUpdate}, durationKey{"nodehb.node-status-report-frequency", c.StatusReport},
+		durationKey{"nodehb.lease-duration", c.LeaseDuration}, durationKey{"nodehb.lease-renew-interval", c.LeaseRenew},
+		durationKey{"nodehb.agent-ready-timeout", c.AgentTimeout}, durationKey{"nodehb.runtime-request-timeout", c.RequestTimeout}); err != nil {
+		return err
+	}
+	if !(c.AuthFailureQPS >= 0) {
+		return fmt.Errorf("invalid value %v for nodehb.authentication-failure-qps: must not be negative", c.AuthFailureQPS)
+	}
+	if c.AuthFailureQPS > 0 && c.AuthFailureBurst < 1 {
+		return fmt.Errorf("invalid value %d for nodehb.authentication-failure-burst: at least 1 (or nodehb.authentication-failure-qps 0: no limit)", c.AuthFailureBurst)
+	}
+	if c.AgentGrace < 0 {
+		return fmt.Errorf("invalid value %v for nodehb.agent-not-ready-grace: must not be negative", c.AgentGrace)
+	}
+	if c.LeaseDuration < time.Second {
+		return fmt.Errorf("invalid value %v for nodehb.lease-duration: at least 1s", c.LeaseDuration)
+	}
+	return nil
+}
+
+// durationKey is a duration key's name and value.
+type durationKey struct {
+	key string
+	v   time.Duration
+}
+
+// positive fails on the first key whose value is not positive.
+func positive(keys ...durationKey) error {
+	for _, d := range keys {
+		if d.v <= 0 {
+			return fmt.Errorf("invalid value %v for %s: must be positive", d.v, d.key)
+		}
+	}
+	return nil
+}
+
+// resources is the Node's capacity and its allocatable (capacity less the
+// reservations and the hard eviction thresholds), with the eviction keys
+// checked.
+func (c *Config) resources(common *config.Common) (capacity, allocatable corev1.ResourceList, err error) {
+	if capacity, err = c.capacity(common); err != nil {
+		return nil, nil, err
+	}
+	var reserved []corev1.ResourceList
+	for _, r := range []struct{ key, v string }{{"nodehb.kube-reserved", c.KubeReserved}, {"nodehb.system-reserved", c.SystemReserved}} {
+		l, err := kube.ParseResourceList(r.v)
+		if err != nil {
+			return nil, nil, fmt.Errorf("invalid value for %s: %w", r.key, err)
+		}
+		reserved = append(reserved, l)
+	}
+	if _, err := c.thresholds(); err != nil {
+		return nil, nil, err
+	}
+	if err := positive(durationKey{"nodehb.eviction-monitoring-interval", c.Eviction.Interval},
+		durationKey{"nodehb.eviction-pressure-transition-period", c.Eviction.Transition}); err != nil {
+		return nil, nil, err
+	}
+	if c.Eviction.MaxPodGrace < 0 {
+		return nil, nil, fmt.Errorf("invalid value %d for nodehb.eviction-max-pod-grace-period: must not be negative", c.Eviction.MaxPodGrace)
+	}
+	if allocatable, err = nodestatus.Allocatable(capacity, c.EvictionHard, reserved...); err != nil {
+		return nil, nil, fmt.Errorf("invalid value for nodehb.eviction-hard: %w", err)
+	}
+	return capacity, allocatable, nil
 }
 
 // EvictionConfig are the eviction manager's keys besides nodehb.eviction-hard.

@@ -87,7 +87,7 @@ func TestExecRunAndStats(t *testing.T) {
 	other := createPod(t, s.cs, s.node, "other-pod", nil)
 	runtimeResponder(t, s, []*corev1.Pod{pod, other})
 	eventually(t, 15*time.Second, "node registered", func() error {
-		_, err := s.cs.CoreV1().Nodes().Get(context.Background(), s.node, metav1.GetOptions{})
+		_, err := s.cs.CoreV1().Nodes().Get(t.Context(), s.node, metav1.GetOptions{})
 		return err
 	})
 
@@ -211,7 +211,7 @@ func TestExecWithoutStreamingRuntime(t *testing.T) {
 			return "", err
 		}
 		var out bytes.Buffer
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 		defer cancel()
 		err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Tty: tty})
 		return out.String(), err
@@ -255,7 +255,7 @@ func TestExecStreamRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 20*time.Second, "the runtime's refusal", func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 		defer cancel()
 		err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: strings.NewReader(""), Stdout: io.Discard, Tty: true})
 		if err == nil || !strings.Contains(err.Error(), "is not running") {

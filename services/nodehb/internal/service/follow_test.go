@@ -62,13 +62,13 @@ func TestFollowedLogsStream(t *testing.T) {
 		wg.Wait()
 	})
 	eventually(t, 15*time.Second, "node registered", func() error {
-		_, err := s.cs.CoreV1().Nodes().Get(context.Background(), s.node, metav1.GetOptions{})
+		_, err := s.cs.CoreV1().Nodes().Get(t.Context(), s.node, metav1.GetOptions{})
 		return err
 	})
 	var stream io.ReadCloser
 	eventually(t, 20*time.Second, "followed logs open", func() error {
 		var err error
-		rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
+		rctx, rcancel := context.WithTimeout(t.Context(), 30*time.Second)
 		t.Cleanup(rcancel)
 		stream, err = s.cs.CoreV1().Pods("default").GetLogs(pod.Name, &corev1.PodLogOptions{Container: "hello", Follow: true}).Stream(rctx)
 		return err

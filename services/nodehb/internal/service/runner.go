@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"net"
 	"strconv"
@@ -144,7 +145,7 @@ func registerEvictionCost(reg prometheus.Registerer, l *eviction.Loop) error {
 }
 
 // Build builds the stage; every configuration error names its key.
-func Build(cfg *Config, common *config.Common, log *zap.Logger, clients Clients, nc *nats.Conn, js jetstream.JetStream, streamsReady func(context.Context) error, tp *tracing.Provider) (*Runner, error) {
+func Build(cfg *Config, common *config.Common, log *zap.Logger, clients Clients, nc *nats.Conn, js jetstream.JetStream, streamsReady func(context.Context) error, tp *tracing.Provider) (_ *Runner, err error) {
 	log = log.Named("nodehb")
 	info := nodestatus.SystemInfo(app.Version, common.Runtime, app.Version)
 	desired, err := cfg.desired(common, info)
@@ -160,12 +161,15 @@ func Build(cfg *Config, common *config.Common, log *zap.Logger, clients Clients,
 	r.Gate = readiness.New(readiness.WithTimeout(cfg.AgentTimeout), readiness.WithGrace(cfg.AgentGrace), readiness.WithLogger(log.Named("readiness")))
 	recorder, stopEvents := kube.NewRecorder(clients.Shared, common.NodeName)
 	r.stopEvents = stopEvents
+	defer func() {
+		if err != nil {
+			stopEvents()
+		}
+	}()
 	pub := bus.NewPublisher(nc, js, common.NodeName, "nodehb", common.BusEncodingOption())
 	r.pub = pub
 	evictor := &podsView{}
-	r.Eviction, err = cfg.evictionLoop(common, evictor, pub, recorder, log.Named("eviction"))
-	if err != nil {
-		stopEvents()
+	if r.Eviction, err = cfg.evictionLoop(common, evictor, pub, recorder, log.Named("eviction")); err != nil {
 		return nil, err
 	}
 	statusOpts := []nodestatus.Option{nodestatus.WithPressure(r.Eviction)}
@@ -184,23 +188,43 @@ func Build(cfg *Config, common *config.Common, log *zap.Logger, clients Clients,
 	r.Lease = lease.New(clients.Heartbeat, common.NodeName, r.Status.NodeUID,
 		lease.WithDuration(cfg.LeaseDuration), lease.WithRenewInterval(cfg.LeaseRenew),
 		lease.WithLogger(log.Named("lease")))
+	if err = r.buildAPI(cfg, common, desired, cas, clients, pub, tp); err != nil {
+		return nil, err
+	}
+	evictor.api = r.API
+	return r, nil
+}
 
+// apiAuth is the kubelet API's authentication (client certificates of cas,
+// bearer tokens through TokenReview when on) and authorization.
+func (c *Config) apiAuth(cas *x509.CertPool, reviews kubernetes.Interface, log *zap.Logger) (kubeletapi.Union, kubeletapi.Authorizer, error) {
 	var authn kubeletapi.Union
 	if cas != nil {
 		authn = append(authn, &kubeletapi.ClientCertAuthenticator{Roots: cas})
 	}
-	if cfg.TokenWebhook {
-		failures := kubeletapi.NewFailureLimiter(cfg.AuthFailureQPS, cfg.AuthFailureBurst, FailureSources, log.Named("api"))
-		tokens, err := kubeletapi.NewTokenReviewAuthenticator(clients.Reviews, nil, failures)
+	if c.TokenWebhook {
+		failures := kubeletapi.NewFailureLimiter(c.AuthFailureQPS, c.AuthFailureBurst, FailureSources, log)
+		tokens, err := kubeletapi.NewTokenReviewAuthenticator(reviews, nil, failures)
 		if err != nil {
-			stopEvents()
-			return nil, err
+			return nil, nil, err
 		}
 		authn = append(authn, tokens)
 	}
-	var authz kubeletapi.Authorizer = kubeletapi.NewSubjectAccessReviewAuthorizer(clients.Reviews)
-	if cfg.AuthzMode == AuthzAlwaysAllow {
+	var authz kubeletapi.Authorizer = kubeletapi.NewSubjectAccessReviewAuthorizer(reviews)
+	if c.AuthzMode == AuthzAlwaysAllow {
 		authz = kubeletapi.AlwaysAllow{}
+	}
+	return authn, authz, nil
+}
+
+// buildAPI builds the kubelet API server: its address, serving certificate
+// (rotated when nodehb.rotate-server-certificates), authentication and
+// /configz.
+func (r *Runner) buildAPI(cfg *Config, common *config.Common, desired *nodestatus.Desired, cas *x509.CertPool, clients Clients, pub *bus.Publisher, tp *tracing.Provider) (err error) {
+	log := r.log
+	authn, authz, err := cfg.apiAuth(cas, clients.Reviews, log.Named("api"))
+	if err != nil {
+		return err
 	}
 	bind := cfg.BindAddress
 	if bind == "" {
@@ -208,15 +232,13 @@ func Build(cfg *Config, common *config.Common, log *zap.Logger, clients Clients,
 	}
 	configz, err := cfg.kubeletConfiguration(common, bind, desired.Taints)
 	if err != nil {
-		stopEvents()
-		return nil, err
+		return err
 	}
 	hostnames, ips := []string{desired.Addresses[1].Address}, []net.IP{net.ParseIP(cfg.Address)}
 	var getCert func() *tls.Certificate
 	if cfg.RotateServerCert {
 		if r.serving, err = nodecert.NewServerRotator(log.Named("serving"), common.CertDir, common.NodeName, hostnames, ips, clients.Shared); err != nil {
-			stopEvents()
-			return nil, err
+			return err
 		}
 		getCert = r.serving.Current
 	}
@@ -243,12 +265,7 @@ func Build(cfg *Config, common *config.Common, log *zap.Logger, clients Clients,
 		Observe:        r.Eviction.Observe,
 		NodeUsage:      nodeUsage(common),
 	})
-	if err != nil {
-		stopEvents()
-		return nil, err
-	}
-	evictor.api = r.API
-	return r, nil
+	return err
 }
 
 // podsView gives the eviction manager the pods through the kubelet API's

@@ -153,17 +153,7 @@ func (s *stack) announceStatic(t *testing.T, pods ...bus.StaticPod) {
 // eventually polls f until it returns nil or the deadline passes.
 func eventually(t *testing.T, within time.Duration, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, within, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.EventuallyNoError(t, within, what, f)
 }
 
 func (s *stack) node_(t *testing.T) *corev1.Node {
@@ -239,7 +229,7 @@ func TestNodeRegisteredWithConfiguredFigures(t *testing.T) {
 		"--nodehb.labels=tier=test,example.com/zone=a", "--nodehb.taints=dedicated=splitlet:NoSchedule",
 		"--nodehb.kube-reserved=cpu=1,memory=1Gi", "--nodehb.system-reserved=cpu=500m,memory=512Mi")
 	eventually(t, 15*time.Second, "node registered", func() error {
-		_, err := s.cs.CoreV1().Nodes().Get(context.Background(), s.node, metav1.GetOptions{})
+		_, err := s.cs.CoreV1().Nodes().Get(t.Context(), s.node, metav1.GetOptions{})
 		return err
 	})
 	n := s.node_(t)
@@ -281,7 +271,7 @@ func TestNodeRegisteredWithConfiguredFigures(t *testing.T) {
 	}
 	// The runtime the pod workers name in their readiness becomes the
 	// Node's containerRuntimeVersion.
-	pctx, pcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	pctx, pcancel := context.WithTimeout(t.Context(), 5*time.Second)
 	err := s.pub.Publish(pctx, bus.For(s.node).AgentReady(), bus.KindAgentReadiness, "",
 		&bus.AgentReadiness{Ready: true, Partitions: 4, Runtime: "containerd://1.6.20"})
 	pcancel()
@@ -313,7 +303,7 @@ func TestNodeRegisteredWithConfiguredFigures(t *testing.T) {
 	// The Lease: owned by the Node, 40 s, renewed.
 	var first time.Time
 	eventually(t, 10*time.Second, "lease", func() error {
-		l, err := s.cs.CoordinationV1().Leases(lease.Namespace).Get(context.Background(), s.node, metav1.GetOptions{})
+		l, err := s.cs.CoordinationV1().Leases(lease.Namespace).Get(t.Context(), s.node, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -327,7 +317,7 @@ func TestNodeRegisteredWithConfiguredFigures(t *testing.T) {
 		return nil
 	})
 	eventually(t, 10*time.Second, "lease renewTime advances", func() error {
-		l, err := s.cs.CoordinationV1().Leases(lease.Namespace).Get(context.Background(), s.node, metav1.GetOptions{})
+		l, err := s.cs.CoordinationV1().Leases(lease.Namespace).Get(t.Context(), s.node, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -351,7 +341,7 @@ func TestReadyFollowsAgentReadiness(t *testing.T) {
 
 	stop = s.heartbeat(t, true, 200*time.Millisecond)
 	ready := s.waitReady(t, corev1.ConditionTrue, "KubeletReady")
-	if err := s.runner.Gate.WaitAgentReady(context.Background()); err != nil {
+	if err := s.runner.Gate.WaitAgentReady(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	stop()
@@ -368,17 +358,17 @@ func TestDeletedNodeComesBack(t *testing.T) {
 	s := startStack(t, "phoenix-node")
 	var uid string
 	eventually(t, 15*time.Second, "node registered", func() error {
-		n, err := s.cs.CoreV1().Nodes().Get(context.Background(), s.node, metav1.GetOptions{})
+		n, err := s.cs.CoreV1().Nodes().Get(t.Context(), s.node, metav1.GetOptions{})
 		if err == nil {
 			uid = string(n.UID)
 		}
 		return err
 	})
-	if err := s.cs.CoreV1().Nodes().Delete(context.Background(), s.node, metav1.DeleteOptions{}); err != nil {
+	if err := s.cs.CoreV1().Nodes().Delete(t.Context(), s.node, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 15*time.Second, "node registered again", func() error {
-		n, err := s.cs.CoreV1().Nodes().Get(context.Background(), s.node, metav1.GetOptions{})
+		n, err := s.cs.CoreV1().Nodes().Get(t.Context(), s.node, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -393,7 +383,7 @@ func TestDeletedNodeComesBack(t *testing.T) {
 	// The Lease's owner follows the new Node.
 	eventually(t, 10*time.Second, "lease owner moved", func() error {
 		n := s.node_(t)
-		l, err := s.cs.CoordinationV1().Leases(lease.Namespace).Get(context.Background(), s.node, metav1.GetOptions{})
+		l, err := s.cs.CoordinationV1().Leases(lease.Namespace).Get(t.Context(), s.node, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -408,7 +398,7 @@ func TestExistingNodeAdopted(t *testing.T) {
 	testenv.SkipShort(t, "etcd and kube-apiserver")
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "adopt-node", Labels: map[string]string{"keep": "me"}}}
 	cs := cp.Clientset()
-	created, err := cs.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{})
+	created, err := cs.CoreV1().Nodes().Create(t.Context(), node, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -571,19 +561,19 @@ func TestLogsThroughAPIServer(t *testing.T) {
 	pod := createPod(t, s.cs, s.node, "logs-pod", nil)
 	reqs := logResponder(t, s, "hello\nworld\n")
 	eventually(t, 15*time.Second, "node registered", func() error {
-		_, err := s.cs.CoreV1().Nodes().Get(context.Background(), s.node, metav1.GetOptions{})
+		_, err := s.cs.CoreV1().Nodes().Get(t.Context(), s.node, metav1.GetOptions{})
 		return err
 	})
 	var out []byte
 	eventually(t, 20*time.Second, "kubectl logs through the API server", func() error {
 		var err error
-		out, err = s.cs.CoreV1().Pods("default").GetLogs(pod.Name, &corev1.PodLogOptions{Container: "hello", TailLines: ptr.To(int64(5)), Timestamps: true}).DoRaw(context.Background())
+		out, err = s.cs.CoreV1().Pods("default").GetLogs(pod.Name, &corev1.PodLogOptions{Container: "hello", TailLines: ptr.To(int64(5)), Timestamps: true}).DoRaw(t.Context())
 		return err
 	})
 	if string(out) != "2026-11-21T12:00:00Z hello\nworld\n" {
 		t.Errorf("logs = %q", out)
 	}
-	out, err := s.cs.CoreV1().Pods("default").GetLogs(mirror.Name, &corev1.PodLogOptions{Container: "hello"}).DoRaw(context.Background())
+	out, err := s.cs.CoreV1().Pods("default").GetLogs(mirror.Name, &corev1.PodLogOptions{Container: "hello"}).DoRaw(t.Context())
 	if err != nil || string(out) != "hello\nworld\n" {
 		t.Errorf("mirror pod logs = %q, %v", out, err)
 	}
@@ -599,7 +589,7 @@ func TestLogsThroughAPIServer(t *testing.T) {
 		t.Errorf("mirror pod request UID = %s, want static-uid-1", last.PodUID)
 	}
 	// An unknown container is a 404 from the kubelet API.
-	_, err = s.cs.CoreV1().Pods("default").GetLogs(pod.Name, &corev1.PodLogOptions{Container: "nope"}).DoRaw(context.Background())
+	_, err = s.cs.CoreV1().Pods("default").GetLogs(pod.Name, &corev1.PodLogOptions{Container: "nope"}).DoRaw(t.Context())
 	if err == nil {
 		t.Errorf("logs of an unknown container succeeded")
 	}
@@ -617,7 +607,7 @@ func TestForeignStatusWriteIsCorrected(t *testing.T) {
 	n := s.node_(t)
 	c := readyCondition(n)
 	c.Status, c.Reason, c.Message = corev1.ConditionUnknown, "NodeStatusUnknown", "Kubelet stopped posting node status."
-	if _, err := s.cs.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+	if _, err := s.cs.CoreV1().Nodes().UpdateStatus(t.Context(), n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	s.waitReady(t, corev1.ConditionTrue, "KubeletReady")

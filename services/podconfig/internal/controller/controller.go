@@ -338,83 +338,109 @@ func (c *Controller) publish(ctx context.Context, msgs []merge.Message) bool {
 	if len(msgs) == 0 {
 		return true
 	}
-	futures := make([]future, 0, len(msgs))
-	ok := true
-	fail := func(k partKey, subject string, err error) {
-		ok = false
-		c.failures.Inc()
-		c.dirty[k] = true
-		c.log.Warn("pod update not published, its partition will be re-sent as a SET",
-			zap.String(logging.FieldSubject, subject), zap.String("source", k.source), zap.Error(err))
+	round := &publishRound{c: c, ctx: ctx, futures: make([]future, 0, len(msgs)), ok: true}
+	for _, m := range msgs {
+		round.send(m)
 	}
-	var send func(m merge.Message)
-	send = func(m merge.Message) {
-		k := partKey{m.Source, m.Partition}
-		// what only the partition's owner reads (merge marks it: RECONCILEs,
-		// grace-shortening DELETEs) goes to the subject only the owner
-		// consumes; both subjects are in the pod-updates stream, in order.
-		subject := c.subjects.PodUpdates(m.Partition)
-		if m.OwnerOnly {
-			subject = c.subjects.PodReconciles(m.Partition)
+	round.wait()
+	return round.ok
+}
+
+// publishRound is one publish call: the acknowledgements it waits for and
+// whether every message went out.
+type publishRound struct {
+	c       *Controller
+	ctx     context.Context
+	futures []future
+	ok      bool
+}
+
+// fail marks k's partition for a SET.
+func (p *publishRound) fail(k partKey, subject string, err error) {
+	p.ok = false
+	p.c.failures.Inc()
+	p.c.dirty[k] = true
+	p.c.log.Warn("pod update not published, its partition will be re-sent as a SET",
+		zap.String(logging.FieldSubject, subject), zap.String("source", k.source), zap.Error(err))
+}
+
+// send publishes m; a message over the server's max_payload is split (a
+// SET into parts of one set), or dropped when it holds one pod.
+func (p *publishRound) send(m merge.Message) {
+	c := p.c
+	k := partKey{m.Source, m.Partition}
+	// what only the partition's owner reads (merge marks it: RECONCILEs,
+	// grace-shortening DELETEs) goes to the subject only the owner
+	// consumes; both subjects are in the pod-updates stream, in order.
+	subject := c.subjects.PodUpdates(m.Partition)
+	if m.OwnerOnly {
+		subject = c.subjects.PodReconciles(m.Partition)
+	}
+	f, err := c.publisher(m.Source).PublishAsync(c.traceMessage(p.ctx, m), subject, bus.KindPodUpdate, m.Op, &bus.PodUpdate{Pods: derefPods(m.Pods)})
+	if errors.Is(err, nats.ErrMaxPayload) {
+		p.sendTooLarge(k, subject, m)
+		return
+	}
+	if err != nil {
+		p.fail(k, subject, err)
+		return
+	}
+	c.published.WithLabelValues(m.Source, string(m.Op)).Inc()
+	if m.Op == bus.OpAdd {
+		// a new pod's time in podconfig: from its first sight to this publish.
+		now := time.Now()
+		for _, pod := range m.Pods {
+			if seen := bus.FirstSeen(pod); !seen.IsZero() {
+				bus.ObserveStage(bus.StagePodconfig, now.Sub(seen))
+			}
 		}
-		f, err := c.publisher(m.Source).PublishAsync(c.traceMessage(ctx, m), subject, bus.KindPodUpdate, m.Op, &bus.PodUpdate{Pods: derefPods(m.Pods)})
-		if errors.Is(err, nats.ErrMaxPayload) {
-			if m.Op != bus.OpSet && len(m.Pods) > 1 {
-				half := len(m.Pods) / 2
-				first, second := m, m
-				first.Pods, second.Pods = m.Pods[:half], m.Pods[half:]
-				send(first)
-				send(second)
-				return
-			}
-			if m.Op == bus.OpSet && len(m.Pods) > 1 {
-				fs, err := c.publishSetParts(ctx, subject, m)
-				for _, f := range fs {
-					futures = append(futures, future{k, f})
-				}
-				if err != nil {
-					fail(k, subject, err)
-				}
-				return
-			}
-			c.log.Error("pod update larger than the server's max_payload, dropped",
-				zap.String(logging.FieldSubject, subject), zap.String("source", m.Source), zap.String("op", string(m.Op)),
-				zap.Int("pods", len(m.Pods)), zap.Int64("maxPayload", c.nc.MaxPayload()))
-			return
+	}
+	if ce := c.log.Check(zap.DebugLevel, "pod update"); ce != nil {
+		ce.Write(zap.String(logging.FieldSubject, subject), zap.String("source", m.Source),
+			zap.String("op", string(m.Op)), zap.Int("pods", len(m.Pods)))
+	}
+	p.futures = append(p.futures, future{k, f})
+}
+
+// sendTooLarge handles a message over the server's max_payload: halves of
+// an update are sent apart, a SET goes in parts, and one pod too large is
+// dropped.
+func (p *publishRound) sendTooLarge(k partKey, subject string, m merge.Message) {
+	c := p.c
+	if m.Op != bus.OpSet && len(m.Pods) > 1 {
+		half := len(m.Pods) / 2
+		first, second := m, m
+		first.Pods, second.Pods = m.Pods[:half], m.Pods[half:]
+		p.send(first)
+		p.send(second)
+		return
+	}
+	if m.Op == bus.OpSet && len(m.Pods) > 1 {
+		fs, err := c.publishSetParts(p.ctx, subject, m)
+		for _, f := range fs {
+			p.futures = append(p.futures, future{k, f})
 		}
 		if err != nil {
-			fail(k, subject, err)
-			return
+			p.fail(k, subject, err)
 		}
-		c.published.WithLabelValues(m.Source, string(m.Op)).Inc()
-		if m.Op == bus.OpAdd {
-			// a new pod's time in podconfig: from its first sight to this publish.
-			now := time.Now()
-			for _, p := range m.Pods {
-				if seen := bus.FirstSeen(p); !seen.IsZero() {
-					bus.ObserveStage(bus.StagePodconfig, now.Sub(seen))
-				}
-			}
-		}
-		if ce := c.log.Check(zap.DebugLevel, "pod update"); ce != nil {
-			ce.Write(zap.String(logging.FieldSubject, subject), zap.String("source", m.Source),
-				zap.String("op", string(m.Op)), zap.Int("pods", len(m.Pods)))
-		}
-		futures = append(futures, future{k, f})
+		return
 	}
-	for _, m := range msgs {
-		send(m)
-	}
-	for _, f := range futures {
+	c.log.Error("pod update larger than the server's max_payload, dropped",
+		zap.String(logging.FieldSubject, subject), zap.String("source", m.Source), zap.String("op", string(m.Op)),
+		zap.Int("pods", len(m.Pods)), zap.Int64("maxPayload", c.nc.MaxPayload()))
+}
+
+// wait waits for every acknowledgement (or the context's end).
+func (p *publishRound) wait() {
+	for _, f := range p.futures {
 		select {
 		case <-f.f.Ok():
 		case err := <-f.f.Err():
-			fail(f.key, f.f.Msg().Subject, err)
-		case <-ctx.Done():
-			fail(f.key, f.f.Msg().Subject, ctx.Err())
+			p.fail(f.key, f.f.Msg().Subject, err)
+		case <-p.ctx.Done():
+			p.fail(f.key, f.f.Msg().Subject, p.ctx.Err())
 		}
 	}
-	return ok
 }
 
 // traceMessage opens each pod's span of a message (a new pod's from its

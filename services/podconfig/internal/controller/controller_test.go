@@ -44,14 +44,8 @@ func TestUnacknowledgedPublishIsResentAsSet(t *testing.T) {
 	c.Submit(merge.Update{Source: merge.SourceAPI, Op: merge.OpSeen})
 	c.Submit(merge.Update{Source: merge.SourceAPI, Op: bus.OpAdd, Pods: []*corev1.Pod{pod}})
 	// No stream takes the ADD: the publish fails.
-	deadline := time.Now().Add(10 * time.Second)
-	for testutil.ToFloat64(c.failures) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no publish failure recorded without streams")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+	testenv.EventuallyTrue(t, 10*time.Second, "a publish failure recorded without streams", func() bool { return testutil.ToFloat64(c.failures) > 0 })
+	sctx, scancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer scancel()
 	if err := bus.EnsureStreams(sctx, js, node); err != nil {
 		t.Fatal(err)
@@ -72,8 +66,7 @@ func TestUnacknowledgedPublishIsResentAsSet(t *testing.T) {
 		}
 		return e
 	}
-	deadline = time.Now().Add(15 * time.Second)
-	for {
+	testenv.Eventually(t, 15*time.Second, "after the streams appeared, a SET with the pod on "+want+" and SourcesReady", func() (bool, string) {
 		var set, ready bool
 		if e := last(bus.StreamPodUpdates, want); e != nil && e.Op == bus.OpSet {
 			pu, err := bus.DecodePodUpdate(e)
@@ -83,14 +76,8 @@ func TestUnacknowledgedPublishIsResentAsSet(t *testing.T) {
 			sr, err := bus.DecodeSourcesReady(e)
 			ready = err == nil && sr.AllReady
 		}
-		if set && ready {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after the streams appeared: SET with the pod on %s %v, SourcesReady %v", want, set, ready)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return set && ready, fmt.Sprintf("SET %v, SourcesReady %v", set, ready)
+	})
 }
 
 func podsN(prefix string, n int) []*corev1.Pod {
@@ -129,7 +116,7 @@ func TestBatchCoalescing(t *testing.T) {
 func TestOversizedBatchIsSplit(t *testing.T) {
 	const node = "node-split"
 	nc, js := smallPayloadBus(t, node)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	pods := runPadded(t, nc, node, time.Hour, bus.OpAdd)
 
@@ -204,7 +191,7 @@ func smallPayloadBus(t *testing.T, node string) (*nats.Conn, jetstream.JetStream
 func TestOversizedSetIsSentInParts(t *testing.T) {
 	const node = "node-setpart"
 	nc, js := smallPayloadBus(t, node)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	// a SET marks the source seen: its pods are then re-sent every period.
 	pods := runPadded(t, nc, node, 300*time.Millisecond, bus.OpSet)
@@ -346,21 +333,11 @@ func TestReconcileHasItsOwnSubject(t *testing.T) {
 	}
 	// Each consumer's last message is the last UPDATE: a RECONCILE sent to
 	// it would have come before.
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testenv.Eventually(t, 15*time.Second, "every message on both subjects", func() (bool, string) {
 		mu.Lock()
-		ok := len(got["every-partition"]) >= len(want["every-partition"]) && len(got["owner"]) >= len(want["owner"])
-		mu.Unlock()
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			mu.Lock()
-			defer mu.Unlock()
-			t.Fatalf("after 15 s: %v", got)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		defer mu.Unlock()
+		return len(got["every-partition"]) >= len(want["every-partition"]) && len(got["owner"]) >= len(want["owner"]), fmt.Sprint(got)
+	})
 	mu.Lock()
 	defer mu.Unlock()
 	for durable, w := range want {

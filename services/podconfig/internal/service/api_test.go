@@ -1,7 +1,6 @@
 package service
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +19,7 @@ import (
 // reaches the bus; a change the kubelet ignores is not re-sent.
 func TestAPISourceLifecycle(t *testing.T) {
 	e := newEnv(t, "node-api", false)
-	ctx := context.Background()
+	ctx := t.Context()
 	pods := e.cs.CoreV1().Pods("default")
 	other, err := pods.Create(ctx, testPod("elsewhere", "node-other"), metav1.CreateOptions{})
 	if err != nil {
@@ -125,7 +124,7 @@ func TestAPISourceLifecycle(t *testing.T) {
 // source gets a SET with exactly its pods, empty partitions included.
 func TestPeriodicSnapshot(t *testing.T) {
 	e := newEnv(t, "node-snap", false)
-	ctx := context.Background()
+	ctx := t.Context()
 	pods := e.cs.CoreV1().Pods("default")
 	var uids []string
 	for _, n := range []string{"s1", "s2", "s3"} {
@@ -182,7 +181,7 @@ func TestPeriodicSnapshot(t *testing.T) {
 // partition, never an ADD.
 func TestSnapshotMode(t *testing.T) {
 	e := newEnv(t, "node-snapmode", false)
-	ctx := context.Background()
+	ctx := t.Context()
 	cfg := testConfig()
 	cfg.NotificationMode = "snapshot"
 	e.start(cfg)

@@ -1,7 +1,6 @@
 package service
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -99,7 +98,7 @@ func TestHTTPSource(t *testing.T) {
 	// redacted.
 	var shown []string
 	testenv.EventuallyTrue(t, 10*time.Second, "Events about the failing manifest URL", func() bool {
-		list, err := e.cs.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{
+		list, err := e.cs.CoreV1().Events("default").List(t.Context(), metav1.ListOptions{
 			FieldSelector: fields.Set{"involvedObject.kind": "Node", "involvedObject.name": e.node}.String()})
 		if err != nil {
 			return false

@@ -1,7 +1,6 @@
 package service
 
 import (
-	"context"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -21,7 +20,7 @@ import (
 // while it was down is absent), and the mirror pod is left alone.
 func TestRestartNoSpuriousRemove(t *testing.T) {
 	e := newEnv(t, "node-restart", true)
-	ctx := context.Background()
+	ctx := t.Context()
 	pods := e.cs.CoreV1().Pods("default")
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "static.yaml"), manifestYAML("static", "busybox", ""))

@@ -83,7 +83,7 @@ func (e *env) mirrorIn(namespace, name string) *corev1.Pod {
 // Event on the Node.
 func TestStaticPodsAndMirrors(t *testing.T) {
 	e := newEnv(t, "node-static", true)
-	ctx := context.Background()
+	ctx := t.Context()
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "web.yaml"), manifestYAML("web", "nginx:1.25", ""))
 	writeFile(t, filepath.Join(dir, "bad-yaml.yaml"), "apiVersion: v1\nkind: Pod\nmetadata: {name: [oops\n")
@@ -224,7 +224,7 @@ func TestMirrorPodWaitsForNode(t *testing.T) {
 		t.Fatal("a mirror pod exists before its Node")
 	}
 	e.registerNode()
-	node, err := e.cs.CoreV1().Nodes().Get(context.Background(), e.node, metav1.GetOptions{})
+	node, err := e.cs.CoreV1().Nodes().Get(t.Context(), e.node, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func TestOrphanMirrorWithoutStaticSources(t *testing.T) {
 	e := newEnv(t, "node-nostatic", true)
 	orphan := testPod("lost-"+e.node, e.node)
 	orphan.Annotations = map[string]string{merge.AnnotationMirror: "cafe"}
-	if _, err := e.cs.CoreV1().Pods("default").Create(context.Background(), orphan, metav1.CreateOptions{}); err != nil {
+	if _, err := e.cs.CoreV1().Pods("default").Create(t.Context(), orphan, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.start(testConfig())

@@ -505,9 +505,37 @@ func (c *Controller) HandlePodCleanups() {
 func (c *Controller) cleanupWorkers() (map[types.UID]podworkers.WorkType, bool) {
 	c.handover.Lock()
 	defer c.handover.Unlock()
+	desired, ok := c.desiredPods()
+	if !ok {
+		return nil, false
+	}
+	states := c.workers.SyncKnownPods(desired)
+	plan := c.planCleanup(states)
+	for _, uid := range plan.forgotten {
+		c.forgetWorker(uid, plan.recreated[uid])
+	}
+	for _, p := range plan.orphans {
+		c.log.Info("killing orphaned pod worker", podLog(p)...)
+		c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateKill, Pod: p, StartTime: time.Now()})
+	}
+	for _, p := range plan.restart {
+		c.log.Info("restarting pod created again after termination", podLog(p)...)
+		if r := c.admit(p); !r.Admit {
+			c.reject(p, r.Reason, r.Message)
+			continue
+		}
+		c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p, StartTime: time.Now()})
+	}
+	return states, true
+}
+
+// desiredPods is the admitted pods the sources want, or false before the
+// sources are ready; it marks every worker known now as tracked, so that
+// it is reclaimed once the workers forget it.
+func (c *Controller) desiredPods() ([]*corev1.Pod, bool) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if !c.sourcesReady {
-		c.mu.Unlock()
 		return nil, false
 	}
 	desired := make([]*corev1.Pod, 0, len(c.pods))
@@ -516,23 +544,36 @@ func (c *Controller) cleanupWorkers() (map[types.UID]podworkers.WorkType, bool) 
 			desired = append(desired, e.pod)
 		}
 	}
-	// every worker seen before this round is reclaimed once it is forgotten.
 	for _, uid := range c.workers.Known() {
 		c.tracked[uid] = struct{}{}
 	}
-	c.mu.Unlock()
-	states := c.workers.SyncKnownPods(desired)
+	return desired, true
+}
+
+// cleanupPlan is what a housekeeping round does after SyncKnownPods:
+// forget the workers gone (recreated: those whose pod was created again,
+// which keep their containers and files), kill the orphaned workers and
+// restart the pods created again.
+type cleanupPlan struct {
+	forgotten        []types.UID
+	recreated        map[types.UID]bool
+	orphans, restart []*corev1.Pod
+}
+
+// planCleanup sorts the workers' states into a cleanupPlan, untracks the
+// forgotten workers (rejected pods no longer desired among them) and
+// releases the resources of terminated pods.
+func (c *Controller) planCleanup(states map[types.UID]podworkers.WorkType) cleanupPlan {
 	c.mu.Lock()
-	var forgotten []types.UID
-	recreated := map[types.UID]bool{}
+	defer c.mu.Unlock()
+	plan := cleanupPlan{recreated: map[types.UID]bool{}}
 	for uid := range c.tracked {
 		if st, ok := states[uid]; !ok || st == podworkers.TerminatedAndRecreated {
-			forgotten = append(forgotten, uid)
+			plan.forgotten = append(plan.forgotten, uid)
 			delete(c.tracked, uid)
-			recreated[uid] = ok
+			plan.recreated[uid] = ok
 		}
 	}
-	var orphans, restart []*corev1.Pod
 	for uid, st := range states {
 		e, want := c.pods[uid]
 		if want && (st == podworkers.TerminatedAndRecreated || st == podworkers.TerminatedPodWork) {
@@ -542,57 +583,50 @@ func (c *Controller) cleanupWorkers() (map[types.UID]podworkers.WorkType, bool) 
 		switch {
 		case st == podworkers.TerminatedAndRecreated:
 			if want && !e.rejected {
-				restart = append(restart, e.pod)
+				plan.restart = append(plan.restart, e.pod)
 			}
 		case st == podworkers.SyncPodWork && !want:
 			if p, ok := c.workers.Pod(uid); ok {
-				orphans = append(orphans, p)
+				plan.orphans = append(plan.orphans, p)
 			}
 		}
 		if st != podworkers.TerminatedAndRecreated {
 			c.tracked[uid] = struct{}{}
 		}
 	}
-	// rejected pods no longer desired are forgotten too.
+	return plan
+}
+
+// forgetWorker drops a forgotten worker's pod: its sync state, and unless
+// the pod was created again its containers, volumes and user; the sink
+// forgets it when no source wants it any more.
+func (c *Controller) forgetWorker(uid types.UID, recreated bool) {
+	c.syncer.Forget(uid)
+	if !recreated {
+		c.removePodFiles(uid)
+	}
+	c.mu.Lock()
+	_, still := c.pods[uid]
+	delete(c.orphans, uid)
 	c.mu.Unlock()
-	for _, uid := range forgotten {
-		c.syncer.Forget(uid)
-		if recreated[uid] {
-			// kubelet: a pod created again keeps its exited containers,
-			// which its restart counts go on from, and its files.
-			continue
-		}
-		if err := c.cfg.Runtime.RemovePod(context.Background(), uid); err != nil {
-			c.log.Warn("cannot remove pod from the runtime", zap.String(logging.FieldUID, string(uid)), zap.Error(err))
-		} else if err := c.syncer.RemoveVolumes(uid); err != nil {
-			c.log.Warn("cannot remove the pod's volumes", zap.String(logging.FieldUID, string(uid)), zap.Error(err))
-		} else if users, ok := c.cfg.Runtime.(runtime.PodUsers); ok {
-			// the pod's files are gone: its uid may go to another pod.
-			if err := users.ReleasePodUser(uid); err != nil {
-				c.log.Warn("cannot release the pod's user", zap.String(logging.FieldUID, string(uid)), zap.Error(err))
-			}
-		}
-		c.mu.Lock()
-		_, still := c.pods[uid]
-		delete(c.orphans, uid)
-		c.mu.Unlock()
-		if !still {
-			c.cfg.Sink.Forget(uid)
+	if !still {
+		c.cfg.Sink.Forget(uid)
+	}
+}
+
+// removePodFiles removes the pod from the runtime, then its volumes, then
+// gives its user back; a step that fails stops the next.
+func (c *Controller) removePodFiles(uid types.UID) {
+	if err := c.cfg.Runtime.RemovePod(context.Background(), uid); err != nil {
+		c.log.Warn("cannot remove pod from the runtime", zap.String(logging.FieldUID, string(uid)), zap.Error(err))
+	} else if err := c.syncer.RemoveVolumes(uid); err != nil {
+		c.log.Warn("cannot remove the pod's volumes", zap.String(logging.FieldUID, string(uid)), zap.Error(err))
+	} else if users, ok := c.cfg.Runtime.(runtime.PodUsers); ok {
+		// the pod's files are gone: its uid may go to another pod.
+		if err := users.ReleasePodUser(uid); err != nil {
+			c.log.Warn("cannot release the pod's user", zap.String(logging.FieldUID, string(uid)), zap.Error(err))
 		}
 	}
-	for _, p := range orphans {
-		c.log.Info("killing orphaned pod worker", podLog(p)...)
-		c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateKill, Pod: p, StartTime: time.Now()})
-	}
-	for _, p := range restart {
-		c.log.Info("restarting pod created again after termination", podLog(p)...)
-		if r := c.admit(p); !r.Admit {
-			c.reject(p, r.Reason, r.Message)
-			continue
-		}
-		c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p, StartTime: time.Now()})
-	}
-	return states, true
 }
 
 // orphanGrace is the grace of a runtime pod no source wants (kubelet: such

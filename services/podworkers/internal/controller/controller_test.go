@@ -19,6 +19,7 @@ import (
 	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/libs/runtime/sim"
+	"github.com/splitlet/splitlet/libs/testenv"
 	"github.com/splitlet/splitlet/services/podworkers/internal/admission"
 	"github.com/splitlet/splitlet/services/podworkers/internal/fakeruntime"
 	"github.com/splitlet/splitlet/services/podworkers/internal/podworkers"
@@ -111,13 +112,7 @@ func pod(uid string, cpu string) corev1.Pod {
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.EventuallyTrue(t, 10*time.Second, what, cond)
 }
 
 func TestSetSnapshotAddsUpdatesRemoves(t *testing.T) {
@@ -352,7 +347,7 @@ func TestReleaseDuringHousekeepingKillsAndRemovesNothing(t *testing.T) {
 			st := s.get(done.UID)
 			return st != nil && st.Terminated
 		})
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		err := c.ReleasePartition(ctx, 0)
 		cancel()
 		if err != nil {

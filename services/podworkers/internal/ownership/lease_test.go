@@ -165,7 +165,7 @@ func TestLeaseReclaimedAfterRevisionLoss(t *testing.T) {
 	kv := bucket(t, "own-reclaim")
 	a := startReplica(t, kv, "a", 2)
 	eventually(t, "a owns both", func() bool { return len(a.holds()) == 2 })
-	ctx := context.Background()
+	ctx := t.Context()
 	// someone (a retried publish) rewrote a's lease: a's revision is stale.
 	rev, err := kv.Put(ctx, partKey(0), []byte(fmt.Sprintf("a %d", time.Now().UnixMilli())))
 	if err != nil {
@@ -193,7 +193,7 @@ func TestRestartWithSameIDResumesLeases(t *testing.T) {
 	cut.cut.Store(true) // kill -9: nothing more reaches the bucket
 	a.stop()
 	start := time.Now()
-	id, stop, err := ClaimID(context.Background(), kv, "a", 100*time.Millisecond, ttl, zap.NewNop())
+	id, stop, err := ClaimID(t.Context(), kv, "a", 100*time.Millisecond, ttl, zap.NewNop())
 	if err != nil || id != "a" {
 		t.Fatalf("ClaimID after the holder died: %q, %v", id, err)
 	}
@@ -209,13 +209,13 @@ func TestRestartWithSameIDResumesLeases(t *testing.T) {
 func TestClaimIDOfLiveReplica(t *testing.T) {
 	kv := bucket(t, "own-claim")
 	startReplica(t, kv, "x", 2)
-	eventually(t, "x heartbeats", func() bool { _, err := kv.Get(context.Background(), replicaKey("x")); return err == nil })
-	id, stop, err := ClaimID(context.Background(), kv, "x", 100*time.Millisecond, 600*time.Millisecond, zap.NewNop())
+	eventually(t, "x heartbeats", func() bool { _, err := kv.Get(t.Context(), replicaKey("x")); return err == nil })
+	id, stop, err := ClaimID(t.Context(), kv, "x", 100*time.Millisecond, 600*time.Millisecond, zap.NewNop())
 	if err != nil || id == "x" || !strings.HasPrefix(id, "x-") || ValidID(id) != nil {
 		t.Fatalf("ClaimID beside a live x: %q, %v", id, err)
 	}
 	stop()
-	id, stop, err = ClaimID(context.Background(), kv, "free", time.Second, 6*time.Second, zap.NewNop())
+	id, stop, err = ClaimID(t.Context(), kv, "free", time.Second, 6*time.Second, zap.NewNop())
 	if err != nil || id != "free" {
 		t.Fatalf("ClaimID of a free id: %q, %v", id, err)
 	}
@@ -257,7 +257,7 @@ func TestClaimIDOfLiveReplica(t *testing.T) {
 func TestHeartbeatRacingReleaseLeavesLeaseGone(t *testing.T) {
 	kv := bucket(t, "own-race")
 	m := New(Options{KV: kv, ID: "a", Partitions: 2, Refresh: 100 * time.Millisecond, TTL: 600 * time.Millisecond})
-	ctx := context.Background()
+	ctx := t.Context()
 	lost := errors.New("wrong last sequence")
 	if _, _, err := m.reclaim(ctx, 0, lost); !errors.Is(err, errReleased) {
 		t.Fatalf("reclaim of a released partition: %v, want errReleased", err)

@@ -84,13 +84,7 @@ func (r *replica) stop() {
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.EventuallyTrue(t, 15*time.Second, what, cond)
 }
 
 // exclusive: every partition held by exactly one replica.
@@ -112,7 +106,7 @@ func exclusive(partitions int, rs ...*replica) bool {
 func TestPartitionsSharedAndMoved(t *testing.T) {
 	n := testenv.NATSForTest(t)
 	_, js := n.Connect(t)
-	kv, err := CreateBucket(context.Background(), js, "own-test", 1)
+	kv, err := CreateBucket(t.Context(), js, "own-test", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,11 +130,11 @@ func TestPartitionsSharedAndMoved(t *testing.T) {
 	a.mu.Lock()
 	before := a.released[p]
 	a.mu.Unlock()
-	e, err := kv.Get(context.Background(), partKey(p))
+	e, err := kv.Get(t.Context(), partKey(p))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv.Update(context.Background(), partKey(p), []byte(fmt.Sprintf("intruder %d", time.Now().UnixMilli())), e.Revision()); err != nil {
+	if _, err := kv.Update(t.Context(), partKey(p), []byte(fmt.Sprintf("intruder %d", time.Now().UnixMilli())), e.Revision()); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "a lets the stolen partition go", func() bool {

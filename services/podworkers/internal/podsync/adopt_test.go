@@ -1,7 +1,6 @@
 package podsync
 
 import (
-	"context"
 	"encoding/json"
 	"testing"
 	"time"
@@ -29,7 +28,7 @@ func newest(list []runtime.ContainerStatus) map[string]runtime.ContainerStatus {
 // on with its restart count and back-off, and a finished restartPolicy Never
 // pod stays finished with its exit code.
 func TestAdoptFromReportedStatus(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	rt1 := sim.New()
 	t.Cleanup(func() { _ = rt1.Close() })
 	sy1 := New(rt1, &sink{last: map[types.UID]*bus.PodRuntimeStatus{}}, WithBackOff(time.Millisecond, time.Hour))

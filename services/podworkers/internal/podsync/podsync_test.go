@@ -1,7 +1,6 @@
 package podsync
 
 import (
-	"context"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/testenv"
 	"github.com/splitlet/splitlet/services/podworkers/internal/fakeruntime"
 	"github.com/splitlet/splitlet/services/podworkers/internal/podworkers"
 )
@@ -77,13 +77,7 @@ func pod(uid string, policy corev1.RestartPolicy, names ...string) *corev1.Pod {
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.EventuallyTrue(t, 15*time.Second, what, cond)
 }
 
 func containerState(st *bus.PodRuntimeStatus, name string) (corev1.ContainerStatus, bool) {
@@ -366,7 +360,7 @@ func TestSidecarStartupProbeHoldsTheApp(t *testing.T) {
 		StartupProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}}}
 	sync := func() {
 		t.Helper()
-		if _, err := sy.SyncPod(context.Background(), podworkers.UpdateSync, p); err != nil {
+		if _, err := sy.SyncPod(t.Context(), podworkers.UpdateSync, p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -392,11 +386,11 @@ func TestSidecarStartupProbeHoldsTheApp(t *testing.T) {
 	// result it will not get again.
 	q := pod("s2", corev1.RestartPolicyAlways, "app")
 	q.Spec.InitContainers = p.Spec.InitContainers
-	if _, err := sy.SyncPod(context.Background(), podworkers.UpdateSync, q); err != nil {
+	if _, err := sy.SyncPod(t.Context(), podworkers.UpdateSync, q); err != nil {
 		t.Fatal(err)
 	}
 	later := New(rt, &sink{last: map[types.UID]*bus.PodRuntimeStatus{}})
-	if _, err := later.SyncPod(context.Background(), podworkers.UpdateSync, q); err != nil {
+	if _, err := later.SyncPod(t.Context(), podworkers.UpdateSync, q); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(rt.PodContainers(q.UID)); n != 2 {

@@ -52,7 +52,7 @@ func TestStartFailureIsTheWaitingReason(t *testing.T) {
 	sk := &sink{last: map[types.UID]*bus.PodRuntimeStatus{}}
 	sy := New(rt, sk)
 	p := pod("sf", corev1.RestartPolicyAlways, "app")
-	ctx := context.Background()
+	ctx := t.Context()
 	waiting := func() *corev1.ContainerStateWaiting {
 		c, _ := containerState(sk.get("sf"), "app")
 		return c.State.Waiting

@@ -378,7 +378,36 @@ func (w *Workers) UpdatePod(opts UpdateOptions) {
 		return
 	}
 	now := w.now()
-	s, ok := w.pods[uid]
+	s, ok := w.stateFor(pod, opts, now, log)
+	if !ok {
+		closeKill(opts.Kill)
+		return
+	}
+	s.pod = pod
+	becameTerminating := s.noteTermination(pod, opts, now)
+	opts, shortened := s.killOptions(pod, opts)
+	s.pending = &work{kind: s.workType(), opts: opts}
+	if !s.running {
+		s.running = true
+		w.running.Add(1)
+		go w.loop(uid, s)
+	}
+	// teardown must not wait for a setup in flight, nor a long grace for a
+	// shorter one (kubelet: cancel the in-flight sync on termination).
+	if (becameTerminating && s.active != nil && s.active.kind == SyncPodWork && s.working) || shortened {
+		if s.cancel != nil {
+			log.Debug("cancelling the sync in flight", zap.Bool("graceShortened", shortened))
+			s.cancel()
+		}
+	}
+}
+
+// stateFor is the pod's state, made when the pod is new; ok is false when
+// the update is not for the worker: the pod is finished or detached, or
+// recreated while terminating (then it restarts once terminated). Called
+// with w.mu held.
+func (w *Workers) stateFor(pod *corev1.Pod, opts UpdateOptions, now time.Time, log *zap.Logger) (s *podState, ok bool) {
+	s, ok = w.pods[pod.UID]
 	if !ok {
 		s = &podState{syncedAt: now, fullname: fullName(pod)}
 		// a pod first seen already in a terminal phase is never started
@@ -386,45 +415,54 @@ func (w *Workers) UpdatePod(opts UpdateOptions) {
 		if isTerminalPhase(pod) {
 			s.terminatingAt = now
 		}
-		w.pods[uid] = s
+		w.pods[pod.UID] = s
 		if isStatic(pod) {
 			// static pods of one full name start in the order they came.
-			w.waitingStatic[s.fullname] = append(w.waitingStatic[s.fullname], uid)
+			w.waitingStatic[s.fullname] = append(w.waitingStatic[s.fullname], pod.UID)
 		}
 	} else if s.terminationRequested() && opts.Type == UpdateCreate {
 		// kubelet: the same UID created again while terminating restarts
 		// once the old instance is finished and forgotten.
 		s.restartRequested = true
 		log.Info("pod recreated while terminating, will restart once terminated")
-		closeKill(opts.Kill)
-		return
+		return nil, false
 	}
 	if s.finished || s.detached {
-		closeKill(opts.Kill)
-		return
+		return nil, false
 	}
-	s.pod = pod
+	return s, true
+}
 
-	becameTerminating := false
+// noteTermination records a deletion, a terminal phase or a kill (an
+// eviction when it says so) of the update; it reports whether the pod
+// became terminating with it.
+func (s *podState) noteTermination(pod *corev1.Pod, opts UpdateOptions, now time.Time) (becameTerminating bool) {
 	if pod.DeletionTimestamp != nil {
 		s.deleted = true
 	}
-	if !s.terminationRequested() {
-		switch {
-		case pod.DeletionTimestamp != nil, isTerminalPhase(pod):
-			becameTerminating = true
-		case opts.Type == UpdateKill:
-			if opts.Kill != nil && opts.Kill.Evict {
-				s.evicted = true
-			}
-			becameTerminating = true
-		}
-		if becameTerminating {
-			s.terminatingAt = now
-		}
+	if s.terminationRequested() {
+		return false
 	}
+	switch {
+	case pod.DeletionTimestamp != nil, isTerminalPhase(pod):
+		becameTerminating = true
+	case opts.Type == UpdateKill:
+		if opts.Kill != nil && opts.Kill.Evict {
+			s.evicted = true
+		}
+		becameTerminating = true
+	}
+	if becameTerminating {
+		s.terminatingAt = now
+	}
+	return becameTerminating
+}
 
-	shortened := false
+// killOptions is the update as the worker runs it: for a terminating pod a
+// kill with the effective grace period (its waiter and final status kept
+// on s), otherwise no kill options, whose waiter is done at once.
+// shortened says the grace period became shorter.
+func (s *podState) killOptions(pod *corev1.Pod, opts UpdateOptions) (_ UpdateOptions, shortened bool) {
 	switch {
 	case s.terminated():
 		// only the reclaim step remains; a kill's waiter is done already.
@@ -453,21 +491,7 @@ func (w *Workers) UpdatePod(opts UpdateOptions) {
 		closeKill(opts.Kill)
 		opts.Kill = nil
 	}
-
-	s.pending = &work{kind: s.workType(), opts: opts}
-	if !s.running {
-		s.running = true
-		w.running.Add(1)
-		go w.loop(uid, s)
-	}
-	// teardown must not wait for a setup in flight, nor a long grace for a
-	// shorter one (kubelet: cancel the in-flight sync on termination).
-	if (becameTerminating && s.active != nil && s.active.kind == SyncPodWork && s.working) || shortened {
-		if s.cancel != nil {
-			log.Debug("cancelling the sync in flight", zap.Bool("graceShortened", shortened))
-			s.cancel()
-		}
-	}
+	return opts, shortened
 }
 
 func closeKill(k *KillOptions) {

@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // call is one invocation of the fake handler.
@@ -125,13 +127,7 @@ func receive[T any](t *testing.T, ch <-chan T, what string) {
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.EventuallyTrue(t, 10*time.Second, what, cond)
 }
 
 func kinds(cs []call) []WorkType {

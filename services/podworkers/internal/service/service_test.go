@@ -190,13 +190,7 @@ func (e *env) get(uid types.UID) (*bus.PodRuntimeStatus, string) {
 
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.EventuallyTrue(t, timeout, what, cond)
 }
 
 func defaults(t *testing.T) *Config {

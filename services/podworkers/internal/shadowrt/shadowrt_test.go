@@ -1,8 +1,8 @@
 package shadowrt
 
 import (
-	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -12,6 +12,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 func status(pod *corev1.Pod, id string, running bool) *bus.PodRuntimeStatus {
@@ -79,7 +80,7 @@ func TestDecisionsWaitForTheLiveRuntime(t *testing.T) {
 	if d := rt.Decisions(); d[Start] != 2 || d[Stop] != 1 || d[Remove] != 1 {
 		t.Errorf("decisions %v", d)
 	}
-	if _, err := rt.Exec(context.Background(), pod.UID, "app", []string{"true"}, nil, time.Second); !errors.Is(err, ErrRefused) {
+	if _, err := rt.Exec(t.Context(), pod.UID, "app", []string{"true"}, nil, time.Second); !errors.Is(err, ErrRefused) {
 		t.Errorf("exec: %v, want refused", err)
 	}
 }
@@ -87,11 +88,8 @@ func TestDecisionsWaitForTheLiveRuntime(t *testing.T) {
 // waitDecided waits until rt recorded n decisions of verb.
 func waitDecided(t *testing.T, rt *Runtime, verb string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for rt.Decisions()[verb] < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s decision recorded", verb)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, 5*time.Second, fmt.Sprintf("%d %s decisions", n, verb), func() (bool, string) {
+		got := rt.Decisions()[verb]
+		return got >= n, fmt.Sprintf("%d", got)
+	})
 }

@@ -48,7 +48,7 @@ func stopped(t *testing.T, done <-chan struct{}) {
 // being the newest status; unowned partitions are not spoken for.
 func TestBurstIsCoalesced(t *testing.T) {
 	const node = "coalesce"
-	ctx := context.Background()
+	ctx := t.Context()
 	p, js, owned := runPublisher(t, node, 100*time.Millisecond)
 
 	for i := 0; i < 200; i++ {
@@ -82,12 +82,10 @@ func TestBurstIsCoalesced(t *testing.T) {
 		t.Fatalf("a burst of 200 changes became %d messages", len(got))
 	}
 	// the publisher counts the send once the stream acknowledged it.
-	for wait := time.Now().Add(10 * time.Second); p.Sent() < len(got); {
-		if time.Now().After(wait) {
-			t.Fatalf("sent count %d, %d messages arrived", p.Sent(), len(got))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, fmt.Sprintf("a sent count of the %d messages that arrived", len(got)), func() (bool, string) {
+		n := p.Sent()
+		return n >= len(got), fmt.Sprintf("sent %d", n)
+	})
 	// the same status again is not re-sent; an unowned partition is silent.
 	p.Set(&bus.PodRuntimeStatus{UID: "u1", Namespace: "ns", Name: "a", Message: "199"})
 	owned.Store(false)
@@ -122,7 +120,7 @@ func TestBurstIsCoalesced(t *testing.T) {
 	// drops them; a lost lease drops them unsaid.
 	owned.Store(false)
 	p.Set(&bus.PodRuntimeStatus{UID: "u3", Namespace: "ns", Name: "c", Message: "last word"})
-	if err := p.HandOver(context.Background(), 0, true); err != nil {
+	if err := p.HandOver(t.Context(), 0, true); err != nil {
 		t.Fatal(err)
 	}
 	for deadline = time.Now().Add(10 * time.Second); ; {
@@ -139,7 +137,7 @@ func TestBurstIsCoalesced(t *testing.T) {
 		}
 	}
 	p.Set(&bus.PodRuntimeStatus{UID: "u4", Namespace: "ns", Name: "d", Message: "lost"})
-	if err := p.HandOver(context.Background(), 0, false); err != nil {
+	if err := p.HandOver(t.Context(), 0, false); err != nil {
 		t.Fatal(err)
 	}
 	p.Open(0) // taken again
@@ -170,7 +168,7 @@ func TestRefusedPublishIsRetried(t *testing.T) {
 	const node = "refused"
 	n := testenv.NATSForTest(t)
 	nc, js := n.Connect(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	if err := bus.EnsureStreams(ctx, js, node); err != nil {
 		t.Fatal(err)
 	}
@@ -209,12 +207,9 @@ func TestRefusedPublishIsRetried(t *testing.T) {
 		}
 		return int(info.State.Msgs)
 	}
-	for wait := time.Now().Add(10 * time.Second); p.Sent() < 1 || lastOf() < 1; {
-		if time.Now().After(wait) {
-			t.Fatalf("the small status was not sent (sent %d)", p.Sent())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, "the small status sent", func() (bool, string) {
+		return p.Sent() >= 1 && lastOf() >= 1, fmt.Sprintf("sent %d", p.Sent())
+	})
 	// several flushes later the refused one is still not counted.
 	for wait := time.Now().Add(300 * time.Millisecond); time.Now().Before(wait); time.Sleep(20 * time.Millisecond) {
 		if p.Sent() != 1 {
@@ -222,12 +217,9 @@ func TestRefusedPublishIsRetried(t *testing.T) {
 		}
 	}
 	limit(64 * 1024)
-	for wait := time.Now().Add(15 * time.Second); p.Sent() < 2; {
-		if time.Now().After(wait) {
-			t.Fatalf("the refused status was never sent again (sent %d, stream holds %d)", p.Sent(), lastOf())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 15*time.Second, "the refused status sent again", func() (bool, string) {
+		return p.Sent() >= 2, fmt.Sprintf("sent %d, stream holds %d", p.Sent(), lastOf())
+	})
 	if got := lastOf(); got != 2 {
 		t.Fatalf("stream holds %d statuses, want 2", got)
 	}
@@ -238,7 +230,7 @@ func TestRefusedPublishIsRetried(t *testing.T) {
 // the partition back later: only what it says after that does.
 func TestHandedOverPartitionStaysSilentAfterReacquire(t *testing.T) {
 	const node = "handback"
-	ctx := context.Background()
+	ctx := t.Context()
 	p, js, owned := runPublisher(t, node, 10*time.Millisecond)
 	cons, err := js.OrderedConsumer(ctx, bus.StreamName(node, bus.StreamPodStatus), jetstream.OrderedConsumerConfig{})
 	if err != nil {

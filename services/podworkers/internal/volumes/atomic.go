@@ -55,27 +55,8 @@ func writePayload(dir string, payload map[string]File, own *owner) (changed bool
 	if old != "" && samePayload(filepath.Join(dir, old), clean, own) {
 		return false, nil
 	}
-	version, err := os.MkdirTemp(dir, ".."+time.Now().UTC().Format("2006_01_02_15_04_05."))
+	version, err := writeVersion(dir, clean, own)
 	if err != nil {
-		return false, err
-	}
-	if err := os.Chmod(version, 0o755); err != nil {
-		return false, err
-	}
-	for p, f := range clean {
-		full := filepath.Join(version, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			return false, err
-		}
-		if err := os.WriteFile(full, f.Data, f.Mode.Perm()); err != nil {
-			return false, err
-		}
-		// WriteFile's mode passes through the umask.
-		if err := os.Chmod(full, f.Mode.Perm()); err != nil {
-			return false, err
-		}
-	}
-	if err := own.ownPayload(version); err != nil {
 		return false, err
 	}
 	tmp := filepath.Join(dir, dataLinkTmp)
@@ -86,7 +67,48 @@ func writePayload(dir string, payload map[string]File, own *owner) (changed bool
 	if err := os.Rename(tmp, filepath.Join(dir, dataLink)); err != nil {
 		return false, err
 	}
-	// The user-visible links: one per top-level name of the payload.
+	want, err := linkTopNames(dir, clean)
+	if err != nil {
+		return false, err
+	}
+	if err := removeStale(dir, filepath.Base(version), want); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// writeVersion writes the payload whole into a new version directory of
+// dir (given to the pod's user with own) and returns its path.
+func writeVersion(dir string, clean map[string]File, own *owner) (string, error) {
+	version, err := os.MkdirTemp(dir, ".."+time.Now().UTC().Format("2006_01_02_15_04_05."))
+	if err != nil {
+		return "", err
+	}
+	if err := os.Chmod(version, 0o755); err != nil {
+		return "", err
+	}
+	for p, f := range clean {
+		full := filepath.Join(version, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(full, f.Data, f.Mode.Perm()); err != nil {
+			return "", err
+		}
+		// WriteFile's mode passes through the umask.
+		if err := os.Chmod(full, f.Mode.Perm()); err != nil {
+			return "", err
+		}
+	}
+	if err := own.ownPayload(version); err != nil {
+		return "", err
+	}
+	return version, nil
+}
+
+// linkTopNames makes the user-visible links, one per top-level name of the
+// payload, through "..data"; it returns those names.
+func linkTopNames(dir string, clean map[string]File) (map[string]bool, error) {
 	want := map[string]bool{}
 	for p := range clean {
 		top, _, _ := strings.Cut(p, string(filepath.Separator))
@@ -100,17 +122,23 @@ func writePayload(dir string, payload map[string]File, own *owner) (changed bool
 		}
 		_ = os.Remove(link)
 		if err := os.Symlink(target, link); err != nil {
-			return false, err
+			return nil, err
 		}
 	}
+	return want, nil
+}
+
+// removeStale removes from dir the versions other than current, left-overs
+// of updates cut short, and the links of names the payload no longer has.
+func removeStale(dir, current string, want map[string]bool) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return false, err
+		return err
 	}
 	for _, e := range entries {
 		name := e.Name()
 		switch {
-		case name == dataLink || name == filepath.Base(version):
+		case name == dataLink || name == current:
 		case strings.HasPrefix(name, ".."):
 			// an older version, or a left-over of an update cut short.
 			_ = os.RemoveAll(filepath.Join(dir, name))
@@ -121,7 +149,7 @@ func writePayload(dir string, payload map[string]File, own *owner) (changed bool
 			}
 		}
 	}
-	return true, nil
+	return nil
 }
 
 // payloadPath refuses a path that would leave the volume (absolute, or with

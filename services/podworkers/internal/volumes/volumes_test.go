@@ -126,7 +126,7 @@ func TestSetupKinds(t *testing.T) {
 	vol := func(name string, s corev1.VolumeSource) corev1.Volume {
 		return corev1.Volume{Name: name, VolumeSource: s}
 	}
-	got, err := m.Setup(context.Background(), pod(
+	got, err := m.Setup(t.Context(), pod(
 		vol("all", corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cm"}}}),
 		vol("opt", corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "none"}, Optional: &yes}}),
 		vol("items", corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cm"},
@@ -170,7 +170,7 @@ func TestSetupKinds(t *testing.T) {
 			"hostPath type check failed: /proc/self/status is not a directory"},
 		"pvc": {corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}, "volume kind not supported"},
 	} {
-		_, err := m.Setup(context.Background(), pod(vol("v", tc.src)))
+		_, err := m.Setup(t.Context(), pod(vol("v", tc.src)))
 		var se *SetupError
 		if !errors.As(err, &se) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want a SetupError with %q", name, err, tc.want)
@@ -188,7 +188,7 @@ func TestTokenRefresh(t *testing.T) {
 		Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}}}}})
 	t.Cleanup(func() { _ = m.Teardown(p.UID) })
 	for range 3 {
-		if _, err := m.Setup(context.Background(), p); err != nil {
+		if _, err := m.Setup(t.Context(), p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -201,7 +201,7 @@ func TestTokenRefresh(t *testing.T) {
 		m.tok[k] = v
 	}
 	m.mu.Unlock()
-	vols, err := m.Setup(context.Background(), p)
+	vols, err := m.Setup(t.Context(), p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +267,7 @@ func TestFSGroup(t *testing.T) {
 	)
 	p.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: &gid}
 	t.Cleanup(func() { _ = m.Teardown(p.UID) })
-	vols, err := m.Setup(context.Background(), p)
+	vols, err := m.Setup(t.Context(), p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +287,7 @@ func TestFSGroup(t *testing.T) {
 	}
 	// a second sync with the same payload rewrites nothing.
 	before, _ := os.Readlink(filepath.Join(vols["sec"].Path, dataLink))
-	if _, err := m.Setup(context.Background(), p); err != nil {
+	if _, err := m.Setup(t.Context(), p); err != nil {
 		t.Fatal(err)
 	}
 	if after, _ := os.Readlink(filepath.Join(vols["sec"].Path, dataLink)); after != before {
@@ -310,7 +310,7 @@ func TestEmptyDirMemory(t *testing.T) {
 		corev1.Volume{Name: "small", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &limit}}},
 	)
 	t.Cleanup(func() { _ = m.Teardown(p.UID) })
-	vols, err := m.Setup(context.Background(), p)
+	vols, err := m.Setup(t.Context(), p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +329,7 @@ func TestEmptyDirMemory(t *testing.T) {
 	// subPath: dgtrwxrwxrwx).
 	gid := int64(123)
 	p.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: &gid}
-	if vols, err = m.Setup(context.Background(), p); err != nil {
+	if vols, err = m.Setup(t.Context(), p); err != nil {
 		t.Fatal(err)
 	}
 	sub, err := subPath(vols["mem"].Path, "test-sub")
@@ -390,7 +390,7 @@ func TestPodUsersOwnTheirVolumes(t *testing.T) {
 		corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 	)
 	t.Cleanup(func() { _ = m.Teardown(p.UID) })
-	vols, err := m.Setup(context.Background(), p)
+	vols, err := m.Setup(t.Context(), p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,7 +417,7 @@ func TestPodUsersOwnTheirVolumes(t *testing.T) {
 
 	// a second sync rewrites nothing.
 	before, _ := os.Readlink(filepath.Join(vols["sec"].Path, dataLink))
-	if _, err := m.Setup(context.Background(), p); err != nil {
+	if _, err := m.Setup(t.Context(), p); err != nil {
 		t.Fatal(err)
 	}
 	if after, _ := os.Readlink(filepath.Join(vols["sec"].Path, dataLink)); after != before {

@@ -117,7 +117,7 @@ func TestHTTP(t *testing.T) {
 				t.Fatal(err)
 			}
 			start := time.Now()
-			got, out := p.Probe(context.Background(), req, tc.timeout)
+			got, out := p.Probe(t.Context(), req, tc.timeout)
 			if got != tc.want || !strings.Contains(out, tc.outHas) {
 				t.Errorf("probe %s = %v %q; want %v containing %q", tc.path, got, out, tc.want, tc.outHas)
 			}
@@ -173,10 +173,10 @@ func TestTCP(t *testing.T) {
 			_ = c.Close()
 		}
 	}()
-	if r, out := TCP(context.Background(), "127.0.0.1", l.Addr().(*net.TCPAddr).Port, time.Second); r != Success {
+	if r, out := TCP(t.Context(), "127.0.0.1", l.Addr().(*net.TCPAddr).Port, time.Second); r != Success {
 		t.Errorf("open port: %v %q", r, out)
 	}
-	if r, out := TCP(context.Background(), "127.0.0.1", freeClosedPort(t), time.Second); r != Failure || !strings.Contains(out, "refused") {
+	if r, out := TCP(t.Context(), "127.0.0.1", freeClosedPort(t), time.Second); r != Failure || !strings.Contains(out, "refused") {
 		t.Errorf("closed port: %v %q, want a refused failure", r, out)
 	}
 }
@@ -195,17 +195,17 @@ func TestGRPC(t *testing.T) {
 	defer srv.Stop()
 	port := l.Addr().(*net.TCPAddr).Port
 
-	if r, out := GRPC(context.Background(), "127.0.0.1", "", port, time.Second); r != Success {
+	if r, out := GRPC(t.Context(), "127.0.0.1", "", port, time.Second); r != Success {
 		t.Errorf("serving: %v %q", r, out)
 	}
-	if r, out := GRPC(context.Background(), "127.0.0.1", "db", port, time.Second); r != Failure || !strings.Contains(out, "NOT_SERVING") {
+	if r, out := GRPC(t.Context(), "127.0.0.1", "db", port, time.Second); r != Failure || !strings.Contains(out, "NOT_SERVING") {
 		t.Errorf("not serving: %v %q", r, out)
 	}
-	if r, out := GRPC(context.Background(), "127.0.0.1", "nosuch", port, time.Second); r != Failure {
+	if r, out := GRPC(t.Context(), "127.0.0.1", "nosuch", port, time.Second); r != Failure {
 		t.Errorf("unknown service: %v %q", r, out)
 	}
 	start := time.Now()
-	if r, out := GRPC(context.Background(), "127.0.0.1", "", freeClosedPort(t), 500*time.Millisecond); r != Failure {
+	if r, out := GRPC(t.Context(), "127.0.0.1", "", freeClosedPort(t), 500*time.Millisecond); r != Failure {
 		t.Errorf("closed port: %v %q", r, out)
 	}
 	if time.Since(start) > 3*time.Second {
@@ -218,7 +218,7 @@ func TestGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer mute.Close()
-	if r, out := GRPC(context.Background(), "127.0.0.1", "", mute.Addr().(*net.TCPAddr).Port, 300*time.Millisecond); r != Failure || !strings.Contains(out, "timeout") {
+	if r, out := GRPC(t.Context(), "127.0.0.1", "", mute.Addr().(*net.TCPAddr).Port, 300*time.Millisecond); r != Failure || !strings.Contains(out, "timeout") {
 		t.Errorf("mute server: %v %q, want a timeout failure", r, out)
 	}
 }
@@ -247,7 +247,7 @@ func TestExec(t *testing.T) {
 		{"no runtime", fakeRunner{err: fmt.Errorf("no responders")}, Unknown, "", true},
 	}
 	for _, tc := range cases {
-		r, out, err := Exec(context.Background(), tc.r, []string{"true"}, time.Second)
+		r, out, err := Exec(t.Context(), tc.r, []string{"true"}, time.Second)
 		if r != tc.want || !strings.Contains(out, tc.out) || (err != nil) != tc.err {
 			t.Errorf("%s: %v %q %v; want %v %q err=%v", tc.name, r, out, err, tc.want, tc.out, tc.err)
 		}

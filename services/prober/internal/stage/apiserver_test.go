@@ -29,7 +29,7 @@ func TestUnhealthyEventInAPIServer(t *testing.T) {
 	lp.FailureThreshold = 1
 	want := newPod("events", nil, lp, nil)
 	want.UID = ""
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	pod, err := cs.CoreV1().Pods("default").Create(ctx, want, metav1.CreateOptions{})
 	if err != nil {

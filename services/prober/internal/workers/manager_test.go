@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/testenv"
 	"github.com/splitlet/splitlet/services/prober/internal/probe"
 )
 
@@ -57,7 +58,7 @@ func TestContainerRunningBeforeProberStarted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = m.Stop(context.Background()) }()
+	defer func() { _ = m.Stop(t.Context()) }()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "old", Namespace: "default", UID: "old-uid"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{
@@ -72,13 +73,7 @@ func TestContainerRunningBeforeProberStarted(t *testing.T) {
 		ContainerStatuses: []corev1.ContainerStatus{{Name: "app", ContainerID: "sim://old",
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(time.Now().Add(-time.Minute))}}}}})
 	m.UpsertPod("api", pod)
-	deadline := time.Now().Add(5 * time.Second)
-	for len(rec.list()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no result within 5s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.EventuallyTrue(t, 5*time.Second, "a probe result", func() bool { return len(rec.list()) > 0 })
 	got := rec.list()
 	if got[0].Probe != bus.ProbeReadiness || got[0].Result != bus.ProbeSuccess {
 		t.Errorf("first result %+v, want Readiness Success and no initial Failure", got[0])
@@ -159,6 +154,6 @@ func TestReadinessRunsWhenStartupSucceeds(t *testing.T) {
 		if startedAt.IsZero() {
 			t.Errorf("sidecar %v: ready without a startup success: %+v", sidecar, rec.list())
 		}
-		_ = m.Stop(context.Background())
+		_ = m.Stop(t.Context())
 	}
 }

@@ -1,7 +1,6 @@
 package workers
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -21,7 +20,7 @@ func TestStatusOrderedPerPod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = m.Stop(context.Background()) }()
+	defer func() { _ = m.Stop(t.Context()) }()
 	for _, uid := range []types.UID{"a", "b"} {
 		// a probe whose first run is an hour away: the pod's statuses
 		// are kept, and no worker probes within the test.
@@ -96,7 +95,7 @@ func TestUnprobedPodKeepsNoStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = m.Stop(context.Background()) }()
+	defer func() { _ = m.Stop(t.Context()) }()
 	st := func(uid types.UID) *bus.PodRuntimeStatus {
 		return &bus.PodRuntimeStatus{UID: uid, Namespace: "default", Name: string(uid),
 			ContainerStatuses: []corev1.ContainerStatus{{Name: "app", ContainerID: "c://" + string(uid)}}}
@@ -145,7 +144,7 @@ func TestUnprobedPodKeepsNoSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = m.Stop(context.Background()) }()
+	defer func() { _ = m.Stop(t.Context()) }()
 	spec := func(uid types.UID) *corev1.Pod {
 		m.mu.Lock()
 		defer m.mu.Unlock()

@@ -238,12 +238,7 @@ func (h *harness) startRunner(o harnessOptions) *Runner {
 // eventually polls check until it returns nil or the deadline passes.
 func (h *harness) eventually(what string, check func() error) {
 	h.t.Helper()
-	testenv.Eventually(h.t, 30*time.Second, what, func() (bool, string) {
-		if err := check(); err != nil {
-			return false, err.Error()
-		}
-		return true, ""
-	})
+	testenv.EventuallyNoError(h.t, 30*time.Second, what, check)
 }
 
 func (h *harness) partition(uid types.UID) int { return bus.Partition(string(uid), h.partitions) }

@@ -1,7 +1,6 @@
 package service
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // TestLifecycle follows pods through pending, running, ready, not ready,
@@ -315,7 +315,7 @@ func TestBurstIsCoalesced(t *testing.T) {
 	p := h.createPod("burst", nil)
 	const changes = 60
 	for i := 1; i <= changes; i++ {
-		if _, err := h.workers.PublishAsync(context.Background(), bus.For(h.node).PodStatus(h.partition(p.UID)), bus.KindPodRuntimeStatus, "",
+		if _, err := h.workers.PublishAsync(t.Context(), bus.For(h.node).PodStatus(h.partition(p.UID)), bus.KindPodRuntimeStatus, "",
 			runtimeStatus(p, runningC("app", fmt.Sprintf("sim://b%d", i), int32(i)))); err != nil {
 			t.Fatal(err)
 		}
@@ -365,13 +365,10 @@ func TestBadInput(t *testing.T) {
 
 func waitNextSecond(t *testing.T, since metav1.Time) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Truncate(time.Second).Equal(since.Truncate(time.Second)) || time.Now().Before(since.Time) {
-		if time.Now().After(deadline) {
-			t.Fatal("clock did not move")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.EventuallyTrue(t, 5*time.Second, "the clock past "+since.String()+"'s second", func() bool {
+		now := time.Now()
+		return !now.Truncate(time.Second).Equal(since.Truncate(time.Second)) && !now.Before(since.Time)
+	})
 }
 
 // TestStopDrains: statuses still waiting for their coalescing delay are
