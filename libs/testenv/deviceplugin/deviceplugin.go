@@ -80,8 +80,10 @@ func (p *Plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*plu
 	if err := p.called("GetDevicePluginOptions"); err != nil {
 		return nil, err
 	}
-	o := p.Options
-	return &o, nil
+	return &pluginapi.DevicePluginOptions{
+		PreStartRequired:                p.Options.PreStartRequired,
+		GetPreferredAllocationAvailable: p.Options.GetPreferredAllocationAvailable,
+	}, nil
 }
 
 // ListAndWatch implements the plugin API.
