@@ -43,7 +43,7 @@ func TestComposeNATSConfigs(t *testing.T) {
 	kubeconfig := filepath.Join(state, "kubeconfig")
 	ids, natsDir := filepath.Join(out, "identities"), filepath.Join(out, "nats")
 	r := startRun(t, kubeconfig, "--state-dir="+state, fmt.Sprintf("--port=%d", port), "--etcd-url="+etcdURL, "--etcd-certs="+h.paths["/etcd-pki"], "--bin-dir="+binDir,
-		"--identities-dir="+ids, "--nats-dir="+natsDir, "--node-name=conf-node",
+		"--identities-dir="+ids, "--nats-dir="+natsDir, "--node-name=conf-node", "--node-dir="+filepath.Join(out, "node"),
 		"--nats-routes="+hostports(routes))
 	r.stop(t)
 	admin := natsAdmin(t, ids)
