@@ -27,6 +27,8 @@ import (
 	"k8s.io/client-go/util/certificate"
 	"k8s.io/client-go/util/certificate/csr"
 	"k8s.io/client-go/util/keyutil"
+
+	"github.com/splitlet/splitlet/libs/atomicfile"
 )
 
 // The node's identity: the user and group a kubelet's client certificate
@@ -207,29 +209,5 @@ func writeKubeconfig(path string, bootstrap *clientcmdapi.Config, certFile strin
 	if err != nil {
 		return err
 	}
-	return writePrivate(path, data)
-}
-
-// writePrivate replaces path with data at once, mode 0600, making its
-// directory (0700) when missing.
-func writePrivate(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	return atomicfile.Write(path, data)
 }

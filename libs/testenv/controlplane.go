@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/splitlet/splitlet/libs/atomicfile"
 )
 
 // Users the control plane knows by bearer token.
@@ -416,28 +418,7 @@ func WriteKubeconfigFor(path, user string, cfg *rest.Config) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	return writePrivateFile(path, data)
-}
-
-// writePrivateFile replaces path's content with data at once, mode 0600
-// whatever the mode of the file it replaces.
-func writePrivateFile(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(f.Name(), 0o600)
-	}
-	if err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	return atomicfile.Write(path, data)
 }
 
 // ClientConfig returns a client configuration that authenticates with a

@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/splitlet/splitlet/libs/atomicfile"
 )
 
 // MetricsServerBinary is metrics-server, which `make testenv` builds into
@@ -220,10 +222,10 @@ func metricsServerCert(cp *ControlPlane, dir string) error {
 	if err != nil {
 		return err
 	}
-	if err := writePrivateFile(filepath.Join(dir, MetricsServerCert), certPEM); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, MetricsServerCert), certPEM); err != nil {
 		return err
 	}
-	return writePrivateFile(filepath.Join(dir, MetricsServerKey), keyPEM)
+	return atomicfile.Write(filepath.Join(dir, MetricsServerKey), keyPEM)
 }
 
 // metricsServerRBAC grants MetricsServerUser what metrics-server's own

@@ -13,6 +13,8 @@ import (
 	"sync"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/splitlet/splitlet/libs/atomicfile"
 )
 
 // pullRecords remembers which credentials pulled each image, so that an
@@ -87,7 +89,7 @@ func (p *pullRecords) intend(image string) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return writeFileAtomic(p.intentPath(image), []byte(image))
+	return atomicfile.Write(p.intentPath(image), []byte(image))
 }
 
 // done records what pulled image as ref (auth nil: an anonymous pull),
@@ -116,7 +118,7 @@ func (p *pullRecords) done(image, ref string, auth *runtimeapi.AuthConfig) error
 		if err != nil {
 			return err
 		}
-		if err := writeFileAtomic(p.pulledPath(ref), data); err != nil {
+		if err := atomicfile.Write(p.pulledPath(ref), data); err != nil {
 			return err
 		}
 	}
@@ -139,29 +141,4 @@ func (p *pullRecords) read(ref string) (*pulledRecord, error) {
 		return nil, fmt.Errorf("image pull record of %s: %w", ref, err)
 	}
 	return &rec, nil
-}
-
-// writeFileAtomic writes a file (0600, in a 0700 directory) through a
-// temporary file and a rename, so that a kill leaves the old or the new.
-func writeFileAtomic(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

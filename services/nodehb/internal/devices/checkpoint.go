@@ -4,9 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"path/filepath"
 
 	"go.uber.org/zap"
+
+	"github.com/splitlet/splitlet/libs/atomicfile"
 )
 
 // checkpoint is what survives a restart (kubelet: the device manager's
@@ -33,34 +34,11 @@ func (m *Manager) saveLocked() {
 	}
 	data, err := json.Marshal(cp)
 	if err == nil {
-		err = writeAtomic(m.cfg.Checkpoint, data)
+		err = atomicfile.Write(m.cfg.Checkpoint, data)
 	}
 	if err != nil {
 		m.log.Error("cannot write the device checkpoint", zap.String("path", m.cfg.Checkpoint), zap.Error(err))
 	}
-}
-
-func writeAtomic(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 // load reads the checkpoint: the allocations as they were, and each
