@@ -466,33 +466,52 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 	}
 	st := runtime.ContainerStatus{PodUID: p.UID, Name: c.Name, Attempt: attempt, Hash: runtime.ContainerHash(c), Image: c.Image,
 		Resources: runtime.StartResources(c)}
-	fail := func(reason, message string, err error) (runtime.ContainerStatus, error) {
-		st.State, st.Reason, st.Message = runtime.StateExited, reason, message
-		r.log.Info("container cannot start", append(logging.Pod(p.Namespace, p.Name, string(p.UID)),
-			zap.String("container", c.Name), zap.String("reason", reason), zap.String("message", message))...)
-		return st, fmt.Errorf("cri: container %q of pod %s: %s: %w", c.Name, p.UID, reason, err)
-	}
 	if attempt < 0 {
 		err := fmt.Errorf("attempt %d < 0", attempt)
-		return fail(ReasonCreateConfigError, err.Error(), err)
+		return r.cannotStart(p, c, st, ReasonCreateConfigError, err.Error(), err)
 	}
 	if err := ctx.Err(); err != nil {
 		st.State = runtime.StateUnknown
 		return st, err
 	}
+	pd := r.beginPodWork(p)
+	defer r.endPodWork(pd)
+	return r.createAndStart(ctx, p, pd, c, attempt, opts, st)
+}
+
+// cannotStart reports a container that could not be made: st exited with
+// reason and message, logged, and the error the caller returns.
+func (r *Runtime) cannotStart(p *corev1.Pod, c *corev1.Container, st runtime.ContainerStatus, reason, message string, err error) (runtime.ContainerStatus, error) {
+	st.State, st.Reason, st.Message = runtime.StateExited, reason, message
+	r.log.Info("container cannot start", append(logging.Pod(p.Namespace, p.Name, string(p.UID)),
+		zap.String("container", c.Name), zap.String("reason", reason), zap.String("message", message))...)
+	return st, fmt.Errorf("cri: container %q of pod %s: %s: %w", c.Name, p.UID, reason, err)
+}
+
+// beginPodWork marks the pod busy while one of its containers starts (so it
+// is neither forgotten nor its cgroup removed) and notes its name and spec.
+func (r *Runtime) beginPodWork(p *corev1.Pod) *pod {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	pd := r.podLocked(p.UID)
 	pd.busy++
 	pd.namespace, pd.name = p.Namespace, p.Name
 	if r.opts.cgroups != nil {
 		pd.spec = p.DeepCopy()
 	}
+	return pd
+}
+
+// endPodWork undoes beginPodWork's busy mark.
+func (r *Runtime) endPodWork(pd *pod) {
+	r.mu.Lock()
+	pd.busy--
 	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		pd.busy--
-		r.mu.Unlock()
-	}()
+}
+
+// createAndStart makes one container instance in the pod's sandbox and
+// starts it; st is the status so far, filled in as the steps go.
+func (r *Runtime) createAndStart(ctx context.Context, p *corev1.Pod, pd *pod, c *corev1.Container, attempt int, opts runtime.StartOptions, st runtime.ContainerStatus) (runtime.ContainerStatus, error) {
 	// kubelet: the sandbox comes first (SyncPod), then each container's
 	// image, config, create and start (startContainer).
 	sb, err := r.ensureSandbox(ctx, p, pd, opts)
@@ -501,7 +520,7 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 			st.State = runtime.StateUnknown
 			return st, ctx.Err()
 		}
-		return fail(ReasonContainerCreating, runtime.SandboxFailed+grpcMessage(err), err)
+		return r.cannotStart(p, c, st, ReasonContainerCreating, runtime.SandboxFailed+grpcMessage(err), err)
 	}
 	if got, ok := r.settleCreated(ctx, p.UID, c.Name); ok {
 		// the start that was cut short went through after all.
@@ -513,8 +532,32 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 			st.State = runtime.StateUnknown
 			return st, ctx.Err()
 		}
-		return fail(reason, msg, err)
+		return r.cannotStart(p, c, st, reason, msg, err)
 	}
+	cfg, err := r.prepareContainer(ctx, p, c, attempt, imageRef, sb, opts)
+	if err != nil {
+		return r.cannotStart(p, c, st, ReasonCreateConfigError, err.Error(), err)
+	}
+	begun := time.Now()
+	id, err := r.rs.CreateContainer(ctx, sb.id, cfg, sb.config)
+	if err != nil {
+		return r.cannotStart(p, c, st, ReasonCreateError, grpcMessage(err), err)
+	}
+	st.ID = r.containerID(id)
+	st.CreatedAt = begun
+	st.LogPath = filepath.Join(sb.config.LogDirectory, cfg.LogPath)
+	created := st
+	created.State = runtime.StateCreated
+	r.apply(id, created, begun)
+	if err := r.rs.StartContainer(ctx, id); err != nil {
+		return r.cannotRun(ctx, p, c, id, created, begun, err)
+	}
+	return r.started(ctx, p, c, attempt, id, created, begun), nil
+}
+
+// prepareContainer checks a runAsNonRoot container against its image's user,
+// then builds its CRI config and log directory; any error is a CreateConfigError.
+func (r *Runtime) prepareContainer(ctx context.Context, p *corev1.Pod, c *corev1.Container, attempt int, imageRef string, sb *sandbox, opts runtime.StartOptions) (*runtimeapi.ContainerConfig, error) {
 	if runsAsNonRoot(p, c) {
 		var uid *int64
 		var user string
@@ -526,51 +569,46 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 			user = st.GetImage().GetUsername()
 		}
 		if err := verifyNonRoot(p, c, uid, user); err != nil {
-			return fail(ReasonCreateConfigError, err.Error(), err)
+			return nil, err
 		}
 	}
 	cfg, err := r.containerConfig(ctx, p, c, attempt, imageRef, sb.ip, opts)
 	if err != nil {
-		return fail(ReasonCreateConfigError, err.Error(), err)
+		return nil, err
 	}
 	if err := os.MkdirAll(filepath.Join(sb.config.LogDirectory, c.Name), 0o755); err != nil {
-		return fail(ReasonCreateConfigError, err.Error(), err)
+		return nil, err
 	}
-	begun := time.Now()
-	id, err := r.rs.CreateContainer(ctx, sb.id, cfg, sb.config)
-	if err != nil {
-		return fail(ReasonCreateError, grpcMessage(err), err)
+	return cfg, nil
+}
+
+// cannotRun reports a created container whose start failed: it exists and
+// tells why it did not run (containerd: StartError, exit code 128); it is an
+// instance like any other, whose failure this call reports (no event).
+func (r *Runtime) cannotRun(ctx context.Context, p *corev1.Pod, c *corev1.Container, id string, created runtime.ContainerStatus, begun time.Time, err error) (runtime.ContainerStatus, error) {
+	r.mu.Lock()
+	if in := r.byID[id]; in != nil {
+		in.failedStart = true
 	}
-	st.ID = r.containerID(id)
-	st.CreatedAt = begun
-	st.LogPath = filepath.Join(sb.config.LogDirectory, cfg.LogPath)
-	created := st
-	created.State = runtime.StateCreated
-	r.apply(id, created, begun)
-	if err := r.rs.StartContainer(ctx, id); err != nil {
-		// The container exists and tells why it did not run (containerd:
-		// StartError, exit code 128); it is an instance like any other,
-		// whose failure this call reports (no event).
-		r.mu.Lock()
-		if in := r.byID[id]; in != nil {
-			in.failedStart = true
-		}
-		r.mu.Unlock()
-		// The caller's context may be what cut the start short; the
-		// status is read back all the same.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		got, serr := r.refresh(rctx, id, begun)
-		cancel()
-		if serr != nil {
-			got = created
-			got.State, got.Reason, got.Message = runtime.StateExited, ReasonRunContainerError, grpcMessage(err)
-		}
-		r.log.Info("container cannot run", append(logging.Pod(p.Namespace, p.Name, string(p.UID)),
-			zap.String("container", c.Name), zap.String("id", got.ID), zap.Error(err))...)
-		return got, fmt.Errorf("cri: start container %q of pod %s: %w", c.Name, p.UID, err)
+	r.mu.Unlock()
+	// The caller's context may be what cut the start short; the
+	// status is read back all the same.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	got, serr := r.refresh(rctx, id, begun)
+	cancel()
+	if serr != nil {
+		got = created
+		got.State, got.Reason, got.Message = runtime.StateExited, ReasonRunContainerError, grpcMessage(err)
 	}
-	// It ran: record it running first, so that an exit already over by the
-	// time its status is read is announced like any other.
+	r.log.Info("container cannot run", append(logging.Pod(p.Namespace, p.Name, string(p.UID)),
+		zap.String("container", c.Name), zap.String("id", got.ID), zap.Error(err))...)
+	return got, fmt.Errorf("cri: start container %q of pod %s: %w", c.Name, p.UID, err)
+}
+
+// started records a container that ran: running first, so that an exit
+// already over by the time its status is read is announced like any other;
+// then links its log and prunes the container's older instances.
+func (r *Runtime) started(ctx context.Context, p *corev1.Pod, c *corev1.Container, attempt int, id string, created runtime.ContainerStatus, begun time.Time) runtime.ContainerStatus {
 	running := created
 	running.State, running.StartedAt = runtime.StateRunning, time.Now()
 	r.apply(id, running, begun)
@@ -582,7 +620,7 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 	r.log.Debug("container started", append(logging.Pod(p.Namespace, p.Name, string(p.UID)),
 		zap.String("container", c.Name), zap.String("id", got.ID), zap.Int("attempt", attempt))...)
 	r.prune(ctx, p.UID, c.Name)
-	return got, nil
+	return got
 }
 
 // settleCreated deals with the instances of a container that the cache

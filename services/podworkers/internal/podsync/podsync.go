@@ -627,197 +627,245 @@ func (s *Syncer) syncAndReport(ctx context.Context, pod *corev1.Pod) (podworkers
 	return res, err
 }
 
+// syncContainers drives the pod's containers one step toward its spec: init
+// containers first, then app containers, then ephemeral ones while the pod runs.
 func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworkers.SyncResult, error) {
 	var res podworkers.SyncResult
 	byName := instances(s.rt.PodContainers(pod.UID))
-	policy := pod.Spec.RestartPolicy
-	requeue := func(d time.Duration) {
-		if d <= 0 {
-			d = 10 * time.Millisecond
-		}
-		if res.RequeueAfter == 0 || d < res.RequeueAfter {
-			res.RequeueAfter = d
-		}
-	}
-	// init containers, in order, each to completion (kubelet: computeInitContainerActions).
-	for i := range pod.Spec.InitContainers {
-		c := &pod.Spec.InitContainers[i]
-		last := latest(byName[c.Name])
-		if isSidecar(c) {
-			// kubelet: a sidecar (restartPolicy Always on an init container)
-			// lets the next init container start once it runs, and is kept
-			// running, restarted with back-off, for the pod's whole life.
-			// kubelet: while the pod initializes, a sidecar with a startup
-			// probe holds the next containers back until the probe passes
-			// (the prober's result wakes this worker).
-			holds := c.StartupProbe != nil && !anyStarted(byName, pod.Spec.Containers)
-			switch {
-			case last == nil:
-				if err := s.start(ctx, pod, c, nil); err != nil || holds {
-					return res, err
-				}
-			case last.State == runtime.StateCreated:
-				// kubelet: a container stuck in Created (its start was cut
-				// short) is started again (computeInitContainerActions).
-				if err := s.start(ctx, pod, c, last); err != nil || holds {
-					return res, err
-				}
-			case last.State == runtime.StateExited:
-				// a sidecar that ran once does not hold the others back
-				// while it waits out its back-off.
-				if wait, d := s.inBackOff(pod, c, last); wait {
-					s.backOffEvent(pod, c)
-					requeue(d)
-				} else if err := s.start(ctx, pod, c, last); err != nil {
-					return res, err
-				}
-			case s.takeLivenessFailure(last.ID):
-				_ = s.kill(ctx, pod, c.Name, last.ID, s.killGrace(pod, last.ID))
-				requeue(time.Millisecond)
-				return res, nil
-			case holds && last.State == runtime.StateRunning && !s.sidecarStarted(c, last):
-				return res, nil
-			}
-			continue
-		}
-		switch {
-		case last == nil:
-			return res, s.start(ctx, pod, c, nil)
-		case last.State == runtime.StateCreated:
-			// kubelet: an init container stuck in Created is started again
-			// (computeInitContainerActions).
-			return res, s.start(ctx, pod, c, last)
-		case last.State == runtime.StateRunning:
-			if s.takeLivenessFailure(last.ID) {
-				_ = s.kill(ctx, pod, c.Name, last.ID, s.killGrace(pod, last.ID))
-			}
-			return res, nil
-		case last.State == runtime.StateExited && last.ExitCode == 0:
-			continue
-		default:
-			// a failed init container fails the pod under Never, else restarts.
-			if policy == corev1.RestartPolicyNever {
-				res.Terminal = true
-				return res, nil
-			}
-			if wait, d := s.inBackOff(pod, c, last); wait {
-				s.backOffEvent(pod, c)
-				requeue(d)
-				return res, nil
-			}
-			return res, s.start(ctx, pod, c, last)
-		}
+	if stop, err := s.syncInitContainers(ctx, pod, byName, &res); stop {
+		return res, err
 	}
 	var errs []error
 	allDone := true
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
-		last := latest(byName[c.Name])
-		if last == nil {
-			allDone = false
-			errs = append(errs, s.start(ctx, pod, c, nil))
-			continue
-		}
-		if last.State == runtime.StateCreated {
-			// kubelet: a container stuck in Created (its start was cut
-			// short) is always started again, whatever the restart policy
-			// (ShouldContainerBeRestarted), with no back-off.
-			allDone = false
-			errs = append(errs, s.start(ctx, pod, c, last))
-			continue
-		}
-		if last.State == runtime.StateRunning {
-			want, resized, resizeRestart := resizeOf(last, c)
-			redefined := specChanged(last, c)
-			if resized && !resizeRestart && !redefined {
-				// kubelet: CPU and memory change in place, the container
-				// keeps running.
-				if rz, ok := s.rt.(runtime.Resizer); ok {
-					if err := rz.UpdateContainerResources(ctx, last.ID, want); err != nil {
-						errs = append(errs, err)
-					} else {
-						s.log.Info("container resized", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)), zap.String("container", c.Name))...)
-					}
-				}
-			}
-			if redefined || resizeRestart {
-				// kubelet: a container whose definition changed (or whose
-				// resize needs a restart) is killed and started again
-				// whatever the restart policy, with no back-off.
-				allDone = false
-				why := fmt.Sprintf("Container %s definition changed", c.Name)
-				if !redefined {
-					why = fmt.Sprintf("Container %s resize requires restart", c.Name)
-				}
-				s.log.Info("restarting container", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)), zap.String("container", c.Name), zap.String("why", why))...)
-				s.event(pod, c.Name, corev1.EventTypeNormal, EventKilling, "%s, will be restarted", why)
-				if err := s.kill(ctx, pod, c.Name, last.ID, graceOf(pod)); err != nil {
-					errs = append(errs, err)
-					continue
-				}
-				s.backOff.Reset(specBackOffKey(pod, c))
-				st, err := s.startContainer(ctx, pod, c, last.Attempt+1)
-				s.observeStart(ctx, pod, c, st, err)
-				s.startEvents(ctx, pod, c, st, err)
-				s.noteStart(pod.UID, c.Name, st, err)
-				if st.ID != "" {
-					s.recordID(pod.UID, st.ID)
-				}
-				if err != nil {
-					errs = append(errs, err)
-				}
-				continue
-			}
-			if !s.takeLivenessFailure(last.ID) {
-				allDone = false
-				continue
-			}
-			// kubelet: a container that fails liveness is killed, then
-			// restarted according to the restart policy.
-			s.log.Info("probe failed, killing container", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)), zap.String("container", c.Name))...)
-			if err := s.kill(ctx, pod, c.Name, last.ID, s.killGrace(pod, last.ID)); err != nil {
-				errs = append(errs, err)
-				allDone = false
-				continue
-			}
-			for _, cs := range s.rt.PodContainers(pod.UID) {
-				if cs.ID == last.ID {
-					cp := cs
-					last = &cp
-				}
-			}
-			// kubelet: after a liveness kill the container restarts unless
-			// the policy is Never, whatever its exit code.
-			if policy == corev1.RestartPolicyNever {
-				continue
-			}
-		} else if !shouldRestart(policy, last.ExitCode) && (policy == corev1.RestartPolicyNever || !s.wasLivenessKilled(last.ID)) {
-			continue
-		}
-		allDone = false
-		if wait, d := s.inBackOff(pod, c, last); wait {
-			s.backOffEvent(pod, c)
-			requeue(d)
-			continue
-		}
-		errs = append(errs, s.start(ctx, pod, c, last))
+		done, cerrs := s.syncAppContainer(ctx, pod, c, latest(byName[c.Name]), &res)
+		errs = append(errs, cerrs...)
+		allDone = allDone && done
 	}
 	if allDone && len(pod.Spec.Containers) > 0 {
 		res.Terminal = true
 	}
 	if !res.Terminal {
-		// kubelet: an ephemeral container is started once, while the pod
-		// runs, and never restarted.
-		for i := range pod.Spec.EphemeralContainers {
-			c := ephemeral(&pod.Spec.EphemeralContainers[i])
-			if last := latest(byName[c.Name]); last == nil {
-				errs = append(errs, s.start(ctx, pod, c, nil))
-			} else if last.State == runtime.StateCreated {
-				errs = append(errs, s.start(ctx, pod, c, last))
-			}
-		}
+		errs = append(errs, s.startEphemeral(ctx, pod, byName)...)
 	}
 	return res, errors.Join(errs...)
+}
+
+// requeue asks for the pod to be synced again after d, keeping the earliest
+// of the delays asked for in one sync.
+func requeue(res *podworkers.SyncResult, d time.Duration) {
+	if d <= 0 {
+		d = 10 * time.Millisecond
+	}
+	if res.RequeueAfter == 0 || d < res.RequeueAfter {
+		res.RequeueAfter = d
+	}
+}
+
+// syncInitContainers runs the init containers in order, each to completion
+// (kubelet: computeInitContainerActions); stop means the app containers wait.
+func (s *Syncer) syncInitContainers(ctx context.Context, pod *corev1.Pod, byName map[string][]runtime.ContainerStatus, res *podworkers.SyncResult) (stop bool, err error) {
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		last := latest(byName[c.Name])
+		if isSidecar(c) {
+			// kubelet: while the pod initializes, a sidecar with a startup
+			// probe holds the next containers back until the probe passes
+			// (the prober's result wakes this worker).
+			holds := c.StartupProbe != nil && !anyStarted(byName, pod.Spec.Containers)
+			if stop, err := s.syncSidecar(ctx, pod, c, last, holds, res); stop {
+				return true, err
+			}
+			continue
+		}
+		if stop, err := s.syncInitContainer(ctx, pod, c, last, res); stop {
+			return true, err
+		}
+	}
+	return false, nil
+}
+
+// syncSidecar keeps a sidecar (restartPolicy Always on an init container)
+// running, restarted with back-off, for the pod's whole life (kubelet); once
+// it runs the next init container may start, unless holds and it has not started.
+func (s *Syncer) syncSidecar(ctx context.Context, pod *corev1.Pod, c *corev1.Container, last *runtime.ContainerStatus, holds bool, res *podworkers.SyncResult) (stop bool, err error) {
+	switch {
+	case last == nil:
+		if err := s.start(ctx, pod, c, nil); err != nil || holds {
+			return true, err
+		}
+	case last.State == runtime.StateCreated:
+		// kubelet: a container stuck in Created (its start was cut
+		// short) is started again (computeInitContainerActions).
+		if err := s.start(ctx, pod, c, last); err != nil || holds {
+			return true, err
+		}
+	case last.State == runtime.StateExited:
+		// a sidecar that ran once does not hold the others back
+		// while it waits out its back-off.
+		if wait, d := s.inBackOff(pod, c, last); wait {
+			s.backOffEvent(pod, c)
+			requeue(res, d)
+		} else if err := s.start(ctx, pod, c, last); err != nil {
+			return true, err
+		}
+	case s.takeLivenessFailure(last.ID):
+		_ = s.kill(ctx, pod, c.Name, last.ID, s.killGrace(pod, last.ID))
+		requeue(res, time.Millisecond)
+		return true, nil
+	case holds && last.State == runtime.StateRunning && !s.sidecarStarted(c, last):
+		return true, nil
+	}
+	return false, nil
+}
+
+// syncInitContainer runs one regular init container to completion; stop is
+// false only once it exited 0, so the next one may start.
+func (s *Syncer) syncInitContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, last *runtime.ContainerStatus, res *podworkers.SyncResult) (stop bool, err error) {
+	switch {
+	case last == nil:
+		return true, s.start(ctx, pod, c, nil)
+	case last.State == runtime.StateCreated:
+		// kubelet: an init container stuck in Created is started again
+		// (computeInitContainerActions).
+		return true, s.start(ctx, pod, c, last)
+	case last.State == runtime.StateRunning:
+		if s.takeLivenessFailure(last.ID) {
+			_ = s.kill(ctx, pod, c.Name, last.ID, s.killGrace(pod, last.ID))
+		}
+		return true, nil
+	case last.State == runtime.StateExited && last.ExitCode == 0:
+		return false, nil
+	default:
+		// a failed init container fails the pod under Never, else restarts.
+		if pod.Spec.RestartPolicy == corev1.RestartPolicyNever {
+			res.Terminal = true
+			return true, nil
+		}
+		if wait, d := s.inBackOff(pod, c, last); wait {
+			s.backOffEvent(pod, c)
+			requeue(res, d)
+			return true, nil
+		}
+		return true, s.start(ctx, pod, c, last)
+	}
+}
+
+// syncAppContainer moves one app container toward its spec and restart
+// policy; done means it needs nothing more (the pod may be terminal).
+func (s *Syncer) syncAppContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, last *runtime.ContainerStatus, res *podworkers.SyncResult) (done bool, errs []error) {
+	if last == nil {
+		return false, []error{s.start(ctx, pod, c, nil)}
+	}
+	if last.State == runtime.StateCreated {
+		// kubelet: a container stuck in Created (its start was cut
+		// short) is always started again, whatever the restart policy
+		// (ShouldContainerBeRestarted), with no back-off.
+		return false, []error{s.start(ctx, pod, c, last)}
+	}
+	policy := pod.Spec.RestartPolicy
+	if last.State == runtime.StateRunning {
+		want, resized, resizeRestart := resizeOf(last, c)
+		redefined := specChanged(last, c)
+		if resized && !resizeRestart && !redefined {
+			if err := s.resizeInPlace(ctx, pod, c, last, want); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if redefined || resizeRestart {
+			return false, append(errs, s.restartChanged(ctx, pod, c, last, redefined))
+		}
+		if !s.takeLivenessFailure(last.ID) {
+			return false, errs
+		}
+		var err error
+		if last, err = s.killForLiveness(ctx, pod, c, last); err != nil {
+			return false, append(errs, err)
+		}
+		// kubelet: after a liveness kill the container restarts unless
+		// the policy is Never, whatever its exit code.
+		if policy == corev1.RestartPolicyNever {
+			return true, errs
+		}
+	} else if !shouldRestart(policy, last.ExitCode) && (policy == corev1.RestartPolicyNever || !s.wasLivenessKilled(last.ID)) {
+		return true, errs
+	}
+	if wait, d := s.inBackOff(pod, c, last); wait {
+		s.backOffEvent(pod, c)
+		requeue(res, d)
+		return false, errs
+	}
+	return false, append(errs, s.start(ctx, pod, c, last))
+}
+
+// resizeInPlace changes a running container's CPU and memory without a
+// restart (kubelet), when the runtime can.
+func (s *Syncer) resizeInPlace(ctx context.Context, pod *corev1.Pod, c *corev1.Container, last *runtime.ContainerStatus, want corev1.ResourceRequirements) error {
+	rz, ok := s.rt.(runtime.Resizer)
+	if !ok {
+		return nil
+	}
+	if err := rz.UpdateContainerResources(ctx, last.ID, want); err != nil {
+		return err
+	}
+	s.log.Info("container resized", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)), zap.String("container", c.Name))...)
+	return nil
+}
+
+// restartChanged kills a running container whose definition changed (or
+// whose resize needs a restart) and starts it again whatever the restart
+// policy, with no back-off (kubelet).
+func (s *Syncer) restartChanged(ctx context.Context, pod *corev1.Pod, c *corev1.Container, last *runtime.ContainerStatus, redefined bool) error {
+	why := fmt.Sprintf("Container %s definition changed", c.Name)
+	if !redefined {
+		why = fmt.Sprintf("Container %s resize requires restart", c.Name)
+	}
+	s.log.Info("restarting container", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)), zap.String("container", c.Name), zap.String("why", why))...)
+	s.event(pod, c.Name, corev1.EventTypeNormal, EventKilling, "%s, will be restarted", why)
+	if err := s.kill(ctx, pod, c.Name, last.ID, graceOf(pod)); err != nil {
+		return err
+	}
+	s.backOff.Reset(specBackOffKey(pod, c))
+	st, err := s.startContainer(ctx, pod, c, last.Attempt+1)
+	s.observeStart(ctx, pod, c, st, err)
+	s.startEvents(ctx, pod, c, st, err)
+	s.noteStart(pod.UID, c.Name, st, err)
+	if st.ID != "" {
+		s.recordID(pod.UID, st.ID)
+	}
+	return err
+}
+
+// killForLiveness kills a container that failed liveness (kubelet) and
+// returns its status as the runtime reports it after the kill.
+func (s *Syncer) killForLiveness(ctx context.Context, pod *corev1.Pod, c *corev1.Container, last *runtime.ContainerStatus) (*runtime.ContainerStatus, error) {
+	s.log.Info("probe failed, killing container", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)), zap.String("container", c.Name))...)
+	if err := s.kill(ctx, pod, c.Name, last.ID, s.killGrace(pod, last.ID)); err != nil {
+		return last, err
+	}
+	for _, cs := range s.rt.PodContainers(pod.UID) {
+		if cs.ID == last.ID {
+			cp := cs
+			last = &cp
+		}
+	}
+	return last, nil
+}
+
+// startEphemeral starts each ephemeral container once, while the pod runs;
+// it is never restarted (kubelet).
+func (s *Syncer) startEphemeral(ctx context.Context, pod *corev1.Pod, byName map[string][]runtime.ContainerStatus) []error {
+	var errs []error
+	for i := range pod.Spec.EphemeralContainers {
+		c := ephemeral(&pod.Spec.EphemeralContainers[i])
+		if last := latest(byName[c.Name]); last == nil {
+			errs = append(errs, s.start(ctx, pod, c, nil))
+		} else if last.State == runtime.StateCreated {
+			errs = append(errs, s.start(ctx, pod, c, last))
+		}
+	}
+	return errs
 }
 
 func graceOf(pod *corev1.Pod) time.Duration {

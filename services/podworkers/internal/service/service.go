@@ -478,6 +478,8 @@ func (r *Runner) newRuntime(ctx context.Context) (runtime.Runtime, error) {
 	}
 }
 
+// run is the replica's life: claim an id, open the runtime, build the pod
+// workers and their inputs, then serve until ctx ends.
 func (r *Runner) run(ctx context.Context) error {
 	if err := r.conn.StreamsReady(ctx); err != nil {
 		return err
@@ -486,13 +488,7 @@ func (r *Runner) run(ctx context.Context) error {
 		return r.runShadow(ctx)
 	}
 	node := r.common.NodeName
-	kv, err := ownership.CreateBucket(ctx, r.conn.JS, bus.NodeToken(node), r.common.NATSReplicas)
-	if err != nil {
-		return err
-	}
-	// a live replica with the same id (replicas sharing a host name) makes
-	// this one take another.
-	id, stopClaim, err := ownership.ClaimID(ctx, kv, r.ID(), r.cfg.LeaseRefresh, r.cfg.LeaseTTL, r.log)
+	kv, id, stopClaim, err := r.claimReplicaID(ctx)
 	if err != nil {
 		return err
 	}
@@ -502,31 +498,19 @@ func (r *Runner) run(ctx context.Context) error {
 			stopClaim()
 		}
 	}()
-	if id != r.ID() {
-		r.mu.Lock()
-		r.id = id
-		r.mu.Unlock()
-		r.log = r.baseLog.With(zap.String("replica", id))
-	}
-	rt, err := r.newRuntime(ctx)
+	rt, err := r.openRuntime(ctx)
 	if err != nil {
-		return fmt.Errorf("runtime %s: %w", r.common.Runtime, err)
-	}
-	defer func() { _ = rt.Close() }()
-	if err := r.checkSecurity(rt); err != nil {
 		return err
 	}
+	defer func() { _ = rt.Close() }()
 	allocatable, thisNode, stopNode := r.watchNode(ctx)
 	defer stopNode()
 	r.devices = r.deviceClient(rt, thisNode)
-	nodePods, err := newNodePodsView(ctx, r.cs, node, r.common.Partitions, r.log)
+	nodePods, err := r.watchNodePods(ctx)
 	if err != nil {
 		return err
 	}
 	defer nodePods.shutdown()
-	r.mu.Lock()
-	r.nodePods = nodePods
-	r.mu.Unlock()
 
 	recorder, stopRecorder := kube.NewRecorder(r.cs, node)
 	defer stopRecorder()
@@ -534,7 +518,6 @@ func (r *Runner) run(ctx context.Context) error {
 	defer stopSync()
 	pub := bus.NewPublisher(r.conn.NC, r.conn.JS, node, r.Source(), r.common.BusEncodingOption())
 
-	var owner *ownership.Manager
 	var owned atomic.Pointer[ownership.Manager] // for admission, read before owner is set
 	sink := statuspub.New(pub, r.common.Partitions, r.isActive, r.log.Named("status"))
 	ctrl, err := r.newController(rt, sink, recorder, allocatable, thisNode, func(except types.UID) []*corev1.Pod {
@@ -544,7 +527,71 @@ func (r *Runner) run(ctx context.Context) error {
 		return err
 	}
 	defer owned.Store(nil)
-	owner = ownership.New(ownership.Options{
+	owner := r.newOwnership(kv, id)
+	owned.Store(owner)
+
+	r.mu.Lock()
+	r.rt, r.ctrl, r.owner, r.pub, r.sink, r.vols = rt, ctrl, owner, pub, sink, vols
+	r.mu.Unlock()
+
+	return r.serve(ctx, rt, ctrl, sink, vols, owner, pub, func() {
+		stopClaim()
+		claimHeld = false
+	})
+}
+
+// claimReplicaID opens the node's ownership bucket and claims this replica's
+// id in it; a live replica with the same id (replicas sharing a host name)
+// makes this one take another. stop ends the claim's heartbeat.
+func (r *Runner) claimReplicaID(ctx context.Context) (kv jetstream.KeyValue, id string, stop func(), err error) {
+	kv, err = ownership.CreateBucket(ctx, r.conn.JS, bus.NodeToken(r.common.NodeName), r.common.NATSReplicas)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	id, stop, err = ownership.ClaimID(ctx, kv, r.ID(), r.cfg.LeaseRefresh, r.cfg.LeaseTTL, r.log)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if id != r.ID() {
+		r.mu.Lock()
+		r.id = id
+		r.mu.Unlock()
+		r.log = r.baseLog.With(zap.String("replica", id))
+	}
+	return kv, id, stop, nil
+}
+
+// openRuntime connects the configured container runtime and refuses one the
+// security checks reject (closing it again).
+func (r *Runner) openRuntime(ctx context.Context) (runtime.Runtime, error) {
+	rt, err := r.newRuntime(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("runtime %s: %w", r.common.Runtime, err)
+	}
+	if err := r.checkSecurity(rt); err != nil {
+		_ = rt.Close()
+		return nil, err
+	}
+	return rt, nil
+}
+
+// watchNodePods starts the informer over the node's pods (admission sees the
+// pods of partitions this replica does not own) and publishes it on r.
+func (r *Runner) watchNodePods(ctx context.Context) (*nodePodsView, error) {
+	nodePods, err := newNodePodsView(ctx, r.cs, r.common.NodeName, r.common.Partitions, r.log)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.nodePods = nodePods
+	r.mu.Unlock()
+	return nodePods, nil
+}
+
+// newOwnership builds the partition ownership manager for replica id; a
+// change of the owned set kicks the readiness loop.
+func (r *Runner) newOwnership(kv jetstream.KeyValue, id string) *ownership.Manager {
+	return ownership.New(ownership.Options{
 		KV: kv, ID: id, Partitions: r.common.Partitions, Refresh: r.cfg.LeaseRefresh, TTL: r.cfg.LeaseTTL,
 		Log: r.log.Named("ownership"),
 		Hooks: ownership.Hooks{
@@ -558,12 +605,13 @@ func (r *Runner) run(ctx context.Context) error {
 			},
 		},
 	})
-	owned.Store(owner)
+}
 
-	r.mu.Lock()
-	r.rt, r.ctrl, r.owner, r.pub, r.sink, r.vols = rt, ctrl, owner, pub, sink, vols
-	r.mu.Unlock()
-
+// serve runs the workers, status sink, inputs, GC, ownership and readiness
+// until ctx ends, then hands partitions over before stopping the workers and
+// flushing the last statuses. releaseClaim hands the id's heartbeat to owner.
+func (r *Runner) serve(ctx context.Context, rt runtime.Runtime, ctrl *controller.Controller, sink *statuspub.Publisher,
+	vols *volumes.Manager, owner *ownership.Manager, pub *bus.Publisher, releaseClaim func()) error {
 	var wg sync.WaitGroup
 	ctrlCtx, stopCtrl := context.WithCancel(context.Background())
 	defer stopCtrl()
@@ -590,8 +638,7 @@ func (r *Runner) run(ctx context.Context) error {
 	ownerDone := make(chan struct{})
 	go func() { defer close(ownerDone); owner.Run(ownerCtx) }()
 	// the manager heartbeats the replica's key from its first round.
-	stopClaim()
-	claimHeld = false
+	releaseClaim()
 	readyDone := make(chan struct{})
 	go func() { defer close(readyDone); r.readinessLoop(ctx, owner, pub) }()
 	cgroupsDone := make(chan struct{})
