@@ -189,7 +189,7 @@ func (c *Conn) ensureStreams(ctx context.Context) {
 		if err == nil {
 			c.streams.Store(true)
 			close(c.streamsC)
-			c.log.Info("bus streams ready", zap.String("node", c.node))
+			c.log.Info("bus streams ready")
 			return
 		}
 		if ctx.Err() != nil {
