@@ -85,7 +85,14 @@ func main() {
 	flag.StringVar(&c.criAddress, "cri-address", "", "with --conformance: a containerd socket to use (its CNI network must let the host reach pod IPs); empty: a containerd of its own under <state-dir>/containerd")
 	flag.StringVar(&c.cniBridge, "cni-bridge", "", "with --conformance: the CNI bridge of the containerd it starts; empty: "+defaultCNIBridge+" ("+kubeletCNIBridge+" with --node-agent=kubelet, so that both runs can go at once)")
 	flag.StringVar(&c.cniSubnet, "cni-subnet", "", "with --conformance: the pods' subnet on that bridge; empty: "+defaultCNISubnet+" ("+kubeletCNISubnet+" with --node-agent=kubelet)")
+	var table bool
+	var tableOut string
+	flag.BoolVar(&table, "conformance-table", false, "make conformance-table: read the report directories given as arguments (their summary.json) and rewrite the conformance-table block of --out from them, then stop")
+	flag.StringVar(&tableOut, "out", "docs/conformance.md", "with --conformance-table: the Markdown file whose block between <!-- conformance-table:begin --> and <!-- conformance-table:end --> is rewritten; - prints the block")
 	flag.Parse()
+	if table {
+		os.Exit(tableMain(tableOut, flag.Args(), os.Stdout))
+	}
 	if c.suite != suiteE2E && c.suite != suiteNodeE2E {
 		fmt.Fprintf(os.Stderr, "localup: --suite=%s: want %s or %s\n", c.suite, suiteE2E, suiteNodeE2E)
 		os.Exit(2)
