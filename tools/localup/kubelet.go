@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/splitlet/splitlet/libs/testenv"
@@ -23,10 +26,36 @@ const (
 // failure on it can be read. staticPodDir, when not empty, is its
 // staticPodPath.
 func newKubelet(cp *testenv.ControlPlane, state, node, nodeIP string, port int, criEndpoint, staticPodDir string) (*testenv.Kubelet, error) {
+	root, err := kubeletCgroupRoot(state)
+	if err != nil {
+		return nil, err
+	}
 	return testenv.NewKubelet(cp, testenv.KubeletOptions{
 		Dir: filepath.Join(state, "kubelet"), Node: node, NodeIP: nodeIP, Port: port,
 		CRIEndpoint: criEndpoint, StaticPodDir: staticPodDir, Args: []string{"--v=2"},
+		CgroupRoot: root,
 	})
+}
+
+// kubeletCgroupRoot is the kubelet's cgroup root for a state directory:
+// one of its own (/localup-<dir's name>-<hash of its path>), not the
+// host's root, so that the kubelet's housekeeping, which kills the
+// processes of the pod cgroups under its kubepods it does not know, never
+// reaches the pods of another node agent on the host (a Splitlet run
+// beside it, another kubelet run).
+func kubeletCgroupRoot(state string) (string, error) {
+	abs, err := filepath.Abs(state)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256([]byte(abs))
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '_'
+	}, filepath.Base(abs))
+	return "/localup-" + name + "-" + hex.EncodeToString(sum[:4]), nil
 }
 
 // waitKubeletHealthy waits until the kubelet's /healthz answers 200.

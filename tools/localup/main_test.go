@@ -357,3 +357,20 @@ func answers(url string) bool {
 	conn.Close()
 	return true
 }
+
+// The kubelet of a run gets a cgroup root of its own per state directory,
+// never the host's root, whose /kubepods Splitlet's pods share.
+func TestKubeletCgroupRoot(t *testing.T) {
+	a, err := kubeletCgroupRoot("/work/main/.splitlet/node-conformance-kubelet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := kubeletCgroupRoot("/tmp/other/node-conformance-kubelet")
+	again, _ := kubeletCgroupRoot("/work/main/.splitlet/node-conformance-kubelet")
+	if !strings.HasPrefix(a, "/localup-node-conformance-kubelet-") || a == b || a != again || strings.Count(a, "/") != 1 {
+		t.Errorf("cgroup roots %q, %q, %q", a, b, again)
+	}
+	if odd, _ := kubeletCgroupRoot("/tmp/a b.c"); !strings.HasPrefix(odd, "/localup-a_b_c-") {
+		t.Errorf("cgroup root %q", odd)
+	}
+}
