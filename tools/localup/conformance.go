@@ -180,6 +180,13 @@ func runConformance(ctx context.Context, o options, c conformanceOptions) (*summ
 	if err != nil {
 		return nil, err
 	}
+	if o.cgroupRoot == "" {
+		unlock, err := lockKubepods(ctx, kubepodsLockPath, o.nodeAgent == agentKubelet, o.out)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+	}
 	var result *summary
 	o.up = func(ctx context.Context, kubeconfig string) error {
 		cd := &testenv.Containerd{Address: o.containerd.Address, Endpoint: "unix://" + o.containerd.Address}
@@ -275,6 +282,11 @@ func conformanceNode(o options, c conformanceOptions, st conformanceSuite) (opti
 	}
 	if c.cniSubnet != "" {
 		subnet = c.cniSubnet
+	}
+	if st.ownCgroupRoot {
+		if o.cgroupRoot, err = runCgroupRoot(state); err != nil {
+			return o, "", err
+		}
 	}
 	o.containerd = testenv.ContainerdOptions{Address: c.criAddress, Dir: filepath.Join(state, "containerd"), CNIConfig: conformanceCNIConfig(bridge, subnet),
 		// The handler the suites' RuntimeClass specs name.

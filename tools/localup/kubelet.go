@@ -24,26 +24,22 @@ const (
 // conformance, for the kubelet's own figure on the same suite. Its state
 // is under <state>/kubelet; it logs at --v=2, so that a conformance
 // failure on it can be read. staticPodDir, when not empty, is its
-// staticPodPath.
-func newKubelet(cp *testenv.ControlPlane, state, node, nodeIP string, port int, criEndpoint, staticPodDir string) (*testenv.Kubelet, error) {
-	root, err := kubeletCgroupRoot(state)
-	if err != nil {
-		return nil, err
-	}
+// staticPodPath; cgroupRoot, when not empty, its cgroupRoot.
+func newKubelet(cp *testenv.ControlPlane, state, node, nodeIP string, port int, criEndpoint, staticPodDir, cgroupRoot string) (*testenv.Kubelet, error) {
 	return testenv.NewKubelet(cp, testenv.KubeletOptions{
 		Dir: filepath.Join(state, "kubelet"), Node: node, NodeIP: nodeIP, Port: port,
 		CRIEndpoint: criEndpoint, StaticPodDir: staticPodDir, Args: []string{"--v=2"},
-		CgroupRoot: root,
+		CgroupRoot: cgroupRoot,
 	})
 }
 
-// kubeletCgroupRoot is the kubelet's cgroup root for a state directory:
-// one of its own (/localup-<dir's name>-<hash of its path>), not the
-// host's root, so that the kubelet's housekeeping, which kills the
-// processes of the pod cgroups under its kubepods it does not know, never
-// reaches the pods of another node agent on the host (a Splitlet run
-// beside it, another kubelet run).
-func kubeletCgroupRoot(state string) (string, error) {
+// runCgroupRoot is a run's cgroup root of its own for a state directory
+// (/localup-<dir's name>-<hash of its path>), not the host's root: the
+// kubelet's housekeeping kills, every 2 seconds, the processes of each pod
+// cgroup under its kubepods it does not know, so a kubelet with the
+// host's root kills the pods of any other node agent on the host that
+// uses /kubepods (a Splitlet run beside it, another kubelet run).
+func runCgroupRoot(state string) (string, error) {
 	abs, err := filepath.Abs(state)
 	if err != nil {
 		return "", err

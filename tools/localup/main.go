@@ -60,6 +60,10 @@ type options struct {
 	staticPodDir string
 	// splitletArgs are added to splitlet's command line.
 	splitletArgs []string
+	// cgroupRoot, when not empty, is the cgroup the node agent makes its
+	// kubepods cgroup under (splitlet's --cgroup-root, the kubelet's
+	// cgroupRoot); empty: the agent's default, the host's root.
+	cgroupRoot string
 	// up, when set, runs once everything is up and the hints are printed,
 	// with the kubeconfig's path (a test walks the hints there).
 	up func(ctx context.Context, kubeconfig string) error
@@ -265,7 +269,7 @@ func (o options) kubeletCommand(cp *testenv.ControlPlane, state, criEndpoint str
 	if nodeIP == "" {
 		nodeIP = "127.0.0.1"
 	}
-	kl, err := newKubelet(cp, state, o.node, nodeIP, o.kubeletPort, criEndpoint, o.staticPodDir)
+	kl, err := newKubelet(cp, state, o.node, nodeIP, o.kubeletPort, criEndpoint, o.staticPodDir, o.cgroupRoot)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -306,6 +310,9 @@ func (o options) splitletCommand(ctx context.Context, cp *testenv.ControlPlane, 
 	}
 	if o.staticPodDir != "" {
 		cmd.Args = append(cmd.Args, "--podconfig.static-pod-path="+o.staticPodDir)
+	}
+	if o.cgroupRoot != "" {
+		cmd.Args = append(cmd.Args, "--cgroup-root="+o.cgroupRoot)
 	}
 	cmd.Args = append(cmd.Args, o.splitletArgs...)
 	return cmd, nil
