@@ -409,22 +409,46 @@ func durationText(d time.Duration) string {
 	return fmt.Sprintf("%d h %02d min", int(d.Hours()), int(d.Minutes())%60)
 }
 
-// replaceBlock puts block between the markers of doc, in place of what was
+// replaceBlock puts block between the markers of doc, each a line of its
+// own (a marker quoted in the text is no marker), in place of what was
 // there; the rest of doc is kept as it is.
 func replaceBlock(doc, block string) (string, error) {
-	begin := strings.Index(doc, tableBegin)
+	begin := markerLine(doc, tableBegin, 0)
 	if begin < 0 {
 		return "", errors.New("no " + tableBegin + " line")
 	}
-	start := begin + len(tableBegin)
-	end := strings.Index(doc[start:], tableEnd)
+	start := strings.IndexByte(doc[begin:], '\n') + begin + 1
+	end := -1
+	if start > begin {
+		end = markerLine(doc, tableEnd, start)
+	}
 	if end < 0 {
-		return "", errors.New("no " + tableEnd + " after " + tableBegin)
+		return "", errors.New("no " + tableEnd + " line after " + tableBegin)
 	}
 	if !strings.HasSuffix(block, "\n") {
 		block += "\n"
 	}
-	return doc[:start] + "\n" + block + doc[start+end:], nil
+	return doc[:start] + block + doc[end:], nil
+}
+
+// markerLine is the offset of the first line of doc at or after from that
+// is marker alone, or -1.
+func markerLine(doc, marker string, from int) int {
+	for i := from; i < len(doc); {
+		j := strings.IndexByte(doc[i:], '\n')
+		line := doc[i:]
+		if j >= 0 {
+			line = doc[i : i+j]
+		}
+		if strings.TrimRight(line, " \t\r") == marker {
+			return i
+		}
+		if j < 0 {
+			break
+		}
+		i += j + 1
+	}
+	return -1
 }
 
 // rewriteDoc replaces the block of the file at path.
