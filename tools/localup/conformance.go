@@ -411,7 +411,7 @@ func waitClusterReady(ctx context.Context, kubeconfig, node string) error {
 }
 
 // e2eArgs is e2e.test's command line: the node conformance specs of
-// test/e2e/common/{node,storage}, the skips, the report, then extra.
+// conformanceFiles, the skips, the report, then extra.
 func e2eArgs(kubeconfig, reportDir, criEndpoint string, timeout time.Duration, extra []string) []string {
 	args := []string{
 		"--provider=local",
