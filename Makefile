@@ -22,7 +22,7 @@ FUZZTIME ?= 30000x
 FUZZMINIMIZETIME ?= 500x
 TESTFLAGS ?=
 
-.PHONY: help build test test-unit e2e up down run conformance node-conformance bench bench-go bench-tools faults nats-server images testenv vet fuzz clean jsprober-deps jaeger images-tracing image-jaeger
+.PHONY: help build test test-unit e2e up down run conformance node-conformance conformance-table bench bench-go bench-tools faults nats-server images testenv vet fuzz clean jsprober-deps jaeger images-tracing image-jaeger
 
 # Peers and parts of the benchmark, installed with `go install` into bin/.
 NATS_SERVER_VERSION := v2.15.2
@@ -41,6 +41,7 @@ help:
 	@echo "make run      local control plane + splitlet (all services) + a demo pod; Ctrl-C stops all (RUNTIME=process|sim|cri)"
 	@echo "make node-conformance  Kubernetes' Node Conformance Test (e2e_node.test v1.36.3, NodeConformance && !Serial && !Disruptive) against the same harness; report in conformance/node-out (NODE=kubelet: conformance/node-out-kubelet; CONFORMANCEFLAGS as for make conformance)"
 	@echo "make conformance  Kubernetes' node conformance tests (e2e.test v1.36.3) against a control plane and a Splitlet node on containerd; report in conformance/out (CONFORMANCEFLAGS=\"--ginkgo.focus=...\"; NODE=kubelet: the real kubelet as the node, report in conformance/out-kubelet)"
+	@echo "make conformance-table  rewrite docs/conformance.md's figures block from the runs' summary.json (CONFORMANCE_REPORTS: by default every conformance/*/ with one)"
 	@echo "make bench    benchmarks"
 	@echo "make faults   the fault suite: SIGKILL of each stage, NATS down, pod workers lost, on sim, process and CRI (FAULTSFLAGS=\"-pods 500 -cases ...\")"
 	@echo "make images   FROM scratch images of the binaries (needs a Docker engine and busybox-static)"
@@ -135,7 +136,8 @@ run: build
 # localup --conformance starts a control plane with both, a containerd with
 # the e2e test images (built FROM scratch, nothing pulled) and splitlet on the
 # cri runtime, and runs the [NodeConformance] and [Conformance] specs of
-# test/e2e/common/node and common/storage. CONFORMANCEFLAGS go to e2e.test
+# test/e2e/common/{node,storage,network}, test/e2e/node and test/e2e/storage.
+# CONFORMANCEFLAGS go to e2e.test
 # (e.g. --ginkgo.focus='\[sig-node\] Pods' for a subset). Needs root.
 # NODE=kubelet: the peer run, the real kubelet v1.36.3 (bin/kubelet) as the
 # node instead of splitlet, same control plane, containerd and suite; state
@@ -163,6 +165,16 @@ node-conformance: build
 	@hack/conformance/build.sh $(BIN)
 	@CGO_ENABLED=0 $(GO) build -o $(BIN)/localup ./tools/localup
 	$(BIN)/localup --conformance --suite=node --node-agent=$(NODE) --report-dir=$(NODE_CONFORMANCE_OUT) -- $(CONFORMANCEFLAGS)
+
+# make conformance-table: rewrites the block of docs/conformance.md between
+# <!-- conformance-table:begin --> and <!-- conformance-table:end --> from
+# the runs' reports: CONFORMANCE_REPORTS, by default every directory of
+# conformance/ that holds a summary.json (out, out-kubelet, node-out,
+# node-out-kubelet). Splitlet's and the kubelet's runs of a suite are paired.
+CONFORMANCE_REPORTS ?= $(patsubst %/summary.json,%,$(wildcard conformance/*/summary.json))
+conformance-table:
+	@CGO_ENABLED=0 $(GO) build -o $(BIN)/localup ./tools/localup
+	$(BIN)/localup --conformance-table --out docs/conformance.md $(CONFORMANCE_REPORTS)
 
 # make bench: the side-by-side run (Splitlet split and all-in-one, kwok, an
 # ideal agent), the scaling case and the stage cases, in one run (bench/).

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/splitlet/splitlet/libs/cgroups"
 )
 
 // KubeletBinary is the real kubelet's name in the bin directory (built from
@@ -33,6 +35,13 @@ type KubeletOptions struct {
 	StaticPodDir string
 	// MaxPods is its maxPods; 0 keeps the kubelet's default (110).
 	MaxPods int
+	// CgroupRoot, when not empty, is its cgroupRoot (a cgroupfs path such
+	// as /localup-x, made in every hierarchy when missing): the kubelet
+	// puts its kubepods cgroup there. With the default, the root, the
+	// kubelet's housekeeping kills, every 2 seconds, the processes of each
+	// pod cgroup under /kubepods it does not know: the pods of any other
+	// node agent on the host that uses the same layout.
+	CgroupRoot string
 	// Args are further command-line flags ("--v=2"); none keeps the
 	// kubelet's defaults (log verbosity 0).
 	Args []string
@@ -67,6 +76,11 @@ func NewKubelet(cp *ControlPlane, o KubeletOptions) (*Kubelet, error) {
 	if err := resetKubeletDir(dir); err != nil {
 		return nil, err
 	}
+	if o.CgroupRoot != "" {
+		if err := ensureCgroupRoot(o.CgroupRoot); err != nil {
+			return nil, err
+		}
+	}
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := cp.WriteClientKubeconfig(kubeconfig, NodeUser(o.Node), NodesGroup); err != nil {
 		return nil, err
@@ -83,7 +97,7 @@ func NewKubelet(cp *ControlPlane, o KubeletOptions) (*Kubelet, error) {
 		Port: o.Port, HealthzPort: healthzPort, ClientCAFile: cp.CAFile,
 		CertFile: certFile, KeyFile: keyFile, CRIEndpoint: o.CRIEndpoint,
 		PodLogsDir: filepath.Join(dir, "pod-logs"), ResolvConf: hostResolvConf(),
-		StaticPodDir: o.StaticPodDir, MaxPods: o.MaxPods,
+		StaticPodDir: o.StaticPodDir, MaxPods: o.MaxPods, CgroupRoot: o.CgroupRoot,
 	})
 	configPath := filepath.Join(dir, "config.yaml")
 	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
@@ -151,6 +165,19 @@ type KubeletConfigOptions struct {
 	StaticPodDir      string
 	// MaxPods: 0 leaves the kubelet's default.
 	MaxPods int
+	// CgroupRoot: "" leaves the kubelet's default (the root).
+	CgroupRoot string
+}
+
+// ensureCgroupRoot makes the kubelet's cgroup root in every hierarchy (the
+// kubelet refuses to start without it) with the CPUs and memory nodes of
+// its parent on a v1 cpuset hierarchy.
+func ensureCgroupRoot(path string) error {
+	fsys, err := cgroups.DetectFS()
+	if err != nil {
+		return err
+	}
+	return fsys.Ensure(path, cgroups.Resources{})
 }
 
 // KubeletConfig is the kubelet's configuration file (YAML, strings quoted
@@ -210,6 +237,9 @@ staticPodPath: %q
 `, o.Port, o.HealthzPort, o.CertFile, o.KeyFile, o.ClientCAFile, o.CRIEndpoint, o.ResolvConf, o.PodLogsDir, o.StaticPodDir)
 	if o.MaxPods > 0 {
 		cfg += fmt.Sprintf("maxPods: %d\n", o.MaxPods)
+	}
+	if o.CgroupRoot != "" {
+		cfg += fmt.Sprintf("cgroupRoot: %q\n", o.CgroupRoot)
 	}
 	return cfg
 }

@@ -40,6 +40,13 @@ func TestKubeletConfig(t *testing.T) {
 	if got := KubeletConfig(o); !strings.HasSuffix(got, "\nmaxPods: 250\n") {
 		t.Errorf("no maxPods: 250 in\n%s", got)
 	}
+	if strings.Contains(got, "cgroupRoot") {
+		t.Errorf("cgroupRoot set though not asked for:\n%s", got)
+	}
+	o.CgroupRoot = "/localup-x"
+	if got := KubeletConfig(o); !strings.Contains(got, "\ncgroupRoot: \"/localup-x\"\n") {
+		t.Errorf("no cgroupRoot in\n%s", got)
+	}
 }
 
 func TestUnescapeMountinfo(t *testing.T) {

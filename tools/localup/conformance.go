@@ -72,9 +72,10 @@ func conformanceCNIConfig(bridge, subnet string) string {
 
 // The tests are Kubernetes' node conformance suite: the specs labelled
 // NodeConformance or Conformance ([NodeConformance], [Conformance] in
-// their names) of test/e2e/common/node and test/e2e/common/storage.
+// their names) of test/e2e/common/{node,storage,network}, test/e2e/node
+// and test/e2e/storage (a focus file matches a spec's code location).
 const (
-	conformanceFiles  = `test/e2e/common/(node|storage)/`
+	conformanceFiles  = `test/e2e/common/(node|storage|network)/|test/e2e/(node|storage)/`
 	conformanceLabels = `NodeConformance || Conformance`
 )
 
@@ -179,6 +180,13 @@ func runConformance(ctx context.Context, o options, c conformanceOptions) (*summ
 	if err != nil {
 		return nil, err
 	}
+	if o.cgroupRoot == "" {
+		unlock, err := lockKubepods(ctx, kubepodsLockPath, o.nodeAgent == agentKubelet, o.out)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+	}
 	var result *summary
 	o.up = func(ctx context.Context, kubeconfig string) error {
 		cd := &testenv.Containerd{Address: o.containerd.Address, Endpoint: "unix://" + o.containerd.Address}
@@ -188,7 +196,7 @@ func runConformance(ctx context.Context, o options, c conformanceOptions) (*summ
 		if err := waitClusterReady(ctx, kubeconfig, o.node); err != nil {
 			return err
 		}
-		run := suiteRun{bin: e2eBin, dir: state, reportDir: reportDir, skips: st.skips, title: st.title}
+		run := suiteRun{bin: e2eBin, dir: state, reportDir: reportDir, skips: st.skips, title: st.title, suite: st.name, agent: o.agentName()}
 		var err error
 		if run.args, run.secrets, err = st.args(suiteEnv{kubeconfig: kubeconfig, reportDir: reportDir, criEndpoint: cd.Endpoint, state: state}, c); err != nil {
 			return err
@@ -274,6 +282,11 @@ func conformanceNode(o options, c conformanceOptions, st conformanceSuite) (opti
 	}
 	if c.cniSubnet != "" {
 		subnet = c.cniSubnet
+	}
+	if st.ownCgroupRoot {
+		if o.cgroupRoot, err = runCgroupRoot(state); err != nil {
+			return o, "", err
+		}
 	}
 	o.containerd = testenv.ContainerdOptions{Address: c.criAddress, Dir: filepath.Join(state, "containerd"), CNIConfig: conformanceCNIConfig(bridge, subnet),
 		// The handler the suites' RuntimeClass specs name.
@@ -398,7 +411,7 @@ func waitClusterReady(ctx context.Context, kubeconfig, node string) error {
 }
 
 // e2eArgs is e2e.test's command line: the node conformance specs of
-// test/e2e/common/{node,storage}, the skips, the report, then extra.
+// conformanceFiles, the skips, the report, then extra.
 func e2eArgs(kubeconfig, reportDir, criEndpoint string, timeout time.Duration, extra []string) []string {
 	args := []string{
 		"--provider=local",
@@ -453,6 +466,8 @@ type suiteRun struct {
 	reportDir string
 	skips     []conformanceSkip
 	title     string // make conformance, make node-conformance
+	suite     string // suiteE2E, suiteNodeE2E
+	agent     string // agentSplitlet, agentKubelet
 }
 
 // runE2E runs the suite's test binary, its output on out and in
@@ -497,7 +512,9 @@ func runE2E(ctx context.Context, r suiteRun, c conformanceOptions, out io.Writer
 	cmd.WaitDelay = 2 * time.Minute
 	// Not exec's context: the run's own timeout comes from Ginkgo, and a
 	// report is read even after a Ctrl-C.
+	info := runInfoOf(ctx, r, redact(args, r.secrets))
 	runErr := cmd.Run()
+	info.DurationSeconds = time.Since(info.Started).Round(time.Second).Seconds()
 	// The ginkgo CLI may leave a spec process behind when it is
 	// interrupted: whatever is left of the group goes now.
 	if cmd.Process != nil {
@@ -525,6 +542,7 @@ func runE2E(ctx context.Context, r suiteRun, c conformanceOptions, out io.Writer
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", reports[0], err)
 	}
+	s.runInfo = info
 	if err := writeSummary(r, s, redact(args, r.secrets)); err != nil {
 		return nil, err
 	}
@@ -540,7 +558,9 @@ func runE2E(ctx context.Context, r suiteRun, c conformanceOptions, out io.Writer
 func writeSummary(r suiteRun, s *summary, args []string) error {
 	reportDir := r.reportDir
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "%s, %s\n\n%s %s\n\n", r.title, time.Now().UTC().Format(time.RFC3339), filepath.Base(r.bin), shellJoin(args))
+	fmt.Fprintf(&b, "%s, %s\n\n", r.title, time.Now().UTC().Format(time.RFC3339))
+	fmt.Fprintf(&b, "suite %s, node agent %s, commit %s, started %s, took %s\n\n%s %s\n\n",
+		s.Suite, s.Agent, orUnknown(s.Commit), s.Started.UTC().Format(time.RFC3339), time.Duration(s.DurationSeconds)*time.Second, filepath.Base(r.bin), shellJoin(args))
 	fmt.Fprintln(&b, "skipped by --ginkgo.skip:")
 	for _, sk := range r.skips {
 		fmt.Fprintf(&b, "  %s\n      %s\n", sk.pattern, sk.cause)
@@ -550,9 +570,73 @@ func writeSummary(r suiteRun, s *summary, args []string) error {
 	if err := os.WriteFile(filepath.Join(reportDir, "summary.txt"), b.Bytes(), 0o644); err != nil {
 		return err
 	}
+	c := s.counts()
+	s.Counts = &c
 	data, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return err
 	}
 	return os.WriteFile(filepath.Join(reportDir, "summary.json"), append(data, '\n'), 0o644)
+}
+
+// runInfoOf is what a run records of itself as it starts: the suite, the
+// node agent, the tree's commit, the start time, the filters of its
+// command line.
+func runInfoOf(ctx context.Context, r suiteRun, args []string) runInfo {
+	info := runInfo{Suite: r.suite, Agent: r.agent, Commit: gitCommit(ctx, ""), Started: time.Now().UTC().Truncate(time.Second)}
+	info.LabelFilter, info.FocusFile, info.Focus = ginkgoFilters(args)
+	return info
+}
+
+// ginkgoFilters are the label filter and focus file (the last of each, as
+// Ginkgo takes them) and the focuses of a test binary's command line.
+func ginkgoFilters(args []string) (labelFilter, focusFile string, focus []string) {
+	for i := 0; i < len(args); i++ {
+		a := strings.TrimLeft(args[i], "-")
+		name, value, ok := strings.Cut(a, "=")
+		if !ok && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+			value = args[i+1]
+		}
+		switch name {
+		case "ginkgo.label-filter":
+			labelFilter = value
+		case "ginkgo.focus-file":
+			focusFile = value
+		case "ginkgo.focus":
+			focus = append(focus, value)
+		}
+	}
+	return labelFilter, focusFile, focus
+}
+
+// gitCommit is the commit of the git tree at dir (the working directory
+// when empty): git rev-parse --short HEAD, with -dirty when tracked files
+// have changes; "" when git or the tree is not there.
+func gitCommit(ctx context.Context, dir string) string {
+	git := func(args ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, "git", args...)
+		cmd.Dir = dir
+		out, err := cmd.Output()
+		return strings.TrimSpace(string(out)), err
+	}
+	commit, err := git("rev-parse", "--short", "HEAD")
+	if err != nil || commit == "" {
+		return ""
+	}
+	status, err := git("status", "--porcelain", "--untracked-files=no")
+	if err != nil {
+		return ""
+	}
+	if status != "" {
+		commit += "-dirty"
+	}
+	return commit
+}
+
+// orUnknown is s, or "unknown" when empty.
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
 }

@@ -9,7 +9,7 @@ import (
 )
 
 // e2e.test's command line selects the node conformance specs of
-// common/node and common/storage, skips each group of the list, and puts
+// common/{node,storage,network}, node and storage, skips each group of the list, and puts
 // the user's flags last (a string flag given twice keeps the last value).
 func TestE2EArgs(t *testing.T) {
 	args := e2eArgs("/k", "/out", "unix:///c.sock", 2*time.Hour, []string{"--ginkgo.focus=Pods"})

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 )
 
 // junitSuites is the part of a JUnit XML report (as Ginkgo writes it for
@@ -40,6 +41,7 @@ type junitCase struct {
 // the filters left out. Suite nodes (BeforeSuite, ReportAfterSuite...) are
 // counted apart.
 type summary struct {
+	runInfo
 	Passed      []string          `json:"passed"`
 	Failed      map[string]string `json:"failed"`  // name: the first line of the failure
 	Skipped     map[string]string `json:"skipped"` // name: why
@@ -47,7 +49,96 @@ type summary struct {
 	// SuiteFailures are failed suite-level nodes (a failed BeforeSuite
 	// fails the whole run).
 	SuiteFailures map[string]string `json:"suiteFailures,omitempty"`
-	Seconds       float64           `json:"seconds"`
+	// Seconds is the specs' time added up (the processes overlap: see
+	// runInfo.DurationSeconds for the run's).
+	Seconds float64 `json:"seconds"`
+	// APIOnly are the specs of Passed, Failed and Skipped whose result the
+	// API server alone decides (apiOnlySpecs), counted apart.
+	APIOnly []string `json:"apiOnly"`
+	// Counts are the node's specs' and the API-only ones' counts (written
+	// for readers of summary.json; computed from the lists above).
+	Counts *summaryCounts `json:"counts,omitempty"`
+}
+
+// runInfo says what ran: the suite (e2e, node), the node agent (splitlet,
+// kubelet), the commit of the tree localup ran from (git rev-parse
+// --short HEAD, -dirty with uncommitted changes; empty without git), when
+// the test binary started and how long it ran, and its filters.
+type runInfo struct {
+	Suite           string    `json:"suite"`
+	Agent           string    `json:"agent"`
+	Commit          string    `json:"commit"`
+	Started         time.Time `json:"started,omitzero"`
+	DurationSeconds float64   `json:"durationSeconds,omitempty"`
+	LabelFilter     string    `json:"labelFilter"`
+	FocusFile       string    `json:"focusFile,omitempty"`
+	Focus           []string  `json:"focus,omitempty"`
+}
+
+// resultCounts are the counts of one kind of spec.
+type resultCounts struct {
+	Passed  int `json:"passed"`
+	Failed  int `json:"failed"`
+	Skipped int `json:"skipped"`
+}
+
+// ran is passed + failed.
+func (c resultCounts) ran() int { return c.Passed + c.Failed }
+
+// passRate is passed / ran, in percent; 0 when nothing ran.
+func (c resultCounts) passRate() float64 {
+	if c.ran() == 0 {
+		return 0
+	}
+	return 100 * float64(c.Passed) / float64(c.ran())
+}
+
+// summaryCounts split a run's specs into the node's and the API-only ones.
+type summaryCounts struct {
+	Node    resultCounts `json:"node"`
+	APIOnly resultCounts `json:"apiOnly"`
+}
+
+// counts classifies the run's specs by name (apiOnly), so that a summary
+// written before the classification, or with another one, counts alike.
+func (s *summary) counts() summaryCounts {
+	var c summaryCounts
+	pick := func(name string) *resultCounts {
+		if apiOnly(name) {
+			return &c.APIOnly
+		}
+		return &c.Node
+	}
+	for _, n := range s.Passed {
+		pick(n).Passed++
+	}
+	for n := range s.Failed {
+		pick(n).Failed++
+	}
+	for n := range s.Skipped {
+		pick(n).Skipped++
+	}
+	return c
+}
+
+// classify lists the API-only specs among those of the run.
+func (s *summary) classify() {
+	s.APIOnly = []string{}
+	add := func(n string) {
+		if apiOnly(n) {
+			s.APIOnly = append(s.APIOnly, n)
+		}
+	}
+	for _, n := range s.Passed {
+		add(n)
+	}
+	for n := range s.Failed {
+		add(n)
+	}
+	for n := range s.Skipped {
+		add(n)
+	}
+	sort.Strings(s.APIOnly)
 }
 
 // suiteNode tells the suite's own nodes from specs by their names.
@@ -118,6 +209,7 @@ func parseJUnit(r io.Reader, skips []junitSkip) (*summary, error) {
 		}
 	}
 	sort.Strings(s.Passed)
+	s.classify()
 	return s, nil
 }
 
@@ -148,19 +240,12 @@ func firstLine(s string) string {
 	return ""
 }
 
-// passRate is passed / (passed + failed), in percent; 0 when nothing ran.
-func (s *summary) passRate() float64 {
-	ran := len(s.Passed) + len(s.Failed)
-	if ran == 0 {
-		return 0
-	}
-	return 100 * float64(len(s.Passed)) / float64(ran)
-}
-
-// headline is the one-line result.
+// headline is the one-line result: the node's specs, then the API-only
+// ones apart.
 func (s *summary) headline() string {
-	return fmt.Sprintf("passed %d, failed %d, skipped %d (%.1f%% of the specs that ran passed; %d specs not selected)",
-		len(s.Passed), len(s.Failed), len(s.Skipped), s.passRate(), s.NotSelected)
+	c := s.counts()
+	return fmt.Sprintf("passed %d, failed %d, skipped %d (%.1f%% of the specs that ran passed); API server only: passed %d, failed %d, skipped %d; %d specs not selected",
+		c.Node.Passed, c.Node.Failed, c.Node.Skipped, c.Node.passRate(), c.APIOnly.Passed, c.APIOnly.Failed, c.APIOnly.Skipped, s.NotSelected)
 }
 
 // write prints the summary as text: the headline, then every failed and
@@ -184,6 +269,12 @@ func (s *summary) write(w io.Writer) {
 	section("suite failures", s.SuiteFailures)
 	section("failed", s.Failed)
 	section("skipped", s.Skipped)
+	if len(s.APIOnly) > 0 {
+		fmt.Fprintf(w, "\nAPI server only, counted apart (%d):\n", len(s.APIOnly))
+		for _, n := range s.APIOnly {
+			fmt.Fprintf(w, "  %s\n", n)
+		}
+	}
 	if len(s.Passed) > 0 {
 		fmt.Fprintf(w, "\npassed (%d):\n", len(s.Passed))
 		for _, n := range s.Passed {

@@ -84,3 +84,66 @@ func TestParseJUnit(t *testing.T) {
 		t.Error("a truncated report parsed")
 	}
 }
+
+// The specs the API server alone decides are counted apart from the
+// node's, in the summary's list, its counts and its headline.
+func TestAPIOnlyCountedApart(t *testing.T) {
+	report := strings.Replace(junitReport, `<testcase name="[SynchronizedBeforeSuite]"`,
+		`<testcase name="[It] [sig-node] Lease lease API should be available [Conformance]" status="passed" time="1"></testcase>
+    <testcase name="[It] [sig-storage] CSIStorageCapacity should support CSIStorageCapacities API operations [Conformance]" status="failed" time="1"><failure type="failed">no</failure></testcase>
+    <testcase name="[SynchronizedBeforeSuite]"`, 1)
+	s, err := parseJUnit(strings.NewReader(report), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.APIOnly) != 2 || !strings.Contains(s.APIOnly[0], "Lease") || !strings.Contains(s.APIOnly[1], "CSIStorageCapacity") {
+		t.Errorf("API-only specs %v", s.APIOnly)
+	}
+	c := s.counts()
+	if c.Node != (resultCounts{Passed: 1, Failed: 2, Skipped: 1}) || c.APIOnly != (resultCounts{Passed: 1, Failed: 1}) {
+		t.Errorf("counts %+v", c)
+	}
+	if got := s.headline(); !strings.HasPrefix(got, "passed 1, failed 2, skipped 1 (33.3% of the specs that ran passed); API server only: passed 1, failed 1, skipped 0;") {
+		t.Errorf("headline %q", got)
+	}
+}
+
+// The classification: the API-only specs of the selection (as e2e.test
+// --ginkgo.dry-run lists them) match a pattern, specs whose pods run on
+// the node do not.
+func TestAPIOnlyClassification(t *testing.T) {
+	for _, n := range []string{
+		"[sig-node] ConfigMap should update ConfigMap successfully [NodeConformance] [Conformance]",
+		"[sig-node] Secrets should patch a secret [Conformance]",
+		"[sig-storage] Secrets should be immutable if `immutable` field is set [Conformance]",
+		"[sig-node] PodTemplates should replace a pod template [Conformance]",
+		"[sig-node] Node Lifecycle should run through the lifecycle of a node [Conformance]",
+		"[sig-node] RuntimeClass should reject a Pod requesting a deleted RuntimeClass [NodeConformance] [Conformance]",
+		"[sig-node] Override hostname of Pod [NodeConformance] [FeatureGate:HostnameOverride] [Beta] a pod with hostNetwork and hostnameOverride fields will fail to be created",
+		"[sig-node] Pods Extended Pods Set QOS Class should be set on Pods with matching resource requests and limits for memory and cpu [Conformance]",
+		"[sig-storage] CSIInlineVolumes should support CSIVolumeSource in Pod API [Conformance]",
+		"[sig-storage] VolumeAttributesClass [FeatureGate:VolumeAttributesClass] should run through the lifecycle of a VolumeAttributesClass [Conformance]",
+	} {
+		if !apiOnly(n) {
+			t.Errorf("not API-only: %s", n)
+		}
+	}
+	for _, n := range []string{
+		"[sig-node] ConfigMap should be consumable via environment variable [NodeConformance] [Conformance]",
+		"[sig-node] RuntimeClass should schedule a Pod requesting a RuntimeClass without PodOverhead [NodeConformance] [Conformance]",
+		"[sig-node] Override hostname of Pod [NodeConformance] [FeatureGate:HostnameOverride] [Beta] a pod with only hostnameOverride field will have hostnameOverride as hostname",
+		"[sig-node] Pods Extended (pod generation) Pod Generation pod generation should start at 1 and increment per update [MinimumKubeletVersion:1.34] [Conformance]",
+		"[sig-node] Pods should delete a collection of pods [Conformance]",
+		"[sig-storage] ConfigMap should be consumable from pods in volume [NodeConformance] [Conformance]",
+		"[sig-node] NodeLease [NodeConformance] NodeLease should have OwnerReferences set",
+	} {
+		if apiOnly(n) {
+			t.Errorf("API-only: %s", n)
+		}
+	}
+	for _, a := range apiOnlySpecs {
+		if a.why == "" {
+			t.Errorf("%s: no reason", a.pattern)
+		}
+	}
+}

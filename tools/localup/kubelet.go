@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/splitlet/splitlet/libs/testenv"
@@ -21,12 +24,34 @@ const (
 // conformance, for the kubelet's own figure on the same suite. Its state
 // is under <state>/kubelet; it logs at --v=2, so that a conformance
 // failure on it can be read. staticPodDir, when not empty, is its
-// staticPodPath.
-func newKubelet(cp *testenv.ControlPlane, state, node, nodeIP string, port int, criEndpoint, staticPodDir string) (*testenv.Kubelet, error) {
+// staticPodPath; cgroupRoot, when not empty, its cgroupRoot.
+func newKubelet(cp *testenv.ControlPlane, state, node, nodeIP string, port int, criEndpoint, staticPodDir, cgroupRoot string) (*testenv.Kubelet, error) {
 	return testenv.NewKubelet(cp, testenv.KubeletOptions{
 		Dir: filepath.Join(state, "kubelet"), Node: node, NodeIP: nodeIP, Port: port,
 		CRIEndpoint: criEndpoint, StaticPodDir: staticPodDir, Args: []string{"--v=2"},
+		CgroupRoot: cgroupRoot,
 	})
+}
+
+// runCgroupRoot is a run's cgroup root of its own for a state directory
+// (/localup-<dir's name>-<hash of its path>), not the host's root: the
+// kubelet's housekeeping kills, every 2 seconds, the processes of each pod
+// cgroup under its kubepods it does not know, so a kubelet with the
+// host's root kills the pods of any other node agent on the host that
+// uses /kubepods (a Splitlet run beside it, another kubelet run).
+func runCgroupRoot(state string) (string, error) {
+	abs, err := filepath.Abs(state)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256([]byte(abs))
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '_'
+	}, filepath.Base(abs))
+	return "/localup-" + name + "-" + hex.EncodeToString(sum[:4]), nil
 }
 
 // waitKubeletHealthy waits until the kubelet's /healthz answers 200.

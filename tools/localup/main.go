@@ -60,6 +60,10 @@ type options struct {
 	staticPodDir string
 	// splitletArgs are added to splitlet's command line.
 	splitletArgs []string
+	// cgroupRoot, when not empty, is the cgroup the node agent makes its
+	// kubepods cgroup under (splitlet's --cgroup-root, the kubelet's
+	// cgroupRoot); empty: the agent's default, the host's root.
+	cgroupRoot string
 	// up, when set, runs once everything is up and the hints are printed,
 	// with the kubeconfig's path (a test walks the hints there).
 	up func(ctx context.Context, kubeconfig string) error
@@ -85,7 +89,14 @@ func main() {
 	flag.StringVar(&c.criAddress, "cri-address", "", "with --conformance: a containerd socket to use (its CNI network must let the host reach pod IPs); empty: a containerd of its own under <state-dir>/containerd")
 	flag.StringVar(&c.cniBridge, "cni-bridge", "", "with --conformance: the CNI bridge of the containerd it starts; empty: "+defaultCNIBridge+" ("+kubeletCNIBridge+" with --node-agent=kubelet, so that both runs can go at once)")
 	flag.StringVar(&c.cniSubnet, "cni-subnet", "", "with --conformance: the pods' subnet on that bridge; empty: "+defaultCNISubnet+" ("+kubeletCNISubnet+" with --node-agent=kubelet)")
+	var table bool
+	var tableOut string
+	flag.BoolVar(&table, "conformance-table", false, "make conformance-table: read the report directories given as arguments (their summary.json) and rewrite the conformance-table block of --out from them, then stop")
+	flag.StringVar(&tableOut, "out", "docs/conformance.md", "with --conformance-table: the Markdown file whose block between <!-- conformance-table:begin --> and <!-- conformance-table:end --> is rewritten; - prints the block")
 	flag.Parse()
+	if table {
+		os.Exit(tableMain(tableOut, flag.Args(), os.Stdout))
+	}
 	if c.suite != suiteE2E && c.suite != suiteNodeE2E {
 		fmt.Fprintf(os.Stderr, "localup: --suite=%s: want %s or %s\n", c.suite, suiteE2E, suiteNodeE2E)
 		os.Exit(2)
@@ -258,7 +269,7 @@ func (o options) kubeletCommand(cp *testenv.ControlPlane, state, criEndpoint str
 	if nodeIP == "" {
 		nodeIP = "127.0.0.1"
 	}
-	kl, err := newKubelet(cp, state, o.node, nodeIP, o.kubeletPort, criEndpoint, o.staticPodDir)
+	kl, err := newKubelet(cp, state, o.node, nodeIP, o.kubeletPort, criEndpoint, o.staticPodDir, o.cgroupRoot)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -299,6 +310,9 @@ func (o options) splitletCommand(ctx context.Context, cp *testenv.ControlPlane, 
 	}
 	if o.staticPodDir != "" {
 		cmd.Args = append(cmd.Args, "--podconfig.static-pod-path="+o.staticPodDir)
+	}
+	if o.cgroupRoot != "" {
+		cmd.Args = append(cmd.Args, "--cgroup-root="+o.cgroupRoot)
 	}
 	cmd.Args = append(cmd.Args, o.splitletArgs...)
 	return cmd, nil

@@ -357,3 +357,77 @@ func answers(url string) bool {
 	conn.Close()
 	return true
 }
+
+// A run's own cgroup root is one per state directory, a single level under
+// the host's root.
+func TestKubeletCgroupRoot(t *testing.T) {
+	a, err := runCgroupRoot("/work/main/.splitlet/node-conformance-kubelet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := runCgroupRoot("/tmp/other/node-conformance-kubelet")
+	again, _ := runCgroupRoot("/work/main/.splitlet/node-conformance-kubelet")
+	if !strings.HasPrefix(a, "/localup-node-conformance-kubelet-") || a == b || a != again || strings.Count(a, "/") != 1 {
+		t.Errorf("cgroup roots %q, %q, %q", a, b, again)
+	}
+	if odd, _ := runCgroupRoot("/tmp/a b.c"); !strings.HasPrefix(odd, "/localup-a_b_c-") {
+		t.Errorf("cgroup root %q", odd)
+	}
+}
+
+// The kubepods lock: a kubelet run holds it alone, Splitlet runs share
+// it; a waiting run says so once and gives up when its context ends.
+func TestLockKubepods(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kubepods.lock")
+	var out bytes.Buffer
+	s1, err := lockKubepods(t.Context(), path, false, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := lockKubepods(t.Context(), path, false, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond)
+	defer cancel()
+	if _, err := lockKubepods(ctx, path, true, &out); err == nil {
+		t.Fatal("a kubelet run took the lock beside Splitlet runs")
+	}
+	if !strings.Contains(out.String(), "waiting for") || strings.Count(out.String(), "waiting for") != 1 {
+		t.Errorf("output %q", out.String())
+	}
+	s1()
+	s2()
+	ex, err := lockKubepods(t.Context(), path, true, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx2, cancel2 := context.WithTimeout(t.Context(), 1500*time.Millisecond)
+	defer cancel2()
+	if _, err := lockKubepods(ctx2, path, false, &out); err == nil {
+		t.Fatal("a Splitlet run took the lock beside a kubelet run")
+	}
+	ex()
+	if s3, err := lockKubepods(t.Context(), path, false, &out); err != nil {
+		t.Fatal(err)
+	} else {
+		s3()
+	}
+}
+
+// The e2e suite's runs get a cgroup root of their own per state
+// directory; the node suite's keep the host's root (it checks /kubepods).
+func TestConformanceCgroupRoot(t *testing.T) {
+	for _, c := range []struct {
+		suite, agent string
+		own          bool
+	}{{suiteE2E, agentSplitlet, true}, {suiteE2E, agentKubelet, true}, {suiteNodeE2E, agentSplitlet, false}, {suiteNodeE2E, agentKubelet, false}} {
+		o, _, err := conformanceNode(options{stateDir: t.TempDir(), nodeAgent: c.agent}, conformanceOptions{suite: c.suite}, suiteOf(c.suite))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.HasPrefix(o.cgroupRoot, "/localup-"); got != c.own {
+			t.Errorf("%s %s: cgroup root %q", c.suite, c.agent, o.cgroupRoot)
+		}
+	}
+}

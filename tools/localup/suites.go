@@ -39,6 +39,11 @@ type conformanceSuite struct {
 	bridge, subnet                string
 	kubeletBridge, kubeletSubnet  string
 	skips                         []conformanceSkip
+	// ownCgroupRoot gives the run's node agent a cgroup root of its own
+	// (runCgroupRoot), so that runs of either agent may go at once; the
+	// node suite checks the kubelet's layout at the host's root
+	// (/kubepods/...) instead, and its runs take the kubepods lock.
+	ownCgroupRoot bool
 	// args is the test binary's command line and the secrets in it (shown
 	// redacted).
 	args func(env suiteEnv, c conformanceOptions) (args, secrets []string, err error)
@@ -57,7 +62,7 @@ func suiteOf(name string) conformanceSuite {
 	return conformanceSuite{
 		name: suiteE2E, title: "make conformance", binary: "e2e.test", stateDir: "conformance",
 		bridge: defaultCNIBridge, subnet: defaultCNISubnet, kubeletBridge: kubeletCNIBridge, kubeletSubnet: kubeletCNISubnet,
-		skips: conformanceSkips,
+		skips: conformanceSkips, ownCgroupRoot: true,
 		args: func(env suiteEnv, c conformanceOptions) ([]string, []string, error) {
 			return e2eArgs(env.kubeconfig, env.reportDir, env.criEndpoint, c.timeout, c.e2eArgs), nil, nil
 		},
