@@ -43,6 +43,11 @@ type conformanceOptions struct {
 	// conformance specs, also when empty) or suiteNodeE2E (e2e_node.test, the
 	// Node Conformance Test).
 	suite string
+	// ownCgroupRoot gives the node agent a cgroup root of the run's own in
+	// any suite (the e2e suite always has one), so that a kubelet run beside
+	// it kills none of its pods; the node suite's cgroup specs, which look
+	// for /kubepods at the host's root, then fail on either agent.
+	ownCgroupRoot bool
 }
 
 // The pods' network of make conformance: a bridge and its subnet. A run
@@ -283,7 +288,7 @@ func conformanceNode(o options, c conformanceOptions, st conformanceSuite) (opti
 	if c.cniSubnet != "" {
 		subnet = c.cniSubnet
 	}
-	if st.ownCgroupRoot {
+	if st.ownCgroupRoot || c.ownCgroupRoot {
 		if o.cgroupRoot, err = runCgroupRoot(state); err != nil {
 			return o, "", err
 		}

@@ -89,6 +89,7 @@ func main() {
 	flag.StringVar(&c.criAddress, "cri-address", "", "with --conformance: a containerd socket to use (its CNI network must let the host reach pod IPs); empty: a containerd of its own under <state-dir>/containerd")
 	flag.StringVar(&c.cniBridge, "cni-bridge", "", "with --conformance: the CNI bridge of the containerd it starts; empty: "+defaultCNIBridge+" ("+kubeletCNIBridge+" with --node-agent=kubelet, so that both runs can go at once)")
 	flag.StringVar(&c.cniSubnet, "cni-subnet", "", "with --conformance: the pods' subnet on that bridge; empty: "+defaultCNISubnet+" ("+kubeletCNISubnet+" with --node-agent=kubelet)")
+	flag.BoolVar(&c.ownCgroupRoot, "own-cgroup-root", false, "with --conformance --suite=node: the node agent's pods under a cgroup root of the run's own, as make conformance always does, so that a Splitlet run and a kubelet run may go at once (the suite's cgroup specs, which look for /kubepods at the host's root, then fail on both)")
 	var table bool
 	var tableOut string
 	flag.BoolVar(&table, "conformance-table", false, "make conformance-table: read the report directories given as arguments (their summary.json) and rewrite the conformance-table block of --out from them, then stop")
