@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
@@ -23,6 +24,7 @@ import (
 	"github.com/splitlet/splitlet/libs/config"
 	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/logging"
+	"github.com/splitlet/splitlet/libs/stagekit"
 	"github.com/splitlet/splitlet/libs/tracing"
 	"github.com/splitlet/splitlet/services/prober/internal/probe"
 	"github.com/splitlet/splitlet/services/prober/internal/workers"
@@ -37,37 +39,26 @@ const (
 // Runner is the running stage.
 type Runner struct {
 	cfg        *Config
-	node       string
-	replicas   int // nats-replicas of the node's streams
 	partitions int
 	log        *zap.Logger
 	traces     *tracing.Pods
-	snapshots  *bus.Snapshots
-	nc         *nats.Conn
-	js         jetstream.JetStream
 	subjects   bus.Subjects
-	// shadow: the stage runs as a shadow of the live prober (durables of
-	// its own, results under the shadow prefix, no Events).
-	shadow   bool
-	durables [2]string // pod updates, pod status
-	pub      *bus.Publisher
-	mgr      *workers.Manager
-	out      *outbox
+	pub        *bus.Publisher
+	mgr        *workers.Manager
+	out        *outbox
+	// kit consumes the pod updates and statuses; as a shadow of the live
+	// prober, with durables of its own (results under the shadow prefix,
+	// no Events).
+	kit *stagekit.Kit
 
 	stopRecorder func()
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	mu     sync.Mutex
-	stops  []func()
-	// replaying: the consumers were reset to replay the streams.
-	replaying bool
-	ready     bool
-	lastErr   error
 
 	// consumerHook, set by tests only, adjusts each consumer's options and
 	// wraps its handler.
-	consumerHook func(*bus.ConsumerOptions, bus.Handler) bus.Handler
+	consumerHook stagekit.ConsumerHook
 }
 
 // Deps are what the runner needs from the process.
@@ -83,10 +74,6 @@ type Deps struct {
 	// pod's trace (libs/tracing).
 	Tracing *tracing.Provider
 }
-
-// shadowInactive is how long a shadow's durables outlive the shadow: an
-// experiment that ended leaves nothing on the server for long.
-const shadowInactive = time.Hour
 
 // tracerName names the stage's spans' instrumentation scope.
 const tracerName = "github.com/splitlet/splitlet/services/prober"
@@ -119,21 +106,13 @@ func NewWithDeps(d Deps) (*Runner, error) {
 	log := d.Log.Named("prober")
 	r := &Runner{
 		cfg:        d.Config,
-		node:       d.Common.NodeName,
-		replicas:   d.Common.NATSReplicas,
 		partitions: d.Common.Partitions,
 		log:        log,
-		nc:         d.NC,
-		js:         d.JS,
 		subjects:   bus.For(d.Common.NodeName),
-		shadow:     d.Common.Shadow,
-		durables:   [2]string{DurablePodUpdates, DurablePodStatus},
 		pub:        bus.NewPublisher(d.NC, d.JS, d.Common.NodeName, d.Config.Instance, d.Common.BusEncodingOption()),
-		snapshots:  bus.NewSnapshots(),
 	}
 	results := r.subjects
-	if r.shadow {
-		r.durables = [2]string{bus.ShadowDurable(DurablePodUpdates), bus.ShadowDurable(DurablePodStatus)}
+	if d.Common.Shadow {
 		results = r.subjects.Shadow(bus.StageProber)
 	}
 	r.out = newOutbox(r.pub, results, r.partitions, log)
@@ -152,7 +131,18 @@ func NewWithDeps(d Deps) (*Runner, error) {
 		return nil, err
 	}
 	r.mgr = mgr
+	r.kit = stagekit.New(d.JS, d.Common.NodeName, pods{mgr}, stagekit.WithStatus(statuses{r}),
+		stagekit.WithLogger(log), stagekit.WithShadow(d.Common.Shadow), stagekit.WithReplicas(d.Common.NATSReplicas),
+		stagekit.WithDurables(DurablePodUpdates, DurablePodStatus), stagekit.WithConsumerHook(r.hook))
 	return r, nil
+}
+
+// hook is the kit's consumer hook: the one a test set, if any.
+func (r *Runner) hook(opts *bus.ConsumerOptions, h bus.Handler) bus.Handler {
+	if r.consumerHook != nil {
+		return r.consumerHook(opts, h)
+	}
+	return h
 }
 
 // Manager is the runner's probe manager (for tests and benchmarks).
@@ -163,123 +153,17 @@ func (r *Runner) Manager() *workers.Manager { return r.mgr }
 func (r *Runner) Start(context.Context) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	r.wg.Add(2)
+	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
 		r.out.run(ctx, 5*time.Second)
 	}()
-	go func() {
-		defer r.wg.Done()
-		r.subscribe(ctx)
-	}()
-	return nil
-}
-
-func (r *Runner) subscribe(ctx context.Context) {
-	for attempt := 0; ctx.Err() == nil; attempt++ {
-		err := r.trySubscribe(ctx)
-		if err == nil {
-			r.mu.Lock()
-			r.ready, r.lastErr = true, nil
-			r.mu.Unlock()
-			r.log.Info("consuming pod updates and pod status",
-				zap.String("durable", r.durables[0]), zap.String("statusDurable", r.durables[1]), zap.Bool("shadow", r.shadow))
-			return
-		}
-		r.mu.Lock()
-		r.lastErr = err
-		r.mu.Unlock()
-		if attempt%10 == 0 {
-			r.log.Warn("cannot consume the bus yet, retrying", zap.Error(err))
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
-
-func (r *Runner) trySubscribe(ctx context.Context) error {
-	if err := bus.EnsureStreamsReplicas(ctx, r.js, r.node, r.replicas); err != nil {
-		return err
-	}
-	if r.shadow {
-		if err := bus.EnsureShadowStream(ctx, r.js, r.node, r.replicas); err != nil {
-			return err
-		}
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.replaying {
-		// The prober keeps its pods and statuses in memory only, so each
-		// start reads the streams' whole history again instead of resuming
-		// the durable consumers where the last run stopped: a resumed
-		// consumer would not bring back pods and statuses that did not
-		// change since.
-		for _, c := range []struct{ stream, durable string }{
-			{bus.StreamName(r.node, bus.StreamPodStatus), r.durables[1]},
-			{bus.StreamName(r.node, bus.StreamPodUpdates), r.durables[0]},
-		} {
-			if err := r.js.DeleteConsumer(ctx, c.stream, c.durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-				return fmt.Errorf("reset consumer %s: %w", c.durable, err)
-			}
-		}
-		r.replaying = true
-	}
-	consume := func(opts bus.ConsumerOptions, h bus.Handler) (func(), error) {
-		if r.shadow {
-			opts.InactiveThreshold = shadowInactive
-		}
-		if r.consumerHook != nil {
-			h = r.consumerHook(&opts, h)
-		}
-		return bus.Consume(ctx, r.js, opts, h)
-	}
-	if len(r.stops) < 1 {
-		stop, err := consume(bus.ConsumerOptions{
-			Stream:  bus.StreamName(r.node, bus.StreamPodStatus),
-			Durable: r.durables[1],
-			Filters: []string{r.subjects.PodStatusAll()},
-			Logger:  r.log,
-			// one pod a message: the manager orders statuses per pod, so
-			// one redelivered behind another pod's newer status is taken.
-			OrderedByHandler: true,
-		}, r.onStatus)
-		if err != nil {
-			return err
-		}
-		r.stops = append(r.stops, stop)
-	}
-	if len(r.stops) < 2 {
-		stop, err := consume(bus.ConsumerOptions{
-			Stream:  bus.StreamName(r.node, bus.StreamPodUpdates),
-			Durable: r.durables[0],
-			// podupdates.* only: the server keeps the reconciles
-			// (podupdates.reconcile.<p>, status-only changes, which the
-			// kubelet's probe manager ignores) for the pod workers.
-			Filters: []string{r.subjects.PodUpdatesAll()},
-			Logger:  r.log,
-		}, r.onPodUpdate)
-		if err != nil {
-			return err
-		}
-		r.stops = append(r.stops, stop)
-	}
+	r.kit.Start()
 	return nil
 }
 
 // Ready reports whether the stage consumes the bus.
-func (r *Runner) Ready(context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.ready {
-		return nil
-	}
-	if r.lastErr != nil {
-		return fmt.Errorf("not consuming the bus: %w", r.lastErr)
-	}
-	return errors.New("not consuming the bus yet")
-}
+func (r *Runner) Ready(context.Context) error { return r.kit.Ready() }
 
 // Stop ends the consumers and the workers, then sends the results that are
 // still queued.
@@ -287,13 +171,7 @@ func (r *Runner) Stop(ctx context.Context) error {
 	if r.cancel == nil {
 		return nil
 	}
-	r.mu.Lock()
-	stops := r.stops
-	r.stops = nil
-	r.mu.Unlock()
-	for _, s := range stops {
-		s()
-	}
+	r.kit.Stop()
 	err := r.mgr.Stop(ctx)
 	r.cancel()
 	done := make(chan struct{})
@@ -309,53 +187,25 @@ func (r *Runner) Stop(ctx context.Context) error {
 	return err
 }
 
-func (r *Runner) onPodUpdate(_ context.Context, subject string, e *bus.Envelope) error {
-	u, err := bus.DecodePodUpdate(e)
-	if err != nil {
-		// A payload that does not decode will not decode next time either.
-		r.log.Error("dropping bad pod update", zap.String(logging.FieldSubject, subject), zap.Error(err))
-		return nil
-	}
-	op, pods, apply := r.snapshots.Resolve(subject, e, u)
-	if !apply {
-		return nil
-	}
-	u.Pods = pods
-	switch op {
-	case bus.OpRemove:
-		for i := range u.Pods {
-			r.mgr.RemovePod(u.Pods[i].UID)
-		}
-	case bus.OpSet:
-		p, ok := bus.PartitionOf(subject)
-		if !ok {
-			r.log.Error("SET on a subject without a partition", zap.String(logging.FieldSubject, subject))
-			return nil
-		}
-		r.mgr.SyncSource(e.Source, func(uid types.UID) bool {
-			return bus.Partition(string(uid), r.partitions) == p
-		}, u.Pods)
-	default:
-		for i := range u.Pods {
-			r.mgr.UpsertPod(e.Source, &u.Pods[i])
-		}
-	}
-	return nil
-}
+// pods hands the kit's pod changes to the probe manager, which tells a new
+// pod from a known one itself.
+type pods struct{ mgr *workers.Manager }
 
-func (r *Runner) onStatus(ctx context.Context, subject string, e *bus.Envelope) error {
-	st, err := bus.DecodePodRuntimeStatus(e)
-	if err != nil {
-		r.log.Error("dropping bad pod status", zap.String(logging.FieldSubject, subject), zap.Error(err))
-		return nil
-	}
+func (p pods) PodAdded(_ string, pod *corev1.Pod)   { p.mgr.UpsertPod(pod) }
+func (p pods) PodUpdated(_ string, pod *corev1.Pod) { p.mgr.UpsertPod(pod) }
+func (p pods) PodRemoved(uid types.UID)             { p.mgr.RemovePod(uid) }
+
+// statuses hands the kit's runtime statuses to the probe manager, which
+// orders them per pod.
+type statuses struct{ r *Runner }
+
+func (s statuses) PodStatus(ctx context.Context, source string, seq uint64, st *bus.PodRuntimeStatus) {
 	// the results that follow this status join the trace it carries.
-	r.traces.Remember(ctx, string(st.UID))
-	if !r.mgr.UpdateStatusFrom(e.Source, e.Seq, st) {
-		r.log.Debug("dropping a pod status already seen or overtaken", zap.String(logging.FieldSubject, subject),
-			zap.String("source", e.Source), zap.Uint64("seq", e.Seq), zap.String(logging.FieldUID, string(st.UID)))
+	s.r.traces.Remember(ctx, string(st.UID))
+	if !s.r.mgr.UpdateStatusFrom(source, seq, st) {
+		s.r.log.Debug("dropping a pod status already seen or overtaken", zap.String("source", source),
+			zap.Uint64("seq", seq), zap.String(logging.FieldUID, string(st.UID)))
 	}
-	return nil
 }
 
 // Exec runs an exec probe's command through the pod worker replica that
