@@ -1,8 +1,8 @@
-// Package stage is the prober stage's runner: it feeds the probe workers
+// Package service is the prober stage's runner: it feeds the probe workers
 // from the bus (pod specs from podupdates, runtime status from podstatus),
 // sends their changed results to probes.<p>, runs exec probes through
 // runtime.probeexec.<p>, and records Events through the API server.
-package stage
+package service
 
 import (
 	"context"
