@@ -22,15 +22,8 @@ func TestStatusOrderedPerPod(t *testing.T) {
 	}
 	send := func(uid string, seq uint64, phase string) {
 		t.Helper()
-		e, err := bus.NewEnvelope(bus.KindPodRuntimeStatus, "n", "podworkers-a", "",
+		podTable{r}.PodStatus(t.Context(), "podworkers-a", seq,
 			&bus.PodRuntimeStatus{UID: types.UID(uid), Namespace: "ns", Name: uid, Phase: corev1.PodPhase(phase)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.Seq = seq
-		if err := r.onStatus(t.Context(), "podstatus.0", e); err != nil {
-			t.Fatal(err)
-		}
 	}
 	phaseOf := func(uid string) string {
 		r.mu.Lock()
@@ -50,9 +43,7 @@ func TestStatusOrderedPerPod(t *testing.T) {
 	if got := phaseOf("a"); got != "Running" {
 		t.Fatalf("pod a's stale status taken: phase %q, want Running", got)
 	}
-	r.mu.Lock()
-	r.forget(types.UID("a"))
-	r.mu.Unlock()
+	podTable{r}.PodRemoved("a")
 	send("a", 2, "Pending")
 	if got := phaseOf("a"); got != "Pending" {
 		t.Fatalf("a removed pod's order was kept: phase %q, want Pending", got)

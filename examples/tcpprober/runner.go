@@ -16,6 +16,7 @@ import (
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/config"
 	"github.com/splitlet/splitlet/libs/logging"
+	"github.com/splitlet/splitlet/libs/stagekit"
 )
 
 // The durable consumer names of a prober stage (docs/bus.md, agreement 4).
@@ -27,19 +28,16 @@ const (
 // Runner is the running stage: a table of pods fed from the bus, and one
 // probe worker per (pod, container, probe type).
 type Runner struct {
-	node       string
 	partitions int
 	log        *zap.Logger
-	js         jetstream.JetStream
-	subjects   bus.Subjects
+	// kit consumes the pod updates and statuses (libs/stagekit); as a
+	// shadow (the shadow key), with durables of its own.
+	kit *stagekit.Kit
 	// results are the subjects of its results: the node's, or its shadow
-	// prefix's when it runs as a shadow (the shadow key), with durables
-	// of its own.
-	results   bus.Subjects
-	shadow    bool
-	pub       *bus.Publisher
-	httpGet   string
-	snapshots *bus.Snapshots
+	// prefix's when it runs as a shadow.
+	results bus.Subjects
+	pub     *bus.Publisher
+	httpGet string
 
 	mu     sync.Mutex
 	pods   map[types.UID]*podEntry
@@ -47,20 +45,16 @@ type Runner struct {
 	// statusOrder is where each pod's statuses stand: they are ordered
 	// per pod, not by their subject (docs/bus.md).
 	statusOrder map[types.UID]bus.PodOrder
-	ready       error
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // the subscriber and every worker
-	stops  []func()
+	wg     sync.WaitGroup // every worker
 }
 
 // podEntry is what the prober knows of one pod.
 type podEntry struct {
-	pod       *corev1.Pod
-	source    string
-	partition int
-	workers   map[workerKey]*worker
+	pod     *corev1.Pod
+	workers map[workerKey]*worker
 	// started holds the containers whose startup probe has succeeded.
 	started map[string]string // container name → container ID
 }
@@ -82,22 +76,20 @@ func New(cfg *Config, common *config.Common, log *zap.Logger, nc *nats.Conn, js 
 	if common.Shadow {
 		results = results.Shadow(bus.StageProber)
 	}
-	return &Runner{
+	r := &Runner{
 		results:     results,
-		shadow:      common.Shadow,
-		node:        common.NodeName,
 		partitions:  common.Partitions,
 		log:         log.Named(Name),
-		js:          js,
-		subjects:    bus.For(common.NodeName),
-		snapshots:   bus.NewSnapshots(),
 		pub:         bus.NewPublisher(nc, js, common.NodeName, cfg.Instance),
 		httpGet:     cfg.HTTPGet,
 		pods:        map[types.UID]*podEntry{},
 		status:      map[types.UID]*bus.PodRuntimeStatus{},
 		statusOrder: map[types.UID]bus.PodOrder{},
-		ready:       errors.New("not consuming the bus yet"),
-	}, nil
+	}
+	r.kit = stagekit.New(js, common.NodeName, podTable{r}, stagekit.WithStatus(podTable{r}), stagekit.WithLogger(r.log),
+		stagekit.WithShadow(common.Shadow), stagekit.WithDurables(DurablePodUpdates, DurablePodStatus),
+		stagekit.WithRetryInterval(time.Second))
+	return r, nil
 }
 
 // Role is the stage whose place it takes on the bus (app.Replacement: the
@@ -107,172 +99,63 @@ func (r *Runner) Role() string { return "prober" }
 // Start returns at once; the consumers are set up in the background.
 func (r *Runner) Start(context.Context) error {
 	r.ctx, r.cancel = context.WithCancel(context.Background())
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		for r.ctx.Err() == nil {
-			err := r.subscribe(r.ctx)
-			r.mu.Lock()
-			r.ready = err
-			r.mu.Unlock()
-			if err == nil {
-				r.log.Info("consuming pod updates and pod status")
-				return
-			}
-			r.log.Warn("cannot consume the bus yet, retrying", zap.Error(err))
-			select {
-			case <-r.ctx.Done():
-			case <-time.After(time.Second):
-			}
-		}
-	}()
+	r.kit.Start()
 	return nil
 }
 
 // Ready reports whether the consumers run.
-func (r *Runner) Ready(context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.ready
-}
+func (r *Runner) Ready(context.Context) error { return r.kit.Ready() }
 
-// Stop stops the consumers, then every worker, and waits for them.
+// Stop stops the consumers (each after the message in hand, so no worker
+// starts after that), then every worker, and waits for them.
 func (r *Runner) Stop(context.Context) error {
 	if r.cancel == nil {
 		return nil // never started
 	}
+	r.kit.Stop()
 	r.cancel()
-	r.mu.Lock()
-	stops := r.stops
-	r.stops = nil
-	r.mu.Unlock()
-	// The consumers first (they wait for the message in hand), so no
-	// worker starts after this point; the workers end with r.ctx.
-	for _, stop := range stops {
-		stop()
-	}
 	r.wg.Wait()
-	// Consumers the subscriber set up while Stop began.
-	r.mu.Lock()
-	stops = r.stops
-	r.stops = nil
-	r.mu.Unlock()
-	for _, stop := range stops {
-		stop()
-	}
 	return nil
 }
 
-func (r *Runner) subscribe(ctx context.Context) error {
-	if err := bus.EnsureStreams(ctx, r.js, r.node); err != nil {
-		return err
-	}
-	if r.shadow {
-		if err := bus.EnsureShadowStream(ctx, r.js, r.node, 0); err != nil {
-			return err
-		}
-	}
-	// The pod table lives in memory: every start reads the streams' whole
-	// history again rather than resuming the durables where they stopped.
-	consumers := []struct {
-		stream, durable, filter string
-		handler                 bus.Handler
-		// perPod: the handler orders the messages per pod.
-		perPod bool
-	}{
-		{bus.StreamName(r.node, bus.StreamPodStatus), DurablePodStatus, r.subjects.PodStatusAll(), r.onStatus, true},
-		{bus.StreamName(r.node, bus.StreamPodUpdates), DurablePodUpdates, r.subjects.PodUpdatesAll(), r.onPodUpdate, false},
-	}
-	r.mu.Lock()
-	have := len(r.stops)
-	r.mu.Unlock()
-	for _, c := range consumers[have:] {
-		var inactive time.Duration
-		if r.shadow {
-			// its own consumers, gone an hour after the shadow is.
-			c.durable, inactive = bus.ShadowDurable(c.durable), time.Hour
-		}
-		if err := r.js.DeleteConsumer(ctx, c.stream, c.durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			return fmt.Errorf("reset consumer %s: %w", c.durable, err)
-		}
-		stop, err := bus.Consume(ctx, r.js, bus.ConsumerOptions{
-			Stream: c.stream, Durable: c.durable, Filters: []string{c.filter}, Logger: r.log, OrderedByHandler: c.perPod,
-			InactiveThreshold: inactive,
-		}, c.handler)
-		if err != nil {
-			return err
-		}
-		r.mu.Lock()
-		r.stops = append(r.stops, stop)
-		r.mu.Unlock()
-	}
-	return nil
-}
+// podTable takes the kit's pod changes and statuses into the runner's table.
+type podTable struct{ r *Runner }
 
-func (r *Runner) onPodUpdate(_ context.Context, subject string, e *bus.Envelope) error {
-	u, err := bus.DecodePodUpdate(e)
-	if err != nil {
-		// A payload that does not decode is dropped: retrying cannot fix it.
-		r.log.Error("dropping a PodUpdate that does not decode", zap.String(logging.FieldSubject, subject), zap.Error(err))
-		return nil
-	}
-	// a SET too large for one message comes as SETPARTs: applied whole.
-	op, pods, apply := r.snapshots.Resolve(subject, e, u)
-	if !apply {
-		return nil
-	}
-	u.Pods = pods
-	part, _ := bus.PartitionOf(subject)
+func (t podTable) PodAdded(source string, pod *corev1.Pod) { t.PodUpdated(source, pod) }
+
+func (t podTable) PodUpdated(_ string, pod *corev1.Pod) {
+	r := t.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if op == bus.OpSet {
-		// A SET lists every pod of its source in this partition; the others
-		// of that source and partition are gone.
-		listed := map[types.UID]bool{}
-		for i := range u.Pods {
-			listed[u.Pods[i].UID] = true
-		}
-		for uid, p := range r.pods {
-			if p.source == e.Source && p.partition == part && !listed[uid] {
-				r.forget(uid)
-			}
-		}
+	p := r.pods[pod.UID]
+	if p == nil {
+		p = &podEntry{workers: map[workerKey]*worker{}, started: map[string]string{}}
+		r.pods[pod.UID] = p
 	}
-	for i := range u.Pods {
-		pod := &u.Pods[i]
-		if op == bus.OpRemove {
-			r.forget(pod.UID)
-			continue
-		}
-		p := r.pods[pod.UID]
-		if p == nil {
-			p = &podEntry{workers: map[workerKey]*worker{}, started: map[string]string{}}
-			r.pods[pod.UID] = p
-		}
-		p.pod, p.source, p.partition = pod, e.Source, part
-		r.reconcile(pod.UID)
-	}
-	return nil
+	p.pod = pod
+	r.reconcile(pod.UID)
 }
 
-func (r *Runner) onStatus(_ context.Context, subject string, e *bus.Envelope) error {
-	st, err := bus.DecodePodRuntimeStatus(e)
-	if err != nil {
-		r.log.Error("dropping a PodRuntimeStatus that does not decode", zap.String(logging.FieldSubject, subject), zap.Error(err))
-		return nil
-	}
+func (t podTable) PodRemoved(uid types.UID) {
+	t.r.mu.Lock()
+	defer t.r.mu.Unlock()
+	t.r.forget(uid)
+}
+
+// PodStatus takes a pod's runtime status. A status not above the pod's last
+// from the same source is stale; one that another pod's newer status
+// overtook on the subject is not.
+func (t podTable) PodStatus(_ context.Context, source string, seq uint64, st *bus.PodRuntimeStatus) {
+	r := t.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	// a status not above the pod's last from the same source is stale; one
-	// that another pod's newer status overtook on the subject is not.
 	order := r.statusOrder[st.UID]
-	if !order.Take(e.Source, e.Seq) {
-		return nil
+	if !order.Take(source, seq) {
+		return
 	}
 	r.status[st.UID] = st
 	r.statusOrder[st.UID] = order
 	r.reconcile(st.UID)
-	return nil
 }
 
 // forget stops a pod's workers and drops what is known of it. r.mu is held.

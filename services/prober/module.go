@@ -6,7 +6,7 @@ package prober
 
 import (
 	"github.com/splitlet/splitlet/libs/app"
-	"github.com/splitlet/splitlet/services/prober/internal/stage"
+	"github.com/splitlet/splitlet/services/prober/internal/service"
 )
 
 // Name is the service's name in --services.
@@ -14,7 +14,7 @@ const Name = "prober"
 
 // Service returns the prober stage, ready for app.Run.
 func Service() app.Service {
-	s := app.NewService(Name, &stage.Config{}, stage.New)
+	s := app.NewService(Name, &service.Config{}, service.New)
 	// --shadow: beside the live prober, on live traffic (docs/experiments.md).
 	s.Shadow = true
 	// memory-limit auto's budget for a pod, with the collector's headroom

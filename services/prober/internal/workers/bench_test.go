@@ -133,7 +133,7 @@ func benchProbeRate(b *testing.B, kind string) {
 				LivenessProbe:  &corev1.Probe{PeriodSeconds: 1, ProbeHandler: handler()},
 			}}},
 		}
-		m.UpsertPod("api", pod)
+		m.UpsertPod(pod)
 	}
 	// The pods came within the manager's first period, so their first runs
 	// spread over a period (kubelet rule); they wait for status on that

@@ -92,12 +92,10 @@ type workerKey struct {
 }
 
 // podEntry is a pod the manager knows: the latest spec seen (its view; nil
-// for a pod without probes), and the source that sent it (for SET
-// snapshots).
+// for a pod without probes).
 type podEntry struct {
-	source string
-	mu     sync.RWMutex
-	pod    *corev1.Pod
+	mu  sync.RWMutex
+	pod *corev1.Pod
 	// probed: some container of the pod has a probe (a container's probes
 	// never change), so its runtime status is kept for the workers.
 	probed bool
@@ -135,15 +133,14 @@ func New(opts ...Option) (*Manager, error) {
 	return m, nil
 }
 
-// UpsertPod takes in a pod from an ADD, UPDATE, DELETE or RECONCILE (or a
-// SET). A pod seen for the first time gets its workers (kubelet: AddPod on
+// UpsertPod takes in a pod from an ADD, UPDATE or DELETE (or a SET). A pod seen for the first time gets its workers (kubelet: AddPod on
 // pod addition); for a known pod only the stored spec is refreshed, which
 // carries deletionTimestamp to the workers. Probes are immutable in a pod,
 // so workers are never rebuilt for an update. Only the pod's view is kept
 // (probeView), and only for a pod with a probe: nothing reads the spec of
 // a pod without one (it has no workers), so most of a node's pods cost an
 // entry of a few words.
-func (m *Manager) UpsertPod(source string, pod *corev1.Pod) {
+func (m *Manager) UpsertPod(pod *corev1.Pod) {
 	probed := hasProbes(pod)
 	var view *corev1.Pod
 	if probed {
@@ -163,10 +160,9 @@ func (m *Manager) UpsertPod(source string, pod *corev1.Pod) {
 			e.pod = view
 			e.mu.Unlock()
 		}
-		e.source = source
 		return
 	}
-	e := &podEntry{source: source, pod: view, probed: probed}
+	e := &podEntry{pod: view, probed: probed}
 	m.pods[pod.UID] = e
 	if !e.probed {
 		// a status that came before the spec is of no use now: nothing of
@@ -219,30 +215,6 @@ func (m *Manager) RemovePod(uid types.UID) {
 	m.statusMu.Unlock()
 	if known {
 		m.log.Debug("pod removed", zap.String(logging.FieldUID, string(uid)))
-	}
-}
-
-// SyncSource applies a SET snapshot: the source's pods for which inScope
-// holds (its partition) are exactly pods; others of the source in scope are
-// removed.
-func (m *Manager) SyncSource(source string, inScope func(types.UID) bool, pods []corev1.Pod) {
-	want := make(map[types.UID]bool, len(pods))
-	for i := range pods {
-		want[pods[i].UID] = true
-	}
-	m.mu.Lock()
-	var gone []types.UID
-	for uid, e := range m.pods {
-		if e.source == source && !want[uid] && inScope(uid) {
-			gone = append(gone, uid)
-		}
-	}
-	m.mu.Unlock()
-	for _, uid := range gone {
-		m.RemovePod(uid)
-	}
-	for i := range pods {
-		m.UpsertPod(source, &pods[i])
 	}
 }
 

@@ -72,7 +72,7 @@ func TestContainerRunningBeforeProberStarted(t *testing.T) {
 	m.UpdateStatus(&bus.PodRuntimeStatus{UID: pod.UID, Namespace: "default", Name: "old", PodIP: "127.0.0.1",
 		ContainerStatuses: []corev1.ContainerStatus{{Name: "app", ContainerID: "sim://old",
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(time.Now().Add(-time.Minute))}}}}})
-	m.UpsertPod("api", pod)
+	m.UpsertPod(pod)
 	testenv.EventuallyTrue(t, 5*time.Second, "a probe result", func() bool { return len(rec.list()) > 0 })
 	got := rec.list()
 	if got[0].Probe != bus.ProbeReadiness || got[0].Result != bus.ProbeSuccess {
@@ -136,7 +136,7 @@ func TestReadinessRunsWhenStartupSucceeds(t *testing.T) {
 			st.ContainerStatuses = cs
 		}
 		m.UpdateStatus(st)
-		m.UpsertPod("api", pod)
+		m.UpsertPod(pod)
 		var startedAt time.Time
 		deadline := time.Now().Add(20 * time.Second)
 		for ready := false; !ready; {

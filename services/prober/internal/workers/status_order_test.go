@@ -24,7 +24,7 @@ func TestStatusOrderedPerPod(t *testing.T) {
 	for _, uid := range []types.UID{"a", "b"} {
 		// a probe whose first run is an hour away: the pod's statuses
 		// are kept, and no worker probes within the test.
-		m.UpsertPod("api", laterProbedPod(uid))
+		m.UpsertPod(laterProbedPod(uid))
 	}
 	st := func(uid types.UID, id string) *bus.PodRuntimeStatus {
 		return &bus.PodRuntimeStatus{UID: uid, Namespace: "default", Name: string(uid),
@@ -73,7 +73,7 @@ func TestStatusOrderedPerPod(t *testing.T) {
 	if aKept || cKept || n != 1 {
 		t.Fatalf("statuses kept: %d (a %v, c %v), want b's only", n, aKept, cKept)
 	}
-	m.UpsertPod("api", laterProbedPod("a"))
+	m.UpsertPod(laterProbedPod("a"))
 	step("pw-2", 1, st("a", "c://a5"), true) // a's order went with it
 }
 
@@ -109,7 +109,7 @@ func TestUnprobedPodKeepsNoStatus(t *testing.T) {
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}}}
 	}
 
-	m.UpsertPod("api", plain("known"))
+	m.UpsertPod(plain("known"))
 	if !m.UpdateStatusFrom("pw-1", 5, st("known")) || held("known") {
 		t.Fatal("an unprobed pod's status was not taken, or was kept")
 	}
@@ -121,7 +121,7 @@ func TestUnprobedPodKeepsNoStatus(t *testing.T) {
 	if !m.UpdateStatusFrom("pw-1", 6, st("early")) || !held("early") {
 		t.Fatal("a status before its pod's spec was not kept")
 	}
-	m.UpsertPod("api", plain("early"))
+	m.UpsertPod(plain("early"))
 	if held("early") {
 		t.Fatal("the early status of an unprobed pod was kept")
 	}
@@ -130,7 +130,7 @@ func TestUnprobedPodKeepsNoStatus(t *testing.T) {
 	}
 
 	// a probed pod keeps its status.
-	m.UpsertPod("api", laterProbedPod("probed"))
+	m.UpsertPod(laterProbedPod("probed"))
 	if !m.UpdateStatusFrom("pw-1", 7, st("probed")) || !held("probed") {
 		t.Fatal("a probed pod's status was not kept")
 	}
@@ -156,17 +156,17 @@ func TestUnprobedPodKeepsNoSpec(t *testing.T) {
 	}
 	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "default", UID: "plain"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "img"}}}}
-	m.UpsertPod("api", plain)
+	m.UpsertPod(plain)
 	if p := spec("plain"); p != nil {
 		t.Fatalf("an unprobed pod's spec view was kept: %+v", p.Spec)
 	}
 	deleting := plain.DeepCopy()
 	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
-	m.UpsertPod("api", deleting)
+	m.UpsertPod(deleting)
 	if p := spec("plain"); p != nil {
 		t.Fatal("an update of an unprobed pod kept its spec view")
 	}
-	m.UpsertPod("api", laterProbedPod("probed"))
+	m.UpsertPod(laterProbedPod("probed"))
 	if p := spec("probed"); p == nil || len(p.Spec.Containers) == 0 {
 		t.Fatal("a probed pod's view was not kept for its workers")
 	}

@@ -254,7 +254,7 @@ func newProbeTwin(t *testing.T, view bool) *probeTwin {
 // upsert takes in a copy of p, and stops the timers of the workers it
 // made: the test runs them.
 func (tw *probeTwin) upsert(p *corev1.Pod) {
-	tw.m.UpsertPod("api", p.DeepCopy())
+	tw.m.UpsertPod(p.DeepCopy())
 	tw.m.mu.Lock()
 	defer tw.m.mu.Unlock()
 	for _, w := range tw.m.workers {
@@ -435,7 +435,7 @@ func BenchmarkPodBytes(b *testing.B) {
 					if !view {
 						m.view = func(p *corev1.Pod) *corev1.Pod { return p }
 					}
-					per = podheap.RetainedPerPod(docs, func(p *corev1.Pod) any { m.UpsertPod("api", p); return nil })
+					per = podheap.RetainedPerPod(docs, func(p *corev1.Pod) any { m.UpsertPod(p); return nil })
 					if err := m.Stop(context.Background()); err != nil {
 						b.Fatal(err)
 					}

@@ -1,4 +1,4 @@
-package stage_test
+package service_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/splitlet/splitlet/libs/bus"
-	"github.com/splitlet/splitlet/services/prober/internal/stage"
+	"github.com/splitlet/splitlet/services/prober/internal/service"
 )
 
 // rejecter makes the prober's handlers fail on the messages about the pods
@@ -76,10 +76,10 @@ func (rj *rejecter) failures(durable string) int {
 // fail, with short redelivery delays.
 func newRejectingEnv(t *testing.T) (*env, *rejecter) {
 	rj := &rejecter{pods: map[rejected]bool{}, failed: map[string]int{}}
-	e := newEnvWith(t, func(d stage.Deps) (*stage.Runner, error) {
-		r, err := stage.NewWithDeps(d)
+	e := newEnvWith(t, func(d service.Deps) (*service.Runner, error) {
+		r, err := service.NewWithDeps(d)
 		if err == nil {
-			stage.SetConsumerHook(r, rj.hook)
+			service.SetConsumerHook(r, rj.hook)
 		}
 		return r, err
 	})
@@ -98,18 +98,18 @@ func TestRejectedPodUpdateRecoveredBySet(t *testing.T) {
 	e, rj := newRejectingEnv(t)
 	tg := newTarget(t, http.StatusOK)
 	pod := newPod("rejected-update", httpProbe(tg.port(), "/"), nil, nil)
-	before := terminated(stage.DurablePodUpdates)
-	rj.set(stage.DurablePodUpdates, pod.UID, true)
+	before := terminated(service.DurablePodUpdates)
+	rj.set(service.DurablePodUpdates, pod.UID, true)
 	e.publishPods(bus.OpAdd, pod)
 	e.publishStatus(running(pod, "sim://u1", time.Now()))
-	e.eventually("the ADD terminated", 10*time.Second, func() bool { return terminated(stage.DurablePodUpdates)-before == 1 })
-	if n := rj.failures(stage.DurablePodUpdates); n != 3 {
+	e.eventually("the ADD terminated", 10*time.Second, func() bool { return terminated(service.DurablePodUpdates)-before == 1 })
+	if n := rj.failures(service.DurablePodUpdates); n != 3 {
 		t.Errorf("the ADD was handled %d times, want 3", n)
 	}
 	if rs := e.resultsOf(pod.UID); len(rs) != 0 {
 		t.Fatalf("probed without its spec: %v", rs)
 	}
-	rj.set(stage.DurablePodUpdates, pod.UID, false)
+	rj.set(service.DurablePodUpdates, pod.UID, false)
 	e.publishPods(bus.OpSet, pod)
 	e.waitResult(pod.UID, bus.ProbeReadiness, bus.ProbeSuccess, "sim://u1", 10*time.Second)
 }
@@ -122,17 +122,17 @@ func TestRejectedStatusRecoveredFromStream(t *testing.T) {
 	e, rj := newRejectingEnv(t)
 	tg := newTarget(t, http.StatusOK)
 	pod := newPod("rejected-status", httpProbe(tg.port(), "/"), nil, nil)
-	before := terminated(stage.DurablePodStatus)
-	rj.set(stage.DurablePodStatus, pod.UID, true)
+	before := terminated(service.DurablePodStatus)
+	rj.set(service.DurablePodStatus, pod.UID, true)
 	e.publishPods(bus.OpAdd, pod)
 	e.publishStatus(running(pod, "sim://s1", time.Now()))
-	e.eventually("the status terminated", 10*time.Second, func() bool { return terminated(stage.DurablePodStatus)-before == 1 })
-	if n := rj.failures(stage.DurablePodStatus); n < 3 {
+	e.eventually("the status terminated", 10*time.Second, func() bool { return terminated(service.DurablePodStatus)-before == 1 })
+	if n := rj.failures(service.DurablePodStatus); n < 3 {
 		t.Errorf("the status was handled %d times, want at least 3", n)
 	}
 	if rs := e.resultsOf(pod.UID); len(rs) != 0 {
 		t.Fatalf("probed without its status: %v", rs)
 	}
-	rj.set(stage.DurablePodStatus, pod.UID, false)
+	rj.set(service.DurablePodStatus, pod.UID, false)
 	e.waitResult(pod.UID, bus.ProbeReadiness, bus.ProbeSuccess, "sim://s1", 10*time.Second)
 }

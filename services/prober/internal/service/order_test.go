@@ -1,4 +1,4 @@
-package stage_test
+package service_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 
 	"github.com/splitlet/splitlet/libs/bus"
-	"github.com/splitlet/splitlet/services/prober/internal/stage"
+	"github.com/splitlet/splitlet/services/prober/internal/service"
 )
 
 // A pod's status that reaches the prober behind another pod's newer one on
@@ -46,7 +46,7 @@ func TestStatusOvertakenOnItsSubject(t *testing.T) {
 	e.waitResult(b.UID, bus.ProbeReadiness, bus.ProbeSuccess, "sim://b1", 10*time.Second)
 	e.waitResult(a.UID, bus.ProbeReadiness, bus.ProbeSuccess, "sim://a2", 10*time.Second)
 
-	cons, err := e.js.Consumer(ctx, bus.StreamName(node, bus.StreamPodStatus), stage.DurablePodStatus)
+	cons, err := e.js.Consumer(ctx, bus.StreamName(node, bus.StreamPodStatus), service.DurablePodStatus)
 	if err != nil {
 		t.Fatal(err)
 	}

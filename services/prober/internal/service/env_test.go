@@ -1,4 +1,4 @@
-package stage_test
+package service_test
 
 import (
 	"context"
@@ -26,7 +26,7 @@ import (
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/config"
 	"github.com/splitlet/splitlet/libs/testenv"
-	"github.com/splitlet/splitlet/services/prober/internal/stage"
+	"github.com/splitlet/splitlet/services/prober/internal/service"
 )
 
 const node = "probe-node"
@@ -41,7 +41,7 @@ type env struct {
 	subjects bus.Subjects
 	podPub   *bus.Publisher
 	statPub  *bus.Publisher
-	runner   *stage.Runner
+	runner   *service.Runner
 	start    func()
 	execSub  *nats.Subscription
 	events   *events
@@ -60,7 +60,7 @@ const partitions = 4
 func newEnv(t *testing.T) *env { return newEnvWith(t, nil) }
 
 // builder makes the runner under test; nil: NewWithDeps with in-memory Events.
-type builder func(d stage.Deps) (*stage.Runner, error)
+type builder func(d service.Deps) (*service.Runner, error)
 
 func newEnvWith(t *testing.T, build builder) *env {
 	t.Helper()
@@ -138,11 +138,11 @@ func newEnvWith(t *testing.T, build builder) *env {
 
 	common := &config.Common{NodeName: node, Partitions: partitions}
 	if build == nil {
-		build = stage.NewWithDeps
+		build = service.NewWithDeps
 	}
 	e.start = func() {
-		r, err := build(stage.Deps{
-			Config: &stage.Config{Instance: "prober-test", ExecGrace: 300 * time.Millisecond},
+		r, err := build(service.Deps{
+			Config: &service.Config{Instance: "prober-test", ExecGrace: 300 * time.Millisecond},
 			Common: common, Log: zaptest.NewLogger(t), NC: nc, JS: js,
 			Recorder: e.events, Registerer: e.reg,
 		})
@@ -160,7 +160,7 @@ func newEnvWith(t *testing.T, build builder) *env {
 	return e
 }
 
-func (e *env) stop(r *stage.Runner) {
+func (e *env) stop(r *service.Runner) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := r.Stop(ctx); err != nil {

@@ -1,4 +1,4 @@
-package stage_test
+package service_test
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/testenv"
-	"github.com/splitlet/splitlet/services/prober/internal/stage"
+	"github.com/splitlet/splitlet/services/prober/internal/service"
 )
 
 // TestReconcilesAreNotSent: the prober's consumer of the pod-updates
@@ -36,7 +36,7 @@ func TestReconcilesAreNotSent(t *testing.T) {
 			if err != nil {
 				return false, err.Error()
 			}
-			cons, err := stream.Consumer(t.Context(), stage.DurablePodUpdates)
+			cons, err := stream.Consumer(t.Context(), service.DurablePodUpdates)
 			if err != nil {
 				return false, err.Error()
 			}

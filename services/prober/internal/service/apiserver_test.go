@@ -1,4 +1,4 @@
-package stage_test
+package service_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/testenv"
 	"github.com/splitlet/splitlet/libs/tracing"
-	"github.com/splitlet/splitlet/services/prober/internal/stage"
+	"github.com/splitlet/splitlet/services/prober/internal/service"
 )
 
 // Unhealthy Events reach the real API server with the kubelet's reason,
@@ -22,8 +22,8 @@ func TestUnhealthyEventInAPIServer(t *testing.T) {
 	t.Parallel()
 	cp := testenv.ControlPlaneForTest(t)
 	cs := cp.Clientset()
-	e := newEnvWith(t, func(d stage.Deps) (*stage.Runner, error) {
-		return stage.New(d.Config, d.Common, d.Log, d.NC, d.JS, cs, d.Registerer, tracing.Noop())
+	e := newEnvWith(t, func(d service.Deps) (*service.Runner, error) {
+		return service.New(d.Config, d.Common, d.Log, d.NC, d.JS, cs, d.Registerer, tracing.Noop())
 	})
 	lp := execProbe("check")
 	lp.FailureThreshold = 1

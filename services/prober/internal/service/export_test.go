@@ -1,4 +1,4 @@
-package stage
+package service
 
 import "github.com/splitlet/splitlet/libs/bus"
 

@@ -1,4 +1,4 @@
-package stage_test
+package service_test
 
 import (
 	"net"

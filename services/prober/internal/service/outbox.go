@@ -1,4 +1,4 @@
-package stage
+package service
 
 import (
 	"context"
