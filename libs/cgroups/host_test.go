@@ -11,8 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
-
-	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // On this host's cgroups (v1 or v2, root): the layout is made with the
@@ -20,7 +18,9 @@ import (
 // cpuset got its parent's CPUs), a cgroup a process is in is not removed
 // (nothing is killed), an empty one is, and PodCgroups lists the pods.
 func TestHostLayout(t *testing.T) {
-	testenv.SkipShort(t, "root")
+	if testing.Short() {
+		t.Skip("needs root and the host's cgroups: skipped under -short")
+	}
 	if os.Geteuid() != 0 {
 		t.Fatal("writing cgroups needs root")
 	}
