@@ -33,6 +33,11 @@ type KubeletOptions struct {
 	StaticPodDir string
 	// MaxPods is its maxPods; 0 keeps the kubelet's default (110).
 	MaxPods int
+	// CgroupRoot is its cgroupRoot (cgroupfs form), which must exist; ""
+	// keeps the kubelet's default, the root. The kubelet destroys every pod
+	// cgroup under its kubepods that is not one of its pods: another node
+	// agent on the same host needs a cgroup root apart from it.
+	CgroupRoot string
 	// Args are further command-line flags ("--v=2"); none keeps the
 	// kubelet's defaults (log verbosity 0).
 	Args []string
@@ -83,7 +88,7 @@ func NewKubelet(cp *ControlPlane, o KubeletOptions) (*Kubelet, error) {
 		Port: o.Port, HealthzPort: healthzPort, ClientCAFile: cp.CAFile,
 		CertFile: certFile, KeyFile: keyFile, CRIEndpoint: o.CRIEndpoint,
 		PodLogsDir: filepath.Join(dir, "pod-logs"), ResolvConf: hostResolvConf(),
-		StaticPodDir: o.StaticPodDir, MaxPods: o.MaxPods,
+		StaticPodDir: o.StaticPodDir, MaxPods: o.MaxPods, CgroupRoot: o.CgroupRoot,
 	})
 	configPath := filepath.Join(dir, "config.yaml")
 	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
@@ -151,6 +156,8 @@ type KubeletConfigOptions struct {
 	StaticPodDir      string
 	// MaxPods: 0 leaves the kubelet's default.
 	MaxPods int
+	// CgroupRoot: "" leaves the kubelet's default.
+	CgroupRoot string
 }
 
 // KubeletConfig is the kubelet's configuration file (YAML, strings quoted
@@ -210,6 +217,9 @@ staticPodPath: %q
 `, o.Port, o.HealthzPort, o.CertFile, o.KeyFile, o.ClientCAFile, o.CRIEndpoint, o.ResolvConf, o.PodLogsDir, o.StaticPodDir)
 	if o.MaxPods > 0 {
 		cfg += fmt.Sprintf("maxPods: %d\n", o.MaxPods)
+	}
+	if o.CgroupRoot != "" {
+		cfg += fmt.Sprintf("cgroupRoot: %q\n", o.CgroupRoot)
 	}
 	return cfg
 }

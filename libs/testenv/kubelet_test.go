@@ -8,7 +8,7 @@ import (
 // The kubelet's configuration holds what a run needs of it: the API
 // authenticated and authorized through the control plane, cgroup v1 and
 // swap accepted, no image garbage collection, pod logs of its own; maxPods
-// only when asked for.
+// and cgroupRoot only when asked for.
 func TestKubeletConfig(t *testing.T) {
 	o := KubeletConfigOptions{
 		Port: 10301, HealthzPort: 10302, ClientCAFile: "/cp/ca.crt",
@@ -33,12 +33,16 @@ func TestKubeletConfig(t *testing.T) {
 	if strings.Contains(got, "%!") {
 		t.Errorf("a formatting error:\n%s", got)
 	}
-	if strings.Contains(got, "maxPods") {
-		t.Errorf("maxPods set though not asked for:\n%s", got)
+	if strings.Contains(got, "maxPods") || strings.Contains(got, "cgroupRoot") {
+		t.Errorf("maxPods or cgroupRoot set though not asked for:\n%s", got)
 	}
 	o.MaxPods = 250
 	if got := KubeletConfig(o); !strings.HasSuffix(got, "\nmaxPods: 250\n") {
 		t.Errorf("no maxPods: 250 in\n%s", got)
+	}
+	o.CgroupRoot = "/agents/kubelet"
+	if got := KubeletConfig(o); !strings.Contains(got, "\ncgroupRoot: \"/agents/kubelet\"\n") {
+		t.Errorf("no cgroupRoot in\n%s", got)
 	}
 }
 
