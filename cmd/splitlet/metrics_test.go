@@ -36,6 +36,8 @@ type nodeMetrics struct {
 }
 
 type podMetrics struct {
+	Timestamp  metav1.Time     `json:"timestamp"`
+	Window     metav1.Duration `json:"window"`
 	Containers []struct {
 		Name  string `json:"name"`
 		Usage usage  `json:"usage"`
@@ -57,6 +59,15 @@ func (p podMetrics) cpu() int64 {
 		m += c.Usage.CPU.MilliValue()
 	}
 	return m
+}
+
+// mem is a pod's working set in bytes (the sum of its containers').
+func (p podMetrics) mem() int64 {
+	var b int64
+	for _, c := range p.Containers {
+		b += c.Usage.Memory.Value()
+	}
+	return b
 }
 
 // rootSample is the root cgroup's CPU counter (ns) and working set at a time.

@@ -116,16 +116,18 @@ build_kube kube-controller-manager
 # What only the tests use (TESTENV_RUN_ONLY=1, for make run, skips it): the
 # registry the pull tests push to; kube-proxy and CoreDNS, Services by
 # ClusterIP and by name around a node (libs/testenv.StartClusterNetwork);
-# metrics-server, the resource metrics API.
+# metrics-server, the resource metrics API; the kubelet (static), the peer
+# whose figures the resource metrics test compares a Splitlet node's with.
 if [[ -z "${TESTENV_RUN_ONLY:-}" ]]; then
 	build_registry
 	build_kube kube-proxy
 	build_coredns
 	build_metrics_server
+	build_kube kubelet
 fi
 # kube-scheduler builds the same way when a test needs it:
-# TESTENV_EXTRA=kube-scheduler; so does the kubelet, static too (make
-# conformance NODE=kubelet: TESTENV_EXTRA=kubelet).
+# TESTENV_EXTRA=kube-scheduler; so does the kubelet where the test-only
+# binaries are not built (make conformance NODE=kubelet: TESTENV_EXTRA=kubelet).
 for extra in ${TESTENV_EXTRA:-}; do
 	build_kube "$extra"
 done
