@@ -154,15 +154,16 @@ func readImageFile(path string) ([]byte, error) {
 
 // curlScript is the agnhost image's curl: busybox wget with the body on
 // stdout, taking the options the tests give curl (those without effect
-// here are dropped, --max-time is wget's -T, --connect-timeout is under
-// it) and refusing others, as wget would refuse curl's.
+// here are dropped, --max-time is busybox timeout around wget, whose own
+// -T crashes Debian's busybox 1.35, --connect-timeout is under it) and
+// refusing others, as wget would refuse curl's.
 const curlScript = `#!/bin/sh
 # curl [options] URL: busybox wget, the body on stdout, as the tests use it
-timeout=""
+limit=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	-g|-q|-s|-S|-f|-L|-k|--globoff|--silent|--show-error|--fail|--location|--insecure) ;;
-	-m|--max-time) timeout="-T $2"; shift ;;
+	-m|--max-time) limit="timeout $2"; shift ;;
 	--connect-timeout) shift ;;
 	--) shift; break ;;
 	-*) echo "curl (wget stand-in): option $1 not supported" >&2; exit 2 ;;
@@ -170,7 +171,7 @@ while [ $# -gt 0 ]; do
 	esac
 	shift
 done
-exec wget -q -O - $timeout "$@"
+exec $limit wget -q -O - "$@"
 `
 
 // agnhostImage is /agnhost (entrypoint, `pause` by default) and busybox,
