@@ -152,6 +152,28 @@ func readImageFile(path string) ([]byte, error) {
 	return data, nil
 }
 
+// curlScript is the agnhost image's curl: busybox wget with the body on
+// stdout, taking the options the tests give curl (those without effect
+// here are dropped, --max-time is busybox timeout around wget, whose own
+// -T crashes Debian's busybox 1.35, --connect-timeout is under it) and
+// refusing others, as wget would refuse curl's.
+const curlScript = `#!/bin/sh
+# curl [options] URL: busybox wget, the body on stdout, as the tests use it
+limit=""
+while [ $# -gt 0 ]; do
+	case "$1" in
+	-g|-q|-s|-S|-f|-L|-k|--globoff|--silent|--show-error|--fail|--location|--insecure) ;;
+	-m|--max-time) limit="timeout $2"; shift ;;
+	--connect-timeout) shift ;;
+	--) shift; break ;;
+	-*) echo "curl (wget stand-in): option $1 not supported" >&2; exit 2 ;;
+	*) break ;;
+	esac
+	shift
+done
+exec $limit wget -q -O - "$@"
+`
+
 // agnhostImage is /agnhost (entrypoint, `pause` by default) and busybox,
 // for the tests that run `sh -c` in it.
 func agnhostImage(bins E2EBinaries, withBusybox func(...ImageFile) []ImageFile) (ImageConfig, []ImageFile, error) {
@@ -166,8 +188,10 @@ func agnhostImage(bins E2EBinaries, withBusybox func(...ImageFile) []ImageFile) 
 		ImageFile{Path: "agnhost-2", Mode: fs.ModeSymlink, Link: "agnhost"},
 		ImageFile{Path: "uploads", Mode: fs.ModeDir | 0o755},
 		// The real image has curl (the lifecycle hook tests' exec
-		// hooks run `curl http://...`); busybox's wget does that.
-		ImageFile{Path: "bin/curl", Mode: 0o755, Data: []byte("#!/bin/sh\n# curl URL: the body on stdout, as the tests use it\nexec wget -q -O - \"$@\"\n")},
+		// hooks run `curl http://...`, the networking checks `curl -g
+		// -q -s --max-time 15 --connect-timeout 1 http://...`);
+		// busybox's wget does that.
+		ImageFile{Path: "bin/curl", Mode: 0o755, Data: []byte(curlScript)},
 		// and bash (the probe specs run `/bin/bash -c` scripts that
 		// busybox's sh runs as well).
 		ImageFile{Path: "bin/bash", Mode: 0o755, Data: []byte("#!/bin/sh\n# bash: busybox's sh, which runs what the tests give bash\nexec /bin/sh \"$@\"\n")})

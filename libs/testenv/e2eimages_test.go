@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -161,4 +162,44 @@ func keys(m map[string]*tar.Header) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// The agnhost image's curl takes the options the tests give curl: those
+// without effect dropped, --max-time as a timeout around wget; others
+// refused.
+func TestCurlScript(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "curl"), []byte(curlScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// a wget that prints the arguments it was given, a timeout that says
+	// its limit and runs the rest
+	if err := os.WriteFile(filepath.Join(dir, "wget"), []byte("#!/bin/sh\necho \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "timeout"), []byte("#!/bin/sh\nprintf 'timeout %s ' \"$1\"\nshift\nexec \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command(filepath.Join(dir, "curl"), args...)
+		cmd.Env = []string{"PATH=" + dir + ":/usr/bin:/bin"}
+		out, err := cmd.CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"http://10.0.0.1:8080/echo?msg=poststart"}, "-q -O - http://10.0.0.1:8080/echo?msg=poststart"},
+		{[]string{"-g", "-q", "-s", "--max-time", "15", "--connect-timeout", "1", "http://10.0.0.1:8083/hostName"}, "timeout 15 -q -O - http://10.0.0.1:8083/hostName"},
+		{[]string{"-g", "-q", "-s", "http://10.0.0.2:9080/dial?request=hostname&protocol=udp&host=10.0.0.1&port=8081&tries=1"}, "-q -O - http://10.0.0.2:9080/dial?request=hostname&protocol=udp&host=10.0.0.1&port=8081&tries=1"},
+	} {
+		got, err := run(c.args...)
+		if err != nil || got != c.want {
+			t.Errorf("curl %v: wget %q (%v), want %q", c.args, got, err, c.want)
+		}
+	}
+	if out, err := run("-X", "POST", "http://x/"); err == nil || !strings.Contains(out, "not supported") {
+		t.Errorf("curl -X: %q, %v", out, err)
+	}
 }

@@ -20,7 +20,8 @@ var kubepodsLockPath = filepath.Join(os.TempDir(), "localup-kubepods.lock")
 // lockKubepods takes the lock (exclusive for the kubelet), waiting for it
 // and saying so once; the returned function releases it.
 func lockKubepods(ctx context.Context, path string, exclusive bool, out io.Writer) (func(), error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	// Not through a symbolic link: the lock lives in a shared directory.
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return nil, err
 	}

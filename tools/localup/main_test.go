@@ -408,6 +408,13 @@ func TestLockKubepods(t *testing.T) {
 		t.Fatal("a Splitlet run took the lock beside a kubelet run")
 	}
 	ex()
+	link := filepath.Join(t.TempDir(), "link.lock")
+	if err := os.Symlink(filepath.Join(t.TempDir(), "target"), link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lockKubepods(t.Context(), link, false, &out); err == nil {
+		t.Error("the lock was taken through a symbolic link")
+	}
 	if s3, err := lockKubepods(t.Context(), path, false, &out); err != nil {
 		t.Fatal(err)
 	} else {

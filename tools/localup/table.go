@@ -359,10 +359,11 @@ func agentLabel(agent string) string {
 	return "Splitlet"
 }
 
-// specText is a spec's name in the list, marked when the API server alone
-// decides it.
+// specText is a spec's name in the list, without Ginkgo's "[It] ",
+// marked when the API server alone decides it.
 func specText(name string) string {
-	t := codeSpan(name)
+	// (Ginkgo's JUnit report starts a spec's name with its node type)
+	t := codeSpan(strings.TrimPrefix(name, "[It] "))
 	if apiOnly(name) {
 		t += " (API server only)"
 	}
