@@ -41,6 +41,11 @@ type Runtime struct {
 	// Exec report exit code 1; Execs lists every command run, in order.
 	ExecFails map[string]bool
 	Execs     []string
+	// ExecUntilStopped, by command line, makes Exec run until its
+	// container stops (exit code 137) or its context ends; ExecEnds says
+	// which ended each such exec ("stopped" or "cancelled").
+	ExecUntilStopped map[string]bool
+	ExecEnds         map[string]string
 	// LastOptions holds, by container name, the options of its last start.
 	LastOptions map[string]runtime.StartOptions
 	// SandboxFails, by pod UID, makes every start of the pod's containers
@@ -197,10 +202,53 @@ func (r *Runtime) Exec(ctx context.Context, uid types.UID, container string, cmd
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.Execs = append(r.Execs, line)
+	if r.ExecUntilStopped[line] {
+		return r.execUntilStopped(ctx, uid, container, line)
+	}
 	if r.ExecFails[line] {
 		return runtime.ExecResult{Stdout: []byte("failed: " + line), ExitCode: 1}, nil
 	}
 	return runtime.ExecResult{Stdout: []byte(fmt.Sprint(cmd))}, nil
+}
+
+// execUntilStopped polls, with r.mu held on entry and exit, until the
+// container no longer runs or ctx ends.
+func (r *Runtime) execUntilStopped(ctx context.Context, uid types.UID, container, line string) (runtime.ExecResult, error) {
+	if r.ExecEnds == nil {
+		r.ExecEnds = map[string]string{}
+	}
+	runs := func() bool {
+		for _, c := range r.pods[uid] {
+			if c.Name == container && c.State == runtime.StateRunning {
+				return true
+			}
+		}
+		return false
+	}
+	// A stop ends the exec with its container, before the stop returns: a
+	// context cancelled after that finds the container stopped.
+	for runs() {
+		r.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			r.mu.Lock()
+			if runs() {
+				r.ExecEnds[line] = "cancelled"
+				return runtime.ExecResult{}, ctx.Err()
+			}
+		case <-time.After(5 * time.Millisecond):
+			r.mu.Lock()
+		}
+	}
+	r.ExecEnds[line] = "stopped"
+	return runtime.ExecResult{ExitCode: 137}, nil
+}
+
+// ExecEnd says how an ExecUntilStopped command ended ("" while it runs).
+func (r *Runtime) ExecEnd(line string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ExecEnds[line]
 }
 
 // StopOrder is the names of the containers stopped so far, in order.

@@ -124,25 +124,38 @@ func (s *Syncer) postStart(ctx context.Context, pod *corev1.Pod, c *corev1.Conta
 }
 
 // preStop runs the preStop hook of the named container, if it has one,
-// within the grace period, and returns what is left of it for the stop
-// (kubelet: killContainer runs the hook, then stops with the rest, at least
-// two seconds). A hook that fails records FailedPreStopHook; the stop
-// goes on.
-func (s *Syncer) preStop(ctx context.Context, pod *corev1.Pod, name string, grace time.Duration) time.Duration {
+// and waits for it at most the grace period; it returns what is left of
+// the grace for the stop (at least two seconds) and a release to call once
+// the container is stopped. As in the kubelet (killContainer), a hook that
+// outlasts the grace period is not cut short: it runs on until the stop
+// kills its container, so a hook that never ends lives grace plus the
+// stop's two seconds. A hook that fails records FailedPreStopHook.
+func (s *Syncer) preStop(ctx context.Context, pod *corev1.Pod, name string, grace time.Duration) (time.Duration, func()) {
 	c := containerSpec(pod, name)
 	if c == nil || c.Lifecycle == nil || c.Lifecycle.PreStop == nil || grace <= 0 {
-		return grace
+		return grace, func() {}
 	}
 	start := time.Now()
-	hctx, cancel := context.WithTimeout(ctx, grace)
-	msg, err := s.runHook(hctx, pod, c, c.Lifecycle.PreStop, grace)
-	cancel()
-	if err != nil {
-		s.log.Warn("preStop hook failed", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)),
-			zap.String("container", name), zap.String("message", msg))...)
-		s.event(pod, name, corev1.EventTypeWarning, EventFailedPreStopHook, "PreStopHook failed")
+	hctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// No timeout of its own: the container's stop ends an exec hook.
+		msg, err := s.runHook(hctx, pod, c, c.Lifecycle.PreStop, 0)
+		if err != nil {
+			s.log.Warn("preStop hook failed", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)),
+				zap.String("container", name), zap.String("message", msg))...)
+			s.event(pod, name, corev1.EventTypeWarning, EventFailedPreStopHook, "PreStopHook failed")
+		}
+	}()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	case <-ctx.Done():
 	}
-	return max(grace-time.Since(start), minPreStopGrace)
+	return max(grace-time.Since(start), minPreStopGrace), cancel
 }
 
 // containerSpec finds a container of the pod by name, init containers too.

@@ -92,6 +92,32 @@ func TestLifecycleHooks(t *testing.T) {
 	})
 }
 
+// TestPreStopOutlivesGrace: a preStop hook still running when the grace
+// period ends is not cut short; the container is stopped with the two
+// seconds' minimum and the hook ends with it, so a hook that never ends
+// lives grace plus two seconds (kubelet: killContainer waits for the hook
+// at most the grace period and stops with at least two seconds).
+func TestPreStopOutlivesGrace(t *testing.T) {
+	r := newRig(t)
+	r.rt.ExecUntilStopped = map[string]bool{"pre hang": true}
+	one := int64(1)
+	p := pod("h5", corev1.RestartPolicyAlways, "app")
+	p.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"pre", "hang"}}}}
+	p.Spec.TerminationGracePeriodSeconds = &one
+	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p})
+	eventually(t, "running", func() bool { return running(r.sk.get("h5"), "app") })
+	id := r.sk.get("h5").ContainerStatuses[0].ContainerID
+	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateKill, Pod: p})
+	eventually(t, "stopped", func() bool { st := r.sk.get("h5"); return st != nil && st.Terminated })
+	eventually(t, "the hook ended", func() bool { return r.rt.ExecEnd("pre hang") != "" })
+	if end := r.rt.ExecEnd("pre hang"); end != "stopped" {
+		t.Errorf("the hook was %s before its container stopped", end)
+	}
+	if g, ok := r.rt.GraceOf(id); !ok || g != minPreStopGrace {
+		t.Errorf("stopped with %v (stopped %v), want the minimum %v", g, ok, minPreStopGrace)
+	}
+}
+
 // TestHTTPHook: an httpGet hook succeeds on any answer and fails when the
 // connection fails (kubelet: runHTTPHandler checks no status code).
 func TestHTTPHook(t *testing.T) {

@@ -212,7 +212,9 @@ func (s *Syncer) ProbeFailed(containerID string, probeGrace *int64) {
 // kill stops a container of the pod, its preStop hook first within grace
 // (kubelet: killContainer).
 func (s *Syncer) kill(ctx context.Context, pod *corev1.Pod, name, id string, grace time.Duration) error {
-	return s.rt.StopContainer(ctx, id, s.preStop(ctx, pod, name, grace))
+	left, release := s.preStop(ctx, pod, name, grace)
+	defer release()
+	return s.rt.StopContainer(ctx, id, left)
 }
 
 // killGrace is the grace of a kill for a failed probe: the probe's own,
@@ -954,7 +956,8 @@ func (s *Syncer) stopAll(ctx context.Context, pod *corev1.Pod, grace int64) []er
 // stops it with what is left of grace (at least minPreStopGrace).
 func (s *Syncer) stopInOrder(ctx context.Context, pod *corev1.Pod, name, id string, grace time.Duration, order *terminationOrder) error {
 	start := time.Now()
-	s.preStop(ctx, pod, name, grace)
+	_, release := s.preStop(ctx, pod, name, grace)
+	defer release()
 	left := grace - time.Since(start)
 	left -= order.wait(name, left)
 	err := s.rt.StopContainer(ctx, id, max(left, minPreStopGrace))
