@@ -704,12 +704,16 @@ func (s *Syncer) syncSidecar(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 			return true, err
 		}
 	case last.State == runtime.StateExited:
-		// a sidecar that ran once does not hold the others back
-		// while it waits out its back-off.
+		// Started again (after its back-off); once the pod has
+		// initialized it holds nothing back, before that a sidecar
+		// with a startup probe holds the next containers until the new
+		// container's probe passes (kubelet: computeInitContainerActions).
 		if wait, d := s.inBackOff(pod, c, last); wait {
 			s.backOffEvent(pod, c)
 			requeue(res, d)
-		} else if err := s.start(ctx, pod, c, last); err != nil {
+			return holds, nil
+		}
+		if err := s.start(ctx, pod, c, last); err != nil || holds {
 			return true, err
 		}
 	case s.takeLivenessFailure(last.ID):

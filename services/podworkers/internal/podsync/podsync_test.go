@@ -348,6 +348,42 @@ func TestCreatedContainerStartedAgain(t *testing.T) {
 	}
 }
 
+// kubelet: while the pod initializes, a sidecar with a startup probe that
+// exits is started again and still holds the app back: the new container's
+// probe has not passed (computeInitContainerActions stops at it).
+func TestRestartedSidecarStillHoldsTheApp(t *testing.T) {
+	rt := fakeruntime.New()
+	sy := New(rt, &sink{last: map[types.UID]*bus.PodRuntimeStatus{}}, WithBackOff(time.Millisecond, time.Millisecond))
+	always := corev1.ContainerRestartPolicyAlways
+	p := pod("s3", corev1.RestartPolicyAlways, "app")
+	p.Spec.InitContainers = []corev1.Container{{Name: "proxy", Image: "img", RestartPolicy: &always,
+		StartupProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"false"}}}}}}
+	count := func(name string) int {
+		n := 0
+		for _, c := range rt.PodContainers(p.UID) {
+			if c.Name == name {
+				n++
+			}
+		}
+		return n
+	}
+	sync := func() {
+		t.Helper()
+		if _, err := sy.SyncPod(t.Context(), podworkers.UpdateSync, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sync()
+	if err := rt.StopContainer(t.Context(), rt.PodContainers(p.UID)[0].ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the sidecar started again", func() bool { sync(); return count("proxy") >= 2 })
+	sync()
+	if n := count("app"); n != 0 {
+		t.Fatalf("the app started %d times while the restarted sidecar's startup probe had not passed", n)
+	}
+}
+
 // kubelet: a sidecar with a startup probe holds the pod's next containers
 // back until the probe passes; one running since before this replica began
 // counts as started (its result went to the replica before).
