@@ -27,6 +27,12 @@ type E2EBinaries struct {
 	// Busybox: a static busybox (default $SPLITLET_BUSYBOX, else
 	// /bin/busybox); every image but pause has it with its applet links.
 	Busybox string
+	// Shell: a static bash (default $SPLITLET_E2E_SHELL, else
+	// /bin/bash-static, Debian's bash-static), the busybox image's
+	// /bin/sh: the ConfigMap and Secret env specs run `sh -c env` and
+	// expect variables whose names are not shell names (data-1), which
+	// bash hands on to env and Debian's busybox 1.35 sh drops.
+	Shell string
 	// Agnhost: the agnhost binary (k8s.io/kubernetes/test/images/agnhost),
 	// the agnhost image's entrypoint /agnhost. Empty: no agnhost image.
 	Agnhost string
@@ -107,7 +113,7 @@ func E2EImages(kinds map[string][]string, bins E2EBinaries, pause []byte) ([]E2E
 		var err error
 		switch kind {
 		case "busybox":
-			img.Config, img.Files = busyboxConfig, withBusybox()
+			img.Config, img.Files, err = busyboxE2EImage(bins, withBusybox)
 		case "nonroot":
 			// As test/images/nonroot: busybox that runs as uid 1234.
 			img.Config, img.Files = busyboxConfig, withBusybox()
@@ -141,6 +147,33 @@ func busyboxPath(bins E2EBinaries) string {
 		return env
 	}
 	return "/bin/busybox"
+}
+
+// ShellPathEnv overrides where the busybox test image's /bin/sh is taken
+// from (E2EBinaries.Shell).
+const ShellPathEnv = "SPLITLET_E2E_SHELL"
+
+// shellPath is the busybox test image's /bin/sh: bins.Shell, else
+// $ShellPathEnv, else /bin/bash-static.
+func shellPath(bins E2EBinaries) string {
+	if bins.Shell != "" {
+		return bins.Shell
+	}
+	if env := os.Getenv(ShellPathEnv); env != "" {
+		return env
+	}
+	return "/bin/bash-static"
+}
+
+// busyboxE2EImage is busybox with a static bash as /bin/sh (see
+// E2EBinaries.Shell); the other applets stay busybox's.
+func busyboxE2EImage(bins E2EBinaries, withBusybox func(...ImageFile) []ImageFile) (ImageConfig, []ImageFile, error) {
+	path := shellPath(bins)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ImageConfig{}, nil, fmt.Errorf("testenv: e2e busybox image: its sh: %w (install Debian's bash-static or set %s)", err, ShellPathEnv)
+	}
+	return busyboxConfig, replaceFile(withBusybox(), ImageFile{Path: "bin/sh", Mode: 0o755, Data: data}), nil
 }
 
 // readImageFile reads a file that goes into an image.

@@ -95,8 +95,6 @@ var conformanceSkips = []conformanceSkip{
 		"updates the pod to registry.k8s.io/e2e-test-images/nginx:1.15-4, which is not built here (it needs a real nginx)"},
 	{`Override hostname of Pod .*(will have hostnameOverride as hostname|valid DNS subdomain)`,
 		"runs registry.k8s.io/e2e-test-images/glibc-dns-testing (glibc's resolver, for hostname -f), which is not built here"},
-	{`\[sig-node\] (ConfigMap|Secrets) should be consumable (via the environment|as environment variable names.* with various prefixes)`,
-		"print `sh -c env` in registry.k8s.io/e2e-test-images/busybox and expect variables named data-1: the busybox here (Debian's 1.35) has a sh that drops variables whose names are not shell names before env sees them; the image's busybox 1.37 keeps them, and a registry would be needed to get it"},
 }
 
 // userFiltered tells whether e2e.test's extra arguments narrow the specs
