@@ -125,29 +125,40 @@ func (r *Registry) Push(ctx context.Context, repo, tag string, cfg ImageConfig, 
 	if err != nil {
 		return "", err
 	}
-	layerDigest, err := r.pushBlob(ctx, repo, layer)
-	if err != nil {
-		return "", err
+	for _, blob := range [][]byte{layer, config} {
+		if _, err := r.pushBlob(ctx, repo, blob); err != nil {
+			return "", err
+		}
 	}
-	configDigest, err := r.pushBlob(ctx, repo, config)
-	if err != nil {
-		return "", err
-	}
-	const manifestType = "application/vnd.oci.image.manifest.v1+json"
-	manifest, err := json.Marshal(map[string]any{
-		"schemaVersion": 2,
-		"mediaType":     manifestType,
-		"config":        map[string]any{"mediaType": "application/vnd.oci.image.config.v1+json", "digest": configDigest, "size": len(config)},
-		"layers":        []map[string]any{{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": layerDigest, "size": len(layer)}},
-	})
+	manifest, err := ociManifest(layer, config)
 	if err != nil {
 		return "", err
 	}
 	u := "http://" + r.Host + "/v2/" + repo + "/manifests/" + tag
-	if _, err := r.do(ctx, http.MethodPut, u, manifestType, manifest, http.StatusCreated); err != nil {
+	if _, err := r.do(ctx, http.MethodPut, u, ociManifestType, manifest, http.StatusCreated); err != nil {
 		return "", fmt.Errorf("testenv: push the manifest of %s: %w", repo, err)
 	}
 	return r.Image(repo, tag), nil
+}
+
+// ociManifestType is the media type of ociManifest's manifests.
+const ociManifestType = "application/vnd.oci.image.manifest.v1+json"
+
+// ociManifest is the OCI manifest of a single-layer image (imageBlobs'
+// layer, uncompressed, and config).
+func ociManifest(layer, config []byte) ([]byte, error) {
+	return json.Marshal(map[string]any{
+		"schemaVersion": 2,
+		"mediaType":     ociManifestType,
+		"config":        map[string]any{"mediaType": "application/vnd.oci.image.config.v1+json", "digest": blobDigest(config), "size": len(config)},
+		"layers":        []map[string]any{{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": blobDigest(layer), "size": len(layer)}},
+	})
+}
+
+// blobDigest is a blob's content digest ("sha256:<hex>").
+func blobDigest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // PushBusybox pushes the busybox image (BuildCRIImages' files) as repo:tag,
@@ -169,8 +180,7 @@ func (r *Registry) PushBusybox(ctx context.Context, repo, tag string) (string, e
 
 // pushBlob uploads one blob (a monolithic upload) and returns its digest.
 func (r *Registry) pushBlob(ctx context.Context, repo string, data []byte) (string, error) {
-	sum := sha256.Sum256(data)
-	digest := "sha256:" + hex.EncodeToString(sum[:])
+	digest := blobDigest(data)
 	resp, err := r.do(ctx, http.MethodPost, "http://"+r.Host+"/v2/"+repo+"/blobs/uploads/", "", nil, http.StatusAccepted)
 	if err != nil {
 		return "", fmt.Errorf("testenv: start a blob upload to %s: %w", repo, err)
