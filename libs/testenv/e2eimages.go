@@ -14,12 +14,13 @@ import (
 // scratch, by repository (the name without its tag). Each is built under
 // every name (tag) of that repository the suite lists.
 var e2eImageRepos = map[string]string{
-	"registry.k8s.io/e2e-test-images/agnhost":    "agnhost",
-	"registry.k8s.io/e2e-test-images/busybox":    "busybox",
-	"registry.k8s.io/e2e-test-images/nonroot":    "nonroot",
-	"registry.k8s.io/e2e-test-images/nonewprivs": "nonewprivs",
-	"registry.k8s.io/e2e-test-images/nginx":      "nginx",
-	"registry.k8s.io/pause":                      "pause",
+	"registry.k8s.io/e2e-test-images/agnhost":           "agnhost",
+	"registry.k8s.io/e2e-test-images/busybox":           "busybox",
+	"registry.k8s.io/e2e-test-images/glibc-dns-testing": "glibc-dns-testing",
+	"registry.k8s.io/e2e-test-images/nonroot":           "nonroot",
+	"registry.k8s.io/e2e-test-images/nonewprivs":        "nonewprivs",
+	"registry.k8s.io/e2e-test-images/nginx":             "nginx",
+	"registry.k8s.io/pause":                             "pause",
 }
 
 // E2EBinaries are the static binaries the e2e test images are made of.
@@ -49,7 +50,7 @@ type E2EBinaries struct {
 
 // E2EImage is one image to build, under all its names.
 type E2EImage struct {
-	Kind   string // agnhost, busybox, nginx, nonroot, nonewprivs, pause
+	Kind   string // agnhost, busybox, glibc-dns-testing, nginx, nonroot, nonewprivs, pause
 	Names  []string
 	Config ImageConfig
 	Files  []ImageFile
@@ -91,7 +92,11 @@ func PlanE2EImages(names []string, bins E2EBinaries) (kinds map[string][]string,
 // from bins.
 func E2EImages(kinds map[string][]string, bins E2EBinaries, pause []byte) ([]E2EImage, error) {
 	var bbFiles []ImageFile
-	if len(kinds["agnhost"])+len(kinds["busybox"])+len(kinds["nginx"])+len(kinds["nonroot"])+len(kinds["nonewprivs"]) > 0 {
+	needBusybox := false
+	for k := range kinds {
+		needBusybox = needBusybox || k != "pause"
+	}
+	if needBusybox {
 		var err error
 		if bbFiles, err = BusyboxImageFiles(busyboxPath(bins)); err != nil {
 			return nil, err
@@ -114,6 +119,8 @@ func E2EImages(kinds map[string][]string, bins E2EBinaries, pause []byte) ([]E2E
 		switch kind {
 		case "busybox":
 			img.Config, img.Files, err = busyboxE2EImage(bins, withBusybox)
+		case "glibc-dns-testing":
+			img.Config, img.Files = busyboxConfig, withBusybox(glibcDNSFiles()...)
 		case "nonroot":
 			// As test/images/nonroot: busybox that runs as uid 1234.
 			img.Config, img.Files = busyboxConfig, withBusybox()
@@ -218,6 +225,16 @@ func agnhostImage(bins E2EBinaries, withBusybox func(...ImageFile) []ImageFile) 
 		}
 	}
 	return config, files, nil
+}
+
+// glibcDNSFiles make busybox a stand-in for the glibc-dns-testing image,
+// whose `hostname -f` the hostname specs compare with the pod's FQDN:
+// Debian's busybox-static is glibc, statically linked, so its hostname
+// applet resolves the name as glibc does (gethostbyname: the first name of
+// the /etc/hosts line the node agent wrote for the pod), given the
+// nsswitch.conf of the real image's Debian base (files before DNS).
+func glibcDNSFiles() []ImageFile {
+	return []ImageFile{{Path: "etc/nsswitch.conf", Mode: 0o644, Data: []byte("hosts: files dns\nnetworks: files\n")}}
 }
 
 // nonewprivsImage is as test/images/nonewprivs: nnp, setuid root, prints

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -20,6 +21,7 @@ var listedImages = []string{
 	"registry.k8s.io/e2e-test-images/agnhost:2.63.0",
 	"gcr.io/k8s-authenticated-test/agnhost:2.6",
 	"registry.k8s.io/e2e-test-images/busybox:1.37.0-1",
+	"registry.k8s.io/e2e-test-images/glibc-dns-testing:2.0.0",
 	"registry.k8s.io/e2e-test-images/nginx:1.15-4",
 	"registry.k8s.io/e2e-test-images/nonewprivs:1.4",
 	"registry.k8s.io/e2e-test-images/nonroot:1.5",
@@ -31,11 +33,12 @@ var listedImages = []string{
 func TestPlanE2EImages(t *testing.T) {
 	kinds, leftOut := PlanE2EImages(listedImages, E2EBinaries{Agnhost: "/x/agnhost"})
 	want := map[string][]string{
-		"agnhost": {"registry.k8s.io/e2e-test-images/agnhost:2.55", "registry.k8s.io/e2e-test-images/agnhost:2.63.0"},
-		"busybox": {"registry.k8s.io/e2e-test-images/busybox:1.37.0-1"},
-		"nginx":   {"registry.k8s.io/e2e-test-images/nginx:1.15-4"},
-		"nonroot": {"registry.k8s.io/e2e-test-images/nonroot:1.5"},
-		"pause":   {"registry.k8s.io/pause:3.10.2"},
+		"agnhost":           {"registry.k8s.io/e2e-test-images/agnhost:2.55", "registry.k8s.io/e2e-test-images/agnhost:2.63.0"},
+		"busybox":           {"registry.k8s.io/e2e-test-images/busybox:1.37.0-1"},
+		"glibc-dns-testing": {"registry.k8s.io/e2e-test-images/glibc-dns-testing:2.0.0"},
+		"nginx":             {"registry.k8s.io/e2e-test-images/nginx:1.15-4"},
+		"nonroot":           {"registry.k8s.io/e2e-test-images/nonroot:1.5"},
+		"pause":             {"registry.k8s.io/pause:3.10.2"},
 	}
 	if !reflect.DeepEqual(kinds, want) {
 		t.Errorf("kinds = %v, want %v", kinds, want)
@@ -79,7 +82,7 @@ func TestBuildE2EImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(archives) != 6 || len(built) != 7 || len(leftOut) != 2 {
+	if len(archives) != 7 || len(built) != 8 || len(leftOut) != 2 {
 		t.Fatalf("archives %v, built %v, left out %v", archives, built, leftOut)
 	}
 	read := func(kind string) (cfg map[string]any, tags []string, files map[string]*tar.Header) {
@@ -149,6 +152,9 @@ func TestBuildE2EImages(t *testing.T) {
 	} else if cmd, _ := json.Marshal(cfg["Cmd"]); string(cmd) != `["nginx","-g","daemon off;"]` {
 		t.Errorf("nginx command %s", cmd)
 	}
+	if _, _, files := read("glibc-dns-testing"); files["bin/sh"] == nil || files["etc/nsswitch.conf"] == nil {
+		t.Errorf("glibc-dns-testing: files %v", keys(files))
+	}
 	if _, tags, files := read("pause"); !reflect.DeepEqual(tags, []string{"registry.k8s.io/pause:3.10.2"}) || files["pause"] == nil || files["bin/sh"] != nil {
 		t.Errorf("pause: tags %v, files %v", tags, keys(files))
 	}
@@ -204,6 +210,56 @@ func TestBusyboxE2EImageShellKeepsEnvNames(t *testing.T) {
 	for _, want := range []string{"data-1=value-1", "1-data-1=value-1", "p_data=value-2"} {
 		if !strings.Contains(string(out), want+"\n") {
 			t.Errorf("sh -c env printed no %s:\n%s", want, out)
+		}
+	}
+}
+
+// The glibc-dns-testing stand-in answers `hostname -f` as glibc does: the
+// first name of the /etc/hosts line that holds the host name (the FQDN the
+// node agent writes for a pod with a subdomain), and the name itself on a
+// line without one. Its files run here, chrooted, in a UTS namespace of
+// their own.
+func TestGlibcDNSE2EImageHostnameFQDN(t *testing.T) {
+	SkipShort(t, "root and Debian's busybox-static")
+	images, err := E2EImages(map[string][]string{"glibc-dns-testing": {"registry.k8s.io/e2e-test-images/glibc-dns-testing:2.0.0"}}, E2EBinaries{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	writeImageFiles(t, root, images[0].Files)
+	for _, c := range []struct{ hosts, want string }{
+		{"127.0.0.1\tlocalhost\n10.9.0.5\tpod-a.t.ns.svc.cluster.local\tpod-a\n", "pod-a;pod-a.t.ns.svc.cluster.local;"},
+		{"127.0.0.1\tlocalhost\n10.9.0.5\tpod-a\n", "pod-a;pod-a;"},
+	} {
+		if err := os.WriteFile(filepath.Join(root, "etc/hosts"), []byte(c.hosts), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.CommandContext(t.Context(), "/bin/sh", "-c", "hostname pod-a && echo $(hostname)';'$(hostname -f)';'")
+		cmd.Env = []string{"PATH=/bin"}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root, Cloneflags: syscall.CLONE_NEWUTS}
+		out, err := cmd.CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != c.want {
+			t.Errorf("hosts %q: %q (%v), want %q", c.hosts, out, err, c.want)
+		}
+	}
+}
+
+// writeImageFiles lays an image's files out under root.
+func writeImageFiles(t *testing.T, root string, files []ImageFile) {
+	t.Helper()
+	for _, f := range files {
+		p := filepath.Join(root, f.Path)
+		var err error
+		switch {
+		case f.Mode.IsDir():
+			err = os.MkdirAll(p, f.Mode.Perm())
+		case f.Mode&fs.ModeSymlink != 0:
+			err = os.Symlink(f.Link, p)
+		default:
+			err = os.WriteFile(p, f.Data, f.Mode.Perm())
+		}
+		if err != nil {
+			t.Fatal(err)
 		}
 	}
 }

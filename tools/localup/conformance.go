@@ -93,8 +93,6 @@ var conformanceSkips = []conformanceSkip{
 		"mounts registry.k8s.io/e2e-test-images/kitten as an image volume with pullPolicy Always: a pull from a registry"},
 	{`Pods should have their auto-restart back-off timer reset on image update`,
 		"updates the pod to registry.k8s.io/e2e-test-images/nginx:1.15-4, which is not built here (it needs a real nginx)"},
-	{`Override hostname of Pod .*(will have hostnameOverride as hostname|valid DNS subdomain)`,
-		"runs registry.k8s.io/e2e-test-images/glibc-dns-testing (glibc's resolver, for hostname -f), which is not built here"},
 }
 
 // userFiltered tells whether e2e.test's extra arguments narrow the specs

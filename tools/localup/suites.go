@@ -71,13 +71,9 @@ func suiteOf(name string) conformanceSuite {
 const nodeConformanceLabels = `NodeConformance && !Serial && !Disruptive`
 
 // nodeConformanceSkips are the node suite's groups that this harness (one
-// node, no registry, the test images built FROM scratch) cannot give,
-// whatever the node agent: the e2e suite's list (the node suite runs
-// test/e2e/common too) and its own.
-var nodeConformanceSkips = append(append([]conformanceSkip(nil), conformanceSkips...),
-	conformanceSkip{`Hostname of Pod \[NodeConformance\] a pod (without subdomain|without FQDN|with subdomain)`,
-		"run registry.k8s.io/e2e-test-images/glibc-dns-testing (glibc's resolver for hostname -f), which is not built here"},
-)
+// node, the test images built FROM scratch) cannot give, whatever the node
+// agent: the e2e suite's list (the node suite runs test/e2e/common too).
+var nodeConformanceSkips = append([]conformanceSkip(nil), conformanceSkips...)
 
 // nodeSystemSpec is the system spec the node suite validates the host
 // against before its specs (--system-spec-file): Linux, any kernel release
