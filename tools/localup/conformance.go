@@ -91,8 +91,6 @@ var conformanceSkips = []conformanceSkip{
 		"pulls images from registries (registry.k8s.io, a private registry, an invalid one): this machine reaches no registry; the test images are imported, not pulled"},
 	{`ImageVolume should succeed with pod and pull policy of Always`,
 		"mounts registry.k8s.io/e2e-test-images/kitten as an image volume with pullPolicy Always: a pull from a registry"},
-	{`Pods should have their auto-restart back-off timer reset on image update`,
-		"updates the pod to registry.k8s.io/e2e-test-images/nginx:1.15-4, which is not built here (it needs a real nginx)"},
 }
 
 // userFiltered tells whether e2e.test's extra arguments narrow the specs
