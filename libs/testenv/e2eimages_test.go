@@ -22,6 +22,7 @@ var listedImages = []string{
 	"gcr.io/k8s-authenticated-test/agnhost:2.6",
 	"registry.k8s.io/e2e-test-images/busybox:1.37.0-1",
 	"registry.k8s.io/e2e-test-images/glibc-dns-testing:2.0.0",
+	"registry.k8s.io/e2e-test-images/kitten:1.8",
 	"registry.k8s.io/e2e-test-images/nginx:1.15-4",
 	"registry.k8s.io/e2e-test-images/nonewprivs:1.4",
 	"registry.k8s.io/e2e-test-images/nonroot:1.5",
@@ -36,6 +37,7 @@ func TestPlanE2EImages(t *testing.T) {
 		"agnhost":           {"registry.k8s.io/e2e-test-images/agnhost:2.55", "registry.k8s.io/e2e-test-images/agnhost:2.63.0"},
 		"busybox":           {"registry.k8s.io/e2e-test-images/busybox:1.37.0-1"},
 		"glibc-dns-testing": {"registry.k8s.io/e2e-test-images/glibc-dns-testing:2.0.0"},
+		"kitten":            {"registry.k8s.io/e2e-test-images/kitten:1.8"},
 		"nginx":             {"registry.k8s.io/e2e-test-images/nginx:1.15-4"},
 		"nonroot":           {"registry.k8s.io/e2e-test-images/nonroot:1.5"},
 		"pause":             {"registry.k8s.io/pause:3.10.2"},
@@ -82,7 +84,7 @@ func TestBuildE2EImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(archives) != 7 || len(built) != 8 || len(leftOut) != 2 {
+	if len(archives) != 8 || len(built) != 9 || len(leftOut) != 2 {
 		t.Fatalf("archives %v, built %v, left out %v", archives, built, leftOut)
 	}
 	read := func(kind string) (cfg map[string]any, tags []string, files map[string]*tar.Header) {
@@ -154,6 +156,14 @@ func TestBuildE2EImages(t *testing.T) {
 	}
 	if _, _, files := read("glibc-dns-testing"); files["bin/sh"] == nil || files["etc/nsswitch.conf"] == nil {
 		t.Errorf("glibc-dns-testing: files %v", keys(files))
+	}
+	// The image volume specs read /data.json and /etc/os-release.
+	if _, _, files := read("kitten"); files["data.json"] == nil || files["etc/os-release"] == nil {
+		t.Errorf("kitten: files %v", keys(files))
+	}
+	// agnhost's fake-registry-server serves pause:testing from /var/registry.
+	if _, _, files := read("agnhost"); files["var/registry/pause/manifests/testing"] == nil {
+		t.Errorf("agnhost: no pause:testing for its fake registry: %v", keys(files))
 	}
 	if _, tags, files := read("pause"); !reflect.DeepEqual(tags, []string{"registry.k8s.io/pause:3.10.2"}) || files["pause"] == nil || files["bin/sh"] != nil {
 		t.Errorf("pause: tags %v, files %v", tags, keys(files))
@@ -261,5 +271,56 @@ func writeImageFiles(t *testing.T, root string, files []ImageFile) {
 		if err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// The pause image lies under /var/registry as agnhost's fake-registry-server
+// reads it: the tag file names the manifest's digest, the manifest lies at
+// its digest's path and names blobs that lie at theirs, every directory
+// above them comes first, and each file is the content of its digest.
+func TestFakeRegistryFiles(t *testing.T) {
+	files, err := fakeRegistryFiles("var/registry", "pause", "testing", pauseConfig, pauseFiles([]byte("pause-binary")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	byPath := map[string]ImageFile{}
+	for _, f := range files {
+		if parent := filepath.Dir(f.Path); parent != "var" && !byPath[parent].Mode.IsDir() {
+			t.Errorf("%s comes before its directory %s", f.Path, parent)
+		}
+		byPath[f.Path] = f
+	}
+	// digestPath is where the server looks for a digest (registryserver.go
+	// digestToPath).
+	digestPath := func(kind, digest string) string {
+		hexSum := strings.TrimPrefix(digest, "sha256:")
+		return "var/registry/pause/" + kind + "/sha256/" + hexSum[:2] + "/" + hexSum + "/data"
+	}
+	content := func(kind, digest string) []byte {
+		f, ok := byPath[digestPath(kind, digest)]
+		if !ok {
+			t.Fatalf("no %s %s", kind, digest)
+		}
+		if got := blobDigest(f.Data); got != digest {
+			t.Errorf("%s at %s has digest %s", kind, digest, got)
+		}
+		return f.Data
+	}
+	manifestDigest := strings.TrimSpace(string(byPath["var/registry/pause/manifests/testing"].Data))
+	var manifest struct {
+		MediaType string
+		Config    struct{ Digest string }
+		Layers    []struct{ Digest string }
+	}
+	if err := json.Unmarshal(content("manifests", manifestDigest), &manifest); err != nil {
+		t.Fatal(err)
+	}
+	if manifest.MediaType != ociManifestType || len(manifest.Layers) != 1 {
+		t.Fatalf("manifest %+v", manifest)
+	}
+	content("blobs", manifest.Config.Digest)
+	layer := content("blobs", manifest.Layers[0].Digest)
+	if !bytes.Contains(layer, []byte("pause-binary")) {
+		t.Error("the layer does not hold the pause binary")
 	}
 }

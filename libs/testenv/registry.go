@@ -226,3 +226,49 @@ func randomHex(n int) string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// PushMirror pushes every name of the images that lies under upstream (a
+// registry host, "registry.k8s.io") as the same repository and tag here
+// (registry.k8s.io/e2e-test-images/agnhost:2.63.0 as
+// e2e-test-images/agnhost:2.63.0), so that a containerd whose hosts.toml
+// (WriteMirrorConfig) sends upstream's pulls here gets them. It returns
+// the names pushed.
+func (r *Registry) PushMirror(ctx context.Context, upstream string, images []E2EImage) ([]string, error) {
+	var pushed []string
+	for _, img := range images {
+		for _, name := range img.Names {
+			rest, ok := strings.CutPrefix(name, upstream+"/")
+			i := strings.LastIndex(rest, ":")
+			if !ok || i < 0 {
+				continue
+			}
+			if _, err := r.Push(ctx, rest[:i], rest[i+1:], img.Config, img.Files); err != nil {
+				return pushed, fmt.Errorf("testenv: mirror %s: %w", name, err)
+			}
+			pushed = append(pushed, name)
+		}
+	}
+	return pushed, nil
+}
+
+// WriteMirrorConfig writes containerd's host configuration
+// (<configPath>/<upstream>/hosts.toml, for the CRI plugin's registry
+// config_path) that sends upstream's pulls and resolves to this registry
+// over plain HTTP, with its account in a fixed Authorization header (the
+// pulls of upstream's images carry no pull secret). The file is root's
+// alone: it holds the password.
+func (r *Registry) WriteMirrorConfig(configPath, upstream string) error {
+	dir := filepath.Join(configPath, upstream)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	auth := base64.StdEncoding.EncodeToString([]byte(r.User + ":" + r.Password))
+	hosts := fmt.Sprintf(`server = "https://%[1]s"
+
+[host."http://%[2]s"]
+  capabilities = ["pull", "resolve"]
+  [host."http://%[2]s".header]
+    Authorization = "Basic %[3]s"
+`, upstream, r.Host, auth)
+	return os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(hosts), 0o600)
+}
