@@ -120,6 +120,10 @@ func nodeE2EArgs(host, token, specFile string, env suiteEnv, timeout time.Durati
 		"--container-runtime-endpoint=" + env.criEndpoint,
 		"--system-spec-file=" + specFile,
 		"--report-dir=" + env.reportDir,
+		// The cluster domain both node agents run with (the pods' FQDNs in
+		// /etc/hosts end in it); the suite's default is none, where the
+		// hostname specs expect <pod>.<subdomain>.<namespace>.svc.<domain>.
+		"--dns-domain=" + nodeClusterDomain,
 		"--ginkgo.timeout=" + timeout.String(),
 		"--ginkgo.no-color",
 	}
@@ -131,6 +135,11 @@ func nodeE2EArgs(host, token, specFile string, env suiteEnv, timeout time.Durati
 	}
 	return append(args, extra...)
 }
+
+// nodeClusterDomain is the nodes' cluster domain: Splitlet's default
+// (libs/config DefaultClusterDomain) and the kubelet's clusterDomain in
+// libs/testenv.
+const nodeClusterDomain = "cluster.local"
 
 // hasFlag tells whether args set the flag (-name, --name, =value or not).
 func hasFlag(args []string, name string) bool {
