@@ -87,9 +87,10 @@ type conformanceSkip struct {
 	cause   string
 }
 
-// conformanceSkips is empty: every group once here now runs (the run's
-// registry, the busybox image's bash, the glibc-dns-testing image).
-var conformanceSkips = []conformanceSkip{}
+var conformanceSkips = []conformanceSkip{
+	{`ImageVolume should succeed with pod and pull policy of Always`,
+		"mounts registry.k8s.io/e2e-test-images/kitten as an image volume: the pull from the run's registry works, but this machine's containerd (1.6) has no image volume mounts (its CRI answers CreateContainer with \"failed to mkdir \"\"\", so the kubelet fails this spec here); Splitlet has no image volume kind yet either (\"volume kind not supported by this node\")"},
+}
 
 // userFiltered tells whether e2e.test's extra arguments narrow the specs
 // (a focus, a focus file or a label filter of their own).
