@@ -134,8 +134,9 @@ run: build
 # Builds kube-scheduler, kube-controller-manager, e2e.test, agnhost and nnp
 # into bin/ when missing (e2e.test: about 6 minutes on 2 cores, once), then
 # localup --conformance starts a control plane with both, a containerd with
-# the e2e test images (built FROM scratch, nothing pulled) and splitlet on the
-# cri runtime, and runs the [NodeConformance] and [Conformance] specs of
+# the e2e test images (built FROM scratch and imported; a loopback registry
+# holding them mirrors registry.k8s.io for the specs that pull) and splitlet
+# on the cri runtime, and runs the [NodeConformance] and [Conformance] specs of
 # test/e2e/common/{node,storage,network}, test/e2e/node and test/e2e/storage.
 # CONFORMANCEFLAGS go to e2e.test
 # (e.g. --ginkgo.focus='\[sig-node\] Pods' for a subset). Needs root.

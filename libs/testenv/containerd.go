@@ -114,6 +114,10 @@ type ContainerdOptions struct {
 	// beside runc, each runc again under another name (the node e2e suite
 	// runs pods with RuntimeClass handler "test-handler").
 	RuntimeHandlers []string
+	// RegistryConfigPath is the CRI plugin's registry config_path of a
+	// started containerd: a directory of <host>/hosts.toml files (mirrors,
+	// headers) it reads at each pull; empty: none.
+	RegistryConfigPath string
 }
 
 // Containerd is a containerd with its CRI plugin that answers: the host's,
@@ -135,6 +139,7 @@ type Containerd struct {
 	ownDir    bool
 	cniConfig string
 	handlers  []string
+	regConfig string
 }
 
 // EnsureContainerd returns the containerd that answers at opts.Address or,
@@ -151,7 +156,7 @@ func EnsureContainerd(ctx context.Context, opts ContainerdOptions) (c *Container
 	if addr == "" {
 		addr = DefaultContainerdAddress
 	}
-	c = &Containerd{Address: addr, Endpoint: "unix://" + addr, Dir: opts.Dir, cniConfig: opts.CNIConfig, handlers: opts.RuntimeHandlers}
+	c = &Containerd{Address: addr, Endpoint: "unix://" + addr, Dir: opts.Dir, cniConfig: opts.CNIConfig, handlers: opts.RuntimeHandlers, regConfig: opts.RegistryConfigPath}
 	if info, err := criInfo(ctx, c.Endpoint, 3*time.Second); err == nil {
 		c.SandboxImage = info
 	} else {
@@ -286,7 +291,7 @@ func (c *Containerd) start(ctx context.Context, why error) error {
 	c.Address = filepath.Join(c.Dir, "containerd.sock")
 	c.Endpoint = "unix://" + c.Address
 	c.SandboxImage = PauseImage
-	config := containerdConfig(c.Dir, c.Address, c.SandboxImage, cniBin, cniConf, c.handlers)
+	config := containerdConfig(c.Dir, c.Address, c.SandboxImage, cniBin, cniConf, c.handlers, c.regConfig)
 	// restrict_oom_score_adj: where this process may not lower its OOM
 	// score (as in some VMs and containers), runc would fail every
 	// sandbox, whose score the CRI plugin sets to -998.
@@ -314,8 +319,9 @@ func (c *Containerd) start(ctx context.Context, why error) error {
 
 // containerdConfig is a started containerd's config.toml: its state under
 // dir, its CRI plugin with the sandbox image and the CNI network, runc as
-// the default runtime and each of handlers as runc under that name.
-func containerdConfig(dir, address, sandboxImage, cniBin, cniConf string, handlers []string) string {
+// the default runtime, each of handlers as runc under that name, and the
+// registry host configuration directory regConfig (none when empty).
+func containerdConfig(dir, address, sandboxImage, cniBin, cniConf string, handlers []string, regConfig string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `version = 2
 root = %q
@@ -341,6 +347,11 @@ state = %q
 		fmt.Fprintf(&b, `      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%q]
         runtime_type = "io.containerd.runc.v2"
 `, h)
+	}
+	if regConfig != "" {
+		fmt.Fprintf(&b, `    [plugins."io.containerd.grpc.v1.cri".registry]
+      config_path = %q
+`, regConfig)
 	}
 	return b.String()
 }

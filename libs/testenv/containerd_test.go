@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -114,5 +115,17 @@ func TestContainerdRuntimeHandlers(t *testing.T) {
 	}
 	if _, err := EnsureContainerd(ctx, ContainerdOptions{Address: cd.Address, NoStart: true, NoImages: true, RuntimeHandlers: []string{"other-handler"}}); err == nil {
 		t.Error("a running containerd without other-handler was accepted for it")
+	}
+}
+
+// A started containerd's CRI plugin reads registry host configuration
+// (hosts.toml) from the directory asked for, and from none otherwise.
+func TestContainerdConfigRegistry(t *testing.T) {
+	with := containerdConfig("/d", "/d/c.sock", PauseImage, "/cni/bin", "/cni/conf", nil, "/d/certs.d")
+	if !strings.Contains(with, "    [plugins.\"io.containerd.grpc.v1.cri\".registry]\n      config_path = \"/d/certs.d\"\n") {
+		t.Errorf("no config_path in\n%s", with)
+	}
+	if without := containerdConfig("/d", "/d/c.sock", PauseImage, "/cni/bin", "/cni/conf", nil, ""); strings.Contains(without, "config_path") {
+		t.Errorf("a config_path without a directory:\n%s", without)
 	}
 }

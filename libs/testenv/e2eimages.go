@@ -14,12 +14,14 @@ import (
 // scratch, by repository (the name without its tag). Each is built under
 // every name (tag) of that repository the suite lists.
 var e2eImageRepos = map[string]string{
-	"registry.k8s.io/e2e-test-images/agnhost":    "agnhost",
-	"registry.k8s.io/e2e-test-images/busybox":    "busybox",
-	"registry.k8s.io/e2e-test-images/nonroot":    "nonroot",
-	"registry.k8s.io/e2e-test-images/nonewprivs": "nonewprivs",
-	"registry.k8s.io/e2e-test-images/nginx":      "nginx",
-	"registry.k8s.io/pause":                      "pause",
+	"registry.k8s.io/e2e-test-images/agnhost":           "agnhost",
+	"registry.k8s.io/e2e-test-images/busybox":           "busybox",
+	"registry.k8s.io/e2e-test-images/glibc-dns-testing": "glibc-dns-testing",
+	"registry.k8s.io/e2e-test-images/kitten":            "kitten",
+	"registry.k8s.io/e2e-test-images/nonroot":           "nonroot",
+	"registry.k8s.io/e2e-test-images/nonewprivs":        "nonewprivs",
+	"registry.k8s.io/e2e-test-images/nginx":             "nginx",
+	"registry.k8s.io/pause":                             "pause",
 }
 
 // E2EBinaries are the static binaries the e2e test images are made of.
@@ -27,6 +29,12 @@ type E2EBinaries struct {
 	// Busybox: a static busybox (default $SPLITLET_BUSYBOX, else
 	// /bin/busybox); every image but pause has it with its applet links.
 	Busybox string
+	// Shell: a static bash (default $SPLITLET_E2E_SHELL, else
+	// /bin/bash-static, Debian's bash-static), the busybox image's
+	// /bin/sh: the ConfigMap and Secret env specs run `sh -c env` and
+	// expect variables whose names are not shell names (data-1), which
+	// bash hands on to env and Debian's busybox 1.35 sh drops.
+	Shell string
 	// Agnhost: the agnhost binary (k8s.io/kubernetes/test/images/agnhost),
 	// the agnhost image's entrypoint /agnhost. Empty: no agnhost image.
 	Agnhost string
@@ -43,7 +51,7 @@ type E2EBinaries struct {
 
 // E2EImage is one image to build, under all its names.
 type E2EImage struct {
-	Kind   string // agnhost, busybox, nginx, nonroot, nonewprivs, pause
+	Kind   string // agnhost, busybox, glibc-dns-testing, kitten, nginx, nonroot, nonewprivs, pause
 	Names  []string
 	Config ImageConfig
 	Files  []ImageFile
@@ -85,7 +93,11 @@ func PlanE2EImages(names []string, bins E2EBinaries) (kinds map[string][]string,
 // from bins.
 func E2EImages(kinds map[string][]string, bins E2EBinaries, pause []byte) ([]E2EImage, error) {
 	var bbFiles []ImageFile
-	if len(kinds["agnhost"])+len(kinds["busybox"])+len(kinds["nginx"])+len(kinds["nonroot"])+len(kinds["nonewprivs"]) > 0 {
+	needBusybox := false
+	for k := range kinds {
+		needBusybox = needBusybox || k != "pause"
+	}
+	if needBusybox {
 		var err error
 		if bbFiles, err = BusyboxImageFiles(busyboxPath(bins)); err != nil {
 			return nil, err
@@ -107,13 +119,17 @@ func E2EImages(kinds map[string][]string, bins E2EBinaries, pause []byte) ([]E2E
 		var err error
 		switch kind {
 		case "busybox":
-			img.Config, img.Files = busyboxConfig, withBusybox()
+			img.Config, img.Files, err = busyboxE2EImage(bins, withBusybox)
+		case "glibc-dns-testing":
+			img.Config, img.Files = busyboxConfig, withBusybox(glibcDNSFiles()...)
+		case "kitten":
+			img.Config, img.Files = kittenConfig, withBusybox(kittenFiles()...)
 		case "nonroot":
 			// As test/images/nonroot: busybox that runs as uid 1234.
 			img.Config, img.Files = busyboxConfig, withBusybox()
 			img.Config.User = "1234"
 		case "agnhost":
-			img.Config, img.Files, err = agnhostImage(bins, withBusybox)
+			img.Config, img.Files, err = agnhostImage(bins, pause, withBusybox)
 		case "nginx":
 			img.Config, img.Files = nginxConfig, withBusybox(nginxFiles()...)
 		case "nonewprivs":
@@ -141,6 +157,33 @@ func busyboxPath(bins E2EBinaries) string {
 		return env
 	}
 	return "/bin/busybox"
+}
+
+// ShellPathEnv overrides where the busybox test image's /bin/sh is taken
+// from (E2EBinaries.Shell).
+const ShellPathEnv = "SPLITLET_E2E_SHELL"
+
+// shellPath is the busybox test image's /bin/sh: bins.Shell, else
+// $ShellPathEnv, else /bin/bash-static.
+func shellPath(bins E2EBinaries) string {
+	if bins.Shell != "" {
+		return bins.Shell
+	}
+	if env := os.Getenv(ShellPathEnv); env != "" {
+		return env
+	}
+	return "/bin/bash-static"
+}
+
+// busyboxE2EImage is busybox with a static bash as /bin/sh (see
+// E2EBinaries.Shell); the other applets stay busybox's.
+func busyboxE2EImage(bins E2EBinaries, withBusybox func(...ImageFile) []ImageFile) (ImageConfig, []ImageFile, error) {
+	path := shellPath(bins)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ImageConfig{}, nil, fmt.Errorf("testenv: e2e busybox image: its sh: %w (install Debian's bash-static or set %s)", err, ShellPathEnv)
+	}
+	return busyboxConfig, replaceFile(withBusybox(), ImageFile{Path: "bin/sh", Mode: 0o755, Data: data}), nil
 }
 
 // readImageFile reads a file that goes into an image.
@@ -175,8 +218,9 @@ exec $limit wget -q -O - "$@"
 `
 
 // agnhostImage is /agnhost (entrypoint, `pause` by default) and busybox,
-// for the tests that run `sh -c` in it.
-func agnhostImage(bins E2EBinaries, withBusybox func(...ImageFile) []ImageFile) (ImageConfig, []ImageFile, error) {
+// for the tests that run `sh -c` in it; with a pause binary, also the
+// pause image under /var/registry as its fake-registry-server serves it.
+func agnhostImage(bins E2EBinaries, pause []byte, withBusybox func(...ImageFile) []ImageFile) (ImageConfig, []ImageFile, error) {
 	data, err := readImageFile(bins.Agnhost)
 	if err != nil {
 		return ImageConfig{}, nil, err
@@ -199,6 +243,13 @@ func agnhostImage(bins E2EBinaries, withBusybox func(...ImageFile) []ImageFile) 
 		"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\nuser-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n")})
 	files = replaceFile(files, ImageFile{Path: "etc/group", Mode: 0o644, Data: []byte(
 		"root:x:0:\nnogroup:x:65534:\nuser-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n")})
+	if pause != nil {
+		reg, err := fakeRegistryFiles("var/registry", "pause", "testing", pauseConfig, pauseFiles(pause))
+		if err != nil {
+			return ImageConfig{}, nil, err
+		}
+		files = append(files, reg...)
+	}
 	if bins.AgnhostTLS != "" {
 		for _, name := range []string{"localhost.crt", "localhost.key"} {
 			data, err := readImageFile(filepath.Join(bins.AgnhostTLS, name))
@@ -209,6 +260,69 @@ func agnhostImage(bins E2EBinaries, withBusybox func(...ImageFile) []ImageFile) 
 		}
 	}
 	return config, files, nil
+}
+
+// glibcDNSFiles make busybox a stand-in for the glibc-dns-testing image,
+// whose `hostname -f` the hostname specs compare with the pod's FQDN:
+// Debian's busybox-static is glibc, statically linked, so its hostname
+// applet resolves the name as glibc does (gethostbyname: the first name of
+// the /etc/hosts line the node agent wrote for the pod), given the
+// nsswitch.conf of the real image's Debian base (files before DNS).
+func glibcDNSFiles() []ImageFile {
+	return []ImageFile{{Path: "etc/nsswitch.conf", Mode: 0o644, Data: []byte("hosts: files dns\nnetworks: files\n")}}
+}
+
+// fakeRegistryFiles lay an image out as agnhost's fake-registry-server
+// serves it from dir (the real image's /var/registry holds pause:testing,
+// which the private registry specs pull with and without a pull secret):
+// <repo>/manifests/<tag> holds the manifest's digest,
+// <repo>/manifests/sha256/<2>/<hex>/data the manifest and
+// <repo>/blobs/sha256/<2>/<hex>/data each blob, with the directories above
+// them.
+func fakeRegistryFiles(dir, repo, tag string, cfg ImageConfig, files []ImageFile) ([]ImageFile, error) {
+	layer, config, err := imageBlobs(cfg, files)
+	if err != nil {
+		return nil, err
+	}
+	manifest, err := ociManifest(layer, config)
+	if err != nil {
+		return nil, err
+	}
+	base := dir + "/" + repo
+	var out []ImageFile
+	seen := map[string]bool{}
+	add := func(path string, data []byte) {
+		parts := strings.Split(path, "/")
+		for i := 1; i < len(parts); i++ {
+			if d := strings.Join(parts[:i], "/"); !seen[d] && d != "var" {
+				seen[d] = true
+				out = append(out, ImageFile{Path: d, Mode: fs.ModeDir | 0o755})
+			}
+		}
+		out = append(out, ImageFile{Path: path, Mode: 0o644, Data: data})
+	}
+	byDigest := func(kind string, data []byte) string {
+		hexSum := strings.TrimPrefix(blobDigest(data), "sha256:")
+		return base + "/" + kind + "/sha256/" + hexSum[:2] + "/" + hexSum + "/data"
+	}
+	add(base+"/manifests/"+tag, []byte(blobDigest(manifest)+"\n"))
+	add(byDigest("manifests", manifest), manifest)
+	add(byDigest("blobs", layer), layer)
+	add(byDigest("blobs", config), config)
+	return out, nil
+}
+
+// kittenConfig and kittenFiles make the kitten image the image volume
+// specs mount (test/images/kitten: agnhost, Alpine-based, with
+// data.json and kitten.jpg at /): busybox, /data.json as the real one, and
+// the /etc/os-release of its Alpine base, the two files the specs read.
+var kittenConfig = ImageConfig{Cmd: []string{"test-webserver"}, Env: busyboxConfig.Env}
+
+func kittenFiles() []ImageFile {
+	return []ImageFile{
+		{Path: "data.json", Mode: 0o644, Data: []byte("{\n  \"image\": \"kitten.jpg\"\n}\n")},
+		{Path: "etc/os-release", Mode: 0o644, Data: []byte("NAME=\"Alpine Linux\"\nID=alpine\nPRETTY_NAME=\"Alpine Linux\"\nHOME_URL=\"https://alpinelinux.org/\"\n")},
+	}
 }
 
 // nonewprivsImage is as test/images/nonewprivs: nnp, setuid root, prints
@@ -267,8 +381,20 @@ func replaceFile(files []ImageFile, f ImageFile) []ImageFile {
 // given (`e2e.test --list-images`), as docker archives into dir. It returns
 // the archives, the names built and the names left out with why.
 func BuildE2EImages(dir string, names []string, bins E2EBinaries) (archives, built []string, leftOut map[string]string, err error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	images, leftOut, err := PrepareE2EImages(dir, names, bins)
+	if err != nil {
 		return nil, nil, nil, err
+	}
+	archives, built, err = WriteE2EArchives(dir, images)
+	return archives, built, leftOut, err
+}
+
+// PrepareE2EImages plans the e2e test images buildable here, of the names
+// given, and reads their files (building the pause binary into dir when
+// bins has none); it returns them and the names left out with why.
+func PrepareE2EImages(dir string, names []string, bins E2EBinaries) (images []E2EImage, leftOut map[string]string, err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, nil, err
 	}
 	kinds, leftOut := PlanE2EImages(names, bins)
 	var pause []byte
@@ -279,21 +405,24 @@ func BuildE2EImages(dir string, names []string, bins E2EBinaries) (archives, bui
 			pause, err = buildPause(dir)
 		}
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, err
 		}
 	}
-	images, err := E2EImages(kinds, bins, pause)
-	if err != nil {
-		return nil, nil, nil, err
-	}
+	images, err = E2EImages(kinds, bins, pause)
+	return images, leftOut, err
+}
+
+// WriteE2EArchives writes each image as a docker archive into dir and
+// returns the archives and the names built, sorted.
+func WriteE2EArchives(dir string, images []E2EImage) (archives, built []string, err error) {
 	for _, img := range images {
 		path := filepath.Join(dir, "e2e-"+img.Kind+".tar")
 		if err := writeArchiveFile(path, img.Names, img.Config, img.Files); err != nil {
-			return nil, nil, nil, err
+			return nil, nil, err
 		}
 		archives = append(archives, path)
 		built = append(built, img.Names...)
 	}
 	sort.Strings(built)
-	return archives, built, leftOut, nil
+	return archives, built, nil
 }

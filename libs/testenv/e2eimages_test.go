@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -20,6 +21,8 @@ var listedImages = []string{
 	"registry.k8s.io/e2e-test-images/agnhost:2.63.0",
 	"gcr.io/k8s-authenticated-test/agnhost:2.6",
 	"registry.k8s.io/e2e-test-images/busybox:1.37.0-1",
+	"registry.k8s.io/e2e-test-images/glibc-dns-testing:2.0.0",
+	"registry.k8s.io/e2e-test-images/kitten:1.8",
 	"registry.k8s.io/e2e-test-images/nginx:1.15-4",
 	"registry.k8s.io/e2e-test-images/nonewprivs:1.4",
 	"registry.k8s.io/e2e-test-images/nonroot:1.5",
@@ -31,11 +34,13 @@ var listedImages = []string{
 func TestPlanE2EImages(t *testing.T) {
 	kinds, leftOut := PlanE2EImages(listedImages, E2EBinaries{Agnhost: "/x/agnhost"})
 	want := map[string][]string{
-		"agnhost": {"registry.k8s.io/e2e-test-images/agnhost:2.55", "registry.k8s.io/e2e-test-images/agnhost:2.63.0"},
-		"busybox": {"registry.k8s.io/e2e-test-images/busybox:1.37.0-1"},
-		"nginx":   {"registry.k8s.io/e2e-test-images/nginx:1.15-4"},
-		"nonroot": {"registry.k8s.io/e2e-test-images/nonroot:1.5"},
-		"pause":   {"registry.k8s.io/pause:3.10.2"},
+		"agnhost":           {"registry.k8s.io/e2e-test-images/agnhost:2.55", "registry.k8s.io/e2e-test-images/agnhost:2.63.0"},
+		"busybox":           {"registry.k8s.io/e2e-test-images/busybox:1.37.0-1"},
+		"glibc-dns-testing": {"registry.k8s.io/e2e-test-images/glibc-dns-testing:2.0.0"},
+		"kitten":            {"registry.k8s.io/e2e-test-images/kitten:1.8"},
+		"nginx":             {"registry.k8s.io/e2e-test-images/nginx:1.15-4"},
+		"nonroot":           {"registry.k8s.io/e2e-test-images/nonroot:1.5"},
+		"pause":             {"registry.k8s.io/pause:3.10.2"},
 	}
 	if !reflect.DeepEqual(kinds, want) {
 		t.Errorf("kinds = %v, want %v", kinds, want)
@@ -67,6 +72,7 @@ func TestBuildE2EImages(t *testing.T) {
 	bins := E2EBinaries{
 		// A stand-in for busybox: what matters is --list.
 		Busybox:    bin("busybox", "#!/bin/sh\necho sh; echo sleep; echo id\n"),
+		Shell:      bin("bash-static", "bash-binary"),
 		Agnhost:    bin("agnhost", "agnhost-binary"),
 		Nonewprivs: bin("nnp", "nnp-binary"),
 		Pause:      bin("pause", "pause-binary"),
@@ -78,7 +84,7 @@ func TestBuildE2EImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(archives) != 6 || len(built) != 7 || len(leftOut) != 2 {
+	if len(archives) != 8 || len(built) != 9 || len(leftOut) != 2 {
 		t.Fatalf("archives %v, built %v, left out %v", archives, built, leftOut)
 	}
 	read := func(kind string) (cfg map[string]any, tags []string, files map[string]*tar.Header) {
@@ -148,11 +154,25 @@ func TestBuildE2EImages(t *testing.T) {
 	} else if cmd, _ := json.Marshal(cfg["Cmd"]); string(cmd) != `["nginx","-g","daemon off;"]` {
 		t.Errorf("nginx command %s", cmd)
 	}
+	if _, _, files := read("glibc-dns-testing"); files["bin/sh"] == nil || files["etc/nsswitch.conf"] == nil {
+		t.Errorf("glibc-dns-testing: files %v", keys(files))
+	}
+	// The image volume specs read /data.json and /etc/os-release.
+	if _, _, files := read("kitten"); files["data.json"] == nil || files["etc/os-release"] == nil {
+		t.Errorf("kitten: files %v", keys(files))
+	}
+	// agnhost's fake-registry-server serves pause:testing from /var/registry.
+	if _, _, files := read("agnhost"); files["var/registry/pause/manifests/testing"] == nil {
+		t.Errorf("agnhost: no pause:testing for its fake registry: %v", keys(files))
+	}
 	if _, tags, files := read("pause"); !reflect.DeepEqual(tags, []string{"registry.k8s.io/pause:3.10.2"}) || files["pause"] == nil || files["bin/sh"] != nil {
 		t.Errorf("pause: tags %v, files %v", tags, keys(files))
 	}
-	if _, _, files := read("busybox"); files["bin/busybox"] == nil || files["bin/busybox"].Mode&int64(fs.ModePerm) != 0o755 {
-		t.Errorf("busybox: files %v", keys(files))
+	// The busybox image's sh is the shell given (bash: it keeps variables
+	// named data-1), not busybox's; the other images keep busybox's sh.
+	if _, _, files := read("busybox"); files["bin/busybox"] == nil || files["bin/busybox"].Mode&int64(fs.ModePerm) != 0o755 ||
+		files["bin/sh"] == nil || files["bin/sh"].Typeflag != tar.TypeReg || files["bin/sh"].Size != int64(len("bash-binary")) || files["bin/sleep"].Linkname != "busybox" {
+		t.Errorf("busybox: files %v, sh %+v", keys(files), files["bin/sh"])
 	}
 }
 
@@ -201,5 +221,146 @@ func TestCurlScript(t *testing.T) {
 	}
 	if out, err := run("-X", "POST", "http://x/"); err == nil || !strings.Contains(out, "not supported") {
 		t.Errorf("curl -X: %q, %v", out, err)
+	}
+}
+
+// The busybox test image's sh hands variables whose names are not shell
+// names (data-1, 1-data-1) on to env, as the ConfigMap and Secret env specs
+// expect of `sh -c env`. Its /bin/sh (with busybox's env beside it) runs
+// here, on the host, under the name sh.
+func TestBusyboxE2EImageShellKeepsEnvNames(t *testing.T) {
+	SkipShort(t, "Debian's busybox-static and bash-static")
+	images, err := E2EImages(map[string][]string{"busybox": {"registry.k8s.io/e2e-test-images/busybox:1.37.0-1"}}, E2EBinaries{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	files := map[string]ImageFile{}
+	for _, f := range images[0].Files {
+		files[f.Path] = f
+	}
+	for _, name := range []string{"sh", "busybox"} {
+		f := files["bin/"+name]
+		if f.Mode&fs.ModeSymlink != 0 {
+			f = files["bin/"+f.Link]
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), f.Data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("busybox", filepath.Join(dir, "env")); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(t.Context(), filepath.Join(dir, "sh"), "-c", "env")
+	cmd.Env = []string{"PATH=" + dir, "data-1=value-1", "1-data-1=value-1", "p_data=value-2"}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("sh -c env: %v\n%s", err, out)
+	}
+	for _, want := range []string{"data-1=value-1", "1-data-1=value-1", "p_data=value-2"} {
+		if !strings.Contains(string(out), want+"\n") {
+			t.Errorf("sh -c env printed no %s:\n%s", want, out)
+		}
+	}
+}
+
+// The glibc-dns-testing stand-in answers `hostname -f` as glibc does: the
+// first name of the /etc/hosts line that holds the host name (the FQDN the
+// node agent writes for a pod with a subdomain), and the name itself on a
+// line without one. Its files run here, chrooted, in a UTS namespace of
+// their own.
+func TestGlibcDNSE2EImageHostnameFQDN(t *testing.T) {
+	SkipShort(t, "root and Debian's busybox-static")
+	images, err := E2EImages(map[string][]string{"glibc-dns-testing": {"registry.k8s.io/e2e-test-images/glibc-dns-testing:2.0.0"}}, E2EBinaries{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	writeImageFiles(t, root, images[0].Files)
+	for _, c := range []struct{ hosts, want string }{
+		{"127.0.0.1\tlocalhost\n10.9.0.5\tpod-a.t.ns.svc.cluster.local\tpod-a\n", "pod-a;pod-a.t.ns.svc.cluster.local;"},
+		{"127.0.0.1\tlocalhost\n10.9.0.5\tpod-a\n", "pod-a;pod-a;"},
+	} {
+		if err := os.WriteFile(filepath.Join(root, "etc/hosts"), []byte(c.hosts), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.CommandContext(t.Context(), "/bin/sh", "-c", "hostname pod-a && echo $(hostname)';'$(hostname -f)';'")
+		cmd.Env = []string{"PATH=/bin"}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root, Cloneflags: syscall.CLONE_NEWUTS}
+		out, err := cmd.CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != c.want {
+			t.Errorf("hosts %q: %q (%v), want %q", c.hosts, out, err, c.want)
+		}
+	}
+}
+
+// writeImageFiles lays an image's files out under root.
+func writeImageFiles(t *testing.T, root string, files []ImageFile) {
+	t.Helper()
+	for _, f := range files {
+		p := filepath.Join(root, f.Path)
+		var err error
+		switch {
+		case f.Mode.IsDir():
+			err = os.MkdirAll(p, f.Mode.Perm())
+		case f.Mode&fs.ModeSymlink != 0:
+			err = os.Symlink(f.Link, p)
+		default:
+			err = os.WriteFile(p, f.Data, f.Mode.Perm())
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The pause image lies under /var/registry as agnhost's fake-registry-server
+// reads it: the tag file names the manifest's digest, the manifest lies at
+// its digest's path and names blobs that lie at theirs, every directory
+// above them comes first, and each file is the content of its digest.
+func TestFakeRegistryFiles(t *testing.T) {
+	files, err := fakeRegistryFiles("var/registry", "pause", "testing", pauseConfig, pauseFiles([]byte("pause-binary")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	byPath := map[string]ImageFile{}
+	for _, f := range files {
+		if parent := filepath.Dir(f.Path); parent != "var" && !byPath[parent].Mode.IsDir() {
+			t.Errorf("%s comes before its directory %s", f.Path, parent)
+		}
+		byPath[f.Path] = f
+	}
+	// digestPath is where the server looks for a digest (registryserver.go
+	// digestToPath).
+	digestPath := func(kind, digest string) string {
+		hexSum := strings.TrimPrefix(digest, "sha256:")
+		return "var/registry/pause/" + kind + "/sha256/" + hexSum[:2] + "/" + hexSum + "/data"
+	}
+	content := func(kind, digest string) []byte {
+		f, ok := byPath[digestPath(kind, digest)]
+		if !ok {
+			t.Fatalf("no %s %s", kind, digest)
+		}
+		if got := blobDigest(f.Data); got != digest {
+			t.Errorf("%s at %s has digest %s", kind, digest, got)
+		}
+		return f.Data
+	}
+	manifestDigest := strings.TrimSpace(string(byPath["var/registry/pause/manifests/testing"].Data))
+	var manifest struct {
+		MediaType string
+		Config    struct{ Digest string }
+		Layers    []struct{ Digest string }
+	}
+	if err := json.Unmarshal(content("manifests", manifestDigest), &manifest); err != nil {
+		t.Fatal(err)
+	}
+	if manifest.MediaType != ociManifestType || len(manifest.Layers) != 1 {
+		t.Fatalf("manifest %+v", manifest)
+	}
+	content("blobs", manifest.Config.Digest)
+	layer := content("blobs", manifest.Layers[0].Digest)
+	if !bytes.Contains(layer, []byte("pause-binary")) {
+		t.Error("the layer does not hold the pause binary")
 	}
 }

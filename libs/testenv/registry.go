@@ -125,29 +125,40 @@ func (r *Registry) Push(ctx context.Context, repo, tag string, cfg ImageConfig, 
 	if err != nil {
 		return "", err
 	}
-	layerDigest, err := r.pushBlob(ctx, repo, layer)
-	if err != nil {
-		return "", err
+	for _, blob := range [][]byte{layer, config} {
+		if _, err := r.pushBlob(ctx, repo, blob); err != nil {
+			return "", err
+		}
 	}
-	configDigest, err := r.pushBlob(ctx, repo, config)
-	if err != nil {
-		return "", err
-	}
-	const manifestType = "application/vnd.oci.image.manifest.v1+json"
-	manifest, err := json.Marshal(map[string]any{
-		"schemaVersion": 2,
-		"mediaType":     manifestType,
-		"config":        map[string]any{"mediaType": "application/vnd.oci.image.config.v1+json", "digest": configDigest, "size": len(config)},
-		"layers":        []map[string]any{{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": layerDigest, "size": len(layer)}},
-	})
+	manifest, err := ociManifest(layer, config)
 	if err != nil {
 		return "", err
 	}
 	u := "http://" + r.Host + "/v2/" + repo + "/manifests/" + tag
-	if _, err := r.do(ctx, http.MethodPut, u, manifestType, manifest, http.StatusCreated); err != nil {
+	if _, err := r.do(ctx, http.MethodPut, u, ociManifestType, manifest, http.StatusCreated); err != nil {
 		return "", fmt.Errorf("testenv: push the manifest of %s: %w", repo, err)
 	}
 	return r.Image(repo, tag), nil
+}
+
+// ociManifestType is the media type of ociManifest's manifests.
+const ociManifestType = "application/vnd.oci.image.manifest.v1+json"
+
+// ociManifest is the OCI manifest of a single-layer image (imageBlobs'
+// layer, uncompressed, and config).
+func ociManifest(layer, config []byte) ([]byte, error) {
+	return json.Marshal(map[string]any{
+		"schemaVersion": 2,
+		"mediaType":     ociManifestType,
+		"config":        map[string]any{"mediaType": "application/vnd.oci.image.config.v1+json", "digest": blobDigest(config), "size": len(config)},
+		"layers":        []map[string]any{{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": blobDigest(layer), "size": len(layer)}},
+	})
+}
+
+// blobDigest is a blob's content digest ("sha256:<hex>").
+func blobDigest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // PushBusybox pushes the busybox image (BuildCRIImages' files) as repo:tag,
@@ -169,8 +180,7 @@ func (r *Registry) PushBusybox(ctx context.Context, repo, tag string) (string, e
 
 // pushBlob uploads one blob (a monolithic upload) and returns its digest.
 func (r *Registry) pushBlob(ctx context.Context, repo string, data []byte) (string, error) {
-	sum := sha256.Sum256(data)
-	digest := "sha256:" + hex.EncodeToString(sum[:])
+	digest := blobDigest(data)
 	resp, err := r.do(ctx, http.MethodPost, "http://"+r.Host+"/v2/"+repo+"/blobs/uploads/", "", nil, http.StatusAccepted)
 	if err != nil {
 		return "", fmt.Errorf("testenv: start a blob upload to %s: %w", repo, err)
@@ -215,4 +225,50 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// PushMirror pushes every name of the images that lies under upstream (a
+// registry host, "registry.k8s.io") as the same repository and tag here
+// (registry.k8s.io/e2e-test-images/agnhost:2.63.0 as
+// e2e-test-images/agnhost:2.63.0), so that a containerd whose hosts.toml
+// (WriteMirrorConfig) sends upstream's pulls here gets them. It returns
+// the names pushed.
+func (r *Registry) PushMirror(ctx context.Context, upstream string, images []E2EImage) ([]string, error) {
+	var pushed []string
+	for _, img := range images {
+		for _, name := range img.Names {
+			rest, ok := strings.CutPrefix(name, upstream+"/")
+			i := strings.LastIndex(rest, ":")
+			if !ok || i < 0 {
+				continue
+			}
+			if _, err := r.Push(ctx, rest[:i], rest[i+1:], img.Config, img.Files); err != nil {
+				return pushed, fmt.Errorf("testenv: mirror %s: %w", name, err)
+			}
+			pushed = append(pushed, name)
+		}
+	}
+	return pushed, nil
+}
+
+// WriteMirrorConfig writes containerd's host configuration
+// (<configPath>/<upstream>/hosts.toml, for the CRI plugin's registry
+// config_path) that sends upstream's pulls and resolves to this registry
+// over plain HTTP, with its account in a fixed Authorization header (the
+// pulls of upstream's images carry no pull secret). The file is root's
+// alone: it holds the password.
+func (r *Registry) WriteMirrorConfig(configPath, upstream string) error {
+	dir := filepath.Join(configPath, upstream)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	auth := base64.StdEncoding.EncodeToString([]byte(r.User + ":" + r.Password))
+	hosts := fmt.Sprintf(`server = "https://%[1]s"
+
+[host."http://%[2]s"]
+  capabilities = ["pull", "resolve"]
+  [host."http://%[2]s".header]
+    Authorization = "Basic %[3]s"
+`, upstream, r.Host, auth)
+	return os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(hosts), 0o600)
 }
