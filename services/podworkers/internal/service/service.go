@@ -54,7 +54,7 @@ import (
 	"github.com/splitlet/splitlet/services/podworkers/internal/dns"
 	"github.com/splitlet/splitlet/services/podworkers/internal/ownership"
 	"github.com/splitlet/splitlet/services/podworkers/internal/podsync"
-	"github.com/splitlet/splitlet/services/podworkers/internal/podworkers"
+	"github.com/splitlet/splitlet/services/podworkers/internal/podworker"
 	"github.com/splitlet/splitlet/services/podworkers/internal/statuspub"
 	"github.com/splitlet/splitlet/services/podworkers/internal/volumes"
 )
@@ -109,8 +109,8 @@ type Config struct {
 // RegisterFlags adds the podworkers keys ("podworkers.<key>") to fs.
 func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.ReplicaID, "podworkers.replica-id", DefaultReplicaID(), "this replica's name in the partition leases, stable across restarts so that a restarted replica resumes its own leases at once (letters, digits, '-', '_', '.'); default: $POD_NAME, else the host name; a replica that finds its id held by another live replica takes the id with a random suffix; empty: random")
-	fs.DurationVar(&c.ResyncInterval, "podworkers.resync-interval", podworkers.DefaultResyncInterval, "interval between syncs of a healthy pod (jittered)")
-	fs.DurationVar(&c.BackOffPeriod, "podworkers.backoff-period", podworkers.DefaultBackOffPeriod, "delay before a failed pod sync is retried (jittered)")
+	fs.DurationVar(&c.ResyncInterval, "podworkers.resync-interval", podworker.DefaultResyncInterval, "interval between syncs of a healthy pod (jittered)")
+	fs.DurationVar(&c.BackOffPeriod, "podworkers.backoff-period", podworker.DefaultBackOffPeriod, "delay before a failed pod sync is retried (jittered)")
 	fs.DurationVar(&c.ContainerBackOff, "podworkers.container-backoff", podsync.DefaultBackOffBase, "first crash-loop back-off of a restarting container; it doubles on each restart")
 	fs.DurationVar(&c.ContainerBackOffMax, "podworkers.container-backoff-max", podsync.DefaultBackOffMax, "longest crash-loop back-off; it resets after twice this long without a restart")
 	fs.DurationVar(&c.Housekeeping, "podworkers.housekeeping-interval", controller.DefaultHousekeeping, "interval of housekeeping (forgetting workers of pods no longer desired)")
@@ -780,7 +780,7 @@ func (r *Runner) newController(rt runtime.Runtime, sink *statuspub.Publisher, re
 		ObserveSync:  r.metrics.observe,
 		Active:       r.isAdopted,
 		CaughtUp:     r.caughtUp,
-		WorkerOpts:   []podworkers.Option{podworkers.WithResyncInterval(r.cfg.ResyncInterval), podworkers.WithBackOffPeriod(r.cfg.BackOffPeriod)},
+		WorkerOpts:   []podworker.Option{podworker.WithResyncInterval(r.cfg.ResyncInterval), podworker.WithBackOffPeriod(r.cfg.BackOffPeriod)},
 		SyncOpts:     syncOpts,
 		Tracer:       r.tracer,
 		Traces:       r.traces,

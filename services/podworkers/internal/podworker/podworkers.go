@@ -1,4 +1,4 @@
-// Package podworkers is the pod worker state machine: one serialized worker
+// Package podworker is the pod worker state machine: one serialized worker
 // per pod UID that drives the pod through its life, as the kubelet's pod
 // workers do.
 //
@@ -57,7 +57,7 @@
 //     is forgotten, and a later update for its UID starts a new worker that
 //     adopts what the runtime holds (kubelet: a restarted kubelet's workers
 //     start from the containers CRI reports).
-package podworkers
+package podworker
 
 import (
 	"context"
