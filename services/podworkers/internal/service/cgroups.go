@@ -44,7 +44,7 @@ func (c *Config) checkCgroups(rt string) error {
 		return fmt.Errorf("invalid value %q for cgroup-root: it applies only with cgroups-per-qos", cg.Root)
 	case !on && cg.PodPidsLimit > 0:
 		return fmt.Errorf("invalid value %d for pod-pids-limit: it applies only with cgroups-per-qos", cg.PodPidsLimit)
-	case cg.PerQOS == "false" && cg.EnforcePods():
+	case cg.PerQOS == config.False && cg.EnforcePods():
 		// kubelet: allocatable enforcement needs the QoS cgroups.
 		return errors.New("invalid value pods for enforce-node-allocatable: it needs cgroups-per-qos (set enforce-node-allocatable=none)")
 	}
