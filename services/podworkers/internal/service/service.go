@@ -104,6 +104,8 @@ type Config struct {
 	// the node-wide cgroup housekeeping runs.
 	Cgroups         config.Cgroups
 	CgroupReconcile time.Duration
+	// fallback is FallbackAllocatable parsed, set by Validate.
+	fallback corev1.ResourceList
 }
 
 // RegisterFlags adds the podworkers keys ("podworkers.<key>") to fs.
@@ -184,9 +186,11 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("invalid value for podworkers.replica-id: %w", err)
 		}
 	}
-	if _, err := kube.ParseResourceList(c.FallbackAllocatable); err != nil {
+	fallback, err := kube.ParseResourceList(c.FallbackAllocatable)
+	if err != nil {
 		return fmt.Errorf("invalid value for podworkers.fallback-allocatable: %w", err)
 	}
+	c.fallback = fallback
 	if _, err := kube.NewSysctlAllowlist(nil, c.AllowedUnsafeSysctls); err != nil {
 		return fmt.Errorf("invalid value for podworkers.allowed-unsafe-sysctls: %w", err)
 	}
@@ -671,7 +675,7 @@ func (r *Runner) serve(ctx context.Context, rt runtime.Runtime, ctrl *controller
 // delays the start (at most 10 s).
 func (r *Runner) watchNode(ctx context.Context) (allocatable func() corev1.ResourceList, thisNode func() *corev1.Node, stop func()) {
 	node := r.common.NodeName
-	fallback, _ := kube.ParseResourceList(r.cfg.FallbackAllocatable)
+	fallback := r.cfg.fallback
 	nodeFactory := informers.NewSharedInformerFactoryWithOptions(r.cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", node).String()
 	}))
