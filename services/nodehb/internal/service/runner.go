@@ -95,12 +95,12 @@ func (c *Config) NewClients(base *rest.Config, shared kubernetes.Interface) (Cli
 }
 
 // New builds the stage from the process's parts (fx constructor).
-func New(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.Interface, restCfg *rest.Config, conn *messaging.Conn, reg prometheus.Registerer, tp *tracing.Provider) (*Runner, error) {
+func New(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.Interface, restCfg *rest.Config, conn *messaging.Conn, js jetstream.JetStream, reg prometheus.Registerer, tp *tracing.Provider) (*Runner, error) {
 	clients, err := cfg.NewClients(restCfg, cs)
 	if err != nil {
 		return nil, err
 	}
-	r, err := Build(cfg, common, log, clients, conn.NC, conn.JS, conn.StreamsReady, tp)
+	r, err := Build(cfg, common, log, clients, conn.NC, js, conn.StreamsReady, tp)
 	if err != nil {
 		return nil, err
 	}

@@ -228,7 +228,9 @@ type Runner struct {
 	common *config.Common
 	log    *zap.Logger
 	conn   *messaging.Conn
-	cs     kubernetes.Interface
+	// js is the stage's JetStream handle, which lists its consumers.
+	js jetstream.JetStream
+	cs kubernetes.Interface
 	// Runtime, if set before Start, replaces the one --runtime names (tests).
 	Runtime runtime.Runtime
 
@@ -292,7 +294,7 @@ type partition struct {
 }
 
 // New builds the stage.
-func New(cfg *Config, common *config.Common, log *zap.Logger, conn *messaging.Conn, cs kubernetes.Interface, reg prometheus.Registerer, tp *tracing.Provider) (*Runner, error) {
+func New(cfg *Config, common *config.Common, log *zap.Logger, conn *messaging.Conn, js jetstream.JetStream, cs kubernetes.Interface, reg prometheus.Registerer, tp *tracing.Provider) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -306,7 +308,7 @@ func New(cfg *Config, common *config.Common, log *zap.Logger, conn *messaging.Co
 		id = hex.EncodeToString(b)
 	}
 	r := &Runner{
-		cfg: cfg, common: common, conn: conn, cs: cs, id: id,
+		cfg: cfg, common: common, conn: conn, js: js, cs: cs, id: id,
 		log:      log.Named("podworkers").With(zap.String("replica", id)),
 		baseLog:  log.Named("podworkers"),
 		subjects: bus.For(common.NodeName),
@@ -520,7 +522,7 @@ func (r *Runner) run(ctx context.Context) error {
 	defer stopRecorder()
 	syncOpts, vols, stopSync := r.syncOptions(ctx, rt, recorder, allocatable, true)
 	defer stopSync()
-	pub := bus.NewPublisher(r.conn.NC, r.conn.JS, node, r.Source(), r.common.BusEncodingOption())
+	pub := bus.NewPublisher(r.conn.NC, r.js, node, r.Source(), r.common.BusEncodingOption())
 
 	var owned atomic.Pointer[ownership.Manager] // for admission, read before owner is set
 	sink := statuspub.New(pub, r.common.Partitions, r.isActive, r.log.Named("status"))
@@ -548,7 +550,7 @@ func (r *Runner) run(ctx context.Context) error {
 // id in it; a live replica with the same id (replicas sharing a host name)
 // makes this one take another. stop ends the claim's heartbeat.
 func (r *Runner) claimReplicaID(ctx context.Context) (kv jetstream.KeyValue, id string, stop func(), err error) {
-	kv, err = ownership.CreateBucket(ctx, r.conn.JS, bus.NodeToken(r.common.NodeName), r.common.NATSReplicas)
+	kv, err = ownership.CreateBucket(ctx, r.js, bus.NodeToken(r.common.NodeName), r.common.NATSReplicas)
 	if err != nil {
 		return nil, "", nil, err
 	}
@@ -948,7 +950,7 @@ func (r *Runner) watchInputs(ctx context.Context, ctrl *controller.Controller) (
 // watchSources follows state.sources (every replica reads every value).
 func (r *Runner) watchSources(ctx context.Context, ctrl *controller.Controller) (func(), error) {
 	stream := bus.StreamName(r.common.NodeName, bus.StreamState)
-	cons, err := r.conn.JS.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+	cons, err := r.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{r.subjects.SourcesReady()},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 		NamePrefix:     bus.OrderedName("podworkers-sources"),
