@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/splitlet/splitlet/bench/internal/poll"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
 
@@ -326,7 +327,7 @@ func startReady(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a a
 	if err != nil {
 		return run, err
 	}
-	if err := waitFor(ctx, 90*time.Second, run, "node "+node+" Ready", func() bool { return nodeReady(ctx, cs, node) }); err != nil {
+	if err := waitFor(ctx, 90*time.Second, run, "node "+node+" Ready", func() bool { return poll.NodeReady(ctx, cs, node) }); err != nil {
 		return run, fmt.Errorf("%w (logs in %s)", err, run.dir)
 	}
 	return run, nil
@@ -553,35 +554,17 @@ func createNode(ctx context.Context, cs kubernetes.Interface, node string) error
 	return err
 }
 
-func nodeReady(ctx context.Context, cs kubernetes.Interface, node string) bool {
-	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		return false
-	}
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
+// waitFor checks cond every 20 ms (poll.Until) while the agent runs.
 func waitFor(ctx context.Context, timeout time.Duration, run *agentRun, what string, cond func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
+	return poll.Until(ctx, timeout, 20*time.Millisecond, what, func() (bool, string, error) {
+		if cond() {
+			return true, "", nil
+		}
 		if err := run.alive(); err != nil {
-			return fmt.Errorf("waiting for %s: %w", what, err)
+			return false, "", fmt.Errorf("waiting for %s: %w", what, err)
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: not within %v", what, timeout)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return nil
+		return false, "", nil
+	})
 }
 
 type writes struct{ pods, all float64 }

@@ -26,6 +26,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	remote "k8s.io/cri-client/pkg"
 
+	"github.com/splitlet/splitlet/bench/internal/poll"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
 
@@ -304,7 +305,7 @@ func setUpReal(ctx context.Context, env *benchEnv, cd *testenv.Containerd, a rea
 		s.stop()
 		return nil, err
 	}
-	if err := waitFor(ctx, 2*time.Minute, s.run, "node "+s.node+" Ready", func() bool { return nodeReady(ctx, s.cs, s.node) }); err != nil {
+	if err := waitFor(ctx, 2*time.Minute, s.run, "node "+s.node+" Ready", func() bool { return poll.NodeReady(ctx, s.cs, s.node) }); err != nil {
 		s.stop()
 		return nil, fmt.Errorf("%w (logs in %s)", err, s.run.dir)
 	}
