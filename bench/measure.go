@@ -280,7 +280,7 @@ func measureBacklog(ctx context.Context, cs kubernetes.Interface, env *benchEnv,
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := createPods(ctx, cs, a.name, node, n, concurrency, make([]time.Time, n)); err != nil {
+	if err := createPods(ctx, cs, n, concurrency, make([]time.Time, n), func(i int) *corev1.Pod { return benchPod(a.name, node, i) }); err != nil {
 		return nil, nil, err
 	}
 	start := time.Now()
@@ -381,7 +381,7 @@ func measureCreate(ctx context.Context, cs kubernetes.Interface, env *benchEnv, 
 		return err
 	}
 	start := time.Now()
-	if err := createPods(ctx, cs, a.name, node, n, concurrency, created); err != nil {
+	if err := createPods(ctx, cs, n, concurrency, created, func(i int) *corev1.Pod { return benchPod(a.name, node, i) }); err != nil {
 		return err
 	}
 	if err := waitFor(ctx, 15*time.Minute, run, fmt.Sprintf("%d pods Ready", n), func() bool { return tr.ready.Load() >= int64(n) }); err != nil {
@@ -506,38 +506,44 @@ func podName(agent string, i int) string {
 	return fmt.Sprintf("bench-%s-%05d", strings.ReplaceAll(agent, ".", "-"), i)
 }
 
-func createPods(ctx context.Context, cs kubernetes.Interface, agent, node string, n, concurrency int, created []time.Time) error {
+// createPods creates pods 0 to n-1 (pod makes pod i) at the given
+// concurrency, noting in created when each create was sent.
+func createPods(ctx context.Context, cs kubernetes.Interface, n, concurrency int, created []time.Time, pod func(i int) *corev1.Pod) error {
 	var next atomic.Int64
 	errs := make(chan error, concurrency)
 	var wg sync.WaitGroup
 	for range concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= n {
 					return
 				}
-				pod := &corev1.Pod{
-					ObjectMeta: metav1.ObjectMeta{Name: podName(agent, i), Labels: map[string]string{"bench-run": agent}},
-					Spec: corev1.PodSpec{
-						NodeName:    node,
-						Containers:  []corev1.Container{{Name: "c", Image: "busybox", Command: []string{"sleep", "infinity"}}},
-						Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-					},
-				}
+				p := pod(i)
 				created[i] = time.Now()
-				if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-					errs <- fmt.Errorf("create %s: %w", pod.Name, err)
+				if _, err := cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+					errs <- fmt.Errorf("create %s: %w", p.Name, err)
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)
 	return <-errs
+}
+
+// benchPod is pod i of agent's case: a sleeping busybox that tolerates
+// every taint.
+func benchPod(agent, node string, i int) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: podName(agent, i), Labels: map[string]string{"bench-run": agent}},
+		Spec: corev1.PodSpec{
+			NodeName:    node,
+			Containers:  []corev1.Container{{Name: "c", Image: "busybox", Command: []string{"sleep", "infinity"}}},
+			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+		},
+	}
 }
 
 func createNode(ctx context.Context, cs kubernetes.Interface, node string) error {
