@@ -32,6 +32,7 @@ import (
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/logging"
+	"github.com/splitlet/splitlet/libs/periodic"
 	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/libs/tracing"
 	"github.com/splitlet/splitlet/services/podworkers/internal/admission"
@@ -141,16 +142,7 @@ func (c *Controller) Run(ctx context.Context) {
 	go func() { defer wg.Done(); c.pumpEvents(ctx) }()
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(c.cfg.Housekeeping)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				c.HandlePodCleanups()
-			}
-		}
+		periodic.Run(ctx, c.cfg.Housekeeping, func(context.Context) { c.HandlePodCleanups() })
 	}()
 	<-ctx.Done()
 	c.workers.Stop()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/cgroups"
 	"github.com/splitlet/splitlet/libs/config"
+	"github.com/splitlet/splitlet/libs/periodic"
 	"github.com/splitlet/splitlet/libs/runtime"
 )
 
@@ -120,21 +121,14 @@ func (r *Runner) cgroupLoop(ctx context.Context, rt runtime.Runtime, owns func()
 	if !ok {
 		return
 	}
-	t := time.NewTicker(r.cfg.CgroupReconcile)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	periodic.Run(ctx, r.cfg.CgroupReconcile, func(ctx context.Context) {
 		if !owns() {
-			continue
+			return
 		}
 		rctx, cancel := context.WithTimeout(ctx, r.cfg.CgroupReconcile)
+		defer cancel()
 		if err := rc.ReconcileCgroups(rctx); err != nil && ctx.Err() == nil {
 			r.log.Warn("cgroup housekeeping", zap.Error(err))
 		}
-		cancel()
-	}
+	})
 }
