@@ -20,6 +20,7 @@ import (
 
 	"github.com/splitlet/splitlet/bench/internal/poll"
 	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/periodic"
 	"github.com/splitlet/splitlet/libs/runtime/sim"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
@@ -156,18 +157,11 @@ func watchNode(cs kubernetes.Interface, node string) *nodeWatch {
 	go func() {
 		defer close(w.done)
 		const every = 250 * time.Millisecond
-		t := time.NewTicker(every)
-		defer t.Stop()
 		seenReady := false
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+		periodic.Run(ctx, every, func(ctx context.Context) {
 			n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 			if err != nil {
-				continue
+				return
 			}
 			ready := poll.Ready(n)
 			seenReady = seenReady || ready
@@ -176,7 +170,7 @@ func watchNode(cs kubernetes.Interface, node string) *nodeWatch {
 				w.notReady += every
 				w.mu.Unlock()
 			}
-		}
+		})
 	}()
 	return w
 }
