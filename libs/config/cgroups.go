@@ -42,26 +42,18 @@ func (c *Cgroups) PerQOSFor(runtime string) bool {
 }
 
 // OptBool is a boolean key that may be left unset (the zero value), its
-// default then decided by what else is set.
-type OptBool int8
+// default then decided by what else is set: a Switch written true/false.
+type OptBool Switch
 
 // The values of an OptBool.
 const (
-	Unset OptBool = iota
-	True
-	False
+	Unset = OptBool(SwitchAuto)
+	True  = OptBool(SwitchOn)
+	False = OptBool(SwitchOff)
 )
 
 // Or is the value, def when unset.
-func (b OptBool) Or(def bool) bool {
-	switch b {
-	case True:
-		return true
-	case False:
-		return false
-	}
-	return def
-}
+func (b OptBool) Or(def bool) bool { return Switch(b).On(def) }
 
 // String is "", "true" or "false".
 func (b OptBool) String() string {
