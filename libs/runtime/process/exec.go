@@ -23,7 +23,7 @@ func (r *Runtime) Exec(ctx context.Context, uid types.UID, name string, cmd []st
 		return runtime.ExecResult{}, errors.New("process: exec needs a command")
 	}
 	r.Mu.Lock()
-	c, err := r.instance(uid, name, false)
+	c, err := r.Table.Find(uid, name, false)
 	if err != nil {
 		r.Mu.Unlock()
 		return runtime.ExecResult{}, err

@@ -619,16 +619,10 @@ func (r *Runtime) RemovePod(_ context.Context, uid types.UID) error {
 	return nil
 }
 
-// instance finds the newest instance of the named container, or the one
-// before it. Called with r.Mu held.
-func (r *Runtime) instance(uid types.UID, name string, previous bool) (*container, error) {
-	return r.Table.Find(uid, name, previous)
-}
-
 // Logs implements runtime.Runtime.
 func (r *Runtime) Logs(ctx context.Context, uid types.UID, name string, opts runtime.LogOptions, w io.Writer) error {
 	r.Mu.Lock()
-	c, err := r.instance(uid, name, opts.Previous)
+	c, err := r.Table.Find(uid, name, opts.Previous)
 	if err != nil {
 		r.Mu.Unlock()
 		return err

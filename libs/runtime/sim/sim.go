@@ -449,16 +449,10 @@ func (r *Runtime) Forget(uid types.UID) {
 	}
 }
 
-// instance finds the newest instance of the named container, or the one
-// before it. Called with r.Mu held.
-func (r *Runtime) instance(uid types.UID, name string, previous bool) (*container, error) {
-	return r.Table.Find(uid, name, previous)
-}
-
 // Logs implements runtime.Runtime with the synthetic lines.
 func (r *Runtime) Logs(ctx context.Context, uid types.UID, name string, opts runtime.LogOptions, w io.Writer) error {
 	r.Mu.Lock()
-	c, err := r.instance(uid, name, opts.Previous)
+	c, err := r.Table.Find(uid, name, opts.Previous)
 	if err != nil {
 		r.Mu.Unlock()
 		return err
@@ -525,7 +519,7 @@ func (r *Runtime) Exec(_ context.Context, uid types.UID, name string, cmd []stri
 	}
 	r.Mu.Lock()
 	defer r.Mu.Unlock()
-	c, err := r.instance(uid, name, false)
+	c, err := r.Table.Find(uid, name, false)
 	if err != nil {
 		return runtime.ExecResult{}, err
 	}
