@@ -14,8 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -578,37 +576,25 @@ type writes struct{ pods, all float64 }
 // writeCounts sums the API server's apiserver_request_total over mutating
 // verbs: for pods (and their subresources), and for every resource.
 func writeCounts(ctx context.Context, cs kubernetes.Interface) (writes, error) {
-	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	each, err := writesByResource(ctx, cs)
 	if err != nil {
 		return writes{}, err
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
-	if err != nil {
-		return writes{}, err
-	}
+	return sumWrites(each), nil
+}
+
+// sumWrites sums writesByResource's figures (keyed "VERB
+// resource[/subresource]"): those of pods, and all.
+func sumWrites(each map[string]float64) writes {
 	var w writes
-	fam := families["apiserver_request_total"]
-	if fam == nil {
-		return w, fmt.Errorf("no apiserver_request_total in /metrics")
-	}
-	for _, m := range fam.GetMetric() {
-		labels := map[string]string{}
-		for _, l := range m.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		switch labels["verb"] {
-		case "POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY":
-		default:
-			continue
-		}
-		v := m.GetCounter().GetValue()
+	for key, v := range each {
 		w.all += v
-		if labels["resource"] == "pods" {
+		_, res, _ := strings.Cut(key, " ")
+		if res, _, _ = strings.Cut(res, "/"); res == "pods" {
 			w.pods += v
 		}
 	}
-	return w, nil
+	return w
 }
 
 // cpuSeconds sums the user and system CPU time of the processes so far.
