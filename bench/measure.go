@@ -94,21 +94,9 @@ type tracker struct {
 	gone    atomic.Int64
 }
 
-func isReady(p *corev1.Pod) bool {
-	if p.Status.Phase != corev1.PodRunning {
-		return false
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 func (t *tracker) observe(obj any) {
 	p, ok := obj.(*corev1.Pod)
-	if !ok || !isReady(p) {
+	if !ok || !poll.IsPodReady(p) {
 		return
 	}
 	now := time.Now()

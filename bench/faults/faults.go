@@ -132,15 +132,7 @@ func settledPod(p *corev1.Pod) bool {
 	if p.Spec.RestartPolicy == corev1.RestartPolicyNever {
 		return p.Status.Phase == corev1.PodSucceeded
 	}
-	if p.Status.Phase != corev1.PodRunning {
-		return false
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
+	return poll.IsPodReady(p)
 }
 
 // nodeWatch sums the time the Node was not Ready after it first was.
@@ -163,7 +155,7 @@ func watchNode(cs kubernetes.Interface, node string) *nodeWatch {
 			if err != nil {
 				return
 			}
-			ready := poll.Ready(n)
+			ready := poll.IsNodeReady(n)
 			seenReady = seenReady || ready
 			if seenReady && !ready {
 				w.mu.Lock()

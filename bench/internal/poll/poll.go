@@ -1,5 +1,5 @@
 // Package poll waits for what the benchmarks watch: a condition, with a
-// deadline, and a node's readiness.
+// deadline, and a node's or a pod's readiness.
 package poll
 
 import (
@@ -40,13 +40,26 @@ func Until(ctx context.Context, timeout, every time.Duration, what string, check
 // (false when it cannot be read).
 func NodeReady(ctx context.Context, cs kubernetes.Interface, node string) bool {
 	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	return err == nil && Ready(n)
+	return err == nil && IsNodeReady(n)
 }
 
-// Ready says whether the node's Ready condition is True.
-func Ready(n *corev1.Node) bool {
+// IsNodeReady says whether the node's Ready condition is True.
+func IsNodeReady(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// IsPodReady says whether the pod runs with its Ready condition True.
+func IsPodReady(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
 			return c.Status == corev1.ConditionTrue
 		}
 	}
