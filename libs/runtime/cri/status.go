@@ -196,6 +196,20 @@ func (r *Runtime) loop() {
 	})
 }
 
+// listNode lists the node's sandboxes and containers.
+func (r *Runtime) listNode(ctx context.Context) ([]*runtimeapi.PodSandbox, []*runtimeapi.Container, error) {
+	sel := r.nodeLabels(map[string]string{})
+	sbs, err := r.rs.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: sel})
+	if err != nil {
+		return nil, nil, err
+	}
+	cs, err := r.rs.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: sel})
+	if err != nil {
+		return nil, nil, err
+	}
+	return sbs, cs, nil
+}
+
 // relist reads the runtime's sandboxes and containers into the cache
 // (kubelet: the generic PLEG's relist): ContainerStatus only for a
 // container that is new or whose state changed.
@@ -203,12 +217,7 @@ func (r *Runtime) relist(ctx context.Context) error {
 	r.relistMu.Lock()
 	defer r.relistMu.Unlock()
 	begun := time.Now()
-	sel := r.nodeLabels(map[string]string{})
-	sbs, err := r.rs.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: sel})
-	if err != nil {
-		return err
-	}
-	cs, err := r.rs.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: sel})
+	sbs, cs, err := r.listNode(ctx)
 	if err != nil {
 		return err
 	}
