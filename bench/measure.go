@@ -222,12 +222,11 @@ func measureCase(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a 
 		return nil, run, err
 	}
 	label := "bench-run=" + a.name
-	stopCh := make(chan struct{})
-	defer close(stopCh)
-	tr, err := trackPods(cs, label, stopCh)
+	tr, stopTrack, err := trackPods(cs, label)
 	if err != nil {
 		return nil, run, err
 	}
+	defer stopTrack()
 	res := &result{Agent: a.name, Pods: n}
 	if err := measureCreate(ctx, cs, env, a, run, tr, node, n, concurrency, res); err != nil {
 		return nil, run, err
@@ -260,12 +259,11 @@ func measureBacklog(ctx context.Context, cs kubernetes.Interface, env *benchEnv,
 		}
 	}
 	label := "bench-run=" + a.name
-	stopCh := make(chan struct{})
-	defer close(stopCh)
-	tr, err := trackPods(cs, label, stopCh)
+	tr, stopTrack, err := trackPods(cs, label)
 	if err != nil {
 		return nil, nil, err
 	}
+	defer stopTrack()
 	if err := createPods(ctx, cs, n, concurrency, make([]time.Time, n), func(i int) *corev1.Pod { return benchPod(a.name, node, i) }); err != nil {
 		return nil, nil, err
 	}
@@ -319,20 +317,21 @@ func startReady(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a a
 	return run, nil
 }
 
-// trackPods watches the pods with label until stopCh closes, noting when
-// each became Ready and when each was gone.
-func trackPods(cs kubernetes.Interface, label string, stopCh chan struct{}) (*tracker, error) {
-	tr := &tracker{readyAt: map[string]time.Time{}, goneAt: map[string]time.Time{}}
+// trackPods watches the pods with label until stop is called, noting when
+// each is Ready and gone.
+func trackPods(cs kubernetes.Interface, label string) (tr *tracker, stop func(), err error) {
+	tr = &tracker{readyAt: map[string]time.Time{}, goneAt: map[string]time.Time{}}
 	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = label }))
 	inf := factory.Core().V1().Pods().Informer()
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: tr.observe, UpdateFunc: func(_, o any) { tr.observe(o) }, DeleteFunc: tr.deleted,
 	}); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	stopCh := make(chan struct{})
 	factory.Start(stopCh)
 	factory.WaitForCacheSync(stopCh)
-	return tr, nil
+	return tr, func() { close(stopCh) }, nil
 }
 
 // profileCPU takes a CPU profile of the agent, named prefix, in the

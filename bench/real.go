@@ -261,9 +261,10 @@ type realSetup struct {
 	run  *agentRun
 	node string
 	// label marks the case's pods (bench-run); tr follows them.
-	label string
-	tr    *tracker
-	stop  func()
+	label     string
+	tr        *tracker
+	stopTrack func()
+	stop      func()
 }
 
 // setUpReal starts a fresh control plane and the agent, waits for the node
@@ -280,13 +281,14 @@ func setUpReal(ctx context.Context, env *benchEnv, cd *testenv.Containerd, a rea
 	cfg := cp.ConfigFor(testenv.AdminUser)
 	cfg.QPS, cfg.Burst = 100000, 100000
 	s := &realSetup{cs: kubernetes.NewForConfigOrDie(cfg), node: "node-" + caseName, label: caseName}
-	stopTrack := make(chan struct{})
 	s.e = &realEnv{bench: env, cp: cp, cd: cd}
 	if n > 110 {
 		s.e.maxPods = n
 	}
 	s.stop = func() {
-		close(stopTrack)
+		if s.stopTrack != nil {
+			s.stopTrack()
+		}
 		if s.run != nil {
 			s.run.stop()
 		}
@@ -316,7 +318,7 @@ func setUpReal(ctx context.Context, env *benchEnv, cd *testenv.Containerd, a rea
 		s.stop()
 		return nil, err
 	}
-	if s.tr, err = trackPods(s.cs, "bench-run="+caseName, stopTrack); err != nil {
+	if s.tr, s.stopTrack, err = trackPods(s.cs, "bench-run="+caseName); err != nil {
 		s.stop()
 		return nil, err
 	}
