@@ -14,8 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/splitlet/splitlet/bench/internal/poll"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
 
@@ -95,21 +94,9 @@ type tracker struct {
 	gone    atomic.Int64
 }
 
-func isReady(p *corev1.Pod) bool {
-	if p.Status.Phase != corev1.PodRunning {
-		return false
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 func (t *tracker) observe(obj any) {
 	p, ok := obj.(*corev1.Pod)
-	if !ok || !isReady(p) {
+	if !ok || !poll.IsPodReady(p) {
 		return
 	}
 	now := time.Now()
@@ -235,12 +222,11 @@ func measureCase(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a 
 		return nil, run, err
 	}
 	label := "bench-run=" + a.name
-	stopCh := make(chan struct{})
-	defer close(stopCh)
-	tr, err := trackPods(cs, label, stopCh)
+	tr, stopTrack, err := trackPods(cs, label)
 	if err != nil {
 		return nil, run, err
 	}
+	defer stopTrack()
 	res := &result{Agent: a.name, Pods: n}
 	if err := measureCreate(ctx, cs, env, a, run, tr, node, n, concurrency, res); err != nil {
 		return nil, run, err
@@ -273,13 +259,12 @@ func measureBacklog(ctx context.Context, cs kubernetes.Interface, env *benchEnv,
 		}
 	}
 	label := "bench-run=" + a.name
-	stopCh := make(chan struct{})
-	defer close(stopCh)
-	tr, err := trackPods(cs, label, stopCh)
+	tr, stopTrack, err := trackPods(cs, label)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := createPods(ctx, cs, a.name, node, n, concurrency, make([]time.Time, n)); err != nil {
+	defer stopTrack()
+	if err := createPods(ctx, cs, n, concurrency, make([]time.Time, n), func(i int) *corev1.Pod { return benchPod(a.name, node, i) }); err != nil {
 		return nil, nil, err
 	}
 	start := time.Now()
@@ -326,26 +311,27 @@ func startReady(ctx context.Context, cs kubernetes.Interface, env *benchEnv, a a
 	if err != nil {
 		return run, err
 	}
-	if err := waitFor(ctx, 90*time.Second, run, "node "+node+" Ready", func() bool { return nodeReady(ctx, cs, node) }); err != nil {
+	if err := waitFor(ctx, 90*time.Second, run, "node "+node+" Ready", func() bool { return poll.NodeReady(ctx, cs, node) }); err != nil {
 		return run, fmt.Errorf("%w (logs in %s)", err, run.dir)
 	}
 	return run, nil
 }
 
-// trackPods watches the pods with label until stopCh closes, noting when
-// each became Ready and when each was gone.
-func trackPods(cs kubernetes.Interface, label string, stopCh chan struct{}) (*tracker, error) {
-	tr := &tracker{readyAt: map[string]time.Time{}, goneAt: map[string]time.Time{}}
+// trackPods watches the pods with label until stop is called, noting when
+// each is Ready and gone.
+func trackPods(cs kubernetes.Interface, label string) (tr *tracker, stop func(), err error) {
+	tr = &tracker{readyAt: map[string]time.Time{}, goneAt: map[string]time.Time{}}
 	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = label }))
 	inf := factory.Core().V1().Pods().Informer()
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: tr.observe, UpdateFunc: func(_, o any) { tr.observe(o) }, DeleteFunc: tr.deleted,
 	}); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	stopCh := make(chan struct{})
 	factory.Start(stopCh)
 	factory.WaitForCacheSync(stopCh)
-	return tr, nil
+	return tr, func() { close(stopCh) }, nil
 }
 
 // profileCPU takes a CPU profile of the agent, named prefix, in the
@@ -380,7 +366,7 @@ func measureCreate(ctx context.Context, cs kubernetes.Interface, env *benchEnv, 
 		return err
 	}
 	start := time.Now()
-	if err := createPods(ctx, cs, a.name, node, n, concurrency, created); err != nil {
+	if err := createPods(ctx, cs, n, concurrency, created, func(i int) *corev1.Pod { return benchPod(a.name, node, i) }); err != nil {
 		return err
 	}
 	if err := waitFor(ctx, 15*time.Minute, run, fmt.Sprintf("%d pods Ready", n), func() bool { return tr.ready.Load() >= int64(n) }); err != nil {
@@ -505,38 +491,44 @@ func podName(agent string, i int) string {
 	return fmt.Sprintf("bench-%s-%05d", strings.ReplaceAll(agent, ".", "-"), i)
 }
 
-func createPods(ctx context.Context, cs kubernetes.Interface, agent, node string, n, concurrency int, created []time.Time) error {
+// createPods creates pods 0 to n-1 (pod makes pod i) at the given
+// concurrency, noting in created when each create was sent.
+func createPods(ctx context.Context, cs kubernetes.Interface, n, concurrency int, created []time.Time, pod func(i int) *corev1.Pod) error {
 	var next atomic.Int64
 	errs := make(chan error, concurrency)
 	var wg sync.WaitGroup
 	for range concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= n {
 					return
 				}
-				pod := &corev1.Pod{
-					ObjectMeta: metav1.ObjectMeta{Name: podName(agent, i), Labels: map[string]string{"bench-run": agent}},
-					Spec: corev1.PodSpec{
-						NodeName:    node,
-						Containers:  []corev1.Container{{Name: "c", Image: "busybox", Command: []string{"sleep", "infinity"}}},
-						Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-					},
-				}
+				p := pod(i)
 				created[i] = time.Now()
-				if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-					errs <- fmt.Errorf("create %s: %w", pod.Name, err)
+				if _, err := cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+					errs <- fmt.Errorf("create %s: %w", p.Name, err)
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)
 	return <-errs
+}
+
+// benchPod is pod i of agent's case: a sleeping busybox that tolerates
+// every taint.
+func benchPod(agent, node string, i int) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: podName(agent, i), Labels: map[string]string{"bench-run": agent}},
+		Spec: corev1.PodSpec{
+			NodeName:    node,
+			Containers:  []corev1.Container{{Name: "c", Image: "busybox", Command: []string{"sleep", "infinity"}}},
+			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+		},
+	}
 }
 
 func createNode(ctx context.Context, cs kubernetes.Interface, node string) error {
@@ -553,35 +545,17 @@ func createNode(ctx context.Context, cs kubernetes.Interface, node string) error
 	return err
 }
 
-func nodeReady(ctx context.Context, cs kubernetes.Interface, node string) bool {
-	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		return false
-	}
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
+// waitFor checks cond every 20 ms (poll.Until) while the agent runs.
 func waitFor(ctx context.Context, timeout time.Duration, run *agentRun, what string, cond func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
+	return poll.Until(ctx, timeout, 20*time.Millisecond, what, func() (bool, string, error) {
+		if cond() {
+			return true, "", nil
+		}
 		if err := run.alive(); err != nil {
-			return fmt.Errorf("waiting for %s: %w", what, err)
+			return false, "", fmt.Errorf("waiting for %s: %w", what, err)
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: not within %v", what, timeout)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return nil
+		return false, "", nil
+	})
 }
 
 type writes struct{ pods, all float64 }
@@ -589,37 +563,25 @@ type writes struct{ pods, all float64 }
 // writeCounts sums the API server's apiserver_request_total over mutating
 // verbs: for pods (and their subresources), and for every resource.
 func writeCounts(ctx context.Context, cs kubernetes.Interface) (writes, error) {
-	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	each, err := writesByResource(ctx, cs)
 	if err != nil {
 		return writes{}, err
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
-	if err != nil {
-		return writes{}, err
-	}
+	return sumWrites(each), nil
+}
+
+// sumWrites sums writesByResource's figures (keyed "VERB
+// resource[/subresource]"): those of pods, and all.
+func sumWrites(each map[string]float64) writes {
 	var w writes
-	fam := families["apiserver_request_total"]
-	if fam == nil {
-		return w, fmt.Errorf("no apiserver_request_total in /metrics")
-	}
-	for _, m := range fam.GetMetric() {
-		labels := map[string]string{}
-		for _, l := range m.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		switch labels["verb"] {
-		case "POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY":
-		default:
-			continue
-		}
-		v := m.GetCounter().GetValue()
+	for key, v := range each {
 		w.all += v
-		if labels["resource"] == "pods" {
+		_, res, _ := strings.Cut(key, " ")
+		if res, _, _ = strings.Cut(res, "/"); res == "pods" {
 			w.pods += v
 		}
 	}
-	return w, nil
+	return w
 }
 
 // cpuSeconds sums the user and system CPU time of the processes so far.

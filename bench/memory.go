@@ -6,6 +6,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // memSampler samples the proportional (PSS) and resident (RSS) set sizes
@@ -38,16 +40,7 @@ func sampleMemory(pids []int, names []string, every time.Duration) *memSampler {
 
 func (s *memSampler) run(ctx context.Context) {
 	defer close(s.done)
-	t := time.NewTicker(s.every)
-	defer t.Stop()
-	for {
-		s.sample()
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	wait.NonSlidingUntilWithContext(ctx, func(context.Context) { s.sample() }, s.every)
 }
 
 // sample reads every process once; a sum counts only when every process

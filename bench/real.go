@@ -13,8 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/common/expfmt"
@@ -26,6 +24,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	remote "k8s.io/cri-client/pkg"
 
+	"github.com/splitlet/splitlet/bench/internal/poll"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
 
@@ -261,11 +260,15 @@ type realSetup struct {
 	cs   kubernetes.Interface
 	run  *agentRun
 	node string
-	stop func()
+	// label marks the case's pods (bench-run); tr follows them.
+	label     string
+	tr        *tracker
+	stopTrack func()
+	stop      func()
 }
 
-// setUpReal starts a fresh control plane and the agent, and waits for the
-// node to be Ready and then o.settle.
+// setUpReal starts a fresh control plane and the agent, waits for the node
+// to be Ready and then o.settle, and follows the case's pods.
 func setUpReal(ctx context.Context, env *benchEnv, cd *testenv.Containerd, a realAgent, o realOptions, caseName string, n int) (*realSetup, error) {
 	dir := filepath.Join(env.workDir, caseName+"-controlplane")
 	if err := os.RemoveAll(dir); err != nil {
@@ -277,12 +280,15 @@ func setUpReal(ctx context.Context, env *benchEnv, cd *testenv.Containerd, a rea
 	}
 	cfg := cp.ConfigFor(testenv.AdminUser)
 	cfg.QPS, cfg.Burst = 100000, 100000
-	s := &realSetup{cs: kubernetes.NewForConfigOrDie(cfg), node: "node-" + caseName}
+	s := &realSetup{cs: kubernetes.NewForConfigOrDie(cfg), node: "node-" + caseName, label: caseName}
 	s.e = &realEnv{bench: env, cp: cp, cd: cd}
 	if n > 110 {
 		s.e.maxPods = n
 	}
 	s.stop = func() {
+		if s.stopTrack != nil {
+			s.stopTrack()
+		}
 		if s.run != nil {
 			s.run.stop()
 		}
@@ -304,17 +310,33 @@ func setUpReal(ctx context.Context, env *benchEnv, cd *testenv.Containerd, a rea
 		s.stop()
 		return nil, err
 	}
-	if err := waitFor(ctx, 2*time.Minute, s.run, "node "+s.node+" Ready", func() bool { return nodeReady(ctx, s.cs, s.node) }); err != nil {
+	if err := waitFor(ctx, 2*time.Minute, s.run, "node "+s.node+" Ready", func() bool { return poll.NodeReady(ctx, s.cs, s.node) }); err != nil {
 		s.stop()
 		return nil, fmt.Errorf("%w (logs in %s)", err, s.run.dir)
 	}
-	select {
-	case <-ctx.Done():
+	if err := sleepCtx(ctx, o.settle); err != nil {
 		s.stop()
-		return nil, ctx.Err()
-	case <-time.After(o.settle):
+		return nil, err
+	}
+	if s.tr, s.stopTrack, err = trackPods(s.cs, "bench-run="+caseName); err != nil {
+		s.stop()
+		return nil, err
 	}
 	return s, nil
+}
+
+// createPods creates the case's n pods of the variant, 20 at a time,
+// noting when each create was sent.
+func (s *realSetup) createPods(ctx context.Context, variant string, n int, created []time.Time) error {
+	return createPods(ctx, s.cs, n, 20, created, func(i int) *corev1.Pod { return realPod(podName(s.label, i), s.label, s.node, variant) })
+}
+
+// waitReady waits until n of the case's pods are Ready.
+func (s *realSetup) waitReady(ctx context.Context, n int) error {
+	if err := waitFor(ctx, 10*time.Minute, s.run, fmt.Sprintf("%d pods Ready", n), func() bool { return s.tr.ready.Load() >= int64(n) }); err != nil {
+		return fmt.Errorf("%w: %d of %d Ready (logs in %s)", err, s.tr.ready.Load(), n, s.run.dir)
+	}
+	return nil
 }
 
 // benchConfigMap is what the probe variant's pods mount and read.
@@ -349,33 +371,6 @@ func realPod(name, label, node, variant string) *corev1.Pod {
 	}
 	pod.Spec.Containers = []corev1.Container{c}
 	return pod
-}
-
-// createRealPods creates the n pods at the given concurrency, noting when
-// each create was sent.
-func createRealPods(ctx context.Context, cs kubernetes.Interface, label, node, variant string, n, concurrency int, created []time.Time) error {
-	var next atomic.Int64
-	errs := make(chan error, concurrency)
-	var wg sync.WaitGroup
-	for range concurrency {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				pod := realPod(podName(label, i), label, node, variant)
-				created[i] = time.Now()
-				if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-					errs <- fmt.Errorf("create %s: %w", pod.Name, err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	return <-errs
 }
 
 // podUIDs lists the UIDs of the labelled pods.

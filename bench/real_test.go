@@ -243,6 +243,9 @@ apiserver_request_total{code="200",resource="pods",subresource="",verb="WATCH"} 
 			t.Errorf("%s: %v, want %v", k, got[k], v)
 		}
 	}
+	if w := sumWrites(got); w.pods != 350 || w.all != 392 {
+		t.Errorf("sums %+v, want pods 350 of all 392", w)
+	}
 	d := writesDelta(map[string]float64{"POST pods": 100, "POST events": 40}, map[string]float64{"POST pods": 300, "POST events": 40, "PATCH leases": 10}, 2)
 	if len(d) != 2 || d["POST pods"] != 100 || d["PATCH leases"] != 5 {
 		t.Errorf("delta %v", d)

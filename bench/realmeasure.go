@@ -62,12 +62,6 @@ func runRealCase(ctx context.Context, env *benchEnv, cd *testenv.Containerd, a r
 		return nil, err
 	}
 	defer s.stop()
-	stopCh := make(chan struct{})
-	defer close(stopCh)
-	tr, err := trackPods(s.cs, "bench-run="+label, stopCh)
-	if err != nil {
-		return nil, err
-	}
 	res := &realCaseResult{Agent: a.name, Variant: variant, Pods: n}
 	m, err := startRealMeter(s.run, cd)
 	if err != nil {
@@ -84,7 +78,7 @@ func runRealCase(ctx context.Context, env *benchEnv, cd *testenv.Containerd, a r
 	// With -profiles: the Splitlet processes' CPU profiles from the first
 	// create, for -cpu-profile (the kubelet's needs its API's credentials).
 	profiled := profileCPU(env, s.run, label)
-	if err := realCreate(ctx, s, tr, label, variant, n, res, m); err != nil {
+	if err := realCreate(ctx, s, variant, n, res, m); err != nil {
 		return nil, err
 	}
 	ready, err := writeCounts(ctx, s.cs)
@@ -93,7 +87,7 @@ func runRealCase(ctx context.Context, env *benchEnv, cd *testenv.Containerd, a r
 	}
 	res.PodWritesPerPod = (ready.pods - before.pods - float64(n)) / float64(n)
 	res.AllWritesPerPod = (ready.all - before.all - float64(n)) / float64(n)
-	if err := realDelete(ctx, s, tr, label, n, o.teardownWait, res, m); err != nil {
+	if err := realDelete(ctx, s, n, o.teardownWait, res, m); err != nil {
 		return nil, err
 	}
 	gone, err := writeCounts(ctx, s.cs)
@@ -119,14 +113,14 @@ func runRealCase(ctx context.Context, env *benchEnv, cd *testenv.Containerd, a r
 
 // realCreate creates the pods, waits for every one Ready and fills in the
 // latencies and the agent's CPU until then.
-func realCreate(ctx context.Context, s *realSetup, tr *tracker, label, variant string, n int, res *realCaseResult, m *realMeter) error {
+func realCreate(ctx context.Context, s *realSetup, variant string, n int, res *realCaseResult, m *realMeter) error {
 	created := make([]time.Time, n)
 	start := time.Now()
-	if err := createRealPods(ctx, s.cs, label, s.node, variant, n, 20, created); err != nil {
+	if err := s.createPods(ctx, variant, n, created); err != nil {
 		return err
 	}
-	if err := waitFor(ctx, 10*time.Minute, s.run, fmt.Sprintf("%d pods Ready", n), func() bool { return tr.ready.Load() >= int64(n) }); err != nil {
-		return fmt.Errorf("%w: %d of %d Ready (logs in %s)", err, tr.ready.Load(), n, s.run.dir)
+	if err := s.waitReady(ctx, n); err != nil {
+		return err
 	}
 	var err error
 	if res.CPUToReadySec, _, err = m.agentCPU(); err != nil {
@@ -136,10 +130,10 @@ func realCreate(ctx context.Context, s *realSetup, tr *tracker, label, variant s
 		return err
 	}
 	// With -profiles: the Splitlet processes' heap profiles, all Ready.
-	if err := saveHeapProfiles(s.e.bench, s.run, label); err != nil {
+	if err := saveHeapProfiles(s.e.bench, s.run, s.label); err != nil {
 		return err
 	}
-	lat, last := tr.latencies(label, created, start)
+	lat, last := s.tr.latencies(s.label, created, start)
 	res.AllReadySec = last.Sub(start).Seconds()
 	res.P50Ms, res.P99Ms, res.MaxMs = pct(lat, 50), pct(lat, 99), lat[len(lat)-1]
 	return nil
@@ -147,7 +141,8 @@ func realCreate(ctx context.Context, s *realSetup, tr *tracker, label, variant s
 
 // realDelete deletes the pods in one DeleteCollection and waits until
 // they are gone from the API and their sandboxes from containerd.
-func realDelete(ctx context.Context, s *realSetup, tr *tracker, label string, n int, wait time.Duration, res *realCaseResult, m *realMeter) error {
+func realDelete(ctx context.Context, s *realSetup, n int, wait time.Duration, res *realCaseResult, m *realMeter) error {
+	tr, label := s.tr, s.label
 	uids, err := podUIDs(ctx, s.cs, label)
 	if err != nil {
 		return err
@@ -189,18 +184,12 @@ func runRealIdle(ctx context.Context, env *benchEnv, cd *testenv.Containerd, a r
 		return nil, err
 	}
 	defer s.stop()
-	stopCh := make(chan struct{})
-	defer close(stopCh)
-	tr, err := trackPods(s.cs, "bench-run="+label, stopCh)
-	if err != nil {
-		return nil, err
-	}
 	n := o.idlePods
-	if err := createRealPods(ctx, s.cs, label, s.node, variantPlain, n, 20, make([]time.Time, n)); err != nil {
+	if err := s.createPods(ctx, variantPlain, n, make([]time.Time, n)); err != nil {
 		return nil, err
 	}
-	if err := waitFor(ctx, 10*time.Minute, s.run, fmt.Sprintf("%d pods Ready", n), func() bool { return tr.ready.Load() >= int64(n) }); err != nil {
-		return nil, fmt.Errorf("%w: %d of %d Ready (logs in %s)", err, tr.ready.Load(), n, s.run.dir)
+	if err := s.waitReady(ctx, n); err != nil {
+		return nil, err
 	}
 	// What follows the starts (status writes, the last probes) settles
 	// before the idle window opens.

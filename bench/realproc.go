@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,10 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/splitlet/splitlet/libs/periodic"
 )
 
 // procTimes is a process's CPU seconds (user + system) from
@@ -149,16 +154,7 @@ func startRuntimeMeter(pid int, address string, every time.Duration) (*runtimeMe
 
 func (m *runtimeMeter) run(every time.Duration) {
 	defer close(m.done)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-m.stop:
-			return
-		case <-t.C:
-			m.sweep()
-		}
-	}
+	periodic.Run(wait.ContextForChannel(m.stop), every, func(context.Context) { m.sweep() })
 }
 
 // sweep finds the shims of the containerd and reads each one's CPU.

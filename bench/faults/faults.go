@@ -18,7 +18,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/splitlet/splitlet/bench/internal/poll"
 	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/periodic"
 	"github.com/splitlet/splitlet/libs/runtime/sim"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
@@ -130,15 +132,7 @@ func settledPod(p *corev1.Pod) bool {
 	if p.Spec.RestartPolicy == corev1.RestartPolicyNever {
 		return p.Status.Phase == corev1.PodSucceeded
 	}
-	if p.Status.Phase != corev1.PodRunning {
-		return false
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
+	return poll.IsPodReady(p)
 }
 
 // nodeWatch sums the time the Node was not Ready after it first was.
@@ -155,32 +149,20 @@ func watchNode(cs kubernetes.Interface, node string) *nodeWatch {
 	go func() {
 		defer close(w.done)
 		const every = 250 * time.Millisecond
-		t := time.NewTicker(every)
-		defer t.Stop()
 		seenReady := false
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+		periodic.Run(ctx, every, func(ctx context.Context) {
 			n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 			if err != nil {
-				continue
+				return
 			}
-			ready := false
-			for _, c := range n.Status.Conditions {
-				if c.Type == corev1.NodeReady {
-					ready = c.Status == corev1.ConditionTrue
-				}
-			}
+			ready := poll.IsNodeReady(n)
 			seenReady = seenReady || ready
 			if seenReady && !ready {
 				w.mu.Lock()
 				w.notReady += every
 				w.mu.Unlock()
 			}
-		}
+		})
 	}()
 	return w
 }
@@ -244,7 +226,7 @@ func runFaultCase(ctx context.Context, env *faultEnv, c faultCase, logf func(str
 	}
 	defer a.stop()
 	r.a = a
-	if err := waitUntil(ctx, 90*time.Second, "node "+node+" Ready", func() (bool, string) { return nodeIsReady(ctx, env.cs, node), "" }); err != nil {
+	if err := waitUntil(ctx, 90*time.Second, "node "+node+" Ready", func() (bool, string) { return poll.NodeReady(ctx, env.cs, node), "" }); err != nil {
 		return nil, err
 	}
 	nw := watchNode(env.cs, node)
@@ -582,37 +564,12 @@ func markedProcesses(node string) int {
 	return n
 }
 
-func nodeIsReady(ctx context.Context, cs kubernetes.Interface, node string) bool {
-	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		return false
-	}
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
+// waitUntil checks cond every 200 ms (poll.Until).
 func waitUntil(ctx context.Context, timeout time.Duration, what string, cond func() (bool, string)) error {
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for {
+	return poll.Until(ctx, timeout, 200*time.Millisecond, what, func() (bool, string, error) {
 		ok, state := cond()
-		if ok {
-			return nil
-		}
-		last = state
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: not within %s (%s)", what, timeout, last)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+		return ok, state, nil
+	})
 }
 
 func waitPort(port int, timeout time.Duration) error {

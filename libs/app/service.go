@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	"go.uber.org/fx"
 	"go.uber.org/zap"
@@ -52,18 +53,19 @@ type Replacement interface {
 // RunService hooks a service's Runner into the process lifecycle: it logs the
 // service up and stopped, reports it on /readyz, puts it on the NATS service
 // API (libs/discovery) once started, and makes the service wait for the bus
-// streams before its Start runs.
+// streams before its Start runs. It goes in the stage's module, which gives
+// the stage its consumer list (ownConsumers).
 func RunService(name string, newRunner any) fx.Option {
 	return fx.Options(
 		fx.Provide(fx.Annotate(newRunner, fx.As(new(Runner)), fx.ResultTags(`name:"`+name+`"`))),
-		fx.Invoke(fx.Annotate(func(lc fx.Lifecycle, r Runner, log *zap.Logger, checks *health.Checks, conn *messaging.Conn, common *config.Common) {
+		fx.Invoke(fx.Annotate(func(lc fx.Lifecycle, r Runner, log *zap.Logger, checks *health.Checks, conn *messaging.Conn, common *config.Common, consumers *bus.Consumers) {
 			log = log.With(zap.String(logging.FieldService, name))
 			ready := func(context.Context) error { return nil }
 			if rc, ok := r.(Ready); ok {
 				ready = rc.Ready
 			}
 			checks.AddReadiness(name, ready)
-			stage := discovery.Stage{Name: name, Ready: func(ctx context.Context) bool { return ready(ctx) == nil }}
+			stage := discovery.Stage{Name: name, Ready: func(ctx context.Context) bool { return ready(ctx) == nil }, Consumers: consumers}
 			if rp, ok := r.(Replacement); ok {
 				stage.Name, stage.Implementation = rp.Role(), name
 			}
@@ -139,6 +141,14 @@ func (b *Background) Stop(ctx context.Context) error {
 	}
 }
 
+// ownConsumers gives the stage of a module its own consumer list: the
+// JetStream handle it is given lists the consumers it runs there, and the
+// service API reports their lag, not that of other stages of the process.
+var ownConsumers = fx.Options(
+	fx.Provide(fx.Private, bus.NewConsumers),
+	fx.Decorate(func(js jetstream.JetStream, cs *bus.Consumers) jetstream.JetStream { return bus.WithConsumers(js, cs) }),
+)
+
 // Keys are a service's own configuration keys.
 type Keys interface {
 	RegisterFlags(fs *pflag.FlagSet)
@@ -153,7 +163,7 @@ func NewService[K Keys](name string, keys K, newRunner any) Service {
 		Name:  name,
 		Flags: keys.RegisterFlags,
 		Module: func() fx.Option {
-			return fx.Module(name, fx.Supply(keys), RunService(name, newRunner))
+			return fx.Module(name, fx.Supply(keys), ownConsumers, RunService(name, newRunner))
 		},
 	}
 	if v, ok := any(keys).(interface{ Validate() error }); ok {

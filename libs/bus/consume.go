@@ -159,7 +159,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, opts ConsumerOptions, 
 		defer close(recovered)
 		c.recoverLoop(hctx)
 	}()
-	untrack := track(opts.Stream, opts.Durable, cons)
+	untrack := track(js, opts.Stream, opts.Durable, cons)
 	return func() {
 		untrack()
 		cc.Drain()

@@ -21,7 +21,7 @@ import (
 type FollowOptions struct {
 	// Stream is the stream name (see StreamName).
 	Stream string
-	// Name labels the reader in lag reports (Lags), metrics and logs.
+	// Name labels the reader in lag reports (Consumers.Lags), metrics and logs.
 	Name string
 	// Filters restrict the reader to some subjects of the stream.
 	Filters []string
@@ -114,7 +114,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, opts FollowOptions, han
 		return nil, fmt.Errorf("bus: follow %s: %w", opts.Name, err)
 	}
 	f.cc = cc
-	f.untrack = track(opts.Stream, opts.Name, cons)
+	f.untrack = track(js, opts.Stream, opts.Name, cons)
 	return f, nil
 }
 

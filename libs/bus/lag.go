@@ -21,43 +21,67 @@ type ConsumerLag struct {
 	Error string `json:"error,omitempty"`
 }
 
-// running holds the consumers Consume runs in this process, so that a
-// stage can report their lag (StageStatus) without knowing where each was
-// started.
-var running = struct {
-	sync.Mutex
+// Consumers lists the consumers one stage runs, so that the stage reports
+// their lag (StageStatus) without knowing where each was started. A
+// stage's JetStream handle carries its list (WithConsumers): Consume and
+// Follow on that handle put their consumer on it while it runs. Two stages
+// of one process each report only their own consumers.
+type Consumers struct {
+	mu  sync.Mutex
 	set map[*runningConsumer]struct{}
-}{set: map[*runningConsumer]struct{}{}}
+}
+
+// NewConsumers is an empty list.
+func NewConsumers() *Consumers {
+	return &Consumers{set: map[*runningConsumer]struct{}{}}
+}
 
 type runningConsumer struct {
 	stream, durable string
 	c               jetstream.Consumer
 }
 
-func track(stream, durable string, c jetstream.Consumer) (untrack func()) {
-	rc := &runningConsumer{stream: stream, durable: durable, c: c}
-	running.Lock()
-	running.set[rc] = struct{}{}
-	running.Unlock()
+// listedJS is a JetStream handle whose consumers go on a list.
+type listedJS struct {
+	jetstream.JetStream
+	consumers *Consumers
+}
+
+// WithConsumers is js with the consumers Consume and Follow run on it put
+// on cs.
+func WithConsumers(js jetstream.JetStream, cs *Consumers) jetstream.JetStream {
+	return listedJS{JetStream: js, consumers: cs}
+}
+
+// track puts a consumer run on js on js's list, if it carries one.
+func track(js jetstream.JetStream, stream, durable string, c jetstream.Consumer) (untrack func()) {
+	l, ok := js.(listedJS)
+	if !ok {
+		return func() {}
+	}
+	cs, rc := l.consumers, &runningConsumer{stream: stream, durable: durable, c: c}
+	cs.mu.Lock()
+	cs.set[rc] = struct{}{}
+	cs.mu.Unlock()
 	return func() {
-		running.Lock()
-		delete(running.set, rc)
-		running.Unlock()
+		cs.mu.Lock()
+		delete(cs.set, rc)
+		cs.mu.Unlock()
 	}
 }
 
-// Lags reads the lag of the consumers this process runs for a stage: those
-// whose durable name is the stage's name or starts with it and a dash (the
-// stages name their durables so). Sorted by stream and durable name.
-func Lags(ctx context.Context, stage string) []ConsumerLag {
-	running.Lock()
-	var mine []*runningConsumer
-	for rc := range running.set {
-		if rc.durable == stage || strings.HasPrefix(rc.durable, stage+"-") {
-			mine = append(mine, rc)
-		}
+// Lags reads the lag of the consumers on the list (none for a nil list),
+// sorted by stream and durable name.
+func (cs *Consumers) Lags(ctx context.Context) []ConsumerLag {
+	if cs == nil {
+		return []ConsumerLag{}
 	}
-	running.Unlock()
+	cs.mu.Lock()
+	mine := make([]*runningConsumer, 0, len(cs.set))
+	for rc := range cs.set {
+		mine = append(mine, rc)
+	}
+	cs.mu.Unlock()
 	out := make([]ConsumerLag, 0, len(mine))
 	for _, rc := range mine {
 		l := ConsumerLag{Stream: rc.stream, Durable: rc.durable}

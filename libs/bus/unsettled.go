@@ -5,12 +5,12 @@ import (
 	"errors"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
 	"github.com/splitlet/splitlet/libs/logging"
+	"github.com/splitlet/splitlet/libs/periodic"
 	"github.com/splitlet/splitlet/libs/tracing"
 )
 
@@ -150,18 +150,11 @@ func Recovering(ctx context.Context) bool {
 // recoverLoop tries the redoable marks again every RecoverEvery, until ctx
 // ends.
 func (c *consumer) recoverLoop(ctx context.Context) {
-	t := time.NewTicker(c.opts.RecoverEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	periodic.Run(ctx, c.opts.RecoverEvery, func(ctx context.Context) {
 		if marks := c.marks.redoable(); len(marks) > 0 {
 			c.recoverMarks(ctx, marks)
 		}
-	}
+	})
 }
 
 // recoverMarks fetches each marked message from the stream and hands it to

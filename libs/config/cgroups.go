@@ -21,9 +21,9 @@ const (
 // nodehb's /configz states. Like DNS they are node-wide keys without a
 // stage's prefix, shared by the stages of one process (RegisterFlags).
 type Cgroups struct {
-	// PerQOS is cgroups-per-qos as given: "" (not given), "true" or
-	// "false"; PerQOSFor resolves it for a runtime.
-	PerQOS string
+	// PerQOS is cgroups-per-qos as given (or unset); PerQOSFor resolves
+	// it for a runtime.
+	PerQOS OptBool
 	// Driver is cgroup-driver: cgroupfs or systemd.
 	Driver string
 	// Root is cgroup-root, in the driver's form.
@@ -38,10 +38,32 @@ type Cgroups struct {
 // given, else on (the kubelet's default) but for the process runtime,
 // which puts no process in a cgroup.
 func (c *Cgroups) PerQOSFor(runtime string) bool {
-	if c.PerQOS != "" {
-		return c.PerQOS == "true"
+	return c.PerQOS.Or(runtime != RuntimeProcess)
+}
+
+// OptBool is a boolean key that may be left unset (the zero value), its
+// default then decided by what else is set: a Switch written true/false.
+type OptBool Switch
+
+// The values of an OptBool.
+const (
+	Unset = OptBool(SwitchAuto)
+	True  = OptBool(SwitchOn)
+	False = OptBool(SwitchOff)
+)
+
+// Or is the value, def when unset.
+func (b OptBool) Or(def bool) bool { return Switch(b).On(def) }
+
+// String is "", "true" or "false".
+func (b OptBool) String() string {
+	switch b {
+	case True:
+		return "true"
+	case False:
+		return "false"
 	}
-	return runtime != RuntimeProcess
+	return ""
 }
 
 // EnforcePods says whether kubepods is held to the node's allocatable.
@@ -56,7 +78,7 @@ func (c *Cgroups) RegisterFlags(fs *pflag.FlagSet) {
 		return
 	}
 	c.Driver, c.Root, c.PodPidsLimit, c.EnforceNodeAllocatable = DefaultCgroupDriver, DefaultCgroupRoot, -1, []string{"pods"}
-	perQOS := fs.VarPF(&sharedValue[string]{targets: []*string{&c.PerQOS}, typ: "bool", parse: parseBoolString}, "cgroups-per-qos", "",
+	perQOS := fs.VarPF(&sharedValue[OptBool]{targets: []*OptBool{&c.PerQOS}, typ: "bool", parse: parseOptBool}, "cgroups-per-qos", "",
 		"lay out the pods' cgroups as the kubelet does (its --cgroups-per-qos): a kubepods cgroup under cgroup-root, burstable and besteffort cgroups under it and a pod<uid> cgroup per pod with the pod's CPU shares, CFS quota, memory and pids limits, the parent of the pod's sandbox (runtime cri); default true, but for runtime process, which puts no process in a cgroup and refuses true; runtime sim writes none and logs the layout")
 	perQOS.NoOptDefVal = "true"
 	fs.Var(&sharedValue[string]{targets: []*string{&c.Driver}, typ: "string", parse: parseDriver}, "cgroup-driver",
@@ -72,7 +94,7 @@ func (c *Cgroups) RegisterFlags(fs *pflag.FlagSet) {
 // share makes c take the cgroup keys already in fs, if they are, and
 // their values from then on.
 func (c *Cgroups) share(fs *pflag.FlagSet) bool {
-	perQOS, ok1 := lookupShared[string](fs, "cgroups-per-qos")
+	perQOS, ok1 := lookupShared[OptBool](fs, "cgroups-per-qos")
 	driver, ok2 := lookupShared[string](fs, "cgroup-driver")
 	root, ok3 := lookupShared[string](fs, "cgroup-root")
 	pids, ok4 := lookupShared[int64](fs, "pod-pids-limit")
@@ -148,12 +170,15 @@ func lookupShared[T any](fs *pflag.FlagSet, name string) (*sharedValue[T], bool)
 	return v, ok
 }
 
-func parseBoolString(v string) (string, error) {
+func parseOptBool(v string) (OptBool, error) {
 	b, err := strconv.ParseBool(strings.TrimSpace(v))
 	if err != nil {
-		return "", fmt.Errorf("%q is not a boolean", v)
+		return Unset, fmt.Errorf("%q is not a boolean", v)
 	}
-	return strconv.FormatBool(b), nil
+	if b {
+		return True, nil
+	}
+	return False, nil
 }
 
 func parseDriver(v string) (string, error) {

@@ -29,7 +29,7 @@ func ServiceName(stage string) string { return ServicePrefix + stage }
 // Stage is what a stage tells of itself.
 type Stage struct {
 	// Name is the stage's role on the bus (podworkers, prober, ...): the
-	// service name and the durable consumers' prefix.
+	// service name.
 	Name string
 	// Implementation names the program in the role when it is not
 	// Splitlet's own stage (tcpprober in the prober's role, say).
@@ -42,6 +42,8 @@ type Stage struct {
 	// Ready, when set, reports whether the instance is ready (its process's
 	// readiness checks).
 	Ready func(ctx context.Context) bool
+	// Consumers are the instance's consumers, whose lag it reports.
+	Consumers *bus.Consumers
 }
 
 // StageStatus is what an instance answers on its status subject and in
@@ -95,7 +97,7 @@ func Serve(nc *nats.Conn, o Options) (micro.Service, error) {
 				st.Partitions = []int{}
 			}
 		}
-		st.Consumers = bus.Lags(ctx, o.Stage.Name)
+		st.Consumers = o.Stage.Consumers.Lags(ctx)
 		for _, c := range st.Consumers {
 			st.Lag += c.Pending + uint64(max(c.AckPending, 0))
 		}

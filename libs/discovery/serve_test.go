@@ -14,34 +14,44 @@ import (
 	"github.com/splitlet/splitlet/libs/testenv"
 )
 
-// TestServeReportsLagAndPartitions runs a stage's consumer on a real
-// nats-server, holds its handler so that messages pile up, and reads the
-// stage's status from its status subject and from $SRV.STATS: the lag is
-// what the consumer has not acknowledged, and goes to 0 once released.
+// TestServeReportsLagAndPartitions runs a stage's consumer and another
+// stage's on a real nats-server, holds their handlers so that messages pile
+// up, and reads the stage's status from its status subject and from
+// $SRV.STATS: the lag is what its own consumer has not acknowledged, and
+// goes to 0 once released.
 func TestServeReportsLagAndPartitions(t *testing.T) {
 	const node, stage, n = "disc-node", "statussync", 5
 	srv := testenv.NATSForTest(t)
-	nc, js := srv.Connect(t)
+	nc, plain := srv.Connect(t)
+	consumers := bus.NewConsumers()
+	js := bus.WithConsumers(plain, consumers)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := bus.EnsureStreams(ctx, js, node); err != nil {
 		t.Fatal(err)
 	}
 	release := make(chan struct{})
-	stop, err := bus.Consume(ctx, js, bus.ConsumerOptions{
-		Stream: bus.StreamName(node, bus.StreamProbes), Durable: stage + "-test",
-	}, func(ctx context.Context, _ string, _ *bus.Envelope) error {
+	held := func(ctx context.Context, _ string, _ *bus.Envelope) error {
 		select {
 		case <-release:
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-	})
+	}
+	stop, err := bus.Consume(ctx, js, bus.ConsumerOptions{Stream: bus.StreamName(node, bus.StreamProbes), Durable: stage + "-test"}, held)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
+	// another stage of the process, its durable named alike, lists its
+	// consumer on its own list: this stage does not report it.
+	stopOther, err := bus.Consume(ctx, bus.WithConsumers(plain, bus.NewConsumers()),
+		bus.ConsumerOptions{Stream: bus.StreamName(node, bus.StreamProbes), Durable: stage + "-other"}, held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopOther()
 	pub := bus.NewPublisher(nc, js, node, "prober-test")
 	for i := range n {
 		if err := pub.Publish(ctx, bus.For(node).ProbeResults(0), bus.KindProbeResult, "", &bus.ProbeResult{
@@ -52,7 +62,7 @@ func TestServeReportsLagAndPartitions(t *testing.T) {
 		}
 	}
 	svc, err := discovery.Serve(nc, discovery.Options{Node: node, Version: "v0.1.0-dev", Stage: discovery.Stage{
-		Name: stage, Instance: "i-1", Partitions: func() []int { return []int{3, 1} },
+		Name: stage, Instance: "i-1", Partitions: func() []int { return []int{3, 1} }, Consumers: consumers,
 	}})
 	if err != nil {
 		t.Fatal(err)

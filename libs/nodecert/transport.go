@@ -15,6 +15,8 @@ import (
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/connrotation"
+
+	"github.com/splitlet/splitlet/libs/periodic"
 )
 
 // DefaultReloadPeriod is how often a Follower reads the certificate files
@@ -98,16 +100,7 @@ func (f *Follower) Start() {
 	f.cancel = cancel
 	go func() {
 		defer close(f.done)
-		t := time.NewTicker(f.period)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				f.Reload()
-			}
-		}
+		periodic.Run(ctx, f.period, func(context.Context) { f.Reload() })
 	}()
 }
 

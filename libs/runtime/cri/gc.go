@@ -148,12 +148,7 @@ func removeLogFiles(path string) {
 // container and are not the newest of their pod (kubelet: the sandbox GC
 // of a pod that still exists keeps its newest sandbox).
 func (r *Runtime) collectSandboxes(ctx context.Context) error {
-	sel := r.nodeLabels(map[string]string{})
-	sbs, err := r.rs.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: sel})
-	if err != nil {
-		return err
-	}
-	cs, err := r.rs.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: sel})
+	sbs, cs, err := r.listNode(ctx)
 	if err != nil {
 		return err
 	}

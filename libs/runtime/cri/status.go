@@ -11,8 +11,10 @@ import (
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/splitlet/splitlet/libs/periodic"
 	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/libs/runtime/crilog"
 )
@@ -178,25 +180,11 @@ func (r *Runtime) apply(id string, st runtime.ContainerStatus, seen time.Time) r
 // loop relists every poll interval until Close.
 func (r *Runtime) loop() {
 	defer close(r.done)
-	t := time.NewTicker(r.opts.poll)
-	defer t.Stop()
 	failing := false
-	for {
-		select {
-		case <-r.stop:
-			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		go func() {
-			select {
-			case <-r.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
+	periodic.Run(wait.ContextForChannel(r.stop), r.opts.poll, func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
 		err := r.relist(ctx)
-		cancel()
 		switch {
 		case err != nil && !failing:
 			r.log.Warn("cannot relist the CRI runtime's containers", zap.Error(err))
@@ -205,7 +193,21 @@ func (r *Runtime) loop() {
 			r.log.Info("relisting the CRI runtime's containers again")
 			failing = false
 		}
+	})
+}
+
+// listNode lists the node's sandboxes and containers.
+func (r *Runtime) listNode(ctx context.Context) ([]*runtimeapi.PodSandbox, []*runtimeapi.Container, error) {
+	sel := r.nodeLabels(map[string]string{})
+	sbs, err := r.rs.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: sel})
+	if err != nil {
+		return nil, nil, err
 	}
+	cs, err := r.rs.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: sel})
+	if err != nil {
+		return nil, nil, err
+	}
+	return sbs, cs, nil
 }
 
 // relist reads the runtime's sandboxes and containers into the cache
@@ -215,12 +217,7 @@ func (r *Runtime) relist(ctx context.Context) error {
 	r.relistMu.Lock()
 	defer r.relistMu.Unlock()
 	begun := time.Now()
-	sel := r.nodeLabels(map[string]string{})
-	sbs, err := r.rs.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: sel})
-	if err != nil {
-		return err
-	}
-	cs, err := r.rs.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: sel})
+	sbs, cs, err := r.listNode(ctx)
 	if err != nil {
 		return err
 	}

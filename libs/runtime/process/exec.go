@@ -22,15 +22,15 @@ func (r *Runtime) Exec(ctx context.Context, uid types.UID, name string, cmd []st
 	if len(cmd) == 0 {
 		return runtime.ExecResult{}, errors.New("process: exec needs a command")
 	}
-	r.mu.Lock()
-	c, err := r.instance(uid, name, false)
+	r.Mu.Lock()
+	c, err := r.Table.Find(uid, name, false)
 	if err != nil {
-		r.mu.Unlock()
+		r.Mu.Unlock()
 		return runtime.ExecResult{}, err
 	}
 	running := c.status.State == runtime.StateRunning
 	env, dir, user := c.env, c.dir, c.user
-	r.mu.Unlock()
+	r.Mu.Unlock()
 	if !running {
 		return runtime.ExecResult{}, fmt.Errorf("process: exec: container %q of pod %s is not running", name, uid)
 	}

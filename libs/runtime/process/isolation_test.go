@@ -73,9 +73,9 @@ func waitOutput(t *testing.T, r *testRuntime, p *corev1.Pod, name, mark string) 
 }
 
 func (tr *testRuntime) pidOf(id string) int {
-	tr.Runtime.mu.Lock()
-	defer tr.Runtime.mu.Unlock()
-	c, _ := tr.Runtime.table.ByID(id)
+	tr.Runtime.Mu.Lock()
+	defer tr.Runtime.Mu.Unlock()
+	c, _ := tr.Runtime.Table.ByID(id)
 	return c.pid
 }
 

@@ -132,15 +132,15 @@ func (r *Runtime) Stats(uid types.UID) []runtime.ContainerStats {
 		pid int
 	}
 	var running []entry
-	r.mu.Lock()
-	if pd := r.table.Pod(uid); pd != nil {
+	r.Mu.Lock()
+	if pd := r.Table.Pod(uid); pd != nil {
 		for _, c := range pd.Instances {
 			if c.status.State == runtime.StateRunning {
 				running = append(running, entry{c, c.pid})
 			}
 		}
 	}
-	r.mu.Unlock()
+	r.Mu.Unlock()
 	if len(running) == 0 {
 		return nil
 	}
@@ -152,8 +152,8 @@ func (r *Runtime) Stats(uid types.UID) []runtime.ContainerStats {
 	page := uint64(os.Getpagesize())
 	now := time.Now()
 	out := make([]runtime.ContainerStats, 0, len(running))
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
 	for _, e := range running {
 		var ticks, rss uint64
 		for _, m := range members {

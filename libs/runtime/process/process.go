@@ -27,7 +27,7 @@ import (
 	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/libs/runtime/containerenv"
 	"github.com/splitlet/splitlet/libs/runtime/crilog"
-	"github.com/splitlet/splitlet/libs/runtime/internal/eventq"
+	"github.com/splitlet/splitlet/libs/runtime/internal/held"
 )
 
 // Type is the runtime's name; container IDs start with Type + "://".
@@ -111,14 +111,11 @@ func WithDrainTimeout(d time.Duration) Option { return func(o *options) { o.drai
 // Runtime runs containers as local processes. It implements
 // runtime.Runtime.
 type Runtime struct {
-	opts   options
-	log    *zap.Logger
-	events *eventq.Queue
+	opts options
+	log  *zap.Logger
+	*held.Containers[*container]
 	prefix string
 	seq    atomic.Uint64
-
-	mu    sync.Mutex
-	table *runtime.PodTable[*container]
 	// users claims pods' uids (nil: pods run as the runtime's user, or
 	// as they ask).
 	users *claims
@@ -217,13 +214,12 @@ func New(opts ...Option) (*Runtime, error) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	r := &Runtime{
-		opts:   o,
-		log:    o.log,
-		events: eventq.New(),
-		prefix: Type + "://" + hex.EncodeToString(b[:]),
-		table:  runtime.NewPodTable(func(c *container) *runtime.ContainerStatus { return &c.status }),
-		boot:   bootID(),
-		users:  users,
+		opts:       o,
+		log:        o.log,
+		Containers: held.New(func(c *container) *runtime.ContainerStatus { return &c.status }, o.podIP),
+		prefix:     Type + "://" + hex.EncodeToString(b[:]),
+		boot:       bootID(),
+		users:      users,
 	}
 	r.ownerPID, r.ownerStart = selfIdentity()
 	if o.recordDir != "" {
@@ -241,17 +237,11 @@ func (r *Runtime) Type() string { return Type }
 // Version implements runtime.Runtime.
 func (r *Runtime) Version() string { return Version }
 
-// PodIP implements runtime.Runtime.
-func (r *Runtime) PodIP(*corev1.Pod) string { return r.opts.podIP }
-
-// Events implements runtime.Runtime.
-func (r *Runtime) Events() <-chan runtime.Event { return r.events.C() }
-
 // Close implements runtime.Runtime: it stops the event queue. Containers run
 // on (they die with the process).
 func (r *Runtime) Close() error {
 	r.closeOnce.Do(func() {
-		r.events.Close()
+		r.Queue.Close()
 		if r.stopSweep != nil {
 			close(r.stopSweep)
 			<-r.sweepDone
@@ -448,13 +438,13 @@ func (r *Runtime) failStart(p *corev1.Pod, ct *container, st runtime.ContainerSt
 // beyond the newest ones kept, with their logs.
 func (r *Runtime) store(p *corev1.Pod, ct *container) {
 	var drop []string
-	r.mu.Lock()
-	for _, c := range r.table.Add(ct.status.PodUID, p.Namespace, p.Name, ct) {
+	r.Mu.Lock()
+	for _, c := range r.Table.Add(ct.status.PodUID, p.Namespace, p.Name, ct) {
 		if c.status.LogPath != ct.status.LogPath {
 			drop = append(drop, c.status.LogPath)
 		}
 	}
-	r.mu.Unlock()
+	r.Mu.Unlock()
 	for _, path := range drop {
 		r.removeLog(ct.status.PodUID, path)
 	}
@@ -505,7 +495,7 @@ func (r *Runtime) watch(c *container, cmd *exec.Cmd, outR, errR *os.File) {
 		message = r.lastLog(c)
 	}
 
-	r.mu.Lock()
+	r.Mu.Lock()
 	c.status.Message = message
 	c.status.State = runtime.StateExited
 	c.status.ExitCode = code
@@ -517,9 +507,9 @@ func (r *Runtime) watch(c *container, cmd *exec.Cmd, outR, errR *os.File) {
 	}
 	ev := runtime.Event{PodUID: c.status.PodUID, ContainerID: c.status.ID, State: runtime.StateExited}
 	st := c.status
-	r.mu.Unlock()
+	r.Mu.Unlock()
 	close(c.done)
-	r.events.Push(ev)
+	r.Queue.Push(ev)
 	r.log.Debug("container exited", zap.String(logging.FieldUID, string(st.PodUID)), zap.String("container", st.Name),
 		zap.String("id", st.ID), zap.Int("exitCode", code))
 }
@@ -576,9 +566,9 @@ func (c *container) signal(sig syscall.Signal) {
 
 // StopContainer implements runtime.Runtime.
 func (r *Runtime) StopContainer(ctx context.Context, id string, grace time.Duration) error {
-	r.mu.Lock()
-	c, ok := r.table.ByID(id)
-	r.mu.Unlock()
+	r.Mu.Lock()
+	c, ok := r.Table.ByID(id)
+	r.Mu.Unlock()
 	if !ok {
 		return fmt.Errorf("process: stop %s: %w", id, runtime.ErrNotFound)
 	}
@@ -609,13 +599,6 @@ func (r *Runtime) StopContainer(ctx context.Context, id string, grace time.Durat
 	}
 }
 
-// PodContainers implements runtime.Runtime.
-func (r *Runtime) PodContainers(uid types.UID) []runtime.ContainerStatus {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.table.Statuses(uid)
-}
-
 // RemovePod implements runtime.Runtime. It refuses while a container of the
 // pod runs, and also removes the files of a pod it does not hold (left by
 // an earlier run).
@@ -623,47 +606,33 @@ func (r *Runtime) RemovePod(_ context.Context, uid types.UID) error {
 	if err := safeName("pod UID", string(uid)); err != nil {
 		return fmt.Errorf("process: remove pod: %w", err)
 	}
-	r.mu.Lock()
-	if c, busy := r.table.Busy(uid, func(st *runtime.ContainerStatus) bool { return st.State != runtime.StateExited }); busy {
-		r.mu.Unlock()
+	r.Mu.Lock()
+	if c, busy := r.Table.Busy(uid, func(st *runtime.ContainerStatus) bool { return st.State != runtime.StateExited }); busy {
+		r.Mu.Unlock()
 		return fmt.Errorf("process: remove pod %s: container %q (%s) still runs", uid, c.status.Name, c.status.ID)
 	}
-	r.table.Remove(uid)
-	r.mu.Unlock()
+	r.Table.Remove(uid)
+	r.Mu.Unlock()
 	if err := os.RemoveAll(r.podDir(uid)); err != nil {
 		return fmt.Errorf("process: remove pod %s: %w", uid, err)
 	}
 	return nil
 }
 
-// instance finds the newest instance of the named container, or the one
-// before it. Called with r.mu held.
-func (r *Runtime) instance(uid types.UID, name string, previous bool) (*container, error) {
-	return r.table.Find(uid, name, previous)
-}
-
 // Logs implements runtime.Runtime.
 func (r *Runtime) Logs(ctx context.Context, uid types.UID, name string, opts runtime.LogOptions, w io.Writer) error {
-	r.mu.Lock()
-	c, err := r.instance(uid, name, opts.Previous)
+	r.Mu.Lock()
+	c, err := r.Table.Find(uid, name, opts.Previous)
 	if err != nil {
-		r.mu.Unlock()
+		r.Mu.Unlock()
 		return err
 	}
 	path, live := c.status.LogPath, c.log
-	r.mu.Unlock()
+	r.Mu.Unlock()
 	f, err := r.openLog(uid, path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
 	return crilog.Read(ctx, f, opts, live, w)
-}
-
-// UpdateContainerResources implements runtime.Resizer: the new figures are
-// recorded (this runtime enforces none).
-func (r *Runtime) UpdateContainerResources(_ context.Context, id string, res corev1.ResourceRequirements) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.table.SetResources(id, res)
 }

@@ -50,12 +50,12 @@ func (tr *testRuntime) cleanup() {
 	t := tr.t
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	tr.Runtime.mu.Lock()
+	tr.Runtime.Mu.Lock()
 	var ids []string
-	for c := range tr.Runtime.table.All() {
+	for c := range tr.Runtime.Table.All() {
 		ids = append(ids, c.status.ID)
 	}
-	tr.Runtime.mu.Unlock()
+	tr.Runtime.Mu.Unlock()
 	for _, id := range ids {
 		if err := tr.StopContainer(ctx, id, 0); err != nil {
 			t.Errorf("cleanup: stop %s: %v", id, err)
@@ -86,9 +86,9 @@ func (tr *testRuntime) start(p *corev1.Pod, i, attempt int) runtime.ContainerSta
 
 // track remembers the process group of a container, to check at the end.
 func (tr *testRuntime) track(id string) {
-	tr.Runtime.mu.Lock()
-	c, _ := tr.Runtime.table.ByID(id)
-	tr.Runtime.mu.Unlock()
+	tr.Runtime.Mu.Lock()
+	c, _ := tr.Runtime.Table.ByID(id)
+	tr.Runtime.Mu.Unlock()
 	if c != nil && c.pid > 0 {
 		tr.mu.Lock()
 		tr.pids[c.pid] = true
@@ -316,10 +316,10 @@ func TestGracePeriodThenKillWholeGroup(t *testing.T) {
 		_ = r.Logs(t.Context(), p.UID, "c0", runtime.LogOptions{Follow: true, TailLines: -1}, &buf)
 	}()
 	testenv.EventuallyTrue(t, 20*time.Second, "the script started", func() bool { return buf.String() == "started\n" })
-	r.Runtime.mu.Lock()
-	c, _ := r.Runtime.table.ByID(st.ID)
+	r.Runtime.Mu.Lock()
+	c, _ := r.Runtime.Table.ByID(st.ID)
 	pgid := c.pid
-	r.Runtime.mu.Unlock()
+	r.Runtime.Mu.Unlock()
 	members := groupMembers(map[int]bool{pgid: true})
 	if len(members) != 3 {
 		t.Fatalf("group %d has %d members, want sh and two sleeps: %+v", pgid, len(members), members)

@@ -2,6 +2,7 @@ package process
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,8 +14,10 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/splitlet/splitlet/libs/logging"
+	"github.com/splitlet/splitlet/libs/periodic"
 )
 
 // Group records: a container's processes die with the pod worker only in
@@ -140,16 +143,7 @@ func (r *Runtime) unrecord(pgid int) {
 // sweepLoop sweeps the records until the runtime is closed.
 func (r *Runtime) sweepLoop() {
 	defer close(r.sweepDone)
-	t := time.NewTicker(r.opts.sweepEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-r.stopSweep:
-			return
-		case <-t.C:
-			r.Sweep()
-		}
-	}
+	periodic.Run(wait.ContextForChannel(r.stopSweep), r.opts.sweepEvery, func(context.Context) { r.Sweep() })
 }
 
 // Sweep kills the process groups that dead owners left and removes their

@@ -19,14 +19,6 @@ const (
 	exitCodeUnknown      = 137
 )
 
-// Pods implements runtime.PodLister: the pods the runtime holds, started
-// here or restored.
-func (r *Runtime) Pods() []runtime.PodRef {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.table.Refs()
-}
-
 // Restore implements runtime.Restorer. A process container cannot outlive
 // the replica that ran it, so the restored instances are the record of
 // what ran: an exited one keeps its exit code, reason and times; one that
@@ -38,14 +30,14 @@ func (r *Runtime) Restore(p *corev1.Pod, instances []runtime.ContainerStatus) er
 	if p == nil || p.UID == "" {
 		return errors.New("process: Restore needs a pod with a UID")
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.table.Pod(p.UID) != nil || len(instances) == 0 {
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
+	if r.Table.Pod(p.UID) != nil || len(instances) == 0 {
 		return nil
 	}
 	now := time.Now()
 	for _, st := range instances {
-		if _, known := r.table.ByID(st.ID); st.ID == "" || st.Name == "" || known {
+		if _, known := r.Table.ByID(st.ID); st.ID == "" || st.Name == "" || known {
 			continue
 		}
 		st.PodUID = p.UID
@@ -57,7 +49,7 @@ func (r *Runtime) Restore(p *corev1.Pod, instances []runtime.ContainerStatus) er
 		done := make(chan struct{})
 		close(done)
 		ct := &container{status: st, done: done, reaped: true}
-		r.table.Add(p.UID, p.Namespace, p.Name, ct)
+		r.Table.Add(p.UID, p.Namespace, p.Name, ct)
 	}
 	return nil
 }
@@ -66,7 +58,7 @@ func (r *Runtime) Restore(p *corev1.Pod, instances []runtime.ContainerStatus) er
 // hand-over stopped its containers first; the next owner restores the
 // record).
 func (r *Runtime) Forget(uid types.UID) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.table.Remove(uid)
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
+	r.Table.Remove(uid)
 }

@@ -9,7 +9,6 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,7 +17,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/libs/runtime/crilog"
-	"github.com/splitlet/splitlet/libs/runtime/internal/eventq"
+	"github.com/splitlet/splitlet/libs/runtime/internal/held"
 )
 
 // Annotation names (see the package documentation).
@@ -82,14 +81,11 @@ func WithSyntheticLogs(on bool) Option { return func(o *options) { o.syntheticLo
 type Runtime struct {
 	opts   options
 	starts chan struct{} // start slots; nil without a limit
-	events *eventq.Queue
+	*held.Containers[*container]
 	prefix string
 	seq    atomic.Uint64
 	// waiting counts starts waiting for a slot (tests look at it).
 	waiting atomic.Int32
-
-	mu    sync.Mutex
-	table *runtime.PodTable[*container]
 }
 
 var (
@@ -123,10 +119,9 @@ func New(opts ...Option) *Runtime {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	r := &Runtime{
-		opts:   o,
-		events: eventq.New(),
-		prefix: Type + "://" + hex.EncodeToString(b[:]),
-		table:  runtime.NewPodTable(func(c *container) *runtime.ContainerStatus { return &c.status }),
+		opts:       o,
+		Containers: held.New(func(c *container) *runtime.ContainerStatus { return &c.status }, o.podIP),
+		prefix:     Type + "://" + hex.EncodeToString(b[:]),
 	}
 	if o.maxStarts > 0 {
 		r.starts = make(chan struct{}, o.maxStarts)
@@ -140,23 +135,17 @@ func (r *Runtime) Type() string { return Type }
 // Version implements runtime.Runtime.
 func (r *Runtime) Version() string { return Version }
 
-// PodIP implements runtime.Runtime.
-func (r *Runtime) PodIP(*corev1.Pod) string { return r.opts.podIP }
-
-// Events implements runtime.Runtime.
-func (r *Runtime) Events() <-chan runtime.Event { return r.events.C() }
-
 // Close implements runtime.Runtime: it stops the event queue and the planned
 // exits (containers stay as they are).
 func (r *Runtime) Close() error {
-	r.mu.Lock()
-	for c := range r.table.All() {
+	r.Mu.Lock()
+	for c := range r.Table.All() {
 		if c.timer != nil {
 			c.timer.Stop()
 		}
 	}
-	r.mu.Unlock()
-	r.events.Close()
+	r.Mu.Unlock()
+	r.Queue.Close()
 	return nil
 }
 
@@ -270,13 +259,13 @@ func (r *Runtime) StartContainer(ctx context.Context, p *corev1.Pod, c *corev1.C
 	}
 	ct.status = st
 
-	r.mu.Lock()
-	r.table.Add(p.UID, p.Namespace, p.Name, ct)
+	r.Mu.Lock()
+	r.Table.Add(p.UID, p.Namespace, p.Name, ct)
 	if startErr == nil && pl.exits {
 		code := pl.exitCode
 		ct.timer = time.AfterFunc(pl.exitAfter, func() { r.exit(ct, code) })
 	}
-	r.mu.Unlock()
+	r.Mu.Unlock()
 	return st, startErr
 }
 
@@ -307,9 +296,9 @@ func (r *Runtime) waitStart(ctx context.Context) error {
 
 // exit ends a running container and announces it.
 func (r *Runtime) exit(c *container, code int) {
-	r.mu.Lock()
+	r.Mu.Lock()
 	if c.status.State != runtime.StateRunning {
-		r.mu.Unlock()
+		r.Mu.Unlock()
 		return
 	}
 	c.status.State = runtime.StateExited
@@ -328,11 +317,11 @@ func (r *Runtime) exit(c *container, code int) {
 		close(c.exited)
 	}
 	ev := runtime.Event{PodUID: c.status.PodUID, ContainerID: c.status.ID, State: runtime.StateExited}
-	r.mu.Unlock()
-	r.events.Push(ev)
+	r.Mu.Unlock()
+	r.Queue.Push(ev)
 }
 
-// exitedChan returns a channel closed when c exits. Called with r.mu held.
+// exitedChan returns a channel closed when c exits. Called with r.Mu held.
 func (c *container) exitedChan() <-chan struct{} {
 	if c.exited == nil {
 		c.exited = make(chan struct{})
@@ -345,23 +334,23 @@ func (c *container) exitedChan() <-chan struct{} {
 
 // StopContainer implements runtime.Runtime.
 func (r *Runtime) StopContainer(ctx context.Context, id string, grace time.Duration) error {
-	r.mu.Lock()
-	c, ok := r.table.ByID(id)
+	r.Mu.Lock()
+	c, ok := r.Table.ByID(id)
 	if !ok {
-		r.mu.Unlock()
+		r.Mu.Unlock()
 		return fmt.Errorf("sim: stop %s: %w", id, runtime.ErrNotFound)
 	}
 	if c.status.State != runtime.StateRunning {
-		r.mu.Unlock()
+		r.Mu.Unlock()
 		return nil
 	}
 	if !c.ignoreTerm {
-		r.mu.Unlock()
+		r.Mu.Unlock()
 		r.exit(c, 0)
 		return nil
 	}
 	exited := c.exitedChan()
-	r.mu.Unlock()
+	r.Mu.Unlock()
 	if grace > 0 {
 		t := time.NewTimer(grace)
 		defer t.Stop()
@@ -377,30 +366,16 @@ func (r *Runtime) StopContainer(ctx context.Context, id string, grace time.Durat
 	return ctx.Err()
 }
 
-// PodContainers implements runtime.Runtime.
-func (r *Runtime) PodContainers(uid types.UID) []runtime.ContainerStatus {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.table.Statuses(uid)
-}
-
 // RemovePod implements runtime.Runtime. It refuses while a container of the
 // pod runs.
 func (r *Runtime) RemovePod(_ context.Context, uid types.UID) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if c, busy := r.table.Busy(uid, func(st *runtime.ContainerStatus) bool { return st.State == runtime.StateRunning }); busy {
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
+	if c, busy := r.Table.Busy(uid, func(st *runtime.ContainerStatus) bool { return st.State == runtime.StateRunning }); busy {
 		return fmt.Errorf("sim: remove pod %s: container %q (%s) still runs", uid, c.status.Name, c.status.ID)
 	}
-	r.table.Remove(uid)
+	r.Table.Remove(uid)
 	return nil
-}
-
-// Pods implements runtime.PodLister.
-func (r *Runtime) Pods() []runtime.PodRef {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.table.Refs()
 }
 
 // Restore implements runtime.Restorer: the instances are held as reported.
@@ -417,14 +392,14 @@ func (r *Runtime) Restore(p *corev1.Pod, instances []runtime.ContainerStatus) er
 		code int
 	}
 	var due []exit
-	r.mu.Lock()
-	if r.table.Pod(p.UID) != nil || len(instances) == 0 {
-		r.mu.Unlock()
+	r.Mu.Lock()
+	if r.Table.Pod(p.UID) != nil || len(instances) == 0 {
+		r.Mu.Unlock()
 		return nil
 	}
 	now := time.Now()
 	for _, st := range instances {
-		if _, known := r.table.ByID(st.ID); st.ID == "" || st.Name == "" || known {
+		if _, known := r.Table.ByID(st.ID); st.ID == "" || st.Name == "" || known {
 			continue
 		}
 		st.PodUID = p.UID
@@ -452,9 +427,9 @@ func (r *Runtime) Restore(p *corev1.Pod, instances []runtime.ContainerStatus) er
 				}
 			}
 		}
-		r.table.Add(p.UID, p.Namespace, p.Name, ct)
+		r.Table.Add(p.UID, p.Namespace, p.Name, ct)
 	}
-	r.mu.Unlock()
+	r.Mu.Unlock()
 	for _, d := range due {
 		r.exit(d.c, d.code)
 	}
@@ -464,9 +439,9 @@ func (r *Runtime) Restore(p *corev1.Pod, instances []runtime.ContainerStatus) er
 // Forget implements runtime.Restorer: the pod's instances are dropped as
 // they are, with their planned exits (the next owner restores them).
 func (r *Runtime) Forget(uid types.UID) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, c := range r.table.Remove(uid) {
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
+	for _, c := range r.Table.Remove(uid) {
 		if c.timer != nil {
 			c.timer.Stop()
 			c.timer = nil
@@ -474,18 +449,12 @@ func (r *Runtime) Forget(uid types.UID) {
 	}
 }
 
-// instance finds the newest instance of the named container, or the one
-// before it. Called with r.mu held.
-func (r *Runtime) instance(uid types.UID, name string, previous bool) (*container, error) {
-	return r.table.Find(uid, name, previous)
-}
-
 // Logs implements runtime.Runtime with the synthetic lines.
 func (r *Runtime) Logs(ctx context.Context, uid types.UID, name string, opts runtime.LogOptions, w io.Writer) error {
-	r.mu.Lock()
-	c, err := r.instance(uid, name, opts.Previous)
+	r.Mu.Lock()
+	c, err := r.Table.Find(uid, name, opts.Previous)
 	if err != nil {
-		r.mu.Unlock()
+		r.Mu.Unlock()
 		return err
 	}
 	st := c.status
@@ -493,7 +462,7 @@ func (r *Runtime) Logs(ctx context.Context, uid types.UID, name string, opts run
 	if opts.Follow && st.State == runtime.StateRunning {
 		exited = c.exitedChan()
 	}
-	r.mu.Unlock()
+	r.Mu.Unlock()
 	if !r.opts.syntheticLogs {
 		if exited != nil {
 			select {
@@ -525,9 +494,9 @@ func (r *Runtime) Logs(ctx context.Context, uid types.UID, name string, opts run
 	case <-ctx.Done():
 		return nil
 	}
-	r.mu.Lock()
+	r.Mu.Lock()
 	st = c.status
-	r.mu.Unlock()
+	r.Mu.Unlock()
 	_, err = o.Add(exitRecord(st))
 	return err
 }
@@ -548,9 +517,9 @@ func (r *Runtime) Exec(_ context.Context, uid types.UID, name string, cmd []stri
 	if len(cmd) == 0 {
 		return runtime.ExecResult{}, errors.New("sim: exec needs a command")
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	c, err := r.instance(uid, name, false)
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
+	c, err := r.Table.Find(uid, name, false)
 	if err != nil {
 		return runtime.ExecResult{}, err
 	}
@@ -565,9 +534,9 @@ func (r *Runtime) Exec(_ context.Context, uid types.UID, name string, cmd []stri
 
 // Stats implements runtime.Runtime: running containers, with zero figures.
 func (r *Runtime) Stats(uid types.UID) []runtime.ContainerStats {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	pd := r.table.Pod(uid)
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
+	pd := r.Table.Pod(uid)
 	if pd == nil {
 		return nil
 	}
@@ -583,10 +552,10 @@ func (r *Runtime) Stats(uid types.UID) []runtime.ContainerStats {
 // PodProcessCount implements runtime.PodProcesses: one process for each
 // running container (a simulated container stands for one).
 func (r *Runtime) PodProcessCount(p *corev1.Pod) (uint64, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
 	var n uint64
-	if pd := r.table.Pod(p.UID); pd != nil {
+	if pd := r.Table.Pod(p.UID); pd != nil {
 		for _, c := range pd.Instances {
 			if c.status.State == runtime.StateRunning {
 				n++
@@ -594,12 +563,4 @@ func (r *Runtime) PodProcessCount(p *corev1.Pod) (uint64, bool) {
 		}
 	}
 	return n, true
-}
-
-// UpdateContainerResources implements runtime.Resizer: the new figures are
-// recorded (this runtime enforces none).
-func (r *Runtime) UpdateContainerResources(_ context.Context, id string, res corev1.ResourceRequirements) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.table.SetResources(id, res)
 }

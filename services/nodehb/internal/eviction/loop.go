@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/splitlet/splitlet/libs/bus"
@@ -146,16 +147,7 @@ func (l *Loop) SetRoundObserver(fn func(RoundCost)) { l.onRound = fn }
 
 // Run runs a round at once and then every Interval until ctx ends.
 func (l *Loop) Run(ctx context.Context) {
-	t := time.NewTicker(l.cfg.Interval)
-	defer t.Stop()
-	for {
-		l.measuredRound(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	wait.NonSlidingUntilWithContext(ctx, l.measuredRound, l.cfg.Interval)
 }
 
 // measuredRound runs a round on a thread of its own, so that the thread's

@@ -1,13 +1,10 @@
 package nodestatus
 
 import (
-	"github.com/splitlet/splitlet/services/nodehb/internal/eviction"
-
-	"fmt"
-	"strings"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/splitlet/splitlet/services/nodehb/internal/eviction"
 )
 
 // DefaultEvictionHard is the kubelet's default --eviction-hard.
@@ -16,59 +13,32 @@ const DefaultEvictionHard = eviction.DefaultHard
 // evictionResources maps the eviction signals that reserve part of a
 // resource from allocatable to that resource (kubelet: the hard thresholds
 // of memory.available and nodefs.available).
-var evictionResources = map[string]corev1.ResourceName{
-	"memory.available":   corev1.ResourceMemory,
-	"nodefs.available":   corev1.ResourceEphemeralStorage,
-	"imagefs.available":  "",
-	"nodefs.inodesFree":  "",
-	"imagefs.inodesFree": "",
-	"pid.available":      "",
+var evictionResources = map[eviction.Signal]corev1.ResourceName{
+	eviction.MemoryAvailable: corev1.ResourceMemory,
+	eviction.NodeFsAvailable: corev1.ResourceEphemeralStorage,
 }
 
 // Allocatable is capacity less the reservations (kube-reserved,
 // system-reserved) and the hard eviction thresholds of memory and the
 // node's file system, never below zero (kubelet: the node allocatable
-// reservation). evictionHard is "signal<quantity|percent%[,...]".
-func Allocatable(capacity corev1.ResourceList, evictionHard string, reserved ...corev1.ResourceList) (corev1.ResourceList, error) {
+// reservation). A threshold's percentage is of the resource's capacity.
+func Allocatable(capacity corev1.ResourceList, thresholds []eviction.Threshold, reserved ...corev1.ResourceList) corev1.ResourceList {
 	out := capacity.DeepCopy()
-	for _, r := range reserved {
-		for name, q := range r {
-			if c, ok := out[name]; ok {
-				c.Sub(q)
-				out[name] = c
-			}
-		}
-	}
-	for _, t := range strings.Split(evictionHard, ",") {
-		t = strings.TrimSpace(t)
-		if t == "" {
-			continue
-		}
-		signal, value, ok := strings.Cut(t, "<")
-		if !ok {
-			return nil, fmt.Errorf("eviction threshold %q: want signal<quantity or signal<percent%%", t)
-		}
-		name, known := evictionResources[signal]
-		if !known {
-			return nil, fmt.Errorf("eviction threshold %q: unknown signal %q", t, signal)
-		}
-		var q resource.Quantity
-		if pct, isPct := strings.CutSuffix(value, "%"); isPct {
-			var f float64
-			if _, err := fmt.Sscanf(pct, "%g", &f); err != nil || f < 0 || f > 100 {
-				return nil, fmt.Errorf("eviction threshold %q: bad percentage", t)
-			}
-			c := capacity[name]
-			q = *resource.NewQuantity(int64(float64(c.Value())*f/100), resource.BinarySI)
-		} else {
-			var err error
-			if q, err = resource.ParseQuantity(value); err != nil {
-				return nil, fmt.Errorf("eviction threshold %q: %w", t, err)
-			}
-		}
-		if c, ok := out[name]; ok && name != "" {
+	sub := func(name corev1.ResourceName, q resource.Quantity) {
+		if c, ok := out[name]; ok {
 			c.Sub(q)
 			out[name] = c
+		}
+	}
+	for _, r := range reserved {
+		for name, q := range r {
+			sub(name, q)
+		}
+	}
+	for _, t := range thresholds {
+		if name, ok := evictionResources[t.Signal]; ok && t.Hard {
+			c := capacity[name]
+			sub(name, *t.Value.Of(c.Value(), resource.BinarySI))
 		}
 	}
 	for name, q := range out {
@@ -76,5 +46,5 @@ func Allocatable(capacity corev1.ResourceList, evictionHard string, reserved ...
 			out[name] = *resource.NewQuantity(0, q.Format)
 		}
 	}
-	return out, nil
+	return out
 }

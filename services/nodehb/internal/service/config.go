@@ -6,6 +6,7 @@ package service
 import (
 	"crypto/x509"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"strconv"
@@ -80,6 +81,8 @@ type Config struct {
 	// Cgroups are the node's cgroup keys, shared with the pod workers,
 	// which apply them; nodehb states them in /configz.
 	Cgroups config.Cgroups
+	// parsed are the keys above given as text, parsed by Validate.
+	parsed parsedKeys
 }
 
 // RegisterFlags adds the nodehb keys ("nodehb.<key>") to fs.
@@ -119,17 +122,48 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	c.Cgroups.RegisterFlags(fs)
 }
 
-// desired checks the keys and builds the Node the agent describes. Every
-// error names its key.
+// parsedKeys are the keys given as text, in their types.
+type parsedKeys struct {
+	labels map[string]string
+	taints []corev1.Taint
+	// capacity holds the figures given (nodehb.cpu, memory,
+	// ephemeral-storage, pods), over the runtime's defaults.
+	capacity   corev1.ResourceList
+	reserved   []corev1.ResourceList
+	thresholds []eviction.Threshold
+}
+
+// parse reads the keys given as text into c.parsed; every error names its
+// key.
+func (c *Config) parse() (err error) {
+	var p parsedKeys
+	if p.labels, err = nodestatus.ParseLabels("nodehb.labels", c.Labels); err != nil {
+		return err
+	}
+	if p.taints, err = nodestatus.ParseTaints("nodehb.taints", c.Taints); err != nil {
+		return err
+	}
+	if p.capacity, err = c.givenCapacity(); err != nil {
+		return err
+	}
+	for _, r := range []struct{ key, v string }{{"nodehb.kube-reserved", c.KubeReserved}, {"nodehb.system-reserved", c.SystemReserved}} {
+		l, err := kube.ParseResourceList(r.v)
+		if err != nil {
+			return fmt.Errorf("invalid value for %s: %w", r.key, err)
+		}
+		p.reserved = append(p.reserved, l)
+	}
+	if p.thresholds, err = eviction.Parse(c.EvictionHard, c.Eviction.Soft, c.Eviction.SoftGrace, c.Eviction.MinReclaim); err != nil {
+		return fmt.Errorf("invalid value for nodehb.%w", err)
+	}
+	c.parsed = p
+	return nil
+}
+
+// desired checks the keys and builds the Node the agent describes, from
+// the keys Validate parsed. Every error names its key.
 func (c *Config) desired(common *config.Common, nodeInfo corev1.NodeSystemInfo) (*nodestatus.Desired, error) {
-	labels, err := nodestatus.ParseLabels("nodehb.labels", c.Labels)
-	if err != nil {
-		return nil, err
-	}
-	taints, err := nodestatus.ParseTaints("nodehb.taints", c.Taints)
-	if err != nil {
-		return nil, err
-	}
+	labels, taints := c.parsed.labels, c.parsed.taints
 	if err := c.checkServing(); err != nil {
 		return nil, err
 	}
@@ -235,20 +269,7 @@ func positive(keys ...durationKey) error {
 // reservations and the hard eviction thresholds), with the eviction keys
 // checked.
 func (c *Config) resources(common *config.Common) (capacity, allocatable corev1.ResourceList, err error) {
-	if capacity, err = c.capacity(common); err != nil {
-		return nil, nil, err
-	}
-	var reserved []corev1.ResourceList
-	for _, r := range []struct{ key, v string }{{"nodehb.kube-reserved", c.KubeReserved}, {"nodehb.system-reserved", c.SystemReserved}} {
-		l, err := kube.ParseResourceList(r.v)
-		if err != nil {
-			return nil, nil, fmt.Errorf("invalid value for %s: %w", r.key, err)
-		}
-		reserved = append(reserved, l)
-	}
-	if _, err := c.thresholds(); err != nil {
-		return nil, nil, err
-	}
+	capacity = c.capacity(common)
 	if err := positive(durationKey{"nodehb.eviction-monitoring-interval", c.Eviction.Interval},
 		durationKey{"nodehb.eviction-pressure-transition-period", c.Eviction.Transition}); err != nil {
 		return nil, nil, err
@@ -256,10 +277,7 @@ func (c *Config) resources(common *config.Common) (capacity, allocatable corev1.
 	if c.Eviction.MaxPodGrace < 0 {
 		return nil, nil, fmt.Errorf("invalid value %d for nodehb.eviction-max-pod-grace-period: must not be negative", c.Eviction.MaxPodGrace)
 	}
-	if allocatable, err = nodestatus.Allocatable(capacity, c.EvictionHard, reserved...); err != nil {
-		return nil, nil, fmt.Errorf("invalid value for nodehb.eviction-hard: %w", err)
-	}
-	return capacity, allocatable, nil
+	return capacity, nodestatus.Allocatable(capacity, c.parsed.thresholds, c.parsed.reserved...), nil
 }
 
 // EvictionConfig are the eviction manager's keys besides nodehb.eviction-hard.
@@ -282,17 +300,8 @@ func (e *EvictionConfig) RegisterFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&e.Interval, "nodehb.eviction-monitoring-interval", 10*time.Second, "how often the eviction manager observes the signals and evicts at most one pod (the kubelet's housekeeping interval)")
 }
 
-// thresholds parses the eviction thresholds; an error names its key.
-func (c *Config) thresholds() ([]eviction.Threshold, error) {
-	ts, err := eviction.Parse(c.EvictionHard, c.Eviction.Soft, c.Eviction.SoftGrace, c.Eviction.MinReclaim)
-	if err != nil {
-		return nil, fmt.Errorf("invalid value for nodehb.%w", err)
-	}
-	return ts, nil
-}
-
 // capacity: the configured figures over the runtime's defaults.
-func (c *Config) capacity(common *config.Common) (corev1.ResourceList, error) {
+func (c *Config) capacity(common *config.Common) corev1.ResourceList {
 	var out corev1.ResourceList
 	if common.Runtime == config.RuntimeProcess || common.Runtime == config.RuntimeCRI {
 		out = nodestatus.HostCapacity(common.DataDir)
@@ -304,6 +313,13 @@ func (c *Config) capacity(common *config.Common) (corev1.ResourceList, error) {
 		}
 	}
 	out[corev1.ResourcePods] = *resource.NewQuantity(int64(common.PodCapacity()), resource.DecimalSI)
+	maps.Copy(out, c.parsed.capacity)
+	return out
+}
+
+// givenCapacity reads the capacity figures given.
+func (c *Config) givenCapacity() (corev1.ResourceList, error) {
+	out := corev1.ResourceList{}
 	for _, k := range []struct {
 		key  string
 		name corev1.ResourceName
@@ -343,9 +359,13 @@ func (c *Config) clientCAs() (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// Validate checks every key that does not depend on the common ones, so a
-// bad value stops the process before anything starts, naming the key.
+// Validate parses the keys given as text and checks every key that does
+// not depend on the common ones, so a bad value stops the process before
+// anything starts, naming the key.
 func (c *Config) Validate() error {
+	if err := c.parse(); err != nil {
+		return err
+	}
 	common := &config.Common{NodeName: "validate", Runtime: config.RuntimeSim}
 	if _, err := c.desired(common, nodestatus.SystemInfo("", config.RuntimeSim, "")); err != nil {
 		return err

@@ -41,7 +41,10 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
 			cfg := defaults(t, c.args...)
-			_, err := cfg.desired(common, nodestatus.SystemInfo("v", "sim", "v"))
+			err := cfg.parse()
+			if err == nil {
+				_, err = cfg.desired(common, nodestatus.SystemInfo("v", "sim", "v"))
+			}
 			if err == nil {
 				_, err = cfg.clientCAs()
 			}

@@ -95,12 +95,12 @@ func (c *Config) NewClients(base *rest.Config, shared kubernetes.Interface) (Cli
 }
 
 // New builds the stage from the process's parts (fx constructor).
-func New(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.Interface, restCfg *rest.Config, conn *messaging.Conn, reg prometheus.Registerer, tp *tracing.Provider) (*Runner, error) {
+func New(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.Interface, restCfg *rest.Config, conn *messaging.Conn, js jetstream.JetStream, reg prometheus.Registerer, tp *tracing.Provider) (*Runner, error) {
 	clients, err := cfg.NewClients(restCfg, cs)
 	if err != nil {
 		return nil, err
 	}
-	r, err := Build(cfg, common, log, clients, conn.NC, conn.JS, conn.StreamsReady, tp)
+	r, err := Build(cfg, common, log, clients, conn.NC, js, conn.StreamsReady, tp)
 	if err != nil {
 		return nil, err
 	}
@@ -146,6 +146,9 @@ func registerEvictionCost(reg prometheus.Registerer, l *eviction.Loop) error {
 
 // Build builds the stage; every configuration error names its key.
 func Build(cfg *Config, common *config.Common, log *zap.Logger, clients Clients, nc *nats.Conn, js jetstream.JetStream, streamsReady func(context.Context) error, tp *tracing.Provider) (_ *Runner, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	log = log.Named("nodehb")
 	info := nodestatus.SystemInfo(app.Version, common.Runtime, app.Version)
 	desired, err := cfg.desired(common, info)
@@ -292,10 +295,7 @@ func nodeUsage(common *config.Common) func() (eviction.NodeUsage, error) {
 // real resources (its capacity is made up), so there it observes no signal
 // and evicts nothing; process and cri observe the host.
 func (c *Config) evictionLoop(common *config.Common, pods eviction.Pods, pub *bus.Publisher, recorder record.EventRecorder, log *zap.Logger) (*eviction.Loop, error) {
-	ts, err := c.thresholds()
-	if err != nil {
-		return nil, err
-	}
+	ts := c.parsed.thresholds
 	observe := func(eviction.Observations) error { return nil }
 	var reclaimer eviction.NodeReclaimer
 	var nodeFsDevice uint64

@@ -36,6 +36,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -185,21 +186,14 @@ func (m *Manager) Start(ctx context.Context) {
 			for m.next(ctx) {
 			}
 		}()
-		t := time.NewTicker(m.resync)
-		defer t.Stop()
-		for {
+		wait.NonSlidingUntilWithContext(ctx, func(context.Context) {
 			m.mu.Lock()
 			for k := range m.static {
 				m.queue.Add(k)
 			}
 			m.mu.Unlock()
 			m.enqueueMirrors()
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
+		}, m.resync)
 	}()
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
@@ -134,23 +135,24 @@ type Runner struct {
 }
 
 // New builds the stage from the process's common parts.
-func New(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.Interface, pods *kube.NodePods, conn *messaging.Conn, reg prometheus.Registerer, tp *tracing.Provider) (*Runner, error) {
+func New(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.Interface, pods *kube.NodePods, conn *messaging.Conn, js jetstream.JetStream, reg prometheus.Registerer, tp *tracing.Provider) (*Runner, error) {
 	var opts []controller.Option
 	if tp.Enabled() {
 		opts = append(opts, controller.WithTracer(tp.Tracer(tracerName)))
 	}
 	opts = append(opts, controller.WithPublisherOptions(common.BusEncodingOption()))
-	return Build(cfg, common.NodeName, common.Partitions, log, cs, pods, conn.NC, conn.StreamsReady, reg, opts...)
+	return Build(cfg, common.NodeName, common.Partitions, log, cs, pods, conn.NC, js, conn.StreamsReady, reg, opts...)
 }
 
 // tracerName names the stage's spans' instrumentation scope.
 const tracerName = "github.com/splitlet/splitlet/services/podconfig"
 
 // Build wires the stage; pods (nil: an informer of the stage's own) is the
-// process's informer on the node's pods, and waitStreams (may be nil) is
-// waited for before the first publish.
+// process's informer on the node's pods, js (nil: none) the JetStream the
+// mirror pods follow the pod workers' statuses on, and waitStreams (may be
+// nil) is waited for before the first publish.
 func Build(cfg *Config, node string, partitions int, log *zap.Logger, cs kubernetes.Interface, pods *kube.NodePods, nc *nats.Conn,
-	waitStreams func(context.Context) error, reg prometheus.Registerer, extra ...controller.Option) (*Runner, error) {
+	js jetstream.JetStream, waitStreams func(context.Context) error, reg prometheus.Registerer, extra ...controller.Option) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -197,9 +199,9 @@ func Build(cfg *Config, node string, partitions int, log *zap.Logger, cs kuberne
 		r.mirrors = mirror.New(cs, node, r.api.Lister(), r.api.HasSynced, recorder, log.Named("mirror"), cfg.MirrorResync)
 		r.api.SetMirrorObserver(r.mirrors)
 		ctrl.SetStaticSink(r.mirrors)
-		if nc != nil {
+		if js != nil {
 			mirrors, mlog := r.mirrors, log.Named("mirror")
-			r.follow = func(ctx context.Context) { followStatuses(ctx, nc, node, waitStreams, mirrors, mlog) }
+			r.follow = func(ctx context.Context) { followStatuses(ctx, js, node, waitStreams, mirrors, mlog) }
 		}
 	}
 	return r, nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -18,17 +17,12 @@ import (
 // a static pod whose status it has not seen counts as not running, as a
 // restarted kubelet knows no terminating pod). It retries until the
 // podstatus stream answers or ctx ends, then follows until ctx ends.
-func followStatuses(ctx context.Context, nc *nats.Conn, node string, waitStreams func(context.Context) error,
+func followStatuses(ctx context.Context, js jetstream.JetStream, node string, waitStreams func(context.Context) error,
 	m *mirror.Manager, log *zap.Logger) {
 	if waitStreams != nil {
 		if err := waitStreams(ctx); err != nil {
 			return
 		}
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		log.Error("no JetStream for the pod workers' statuses; mirror pods follow the manifests at once", zap.Error(err))
-		return
 	}
 	stream := bus.StreamName(node, bus.StreamPodStatus)
 	handler := func(_ context.Context, _ string, e *bus.Envelope) error {

@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/splitlet/splitlet/libs/bus"
@@ -47,22 +48,18 @@ func NewHTTP(url string, header http.Header, node string, period time.Duration, 
 
 // Run polls until ctx ends.
 func (h *HTTP) Run(ctx context.Context) {
-	tick := time.NewTicker(h.period)
-	defer tick.Stop()
-	for {
-		if err := h.fetch(ctx); err != nil && ctx.Err() == nil {
-			h.failed(err)
-		} else if err == nil {
-			if h.failures > 0 {
-				h.log.Info("manifest URL readable again", zap.String("url", h.shown))
-			}
-			h.failures, h.lastErr = 0, ""
+	wait.NonSlidingUntilWithContext(ctx, h.poll, h.period)
+}
+
+// poll reads the URL once.
+func (h *HTTP) poll(ctx context.Context) {
+	if err := h.fetch(ctx); err != nil && ctx.Err() == nil {
+		h.failed(err)
+	} else if err == nil {
+		if h.failures > 0 {
+			h.log.Info("manifest URL readable again", zap.String("url", h.shown))
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+		h.failures, h.lastErr = 0, ""
 	}
 }
 

@@ -32,11 +32,12 @@ import (
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/logging"
+	"github.com/splitlet/splitlet/libs/periodic"
 	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/libs/tracing"
 	"github.com/splitlet/splitlet/services/podworkers/internal/admission"
 	"github.com/splitlet/splitlet/services/podworkers/internal/podsync"
-	"github.com/splitlet/splitlet/services/podworkers/internal/podworkers"
+	"github.com/splitlet/splitlet/services/podworkers/internal/podworker"
 )
 
 // DefaultHousekeeping is the kubelet's housekeeping period.
@@ -60,7 +61,7 @@ type Config struct {
 	// hold (other replicas'), for admission; may be nil.
 	OtherPods    func(except types.UID) []*corev1.Pod
 	Housekeeping time.Duration
-	WorkerOpts   []podworkers.Option
+	WorkerOpts   []podworker.Option
 	SyncOpts     []podsync.Option
 	// ObserveSync, if set, is told how long each sync step took.
 	ObserveSync func(work string, d time.Duration, err error)
@@ -93,7 +94,7 @@ type entry struct {
 type Controller struct {
 	cfg     Config
 	log     *zap.Logger
-	workers *podworkers.Workers
+	workers *podworker.Workers
 	syncer  *podsync.Syncer
 
 	// handover serialises housekeeping with the release of a partition:
@@ -125,12 +126,12 @@ func New(cfg Config) *Controller {
 	}
 	c := &Controller{cfg: cfg, log: cfg.Log, pods: map[types.UID]*entry{}, tracked: map[types.UID]struct{}{}, used: corev1.ResourceList{}, orphans: map[types.UID]bool{}}
 	c.syncer = podsync.New(cfg.Runtime, orphanFilter{c}, append([]podsync.Option{podsync.WithLogger(cfg.Log)}, cfg.SyncOpts...)...)
-	c.workers = podworkers.New(safeHandler{h: c.syncer, log: cfg.Log, observe: cfg.ObserveSync, tracer: cfg.Tracer, traces: cfg.Traces}, append([]podworkers.Option{podworkers.WithLogger(cfg.Log)}, cfg.WorkerOpts...)...)
+	c.workers = podworker.New(safeHandler{h: c.syncer, log: cfg.Log, observe: cfg.ObserveSync, tracer: cfg.Tracer, traces: cfg.Traces}, append([]podworker.Option{podworker.WithLogger(cfg.Log)}, cfg.WorkerOpts...)...)
 	return c
 }
 
 // Workers is the query side of the pod workers.
-func (c *Controller) Workers() *podworkers.Workers { return c.workers }
+func (c *Controller) Workers() *podworker.Workers { return c.workers }
 
 // Run runs the workers, the runtime event pump and housekeeping until ctx
 // ends; then it stops the workers.
@@ -141,16 +142,7 @@ func (c *Controller) Run(ctx context.Context) {
 	go func() { defer wg.Done(); c.pumpEvents(ctx) }()
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(c.cfg.Housekeeping)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				c.HandlePodCleanups()
-			}
-		}
+		periodic.Run(ctx, c.cfg.Housekeeping, func(context.Context) { c.HandlePodCleanups() })
 	}()
 	<-ctx.Done()
 	c.workers.Stop()
@@ -296,11 +288,11 @@ func (c *Controller) HandlePodAdditions(source string, partition int, pods []*co
 		// created anew: an update, which neither restarts a finished pod
 		// nor marks a terminating one for a restart. A pod removed first
 		// and then added is not known here any more, and is created.
-		typ := podworkers.UpdateCreate
+		typ := podworker.UpdateCreate
 		if known {
-			typ = podworkers.UpdateUpdate
+			typ = podworker.UpdateUpdate
 		}
-		c.workers.UpdatePod(podworkers.UpdateOptions{Type: typ, Pod: p, StartTime: arrived})
+		c.workers.UpdatePod(podworker.UpdateOptions{Type: typ, Pod: p, StartTime: arrived})
 	}
 }
 
@@ -403,7 +395,7 @@ func (c *Controller) HandlePodUpdates(source string, partition int, pods []*core
 		if rejected {
 			continue
 		}
-		c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateUpdate, Pod: p, StartTime: time.Now()})
+		c.workers.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateUpdate, Pod: p, StartTime: time.Now()})
 	}
 }
 
@@ -418,7 +410,7 @@ func (c *Controller) HandlePodRemoves(pods []*corev1.Pod) {
 		if ok && e.rejected {
 			continue
 		}
-		c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateKill, Pod: p, StartTime: time.Now()})
+		c.workers.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateKill, Pod: p, StartTime: time.Now()})
 	}
 }
 
@@ -433,7 +425,7 @@ func (c *Controller) HandlePodReconcile(source string, partition int, pods []*co
 		}
 		c.mu.Unlock()
 		if ok && !e.rejected && isTerminal(p) {
-			c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateSync, Pod: p, StartTime: time.Now()})
+			c.workers.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateSync, Pod: p, StartTime: time.Now()})
 		}
 	}
 }
@@ -441,7 +433,7 @@ func (c *Controller) HandlePodReconcile(source string, partition int, pods []*co
 // HandlePodSyncByUID wakes a pod's worker (runtime event).
 func (c *Controller) HandlePodSyncByUID(uid types.UID) {
 	if p, ok := c.workers.Pod(uid); ok {
-		c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateSync, Pod: p, StartTime: time.Now()})
+		c.workers.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateSync, Pod: p, StartTime: time.Now()})
 	}
 }
 
@@ -502,7 +494,7 @@ func (c *Controller) HandlePodCleanups() {
 
 // cleanupWorkers is the part of housekeeping that acts on the workers; it
 // returns their states, or false before the sources are ready.
-func (c *Controller) cleanupWorkers() (map[types.UID]podworkers.WorkType, bool) {
+func (c *Controller) cleanupWorkers() (map[types.UID]podworker.WorkType, bool) {
 	c.handover.Lock()
 	defer c.handover.Unlock()
 	desired, ok := c.desiredPods()
@@ -516,7 +508,7 @@ func (c *Controller) cleanupWorkers() (map[types.UID]podworkers.WorkType, bool) 
 	}
 	for _, p := range plan.orphans {
 		c.log.Info("killing orphaned pod worker", podLog(p)...)
-		c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateKill, Pod: p, StartTime: time.Now()})
+		c.workers.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateKill, Pod: p, StartTime: time.Now()})
 	}
 	for _, p := range plan.restart {
 		c.log.Info("restarting pod created again after termination", podLog(p)...)
@@ -524,7 +516,7 @@ func (c *Controller) cleanupWorkers() (map[types.UID]podworkers.WorkType, bool) 
 			c.reject(p, r.Reason, r.Message)
 			continue
 		}
-		c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p, StartTime: time.Now()})
+		c.workers.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateCreate, Pod: p, StartTime: time.Now()})
 	}
 	return states, true
 }
@@ -563,12 +555,12 @@ type cleanupPlan struct {
 // planCleanup sorts the workers' states into a cleanupPlan, untracks the
 // forgotten workers (rejected pods no longer desired among them) and
 // releases the resources of terminated pods.
-func (c *Controller) planCleanup(states map[types.UID]podworkers.WorkType) cleanupPlan {
+func (c *Controller) planCleanup(states map[types.UID]podworker.WorkType) cleanupPlan {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	plan := cleanupPlan{recreated: map[types.UID]bool{}}
 	for uid := range c.tracked {
-		if st, ok := states[uid]; !ok || st == podworkers.TerminatedAndRecreated {
+		if st, ok := states[uid]; !ok || st == podworker.TerminatedAndRecreated {
 			plan.forgotten = append(plan.forgotten, uid)
 			delete(c.tracked, uid)
 			plan.recreated[uid] = ok
@@ -576,21 +568,21 @@ func (c *Controller) planCleanup(states map[types.UID]podworkers.WorkType) clean
 	}
 	for uid, st := range states {
 		e, want := c.pods[uid]
-		if want && (st == podworkers.TerminatedAndRecreated || st == podworkers.TerminatedPodWork) {
+		if want && (st == podworker.TerminatedAndRecreated || st == podworker.TerminatedPodWork) {
 			// a terminated pod no longer holds resources.
 			c.uncount(e)
 		}
 		switch {
-		case st == podworkers.TerminatedAndRecreated:
+		case st == podworker.TerminatedAndRecreated:
 			if want && !e.rejected {
 				plan.restart = append(plan.restart, e.pod)
 			}
-		case st == podworkers.SyncPodWork && !want:
+		case st == podworker.SyncPodWork && !want:
 			if p, ok := c.workers.Pod(uid); ok {
 				plan.orphans = append(plan.orphans, p)
 			}
 		}
-		if st != podworkers.TerminatedAndRecreated {
+		if st != podworker.TerminatedAndRecreated {
 			c.tracked[uid] = struct{}{}
 		}
 	}
@@ -637,7 +629,7 @@ const orphanGrace int64 = 1
 // runtime holds on active partitions that no source wants and no worker
 // knows (deleted while no replica owned their partition). states are the
 // workers after this round's SyncKnownPods.
-func (c *Controller) killRuntimeOrphans(states map[types.UID]podworkers.WorkType) {
+func (c *Controller) killRuntimeOrphans(states map[types.UID]podworker.WorkType) {
 	lister, ok := c.cfg.Runtime.(runtime.PodLister)
 	if !ok {
 		return
@@ -680,8 +672,8 @@ func (c *Controller) killRuntimeOrphans(states map[types.UID]podworkers.WorkType
 		pod := &corev1.Pod{}
 		pod.UID, pod.Namespace, pod.Name = ref.UID, ref.Namespace, ref.Name
 		c.log.Info("killing pod no source wants (found in the runtime)", podLog(pod)...)
-		c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateKill, Pod: pod, StartTime: time.Now(),
-			Kill: &podworkers.KillOptions{GracePeriodOverride: ptr.To(orphanGrace)}})
+		c.workers.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateKill, Pod: pod, StartTime: time.Now(),
+			Kill: &podworker.KillOptions{GracePeriodOverride: ptr.To(orphanGrace)}})
 	}
 }
 
@@ -809,8 +801,8 @@ func (c *Controller) stopPartition(ctx context.Context, partition int) error {
 	for _, p := range pods {
 		ch := make(chan struct{})
 		chans = append(chans, ch)
-		c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateKill, Pod: p, StartTime: time.Now(),
-			Kill: &podworkers.KillOptions{CompletedCh: ch, GracePeriodOverride: ptr.To(handoverGracePeriod)}})
+		c.workers.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateKill, Pod: p, StartTime: time.Now(),
+			Kill: &podworker.KillOptions{CompletedCh: ch, GracePeriodOverride: ptr.To(handoverGracePeriod)}})
 	}
 	for _, ch := range chans {
 		select {
@@ -825,7 +817,7 @@ func (c *Controller) stopPartition(ctx context.Context, partition int) error {
 // safeHandler keeps a panic in one pod's sync from crashing the process:
 // the panic becomes that sync's error, and the pod is retried.
 type safeHandler struct {
-	h       podworkers.SyncHandler
+	h       podworker.SyncHandler
 	log     *zap.Logger
 	observe func(work string, d time.Duration, err error)
 	tracer  trace.Tracer
@@ -864,7 +856,7 @@ func (s safeHandler) recover(pod *corev1.Pod, err *error) {
 	}
 }
 
-func (s safeHandler) SyncPod(ctx context.Context, t podworkers.UpdateType, pod *corev1.Pod) (res podworkers.SyncResult, err error) {
+func (s safeHandler) SyncPod(ctx context.Context, t podworker.UpdateType, pod *corev1.Pod) (res podworker.SyncResult, err error) {
 	defer s.timed("sync", time.Now(), &err)
 	ctx, end := s.span(ctx, "sync", pod)
 	defer end(&err)
@@ -872,7 +864,7 @@ func (s safeHandler) SyncPod(ctx context.Context, t podworkers.UpdateType, pod *
 	return s.h.SyncPod(ctx, t, pod)
 }
 
-func (s safeHandler) SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, grace int64, kill *podworkers.KillOptions) (err error) {
+func (s safeHandler) SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, grace int64, kill *podworker.KillOptions) (err error) {
 	defer s.timed("terminating", time.Now(), &err)
 	ctx, end := s.span(ctx, "terminating", pod)
 	defer end(&err)

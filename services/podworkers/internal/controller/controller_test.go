@@ -22,7 +22,7 @@ import (
 	"github.com/splitlet/splitlet/libs/testenv"
 	"github.com/splitlet/splitlet/services/podworkers/internal/admission"
 	"github.com/splitlet/splitlet/services/podworkers/internal/fakeruntime"
-	"github.com/splitlet/splitlet/services/podworkers/internal/podworkers"
+	"github.com/splitlet/splitlet/services/podworkers/internal/podworker"
 )
 
 type sink struct {
@@ -82,7 +82,7 @@ func startStoppable(t testing.TB, rt runtime.Runtime, s *sink, alloc string, mod
 	cfg := Config{
 		Runtime: rt, Sink: s, Partitions: 1, Housekeeping: 20 * time.Millisecond,
 		Admit:      admission.Chain{admission.Validate(), admission.ResourceFit(func() corev1.ResourceList { return a })},
-		WorkerOpts: []podworkers.Option{podworkers.WithBackOffPeriod(20 * time.Millisecond)},
+		WorkerOpts: []podworker.Option{podworker.WithBackOffPeriod(20 * time.Millisecond)},
 	}
 	if mod != nil {
 		mod(&cfg)

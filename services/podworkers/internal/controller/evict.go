@@ -12,7 +12,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/kube"
-	"github.com/splitlet/splitlet/services/podworkers/internal/podworkers"
+	"github.com/splitlet/splitlet/services/podworkers/internal/podworker"
 )
 
 // ErrNotHeld: the replica holds no pod of that UID.
@@ -68,7 +68,7 @@ func (c *Controller) Evict(ctx context.Context, ev Eviction, store func(context.
 	c.log.Info("evicting pod", append(podLog(pod), zap.String("message", ev.Message))...)
 	c.cfg.Recorder.Eventf(pod, corev1.EventTypeWarning, ev.Reason, "%s", ev.Message)
 	grace := ev.GracePeriod
-	c.workers.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateKill, Pod: pod, Kill: &podworkers.KillOptions{
+	c.workers.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateKill, Pod: pod, Kill: &podworker.KillOptions{
 		Evict: true, GracePeriodOverride: &grace, Phase: corev1.PodFailed, Reason: ev.Reason, Message: ev.Message, Conditions: conds}})
 	return false, nil
 }

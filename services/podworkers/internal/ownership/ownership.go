@@ -59,6 +59,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/splitlet/splitlet/libs/periodic"
 )
 
 // Defaults: a dead replica's partitions move within TTL + one period.
@@ -223,18 +226,11 @@ func ClaimID(ctx context.Context, kv jetstream.KeyValue, id string, refresh, ttl
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(refresh)
-		defer t.Stop()
-		for {
-			select {
-			case <-hctx.Done():
-				return
-			case <-t.C:
-			}
-			pctx, pcancel := context.WithTimeout(hctx, refresh)
+		periodic.Run(hctx, refresh, func(ctx context.Context) {
+			pctx, pcancel := context.WithTimeout(ctx, refresh)
 			_, _ = kv.Put(pctx, replicaKey(claimed), []byte(claimed+" "+strconv.FormatInt(time.Now().UnixMilli(), 10)))
 			pcancel()
-		}
+		})
 	}()
 	return claimed, func() { cancel(); <-done }, nil
 }
@@ -408,16 +404,7 @@ func (m *Manager) watch(ctx context.Context, changes chan<- struct{}) {
 
 // refreshLoop heartbeats this replica and its leases.
 func (m *Manager) refreshLoop(ctx context.Context) {
-	t := time.NewTicker(m.o.Refresh)
-	defer t.Stop()
-	for {
-		m.refresh(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	wait.NonSlidingUntilWithContext(ctx, m.refresh, m.o.Refresh)
 }
 
 // refresh heartbeats once; a round never outlasts a refresh period (a

@@ -13,13 +13,13 @@ import (
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/services/podworkers/internal/fakeruntime"
-	"github.com/splitlet/splitlet/services/podworkers/internal/podworkers"
+	"github.com/splitlet/splitlet/services/podworkers/internal/podworker"
 )
 
 // syncOnce runs one SyncPod of p on sy.
 func syncOnce(t *testing.T, sy *Syncer, p *corev1.Pod) {
 	t.Helper()
-	if _, err := sy.SyncPod(t.Context(), podworkers.UpdateSync, p); err != nil {
+	if _, err := sy.SyncPod(t.Context(), podworker.UpdateSync, p); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -165,7 +165,7 @@ func TestSandboxFailureEvent(t *testing.T) {
 	sy := New(rt, &sink{last: map[types.UID]*bus.PodRuntimeStatus{}}, WithRecorder(rec))
 	p := pod("sb1", corev1.RestartPolicyAlways, "main")
 	rt.SandboxFails = map[types.UID]string{p.UID: "failed to construct FQDN from pod hostname and cluster domain"}
-	if _, err := sy.SyncPod(t.Context(), podworkers.UpdateSync, p); err == nil {
+	if _, err := sy.SyncPod(t.Context(), podworker.UpdateSync, p); err == nil {
 		t.Fatal("a sync whose sandbox failed reported no error (the pod worker would not retry)")
 	}
 	var events []string

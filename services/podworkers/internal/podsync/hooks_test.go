@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/splitlet/splitlet/services/podworkers/internal/podworkers"
+	"github.com/splitlet/splitlet/services/podworkers/internal/podworker"
 )
 
 // seen drains the recorder and says which of the wanted Events came.
@@ -54,13 +54,13 @@ func TestLifecycleHooks(t *testing.T) {
 	good := pod("h1", corev1.RestartPolicyAlways, "app")
 	good.Spec.Containers[0].Lifecycle = hooks("post ok", "pre ok")
 	good.Spec.TerminationGracePeriodSeconds = &ten
-	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: good})
+	r.w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateCreate, Pod: good})
 	eventually(t, "running after postStart", func() bool { return running(r.sk.get("h1"), "app") && r.rt.Executed("post ok") })
 	if r.rt.Executed("pre ok") {
 		t.Fatal("preStop ran before any stop")
 	}
 	id := r.sk.get("h1").ContainerStatuses[0].ContainerID
-	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateKill, Pod: good})
+	r.w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateKill, Pod: good})
 	eventually(t, "stopped after preStop", func() bool { st := r.sk.get("h1"); return st != nil && st.Terminated })
 	if !r.rt.Executed("pre ok") {
 		t.Fatal("preStop did not run")
@@ -71,16 +71,16 @@ func TestLifecycleHooks(t *testing.T) {
 
 	bad := pod("h2", corev1.RestartPolicyAlways, "crashy")
 	bad.Spec.Containers[0].Lifecycle = hooks("post fail", "pre ok")
-	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: bad})
+	r.w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateCreate, Pod: bad})
 	eventually(t, "killed after postStart failed, then started again", func() bool { return r.rt.StartsOf("crashy") >= 3 })
-	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateKill, Pod: bad})
+	r.w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateKill, Pod: bad})
 	eventually(t, "crash-looping pod stopped", func() bool { st := r.sk.get("h2"); return st != nil && st.Terminated })
 
 	stubborn := pod("h4", corev1.RestartPolicyAlways, "app")
 	stubborn.Spec.Containers[0].Lifecycle = hooks("post ok", "pre fail")
-	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: stubborn})
+	r.w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateCreate, Pod: stubborn})
 	eventually(t, "running", func() bool { return running(r.sk.get("h4"), "app") })
-	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateKill, Pod: stubborn})
+	r.w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateKill, Pod: stubborn})
 	eventually(t, "stopped although preStop failed", func() bool { st := r.sk.get("h4"); return st != nil && st.Terminated && r.rt.Executed("pre fail") })
 	post, pre := "Warning FailedPostStartHook PostStartHook failed", "Warning FailedPreStopHook PreStopHook failed"
 	got := map[string]bool{}

@@ -36,7 +36,7 @@ import (
 	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/libs/tracing"
 	"github.com/splitlet/splitlet/services/podworkers/internal/dns"
-	"github.com/splitlet/splitlet/services/podworkers/internal/podworkers"
+	"github.com/splitlet/splitlet/services/podworkers/internal/podworker"
 	"github.com/splitlet/splitlet/services/podworkers/internal/volumes"
 )
 
@@ -102,7 +102,7 @@ func WithPullSecrets(src runtime.Sources) Option { return func(s *Syncer) { s.pu
 // WithLogger sets the logger.
 func WithLogger(l *zap.Logger) Option { return func(s *Syncer) { s.log = l } }
 
-// Syncer implements podworkers.SyncHandler over a runtime.
+// Syncer implements podworker.SyncHandler over a runtime.
 type Syncer struct {
 	rt      runtime.Runtime
 	sink    StatusSink
@@ -132,7 +132,7 @@ type Syncer struct {
 	// (to forget their liveness marks with the pod).
 	ids map[types.UID]map[string]bool
 	// final holds the status a kill asked a pod to end with.
-	final map[types.UID]*podworkers.KillOptions
+	final map[types.UID]*podworker.KillOptions
 	// startFailed holds, per pod and container name, why the last start
 	// left no instance behind (a runtime's ErrImagePull, ImagePullBackOff,
 	// CreateContainerConfigError...): the container shows it as its waiting
@@ -181,7 +181,7 @@ func New(rt runtime.Runtime, sink StatusSink, opts ...Option) *Syncer {
 		probeGrace:     map[string]time.Duration{},
 		livenessKilled: map[string]bool{},
 		ids:            map[types.UID]map[string]bool{},
-		final:          map[types.UID]*podworkers.KillOptions{},
+		final:          map[types.UID]*podworker.KillOptions{},
 		startFailed:    map[types.UID]map[string]*corev1.ContainerStateWaiting{},
 		vols:           map[types.UID]map[string]volumes.Volume{},
 		volBackOff:     flowcontrol.NewBackOff(volumeRetryBase, volumeRetryMax),
@@ -193,7 +193,7 @@ func New(rt runtime.Runtime, sink StatusSink, opts ...Option) *Syncer {
 	return s
 }
 
-var _ podworkers.SyncHandler = (*Syncer)(nil)
+var _ podworker.SyncHandler = (*Syncer)(nil)
 
 // ProbeFailed records that the container failed its liveness or startup
 // probe: the next sync kills it and restarts it as the pod's restart policy
@@ -504,7 +504,7 @@ func (s *Syncer) start(ctx context.Context, pod *corev1.Pod, c *corev1.Container
 }
 
 // SyncPod brings the pod's containers towards its spec and reports status.
-func (s *Syncer) SyncPod(ctx context.Context, _ podworkers.UpdateType, pod *corev1.Pod) (podworkers.SyncResult, error) {
+func (s *Syncer) SyncPod(ctx context.Context, _ podworker.UpdateType, pod *corev1.Pod) (podworker.SyncResult, error) {
 	s.mu.Lock()
 	_, seen := s.startTime[pod.UID]
 	if !seen {
@@ -523,7 +523,7 @@ func (s *Syncer) SyncPod(ctx context.Context, _ podworkers.UpdateType, pod *core
 		// kubelet: activeDeadlineHandler.ShouldEvict fails the pod, which
 		// is then torn down as any pod in a terminal phase.
 		s.mu.Lock()
-		s.final[pod.UID] = &podworkers.KillOptions{Phase: corev1.PodFailed, Reason: ReasonDeadlineExceeded,
+		s.final[pod.UID] = &podworker.KillOptions{Phase: corev1.PodFailed, Reason: ReasonDeadlineExceeded,
 			Message: "Pod was active on the node longer than the specified deadline"}
 		s.mu.Unlock()
 		st := s.status(pod, false, false)
@@ -531,7 +531,7 @@ func (s *Syncer) SyncPod(ctx context.Context, _ podworkers.UpdateType, pod *core
 		applyKill(st, s.final[pod.UID])
 		s.mu.Unlock()
 		s.sink.Set(st)
-		return podworkers.SyncResult{Terminal: true}, nil
+		return podworker.SyncResult{Terminal: true}, nil
 	} else if d > 0 {
 		res, err := s.syncAndReport(ctx, pod)
 		if res.RequeueAfter == 0 || d < res.RequeueAfter {
@@ -602,15 +602,15 @@ func (s *Syncer) activeDeadline(pod *corev1.Pod) (time.Duration, bool) {
 	return left, false
 }
 
-func (s *Syncer) syncAndReport(ctx context.Context, pod *corev1.Pod) (podworkers.SyncResult, error) {
+func (s *Syncer) syncAndReport(ctx context.Context, pod *corev1.Pod) (podworker.SyncResult, error) {
 	if wait, d := s.setupVolumes(ctx, pod); wait {
 		// kubelet: containers do not start before the pod's volumes are
 		// mounted; the pod waits in ContainerCreating.
 		if ctx.Err() != nil {
-			return podworkers.SyncResult{}, ctx.Err()
+			return podworker.SyncResult{}, ctx.Err()
 		}
 		s.sink.Set(s.status(pod, false, false))
-		return podworkers.SyncResult{RequeueAfter: d}, nil
+		return podworker.SyncResult{RequeueAfter: d}, nil
 	}
 	res, err := s.syncContainers(ctx, pod)
 	if ctx.Err() != nil {
@@ -631,8 +631,8 @@ func (s *Syncer) syncAndReport(ctx context.Context, pod *corev1.Pod) (podworkers
 
 // syncContainers drives the pod's containers one step toward its spec: init
 // containers first, then app containers, then ephemeral ones while the pod runs.
-func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworkers.SyncResult, error) {
-	var res podworkers.SyncResult
+func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker.SyncResult, error) {
+	var res podworker.SyncResult
 	byName := instances(s.rt.PodContainers(pod.UID))
 	if stop, err := s.syncInitContainers(ctx, pod, byName, &res); stop {
 		return res, err
@@ -656,7 +656,7 @@ func (s *Syncer) syncContainers(ctx context.Context, pod *corev1.Pod) (podworker
 
 // requeue asks for the pod to be synced again after d, keeping the earliest
 // of the delays asked for in one sync.
-func requeue(res *podworkers.SyncResult, d time.Duration) {
+func requeue(res *podworker.SyncResult, d time.Duration) {
 	if d <= 0 {
 		d = 10 * time.Millisecond
 	}
@@ -667,7 +667,7 @@ func requeue(res *podworkers.SyncResult, d time.Duration) {
 
 // syncInitContainers runs the init containers in order, each to completion
 // (kubelet: computeInitContainerActions); stop means the app containers wait.
-func (s *Syncer) syncInitContainers(ctx context.Context, pod *corev1.Pod, byName map[string][]runtime.ContainerStatus, res *podworkers.SyncResult) (stop bool, err error) {
+func (s *Syncer) syncInitContainers(ctx context.Context, pod *corev1.Pod, byName map[string][]runtime.ContainerStatus, res *podworker.SyncResult) (stop bool, err error) {
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
 		last := latest(byName[c.Name])
@@ -691,7 +691,7 @@ func (s *Syncer) syncInitContainers(ctx context.Context, pod *corev1.Pod, byName
 // syncSidecar keeps a sidecar (restartPolicy Always on an init container)
 // running, restarted with back-off, for the pod's whole life (kubelet); once
 // it runs the next init container may start, unless holds and it has not started.
-func (s *Syncer) syncSidecar(ctx context.Context, pod *corev1.Pod, c *corev1.Container, last *runtime.ContainerStatus, holds bool, res *podworkers.SyncResult) (stop bool, err error) {
+func (s *Syncer) syncSidecar(ctx context.Context, pod *corev1.Pod, c *corev1.Container, last *runtime.ContainerStatus, holds bool, res *podworker.SyncResult) (stop bool, err error) {
 	switch {
 	case last == nil:
 		if err := s.start(ctx, pod, c, nil); err != nil || holds {
@@ -728,7 +728,7 @@ func (s *Syncer) syncSidecar(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 
 // syncInitContainer runs one regular init container to completion; stop is
 // false only once it exited 0, so the next one may start.
-func (s *Syncer) syncInitContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, last *runtime.ContainerStatus, res *podworkers.SyncResult) (stop bool, err error) {
+func (s *Syncer) syncInitContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, last *runtime.ContainerStatus, res *podworker.SyncResult) (stop bool, err error) {
 	switch {
 	case last == nil:
 		return true, s.start(ctx, pod, c, nil)
@@ -760,7 +760,7 @@ func (s *Syncer) syncInitContainer(ctx context.Context, pod *corev1.Pod, c *core
 
 // syncAppContainer moves one app container toward its spec and restart
 // policy; done means it needs nothing more (the pod may be terminal).
-func (s *Syncer) syncAppContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, last *runtime.ContainerStatus, res *podworkers.SyncResult) (done bool, errs []error) {
+func (s *Syncer) syncAppContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, last *runtime.ContainerStatus, res *podworker.SyncResult) (done bool, errs []error) {
 	if last == nil {
 		return false, []error{s.start(ctx, pod, c, nil)}
 	}
@@ -875,7 +875,7 @@ func (s *Syncer) startEphemeral(ctx context.Context, pod *corev1.Pod, byName map
 }
 
 func graceOf(pod *corev1.Pod) time.Duration {
-	g := podworkers.DefaultGracePeriod
+	g := podworker.DefaultGracePeriod
 	if pod.Spec.TerminationGracePeriodSeconds != nil {
 		g = *pod.Spec.TerminationGracePeriodSeconds
 	}
@@ -886,7 +886,7 @@ func graceOf(pod *corev1.Pod) time.Duration {
 }
 
 // SyncTerminatingPod stops every container of the pod within grace seconds.
-func (s *Syncer) SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, grace int64, kill *podworkers.KillOptions) error {
+func (s *Syncer) SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, grace int64, kill *podworker.KillOptions) error {
 	if kill != nil && kill.Phase != "" {
 		s.mu.Lock()
 		s.final[pod.UID] = kill
@@ -899,7 +899,7 @@ func (s *Syncer) SyncTerminatingPod(ctx context.Context, pod *corev1.Pod, grace 
 	if kill == nil && pod.Status.Phase == corev1.PodFailed && pod.Status.Reason == ReasonEvicted {
 		// evicted by a replica before this one (its status reached the
 		// API server): the eviction goes on with the same reason and message.
-		kill = &podworkers.KillOptions{Phase: corev1.PodFailed, Reason: ReasonEvicted, Message: pod.Status.Message}
+		kill = &podworker.KillOptions{Phase: corev1.PodFailed, Reason: ReasonEvicted, Message: pod.Status.Message}
 		s.final[pod.UID] = kill
 	}
 	s.mu.Unlock()
@@ -979,7 +979,7 @@ func hasSidecar(pod *corev1.Pod) bool {
 	return false
 }
 
-func applyKill(st *bus.PodRuntimeStatus, kill *podworkers.KillOptions) {
+func applyKill(st *bus.PodRuntimeStatus, kill *podworker.KillOptions) {
 	if kill != nil && kill.Phase != "" {
 		st.Phase, st.Reason, st.Message, st.Conditions = kill.Phase, kill.Reason, kill.Message, kill.Conditions
 	}

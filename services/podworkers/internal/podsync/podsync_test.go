@@ -14,7 +14,7 @@ import (
 	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/libs/testenv"
 	"github.com/splitlet/splitlet/services/podworkers/internal/fakeruntime"
-	"github.com/splitlet/splitlet/services/podworkers/internal/podworkers"
+	"github.com/splitlet/splitlet/services/podworkers/internal/podworker"
 )
 
 type sink struct {
@@ -40,14 +40,14 @@ type rig struct {
 	rt *fakeruntime.Runtime
 	sk *sink
 	sy *Syncer
-	w  *podworkers.Workers
+	w  *podworker.Workers
 }
 
 func newRig(t *testing.T, opts ...Option) *rig {
 	rt := fakeruntime.New()
 	sk := &sink{last: map[types.UID]*bus.PodRuntimeStatus{}}
 	sy := New(rt, sk, opts...)
-	w := podworkers.New(sy, podworkers.WithBackOffPeriod(20*time.Millisecond))
+	w := podworker.New(sy, podworker.WithBackOffPeriod(20*time.Millisecond))
 	go w.Run()
 	done := make(chan struct{})
 	go func() {
@@ -55,7 +55,7 @@ func newRig(t *testing.T, opts ...Option) *rig {
 			select {
 			case ev := <-rt.Events():
 				if p, ok := w.Pod(ev.PodUID); ok {
-					w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateSync, Pod: p})
+					w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateSync, Pod: p})
 				}
 			case <-done:
 				return
@@ -101,7 +101,7 @@ func TestInitContainersInOrderThenApp(t *testing.T) {
 	r := newRig(t)
 	p := pod("1", corev1.RestartPolicyAlways, "app")
 	p.Spec.InitContainers = []corev1.Container{{Name: "init1"}, {Name: "init2"}}
-	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p})
+	r.w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateCreate, Pod: p})
 	eventually(t, "init1 running", func() bool { return running(r.sk.get("1"), "init1") })
 	if c, _ := containerState(r.sk.get("1"), "app"); c.State.Waiting == nil || c.State.Waiting.Reason != ReasonPodInitializing {
 		t.Fatalf("app container while init runs: %+v", c.State)
@@ -121,7 +121,7 @@ func TestInitContainersInOrderThenApp(t *testing.T) {
 	d := p.DeepCopy()
 	now := metav1.Now()
 	d.DeletionTimestamp = &now
-	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateUpdate, Pod: d})
+	r.w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateUpdate, Pod: d})
 	eventually(t, "terminated", func() bool { st := r.sk.get("1"); return st != nil && st.Terminated })
 	if r.rt.Running() != 0 {
 		t.Fatal("containers still running after termination")
@@ -132,7 +132,7 @@ func TestCrashLoopBackOffGrows(t *testing.T) {
 	r := newRig(t, WithBackOff(100*time.Millisecond, 800*time.Millisecond))
 	r.rt.ExitOnStart["crash"] = 2
 	p := pod("2", corev1.RestartPolicyAlways, "crash")
-	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p})
+	r.w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateCreate, Pod: p})
 	eventually(t, "five starts", func() bool {
 		r.rt.PodContainers("2")
 		return len(r.rt.PodContainers("2")) >= 5
@@ -169,14 +169,14 @@ func TestRestartPolicies(t *testing.T) {
 	r := newRig(t)
 	// OnFailure + success: no restart, the pod is finished and torn down.
 	r.rt.ExitOnStart["ok"] = 0
-	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: pod("3", corev1.RestartPolicyOnFailure, "ok")})
+	r.w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateCreate, Pod: pod("3", corev1.RestartPolicyOnFailure, "ok")})
 	eventually(t, "terminated", func() bool { st := r.sk.get("3"); return st != nil && st.Terminated })
 	if r.rt.StartsOf("ok") != 1 {
 		t.Fatalf("ok started %d times", r.rt.StartsOf("ok"))
 	}
 	// Never + failure: no restart.
 	r.rt.ExitOnStart["bad"] = 1
-	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: pod("4", corev1.RestartPolicyNever, "bad")})
+	r.w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateCreate, Pod: pod("4", corev1.RestartPolicyNever, "bad")})
 	eventually(t, "terminated", func() bool { st := r.sk.get("4"); return st != nil && st.Terminated })
 	c, _ := containerState(r.sk.get("4"), "bad")
 	if r.rt.StartsOf("bad") != 1 || c.State.Terminated == nil || c.State.Terminated.ExitCode != 1 || c.State.Terminated.Reason != "Error" {
@@ -184,7 +184,7 @@ func TestRestartPolicies(t *testing.T) {
 	}
 	// OnFailure + failure: restarted.
 	r.rt.ExitOnStart["flaky"] = 1
-	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: pod("5", corev1.RestartPolicyOnFailure, "flaky")})
+	r.w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateCreate, Pod: pod("5", corev1.RestartPolicyOnFailure, "flaky")})
 	eventually(t, "restarted", func() bool { return len(r.rt.PodContainers("5")) >= 2 })
 }
 
@@ -193,11 +193,11 @@ func TestLivenessFailureRestartsContainer(t *testing.T) {
 	p := pod("6", corev1.RestartPolicyAlways, "app")
 	one := int64(1)
 	p.Spec.TerminationGracePeriodSeconds = &one
-	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p})
+	r.w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateCreate, Pod: p})
 	eventually(t, "running", func() bool { return running(r.sk.get("6"), "app") })
 	first := r.rt.PodContainers("6")[0].ID
 	r.sy.ProbeFailed(first, nil)
-	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateSync, Pod: p})
+	r.w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateSync, Pod: p})
 	eventually(t, "restarted", func() bool {
 		c, _ := containerState(r.sk.get("6"), "app")
 		return c.State.Running != nil && c.ContainerID != first && c.RestartCount == 1
@@ -211,12 +211,12 @@ func TestLivenessFailureRestartsContainer(t *testing.T) {
 func TestChangedDefinitionRestartsContainer(t *testing.T) {
 	r := newRig(t)
 	p := pod("7", corev1.RestartPolicyNever, "app", "side")
-	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p})
+	r.w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateCreate, Pod: p})
 	eventually(t, "running", func() bool { return running(r.sk.get("7"), "app") && running(r.sk.get("7"), "side") })
 	side, _ := containerState(r.sk.get("7"), "side")
 	q := p.DeepCopy()
 	q.Spec.Containers[0].Image = "img:v2"
-	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateUpdate, Pod: q})
+	r.w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateUpdate, Pod: q})
 	// restarted even under restartPolicy Never; the other container is untouched.
 	eventually(t, "app restarted with the new image", func() bool {
 		c, _ := containerState(r.sk.get("7"), "app")
@@ -230,9 +230,9 @@ func TestChangedDefinitionRestartsContainer(t *testing.T) {
 func TestKillFinalStatusKept(t *testing.T) {
 	r := newRig(t)
 	p := pod("8", corev1.RestartPolicyAlways, "app")
-	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p})
+	r.w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateCreate, Pod: p})
 	eventually(t, "running", func() bool { return running(r.sk.get("8"), "app") })
-	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateKill, Pod: p, Kill: &podworkers.KillOptions{Evict: true, Phase: corev1.PodFailed, Reason: "Evicted", Message: "The node was low on resource"}})
+	r.w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateKill, Pod: p, Kill: &podworker.KillOptions{Evict: true, Phase: corev1.PodFailed, Reason: "Evicted", Message: "The node was low on resource"}})
 	eventually(t, "terminated", func() bool { st := r.sk.get("8"); return st != nil && st.Terminated })
 	if st := r.sk.get("8"); st.Phase != corev1.PodFailed || st.Reason != "Evicted" {
 		t.Fatalf("final status %+v", st)
@@ -244,7 +244,7 @@ func TestActiveDeadlineFailsPod(t *testing.T) {
 	p := pod("9", corev1.RestartPolicyAlways, "app")
 	one := int64(1)
 	p.Spec.ActiveDeadlineSeconds = &one
-	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p})
+	r.w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateCreate, Pod: p})
 	eventually(t, "running", func() bool { return running(r.sk.get("9"), "app") })
 	eventually(t, "failed past its deadline and torn down", func() bool {
 		st := r.sk.get("9")
@@ -264,12 +264,12 @@ func TestSidecarsStopInReverseOrder(t *testing.T) {
 	p := pod("11", corev1.RestartPolicyAlways, "app")
 	p.Spec.InitContainers = []corev1.Container{{Name: "a-proxy", RestartPolicy: &always}, {Name: "b-log", RestartPolicy: &always},
 		{Name: "c-mesh", RestartPolicy: &always}}
-	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p})
+	r.w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateCreate, Pod: p})
 	eventually(t, "all running", func() bool {
 		st := r.sk.get("11")
 		return running(st, "a-proxy") && running(st, "b-log") && running(st, "c-mesh") && running(st, "app")
 	})
-	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateKill, Pod: p})
+	r.w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateKill, Pod: p})
 	eventually(t, "terminated", func() bool { st := r.sk.get("11"); return st != nil && st.Terminated })
 	if got := strings.Join(r.rt.StopOrder(), ","); got != "app,c-mesh,b-log,a-proxy" {
 		t.Fatalf("stop order %s, want app,c-mesh,b-log,a-proxy", got)
@@ -281,7 +281,7 @@ func TestSidecarInitContainer(t *testing.T) {
 	always := corev1.ContainerRestartPolicyAlways
 	p := pod("10", corev1.RestartPolicyNever, "app")
 	p.Spec.InitContainers = []corev1.Container{{Name: "proxy", RestartPolicy: &always}, {Name: "setup"}}
-	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p})
+	r.w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateCreate, Pod: p})
 	// the sidecar runs, then the next init container starts beside it.
 	eventually(t, "setup running beside the sidecar", func() bool {
 		st := r.sk.get("10")
@@ -310,10 +310,10 @@ func TestLivenessKillFollowsPolicyNotExitCode(t *testing.T) {
 	r.rt.StopExitCode = 0
 	for uid, policy := range map[string]corev1.RestartPolicy{"11": corev1.RestartPolicyOnFailure, "12": corev1.RestartPolicyNever} {
 		p := pod(uid, policy, "app")
-		r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p})
+		r.w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateCreate, Pod: p})
 		eventually(t, "running", func() bool { return running(r.sk.get(types.UID(uid)), "app") })
 		r.sy.ProbeFailed(r.rt.PodContainers(types.UID(uid))[0].ID, nil)
-		r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateSync, Pod: p})
+		r.w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateSync, Pod: p})
 	}
 	eventually(t, "OnFailure pod restarted", func() bool {
 		c, _ := containerState(r.sk.get("11"), "app")
@@ -335,7 +335,7 @@ func TestCreatedContainerStartedAgain(t *testing.T) {
 	p := pod("c1", corev1.RestartPolicyNever, "app")
 	p.Spec.InitContainers = []corev1.Container{{Name: "init"}}
 	r.rt.ExitOnStart["init"] = 0
-	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p})
+	r.w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateCreate, Pod: p})
 	eventually(t, "app running", func() bool { return running(r.sk.get("c1"), "app") })
 	for _, name := range []string{"init", "app"} {
 		if n := r.rt.StartsOf(name); n != 2 {
@@ -396,7 +396,7 @@ func TestSidecarStartupProbeHoldsTheApp(t *testing.T) {
 		StartupProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}}}
 	sync := func() {
 		t.Helper()
-		if _, err := sy.SyncPod(t.Context(), podworkers.UpdateSync, p); err != nil {
+		if _, err := sy.SyncPod(t.Context(), podworker.UpdateSync, p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -422,11 +422,11 @@ func TestSidecarStartupProbeHoldsTheApp(t *testing.T) {
 	// result it will not get again.
 	q := pod("s2", corev1.RestartPolicyAlways, "app")
 	q.Spec.InitContainers = p.Spec.InitContainers
-	if _, err := sy.SyncPod(t.Context(), podworkers.UpdateSync, q); err != nil {
+	if _, err := sy.SyncPod(t.Context(), podworker.UpdateSync, q); err != nil {
 		t.Fatal(err)
 	}
 	later := New(rt, &sink{last: map[types.UID]*bus.PodRuntimeStatus{}})
-	if _, err := later.SyncPod(t.Context(), podworkers.UpdateSync, q); err != nil {
+	if _, err := later.SyncPod(t.Context(), podworker.UpdateSync, q); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(rt.PodContainers(q.UID)); n != 2 {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/services/podworkers/internal/fakeruntime"
-	"github.com/splitlet/splitlet/services/podworkers/internal/podworkers"
+	"github.com/splitlet/splitlet/services/podworkers/internal/podworker"
 )
 
 // secretsOf answers the Secrets it holds, NotFound for any other.
@@ -41,7 +41,7 @@ func TestPullSecretsReachTheStart(t *testing.T) {
 	sy := New(rt, &sink{last: map[types.UID]*bus.PodRuntimeStatus{}}, WithRecorder(rec), WithPullSecrets(secretsOf{"ns/regcred": regcred}))
 	p := pod("ps", corev1.RestartPolicyAlways, "app")
 	p.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "regcred"}, {Name: ""}, {Name: "gone"}}
-	if _, err := sy.SyncPod(t.Context(), podworkers.UpdateSync, p); err != nil {
+	if _, err := sy.SyncPod(t.Context(), podworker.UpdateSync, p); err != nil {
 		t.Fatal(err)
 	}
 	got := rt.LastOptions["app"].PullSecrets

@@ -12,7 +12,7 @@ import (
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/services/podworkers/internal/fakeruntime"
-	"github.com/splitlet/splitlet/services/podworkers/internal/podworkers"
+	"github.com/splitlet/splitlet/services/podworkers/internal/podworker"
 )
 
 // failingStarts fails the starts of chosen containers before any instance
@@ -62,7 +62,7 @@ func TestStartFailureIsTheWaitingReason(t *testing.T) {
 		{"ImagePullBackOff", `Back-off pulling image "img"`},
 	} {
 		rt.set("app", want.reason, want.message)
-		if _, err := sy.SyncPod(ctx, podworkers.UpdateSync, p); err == nil {
+		if _, err := sy.SyncPod(ctx, podworker.UpdateSync, p); err == nil {
 			t.Fatalf("%s: the sync reported no error", want.reason)
 		}
 		if w := waiting(); w == nil || w.Reason != want.reason || w.Message != want.message {
@@ -70,7 +70,7 @@ func TestStartFailureIsTheWaitingReason(t *testing.T) {
 		}
 	}
 	rt.set("app", "", "")
-	if _, err := sy.SyncPod(ctx, podworkers.UpdateSync, p); err != nil {
+	if _, err := sy.SyncPod(ctx, podworker.UpdateSync, p); err != nil {
 		t.Fatal(err)
 	}
 	if !running(sk.get("sf"), "app") {

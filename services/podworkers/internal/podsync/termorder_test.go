@@ -14,7 +14,7 @@ import (
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/services/podworkers/internal/fakeruntime"
-	"github.com/splitlet/splitlet/services/podworkers/internal/podworkers"
+	"github.com/splitlet/splitlet/services/podworkers/internal/podworker"
 )
 
 // seqRuntime records hooks run and containers stopped in one sequence. A
@@ -70,7 +70,7 @@ func (r *seqRuntime) sequence() []string {
 func TestSidecarPreStopHooksRunAtOnce(t *testing.T) {
 	rt := &seqRuntime{Runtime: fakeruntime.New(), hooks: 3, allIn: make(chan struct{})}
 	sk := &sink{last: map[types.UID]*bus.PodRuntimeStatus{}}
-	w := podworkers.New(New(rt, sk), podworkers.WithBackOffPeriod(20*time.Millisecond))
+	w := podworker.New(New(rt, sk), podworker.WithBackOffPeriod(20*time.Millisecond))
 	go w.Run()
 	t.Cleanup(w.Stop)
 	always := corev1.ContainerRestartPolicyAlways
@@ -81,12 +81,12 @@ func TestSidecarPreStopHooksRunAtOnce(t *testing.T) {
 	p.Spec.Containers[0].Lifecycle = hook("app")
 	p.Spec.InitContainers = []corev1.Container{{Name: "a-proxy", RestartPolicy: &always, Lifecycle: hook("a-proxy")},
 		{Name: "b-log", RestartPolicy: &always, Lifecycle: hook("b-log")}}
-	w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p})
+	w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateCreate, Pod: p})
 	eventually(t, "all running", func() bool {
 		st := sk.get("12")
 		return running(st, "a-proxy") && running(st, "b-log") && running(st, "app")
 	})
-	w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateKill, Pod: p})
+	w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateKill, Pod: p})
 	eventually(t, "terminated", func() bool { st := sk.get("12"); return st != nil && st.Terminated })
 	seq := rt.sequence()
 	if len(seq) != 6 {
@@ -108,7 +108,7 @@ func TestSidecarPreStopHooksRunAtOnce(t *testing.T) {
 func TestSidecarGetsTheMinimumGrace(t *testing.T) {
 	rt := &seqRuntime{Runtime: fakeruntime.New(), hooks: -1, allIn: make(chan struct{})}
 	sk := &sink{last: map[types.UID]*bus.PodRuntimeStatus{}}
-	w := podworkers.New(New(rt, sk), podworkers.WithBackOffPeriod(20*time.Millisecond))
+	w := podworker.New(New(rt, sk), podworker.WithBackOffPeriod(20*time.Millisecond))
 	go w.Run()
 	t.Cleanup(w.Stop)
 	always := corev1.ContainerRestartPolicyAlways
@@ -118,11 +118,11 @@ func TestSidecarGetsTheMinimumGrace(t *testing.T) {
 	// the app's hook outlasts the pod's grace (2 s against 1 s).
 	p.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"hook"}}}}
 	p.Spec.InitContainers = []corev1.Container{{Name: "proxy", RestartPolicy: &always}}
-	w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p})
+	w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateCreate, Pod: p})
 	eventually(t, "all running", func() bool { st := sk.get("12"); return running(st, "proxy") && running(st, "app") })
 	st := sk.get("12")
 	proxy, _ := containerState(st, "proxy")
-	w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateKill, Pod: p})
+	w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateKill, Pod: p})
 	eventually(t, "terminated", func() bool { st := sk.get("12"); return st != nil && st.Terminated })
 	if g := rt.Graces[proxy.ContainerID]; g < minPreStopGrace {
 		t.Errorf("the sidecar was stopped with %s of grace, want at least %s", g, minPreStopGrace)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/cgroups"
 	"github.com/splitlet/splitlet/libs/config"
+	"github.com/splitlet/splitlet/libs/periodic"
 	"github.com/splitlet/splitlet/libs/runtime"
 )
 
@@ -44,7 +45,7 @@ func (c *Config) checkCgroups(rt string) error {
 		return fmt.Errorf("invalid value %q for cgroup-root: it applies only with cgroups-per-qos", cg.Root)
 	case !on && cg.PodPidsLimit > 0:
 		return fmt.Errorf("invalid value %d for pod-pids-limit: it applies only with cgroups-per-qos", cg.PodPidsLimit)
-	case cg.PerQOS == "false" && cg.EnforcePods():
+	case cg.PerQOS == config.False && cg.EnforcePods():
 		// kubelet: allocatable enforcement needs the QoS cgroups.
 		return errors.New("invalid value pods for enforce-node-allocatable: it needs cgroups-per-qos (set enforce-node-allocatable=none)")
 	}
@@ -120,21 +121,14 @@ func (r *Runner) cgroupLoop(ctx context.Context, rt runtime.Runtime, owns func()
 	if !ok {
 		return
 	}
-	t := time.NewTicker(r.cfg.CgroupReconcile)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	periodic.Run(ctx, r.cfg.CgroupReconcile, func(ctx context.Context) {
 		if !owns() {
-			continue
+			return
 		}
 		rctx, cancel := context.WithTimeout(ctx, r.cfg.CgroupReconcile)
+		defer cancel()
 		if err := rc.ReconcileCgroups(rctx); err != nil && ctx.Err() == nil {
 			r.log.Warn("cgroup housekeeping", zap.Error(err))
 		}
-		cancel()
-	}
+	})
 }

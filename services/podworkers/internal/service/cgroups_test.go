@@ -18,11 +18,11 @@ func TestCgroupKeysPerRuntime(t *testing.T) {
 		{"cri defaults", config.RuntimeCRI, nil, ""},
 		{"process defaults", config.RuntimeProcess, nil, ""},
 		{"sim defaults", config.RuntimeSim, nil, ""},
-		{"process with cgroups-per-qos", config.RuntimeProcess, func(c *config.Cgroups) { c.PerQOS = "true" }, "cgroups-per-qos"},
+		{"process with cgroups-per-qos", config.RuntimeProcess, func(c *config.Cgroups) { c.PerQOS = config.True }, "cgroups-per-qos"},
 		{"process with a cgroup root", config.RuntimeProcess, func(c *config.Cgroups) { c.Root = "/x" }, "cgroup-root"},
 		{"process with a pids limit", config.RuntimeProcess, func(c *config.Cgroups) { c.PodPidsLimit = 100 }, "pod-pids-limit"},
-		{"cri without QoS cgroups but enforcing", config.RuntimeCRI, func(c *config.Cgroups) { c.PerQOS = "false" }, "enforce-node-allocatable"},
-		{"cri without QoS cgroups", config.RuntimeCRI, func(c *config.Cgroups) { c.PerQOS, c.EnforceNodeAllocatable = "false", nil }, ""},
+		{"cri without QoS cgroups but enforcing", config.RuntimeCRI, func(c *config.Cgroups) { c.PerQOS = config.False }, "enforce-node-allocatable"},
+		{"cri without QoS cgroups", config.RuntimeCRI, func(c *config.Cgroups) { c.PerQOS, c.EnforceNodeAllocatable = config.False, nil }, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := defaults(t)

@@ -17,7 +17,7 @@ func (r *Runner) deviceClient(rt runtime.Runtime, node func() *corev1.Node) *dev
 	if d, ok := rt.(runtime.DeviceRuntime); ok {
 		supported = d.SupportsDevices()
 	}
-	pub := bus.NewPublisher(r.conn.NC, r.conn.JS, r.common.NodeName, r.Source(), r.common.BusEncodingOption())
+	pub := bus.NewPublisher(r.conn.NC, r.js, r.common.NodeName, r.Source(), r.common.BusEncodingOption())
 	return devices.New(pub, r.subjects.DevicesAllocate(), rt.Type(), supported, node, r.log.Named("devices"))
 }
 

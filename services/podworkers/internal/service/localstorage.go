@@ -3,7 +3,6 @@ package service
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
@@ -11,6 +10,7 @@ import (
 	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/splitlet/splitlet/libs/logging"
+	"github.com/splitlet/splitlet/libs/periodic"
 	"github.com/splitlet/splitlet/libs/runtime"
 	"github.com/splitlet/splitlet/services/podworkers/internal/admission"
 	"github.com/splitlet/splitlet/services/podworkers/internal/controller"
@@ -39,14 +39,7 @@ const localStorageGrace = 1
 // do it themselves: it concerns one pod at a time, whose volumes and
 // containers are theirs, and needs no ranking across the node.
 func (r *Runner) localStorageLoop(ctx context.Context, ctrl *controller.Controller, sink *statuspub.Publisher, vols *volumes.Manager, rt runtime.Runtime) {
-	t := time.NewTicker(r.cfg.LocalStorageInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	periodic.Run(ctx, r.cfg.LocalStorageInterval, func(ctx context.Context) {
 		for p := 0; p < r.common.Partitions; p++ {
 			if !r.isAdopted(p) {
 				continue
@@ -60,7 +53,7 @@ func (r *Runner) localStorageLoop(ctx context.Context, ctrl *controller.Controll
 				}
 			}
 		}
-	}
+	})
 }
 
 // overLocalStorage is the kubelet's message for a running pod that uses

@@ -131,7 +131,7 @@ func (r *Runner) rebuild(ctx context.Context, p int, rt runtime.Runtime) (map[st
 // (their own subject), in stream order, from after on; the op is read from
 // each envelope.
 func (r *Runner) followUpdates(ctx context.Context, p int, part *partition, ctrl *controller.Controller, after uint64, log *zap.Logger) error {
-	updates, err := bus.Follow(ctx, r.conn.JS, bus.FollowOptions{
+	updates, err := bus.Follow(ctx, r.js, bus.FollowOptions{
 		Stream:  bus.StreamName(r.common.NodeName, bus.StreamPodUpdates),
 		Name:    r.follower(p),
 		Filters: r.subjects.PartitionPodUpdates(p),
@@ -169,7 +169,7 @@ func (r *Runner) followUpdates(ctx context.Context, p int, part *partition, ctrl
 // consumeProbes resumes the partition's probe results consumer, shared by
 // the replicas.
 func (r *Runner) consumeProbes(ctx context.Context, p int, part *partition, ctrl *controller.Controller, log *zap.Logger) error {
-	stop, err := bus.Consume(ctx, r.conn.JS, bus.ConsumerOptions{
+	stop, err := bus.Consume(ctx, r.js, bus.ConsumerOptions{
 		Stream:            bus.StreamName(r.common.NodeName, bus.StreamProbes),
 		Durable:           r.durable(p),
 		Filters:           []string{r.subjects.ProbeResults(p)},
@@ -427,7 +427,7 @@ func (r *Runner) restore(ctx context.Context, p int, state map[string]map[types.
 func (r *Runner) lastStatuses(ctx context.Context, p int) (map[types.UID]*bus.PodRuntimeStatus, error) {
 	out := map[types.UID]*bus.PodRuntimeStatus{}
 	subject := r.subjects.PodStatus(p)
-	stream, err := r.conn.JS.Stream(ctx, bus.StreamName(r.common.NodeName, bus.StreamPodStatus))
+	stream, err := r.js.Stream(ctx, bus.StreamName(r.common.NodeName, bus.StreamPodStatus))
 	if err != nil {
 		return nil, err
 	}
@@ -478,7 +478,7 @@ func (r *Runner) replay(ctx context.Context, p int) (map[string]map[types.UID]co
 	// per source, the pods it wants.
 	state := map[string]map[types.UID]corev1.Pod{}
 	streamName := bus.StreamName(r.common.NodeName, bus.StreamPodUpdates)
-	stream, err := r.conn.JS.Stream(ctx, streamName)
+	stream, err := r.js.Stream(ctx, streamName)
 	if err != nil {
 		return nil, 0, fmt.Errorf("partition %d: stream: %w", p, err)
 	}

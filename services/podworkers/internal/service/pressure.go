@@ -48,7 +48,7 @@ func (v *pressureView) set(c []corev1.NodeConditionType) {
 // for admission.
 func (r *Runner) watchPressure(ctx context.Context) (func(), error) {
 	stream := bus.StreamName(r.common.NodeName, bus.StreamState)
-	cons, err := r.conn.JS.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+	cons, err := r.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{r.subjects.NodePressure()},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 		NamePrefix:     bus.OrderedName("podworkers-pressure"),

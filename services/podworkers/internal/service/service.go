@@ -54,7 +54,7 @@ import (
 	"github.com/splitlet/splitlet/services/podworkers/internal/dns"
 	"github.com/splitlet/splitlet/services/podworkers/internal/ownership"
 	"github.com/splitlet/splitlet/services/podworkers/internal/podsync"
-	"github.com/splitlet/splitlet/services/podworkers/internal/podworkers"
+	"github.com/splitlet/splitlet/services/podworkers/internal/podworker"
 	"github.com/splitlet/splitlet/services/podworkers/internal/statuspub"
 	"github.com/splitlet/splitlet/services/podworkers/internal/volumes"
 )
@@ -104,13 +104,15 @@ type Config struct {
 	// the node-wide cgroup housekeeping runs.
 	Cgroups         config.Cgroups
 	CgroupReconcile time.Duration
+	// fallback is FallbackAllocatable parsed, set by Validate.
+	fallback corev1.ResourceList
 }
 
 // RegisterFlags adds the podworkers keys ("podworkers.<key>") to fs.
 func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.ReplicaID, "podworkers.replica-id", DefaultReplicaID(), "this replica's name in the partition leases, stable across restarts so that a restarted replica resumes its own leases at once (letters, digits, '-', '_', '.'); default: $POD_NAME, else the host name; a replica that finds its id held by another live replica takes the id with a random suffix; empty: random")
-	fs.DurationVar(&c.ResyncInterval, "podworkers.resync-interval", podworkers.DefaultResyncInterval, "interval between syncs of a healthy pod (jittered)")
-	fs.DurationVar(&c.BackOffPeriod, "podworkers.backoff-period", podworkers.DefaultBackOffPeriod, "delay before a failed pod sync is retried (jittered)")
+	fs.DurationVar(&c.ResyncInterval, "podworkers.resync-interval", podworker.DefaultResyncInterval, "interval between syncs of a healthy pod (jittered)")
+	fs.DurationVar(&c.BackOffPeriod, "podworkers.backoff-period", podworker.DefaultBackOffPeriod, "delay before a failed pod sync is retried (jittered)")
 	fs.DurationVar(&c.ContainerBackOff, "podworkers.container-backoff", podsync.DefaultBackOffBase, "first crash-loop back-off of a restarting container; it doubles on each restart")
 	fs.DurationVar(&c.ContainerBackOffMax, "podworkers.container-backoff-max", podsync.DefaultBackOffMax, "longest crash-loop back-off; it resets after twice this long without a restart")
 	fs.DurationVar(&c.Housekeeping, "podworkers.housekeeping-interval", controller.DefaultHousekeeping, "interval of housekeeping (forgetting workers of pods no longer desired)")
@@ -184,9 +186,11 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("invalid value for podworkers.replica-id: %w", err)
 		}
 	}
-	if _, err := kube.ParseResourceList(c.FallbackAllocatable); err != nil {
+	fallback, err := kube.ParseResourceList(c.FallbackAllocatable)
+	if err != nil {
 		return fmt.Errorf("invalid value for podworkers.fallback-allocatable: %w", err)
 	}
+	c.fallback = fallback
 	if _, err := kube.NewSysctlAllowlist(nil, c.AllowedUnsafeSysctls); err != nil {
 		return fmt.Errorf("invalid value for podworkers.allowed-unsafe-sysctls: %w", err)
 	}
@@ -224,7 +228,9 @@ type Runner struct {
 	common *config.Common
 	log    *zap.Logger
 	conn   *messaging.Conn
-	cs     kubernetes.Interface
+	// js is the stage's JetStream handle, which lists its consumers.
+	js jetstream.JetStream
+	cs kubernetes.Interface
 	// Runtime, if set before Start, replaces the one --runtime names (tests).
 	Runtime runtime.Runtime
 
@@ -288,7 +294,7 @@ type partition struct {
 }
 
 // New builds the stage.
-func New(cfg *Config, common *config.Common, log *zap.Logger, conn *messaging.Conn, cs kubernetes.Interface, reg prometheus.Registerer, tp *tracing.Provider) (*Runner, error) {
+func New(cfg *Config, common *config.Common, log *zap.Logger, conn *messaging.Conn, js jetstream.JetStream, cs kubernetes.Interface, reg prometheus.Registerer, tp *tracing.Provider) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -302,7 +308,7 @@ func New(cfg *Config, common *config.Common, log *zap.Logger, conn *messaging.Co
 		id = hex.EncodeToString(b)
 	}
 	r := &Runner{
-		cfg: cfg, common: common, conn: conn, cs: cs, id: id,
+		cfg: cfg, common: common, conn: conn, js: js, cs: cs, id: id,
 		log:      log.Named("podworkers").With(zap.String("replica", id)),
 		baseLog:  log.Named("podworkers"),
 		subjects: bus.For(common.NodeName),
@@ -516,7 +522,7 @@ func (r *Runner) run(ctx context.Context) error {
 	defer stopRecorder()
 	syncOpts, vols, stopSync := r.syncOptions(ctx, rt, recorder, allocatable, true)
 	defer stopSync()
-	pub := bus.NewPublisher(r.conn.NC, r.conn.JS, node, r.Source(), r.common.BusEncodingOption())
+	pub := bus.NewPublisher(r.conn.NC, r.js, node, r.Source(), r.common.BusEncodingOption())
 
 	var owned atomic.Pointer[ownership.Manager] // for admission, read before owner is set
 	sink := statuspub.New(pub, r.common.Partitions, r.isActive, r.log.Named("status"))
@@ -544,7 +550,7 @@ func (r *Runner) run(ctx context.Context) error {
 // id in it; a live replica with the same id (replicas sharing a host name)
 // makes this one take another. stop ends the claim's heartbeat.
 func (r *Runner) claimReplicaID(ctx context.Context) (kv jetstream.KeyValue, id string, stop func(), err error) {
-	kv, err = ownership.CreateBucket(ctx, r.conn.JS, bus.NodeToken(r.common.NodeName), r.common.NATSReplicas)
+	kv, err = ownership.CreateBucket(ctx, r.js, bus.NodeToken(r.common.NodeName), r.common.NATSReplicas)
 	if err != nil {
 		return nil, "", nil, err
 	}
@@ -671,7 +677,7 @@ func (r *Runner) serve(ctx context.Context, rt runtime.Runtime, ctrl *controller
 // delays the start (at most 10 s).
 func (r *Runner) watchNode(ctx context.Context) (allocatable func() corev1.ResourceList, thisNode func() *corev1.Node, stop func()) {
 	node := r.common.NodeName
-	fallback, _ := kube.ParseResourceList(r.cfg.FallbackAllocatable)
+	fallback := r.cfg.fallback
 	nodeFactory := informers.NewSharedInformerFactoryWithOptions(r.cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", node).String()
 	}))
@@ -780,7 +786,7 @@ func (r *Runner) newController(rt runtime.Runtime, sink *statuspub.Publisher, re
 		ObserveSync:  r.metrics.observe,
 		Active:       r.isAdopted,
 		CaughtUp:     r.caughtUp,
-		WorkerOpts:   []podworkers.Option{podworkers.WithResyncInterval(r.cfg.ResyncInterval), podworkers.WithBackOffPeriod(r.cfg.BackOffPeriod)},
+		WorkerOpts:   []podworker.Option{podworker.WithResyncInterval(r.cfg.ResyncInterval), podworker.WithBackOffPeriod(r.cfg.BackOffPeriod)},
 		SyncOpts:     syncOpts,
 		Tracer:       r.tracer,
 		Traces:       r.traces,
@@ -944,7 +950,7 @@ func (r *Runner) watchInputs(ctx context.Context, ctrl *controller.Controller) (
 // watchSources follows state.sources (every replica reads every value).
 func (r *Runner) watchSources(ctx context.Context, ctrl *controller.Controller) (func(), error) {
 	stream := bus.StreamName(r.common.NodeName, bus.StreamState)
-	cons, err := r.conn.JS.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+	cons, err := r.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{r.subjects.SourcesReady()},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 		NamePrefix:     bus.OrderedName("podworkers-sources"),

@@ -247,7 +247,7 @@ func (e *env) startReplicaRuntime(t *testing.T, runtimeName string, mod func(*Co
 	if e.replicaCS != nil {
 		cs = e.replicaCS
 	}
-	r, err := New(cfg, common, log, conn, cs, prometheus.NewRegistry(), tracing.Noop())
+	r, err := New(cfg, common, log, conn, conn.JS, cs, prometheus.NewRegistry(), tracing.Noop())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ import (
 // messages under its prefix.
 func (r *Runner) runShadow(ctx context.Context) error {
 	node := r.common.NodeName
-	if err := bus.EnsureShadowStream(ctx, r.conn.JS, node, r.common.NATSReplicas); err != nil {
+	if err := bus.EnsureShadowStream(ctx, r.js, node, r.common.NATSReplicas); err != nil {
 		return err
 	}
 	rt := shadowrt.New(r.common.Runtime, 0, r.log.Named("shadowrt"))
@@ -43,7 +43,7 @@ func (r *Runner) runShadow(ctx context.Context) error {
 	defer stopMirror()
 	allocatable, thisNode, stopNode := r.watchNode(ctx)
 	defer stopNode()
-	pub := bus.NewPublisher(r.conn.NC, r.conn.JS, node, r.Source(), r.common.BusEncodingOption())
+	pub := bus.NewPublisher(r.conn.NC, r.js, node, r.Source(), r.common.BusEncodingOption())
 	recorder := shadowRecorder{log: r.log.Named("events"), pub: pub, subjects: r.subjects.Shadow(bus.StagePodworkers), partitions: r.common.Partitions}
 	syncOpts, _, stopSync := r.syncOptions(ctx, rt, recorder, allocatable, false)
 	defer stopSync()
@@ -117,7 +117,7 @@ func (r *Runner) stopAll() {
 // the stream held when it began, so that the shadow's workers find the
 // containers the live ones run before they decide anything.
 func (r *Runner) mirrorLive(ctx context.Context, rt *shadowrt.Runtime) (func(), error) {
-	stream, err := r.conn.JS.Stream(ctx, bus.StreamName(r.common.NodeName, bus.StreamPodStatus))
+	stream, err := r.js.Stream(ctx, bus.StreamName(r.common.NodeName, bus.StreamPodStatus))
 	if err != nil {
 		return nil, fmt.Errorf("shadow: podstatus stream: %w", err)
 	}

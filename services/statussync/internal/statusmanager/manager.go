@@ -57,6 +57,7 @@ import (
 	"github.com/splitlet/splitlet/libs/health"
 	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/logging"
+	"github.com/splitlet/splitlet/libs/periodic"
 	"github.com/splitlet/splitlet/libs/tracing"
 	"github.com/splitlet/splitlet/services/statussync/internal/apistatus"
 )
@@ -736,16 +737,7 @@ func (m *Manager) Run(ctx context.Context) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(m.opts.BatchPeriod)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				m.syncBatch()
-			}
-		}
+		periodic.Run(ctx, m.opts.BatchPeriod, func(context.Context) { m.syncBatch() })
 	}()
 	<-ctx.Done()
 	if m.opts.DropPendingOnStop {

@@ -1,4 +1,4 @@
-// Package podworkers is the pod worker state machine: one serialized worker
+// Package podworker is the pod worker state machine: one serialized worker
 // per pod UID that drives the pod through its life, as the kubelet's pod
 // workers do.
 //
@@ -57,7 +57,7 @@
 //     is forgotten, and a later update for its UID starts a new worker that
 //     adopts what the runtime holds (kubelet: a restarted kubelet's workers
 //     start from the containers CRI reports).
-package podworkers
+package podworker
 
 import (
 	"context"
@@ -613,8 +613,9 @@ func (w *Workers) take(uid types.UID, s *podState) (context.Context, *work, bool
 	return s.ctx, wk, true
 }
 
-// complete ends a work item and requeues the pod after d (0: not at all).
-func (w *Workers) complete(uid types.UID, d time.Duration) {
+// finish ends the pod's work item and, if the pod is still known, has
+// then move it on, both under the lock.
+func (w *Workers) finish(uid types.UID, then func(s *podState)) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	s, ok := w.pods[uid]
@@ -622,66 +623,55 @@ func (w *Workers) complete(uid types.UID, d time.Duration) {
 		return
 	}
 	s.working = false
-	if s.pending != nil {
-		// the pod's goroutine takes it next.
-		return
-	}
-	if d > 0 {
-		w.queue.AddAfter(uid, d)
-	}
+	then(s)
+}
+
+// complete ends a work item and requeues the pod after d (0: not at all).
+func (w *Workers) complete(uid types.UID, d time.Duration) {
+	w.finish(uid, func(s *podState) {
+		if s.pending == nil && d > 0 {
+			// (with work pending, the pod's goroutine takes it next.)
+			w.queue.AddAfter(uid, d)
+		}
+	})
 }
 
 // completeTerminal moves a pod whose sync found it finished to terminating.
 func (w *Workers) completeTerminal(uid types.UID) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	s, ok := w.pods[uid]
-	if !ok {
-		return
-	}
-	s.working = false
-	if !s.terminationRequested() {
-		s.terminatingAt = w.now()
-	}
-	if s.pending == nil {
-		g, _ := effectiveGrace(s.gracePeriod, s.pod, nil)
-		s.gracePeriod = g
-		s.pending = &work{kind: TerminatingPodWork, opts: UpdateOptions{Type: UpdateKill, Pod: s.pod, StartTime: w.now(), Kill: &KillOptions{GracePeriodOverride: &g}}}
-	}
+	w.finish(uid, func(s *podState) {
+		if !s.terminationRequested() {
+			s.terminatingAt = w.now()
+		}
+		if s.pending == nil {
+			g, _ := effectiveGrace(s.gracePeriod, s.pod, nil)
+			s.gracePeriod = g
+			s.pending = &work{kind: TerminatingPodWork, opts: UpdateOptions{Type: UpdateKill, Pod: s.pod, StartTime: w.now(), Kill: &KillOptions{GracePeriodOverride: &g}}}
+		}
+	})
 }
 
 // completeTerminating records that every container stopped and queues the
 // reclaim step.
 func (w *Workers) completeTerminating(uid types.UID) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	s, ok := w.pods[uid]
-	if !ok {
-		return
-	}
-	s.working = false
-	s.terminatedAt = w.now()
-	closeAll(s.notify)
-	s.notify = nil
-	s.pending = &work{kind: TerminatedPodWork, opts: UpdateOptions{Type: UpdateKill, Pod: s.pod, StartTime: w.now()}}
+	w.finish(uid, func(s *podState) {
+		s.terminatedAt = w.now()
+		closeAll(s.notify)
+		s.notify = nil
+		s.pending = &work{kind: TerminatedPodWork, opts: UpdateOptions{Type: UpdateKill, Pod: s.pod, StartTime: w.now()}}
+	})
 }
 
 // completeTerminated finishes the pod: its worker exits, and updates are
 // ignored until SyncKnownPods forgets it.
 func (w *Workers) completeTerminated(uid types.UID) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	s, ok := w.pods[uid]
-	if !ok {
-		return
-	}
-	s.working = false
-	s.finished = true
-	s.pending = nil
-	if s.cancel != nil {
-		s.cancel()
-	}
-	w.releaseStatic(s.fullname, uid)
+	w.finish(uid, func(s *podState) {
+		s.finished = true
+		s.pending = nil
+		if s.cancel != nil {
+			s.cancel()
+		}
+		w.releaseStatic(s.fullname, uid)
+	})
 }
 
 // Detach stops the worker of a pod without terminating the pod (its

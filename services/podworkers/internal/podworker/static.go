@@ -1,4 +1,4 @@
-package podworkers
+package podworker
 
 import (
 	corev1 "k8s.io/api/core/v1"

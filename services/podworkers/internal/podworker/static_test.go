@@ -1,4 +1,4 @@
-package podworkers
+package podworker
 
 import (
 	"testing"
