@@ -104,10 +104,10 @@ func TestPreStopOutlivesGrace(t *testing.T) {
 	p := pod("h5", corev1.RestartPolicyAlways, "app")
 	p.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"pre", "hang"}}}}
 	p.Spec.TerminationGracePeriodSeconds = &one
-	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateCreate, Pod: p})
+	r.w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateCreate, Pod: p})
 	eventually(t, "running", func() bool { return running(r.sk.get("h5"), "app") })
 	id := r.sk.get("h5").ContainerStatuses[0].ContainerID
-	r.w.UpdatePod(podworkers.UpdateOptions{Type: podworkers.UpdateKill, Pod: p})
+	r.w.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateKill, Pod: p})
 	eventually(t, "stopped", func() bool { st := r.sk.get("h5"); return st != nil && st.Terminated })
 	eventually(t, "the hook ended", func() bool { return r.rt.ExecEnd("pre hang") != "" })
 	if end := r.rt.ExecEnd("pre hang"); end != "stopped" {

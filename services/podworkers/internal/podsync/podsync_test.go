@@ -369,7 +369,7 @@ func TestRestartedSidecarStillHoldsTheApp(t *testing.T) {
 	}
 	sync := func() {
 		t.Helper()
-		if _, err := sy.SyncPod(t.Context(), podworkers.UpdateSync, p); err != nil {
+		if _, err := sy.SyncPod(t.Context(), podworker.UpdateSync, p); err != nil {
 			t.Fatal(err)
 		}
 	}
