@@ -86,19 +86,7 @@ func TestCRIImagePullSecrets(t *testing.T) {
 				st.ContainerStatuses[0].State.Waiting.Reason == reason
 		}
 	}
-	// ErrImagePull stands only until the next sync finds the pull backing
-	// off: looked for among every status sent, not in the last one.
-	eventually(t, time.Minute, "the pod without a secret waiting with ErrImagePull", func() bool {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		for _, st := range e.seen {
-			if st.UID == anon.UID && len(st.ContainerStatuses) == 1 && st.ContainerStatuses[0].State.Waiting != nil &&
-				st.ContainerStatuses[0].State.Waiting.Reason == cri.ReasonErrImagePull {
-				return true
-			}
-		}
-		return false
-	})
+	eventually(t, time.Minute, "the pod without a secret waiting with ErrImagePull", func() bool { return e.sawWaiting(anon.UID, cri.ReasonErrImagePull) })
 	eventually(t, time.Minute, "the pod without a secret waiting with ImagePullBackOff", waiting(cri.ReasonImagePullBackOff))
 	wantEvent(t, admin, anon, "Warning", "Failed", regexp.QuoteMeta(fmt.Sprintf("Failed to pull image %q: ", image))+".*401 Unauthorized")
 	wantEvent(t, admin, anon, "Warning", "Failed", "^Error: ErrImagePull$")

@@ -56,11 +56,7 @@ func TestCRIPodRunsAndIsTornDown(t *testing.T) {
 	if ar := e.lastReadiness(t, js); ar == nil || !strings.HasPrefix(ar.Runtime, "containerd://1.") {
 		t.Errorf("AgentReadiness %+v: want the runtime named containerd://<version>", ar)
 	}
-	eventually(t, time.Minute, "the bad image's container waiting with ErrImagePull", func() bool {
-		st, _ := e.get(bad.UID)
-		return st != nil && len(st.ContainerStatuses) == 1 && st.ContainerStatuses[0].State.Waiting != nil &&
-			st.ContainerStatuses[0].State.Waiting.Reason == cri.ReasonErrImagePull
-	})
+	eventually(t, time.Minute, "the bad image's container waiting with ErrImagePull", func() bool { return e.sawWaiting(bad.UID, cri.ReasonErrImagePull) })
 	e.send(bus.OpDelete, markDeleted(p))
 	eventually(t, time.Minute, "pod terminated", func() bool { st, _ := e.get(p.UID); return st.Terminated })
 	st, _ = e.get(p.UID)

@@ -188,6 +188,22 @@ func (e *env) get(uid types.UID) (*bus.PodRuntimeStatus, string) {
 	return e.status[uid], e.source[uid]
 }
 
+// sawWaiting says whether any status sent for the pod had its one
+// container waiting with reason: a transient reason (ErrImagePull, which
+// the next sync turns into ImagePullBackOff) may stand for less than a
+// poll's interval, so the last status alone would miss it.
+func (e *env) sawWaiting(uid types.UID, reason string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, st := range e.seen {
+		if st.UID == uid && len(st.ContainerStatuses) == 1 && st.ContainerStatuses[0].State.Waiting != nil &&
+			st.ContainerStatuses[0].State.Waiting.Reason == reason {
+			return true
+		}
+	}
+	return false
+}
+
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	testenv.EventuallyTrue(t, timeout, what, cond)
