@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/splitlet/splitlet/libs/cgroups"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
 
@@ -365,90 +365,25 @@ func kubectlTop(t *testing.T, cp *testenv.ControlPlane) {
 }
 
 // agentCgroups makes a cgroup of this test's, with a child per agent, in
-// each cgroup hierarchy (every v1 one, or the v2 one) and returns its name
-// (cgroupfs form); once the test is done it removes what is left under it,
-// deepest first.
+// every hierarchy (libs/cgroups: a v1 cpuset gets its parent's CPUs and
+// memory nodes) and returns its name (cgroupfs form); once the test is
+// done it removes what is left under it, deepest first.
 func agentCgroups(t *testing.T, agents ...string) string {
 	t.Helper()
 	name := fmt.Sprintf("/splitlet-top-%d", os.Getpid())
-	hierarchies, all := []string{"/sys/fs/cgroup"}, []string{"/sys/fs/cgroup"}
-	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err != nil { // v1
-		hierarchies, all = nil, nil
-		entries, err := os.ReadDir("/sys/fs/cgroup")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range entries {
-			h := filepath.Join("/sys/fs/cgroup", e.Name())
-			if _, err := os.Stat(filepath.Join(h, "cgroup.procs")); err != nil {
-				continue
-			}
-			// the v2 hierarchy beside v1 (hybrid) is runc's to populate
-			all = append(all, h)
-			if e.Name() != "unified" {
-				hierarchies = append(hierarchies, h)
-			}
-		}
+	fsys, err := cgroups.DetectFS()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Cleanup(func() { removeCgroups(t, all, name) })
-	for _, h := range hierarchies {
-		for _, a := range append([]string{""}, agents...) {
-			dir := filepath.Join(h, name, a)
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			prepareCgroup(t, h, dir)
+	t.Cleanup(func() {
+		if err := fsys.Remove(name); err != nil {
+			t.Logf("cgroups left: %v", err)
+		}
+	})
+	for _, a := range agents {
+		if err := fsys.Ensure(filepath.Join(name, a), cgroups.Resources{}); err != nil {
+			t.Fatal(err)
 		}
 	}
 	return name
-}
-
-// prepareCgroup gives a new cgroup what its children need: v1 cpuset the
-// root's CPUs and memory nodes; v2 the controllers its parent delegates.
-func prepareCgroup(t *testing.T, hierarchy, dir string) {
-	t.Helper()
-	parent := filepath.Dir(dir)
-	var files []string
-	switch filepath.Base(hierarchy) {
-	case "cpuset":
-		files = []string{"cpuset.cpus", "cpuset.mems"}
-	case "cgroup":
-		files = []string{"cgroup.subtree_control"}
-	}
-	for _, f := range files {
-		b, err := os.ReadFile(filepath.Join(parent, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		v := strings.TrimSpace(string(b))
-		if f == "cgroup.subtree_control" {
-			v = "+" + strings.Join(strings.Fields(v), " +")
-		}
-		if v == "+" || v == "" {
-			continue
-		}
-		if err := os.WriteFile(filepath.Join(dir, f), []byte(v), 0o644); err != nil {
-			t.Fatalf("%s of %s: %v", f, dir, err)
-		}
-	}
-}
-
-// removeCgroups removes name and what is under it in each hierarchy,
-// deepest first; a cgroup that cannot go (a process left in it) is named.
-func removeCgroups(t *testing.T, hierarchies []string, name string) {
-	for _, h := range hierarchies {
-		var dirs []string
-		_ = filepath.WalkDir(filepath.Join(h, name), func(p string, d os.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, p)
-			}
-			return nil
-		})
-		sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
-		for _, d := range dirs {
-			if err := os.Remove(d); err != nil && !os.IsNotExist(err) {
-				t.Logf("cgroup %s left: %v", d, err)
-			}
-		}
-	}
 }
