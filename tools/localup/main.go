@@ -182,11 +182,14 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer logFile.Close()
+	// After containerd is down (deferred calls run last first): the
+	// agent's root directory, bind-mounted onto itself, and what it mounted
+	// for its pods' volumes.
+	root := filepath.Join(dataDir, "kubelet")
 	if kubelet {
-		// After containerd is down (deferred calls run last first): what
-		// the kubelet mounted for its pods' volumes.
-		defer func() { _ = testenv.UnmountUnder(testenv.KubeletRoot(filepath.Join(state, "kubelet"))) }()
+		root = testenv.KubeletRoot(filepath.Join(state, "kubelet"))
 	}
+	defer func() { _ = testenv.UnmountUnder(root) }()
 	criEndpoint, stopCRI, err := criRuntime(ctx, o.runtime, state, o.containerd, o.out)
 	if err != nil {
 		return err

@@ -437,6 +437,9 @@ func (r *Runner) newRuntime(ctx context.Context) (runtime.Runtime, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := shareRootDir(r.rootDir()); err != nil {
+			return nil, err
+		}
 		var providers *cri.CredentialProviders
 		if r.cfg.CredentialProviderConfig != "" {
 			var err error
