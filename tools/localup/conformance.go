@@ -48,6 +48,9 @@ type conformanceOptions struct {
 	// it kills none of its pods; the node suite's cgroup specs, which look
 	// for /kubepods at the host's root, then fail on either agent.
 	ownCgroupRoot bool
+	// serial runs the node suite's Serial specs too, but those in
+	// nodeSerialSkips (--serial).
+	serial bool
 }
 
 // The pods' network of make conformance: a bridge and its subnet. A run
@@ -164,6 +167,9 @@ func conformanceMain(ctx context.Context, o options, c conformanceOptions) int {
 func runConformance(ctx context.Context, o options, c conformanceOptions) (*summary, error) {
 	start := time.Now()
 	st := suiteOf(c.suite)
+	if c.serial {
+		st.skips = nodeSkips(true)
+	}
 	e2eBin, bins, err := e2eBinaries(st)
 	if err != nil {
 		return nil, err

@@ -90,6 +90,7 @@ func main() {
 	flag.StringVar(&c.cniBridge, "cni-bridge", "", "with --conformance: the CNI bridge of the containerd it starts; empty: "+defaultCNIBridge+" ("+kubeletCNIBridge+" with --node-agent=kubelet, so that both runs can go at once)")
 	flag.StringVar(&c.cniSubnet, "cni-subnet", "", "with --conformance: the pods' subnet on that bridge; empty: "+defaultCNISubnet+" ("+kubeletCNISubnet+" with --node-agent=kubelet)")
 	flag.BoolVar(&c.ownCgroupRoot, "own-cgroup-root", false, "with --conformance --suite=node: the node agent's pods under a cgroup root of the run's own, as make conformance always does, so that a Splitlet run and a kubelet run may go at once (the suite's cgroup specs, which look for /kubepods at the host's root, then fail on both)")
+	flag.BoolVar(&c.serial, "serial", false, "with --conformance --suite=node: the [Serial] NodeConformance specs too (they run last, one at a time), but those that use something the whole host shares or cannot work in this harness: the skip list names each with its cause")
 	var table bool
 	var tableOut string
 	flag.BoolVar(&table, "conformance-table", false, "make conformance-table: read the report directories given as arguments (their summary.json) and rewrite the conformance-table block of --out from them, then stop")
@@ -100,6 +101,10 @@ func main() {
 	}
 	if c.suite != suiteE2E && c.suite != suiteNodeE2E {
 		fmt.Fprintf(os.Stderr, "localup: --suite=%s: want %s or %s\n", c.suite, suiteE2E, suiteNodeE2E)
+		os.Exit(2)
+	}
+	if c.serial && c.suite != suiteNodeE2E {
+		fmt.Fprintf(os.Stderr, "localup: --serial is for --suite=%s (make conformance's selection has the Serial specs)\n", suiteNodeE2E)
 		os.Exit(2)
 	}
 	if o.nodeAgent != agentSplitlet && o.nodeAgent != agentKubelet {

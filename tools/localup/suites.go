@@ -75,6 +75,40 @@ func suiteOf(name string) conformanceSuite {
 // break the node).
 const nodeConformanceLabels = `NodeConformance && !Serial && !Disruptive`
 
+// nodeSerialLabels selects the node suite's specs with --serial: the
+// Serial ones too (Ginkgo runs them last, one at a time); the Disruptive
+// ones are all Serial and named in nodeSerialSkips.
+const nodeSerialLabels = `NodeConformance && !Disruptive`
+
+// nodeSerialSkips are the Serial NodeConformance specs that --serial
+// leaves out, each with its cause: they use something the whole host
+// shares (so they cannot go beside another run), or cannot work in this
+// harness whatever the node agent and would cost minutes to fail. The
+// Serial specs that only fail here (they restart the kubelet through
+// systemd, dial the kubelet's fixed ports) run, so that each agent's
+// report shows it.
+var nodeSerialSkips = []conformanceSkip{
+	{`Container Runtime blackbox test when running a container with a new image`,
+		"each spec's registry is agnhost's fake-registry-server in a hostNetwork pod on host port 5000 (test/e2e/framework/registry/registry.go:126,136, from test/e2e/common/node/runtime.go:268): one port for the whole host, so two runs at once take it from each other; run them with one run on the host (make conformance runs them too)"},
+	{`MirrorPod when recreating a static pod it should launch successfully even if it temporarily failed termination due to volume failing to unmount`,
+		"runs a kernel NFS server in a privileged pod of e2e-test-images/volume/nfs, which this harness does not build (test/e2e_node/mirror_pod_test.go:211), for a static pod to mount with the host's NFS client, and looks for the pod's volumes under /var/lib/kubelet/pods (mirror_pod_test.go:486), where neither agent keeps them here (each run has a root directory of its own)"},
+	{`Device Plugin \[Serial\]`,
+		"[Disruptive]: its sample device plugin registers at the host's one /var/lib/kubelet/device-plugins, it waits for the pod resources socket /var/lib/kubelet/pod-resources/kubelet.sock (test/e2e_node/device_plugin_test.go:152, util.go:84), which neither agent has there, and it restarts the kubelet after each spec with sudo systemctl (device_plugin_test.go:209, util.go:402)"},
+	{`MirrorPodWithGracePeriod .*container runtime is temporarily down`,
+		"[Disruptive]: stops and starts the systemd unit of the host's one process named containerd over D-Bus (test/e2e_node/mirror_pod_grace_period_test.go:207,255, util.go:336,374), every run's containerd; first it reads the kubelet's metrics on the read-only port localhost:10255 (cpu_manager_metrics_test.go:514), closed on both agents here"},
+	{`should be able to pull from private registry with credential provider`,
+		"[Disruptive]: restarts the kubelet with sudo systemctl (test/e2e_node/runtime_conformance_test.go:99, util.go:402), writes /var/lib/kubelet/config.json (runtime_conformance_test.go:96) and runs its registry on host port 5000 (:71)"},
+}
+
+// nodeSkips are the node suite's skips: with the Serial specs (--serial),
+// nodeSerialSkips too.
+func nodeSkips(serial bool) []conformanceSkip {
+	if !serial {
+		return nodeConformanceSkips
+	}
+	return append(append([]conformanceSkip(nil), nodeConformanceSkips...), nodeSerialSkips...)
+}
+
 // nodeConformanceSkips are the node suite's groups that this harness (one
 // node, the test images built FROM scratch) cannot give, whatever the node
 // agent: the e2e suite's list (the node suite runs test/e2e/common too).
@@ -112,11 +146,12 @@ func nodeSuiteArgs(env suiteEnv, c conformanceOptions) ([]string, []string, erro
 	if err := os.WriteFile(specFile, []byte(nodeSystemSpec), 0o644); err != nil {
 		return nil, nil, err
 	}
-	return nodeE2EArgs(cfg.Host, cfg.BearerToken, specFile, env, c.timeout, c.e2eArgs), []string{cfg.BearerToken}, nil
+	return nodeE2EArgs(cfg.Host, cfg.BearerToken, specFile, env, c.timeout, c.serial, c.e2eArgs), []string{cfg.BearerToken}, nil
 }
 
-// nodeE2EArgs is nodeSuiteArgs's command line.
-func nodeE2EArgs(host, token, specFile string, env suiteEnv, timeout time.Duration, extra []string) []string {
+// nodeE2EArgs is nodeSuiteArgs's command line; serial selects the Serial
+// specs too (nodeSerialLabels, nodeSerialSkips).
+func nodeE2EArgs(host, token, specFile string, env suiteEnv, timeout time.Duration, serial bool, extra []string) []string {
 	args := []string{
 		"--start-services=false",
 		"--host=" + host,
@@ -133,9 +168,13 @@ func nodeE2EArgs(host, token, specFile string, env suiteEnv, timeout time.Durati
 		"--ginkgo.no-color",
 	}
 	if !hasFlag(extra, "ginkgo.label-filter") {
-		args = append(args, "--ginkgo.label-filter="+nodeConformanceLabels)
+		labels := nodeConformanceLabels
+		if serial {
+			labels = nodeSerialLabels
+		}
+		args = append(args, "--ginkgo.label-filter="+labels)
 	}
-	for _, s := range nodeConformanceSkips {
+	for _, s := range nodeSkips(serial) {
 		args = append(args, "--ginkgo.skip="+s.pattern)
 	}
 	return append(args, extra...)

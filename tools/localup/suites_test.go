@@ -20,7 +20,7 @@ import (
 // flags last.
 func TestNodeE2EArgs(t *testing.T) {
 	env := suiteEnv{reportDir: "/out", criEndpoint: "unix:///c.sock"}
-	args := nodeE2EArgs("https://10.0.0.1:6443", "tok", "/s/spec.yaml", env, time.Hour, []string{"--ginkgo.focus=Pods"})
+	args := nodeE2EArgs("https://10.0.0.1:6443", "tok", "/s/spec.yaml", env, time.Hour, false, []string{"--ginkgo.focus=Pods"})
 	joined := strings.Join(args, "\n") + "\n"
 	for _, want := range []string{
 		"--start-services=false", "--host=https://10.0.0.1:6443", "--bearer-token=tok", "--prepull-images=false",
@@ -46,9 +46,99 @@ func TestNodeE2EArgs(t *testing.T) {
 	if args[len(args)-1] != "--ginkgo.focus=Pods" {
 		t.Errorf("the user's flags are not last: %v", args)
 	}
-	own := nodeE2EArgs("h", "t", "s", env, time.Hour, []string{"--ginkgo.label-filter=Serial"})
+	own := nodeE2EArgs("h", "t", "s", env, time.Hour, false, []string{"--ginkgo.label-filter=Serial"})
 	if n := strings.Count(strings.Join(own, "\n"), "--ginkgo.label-filter="); n != 1 {
 		t.Errorf("a label filter of the user's: %d label filters in %v", n, own)
+	}
+}
+
+// With --serial the node suite selects the Serial specs too and skips
+// nodeSerialSkips beside the usual groups; a label filter of the user's
+// still wins.
+func TestNodeE2EArgsSerial(t *testing.T) {
+	env := suiteEnv{reportDir: "/out", criEndpoint: "unix:///c.sock"}
+	args := nodeE2EArgs("h", "t", "s", env, time.Hour, true, nil)
+	labels, skips := []string{}, []string{}
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--ginkgo.label-filter="); ok {
+			labels = append(labels, v)
+		}
+		if v, ok := strings.CutPrefix(a, "--ginkgo.skip="); ok {
+			skips = append(skips, v)
+		}
+	}
+	if len(labels) != 1 || labels[0] != nodeSerialLabels {
+		t.Errorf("label filters %q, want %q", labels, nodeSerialLabels)
+	}
+	want := append(append([]conformanceSkip(nil), nodeConformanceSkips...), nodeSerialSkips...)
+	if len(skips) != len(want) {
+		t.Fatalf("%d skip flags, want %d", len(skips), len(want))
+	}
+	for i, s := range want {
+		if skips[i] != s.pattern {
+			t.Errorf("skip %d: %q, want %q", i, skips[i], s.pattern)
+		}
+	}
+	if n := len(nodeSkips(false)); n != len(nodeConformanceSkips) {
+		t.Errorf("without --serial: %d skips", n)
+	}
+	own := nodeE2EArgs("h", "t", "s", env, time.Hour, true, []string{"--ginkgo.label-filter=Serial"})
+	if n := strings.Count(strings.Join(own, "\n"), "--ginkgo.label-filter="); n != 1 {
+		t.Errorf("a label filter of the user's: %d label filters in %v", n, own)
+	}
+}
+
+// nodeSerialSkips leave out just the Serial specs they name, and name
+// every one the serial selection leaves out: on the node suite's spec
+// names (testdata/node-conformance-specs.txt), no pattern matches a
+// parallel spec (they run as without --serial), each matches a Serial
+// one, and the Serial specs left out are the named eight, each counted
+// in the summary as skipped with its cause.
+func TestNodeSerialSkips(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "node-conformance-specs.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serial, parallel []string
+	for _, l := range strings.Split(string(data), "\n") {
+		switch {
+		case strings.HasPrefix(l, "S "):
+			serial = append(serial, l[2:])
+		case strings.HasPrefix(l, "P "):
+			parallel = append(parallel, l[2:])
+		}
+	}
+	if len(serial) != 37 || len(parallel) != 437 {
+		t.Fatalf("%d Serial and %d parallel specs in the list, want 37 and 437", len(serial), len(parallel))
+	}
+	skips := junitSkips(nodeSerialSkips)
+	for _, sk := range skips {
+		for _, name := range parallel {
+			if sk.re.MatchString(name) {
+				t.Errorf("serial skip %q matches a parallel spec: %s", sk.re, name)
+			}
+		}
+		hit := false
+		for _, name := range serial {
+			hit = hit || sk.re.MatchString(name)
+		}
+		if !hit {
+			t.Errorf("serial skip %q matches no Serial spec", sk.re)
+		}
+	}
+	left := 0
+	for _, name := range serial {
+		if cause := skipCause(name, skips); cause != "" {
+			left++
+		}
+	}
+	if left != 8 {
+		t.Errorf("%d Serial specs left out, want 8", left)
+	}
+	for _, name := range serial {
+		if strings.Contains(name, "[Disruptive]") && skipCause(name, skips) == "" {
+			t.Errorf("a Disruptive spec without a cause: %s", name)
+		}
 	}
 }
 
