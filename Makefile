@@ -39,7 +39,7 @@ help:
 	@echo "make test     the unit tier, then every module's tests (builds the test control plane first if missing)"
 	@echo "make test-unit  the unit tier: go test -short over every module; needs Go alone (no control plane, containerd, Docker or root)"
 	@echo "make run      local control plane + splitlet (all services) + a demo pod; Ctrl-C stops all (RUNTIME=process|sim|cri)"
-	@echo "make node-conformance  Kubernetes' Node Conformance Test (e2e_node.test v1.36.3, NodeConformance && !Serial && !Disruptive) against the same harness; report in conformance/node-out (NODE=kubelet: conformance/node-out-kubelet; CONFORMANCEFLAGS as for make conformance)"
+	@echo "make node-conformance  Kubernetes' Node Conformance Test (e2e_node.test v1.36.3, NodeConformance && !Serial && !Disruptive; SERIAL=1: the Serial ones too) against the same harness; report in conformance/node-out (NODE=kubelet: conformance/node-out-kubelet; CONFORMANCEFLAGS as for make conformance)"
 	@echo "make conformance  Kubernetes' node conformance tests (e2e.test v1.36.3) against a control plane and a Splitlet node on containerd; report in conformance/out (CONFORMANCEFLAGS=\"--ginkgo.focus=...\"; NODE=kubelet: the real kubelet as the node, report in conformance/out-kubelet)"
 	@echo "make conformance-table  rewrite docs/conformance.md's figures block from the runs' summary.json (CONFORMANCE_REPORTS: by default every conformance/*/ with one)"
 	@echo "make bench    benchmarks"
@@ -158,14 +158,15 @@ conformance: build
 # make conformance (localup --conformance --suite=node: control plane,
 # containerd with the test images and the test-handler runtime, the node
 # agent of NODE) with --start-services=false; by default the specs labelled
-# NodeConformance && !Serial && !Disruptive, 4 Ginkgo processes. State under
+# NodeConformance && !Serial && !Disruptive (SERIAL=1: the Serial ones too,
+# but those the skip list names), 4 Ginkgo processes. State under
 # .splitlet/node-conformance(-kubelet), report in conformance/node-out(-kubelet).
 NODE_CONFORMANCE_OUT := conformance/node-out$(if $(filter kubelet,$(NODE)),-kubelet)
 node-conformance: build
 	@TESTENV_EXTRA="kube-scheduler kube-controller-manager$(if $(filter kubelet,$(NODE)), kubelet)" hack/testenv/build.sh $(BIN)
 	@hack/conformance/build.sh $(BIN)
 	@CGO_ENABLED=0 $(GO) build -o $(BIN)/localup ./tools/localup
-	$(BIN)/localup --conformance --suite=node --node-agent=$(NODE) --report-dir=$(NODE_CONFORMANCE_OUT) -- $(CONFORMANCEFLAGS)
+	$(BIN)/localup --conformance --suite=node --node-agent=$(NODE)$(if $(SERIAL), --serial) --report-dir=$(NODE_CONFORMANCE_OUT) -- $(CONFORMANCEFLAGS)
 
 # make conformance-table: rewrites the block of docs/conformance.md between
 # <!-- conformance-table:begin --> and <!-- conformance-table:end --> from
