@@ -54,7 +54,7 @@ func startSplitlet(t *testing.T, bin string, cp *testenv.ControlPlane, node, nam
 		t.Fatal(err)
 	}
 	return startProcess(t, bin, name, append([]string{"--kubeconfig=" + cp.Kubeconfig, "--node-name=" + node,
-		"--data-dir=" + t.TempDir(), "--http-addr=127.0.0.1:0",
+		"--data-dir=" + testenv.DataDir(t), "--http-addr=127.0.0.1:0",
 		fmt.Sprintf("--nodehb.port=%d", kubeletPort), "--nodehb.client-ca-file=" + cp.CAFile}, args...)...)
 }
 

@@ -108,7 +108,7 @@ func TestEvictionUnderMemoryPressure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dataDir := t.TempDir()
+	dataDir := testenv.DataDir(t)
 	nodehb := func() *killable {
 		return startKillable(t, bin, "--services=nodehb", "--kubeconfig="+cp.Kubeconfig, "--node-name="+node,
 			"--data-dir="+dataDir, "--http-addr=127.0.0.1:0", "--runtime=cri",

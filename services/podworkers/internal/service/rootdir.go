@@ -1,14 +1,29 @@
 package service
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/moby/sys/mountinfo"
+	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
+
+// shareRootDir shares the root directory's mount (shareRootDir). A pod
+// worker that may not mount (an unprivileged container) goes on without:
+// only a container whose mounts propagate fails, with the runtime's error.
+func (r *Runner) shareRootDir() error {
+	err := shareRootDir(r.rootDir())
+	if errors.Is(err, unix.EPERM) {
+		r.log.Warn("the root directory is not on a shared mount and this process may not mount: containers whose volume mounts propagate mounts (Bidirectional, HostToContainer) will fail to start",
+			zap.String("dir", r.rootDir()), zap.Error(err))
+		return nil
+	}
+	return err
+}
 
 // shareRootDir puts the root directory on a shared mount, as the kubelet
 // does at start: a container whose volume mount propagates mounts

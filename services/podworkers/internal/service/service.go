@@ -437,7 +437,7 @@ func (r *Runner) newRuntime(ctx context.Context) (runtime.Runtime, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := shareRootDir(r.rootDir()); err != nil {
+		if err := r.shareRootDir(); err != nil {
 			return nil, err
 		}
 		var providers *cri.CredentialProviders
