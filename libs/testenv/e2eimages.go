@@ -30,11 +30,15 @@ type E2EBinaries struct {
 	// /bin/busybox); every image but pause has it with its applet links.
 	Busybox string
 	// Shell: a static bash (default $SPLITLET_E2E_SHELL, else
-	// /bin/bash-static, Debian's bash-static), the busybox image's
-	// /bin/sh: the ConfigMap and Secret env specs run `sh -c env` and
-	// expect variables whose names are not shell names (data-1), which
-	// bash hands on to env and Debian's busybox 1.35 sh drops.
+	// /bin/bash-static, Debian's bash-static), which the busybox image's
+	// /bin/sh runs for an environment with variables whose names are not
+	// shell names (data-1): the ConfigMap and Secret env specs run
+	// `sh -c env` and expect them, and Debian's busybox 1.35 sh drops them.
 	Shell string
+	// ShellChooser: the e2esh binary (./libs/testenv/e2esh), the busybox
+	// image's /bin/sh: busybox's sh, or the bash above for such an
+	// environment. Empty: it is built.
+	ShellChooser string
 	// Agnhost: the agnhost binary (k8s.io/kubernetes/test/images/agnhost),
 	// the agnhost image's entrypoint /agnhost. Empty: no agnhost image.
 	Agnhost string
@@ -175,15 +179,36 @@ func shellPath(bins E2EBinaries) string {
 	return "/bin/bash-static"
 }
 
-// busyboxE2EImage is busybox with a static bash as /bin/sh (see
-// E2EBinaries.Shell); the other applets stay busybox's.
+// busyboxE2EImage is busybox with e2esh as /bin/sh and a static bash
+// beside it (see E2EBinaries.Shell); the other applets stay busybox's.
 func busyboxE2EImage(bins E2EBinaries, withBusybox func(...ImageFile) []ImageFile) (ImageConfig, []ImageFile, error) {
 	path := shellPath(bins)
-	data, err := os.ReadFile(path)
+	bash, err := os.ReadFile(path)
 	if err != nil {
-		return ImageConfig{}, nil, fmt.Errorf("testenv: e2e busybox image: its sh: %w (install Debian's bash-static or set %s)", err, ShellPathEnv)
+		return ImageConfig{}, nil, fmt.Errorf("testenv: e2e busybox image: its bash: %w (install Debian's bash-static or set %s)", err, ShellPathEnv)
 	}
-	return busyboxConfig, replaceFile(withBusybox(), ImageFile{Path: "bin/sh", Mode: 0o755, Data: data}), nil
+	chooser, err := shellChooser(bins)
+	if err != nil {
+		return ImageConfig{}, nil, err
+	}
+	dir := fs.ModeDir | 0o755
+	files := replaceFile(withBusybox(ImageFile{Path: "usr", Mode: dir}, ImageFile{Path: "usr/libexec", Mode: dir},
+		ImageFile{Path: "usr/libexec/e2esh", Mode: dir}, ImageFile{Path: "usr/libexec/e2esh/bash", Mode: 0o755, Data: bash}),
+		ImageFile{Path: "bin/sh", Mode: 0o755, Data: chooser})
+	return busyboxConfig, files, nil
+}
+
+// shellChooser is bins.ShellChooser's binary, else e2esh built here.
+func shellChooser(bins E2EBinaries) ([]byte, error) {
+	if bins.ShellChooser != "" {
+		return readImageFile(bins.ShellChooser)
+	}
+	dir, err := os.MkdirTemp("", "e2esh")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	return buildStatic(dir, "e2esh")
 }
 
 // readImageFile reads a file that goes into an image.

@@ -71,12 +71,13 @@ func TestBuildE2EImages(t *testing.T) {
 	}
 	bins := E2EBinaries{
 		// A stand-in for busybox: what matters is --list.
-		Busybox:    bin("busybox", "#!/bin/sh\necho sh; echo sleep; echo id\n"),
-		Shell:      bin("bash-static", "bash-binary"),
-		Agnhost:    bin("agnhost", "agnhost-binary"),
-		Nonewprivs: bin("nnp", "nnp-binary"),
-		Pause:      bin("pause", "pause-binary"),
-		AgnhostTLS: dir,
+		Busybox:      bin("busybox", "#!/bin/sh\necho sh; echo sleep; echo id\n"),
+		Shell:        bin("bash-static", "bash-binary"),
+		ShellChooser: bin("e2esh", "e2esh-binary"),
+		Agnhost:      bin("agnhost", "agnhost-binary"),
+		Nonewprivs:   bin("nnp", "nnp-binary"),
+		Pause:        bin("pause", "pause-binary"),
+		AgnhostTLS:   dir,
 	}
 	bin("localhost.crt", "crt")
 	bin("localhost.key", "key")
@@ -168,10 +169,12 @@ func TestBuildE2EImages(t *testing.T) {
 	if _, tags, files := read("pause"); !reflect.DeepEqual(tags, []string{"registry.k8s.io/pause:3.10.2"}) || files["pause"] == nil || files["bin/sh"] != nil {
 		t.Errorf("pause: tags %v, files %v", tags, keys(files))
 	}
-	// The busybox image's sh is the shell given (bash: it keeps variables
-	// named data-1), not busybox's; the other images keep busybox's sh.
+	// The busybox image's sh is the shell chooser given, with the bash it
+	// runs for variables named data-1 beside it; the other images keep
+	// busybox's sh.
 	if _, _, files := read("busybox"); files["bin/busybox"] == nil || files["bin/busybox"].Mode&int64(fs.ModePerm) != 0o755 ||
-		files["bin/sh"] == nil || files["bin/sh"].Typeflag != tar.TypeReg || files["bin/sh"].Size != int64(len("bash-binary")) || files["bin/sleep"].Linkname != "busybox" {
+		files["bin/sh"] == nil || files["bin/sh"].Typeflag != tar.TypeReg || files["bin/sh"].Size != int64(len("e2esh-binary")) ||
+		files["usr/libexec/e2esh/bash"] == nil || files["usr/libexec/e2esh/bash"].Size != int64(len("bash-binary")) || files["bin/sleep"].Linkname != "busybox" {
 		t.Errorf("busybox: files %v, sh %+v", keys(files), files["bin/sh"])
 	}
 }
@@ -226,41 +229,41 @@ func TestCurlScript(t *testing.T) {
 
 // The busybox test image's sh hands variables whose names are not shell
 // names (data-1, 1-data-1) on to env, as the ConfigMap and Secret env specs
-// expect of `sh -c env`. Its /bin/sh (with busybox's env beside it) runs
-// here, on the host, under the name sh.
-func TestBusyboxE2EImageShellKeepsEnvNames(t *testing.T) {
-	SkipShort(t, "Debian's busybox-static and bash-static")
+// expect of `sh -c env`, and otherwise is busybox's sh, whose messages the
+// read-only root file system spec expects. The image's files run here,
+// chrooted.
+func TestBusyboxE2EImageShell(t *testing.T) {
+	SkipShort(t, "root, Debian's busybox-static and bash-static")
 	images, err := E2EImages(map[string][]string{"busybox": {"registry.k8s.io/e2e-test-images/busybox:1.37.0-1"}}, E2EBinaries{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	files := map[string]ImageFile{}
-	for _, f := range images[0].Files {
-		files[f.Path] = f
+	root := t.TempDir()
+	writeImageFiles(t, root, images[0].Files)
+	run := func(script string, env ...string) string {
+		cmd := exec.CommandContext(t.Context(), "/bin/sh", "-c", script)
+		cmd.Env = append([]string{"PATH=/bin"}, env...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
+		out, _ := cmd.CombinedOutput()
+		return string(out)
 	}
-	for _, name := range []string{"sh", "busybox"} {
-		f := files["bin/"+name]
-		if f.Mode&fs.ModeSymlink != 0 {
-			f = files["bin/"+f.Link]
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), f.Data, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Symlink("busybox", filepath.Join(dir, "env")); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.CommandContext(t.Context(), filepath.Join(dir, "sh"), "-c", "env")
-	cmd.Env = []string{"PATH=" + dir, "data-1=value-1", "1-data-1=value-1", "p_data=value-2"}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("sh -c env: %v\n%s", err, out)
-	}
+	out := run("env", "data-1=value-1", "1-data-1=value-1", "p_data=value-2")
 	for _, want := range []string{"data-1=value-1", "1-data-1=value-1", "p_data=value-2"} {
-		if !strings.Contains(string(out), want+"\n") {
+		if !strings.Contains(out, want+"\n") {
 			t.Errorf("sh -c env printed no %s:\n%s", want, out)
 		}
+	}
+	if err := os.Chmod(root, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chmod(root, 0o755)
+	// as the spec's container, not root: root writes a read-only directory.
+	cmd := exec.CommandContext(t.Context(), "/bin/sh", "-c", "echo test > /file")
+	cmd.Env = []string{"PATH=/bin"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root, Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	msg, _ := cmd.CombinedOutput()
+	if want := "/bin/sh: can't create /file: Permission denied\n"; string(msg) != want {
+		t.Errorf("sh -c 'echo test > /file' in a directory it may not write: %q, want busybox's %q", msg, want)
 	}
 }
 

@@ -268,19 +268,23 @@ func pauseFiles(data []byte) []ImageFile {
 
 // buildPause builds ./libs/testenv/pause statically into dir and returns
 // the binary.
-func buildPause(dir string) ([]byte, error) {
+func buildPause(dir string) ([]byte, error) { return buildStatic(dir, "pause") }
+
+// buildStatic builds the command ./libs/testenv/<name> statically into dir
+// and returns the binary.
+func buildStatic(dir, name string) ([]byte, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return nil, err
 	}
-	pauseBin := filepath.Join(dir, "pause")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", pauseBin, "./libs/testenv/pause")
+	bin := filepath.Join(dir, name)
+	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./libs/testenv/"+name)
 	build.Dir = root
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("testenv: build the pause binary: %w\n%s", err, out)
+		return nil, fmt.Errorf("testenv: build ./libs/testenv/%s: %w\n%s", name, err, out)
 	}
-	return os.ReadFile(pauseBin)
+	return os.ReadFile(bin)
 }
 
 func writeArchiveFile(path string, names []string, cfg ImageConfig, files []ImageFile) error {
