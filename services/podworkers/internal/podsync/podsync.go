@@ -716,11 +716,17 @@ func (s *Syncer) syncSidecar(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 		if err := s.start(ctx, pod, c, last); err != nil || holds {
 			return true, err
 		}
+	case holds && last.State == runtime.StateRunning && !s.sidecarStarted(c, last):
+		return true, nil
+	case last.State == runtime.StateRunning && specChanged(last, c) && s.sidecarStarted(c, last):
+		// kubelet: a running sidecar whose definition changed is
+		// restarted at once, once its startup probe passed
+		// (computeInitContainerActions); the new one holds as the first did.
+		err := s.restartChanged(ctx, pod, c, last, fmt.Sprintf("Init container %s definition changed", c.Name))
+		return err != nil || holds, err
 	case s.takeLivenessFailure(last.ID):
 		_ = s.kill(ctx, pod, c.Name, last.ID, s.killGrace(pod, last.ID))
 		requeue(res, time.Millisecond)
-		return true, nil
-	case holds && last.State == runtime.StateRunning && !s.sidecarStarted(c, last):
 		return true, nil
 	}
 	return false, nil
@@ -780,7 +786,11 @@ func (s *Syncer) syncAppContainer(ctx context.Context, pod *corev1.Pod, c *corev
 			}
 		}
 		if redefined || resizeRestart {
-			return false, append(errs, s.restartChanged(ctx, pod, c, last, redefined))
+			why := fmt.Sprintf("Container %s definition changed", c.Name)
+			if !redefined {
+				why = fmt.Sprintf("Container %s resize requires restart", c.Name)
+			}
+			return false, append(errs, s.restartChanged(ctx, pod, c, last, why+", will be restarted"))
 		}
 		if !s.takeLivenessFailure(last.ID) {
 			return false, errs
@@ -820,15 +830,12 @@ func (s *Syncer) resizeInPlace(ctx context.Context, pod *corev1.Pod, c *corev1.C
 }
 
 // restartChanged kills a running container whose definition changed (or
-// whose resize needs a restart) and starts it again whatever the restart
-// policy, with no back-off (kubelet).
-func (s *Syncer) restartChanged(ctx context.Context, pod *corev1.Pod, c *corev1.Container, last *runtime.ContainerStatus, redefined bool) error {
-	why := fmt.Sprintf("Container %s definition changed", c.Name)
-	if !redefined {
-		why = fmt.Sprintf("Container %s resize requires restart", c.Name)
-	}
+// whose resize needs a restart), with why as the Killing Event's message,
+// and starts it again whatever the restart policy, with no back-off
+// (kubelet).
+func (s *Syncer) restartChanged(ctx context.Context, pod *corev1.Pod, c *corev1.Container, last *runtime.ContainerStatus, why string) error {
 	s.log.Info("restarting container", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)), zap.String("container", c.Name), zap.String("why", why))...)
-	s.event(pod, c.Name, corev1.EventTypeNormal, EventKilling, "%s, will be restarted", why)
+	s.event(pod, c.Name, corev1.EventTypeNormal, EventKilling, "%s", why)
 	if err := s.kill(ctx, pod, c.Name, last.ID, graceOf(pod)); err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package podsync
 
 import (
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/runtime"
@@ -431,5 +433,57 @@ func TestSidecarStartupProbeHoldsTheApp(t *testing.T) {
 	}
 	if n := len(rt.PodContainers(q.UID)); n != 2 {
 		t.Fatalf("a replica that began after the sidecar: %d containers, want the app started too", n)
+	}
+}
+
+// kubelet: a running sidecar whose definition changed (a new image) is
+// restarted at once, while a later init container still runs, with the
+// kubelet's Killing message; the init container runs on.
+func TestChangedSidecarRestartsDuringInit(t *testing.T) {
+	rt := fakeruntime.New()
+	rec := record.NewFakeRecorder(100)
+	sy := New(rt, &sink{last: map[types.UID]*bus.PodRuntimeStatus{}}, WithRecorder(rec))
+	always := corev1.ContainerRestartPolicyAlways
+	p := pod("s4", corev1.RestartPolicyAlways, "app")
+	p.Spec.InitContainers = []corev1.Container{{Name: "proxy", Image: "img", RestartPolicy: &always}, {Name: "setup", Image: "img"}}
+	sync := func() {
+		t.Helper()
+		if _, err := sy.SyncPod(t.Context(), podworker.UpdateSync, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	running := func(name string) []runtime.ContainerStatus {
+		var out []runtime.ContainerStatus
+		for _, c := range rt.PodContainers(p.UID) {
+			if c.Name == name && c.State == runtime.StateRunning {
+				out = append(out, c)
+			}
+		}
+		return out
+	}
+	sync()
+	sync()
+	if len(running("proxy")) != 1 || len(running("setup")) != 1 {
+		t.Fatalf("containers %+v: want the sidecar and the init container running", rt.PodContainers(p.UID))
+	}
+	first := running("proxy")[0].ID
+	p = p.DeepCopy()
+	p.Spec.InitContainers[0].Image = "img2"
+	sync()
+	now := running("proxy")
+	if len(now) != 1 || now[0].ID == first || now[0].Image != "img2" {
+		t.Fatalf("sidecar instances running %+v: want a new one of img2 in place of %s", now, first)
+	}
+	if len(running("setup")) != 1 {
+		t.Errorf("the init container stopped: %+v", rt.PodContainers(p.UID))
+	}
+	var killing []string
+	for len(rec.Events) > 0 {
+		if e := <-rec.Events; strings.Contains(e, " "+EventKilling+" ") {
+			killing = append(killing, e)
+		}
+	}
+	if want := "Normal Killing Init container proxy definition changed"; !slices.Contains(killing, want) {
+		t.Errorf("Killing Events %q: want %q", killing, want)
 	}
 }
