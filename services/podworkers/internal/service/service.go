@@ -263,6 +263,9 @@ type Runner struct {
 	gates   []sync.RWMutex
 	kick    chan struct{}
 	metrics *metrics
+	// busMetrics counts the stage's consumers, request handler panics and
+	// new pods' time in the stage.
+	busMetrics *bus.Metrics
 	// tracer and traces: spans of the pods whose trace came on the bus
 	// (nil with tracing off).
 	tracer trace.Tracer
@@ -294,7 +297,7 @@ type partition struct {
 }
 
 // New builds the stage.
-func New(cfg *Config, common *config.Common, log *zap.Logger, conn *messaging.Conn, js jetstream.JetStream, cs kubernetes.Interface, reg prometheus.Registerer, tp *tracing.Provider) (*Runner, error) {
+func New(cfg *Config, common *config.Common, log *zap.Logger, conn *messaging.Conn, js jetstream.JetStream, cs kubernetes.Interface, reg prometheus.Registerer, bm *bus.Metrics, tp *tracing.Provider) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -319,7 +322,8 @@ func New(cfg *Config, common *config.Common, log *zap.Logger, conn *messaging.Co
 		gates:    make([]sync.RWMutex, common.Partitions),
 		kick:     make(chan struct{}, 1),
 
-		snapshots: bus.NewSnapshots(),
+		snapshots:  bus.NewSnapshots(),
+		busMetrics: bm,
 	}
 	if tp.Enabled() {
 		r.tracer, r.traces = tp.Tracer(tracerName), tracing.NewPods()
@@ -718,7 +722,7 @@ func (r *Runner) watchNode(ctx context.Context) (allocatable func() corev1.Resou
 // informers they started.
 func (r *Runner) syncOptions(ctx context.Context, rt runtime.Runtime, recorder record.EventRecorder, allocatable func() corev1.ResourceList, setUp bool) ([]podsync.Option, *volumes.Manager, func()) {
 	syncOpts := []podsync.Option{podsync.WithBackOff(r.cfg.ContainerBackOff, r.cfg.ContainerBackOffMax), podsync.WithHostIP(r.cfg.HostIP),
-		podsync.WithStartObserver(r.metrics.started)}
+		podsync.WithStartObserver(r.metrics.started), podsync.WithBusMetrics(r.busMetrics)}
 	var podRecorder record.EventRecorder // the pods' Events, nil when off
 	syncOpts = append(syncOpts, securitySyncOptions(rt)...)
 	if r.cfg.ContainerEvents.On(rt.Type() != sim.Type) {
