@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -106,6 +107,8 @@ type Config struct {
 	CgroupReconcile time.Duration
 	// fallback is FallbackAllocatable parsed, set by Validate.
 	fallback corev1.ResourceList
+	// hostIP is HostIP parsed, set by Validate.
+	hostIP netip.Addr
 }
 
 // RegisterFlags adds the podworkers keys ("podworkers.<key>") to fs.
@@ -186,6 +189,11 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("invalid value for podworkers.replica-id: %w", err)
 		}
 	}
+	hostIP, err := parseHostIP(c.HostIP)
+	if err != nil {
+		return fmt.Errorf("invalid value %q for podworkers.host-ip: %w", c.HostIP, err)
+	}
+	c.hostIP = hostIP
 	fallback, err := kube.ParseResourceList(c.FallbackAllocatable)
 	if err != nil {
 		return fmt.Errorf("invalid value for podworkers.fallback-allocatable: %w", err)
@@ -198,6 +206,21 @@ func (c *Config) Validate() error {
 		return err
 	}
 	return c.DNS.Validate()
+}
+
+// parseHostIP reads the host IP reported in pod status: one IPv4 or IPv6
+// address that a node can have (not unspecified, no zone).
+func parseHostIP(s string) (netip.Addr, error) {
+	ip, err := netip.ParseAddr(s)
+	switch {
+	case err != nil:
+		return netip.Addr{}, errors.New("not an IP address")
+	case ip.IsUnspecified():
+		return netip.Addr{}, errors.New("an unspecified address cannot be a node's")
+	case ip.Zone() != "":
+		return netip.Addr{}, errors.New("an address with a zone cannot be a pod's hostIP")
+	}
+	return ip, nil
 }
 
 // DefaultReplicaID is the replica id a replica takes unless told: the
@@ -451,7 +474,7 @@ func (r *Runner) newRuntime(ctx context.Context) (runtime.Runtime, error) {
 				return nil, err
 			}
 		}
-		return cri.New(ctx, cri.WithEndpoint(r.common.CRIEndpoint), cri.WithHostIP(r.cfg.HostIP), cri.WithLogger(r.log.Named("cri")),
+		return cri.New(ctx, cri.WithEndpoint(r.common.CRIEndpoint), cri.WithHostIP(r.cfg.hostIP.String()), cri.WithLogger(r.log.Named("cri")),
 			cri.WithNode(r.common.NodeName), cri.WithClusterDomain(r.cfg.DNS.ClusterDomain),
 			cri.WithSeccompProfileRoot(r.seccompRoot()), cri.WithSeccompDefault(r.cfg.SeccompDefault),
 			cri.WithContainerPolicy(r.cfg.containerPolicy()), cri.WithCgroups(layout),
@@ -468,7 +491,7 @@ func (r *Runner) newRuntime(ctx context.Context) (runtime.Runtime, error) {
 		if records == "" {
 			records = filepath.Join(os.TempDir(), "splitlet-process-groups", r.common.NodeName)
 		}
-		opts := []process.Option{process.WithRootDir(root), process.WithHostIP(r.cfg.HostIP), process.WithLogger(r.log.Named("process")),
+		opts := []process.Option{process.WithRootDir(root), process.WithHostIP(r.cfg.hostIP.String()), process.WithLogger(r.log.Named("process")),
 			process.WithRecordDir(records)}
 		if os.Geteuid() == 0 {
 			opts = append(opts, r.cfg.podUsers()...)
@@ -721,7 +744,7 @@ func (r *Runner) watchNode(ctx context.Context) (allocatable func() corev1.Resou
 // volume manager (returned, for the local storage checks). stop ends the
 // informers they started.
 func (r *Runner) syncOptions(ctx context.Context, rt runtime.Runtime, recorder record.EventRecorder, allocatable func() corev1.ResourceList, setUp bool) ([]podsync.Option, *volumes.Manager, func()) {
-	syncOpts := []podsync.Option{podsync.WithBackOff(r.cfg.ContainerBackOff, r.cfg.ContainerBackOffMax), podsync.WithHostIP(r.cfg.HostIP),
+	syncOpts := []podsync.Option{podsync.WithBackOff(r.cfg.ContainerBackOff, r.cfg.ContainerBackOffMax), podsync.WithHostIP(r.cfg.hostIP.String()),
 		podsync.WithStartObserver(r.metrics.started), podsync.WithBusMetrics(r.busMetrics)}
 	var podRecorder record.EventRecorder // the pods' Events, nil when off
 	syncOpts = append(syncOpts, securitySyncOptions(rt)...)
@@ -1097,8 +1120,8 @@ func kernelRelease() string {
 // checked once as the replica starts, as a kubelet's sync loop does.
 func (r *Runner) dnsConfigurer(rec record.EventRecorder) *dns.Configurer {
 	var nodeIPs []net.IP
-	if ip := net.ParseIP(r.cfg.HostIP); ip != nil {
-		nodeIPs = []net.IP{ip}
+	if r.cfg.hostIP.IsValid() {
+		nodeIPs = []net.IP{r.cfg.hostIP.AsSlice()}
 	}
 	c := dns.New(dns.Options{DNS: r.cfg.DNS, NodeIPs: nodeIPs, Node: r.common.NodeName, Recorder: rec, Log: r.log.Named("dns")})
 	c.CheckResolvConf()
