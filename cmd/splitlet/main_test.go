@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -145,8 +144,9 @@ func podWatches(cp *testenv.ControlPlane) (float64, error) {
 }
 
 // TestBadFlagsExitNonZero: a bad value exits 2 with a message naming it.
+// The process's code runs in the test (main adds nothing to it): no binary
+// to build.
 func TestBadFlagsExitNonZero(t *testing.T) {
-	bin := buildBinary(t)
 	cases := []struct {
 		args []string
 		env  string
@@ -165,19 +165,14 @@ func TestBadFlagsExitNonZero(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " ")+c.env, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, bin, c.args...)
-			cmd.Env = os.Environ()
-			if c.env != "" {
-				cmd.Env = append(cmd.Env, c.env)
+			if key, value, ok := strings.Cut(c.env, "="); ok {
+				t.Setenv(key, value)
 			}
-			out, err := cmd.CombinedOutput()
-			ee, ok := err.(*exec.ExitError)
-			if !ok || ee.ExitCode() != 2 {
-				t.Fatalf("want exit code 2, got %v\n%s", err, out)
+			code, out := apptest.RunBad("splitlet", c.args, Services()...)
+			if code != 2 {
+				t.Fatalf("want exit code 2, got %d\n%s", code, out)
 			}
-			if !strings.Contains(string(out), c.want) {
+			if !strings.Contains(out, c.want) {
 				t.Fatalf("message does not name %q:\n%s", c.want, out)
 			}
 		})
@@ -186,13 +181,12 @@ func TestBadFlagsExitNonZero(t *testing.T) {
 
 // TestHelpDocumentsEveryFlag: --help exits 0 and lists the common flags.
 func TestHelpDocumentsEveryFlag(t *testing.T) {
-	bin := buildBinary(t)
-	out, err := exec.Command(bin, "--help").CombinedOutput()
-	if err != nil {
-		t.Fatalf("--help: %v\n%s", err, out)
+	code, out := apptest.RunBad("splitlet", []string{"--help"}, Services()...)
+	if code != 0 {
+		t.Fatalf("--help: exit code %d\n%s", code, out)
 	}
 	for _, f := range []string{"--services", "--kubeconfig", "--node-name", "--nats-url", "--runtime", "--data-dir", "--config", "--http-addr", "--kube-api-qps"} {
-		if !strings.Contains(string(out), f) {
+		if !strings.Contains(out, f) {
 			t.Errorf("--help does not document %s", f)
 		}
 	}

@@ -16,7 +16,7 @@ import (
 // lost) is taken; a pod's status not above its last from the same source is
 // not; a removed pod's order is forgotten with it.
 func TestStatusOrderedPerPod(t *testing.T) {
-	r, err := New(&Config{Instance: "t", HTTPGet: "tcp"}, &config.Common{NodeName: "n", Partitions: 1}, zap.NewNop(), nil, nil)
+	r, err := New(&Config{Instance: "t", HTTPGet: "tcp"}, &config.Common{NodeName: "n", Partitions: 1}, zap.NewNop(), nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,7 +65,7 @@ type workerKey struct {
 }
 
 // New builds the stage for fx.
-func New(cfg *Config, common *config.Common, log *zap.Logger, nc *nats.Conn, js jetstream.JetStream) (*Runner, error) {
+func New(cfg *Config, common *config.Common, log *zap.Logger, nc *nats.Conn, js jetstream.JetStream, bm *bus.Metrics) (*Runner, error) {
 	if cfg.Instance == "" {
 		return nil, errors.New("invalid value for tcpprober.instance: empty")
 	}
@@ -87,7 +87,7 @@ func New(cfg *Config, common *config.Common, log *zap.Logger, nc *nats.Conn, js 
 		statusOrder: map[types.UID]bus.PodOrder{},
 	}
 	r.kit = stagekit.New(js, common.NodeName, podTable{r}, stagekit.WithStatus(podTable{r}), stagekit.WithLogger(r.log),
-		stagekit.WithShadow(common.Shadow), stagekit.WithDurables(DurablePodUpdates, DurablePodStatus),
+		stagekit.WithMetrics(bm), stagekit.WithShadow(common.Shadow), stagekit.WithDurables(DurablePodUpdates, DurablePodStatus),
 		stagekit.WithRetryInterval(time.Second))
 	return r, nil
 }

@@ -35,6 +35,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/logging"
@@ -83,78 +84,106 @@ func orDefault(v, def int32) int32 {
 }
 
 func (r *Runner) runWorker(ctx context.Context, uid types.UID, k workerKey, probe *corev1.Probe) {
+	p := &probeRun{
+		r: r, uid: uid, k: k, probe: probe,
+		timeout:          time.Duration(orDefault(probe.TimeoutSeconds, 1)) * time.Second,
+		successThreshold: int(orDefault(probe.SuccessThreshold, 1)),
+		failureThreshold: int(orDefault(probe.FailureThreshold, 3)),
+		initialDelay:     time.Duration(probe.InitialDelaySeconds) * time.Second,
+	}
 	period := time.Duration(orDefault(probe.PeriodSeconds, 10)) * time.Second
-	timeout := time.Duration(orDefault(probe.TimeoutSeconds, 1)) * time.Second
-	successThreshold := int(orDefault(probe.SuccessThreshold, 1))
-	failureThreshold := int(orDefault(probe.FailureThreshold, 3))
-	initialDelay := time.Duration(probe.InitialDelaySeconds) * time.Second
+	ctx, finish := context.WithCancel(ctx)
+	defer finish()
+	wait.NonSlidingUntilWithContext(ctx, func(ctx context.Context) {
+		if !p.round(ctx) {
+			finish()
+		}
+	}, period)
+}
 
-	var (
-		id         string
-		want, sent result
-		run        int
-		runOutcome bus.ProbeOutcome
-		hold, done bool
-	)
-	tick := time.NewTicker(period)
-	defer tick.Stop()
-	for {
-		v, ok := r.look(uid, k)
-		if !ok {
-			return
+// probeRun is one worker's probe and where it stands.
+type probeRun struct {
+	r     *Runner
+	uid   types.UID
+	k     workerKey
+	probe *corev1.Probe
+
+	timeout                            time.Duration
+	successThreshold, failureThreshold int
+	initialDelay                       time.Duration
+
+	id         string
+	want, sent result
+	run        int
+	runOutcome bus.ProbeOutcome
+	hold, done bool
+}
+
+// round is one period of the worker: look at the container, probe it if
+// it is due, publish a changed result. It reports whether the worker goes
+// on.
+func (p *probeRun) round(ctx context.Context) bool {
+	v, ok := p.r.look(p.uid, p.k)
+	if !ok {
+		return false
+	}
+	if v.containerID != p.id {
+		p.id, p.hold, p.run, p.runOutcome = v.containerID, false, 0, ""
+		if p.id != "" {
+			p.want = result{id: p.id, outcome: initial(p.k.probe)}
 		}
-		if v.containerID != id {
-			id, hold, run, runOutcome = v.containerID, false, 0, ""
-			if id != "" {
-				want = result{id: id, outcome: initial(k.probe)}
-			}
+	}
+	switch {
+	case p.id == "" || p.hold:
+	case v.running == nil:
+		p.want = result{id: p.id, outcome: bus.ProbeFailure, message: "container is not running"}
+	case v.deleting && p.k.probe != bus.ProbeReadiness:
+		p.want, p.done = result{id: p.id, outcome: bus.ProbeSuccess}, true
+	case p.k.probe == bus.ProbeStartup && v.started:
+	case p.k.probe != bus.ProbeStartup && !v.started:
+	case time.Since(v.running.StartedAt.Time) < p.initialDelay:
+	default:
+		outcome, msg := p.r.check(ctx, v, p.probe, p.timeout)
+		if ctx.Err() != nil {
+			return false
 		}
-		switch {
-		case id == "" || hold:
-		case v.running == nil:
-			want = result{id: id, outcome: bus.ProbeFailure, message: "container is not running"}
-		case v.deleting && k.probe != bus.ProbeReadiness:
-			want, done = result{id: id, outcome: bus.ProbeSuccess}, true
-		case k.probe == bus.ProbeStartup && v.started:
-		case k.probe != bus.ProbeStartup && !v.started:
-		case time.Since(v.running.StartedAt.Time) < initialDelay:
-		default:
-			outcome, msg := r.check(ctx, v, probe, timeout)
-			if ctx.Err() != nil {
-				return
-			}
-			if outcome == runOutcome {
-				run++
-			} else {
-				runOutcome, run = outcome, 1
-			}
-			if (outcome == bus.ProbeFailure && run < failureThreshold) || (outcome == bus.ProbeSuccess && run < successThreshold) {
-				break
-			}
-			want = result{id: id, outcome: outcome, message: msg}
-			if outcome == bus.ProbeFailure && k.probe != bus.ProbeReadiness {
-				hold = true
-			}
-			if outcome == bus.ProbeSuccess && k.probe == bus.ProbeStartup {
-				r.markStarted(uid, k.container, id)
-			}
-		}
-		if want.id != "" && (want.id != sent.id || want.outcome != sent.outcome) {
-			if err := r.publish(ctx, v, k, want.outcome, want.message); err == nil {
-				sent = want
-				r.log.Info("probe result changed", append(logging.Pod(v.pod.Namespace, v.pod.Name, string(uid)),
-					zap.String("container", k.container), zap.String("probe", string(k.probe)),
-					zap.String("result", string(want.outcome)), zap.String("message", want.message))...)
-			}
-		}
-		if done && sent == want {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+		p.count(outcome, msg)
+	}
+	p.publish(ctx, v)
+	return !p.done || p.sent != p.want
+}
+
+// count adds a probe's outcome to the run of equal ones and, once the run
+// reaches its threshold, makes it the worker's result.
+func (p *probeRun) count(outcome bus.ProbeOutcome, msg string) {
+	if outcome == p.runOutcome {
+		p.run++
+	} else {
+		p.runOutcome, p.run = outcome, 1
+	}
+	if (outcome == bus.ProbeFailure && p.run < p.failureThreshold) || (outcome == bus.ProbeSuccess && p.run < p.successThreshold) {
+		return
+	}
+	p.want = result{id: p.id, outcome: outcome, message: msg}
+	if outcome == bus.ProbeFailure && p.k.probe != bus.ProbeReadiness {
+		p.hold = true
+	}
+	if outcome == bus.ProbeSuccess && p.k.probe == bus.ProbeStartup {
+		p.r.markStarted(p.uid, p.k.container, p.id)
+	}
+}
+
+// publish sends the worker's result when it differs from the last sent.
+func (p *probeRun) publish(ctx context.Context, v view) {
+	want := p.want
+	if want.id == "" || (want.id == p.sent.id && want.outcome == p.sent.outcome) {
+		return
+	}
+	if err := p.r.publish(ctx, v, p.k, want.outcome, want.message); err == nil {
+		p.sent = want
+		p.r.log.Info("probe result changed", append(logging.Pod(v.pod.Namespace, v.pod.Name, string(p.uid)),
+			zap.String("container", p.k.container), zap.String("probe", string(p.k.probe)),
+			zap.String("result", string(want.outcome)), zap.String("message", want.message))...)
 	}
 }
 

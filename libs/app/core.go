@@ -27,7 +27,7 @@ import (
 // Core provides what every service may ask for: the NATS connection and
 // JetStream, the Kubernetes client and the informer on the node's pods
 // (built only if some service asks), the health checks, the metrics
-// registry, and the health server.
+// registry with the bus's metrics on it, and the health server.
 var Core = fx.Module("core",
 	fx.Provide(
 		newMessaging,
@@ -38,14 +38,22 @@ var Core = fx.Module("core",
 		newClientset,
 		newNodePods,
 		func() *health.Checks { return health.NewChecks() },
-		health.NewRegistry,
-		func(r *prometheus.Registry) prometheus.Registerer { return r },
 		health.NewServer,
 	),
-	fx.Invoke(func(r *prometheus.Registry) {
-		r.MustRegister(bus.HandlerPanics, bus.HandlerTerminations, bus.PodStageDuration, bus.BusDelivery)
-	}),
+	processMetrics,
 	fx.Invoke(runHealth),
+)
+
+// processMetrics is the process's metrics registry and the bus's metrics on
+// it, one set whatever stages the process runs (each stage's module is
+// handed the same); built even when no stage asks, so that it is served.
+var processMetrics = fx.Options(
+	fx.Provide(
+		health.NewRegistry,
+		func(r *prometheus.Registry) prometheus.Registerer { return r },
+		bus.NewMetrics,
+	),
+	fx.Invoke(func(*bus.Metrics) {}),
 )
 
 func newMessaging(lc fx.Lifecycle, c *config.Common, log *zap.Logger, bin Binary, id BusIdentity, checks *health.Checks) (*messaging.Conn, error) {

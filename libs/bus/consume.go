@@ -33,22 +33,6 @@ const (
 	DefaultRecoverEvery  = 30 * time.Second
 )
 
-// HandlerPanics counts the handler panics Consume recovered, by consumer.
-// Register it where the process's metrics are served.
-var HandlerPanics = prometheus.NewCounterVec(prometheus.CounterOpts{
-	Name: "splitlet_bus_handler_panics_total",
-	Help: "Bus message handlers that panicked; the message was retried, then terminated after " + fmt.Sprint(MaxPanicDeliveries) + " deliveries.",
-}, []string{"consumer"})
-
-// HandlerTerminations counts the messages Consume terminated because their
-// handler failed on every delivery, by consumer. Register it where the
-// process's metrics are served.
-var HandlerTerminations = prometheus.NewCounterVec(prometheus.CounterOpts{
-	Name: "splitlet_bus_handler_terminated_total",
-	Help: "Bus messages terminated after their handler failed on each delivery (" + fmt.Sprint(DefaultMaxDeliveries) +
-		" errors or " + fmt.Sprint(MaxPanicDeliveries) + " panics); their pods are recovered from the next snapshot or the stream.",
-}, []string{"consumer"})
-
 // Handler processes one decoded message. Returning nil acknowledges it; an
 // error has it delivered again after a delay, a bounded number of times.
 type Handler func(ctx context.Context, subject string, e *Envelope) error
@@ -91,6 +75,9 @@ type ConsumerOptions struct {
 	// (PodRuntimeStatus), which the receiver orders per pod.
 	OrderedByHandler bool
 	Logger           *zap.Logger
+	// Metrics count the consumer's deliveries, panics and terminations
+	// (nil: counted nowhere).
+	Metrics *Metrics
 }
 
 // withDefaults fills in the options left zero.
@@ -104,6 +91,7 @@ func (o ConsumerOptions) withDefaults() ConsumerOptions {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
+	o.Metrics = o.Metrics.orUnregistered()
 	return o
 }
 
@@ -112,15 +100,15 @@ func (o ConsumerOptions) withDefaults() ConsumerOptions {
 // terminated (never redelivered); messages seen before (by Seq) are
 // acknowledged without calling the handler. A message whose handler returns
 // an error is delivered again after a growing delay, MaxDeliveries times at
-// most; one whose handler panics (logged, counted in HandlerPanics; the
-// process goes on) MaxPanicDeliveries times. Then it is terminated, logged
-// with its subject, stream sequence and pods, counted in
-// HandlerTerminations, and its pods are marked: a pod update is settled by
-// the next snapshot (SET) of its source and partition, any other message
-// is fetched from the stream and handed to the handler again every
-// RecoverEvery until that succeeds or a newer message about the same pod
-// does. Stop it with the returned function, which waits for the message in
-// hand.
+// most; one whose handler panics (logged, counted in
+// Metrics.HandlerPanics; the process goes on) MaxPanicDeliveries times.
+// Then it is terminated, logged with its subject, stream sequence and pods,
+// counted in Metrics.HandlerTerminations, and its pods are marked: a pod
+// update is settled by the next snapshot (SET) of its source and partition,
+// any other message is fetched from the stream and handed to the handler
+// again every RecoverEvery until that succeeds or a newer message about the
+// same pod does. Stop it with the returned function, which waits for the
+// message in hand.
 func Consume(ctx context.Context, js jetstream.JetStream, opts ConsumerOptions, handler Handler) (stop func(), err error) {
 	if opts.Stream == "" || opts.Durable == "" {
 		return nil, errors.New("bus: consumer needs a stream and a durable name")
@@ -142,7 +130,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, opts ConsumerOptions, 
 		return nil, fmt.Errorf("bus: consumer %s on %s: %w", opts.Durable, opts.Stream, err)
 	}
 	c := &consumer{opts: opts, js: js, log: opts.Logger, handler: handler, marks: newUnsettled(),
-		rcv: newReceiver(opts.Stream, opts.Durable, !opts.OrderedByHandler, opts.Logger, handler)}
+		rcv: newReceiver(opts.Stream, opts.Durable, !opts.OrderedByHandler, opts.Logger, opts.Metrics, handler)}
 	hctx, cancel := context.WithCancel(ctx)
 	var inflight sync.WaitGroup
 	cc, err := cons.Consume(func(m jetstream.Msg) {
@@ -222,7 +210,7 @@ func (c *consumer) failed(ctx context.Context, m jetstream.Msg, v verdict, e *En
 	if delivered >= limit && ctx.Err() == nil {
 		f = append(f, podFields(e)...)
 		c.log.Error("message handler failed on every delivery; terminating the message, its pods are recovered from the next snapshot or the stream", f...)
-		HandlerTerminations.WithLabelValues(c.opts.Durable).Inc()
+		c.opts.Metrics.HandlerTerminations.WithLabelValues(c.opts.Durable).Inc()
 		c.marks.mark(m.Subject(), seq, e)
 		_ = m.TermWithReason("handler failed " + fmt.Sprint(delivered) + " times")
 		return
@@ -293,11 +281,13 @@ type receiver struct {
 	log      *zap.Logger
 	dedup    *Dedup
 	delivery prometheus.Observer
+	panics   prometheus.Counter
 	handler  Handler
 }
 
-func newReceiver(stream, name string, dedup bool, log *zap.Logger, h Handler) *receiver {
-	r := &receiver{name: name, log: log, delivery: BusDelivery.WithLabelValues(streamLabel(stream)), handler: h}
+func newReceiver(stream, name string, dedup bool, log *zap.Logger, m *Metrics, h Handler) *receiver {
+	r := &receiver{name: name, log: log, delivery: m.BusDelivery.WithLabelValues(streamLabel(stream)),
+		panics: m.HandlerPanics.WithLabelValues(name), handler: h}
 	if dedup {
 		r.dedup = NewDedup()
 	}
@@ -332,7 +322,7 @@ func (r *receiver) receive(ctx context.Context, m jetstream.Msg) (verdict, *Enve
 	f := []zap.Field{zap.String("subject", subject), zap.Uint64("streamSeq", seq), zap.String("source", e.Source),
 		zap.Uint64("seq", e.Seq), zap.Error(err)}
 	if panicked {
-		HandlerPanics.WithLabelValues(r.name).Inc()
+		r.panics.Inc()
 		return verdictPanic, e, f
 	}
 	return verdictRetry, e, f
@@ -383,23 +373,6 @@ func (d *Dedup) Forget(subject string, e *Envelope) {
 	if d.last[k] == e.Seq {
 		d.last[k] = d.prev[k]
 	}
-}
-
-// Recover runs a request handler (a plain NATS subscription: runtime
-// requests, replies) so that a panic does not take the stage down: it is
-// logged with the subject, counted in HandlerPanics under the given name,
-// and reported as the error returned (the caller answers the requester).
-func Recover(log *zap.Logger, name, subject string, fn func()) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			HandlerPanics.WithLabelValues(name).Inc()
-			log.Error("request handler panicked", zap.String("subject", subject), zap.Any("panic", r),
-				zap.ByteString("stack", debug.Stack()))
-			err = fmt.Errorf("internal error handling %s", subject)
-		}
-	}()
-	fn()
-	return nil
 }
 
 // PodOrder is where one pod's runtime statuses stand: the envelope source

@@ -35,6 +35,8 @@ type FollowOptions struct {
 	// envelope Seq its source already sent on the subject is skipped.
 	OrderedByHandler bool
 	Logger           *zap.Logger
+	// Metrics count the deliveries and panics (nil: counted nowhere).
+	Metrics *Metrics
 }
 
 // Follower is a running Follow.
@@ -75,7 +77,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, opts FollowOptions, han
 		return nil, fmt.Errorf("bus: follower %s on %s: %w", opts.Name, opts.Stream, err)
 	}
 	retry := or(opts.RetryDelay, time.Second)
-	rcv := newReceiver(opts.Stream, opts.Name, !opts.OrderedByHandler, log, handler)
+	rcv := newReceiver(opts.Stream, opts.Name, !opts.OrderedByHandler, log, opts.Metrics.orUnregistered(), handler)
 	hctx, cancel := context.WithCancel(ctx)
 	f := &Follower{cons: cons, cancel: cancel, quit: make(chan struct{})}
 	f.handled.Store(opts.After)

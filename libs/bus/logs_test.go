@@ -14,6 +14,7 @@ import (
 )
 
 func TestLogsStreaming(t *testing.T) {
+	t.Parallel() // waits out refusals and timeouts: alongside the others
 	n := testenv.NATSForTest(t)
 	nc, js := n.Connect(t)
 	worker := bus.NewPublisher(nc, js, "n", "podworkers-1")

@@ -129,17 +129,21 @@ func (s *podState) has(uid types.UID) bool {
 	return s.pods[uid]
 }
 
-func consumeForTest(t *testing.T, js jetstream.JetStream, stream, durable string, log *zap.Logger, perPod bool, h bus.Handler) {
+// consumeForTest consumes stream with the test's delays; it returns the
+// metrics the consumer counts in.
+func consumeForTest(t *testing.T, js jetstream.JetStream, stream, durable string, log *zap.Logger, perPod bool, h bus.Handler) *bus.Metrics {
 	t.Helper()
+	m := newTestMetrics(t)
 	stop, err := bus.Consume(t.Context(), js, bus.ConsumerOptions{
 		Stream: bus.StreamName("n", stream), Durable: durable, DeliverPolicy: jetstream.DeliverAllPolicy,
 		RetryDelay: testRetry, MaxRetryDelay: testMaxRetry, MaxDeliveries: testDeliver, RecoverEvery: testRecover,
-		OrderedByHandler: perPod, Logger: log,
+		OrderedByHandler: perPod, Logger: log, Metrics: m,
 	}, h)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
+	return m
 }
 
 func publishStatus(t *testing.T, pub *bus.Publisher, uid types.UID) {
@@ -161,15 +165,14 @@ func TestHandlerErrorIsBounded(t *testing.T) {
 	js, pub := nodeN(t, "podworkers-1")
 	core, logs := observer.New(zapcore.InfoLevel)
 	const durable = "bounded"
-	before := testutil.ToFloat64(bus.HandlerTerminations.WithLabelValues(durable))
 	s := newPodState()
 	const uid = types.UID("rejected-pod")
 	s.setReject(uid, true)
-	consumeForTest(t, js, bus.StreamPodStatus, durable, zap.New(core), true, s.status)
+	m := consumeForTest(t, js, bus.StreamPodStatus, durable, zap.New(core), true, s.status)
 	publishStatus(t, pub, uid)
 
 	testenv.EventuallyTrue(t, 15*time.Second, "the termination", func() bool {
-		return testutil.ToFloat64(bus.HandlerTerminations.WithLabelValues(durable))-before == 1
+		return testutil.ToFloat64(m.HandlerTerminations.WithLabelValues(durable)) == 1
 	})
 	waitDrained(t, js, bus.StreamName("n", bus.StreamPodStatus), durable)
 	calls := s.deliveries(uid)

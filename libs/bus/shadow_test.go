@@ -21,6 +21,7 @@ import (
 // durables; and a live stage whose ordered consumers take any name
 // (statussync) may not take the shadow's durables.
 func TestShadowIdentity(t *testing.T) {
+	t.Parallel() // waits out refusals and timeouts: alongside the others
 	const node = "shadow-node"
 	srv := bustest.Start(t, node, 2)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -104,6 +105,7 @@ func TestShadowIdentity(t *testing.T) {
 // statussync's (nor the other shadow's), and publishes its StatusPatch
 // under its prefix alone.
 func TestShadowStatussyncIdentity(t *testing.T) {
+	t.Parallel() // waits out refusals and timeouts: alongside the others
 	const node = "shadow-ss"
 	srv := bustest.Start(t, node, 2)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -146,6 +148,7 @@ func TestShadowStatussyncIdentity(t *testing.T) {
 // readiness, take the live replicas' probe durables, nor write to the
 // partition lease bucket.
 func TestShadowPodworkersIdentity(t *testing.T) {
+	t.Parallel() // waits out refusals and timeouts: alongside the others
 	const node = "shadow-pw"
 	srv := bustest.Start(t, node, 2)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)

@@ -304,10 +304,10 @@ func TestHandlerPanicIsBounded(t *testing.T) {
 	var mu sync.Mutex
 	poisoned, good := 0, 0
 	const durable = "panics"
-	before := testutil.ToFloat64(bus.HandlerPanics.WithLabelValues(durable))
+	m := newTestMetrics(t)
 	stop, err := bus.Consume(ctx, js, bus.ConsumerOptions{
 		Stream: bus.StreamName("n", bus.StreamProbes), Durable: durable, RetryDelay: 20 * time.Millisecond,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy, Metrics: m,
 	}, func(_ context.Context, _ string, e *bus.Envelope) error {
 		r, err := bus.DecodeProbeResult(e)
 		if err != nil {
@@ -355,7 +355,7 @@ func TestHandlerPanicIsBounded(t *testing.T) {
 	if poisoned != bus.MaxPanicDeliveries {
 		t.Errorf("poisoned message delivered %d times, want %d", poisoned, bus.MaxPanicDeliveries)
 	}
-	if got := testutil.ToFloat64(bus.HandlerPanics.WithLabelValues(durable)) - before; got != bus.MaxPanicDeliveries {
+	if got := testutil.ToFloat64(m.HandlerPanics.WithLabelValues(durable)); got != bus.MaxPanicDeliveries {
 		t.Errorf("panics counted: %v, want %d", got, bus.MaxPanicDeliveries)
 	}
 }

@@ -67,6 +67,7 @@ type Kit struct {
 	pods     PodHandler
 	status   StatusHandler
 	log      *zap.Logger
+	metrics  *bus.Metrics
 	replicas int
 	shadow   bool
 	durables durables
@@ -222,7 +223,7 @@ func (k *Kit) trySubscribe(ctx context.Context) error {
 	}
 	for _, c := range cs[len(k.stops):] {
 		opts, h := c.opts, c.handler
-		opts.Logger = k.log
+		opts.Logger, opts.Metrics = k.log, k.metrics
 		if k.shadow {
 			opts.InactiveThreshold = shadowInactive
 		}

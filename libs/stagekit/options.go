@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/splitlet/splitlet/libs/bus"
 )
 
 // Option configures a Kit.
@@ -11,6 +13,10 @@ type Option func(*Kit)
 
 // WithLogger sets the logger.
 func WithLogger(l *zap.Logger) Option { return func(k *Kit) { k.log = l } }
+
+// WithMetrics has the kit's consumers counted in m (the process's bus
+// metrics).
+func WithMetrics(m *bus.Metrics) Option { return func(k *Kit) { k.metrics = m } }
 
 // WithStatus has the kit consume the runtime statuses too and hand them to h.
 func WithStatus(h StatusHandler) Option { return func(k *Kit) { k.status = h } }

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/splitlet/splitlet/libs/testenv"
 )
@@ -88,19 +87,7 @@ func clusterNetCmd(ctx context.Context, args []string, out io.Writer) error {
 	}
 	defer os.Remove(ready)
 	fmt.Fprintf(out, "controlplane: CoreDNS on %s:53 (kube-dns %s), kube-proxy running\n", n.Gateway, n.DNS)
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			fmt.Fprintln(out, "controlplane: stopping the cluster network")
-			return nil
-		case <-tick.C:
-			if !n.Running() {
-				return errors.New("CoreDNS or kube-proxy exited")
-			}
-		}
-	}
+	return watchRunning(ctx, out, n.Running, "controlplane: stopping the cluster network", errors.New("CoreDNS or kube-proxy exited"))
 }
 
 // checkFileCmd is check-file: exit 0 when the file exists.

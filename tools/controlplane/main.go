@@ -42,6 +42,7 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -232,19 +233,18 @@ func runCmd(ctx context.Context, args []string, out io.Writer) error {
 	followCtx, stopFollow := context.WithCancel(ctx)
 	defer stopFollow()
 	go follow(followCtx, filepath.Join(dir, "kube-apiserver.log"), out)
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			fmt.Fprintln(out, "controlplane: stopping")
-			return nil
-		case <-tick.C:
-			if !cp.Running() {
-				return errors.New("kube-apiserver exited")
-			}
-		}
+	return watchRunning(ctx, out, cp.Running, "controlplane: stopping", errors.New("kube-apiserver exited"))
+}
+
+// watchRunning checks every second that running still holds: it returns
+// exited once it does not, and nil (after printing stopping) once ctx ends.
+func watchRunning(ctx context.Context, out io.Writer, running func() bool, stopping string, exited error) error {
+	err := wait.PollUntilContextCancel(ctx, time.Second, false, func(context.Context) (bool, error) { return !running(), nil })
+	if err != nil {
+		fmt.Fprintln(out, stopping)
+		return nil
 	}
+	return exited
 }
 
 // writeOutputs writes the identities, the CA file and the admin

@@ -95,12 +95,12 @@ func (c *Config) NewClients(base *rest.Config, shared kubernetes.Interface) (Cli
 }
 
 // New builds the stage from the process's parts (fx constructor).
-func New(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.Interface, restCfg *rest.Config, conn *messaging.Conn, js jetstream.JetStream, reg prometheus.Registerer, tp *tracing.Provider) (*Runner, error) {
+func New(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.Interface, restCfg *rest.Config, conn *messaging.Conn, js jetstream.JetStream, reg prometheus.Registerer, bm *bus.Metrics, tp *tracing.Provider) (*Runner, error) {
 	clients, err := cfg.NewClients(restCfg, cs)
 	if err != nil {
 		return nil, err
 	}
-	r, err := Build(cfg, common, log, clients, conn.NC, js, conn.StreamsReady, tp)
+	r, err := Build(cfg, common, log, clients, conn.NC, js, conn.StreamsReady, bm, tp)
 	if err != nil {
 		return nil, err
 	}
@@ -144,8 +144,10 @@ func registerEvictionCost(reg prometheus.Registerer, l *eviction.Loop) error {
 	return nil
 }
 
-// Build builds the stage; every configuration error names its key.
-func Build(cfg *Config, common *config.Common, log *zap.Logger, clients Clients, nc *nats.Conn, js jetstream.JetStream, streamsReady func(context.Context) error, tp *tracing.Provider) (_ *Runner, err error) {
+// Build builds the stage; every configuration error names its key. bm
+// (nil: none) counts its bus metrics.
+func Build(cfg *Config, common *config.Common, log *zap.Logger, clients Clients, nc *nats.Conn, js jetstream.JetStream, streamsReady func(context.Context) error,
+	bm *bus.Metrics, tp *tracing.Provider) (_ *Runner, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -160,7 +162,7 @@ func Build(cfg *Config, common *config.Common, log *zap.Logger, clients Clients,
 		return nil, err
 	}
 	r := &Runner{log: log, node: common.NodeName, js: js, streamsReady: streamsReady, nc: nc}
-	r.Static = staticpods.New(log.Named("static"))
+	r.Static = staticpods.New(log.Named("static"), bm)
 	r.Gate = readiness.New(readiness.WithTimeout(cfg.AgentTimeout), readiness.WithGrace(cfg.AgentGrace), readiness.WithLogger(log.Named("readiness")))
 	recorder, stopEvents := kube.NewRecorder(clients.Shared, common.NodeName)
 	r.stopEvents = stopEvents

@@ -114,7 +114,7 @@ func startStackWith(t *testing.T, node string, restCfg *rest.Config, args ...str
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := Build(cfg, common, zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)), clients, nc, js, nil, nil)
+	r, err := Build(cfg, common, zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)), clients, nc, js, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,18 +23,20 @@ import (
 // Index is the node's static pods as podconfig last announced them. Until
 // the first announcement it holds none.
 type Index struct {
-	log    *zap.Logger
-	mu     sync.RWMutex
-	byName map[string]types.UID // namespace/name → UID
-	path   string               // podconfig's static pod path
+	log     *zap.Logger
+	metrics *bus.Metrics
+	mu      sync.RWMutex
+	byName  map[string]types.UID // namespace/name → UID
+	path    string               // podconfig's static pod path
 }
 
-// New returns an empty index.
-func New(log *zap.Logger) *Index {
+// New returns an empty index; m (nil: none) counts its follower's
+// deliveries.
+func New(log *zap.Logger, m *bus.Metrics) *Index {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Index{log: log, byName: map[string]types.UID{}}
+	return &Index{log: log, metrics: m, byName: map[string]types.UID{}}
 }
 
 // Set replaces the index with an announcement.
@@ -83,6 +85,7 @@ func (x *Index) Run(ctx context.Context, js jetstream.JetStream, node string) {
 			Name:    "nodehb-static-pods",
 			Filters: []string{subject},
 			Logger:  log,
+			Metrics: x.metrics,
 		}, func(_ context.Context, _ string, e *bus.Envelope) error {
 			sp, err := bus.DecodeStaticPods(e)
 			if err != nil {

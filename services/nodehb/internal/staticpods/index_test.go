@@ -9,7 +9,7 @@ import (
 // The index holds the static pods and the path of the last announcement,
 // each replaced by the next one.
 func TestIndexSet(t *testing.T) {
-	x := New(nil)
+	x := New(nil, nil)
 	if x.Path() != "" {
 		t.Errorf("path before an announcement: %q", x.Path())
 	}

@@ -69,6 +69,10 @@ func WithWaitReady(f func(context.Context) error) Option {
 // WithRegisterer registers the controller's metrics.
 func WithRegisterer(r prometheus.Registerer) Option { return func(c *Controller) { c.reg = r } }
 
+// WithBusMetrics has the controller observe each new pod's time in
+// podconfig in m (the process's bus metrics).
+func WithBusMetrics(m *bus.Metrics) Option { return func(c *Controller) { c.busMetrics = m } }
+
 // WithPublisherOptions configures the controller's bus publishers (their
 // encoding).
 func WithPublisherOptions(o ...bus.PublisherOption) Option {
@@ -95,6 +99,7 @@ type Controller struct {
 	lastSnapshotPods int
 	waitReady        func(context.Context) error
 	reg              prometheus.Registerer
+	busMetrics       *bus.Metrics
 	subjects         bus.Subjects
 	tracer           trace.Tracer
 
@@ -391,7 +396,7 @@ func (p *publishRound) send(m merge.Message) {
 		now := time.Now()
 		for _, pod := range m.Pods {
 			if seen := bus.FirstSeen(pod); !seen.IsZero() {
-				bus.ObserveStage(bus.StagePodconfig, now.Sub(seen))
+				c.busMetrics.ObserveStage(bus.StagePodconfig, now.Sub(seen))
 			}
 		}
 	}

@@ -54,7 +54,7 @@ func BenchmarkAPI5000Pods(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		r, err := Build(testConfig(), node, bus.DefaultPartitions, zap.NewNop(), cp.Clientset(), nil, nc, js, nil, nil)
+		r, err := Build(testConfig(), node, bus.DefaultPartitions, zap.NewNop(), cp.Clientset(), nil, nc, js, nil, nil, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -101,7 +101,7 @@ func (e *env) start(cfg *Config) *Runner {
 	log := zaptest.NewLogger(e.t, zaptest.Level(zap.InfoLevel), zaptest.WrapOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
 		return zapcore.NewTee(c, toBuffer)
 	})))
-	r, err := Build(cfg, e.node, partitions, log, e.cs, nil, e.nc, e.js, nil, nil)
+	r, err := Build(cfg, e.node, partitions, log, e.cs, nil, e.nc, e.js, nil, nil, nil)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/config"
 	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/logging"
@@ -135,13 +136,13 @@ type Runner struct {
 }
 
 // New builds the stage from the process's common parts.
-func New(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.Interface, pods *kube.NodePods, conn *messaging.Conn, js jetstream.JetStream, reg prometheus.Registerer, tp *tracing.Provider) (*Runner, error) {
+func New(cfg *Config, common *config.Common, log *zap.Logger, cs kubernetes.Interface, pods *kube.NodePods, conn *messaging.Conn, js jetstream.JetStream, reg prometheus.Registerer, bm *bus.Metrics, tp *tracing.Provider) (*Runner, error) {
 	var opts []controller.Option
 	if tp.Enabled() {
 		opts = append(opts, controller.WithTracer(tp.Tracer(tracerName)))
 	}
 	opts = append(opts, controller.WithPublisherOptions(common.BusEncodingOption()))
-	return Build(cfg, common.NodeName, common.Partitions, log, cs, pods, conn.NC, js, conn.StreamsReady, reg, opts...)
+	return Build(cfg, common.NodeName, common.Partitions, log, cs, pods, conn.NC, js, conn.StreamsReady, reg, bm, opts...)
 }
 
 // tracerName names the stage's spans' instrumentation scope.
@@ -150,9 +151,10 @@ const tracerName = "github.com/splitlet/splitlet/services/podconfig"
 // Build wires the stage; pods (nil: an informer of the stage's own) is the
 // process's informer on the node's pods, js (nil: none) the JetStream the
 // mirror pods follow the pod workers' statuses on, and waitStreams (may be
-// nil) is waited for before the first publish.
+// nil) is waited for before the first publish; bm (nil: none) counts the
+// stage's bus metrics.
 func Build(cfg *Config, node string, partitions int, log *zap.Logger, cs kubernetes.Interface, pods *kube.NodePods, nc *nats.Conn,
-	js jetstream.JetStream, waitStreams func(context.Context) error, reg prometheus.Registerer, extra ...controller.Option) (*Runner, error) {
+	js jetstream.JetStream, waitStreams func(context.Context) error, reg prometheus.Registerer, bm *bus.Metrics, extra ...controller.Option) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -162,7 +164,8 @@ func Build(cfg *Config, node string, partitions int, log *zap.Logger, cs kuberne
 	recorder, r.stopEvents = kube.NewRecorder(cs, node)
 	storage := merge.New(partitions, merge.WithMode(cfg.mode), merge.WithRecorder(recorder))
 	opts := []controller.Option{controller.WithLogger(log), controller.WithSnapshotPeriod(cfg.SnapshotPeriod),
-		controller.WithStorage(storage), controller.WithWaitReady(waitStreams), controller.WithStaticPodPath(cfg.StaticPodPath)}
+		controller.WithStorage(storage), controller.WithWaitReady(waitStreams), controller.WithStaticPodPath(cfg.StaticPodPath),
+		controller.WithBusMetrics(bm)}
 	opts = append(opts, extra...)
 	if reg != nil {
 		opts = append(opts, controller.WithRegisterer(reg))
@@ -201,7 +204,7 @@ func Build(cfg *Config, node string, partitions int, log *zap.Logger, cs kuberne
 		ctrl.SetStaticSink(r.mirrors)
 		if js != nil {
 			mirrors, mlog := r.mirrors, log.Named("mirror")
-			r.follow = func(ctx context.Context) { followStatuses(ctx, js, node, waitStreams, mirrors, mlog) }
+			r.follow = func(ctx context.Context) { followStatuses(ctx, js, node, waitStreams, mirrors, bm, mlog) }
 		}
 	}
 	return r, nil

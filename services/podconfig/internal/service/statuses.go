@@ -18,7 +18,7 @@ import (
 // restarted kubelet knows no terminating pod). It retries until the
 // podstatus stream answers or ctx ends, then follows until ctx ends.
 func followStatuses(ctx context.Context, js jetstream.JetStream, node string, waitStreams func(context.Context) error,
-	m *mirror.Manager, log *zap.Logger) {
+	m *mirror.Manager, bm *bus.Metrics, log *zap.Logger) {
 	if waitStreams != nil {
 		if err := waitStreams(ctx); err != nil {
 			return
@@ -38,7 +38,7 @@ func followStatuses(ctx context.Context, js jetstream.JetStream, node string, wa
 			var info *jetstream.StreamInfo
 			if info, err = s.Info(ctx); err == nil {
 				f, err = bus.Follow(ctx, js, bus.FollowOptions{Stream: stream, Name: "podconfig-mirrors",
-					After: info.State.LastSeq, Logger: log}, handler)
+					After: info.State.LastSeq, Logger: log, Metrics: bm}, handler)
 			}
 		}
 		if err != nil && ctx.Err() == nil {

@@ -79,6 +79,10 @@ func WithStartObserver(f func(containerType, failure string)) Option {
 	return func(s *Syncer) { s.onStart = f }
 }
 
+// WithBusMetrics has the syncer observe each new pod's time in podworkers
+// in m (the process's bus metrics).
+func WithBusMetrics(m *bus.Metrics) Option { return func(s *Syncer) { s.busMetrics = m } }
+
 // WithRecorder has the syncer record the kubelet's container lifecycle
 // Events (Created, Started, Failed, BackOff, Killing) on the pods.
 func WithRecorder(r record.EventRecorder) Option { return func(s *Syncer) { s.recorder = r } }
@@ -141,6 +145,8 @@ type Syncer struct {
 	startFailed map[types.UID]map[string]*corev1.ContainerStateWaiting
 	// onStart is told of every start attempt (metrics).
 	onStart func(containerType, failure string)
+	// busMetrics gets each new pod's time in podworkers; nil: none.
+	busMetrics *bus.Metrics
 	// pullSecretSrc reads the imagePullSecrets; nil reads none.
 	pullSecretSrc runtime.Sources
 	// recorder records container Events; nil records none.
@@ -621,7 +627,7 @@ func (s *Syncer) syncAndReport(ctx context.Context, pod *corev1.Pod) (podworker.
 		s.mu.Lock()
 		if at, ok := s.received[pod.UID]; ok {
 			delete(s.received, pod.UID)
-			bus.ObserveStage(bus.StagePodworkers, time.Since(at))
+			s.busMetrics.ObserveStage(bus.StagePodworkers, time.Since(at))
 		}
 		s.mu.Unlock()
 	}

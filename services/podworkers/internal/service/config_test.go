@@ -59,3 +59,37 @@ func TestSwitchKeysRefuseOtherWords(t *testing.T) {
 		t.Errorf("the defaults are not auto: %v, %v", cfg.ContainerEvents, cfg.Volumes)
 	}
 }
+
+// podworkers.host-ip is parsed once, in Validate: an address a node can
+// have is taken (the runtimes and the statuses get its text), anything else
+// is refused naming the key.
+func TestHostIPValidated(t *testing.T) {
+	for _, c := range []struct {
+		in, want string // want: the address taken, or "" for a refusal
+	}{
+		{"127.0.0.1", "127.0.0.1"},
+		{"10.1.0.4", "10.1.0.4"},
+		{"2001:DB8::1", "2001:db8::1"},
+		{"::1", "::1"},
+		{"", ""},
+		{"localhost", ""},
+		{"10.1.0", ""},
+		{"10.1.0.4/24", ""},
+		{" 10.1.0.4", ""},
+		{"0.0.0.0", ""},
+		{"::", ""},
+		{"fe80::1%eth0", ""},
+	} {
+		cfg := defaults(t)
+		cfg.HostIP = c.in
+		err := cfg.Validate()
+		switch {
+		case c.want == "" && (err == nil || !strings.Contains(err.Error(), "podworkers.host-ip")):
+			t.Errorf("%q: %v, want an error naming podworkers.host-ip", c.in, err)
+		case c.want != "" && err != nil:
+			t.Errorf("%q: %v", c.in, err)
+		case c.want != "" && cfg.hostIP.String() != c.want:
+			t.Errorf("%q: parsed as %v, want %s", c.in, cfg.hostIP, c.want)
+		}
+	}
+}

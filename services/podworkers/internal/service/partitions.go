@@ -137,6 +137,7 @@ func (r *Runner) followUpdates(ctx context.Context, p int, part *partition, ctrl
 		Filters: r.subjects.PartitionPodUpdates(p),
 		After:   after,
 		Logger:  log,
+		Metrics: r.busMetrics,
 	}, func(mctx context.Context, subject string, e *bus.Envelope) error {
 		u, err := bus.DecodePodUpdate(e)
 		if err != nil {
@@ -176,6 +177,7 @@ func (r *Runner) consumeProbes(ctx context.Context, p int, part *partition, ctrl
 		DeliverPolicy:     jetstream.DeliverNewPolicy,
 		AckWait:           consumerAckWait,
 		Logger:            log,
+		Metrics:           r.busMetrics,
 		InactiveThreshold: r.durableInactive(),
 	}, func(mctx context.Context, subject string, e *bus.Envelope) error {
 		pr, err := bus.DecodeProbeResult(e)
@@ -246,7 +248,7 @@ func (r *Runner) serveRequest(pctx context.Context, part *partition, pub *bus.Pu
 		go func() {
 			defer part.reqs.Done()
 			rctx, span := r.requestSpan(pctx, m)
-			err := bus.Recover(r.log, "podworkers-requests", m.Subject, func() { h(rctx, m) })
+			err := r.busMetrics.Recover(r.log, "podworkers-requests", m.Subject, func() { h(rctx, m) })
 			tracing.End(span, err)
 			if err != nil && m.Reply != "" {
 				_ = pub.Send(m.Reply, kind, failure(err.Error()))

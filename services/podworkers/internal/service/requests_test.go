@@ -33,7 +33,7 @@ func TestRequestHandlerPanicIsAnswered(t *testing.T) {
 	e.track(p)
 	e.send(bus.OpAdd, p)
 	eventually(t, 30*time.Second, "running", func() bool { st, _ := e.get(p.UID); return containerRunning(st) })
-	before := testutil.ToFloat64(bus.HandlerPanics.WithLabelValues("podworkers-requests"))
+	before := testutil.ToFloat64(e.busMetrics.HandlerPanics.WithLabelValues("podworkers-requests"))
 	part := bus.Partition(string(p.UID), partitions)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -46,7 +46,7 @@ func TestRequestHandlerPanicIsAnswered(t *testing.T) {
 	if err != nil || !strings.Contains(res.Error, "internal error") || res.ExitCode != -1 {
 		t.Fatalf("exec answer %+v, %v: want an internal error", res, err)
 	}
-	if got := testutil.ToFloat64(bus.HandlerPanics.WithLabelValues("podworkers-requests")); got != before+1 {
+	if got := testutil.ToFloat64(e.busMetrics.HandlerPanics.WithLabelValues("podworkers-requests")); got != before+1 {
 		t.Errorf("panics counted %v, want %v", got, before+1)
 	}
 	// still serving.

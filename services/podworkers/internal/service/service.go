@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -106,6 +107,8 @@ type Config struct {
 	CgroupReconcile time.Duration
 	// fallback is FallbackAllocatable parsed, set by Validate.
 	fallback corev1.ResourceList
+	// hostIP is HostIP parsed, set by Validate.
+	hostIP netip.Addr
 }
 
 // RegisterFlags adds the podworkers keys ("podworkers.<key>") to fs.
@@ -186,6 +189,11 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("invalid value for podworkers.replica-id: %w", err)
 		}
 	}
+	hostIP, err := parseHostIP(c.HostIP)
+	if err != nil {
+		return fmt.Errorf("invalid value %q for podworkers.host-ip: %w", c.HostIP, err)
+	}
+	c.hostIP = hostIP
 	fallback, err := kube.ParseResourceList(c.FallbackAllocatable)
 	if err != nil {
 		return fmt.Errorf("invalid value for podworkers.fallback-allocatable: %w", err)
@@ -198,6 +206,21 @@ func (c *Config) Validate() error {
 		return err
 	}
 	return c.DNS.Validate()
+}
+
+// parseHostIP reads the host IP reported in pod status: one IPv4 or IPv6
+// address that a node can have (not unspecified, no zone).
+func parseHostIP(s string) (netip.Addr, error) {
+	ip, err := netip.ParseAddr(s)
+	switch {
+	case err != nil:
+		return netip.Addr{}, errors.New("not an IP address")
+	case ip.IsUnspecified():
+		return netip.Addr{}, errors.New("an unspecified address cannot be a node's")
+	case ip.Zone() != "":
+		return netip.Addr{}, errors.New("an address with a zone cannot be a pod's hostIP")
+	}
+	return ip, nil
 }
 
 // DefaultReplicaID is the replica id a replica takes unless told: the
@@ -263,6 +286,9 @@ type Runner struct {
 	gates   []sync.RWMutex
 	kick    chan struct{}
 	metrics *metrics
+	// busMetrics counts the stage's consumers, request handler panics and
+	// new pods' time in the stage.
+	busMetrics *bus.Metrics
 	// tracer and traces: spans of the pods whose trace came on the bus
 	// (nil with tracing off).
 	tracer trace.Tracer
@@ -294,7 +320,7 @@ type partition struct {
 }
 
 // New builds the stage.
-func New(cfg *Config, common *config.Common, log *zap.Logger, conn *messaging.Conn, js jetstream.JetStream, cs kubernetes.Interface, reg prometheus.Registerer, tp *tracing.Provider) (*Runner, error) {
+func New(cfg *Config, common *config.Common, log *zap.Logger, conn *messaging.Conn, js jetstream.JetStream, cs kubernetes.Interface, reg prometheus.Registerer, bm *bus.Metrics, tp *tracing.Provider) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -319,7 +345,8 @@ func New(cfg *Config, common *config.Common, log *zap.Logger, conn *messaging.Co
 		gates:    make([]sync.RWMutex, common.Partitions),
 		kick:     make(chan struct{}, 1),
 
-		snapshots: bus.NewSnapshots(),
+		snapshots:  bus.NewSnapshots(),
+		busMetrics: bm,
 	}
 	if tp.Enabled() {
 		r.tracer, r.traces = tp.Tracer(tracerName), tracing.NewPods()
@@ -447,7 +474,7 @@ func (r *Runner) newRuntime(ctx context.Context) (runtime.Runtime, error) {
 				return nil, err
 			}
 		}
-		return cri.New(ctx, cri.WithEndpoint(r.common.CRIEndpoint), cri.WithHostIP(r.cfg.HostIP), cri.WithLogger(r.log.Named("cri")),
+		return cri.New(ctx, cri.WithEndpoint(r.common.CRIEndpoint), cri.WithHostIP(r.cfg.hostIP.String()), cri.WithLogger(r.log.Named("cri")),
 			cri.WithNode(r.common.NodeName), cri.WithClusterDomain(r.cfg.DNS.ClusterDomain),
 			cri.WithSeccompProfileRoot(r.seccompRoot()), cri.WithSeccompDefault(r.cfg.SeccompDefault),
 			cri.WithContainerPolicy(r.cfg.containerPolicy()), cri.WithCgroups(layout),
@@ -464,7 +491,7 @@ func (r *Runner) newRuntime(ctx context.Context) (runtime.Runtime, error) {
 		if records == "" {
 			records = filepath.Join(os.TempDir(), "splitlet-process-groups", r.common.NodeName)
 		}
-		opts := []process.Option{process.WithRootDir(root), process.WithHostIP(r.cfg.HostIP), process.WithLogger(r.log.Named("process")),
+		opts := []process.Option{process.WithRootDir(root), process.WithHostIP(r.cfg.hostIP.String()), process.WithLogger(r.log.Named("process")),
 			process.WithRecordDir(records)}
 		if os.Geteuid() == 0 {
 			opts = append(opts, r.cfg.podUsers()...)
@@ -717,8 +744,8 @@ func (r *Runner) watchNode(ctx context.Context) (allocatable func() corev1.Resou
 // volume manager (returned, for the local storage checks). stop ends the
 // informers they started.
 func (r *Runner) syncOptions(ctx context.Context, rt runtime.Runtime, recorder record.EventRecorder, allocatable func() corev1.ResourceList, setUp bool) ([]podsync.Option, *volumes.Manager, func()) {
-	syncOpts := []podsync.Option{podsync.WithBackOff(r.cfg.ContainerBackOff, r.cfg.ContainerBackOffMax), podsync.WithHostIP(r.cfg.HostIP),
-		podsync.WithStartObserver(r.metrics.started)}
+	syncOpts := []podsync.Option{podsync.WithBackOff(r.cfg.ContainerBackOff, r.cfg.ContainerBackOffMax), podsync.WithHostIP(r.cfg.hostIP.String()),
+		podsync.WithStartObserver(r.metrics.started), podsync.WithBusMetrics(r.busMetrics)}
 	var podRecorder record.EventRecorder // the pods' Events, nil when off
 	syncOpts = append(syncOpts, securitySyncOptions(rt)...)
 	if r.cfg.ContainerEvents.On(rt.Type() != sim.Type) {
@@ -1093,8 +1120,8 @@ func kernelRelease() string {
 // checked once as the replica starts, as a kubelet's sync loop does.
 func (r *Runner) dnsConfigurer(rec record.EventRecorder) *dns.Configurer {
 	var nodeIPs []net.IP
-	if ip := net.ParseIP(r.cfg.HostIP); ip != nil {
-		nodeIPs = []net.IP{ip}
+	if r.cfg.hostIP.IsValid() {
+		nodeIPs = []net.IP{r.cfg.hostIP.AsSlice()}
 	}
 	c := dns.New(dns.Options{DNS: r.cfg.DNS, NodeIPs: nodeIPs, Node: r.common.NodeName, Recorder: rec, Log: r.log.Named("dns")})
 	c.CheckResolvConf()

@@ -71,6 +71,8 @@ type env struct {
 	nats *testenv.NATS
 	cs   kubernetes.Interface
 	pub  *bus.Publisher
+	// busMetrics is what the env's replicas count in (tests read it).
+	busMetrics *bus.Metrics
 
 	mu     sync.Mutex
 	status map[types.UID]*bus.PodRuntimeStatus
@@ -116,7 +118,7 @@ func newEnvOn(t *testing.T, node string, n *testenv.NATS) *env {
 		t.Fatal(err)
 	}
 	e := &env{t: t, node: node, nats: n, cs: c.Clientset(), pub: bus.NewPublisher(nc, js, node, "api"), uids: filepath.Join(t.TempDir(), "uids"),
-		status: map[types.UID]*bus.PodRuntimeStatus{}, source: map[types.UID]string{}}
+		busMetrics: mustBusMetrics(t), status: map[types.UID]*bus.PodRuntimeStatus{}, source: map[types.UID]string{}}
 	cons, err := js.OrderedConsumer(ctx, bus.StreamName(node, bus.StreamPodStatus), jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -273,7 +275,7 @@ func (e *env) startReplicaRuntime(t *testing.T, runtimeName string, mod func(*Co
 	if e.replicaCS != nil {
 		cs = e.replicaCS
 	}
-	r, err := New(cfg, common, log, conn, conn.JS, cs, prometheus.NewRegistry(), tracing.Noop())
+	r, err := New(cfg, common, log, conn, conn.JS, cs, prometheus.NewRegistry(), e.busMetrics, tracing.Noop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -840,4 +842,13 @@ func TestSidecarWaitsForItsStartupProbe(t *testing.T) {
 		st, _ := e.get(p.UID)
 		return containerRunning(st)
 	})
+}
+
+// mustBusMetrics is a set of bus metrics on a registry of its own.
+func mustBusMetrics(t testing.TB) *bus.Metrics {
+	m, err := bus.NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

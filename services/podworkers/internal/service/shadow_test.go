@@ -407,7 +407,7 @@ func runShadowChild(node string) int {
 		log.Error("nats", zap.Error(err))
 		return 2
 	}
-	r, err := New(cfg, common, log, conn, conn.JS, cs, prometheus.NewRegistry(), tracing.Noop())
+	r, err := New(cfg, common, log, conn, conn.JS, cs, prometheus.NewRegistry(), nil, tracing.Noop())
 	if err == nil {
 		err = r.Start(context.Background())
 	}

@@ -23,7 +23,7 @@ func TestUnhealthyEventInAPIServer(t *testing.T) {
 	cp := testenv.ControlPlaneForTest(t)
 	cs := cp.Clientset()
 	e := newEnvWith(t, func(d service.Deps) (*service.Runner, error) {
-		return service.New(d.Config, d.Common, d.Log, d.NC, d.JS, cs, d.Registerer, tracing.Noop())
+		return service.New(d.Config, d.Common, d.Log, d.NC, d.JS, cs, d.Registerer, d.Metrics, tracing.Noop())
 	})
 	lp := execProbe("check")
 	lp.FailureThreshold = 1

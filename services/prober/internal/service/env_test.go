@@ -46,6 +46,9 @@ type env struct {
 	execSub  *nats.Subscription
 	events   *events
 	reg      *prometheus.Registry
+	// busMetrics is what every runner of the env counts in, across
+	// restarts (no registry serves it).
+	busMetrics *bus.Metrics
 
 	mu      sync.Mutex
 	results map[types.UID][]bus.ProbeResult
@@ -73,12 +76,13 @@ func newEnvWith(t *testing.T, build builder) *env {
 	}
 	e := &env{
 		t: t, nc: nc, js: js, subjects: bus.For(node),
-		podPub:  bus.NewPublisher(nc, js, node, "api"),
-		statPub: bus.NewPublisher(nc, js, node, "podworkers-test"),
-		events:  &events{},
-		reg:     prometheus.NewRegistry(),
-		results: map[types.UID][]bus.ProbeResult{},
-		execs:   map[types.UID]execFunc{},
+		podPub:     bus.NewPublisher(nc, js, node, "api"),
+		statPub:    bus.NewPublisher(nc, js, node, "podworkers-test"),
+		events:     &events{},
+		reg:        prometheus.NewRegistry(),
+		busMetrics: func() *bus.Metrics { m, _ := bus.NewMetrics(nil); return m }(),
+		results:    map[types.UID][]bus.ProbeResult{},
+		execs:      map[types.UID]execFunc{},
 	}
 	// The result consumer: every ProbeResult on probes.*, by pod.
 	sub, err := nc.Subscribe(e.subjects.ProbeResultsAll(), func(m *nats.Msg) {
@@ -144,7 +148,7 @@ func newEnvWith(t *testing.T, build builder) *env {
 		r, err := build(service.Deps{
 			Config: &service.Config{Instance: "prober-test", ExecGrace: 300 * time.Millisecond},
 			Common: common, Log: zaptest.NewLogger(t), NC: nc, JS: js,
-			Recorder: e.events, Registerer: e.reg,
+			Recorder: e.events, Registerer: e.reg, Metrics: e.busMetrics,
 		})
 		if err != nil {
 			t.Fatal(err)

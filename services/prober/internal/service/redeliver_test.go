@@ -86,8 +86,8 @@ func newRejectingEnv(t *testing.T) (*env, *rejecter) {
 	return e, rj
 }
 
-func terminated(durable string) float64 {
-	return testutil.ToFloat64(bus.HandlerTerminations.WithLabelValues(durable))
+func (e *env) terminated(durable string) float64 {
+	return testutil.ToFloat64(e.busMetrics.HandlerTerminations.WithLabelValues(durable))
 }
 
 // TestRejectedPodUpdateRecoveredBySet: a pod update the prober's handler
@@ -98,11 +98,11 @@ func TestRejectedPodUpdateRecoveredBySet(t *testing.T) {
 	e, rj := newRejectingEnv(t)
 	tg := newTarget(t, http.StatusOK)
 	pod := newPod("rejected-update", httpProbe(tg.port(), "/"), nil, nil)
-	before := terminated(service.DurablePodUpdates)
+	before := e.terminated(service.DurablePodUpdates)
 	rj.set(service.DurablePodUpdates, pod.UID, true)
 	e.publishPods(bus.OpAdd, pod)
 	e.publishStatus(running(pod, "sim://u1", time.Now()))
-	e.eventually("the ADD terminated", 10*time.Second, func() bool { return terminated(service.DurablePodUpdates)-before == 1 })
+	e.eventually("the ADD terminated", 10*time.Second, func() bool { return e.terminated(service.DurablePodUpdates)-before == 1 })
 	if n := rj.failures(service.DurablePodUpdates); n != 3 {
 		t.Errorf("the ADD was handled %d times, want 3", n)
 	}
@@ -122,11 +122,11 @@ func TestRejectedStatusRecoveredFromStream(t *testing.T) {
 	e, rj := newRejectingEnv(t)
 	tg := newTarget(t, http.StatusOK)
 	pod := newPod("rejected-status", httpProbe(tg.port(), "/"), nil, nil)
-	before := terminated(service.DurablePodStatus)
+	before := e.terminated(service.DurablePodStatus)
 	rj.set(service.DurablePodStatus, pod.UID, true)
 	e.publishPods(bus.OpAdd, pod)
 	e.publishStatus(running(pod, "sim://s1", time.Now()))
-	e.eventually("the status terminated", 10*time.Second, func() bool { return terminated(service.DurablePodStatus)-before == 1 })
+	e.eventually("the status terminated", 10*time.Second, func() bool { return e.terminated(service.DurablePodStatus)-before == 1 })
 	if n := rj.failures(service.DurablePodStatus); n < 3 {
 		t.Errorf("the status was handled %d times, want at least 3", n)
 	}

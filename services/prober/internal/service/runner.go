@@ -70,6 +70,8 @@ type Deps struct {
 	JS         jetstream.JetStream
 	Recorder   record.EventRecorder
 	Registerer prometheus.Registerer
+	// Metrics is the process's bus metrics, which count the consumers.
+	Metrics *bus.Metrics
 	// Tracing, if it records, makes each published result a span of its
 	// pod's trace (libs/tracing).
 	Tracing *tracing.Provider
@@ -80,13 +82,13 @@ const tracerName = "github.com/splitlet/splitlet/services/prober"
 
 // New builds the stage for fx: Events go to the API server.
 func New(cfg *Config, common *config.Common, log *zap.Logger, nc *nats.Conn, js jetstream.JetStream,
-	cs kubernetes.Interface, reg prometheus.Registerer, tp *tracing.Provider) (*Runner, error) {
+	cs kubernetes.Interface, reg prometheus.Registerer, bm *bus.Metrics, tp *tracing.Provider) (*Runner, error) {
 	var rec record.EventRecorder = shadowRecorder{log.Named("prober")}
 	stop := func() {}
 	if !common.Shadow {
 		rec, stop = kube.NewRecorder(cs, common.NodeName)
 	}
-	r, err := NewWithDeps(Deps{Config: cfg, Common: common, Log: log, NC: nc, JS: js, Recorder: rec, Registerer: reg, Tracing: tp})
+	r, err := NewWithDeps(Deps{Config: cfg, Common: common, Log: log, NC: nc, JS: js, Recorder: rec, Registerer: reg, Metrics: bm, Tracing: tp})
 	if err != nil {
 		stop()
 		return nil, err
@@ -132,7 +134,7 @@ func NewWithDeps(d Deps) (*Runner, error) {
 	}
 	r.mgr = mgr
 	r.kit = stagekit.New(d.JS, d.Common.NodeName, pods{mgr}, stagekit.WithStatus(statuses{r}),
-		stagekit.WithLogger(log), stagekit.WithShadow(d.Common.Shadow), stagekit.WithReplicas(d.Common.NATSReplicas),
+		stagekit.WithLogger(log), stagekit.WithMetrics(d.Metrics), stagekit.WithShadow(d.Common.Shadow), stagekit.WithReplicas(d.Common.NATSReplicas),
 		stagekit.WithDurables(DurablePodUpdates, DurablePodStatus), stagekit.WithConsumerHook(r.hook))
 	return r, nil
 }

@@ -404,7 +404,7 @@ func (w *worker) run(ctx context.Context, pod *corev1.Pod, st *bus.PodRuntimeSta
 		err = fmt.Errorf("missing probe handler for %s/%s:%s", w.namespace, w.name, w.container.Name)
 	}
 	if err != nil {
-		// Deviation from the kubelet, as the issue asks: a probe that cannot
+		// Deviation from the kubelet: a probe that cannot
 		// be built (an unknown port name) is a counted Failure with the
 		// cause as its message, not a skipped run.
 		msg := err.Error()

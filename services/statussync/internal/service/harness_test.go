@@ -216,7 +216,7 @@ func (h *harness) startRunner(o harnessOptions) *Runner {
 	}
 	common := &config.Common{NodeName: h.node, Partitions: h.partitions}
 	r, err := New(&Config{Workers: 4, BatchPeriod: o.batchPeriod, CoalesceDelay: o.coalesceDelay, PendingTTL: time.Minute, ReplayWindow: o.replayWindow},
-		common, o.log, h.kc, kube.NewNodePods(h.kc, h.node), h.js, o.registry, tracing.Noop())
+		common, o.log, h.kc, kube.NewNodePods(h.kc, h.node), h.js, o.registry, nil, tracing.Noop())
 	if err != nil {
 		h.t.Fatal(err)
 	}

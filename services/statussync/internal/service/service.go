@@ -82,6 +82,7 @@ type Runner struct {
 	pods   *kube.NodePods
 	js     jetstream.JetStream
 	reg    prometheus.Registerer
+	bm     *bus.Metrics
 
 	// crash: stop without writing pending statuses (tests).
 	crash   bool
@@ -99,12 +100,12 @@ type Runner struct {
 }
 
 // New builds the stage.
-func New(cfg *Config, common *config.Common, log *zap.Logger, kube kubernetes.Interface, pods *kube.NodePods, js jetstream.JetStream, reg prometheus.Registerer, tp *tracing.Provider) (*Runner, error) {
+func New(cfg *Config, common *config.Common, log *zap.Logger, kube kubernetes.Interface, pods *kube.NodePods, js jetstream.JetStream, reg prometheus.Registerer, bm *bus.Metrics, tp *tracing.Provider) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	pods.Want(podView)
-	r := &Runner{cfg: cfg, common: common, log: log.Named("statussync"), kube: kube, pods: pods, js: js, reg: reg}
+	r := &Runner{cfg: cfg, common: common, log: log.Named("statussync"), kube: kube, pods: pods, js: js, reg: reg, bm: bm}
 	if tp.Enabled() {
 		r.tracer, r.traces = tp.Tracer(tracerName), tracing.NewPods()
 	}
@@ -192,6 +193,7 @@ func (r *Runner) run(ctx context.Context) error {
 		Partitions:    r.common.Partitions,
 		Recorder:      recorder,
 		Registerer:    r.reg,
+		BusMetrics:    r.bm,
 
 		DropPendingOnStop: r.crash,
 		Tracer:            r.tracer,
@@ -418,6 +420,7 @@ func (r *Runner) startConsumers(ctx context.Context, node string, specs []consum
 			InactiveThreshold: inactive,
 			Filters:           filters,
 			Logger:            log,
+			Metrics:           r.bm,
 			OrderedByHandler:  s.perPod,
 		}, s.handle)
 		if err != nil {

@@ -100,6 +100,8 @@ type Options struct {
 	Recorder record.EventRecorder
 	// Registerer gets the manager's metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// BusMetrics gets each new pod's time in statussync; nil: none.
+	BusMetrics *bus.Metrics
 	// DropPendingOnStop stops without writing what is still waiting: a
 	// crash, for tests of what a restarted stage recovers.
 	DropPendingOnStop bool
@@ -996,7 +998,7 @@ func (m *Manager) observeRunning(uid types.UID, base, updated *corev1.Pod) {
 	if e := m.entries[uid]; e != nil && !e.stageDone && !e.runningAt.IsZero() &&
 		bus.AllRunning(updated.Status.ContainerStatuses) && !bus.AllRunning(base.Status.ContainerStatuses) {
 		e.stageDone = true
-		bus.ObserveStage(bus.StageStatussync, time.Since(e.runningAt))
+		m.opts.BusMetrics.ObserveStage(bus.StageStatussync, time.Since(e.runningAt))
 	}
 }
 
