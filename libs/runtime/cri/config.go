@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/splitlet/splitlet/libs/kube"
@@ -58,7 +59,11 @@ const (
 // PodLogDir is a pod's log directory under root (kubelet:
 // BuildPodLogsDirectory).
 func PodLogDir(root string, p *corev1.Pod) string {
-	return filepath.Join(root, p.Namespace+"_"+p.Name+"_"+string(p.UID))
+	return podLogDir(root, p.Namespace, p.Name, p.UID)
+}
+
+func podLogDir(root, namespace, name string, uid types.UID) string {
+	return filepath.Join(root, namespace+"_"+name+"_"+string(uid))
 }
 
 // namespaces are the pod's Linux namespace modes (kubelet:

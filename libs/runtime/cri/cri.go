@@ -823,7 +823,7 @@ func (r *Runtime) runningID(uid types.UID, name string) string {
 // RemovePod implements runtime.Runtime: it refuses while a container of the
 // pod runs; otherwise it stops and removes the pod's sandboxes (and with
 // them their containers), removes any container left, and deletes the
-// pod's log directory.
+// pod's log directory and its containers' log links.
 func (r *Runtime) RemovePod(ctx context.Context, uid types.UID) error {
 	if uid == "" || strings.ContainsAny(string(uid), "/\x00") {
 		return fmt.Errorf("cri: remove pod: UID %q cannot name a pod", uid)
@@ -838,20 +838,12 @@ func (r *Runtime) RemovePod(ctx context.Context, uid types.UID) error {
 	if err != nil {
 		return fmt.Errorf("cri: remove pod %s: %w", uid, err)
 	}
-	var errs []error
-	for _, sb := range sbs {
-		if err := r.rs.StopPodSandbox(ctx, sb.Id); err != nil && !isNotFound(err) {
-			errs = append(errs, err)
-			continue
-		}
-		if err := r.rs.RemovePodSandbox(ctx, sb.Id); err != nil && !isNotFound(err) {
-			errs = append(errs, err)
-		}
-	}
+	errs := r.removeSandboxes(ctx, sbs)
 	cs, err := r.rs.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: sel})
 	if err != nil {
 		errs = append(errs, err)
 	}
+	ref := r.removedPodRef(uid, sbs, cs)
 	for _, c := range cs {
 		if err := r.rs.RemoveContainer(ctx, c.Id); err != nil && !isNotFound(err) {
 			errs = append(errs, err)
@@ -862,20 +854,108 @@ func (r *Runtime) RemovePod(ctx context.Context, uid types.UID) error {
 	}
 	// kubelet: the pod's cgroup goes once its sandboxes are gone.
 	r.removePodCgroup(uid)
-	dirs, _ := filepath.Glob(filepath.Join(r.opts.logRoot, "*_"+string(uid)))
-	r.mu.Lock()
-	var namespace, podName string
-	if pd := r.pods[uid]; pd != nil {
-		namespace, podName = pd.namespace, pd.name
+	if err := r.removePodLogs(ref, cs); err != nil {
+		errs = append(errs, err)
 	}
-	r.mu.Unlock()
-	r.unlinkPodLogs(namespace, podName, dirs)
+	r.dropPod(uid)
+	if len(errs) > 0 {
+		return fmt.Errorf("cri: remove pod %s: %w", uid, errors.Join(errs...))
+	}
+	return nil
+}
+
+// removeSandboxes stops and removes the sandboxes given.
+func (r *Runtime) removeSandboxes(ctx context.Context, sbs []*runtimeapi.PodSandbox) []error {
+	var errs []error
+	for _, sb := range sbs {
+		if err := r.rs.StopPodSandbox(ctx, sb.Id); err != nil && !isNotFound(err) {
+			errs = append(errs, err)
+			continue
+		}
+		if err := r.rs.RemovePodSandbox(ctx, sb.Id); err != nil && !isNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// removedPodRef names the pod being removed: its namespace and name from
+// its sandboxes' metadata, else its containers' labels, else the cache (a
+// start or relist of this runtime); both "" when none of them knows it.
+func (r *Runtime) removedPodRef(uid types.UID, sbs []*runtimeapi.PodSandbox, cs []*runtimeapi.Container) runtime.PodRef {
+	ref := runtime.PodRef{UID: uid}
+	for _, sb := range sbs {
+		if md := sb.GetMetadata(); md.GetNamespace() != "" && md.GetName() != "" {
+			ref.Namespace, ref.Name = md.GetNamespace(), md.GetName()
+			return ref
+		}
+	}
+	for _, c := range cs {
+		if ns, name := c.GetLabels()[labelPodNamespace], c.GetLabels()[labelPodName]; ns != "" && name != "" {
+			ref.Namespace, ref.Name = ns, name
+			return ref
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if pd := r.pods[uid]; pd != nil {
+		ref.Namespace, ref.Name = pd.namespace, pd.name
+	}
+	return ref
+}
+
+// removePodLogs deletes the removed pod's log directory and its
+// containers' log links. With the pod's namespace and name known the
+// directory is one path (<namespace>_<name>_<uid>, as the sandbox was
+// made) and the links are those of the containers the cache and cs hold.
+// Only when nothing names the pod (no sandbox or container of it left in
+// the runtime and none seen by this runtime: a removal begun by an earlier
+// process, or sandboxes removed by another hand) is the log root read for
+// every directory of the UID and the link directory for links into them.
+func (r *Runtime) removePodLogs(ref runtime.PodRef, cs []*runtimeapi.Container) error {
+	var dirs []string
+	if ref.Namespace != "" && ref.Name != "" {
+		dirs = []string{podLogDir(r.opts.logRoot, ref.Namespace, ref.Name, ref.UID)}
+		for _, c := range r.containerNames(ref.UID, cs) {
+			r.unlinkLog(ref.Namespace, ref.Name, c.name, c.id)
+		}
+	} else {
+		dirs, _ = filepath.Glob(filepath.Join(r.opts.logRoot, "*_"+string(ref.UID)))
+		r.unlinkPodLogs(dirs)
+	}
+	var errs []error
 	for _, d := range dirs {
 		if err := os.RemoveAll(d); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	return errors.Join(errs...)
+}
+
+// containerName is a container instance's name and raw ID.
+type containerName struct{ name, id string }
+
+// containerNames is every container instance of the pod the cache holds,
+// and those of cs.
+func (r *Runtime) containerNames(uid types.UID, cs []*runtimeapi.Container) []containerName {
+	var out []containerName
 	r.mu.Lock()
+	if pd := r.pods[uid]; pd != nil {
+		for id, in := range pd.instances {
+			out = append(out, containerName{name: in.status.Name, id: id})
+		}
+	}
+	r.mu.Unlock()
+	for _, c := range cs {
+		out = append(out, containerName{name: c.GetMetadata().GetName(), id: c.GetId()})
+	}
+	return out
+}
+
+// dropPod forgets the removed pod: its instances, sandbox IP and record.
+func (r *Runtime) dropPod(uid types.UID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if pd := r.pods[uid]; pd != nil {
 		for id := range pd.instances {
 			delete(r.byID, id)
@@ -886,11 +966,6 @@ func (r *Runtime) RemovePod(ctx context.Context, uid types.UID) error {
 		}
 		delete(r.pods, uid)
 	}
-	r.mu.Unlock()
-	if len(errs) > 0 {
-		return fmt.Errorf("cri: remove pod %s: %w", uid, errors.Join(errs...))
-	}
-	return nil
 }
 
 // UpdateContainerResources implements runtime.Resizer through the CRI's

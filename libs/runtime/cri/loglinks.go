@@ -63,16 +63,14 @@ func (r *Runtime) unlinkLog(namespace, pod, container, id string) {
 	}
 }
 
-// unlinkPodLogs removes the log links that point into the removed pod's
-// log directories podDirs. Only links of the pod's name and namespace are
-// looked at when they are known; every link otherwise (a pod the runtime
-// never listed).
-func (r *Runtime) unlinkPodLogs(namespace, pod string, podDirs []string) {
-	pattern := "*.log"
-	if namespace != "" && pod != "" {
-		pattern = pod + "_" + namespace + "_*.log"
+// unlinkPodLogs removes every link of the container log directory that
+// points into the removed pod's log directories podDirs: a read of the
+// whole directory, for a pod whose namespace and name are not known.
+func (r *Runtime) unlinkPodLogs(podDirs []string) {
+	if len(podDirs) == 0 {
+		return
 	}
-	links, _ := filepath.Glob(filepath.Join(r.opts.containerLogDir, pattern))
+	links, _ := filepath.Glob(filepath.Join(r.opts.containerLogDir, "*.log"))
 	for _, link := range links {
 		target, err := os.Readlink(link)
 		if err != nil {
