@@ -609,6 +609,12 @@ func (s *Syncer) activeDeadline(pod *corev1.Pod) (time.Duration, bool) {
 }
 
 func (s *Syncer) syncAndReport(ctx context.Context, pod *corev1.Pod) (podworker.SyncResult, error) {
+	if s.volumesPending(pod) {
+		// kubelet: the pod's status (scheduled, pending) is set before
+		// its volumes are waited for, so it goes out ahead of any
+		// FailedMount Event.
+		s.sink.Set(s.status(pod, false, false))
+	}
 	if wait, d := s.setupVolumes(ctx, pod); wait {
 		// kubelet: containers do not start before the pod's volumes are
 		// mounted; the pod waits in ContainerCreating.

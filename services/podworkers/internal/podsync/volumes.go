@@ -70,6 +70,18 @@ func (s *Syncer) setupVolumes(ctx context.Context, pod *corev1.Pod) (wait bool, 
 	return true, s.volBackOff.Get(key)
 }
 
+// volumesPending says whether the pod has volumes that were never all set
+// up.
+func (s *Syncer) volumesPending(pod *corev1.Pod) bool {
+	if s.volumes == nil || len(pod.Spec.Volumes) == 0 {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, had := s.vols[pod.UID]
+	return !had
+}
+
 // RemoveVolumes tears down the volumes of a pod whose containers are gone.
 func (s *Syncer) RemoveVolumes(uid types.UID) error {
 	if s.volumes == nil {
