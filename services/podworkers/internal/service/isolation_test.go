@@ -36,9 +36,8 @@ func TestProcessPodsAreIsolated(t *testing.T) {
 	e := newEnv(t, "pw-proc-iso")
 	admin := controlPlane(t).Clientset()
 	_, secret, account := volumeObjects(t, admin, e.node)
-	rootDir := t.TempDir()
+	rootDir := testenv.DataDir(t)
 	testenv.OpenWay(t, rootDir)
-	t.Cleanup(func() { unmountUnder(rootDir) })
 	e.replicaCS = nodeClientset(t, e.node)
 	r := e.startReplica(t, config.RuntimeProcess, func(c *Config) { c.RootDir = rootDir })
 	data := r.common.DataDir

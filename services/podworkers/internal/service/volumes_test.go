@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -140,11 +139,9 @@ while true; do cat $R/etc/cm/dir/a.txt > $R/out/a-now; sleep 0.2; done`, "ROOT",
 func runVolumePod(t *testing.T, e *env, rt, root string) {
 	admin := controlPlane(t).Clientset()
 	cm, secret, account := volumeObjects(t, admin, e.node)
-	rootDir := t.TempDir()
+	// what a test that stops half-way leaves mounted goes with it.
+	rootDir := testenv.DataDir(t)
 	testenv.OpenWay(t, rootDir)
-	// (runs before TempDir's removal) a test that stops half-way leaves
-	// its tmpfs mounts behind.
-	t.Cleanup(func() { unmountUnder(rootDir) })
 	hostDir := filepath.Join(t.TempDir(), "host")
 	testenv.OpenWay(t, hostDir)
 	if err := os.MkdirAll(hostDir, 0o755); err != nil {
@@ -249,20 +246,6 @@ func runVolumePod(t *testing.T, e *env, rt, root string) {
 	eventually(t, 60*time.Second, "the pod's volumes removed", func() bool { _, err := os.Stat(volumes); return os.IsNotExist(err) })
 	if _, err := os.Stat(filepath.Join(hostDir, "h.txt")); err != nil {
 		t.Errorf("the hostPath volume's file went with the pod: %v", err)
-	}
-}
-
-// unmountUnder unmounts every mount below dir.
-func unmountUnder(dir string) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
-			_ = syscall.Unmount(f[4], syscall.MNT_DETACH)
-		}
 	}
 }
 
