@@ -526,7 +526,7 @@ func (r *Runtime) createAndStart(ctx context.Context, p *corev1.Pod, pd *pod, c 
 		// the start that was cut short went through after all.
 		return got, nil
 	}
-	imageRef, reason, msg, err := r.ensureImage(ctx, p, c, sb.config, opts.PullSecrets, opts.ImageEvent)
+	imageRef, reason, msg, err := r.ensureImage(ctx, p, c.Image, PullPolicy(c), sb.config, opts.PullSecrets, opts.ImageEvent)
 	if err != nil {
 		if ctx.Err() != nil {
 			st.State = runtime.StateUnknown
