@@ -136,18 +136,22 @@ func viewKey(uid types.UID, volume string) string {
 func (r *Runtime) prepareImageVolumes(ctx context.Context, p *corev1.Pod, sb *sandbox, opts *runtime.StartOptions) (reason, msg string, err error) {
 	mounts := make([]runtime.Mount, len(opts.Mounts))
 	copy(mounts, opts.Mounts)
+	ready := map[string]bool{} // a volume mounted twice is pulled once
 	for i := range mounts {
 		m := &mounts[i]
 		if m.Image == nil {
 			continue
 		}
-		ref, reason, msg, err := r.ensureImage(ctx, p, m.Image.Reference, imagePullPolicy(m.Image.Reference, m.Image.PullPolicy),
-			sb.config, opts.PullSecrets, opts.PodImageEvent)
-		if err != nil {
-			return reason, msg, &runtime.ImageVolumeError{Volume: m.Volume, Image: m.Image.Reference, Err: err}
-		}
-		if err := r.mountImageVolume(ctx, p.UID, m.Volume, ref, m.HostPath); err != nil {
-			return ReasonCreateError, fmt.Sprintf("failed to mount image volume %q: %v", m.Volume, err), err
+		if !ready[m.Volume] {
+			ref, reason, msg, err := r.ensureImage(ctx, p, m.Image.Reference, imagePullPolicy(m.Image.Reference, m.Image.PullPolicy),
+				sb.config, opts.PullSecrets, opts.PodImageEvent)
+			if err != nil {
+				return reason, msg, &runtime.ImageVolumeError{Volume: m.Volume, Image: m.Image.Reference, Err: err}
+			}
+			if err := r.mountImageVolume(ctx, p.UID, m.Volume, ref, m.HostPath); err != nil {
+				return ReasonCreateError, fmt.Sprintf("failed to mount image volume %q: %v", m.Volume, err), err
+			}
+			ready[m.Volume] = true
 		}
 		host, err := imageSubPath(m.HostPath, m.Image.SubPath)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/runtime/cri"
 	"github.com/splitlet/splitlet/libs/runtime/process"
 	"github.com/splitlet/splitlet/libs/runtime/sim"
 )
@@ -58,7 +59,9 @@ var errProcessAppArmor = errors.New("the process runtime does not confine contai
 // through RuntimeSecurity, or is taken to enforce no optional feature.
 func EnforcementOf(rt runtime.Runtime) Enforcement {
 	e := enforcementOf(rt)
-	_, e.ImageVolumes = rt.(runtime.ImageVolumes)
+	// a shadow of the cri runtime admits what the live one does.
+	_, iv := rt.(runtime.ImageVolumes)
+	e.ImageVolumes = iv || rt.Type() == cri.Type
 	e.Runtime = rt.Type()
 	return e
 }
