@@ -28,6 +28,8 @@ const runtimeClassHandler = "test-handler"
 // kubeconfig, report directory, CRI endpoint and state directory.
 type suiteEnv struct {
 	kubeconfig, reportDir, criEndpoint, state string
+	// agent is the run's node agent, whose skips apply ("": every skip).
+	agent string
 }
 
 // conformanceSuite tells the suites apart: the test binary, the state
@@ -64,7 +66,7 @@ func suiteOf(name string) conformanceSuite {
 		bridge: defaultCNIBridge, subnet: defaultCNISubnet, kubeletBridge: kubeletCNIBridge, kubeletSubnet: kubeletCNISubnet,
 		skips: conformanceSkips, ownCgroupRoot: true,
 		args: func(env suiteEnv, c conformanceOptions) ([]string, []string, error) {
-			return e2eArgs(env.kubeconfig, env.reportDir, env.criEndpoint, c.timeout, c.e2eArgs), nil, nil
+			return e2eArgs(env.kubeconfig, env.reportDir, env.criEndpoint, env.agent, c.timeout, c.e2eArgs), nil, nil
 		},
 	}
 }
@@ -135,7 +137,7 @@ func nodeE2EArgs(host, token, specFile string, env suiteEnv, timeout time.Durati
 	if !hasFlag(extra, "ginkgo.label-filter") {
 		args = append(args, "--ginkgo.label-filter="+nodeConformanceLabels)
 	}
-	for _, s := range nodeConformanceSkips {
+	for _, s := range skipsFor(nodeConformanceSkips, env.agent) {
 		args = append(args, "--ginkgo.skip="+s.pattern)
 	}
 	return append(args, extra...)
