@@ -176,42 +176,10 @@ func (r *Runtime) mountImageVolume(ctx context.Context, uid types.UID, volume, i
 	}
 	r.imageVols.mu.Lock() // one mount at a time: two containers may share the volume
 	defer r.imageVols.mu.Unlock()
-	ctx = nsCtx(ctx)
-	key := viewKey(uid, volume)
-	st, err := snaps.Stat(ctx, &snapshotsapi.StatSnapshotRequest{Snapshotter: snapshotter, Key: key})
-	if err == nil && st.GetInfo().GetParent() != chain {
-		// the image changed (a pull of a moved tag): containers already
-		// running keep what they have mounted, new ones get the new image.
-		if err := releaseView(ctx, snaps, snapshotter, st.GetInfo()); err != nil {
-			return err
-		}
-		err = errNoView
-	}
-	var mounts []*containerdtypes.Mount
-	switch {
-	case err == nil:
-		if on, _ := mountinfo.Mounted(target); on {
-			return nil
-		}
-		resp, err := snaps.Mounts(ctx, &snapshotsapi.MountsRequest{Snapshotter: snapshotter, Key: key})
-		if err != nil {
-			return fmt.Errorf("the mounts of snapshot %s: %s", key, grpcMessage(err))
-		}
-		mounts = resp.GetMounts()
-	case errors.Is(err, errNoView) || isNotFound(err):
-		if on, _ := mountinfo.Mounted(target); on {
-			if err := unix.Unmount(target, unix.MNT_DETACH); err != nil {
-				return fmt.Errorf("unmount %s: %w", target, err)
-			}
-		}
-		resp, err := snaps.View(ctx, &snapshotsapi.ViewSnapshotRequest{Snapshotter: snapshotter, Key: key, Parent: chain,
-			Labels: map[string]string{labelGCRoot: time.Now().UTC().Format(time.RFC3339), labelViewImage: imageID, labelViewTarget: target}})
-		if err != nil {
-			return fmt.Errorf("a view of image %s: %s", imageID, grpcMessage(err))
-		}
-		mounts = resp.GetMounts()
-	default:
-		return fmt.Errorf("snapshot %s: %s", key, grpcMessage(err))
+	v := view{snaps: snaps, snapshotter: snapshotter, key: viewKey(uid, volume), chain: chain, image: imageID, target: target}
+	mounts, err := v.mounts(nsCtx(ctx))
+	if err != nil || mounts == nil {
+		return err
 	}
 	if err := os.MkdirAll(target, 0o755); err != nil {
 		return err
@@ -219,7 +187,48 @@ func (r *Runtime) mountImageVolume(ctx context.Context, uid types.UID, volume, i
 	return mountReadOnly(mounts, target)
 }
 
-var errNoView = errors.New("no view")
+// view is an image volume's view snapshot of an image's layers (chain).
+type view struct {
+	snaps                                  snapshotsapi.SnapshotsClient
+	snapshotter, key, chain, image, target string
+}
+
+// mounts are the view's mounts, the view made unless there; nil when it
+// is mounted on target already. A view of another image is released
+// first (a pull of a moved tag): containers already running keep what
+// they have mounted, new ones get the new image.
+func (v view) mounts(ctx context.Context) ([]*containerdtypes.Mount, error) {
+	st, err := v.snaps.Stat(ctx, &snapshotsapi.StatSnapshotRequest{Snapshotter: v.snapshotter, Key: v.key})
+	switch {
+	case err == nil && st.GetInfo().GetParent() == v.chain:
+		if on, _ := mountinfo.Mounted(v.target); on {
+			return nil, nil
+		}
+		resp, err := v.snaps.Mounts(ctx, &snapshotsapi.MountsRequest{Snapshotter: v.snapshotter, Key: v.key})
+		if err != nil {
+			return nil, fmt.Errorf("the mounts of snapshot %s: %s", v.key, grpcMessage(err))
+		}
+		return resp.GetMounts(), nil
+	case err == nil:
+		if err := releaseView(ctx, v.snaps, v.snapshotter, st.GetInfo()); err != nil {
+			return nil, err
+		}
+	case !isNotFound(err):
+		return nil, fmt.Errorf("snapshot %s: %s", v.key, grpcMessage(err))
+	}
+	if on, _ := mountinfo.Mounted(v.target); on {
+		// a mount whose view is gone
+		if err := unix.Unmount(v.target, unix.MNT_DETACH); err != nil {
+			return nil, fmt.Errorf("unmount %s: %w", v.target, err)
+		}
+	}
+	resp, err := v.snaps.View(ctx, &snapshotsapi.ViewSnapshotRequest{Snapshotter: v.snapshotter, Key: v.key, Parent: v.chain,
+		Labels: map[string]string{labelGCRoot: time.Now().UTC().Format(time.RFC3339), labelViewImage: v.image, labelViewTarget: v.target}})
+	if err != nil {
+		return nil, fmt.Errorf("a view of image %s: %s", v.image, grpcMessage(err))
+	}
+	return resp.GetMounts(), nil
+}
 
 // imageChainID is the chain ID of the image's layers, the committed
 // snapshot its filesystem is (containerd's CRI reports it in the image's
