@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/config"
@@ -28,7 +29,8 @@ import (
 )
 
 // Image volumes on containerd (whose CRI here ignores Mount.image): the
-// pod workers pull the volume's image (pullPolicy Always) and mount it
+// pod workers pull the volume's image (pullPolicy Always, from a registry
+// that wants the pod's imagePullSecrets) and mount it
 // read-only; the container reads the image's files, at its root and
 // through a subPath (a link in the image resolved inside the image), and
 // cannot write there. A pod whose mounted image volume cannot be pulled
@@ -54,6 +56,14 @@ func TestCRIImageVolume(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { removeImage(t, cd.Endpoint, image) })
+	// the registry wants credentials: the pods' imagePullSecrets give them.
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "imagevol-regcred"}, Type: corev1.SecretTypeDockerConfigJson,
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: reg.DockerConfigJSON()}}
+	if _, err := admin.CoreV1().Secrets("default").Create(t.Context(), secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.CoreV1().Secrets("default").Delete(context.Background(), secret.Name, metav1.DeleteOptions{}) })
+	pullSecrets := []corev1.LocalObjectReference{{Name: secret.Name}}
 	rootDir := t.TempDir()
 	testenv.OpenWay(t, rootDir)
 	t.Cleanup(func() { unmountUnder(rootDir) })
@@ -62,6 +72,7 @@ func TestCRIImageVolume(t *testing.T) {
 	p := newPod(t, admin, "imagevol", func(p *corev1.Pod) {
 		e.podDefaults(p)
 		p.Spec.NodeName = e.node
+		p.Spec.ImagePullSecrets = pullSecrets
 		p.Spec.Volumes = []corev1.Volume{
 			{Name: "out", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 			{Name: "kitten", VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: image, PullPolicy: corev1.PullAlways}}},
@@ -77,6 +88,7 @@ while true; do sleep 1; done`}
 		return newPod(t, admin, name, func(p *corev1.Pod) {
 			e.podDefaults(p)
 			p.Spec.NodeName = e.node
+			p.Spec.ImagePullSecrets = pullSecrets
 			p.Spec.Volumes = []corev1.Volume{{Name: "volume", VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: ref}}}}
 			if mounted {
 				p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "volume", MountPath: "/volume", SubPath: subPath}}
