@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -66,7 +67,9 @@ func TestCRIImageVolume(t *testing.T) {
 	pullSecrets := []corev1.LocalObjectReference{{Name: secret.Name}}
 	rootDir := t.TempDir()
 	testenv.OpenWay(t, rootDir)
-	t.Cleanup(func() { unmountUnder(rootDir) })
+	// the replica makes the root directory a shared mount of its own,
+	// which stays when it stops (as the kubelet's does).
+	t.Cleanup(func() { unmountUnder(rootDir); _ = syscall.Unmount(rootDir, syscall.MNT_DETACH) })
 	e.startReplica(t, config.RuntimeCRI, func(c *Config) { c.RootDir = rootDir })
 
 	p := newPod(t, admin, "imagevol", func(p *corev1.Pod) {
