@@ -63,7 +63,9 @@ func TestCRIImageVolume(t *testing.T) {
 	if _, err := admin.CoreV1().Secrets("default").Create(t.Context(), secret, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = admin.CoreV1().Secrets("default").Delete(context.Background(), secret.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = admin.CoreV1().Secrets("default").Delete(context.Background(), secret.Name, metav1.DeleteOptions{})
+	})
 	pullSecrets := []corev1.LocalObjectReference{{Name: secret.Name}}
 	rootDir := t.TempDir()
 	testenv.OpenWay(t, rootDir)
