@@ -195,6 +195,9 @@ type StartOptions struct {
 	// ImageEvent, if set, is told of what the runtime did about the image
 	// (the kubelet's Pulling and Pulled Events).
 	ImageEvent func(eventType, reason, message string)
+	// PodImageEvent, if set, is told the same of an image volume's image,
+	// which the kubelet records on the pod rather than a container.
+	PodImageEvent func(eventType, reason, message string)
 	// PullSecrets are the pod's image pull secrets (kubernetes.io/
 	// dockerconfigjson or dockercfg) a runtime that pulls images pulls
 	// with; never logged.
@@ -245,7 +248,48 @@ type Mount struct {
 	// recursiveReadOnly (nil: Disabled).
 	Volume            string
 	RecursiveReadOnly *corev1.RecursiveReadOnlyMode
+	// Image, if set, makes the mount an image volume's (volumes[].image):
+	// HostPath is the volume's directory, where the runtime mounts the
+	// image's filesystem read-only before the container starts; a runtime
+	// that is not an ImageVolumes refuses it.
+	Image *ImageMount
 }
+
+// ImageMount is the image of an image volume mount.
+type ImageMount struct {
+	// Reference and PullPolicy are the volume's (image.reference,
+	// image.pullPolicy; empty: the API server's default for the image).
+	Reference  string
+	PullPolicy corev1.PullPolicy
+	// SubPath is the mount's subPath (subPathExpr expanded), a path that
+	// must exist in the image; empty: the image's root.
+	SubPath string
+}
+
+// ImageVolumes is implemented by a runtime that serves image volumes (cri):
+// it pulls each volume's image as a container's (pull policy, the pod's
+// pull secrets) and mounts its filesystem read-only when a container
+// that mounts the volume starts.
+type ImageVolumes interface {
+	// ReleaseImageVolumes unmounts the pod's image volumes and lets go of
+	// what keeps their filesystems (the pod's containers have stopped).
+	ReleaseImageVolumes(ctx context.Context, uid types.UID) error
+}
+
+// ImageVolumeError is why a container that mounts an image volume could
+// not start: the volume's image could not be made present. The start's
+// reason is the image's (ErrImagePull, ImagePullBackOff,
+// ErrImageNeverPull), as for the container's own image.
+type ImageVolumeError struct {
+	Volume, Image string
+	Err           error
+}
+
+func (e *ImageVolumeError) Error() string {
+	return fmt.Sprintf("image volume %q (image %q): %v", e.Volume, e.Image, e.Err)
+}
+
+func (e *ImageVolumeError) Unwrap() error { return e.Err }
 
 // Sources reads the objects a container's environment refers to. A missing
 // object is reported as the API server reports it (an error for which

@@ -12,7 +12,7 @@ import (
 // common/{node,storage,network}, node and storage, skips each group of the list, and puts
 // the user's flags last (a string flag given twice keeps the last value).
 func TestE2EArgs(t *testing.T) {
-	args := e2eArgs("/k", "/out", "unix:///c.sock", 2*time.Hour, []string{"--ginkgo.focus=Pods"})
+	args := e2eArgs("/k", "/out", "unix:///c.sock", "", 2*time.Hour, []string{"--ginkgo.focus=Pods"})
 	joined := strings.Join(args, "\n")
 	for _, want := range []string{
 		"--provider=local", "--kubeconfig=/k", "--report-dir=/out",
@@ -94,5 +94,25 @@ func TestConformanceCNIConfig(t *testing.T) {
 		if conf.Name != c.name || len(conf.Plugins) != 3 || conf.Plugins[2].Type != "portmap" || conf.Plugins[0].Bridge != c.bridge || conf.Plugins[0].IPAM.Ranges[0][0].Subnet != c.subnet {
 			t.Errorf("%s: %+v", c.bridge, conf)
 		}
+	}
+}
+
+// A skip for one agent is on that agent's command line alone: Splitlet
+// runs the image volume spec the kubelet cannot pass on this machine.
+func TestSkipsForAgent(t *testing.T) {
+	count := func(agent string) (n int, imageVolume bool) {
+		for _, a := range e2eArgs("/k", "/out", "unix:///c.sock", agent, time.Hour, nil) {
+			if p, ok := strings.CutPrefix(a, "--ginkgo.skip="); ok {
+				n++
+				imageVolume = imageVolume || strings.HasPrefix(p, "ImageVolume")
+			}
+		}
+		return n, imageVolume
+	}
+	if n, iv := count(agentKubelet); n != len(conformanceSkips) || !iv {
+		t.Errorf("kubelet: %d skips (image volume %v), want all %d", n, iv, len(conformanceSkips))
+	}
+	if n, iv := count(agentSplitlet); n != len(conformanceSkips)-1 || iv {
+		t.Errorf("splitlet: %d skips (image volume %v), want all but the image volume's", n, iv)
 	}
 }

@@ -28,6 +28,8 @@ const runtimeClassHandler = "test-handler"
 // kubeconfig, report directory, CRI endpoint and state directory.
 type suiteEnv struct {
 	kubeconfig, reportDir, criEndpoint, state string
+	// agent is the run's node agent, whose skips apply ("": every skip).
+	agent string
 }
 
 // conformanceSuite tells the suites apart: the test binary, the state
@@ -64,7 +66,7 @@ func suiteOf(name string) conformanceSuite {
 		bridge: defaultCNIBridge, subnet: defaultCNISubnet, kubeletBridge: kubeletCNIBridge, kubeletSubnet: kubeletCNISubnet,
 		skips: conformanceSkips, ownCgroupRoot: true,
 		args: func(env suiteEnv, c conformanceOptions) ([]string, []string, error) {
-			return e2eArgs(env.kubeconfig, env.reportDir, env.criEndpoint, c.timeout, c.e2eArgs), nil, nil
+			return e2eArgs(env.kubeconfig, env.reportDir, env.criEndpoint, env.agent, c.timeout, c.e2eArgs), nil, nil
 		},
 	}
 }
@@ -89,15 +91,15 @@ const nodeSerialLabels = `NodeConformance && !Disruptive`
 // report shows it.
 var nodeSerialSkips = []conformanceSkip{
 	{`Container Runtime blackbox test when running a container with a new image`,
-		"each spec's registry is agnhost's fake-registry-server in a hostNetwork pod on host port 5000 (test/e2e/framework/registry/registry.go:126,136, from test/e2e/common/node/runtime.go:268): one port for the whole host, so two runs at once take it from each other; run them with one run on the host (make conformance runs them too)"},
+		"each spec's registry is agnhost's fake-registry-server in a hostNetwork pod on host port 5000 (test/e2e/framework/registry/registry.go:126,136, from test/e2e/common/node/runtime.go:268): one port for the whole host, so two runs at once take it from each other; run them with one run on the host (make conformance runs them too)", ""},
 	{`MirrorPod when recreating a static pod it should launch successfully even if it temporarily failed termination due to volume failing to unmount`,
-		"runs a kernel NFS server in a privileged pod of e2e-test-images/volume/nfs, which this harness does not build (test/e2e_node/mirror_pod_test.go:211), for a static pod to mount with the host's NFS client, and looks for the pod's volumes under /var/lib/kubelet/pods (mirror_pod_test.go:486), where neither agent keeps them here (each run has a root directory of its own)"},
+		"runs a kernel NFS server in a privileged pod of e2e-test-images/volume/nfs, which this harness does not build (test/e2e_node/mirror_pod_test.go:211), for a static pod to mount with the host's NFS client, and looks for the pod's volumes under /var/lib/kubelet/pods (mirror_pod_test.go:486), where neither agent keeps them here (each run has a root directory of its own)", ""},
 	{`Device Plugin \[Serial\]`,
-		"[Disruptive]: its sample device plugin registers at the host's one /var/lib/kubelet/device-plugins, it waits for the pod resources socket /var/lib/kubelet/pod-resources/kubelet.sock (test/e2e_node/device_plugin_test.go:152, util.go:84), which neither agent has there, and it restarts the kubelet after each spec with sudo systemctl (device_plugin_test.go:209, util.go:402)"},
+		"[Disruptive]: its sample device plugin registers at the host's one /var/lib/kubelet/device-plugins, it waits for the pod resources socket /var/lib/kubelet/pod-resources/kubelet.sock (test/e2e_node/device_plugin_test.go:152, util.go:84), which neither agent has there, and it restarts the kubelet after each spec with sudo systemctl (device_plugin_test.go:209, util.go:402)", ""},
 	{`MirrorPodWithGracePeriod .*container runtime is temporarily down`,
-		"[Disruptive]: stops and starts the systemd unit of the host's one process named containerd over D-Bus (test/e2e_node/mirror_pod_grace_period_test.go:207,255, util.go:336,374), every run's containerd; first it reads the kubelet's metrics on the read-only port localhost:10255 (cpu_manager_metrics_test.go:514), closed on both agents here"},
+		"[Disruptive]: stops and starts the systemd unit of the host's one process named containerd over D-Bus (test/e2e_node/mirror_pod_grace_period_test.go:207,255, util.go:336,374), every run's containerd; first it reads the kubelet's metrics on the read-only port localhost:10255 (cpu_manager_metrics_test.go:514), closed on both agents here", ""},
 	{`should be able to pull from private registry with credential provider`,
-		"[Disruptive]: restarts the kubelet with sudo systemctl (test/e2e_node/runtime_conformance_test.go:99, util.go:402), writes /var/lib/kubelet/config.json (runtime_conformance_test.go:96) and runs its registry on host port 5000 (:71)"},
+		"[Disruptive]: restarts the kubelet with sudo systemctl (test/e2e_node/runtime_conformance_test.go:99, util.go:402), writes /var/lib/kubelet/config.json (runtime_conformance_test.go:96) and runs its registry on host port 5000 (:71)", ""},
 }
 
 // nodeSkips are the node suite's skips: with the Serial specs (--serial),
@@ -174,7 +176,7 @@ func nodeE2EArgs(host, token, specFile string, env suiteEnv, timeout time.Durati
 		}
 		args = append(args, "--ginkgo.label-filter="+labels)
 	}
-	for _, s := range nodeSkips(serial) {
+	for _, s := range skipsFor(nodeSkips(serial), env.agent) {
 		args = append(args, "--ginkgo.skip="+s.pattern)
 	}
 	return append(args, extra...)

@@ -55,7 +55,7 @@ func TestCreatedContainerRemoved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	imageRef, _, _, err := r.ensureImage(ctx, p, &p.Spec.Containers[1], sb.config, nil, nil)
+	imageRef, _, _, err := r.ensureImage(ctx, p, p.Spec.Containers[1].Image, PullPolicy(&p.Spec.Containers[1]), sb.config, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

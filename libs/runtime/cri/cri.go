@@ -187,6 +187,8 @@ type Runtime struct {
 	pullSlots chan struct{}
 	// records is nil without WithPullRecordsDir.
 	records *pullRecords
+	// imageVols reaches containerd's snapshots service for image volumes.
+	imageVols imageVolumes
 
 	mu   sync.Mutex
 	pods map[types.UID]*pod
@@ -402,6 +404,7 @@ func (r *Runtime) Close() error {
 	}
 	<-r.done
 	r.events.Close()
+	r.closeImageVolumes()
 	return r.closeConns()
 }
 
@@ -526,7 +529,16 @@ func (r *Runtime) createAndStart(ctx context.Context, p *corev1.Pod, pd *pod, c 
 		// the start that was cut short went through after all.
 		return got, nil
 	}
-	imageRef, reason, msg, err := r.ensureImage(ctx, p, c, sb.config, opts.PullSecrets, opts.ImageEvent)
+	// kubelet: the pod's image volumes are pulled before the containers'
+	// images (SyncPod), and fail only the containers that mount them.
+	if reason, msg, err := r.prepareImageVolumes(ctx, p, sb, &opts); err != nil {
+		if ctx.Err() != nil {
+			st.State = runtime.StateUnknown
+			return st, ctx.Err()
+		}
+		return r.cannotStart(p, c, st, reason, msg, err)
+	}
+	imageRef, reason, msg, err := r.ensureImage(ctx, p, c.Image, PullPolicy(c), sb.config, opts.PullSecrets, opts.ImageEvent)
 	if err != nil {
 		if ctx.Err() != nil {
 			st.State = runtime.StateUnknown
@@ -856,6 +868,9 @@ func (r *Runtime) RemovePod(ctx context.Context, uid types.UID) error {
 	r.removePodCgroup(uid)
 	if err := r.removePodLogs(ref, cs); err != nil {
 		errs = append(errs, err)
+	}
+	if err := r.ReleaseImageVolumes(ctx, uid); err != nil {
+		return fmt.Errorf("cri: remove pod %s: %w", uid, err)
 	}
 	r.dropPod(uid)
 	if len(errs) > 0 {

@@ -3,6 +3,7 @@ package cri
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -104,6 +105,9 @@ func (r *Runtime) CollectContainers(ctx context.Context, p gc.ContainerPolicy, a
 	}
 	if err := r.collectSandboxes(ctx); err != nil {
 		errs = append(errs, err)
+	}
+	if err := r.sweepImageVolumes(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("image volumes: %w", err))
 	}
 	return errors.Join(errs...)
 }

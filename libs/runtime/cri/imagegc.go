@@ -66,6 +66,17 @@ func (r *Runtime) ImagesInUse(ctx context.Context) (map[string]bool, error) {
 			}
 		}
 	}
+	// an image volume's image is in use while it is mounted (kubelet: the
+	// image GC counts image volumes).
+	views, err := r.imageVolumeViews(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range views {
+		if id := v.GetLabels()[labelViewImage]; id != "" {
+			used[id] = true
+		}
+	}
 	// a name in use stands for the image it names
 	list, err := r.is.ListImages(ctx, &runtimeapi.ImageFilter{})
 	if err != nil {

@@ -44,38 +44,43 @@ func validImage(image string) error {
 // server defaults it: Always for the tag latest or no tag (and no digest),
 // IfNotPresent otherwise.
 func PullPolicy(c *corev1.Container) corev1.PullPolicy {
-	if c.ImagePullPolicy != "" {
-		return c.ImagePullPolicy
+	return imagePullPolicy(c.Image, c.ImagePullPolicy)
+}
+
+// imagePullPolicy is policy, or when empty the API server's default for
+// the image (an image volume's pullPolicy defaults as a container's).
+func imagePullPolicy(image string, policy corev1.PullPolicy) corev1.PullPolicy {
+	if policy != "" {
+		return policy
 	}
-	hasTag, tag, hasDigest := imageParts(c.Image)
+	hasTag, tag, hasDigest := imageParts(image)
 	if !hasDigest && (!hasTag || tag == "latest") {
 		return corev1.PullAlways
 	}
 	return corev1.PullIfNotPresent
 }
 
-// ensureImage makes sure the container's image is there as its pull
-// policy says (kubelet: imageManager.EnsureImageExists), and returns the
+// ensureImage makes sure the image (a container's, or an image volume's)
+// is there as its pull policy says (kubelet: imageManager.EnsureImageExists), and returns the
 // image reference to create the container from, or the kubelet's reason
 // and message for why it cannot be.
 //
 // It tells event of what it does as the kubelet's image manager records it:
 // Pulled when the image is there, Pulling and Pulled around a pull.
-func (r *Runtime) ensureImage(ctx context.Context, p *corev1.Pod, c *corev1.Container, sb *runtimeapi.PodSandboxConfig,
+func (r *Runtime) ensureImage(ctx context.Context, p *corev1.Pod, requested string, policy corev1.PullPolicy, sb *runtimeapi.PodSandboxConfig,
 	pullSecrets []corev1.Secret, event func(eventType, reason, message string)) (ref, reason, msg string, err error) {
 	if event == nil {
 		event = func(string, string, string) {}
 	}
-	if err := validImage(c.Image); err != nil {
-		return "", ReasonInvalidImageName, fmt.Sprintf("Failed to apply default image tag %q: %v", c.Image, err), err
+	if err := validImage(requested); err != nil {
+		return "", ReasonInvalidImageName, fmt.Sprintf("Failed to apply default image tag %q: %v", requested, err), err
 	}
-	image := c.Image
+	image := requested
 	// kubelet: a reference with neither tag nor digest gets :latest.
 	if hasTag, _, hasDigest := imageParts(image); !hasTag && !hasDigest {
 		image += ":latest"
 	}
-	policy := PullPolicy(c)
-	spec := &runtimeapi.ImageSpec{Image: image, UserSpecifiedImage: c.Image}
+	spec := &runtimeapi.ImageSpec{Image: image, UserSpecifiedImage: requested}
 	kr, err := newKeyring(pullSecrets)
 	if err != nil {
 		// kubelet: a pull secret that cannot be read fails the lookup.
@@ -88,15 +93,15 @@ func (r *Runtime) ensureImage(ctx context.Context, p *corev1.Pod, c *corev1.Cont
 		return append(kr.lookup(image), r.opts.credProviders.lookup(ctx, image)...)
 	})
 	if policy != corev1.PullAlways {
-		ref, reason, msg, err := r.presentImage(ctx, c.Image, spec, policy, auths)
+		ref, reason, msg, err := r.presentImage(ctx, requested, spec, policy, auths)
 		if ref != "" || err != nil {
 			if err == nil {
-				event(corev1.EventTypeNormal, EventPulled, fmt.Sprintf("Container image %q already present on machine and can be accessed by the pod", c.Image))
+				event(corev1.EventTypeNormal, EventPulled, fmt.Sprintf("Container image %q already present on machine and can be accessed by the pod", requested))
 			}
 			return ref, reason, msg, err
 		}
 	}
-	return r.pullImage(ctx, p, c.Image, spec, sb, auths(), event)
+	return r.pullImage(ctx, p, requested, spec, sb, auths(), event)
 }
 
 // presentImage returns the image's ID when it is there and the pod may run

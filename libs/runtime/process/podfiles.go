@@ -126,6 +126,10 @@ func (pf *podFiles) containerDir(name string) error {
 // enforced. A link the container put on the way fails the start.
 func (pf *podFiles) linkMounts(name string, mounts []runtime.Mount) error {
 	for _, m := range mounts {
+		if m.Image != nil {
+			// admission refuses such pods; never run one without its volume.
+			return fmt.Errorf("volume %q: image volumes are not supported by the process runtime (they need the cri runtime)", m.Volume)
+		}
 		rel := strings.TrimLeft(filepath.Clean("/"+m.ContainerPath), "/")
 		if rel == "" {
 			return fmt.Errorf("volume mount at %q: the process runtime cannot mount over the container's root", m.ContainerPath)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/runtime"
+	"github.com/splitlet/splitlet/libs/runtime/cri"
 	"github.com/splitlet/splitlet/libs/runtime/process"
 	"github.com/splitlet/splitlet/libs/runtime/sim"
 )
@@ -43,6 +44,10 @@ type Enforcement struct {
 	// Unsupported, if set, names the first security setting of a pod the
 	// runtime cannot enforce ("" for none).
 	Unsupported func(p *corev1.Pod) string
+	// ImageVolumes: the runtime mounts image volumes (a runtime.ImageVolumes).
+	ImageVolumes bool
+	// Runtime names the runtime in messages.
+	Runtime string
 }
 
 // errProcessAppArmor is why the process runtime admits no AppArmor profile.
@@ -53,6 +58,15 @@ var errProcessAppArmor = errors.New("the process runtime does not confine contai
 // enforces few (ProcessUnsupported); another runtime says what it enforces
 // through RuntimeSecurity, or is taken to enforce no optional feature.
 func EnforcementOf(rt runtime.Runtime) Enforcement {
+	e := enforcementOf(rt)
+	// a shadow of the cri runtime admits what the live one does.
+	_, iv := rt.(runtime.ImageVolumes)
+	e.ImageVolumes = iv || rt.Type() == cri.Type
+	e.Runtime = rt.Type()
+	return e
+}
+
+func enforcementOf(rt runtime.Runtime) Enforcement {
 	switch rt.Type() {
 	case sim.Type:
 		return Enforcement{SupplementalGroupsPolicy: true}
@@ -65,6 +79,24 @@ func EnforcementOf(rt runtime.Runtime) Enforcement {
 		return Enforcement{AppArmor: s.AppArmor(), SupplementalGroupsPolicy: s.SupplementalGroupsPolicy()}
 	}
 	return Enforcement{AppArmor: fmt.Errorf("the %s runtime does not report AppArmor support", rt.Type())}
+}
+
+// ImageVolumes rejects a pod with an image volume (volumes[].image) on a
+// runtime that does not mount them (sim, process), with reason
+// PodFeatureUnsupported, rather than run it without the volume.
+func ImageVolumes(e Enforcement) Handler {
+	return HandlerFunc(func(a *Attributes) Result {
+		if e.ImageVolumes {
+			return Result{Admit: true}
+		}
+		for _, v := range a.Pod.Spec.Volumes {
+			if v.Image != nil {
+				return Result{Reason: ReasonPodFeatureUnsupported, Message: fmt.Sprintf(
+					"volume %q: image volumes are not supported by the %s runtime (they need the cri runtime)", v.Name, e.Runtime)}
+			}
+		}
+		return Result{Admit: true}
+	})
 }
 
 // SupplementalGroupsPolicy rejects a pod asking for supplementalGroupsPolicy

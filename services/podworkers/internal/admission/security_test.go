@@ -196,3 +196,20 @@ func TestEnforcementOf(t *testing.T) {
 		t.Errorf("a runtime that reports nothing: %+v", e)
 	}
 }
+
+func TestImageVolumesAdmission(t *testing.T) {
+	p := &corev1.Pod{Spec: corev1.PodSpec{Volumes: []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "x"}}}}}}
+	if r := ImageVolumes(Enforcement{Runtime: "sim"}).Admit(&Attributes{Pod: p}); r.Admit || r.Reason != ReasonPodFeatureUnsupported ||
+		r.Message != `volume "v": image volumes are not supported by the sim runtime (they need the cri runtime)` {
+		t.Errorf("sim: %+v", r)
+	}
+	if r := ImageVolumes(Enforcement{Runtime: "cri", ImageVolumes: true}).Admit(&Attributes{Pod: p}); !r.Admit {
+		t.Errorf("a runtime with image volumes: %+v", r)
+	}
+	if r := ImageVolumes(Enforcement{Runtime: "sim"}).Admit(&Attributes{Pod: &corev1.Pod{}}); !r.Admit {
+		t.Errorf("a pod without image volumes: %+v", r)
+	}
+	if e := EnforcementOf(sim.New()); e.ImageVolumes || e.Runtime != sim.Type {
+		t.Errorf("sim: %+v", e)
+	}
+}

@@ -2,6 +2,7 @@ package podsync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -42,6 +43,14 @@ func (s *Syncer) event(pod *corev1.Pod, container, eventType, reason, format str
 	s.recorder.Eventf(kube.ContainerRef(pod, container), eventType, reason, format, args...)
 }
 
+// podEvent records an Event on the pod itself, if a recorder is set.
+func (s *Syncer) podEvent(pod *corev1.Pod, eventType, reason, message string) {
+	if s.recorder == nil {
+		return
+	}
+	s.recorder.Event(kube.PodRef(pod.Namespace, pod.Name, pod.UID), eventType, reason, message)
+}
+
 // podDesc names a pod in messages as the kubelet does: name_namespace(uid).
 func podDesc(pod *corev1.Pod) string {
 	return fmt.Sprintf("%s_%s(%s)", pod.Name, pod.Namespace, pod.UID)
@@ -62,6 +71,11 @@ func (s *Syncer) startEvents(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 	msg := st.Message
 	if msg == "" {
 		msg = err.Error()
+	}
+	var ive *runtime.ImageVolumeError
+	if errors.As(err, &ive) {
+		s.imageVolumeEvents(pod, c, ive.Image, st.Reason, msg)
+		return
 	}
 	switch st.Reason {
 	case reasonErrImagePull:
@@ -87,6 +101,22 @@ func (s *Syncer) startEvents(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 		}
 		s.event(pod, c.Name, corev1.EventTypeWarning, EventFailed, "Error: %s", msg)
 	}
+}
+
+// imageVolumeEvents records why an image volume's image kept the
+// container from starting: the image manager's Events on the pod, then
+// "Error: <reason>" on the container (kubelet: getImageVolumes, then
+// toKubeContainerImageVolumes).
+func (s *Syncer) imageVolumeEvents(pod *corev1.Pod, c *corev1.Container, image, reason, msg string) {
+	switch reason {
+	case reasonErrImagePull:
+		s.podEvent(pod, corev1.EventTypeWarning, EventFailed, fmt.Sprintf("Failed to pull image %q: %s", image, msg))
+	case reasonImagePullBackOff:
+		s.podEvent(pod, corev1.EventTypeNormal, EventBackOff, fmt.Sprintf("Back-off pulling image %q", image))
+	case reasonErrImageNeverPull:
+		s.podEvent(pod, corev1.EventTypeWarning, reasonErrImageNeverPull, msg)
+	}
+	s.event(pod, c.Name, corev1.EventTypeWarning, EventFailed, "Error: %s", reason)
 }
 
 // backOffEvent: a restart waits out the crash-loop back-off.

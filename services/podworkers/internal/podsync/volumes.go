@@ -105,6 +105,7 @@ func (s *Syncer) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.
 	}
 	if s.recorder != nil && ctx.Err() == nil {
 		opts.ImageEvent = func(eventType, reason, message string) { s.event(pod, c.Name, eventType, reason, "%s", message) }
+		opts.PodImageEvent = func(eventType, reason, message string) { s.podEvent(pod, eventType, reason, message) }
 	}
 	s.podDNS(pod, &opts)
 	s.podRuntimeHandler(pod, &opts)

@@ -21,7 +21,7 @@ func admissionChain(rt runtime.Runtime, sysctls *kube.SysctlAllowlist, alloc adm
 	enf := admission.EnforcementOf(rt)
 	return admission.Chain{admission.Validate(), admission.Pressure(pressure), admission.Sysctls(sysctls), admission.PodOS(),
 		admission.SupplementalGroupsPolicy(enf), admission.ResourceFit(alloc), admission.NodePredicates(node),
-		admission.AppArmor(enf), admission.Unsupported(enf)}
+		admission.AppArmor(enf), admission.Unsupported(enf), admission.ImageVolumes(enf)}
 }
 
 // securitySyncOptions: the process runtime's containers are checked again

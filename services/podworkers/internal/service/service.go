@@ -777,6 +777,9 @@ func (r *Runner) syncOptions(ctx context.Context, rt runtime.Runtime, recorder r
 	if users, ok := rt.(runtime.PodUsers); ok {
 		volOpts = append(volOpts, volumes.WithPodUsers(users))
 	}
+	if iv, ok := rt.(runtime.ImageVolumes); ok {
+		volOpts = append(volOpts, volumes.WithImageVolumes(iv))
+	}
 	vols := volumes.New(root, client, client, volOpts...)
 	syncOpts = append(syncOpts, podsync.WithVolumes(vols))
 	// the services whose variables containers get (kubelet: a services

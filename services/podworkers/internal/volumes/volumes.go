@@ -32,6 +32,10 @@
 //     manager's rule).
 //   - hostPath: the path, checked against its type (DirectoryOrCreate and
 //     FileOrCreate create it).
+//   - image: an empty directory here; the runtime (an
+//     runtime.ImageVolumes, cri) pulls the image and mounts its filesystem
+//     read-only there when a container that mounts the volume starts, and
+//     Teardown has it unmount and let go of it first.
 //
 // Any other kind fails the setup: the pod's containers wait in
 // ContainerCreating and the pod gets a FailedMount Event, as on a kubelet
@@ -58,6 +62,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"go.uber.org/zap"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -80,6 +85,7 @@ const (
 	dirSecret    = "kubernetes.io~secret"
 	dirDownward  = "kubernetes.io~downward-api"
 	dirProjected = "kubernetes.io~projected"
+	dirImage     = "kubernetes.io~image"
 )
 
 // Default modes (kubelet: the API's defaults for defaultMode, and
@@ -101,6 +107,9 @@ type Volume struct {
 	Path string
 	// ReadOnly volumes are mounted read-only whatever the mount asks.
 	ReadOnly bool
+	// Image is an image volume's source: the runtime mounts the image at
+	// Path when a container that mounts it starts.
+	Image *corev1.ImageVolumeSource
 }
 
 // Tokens requests service account tokens (the TokenRequest API).
@@ -128,6 +137,7 @@ type Manager struct {
 	tokens      Tokens
 	users       runtime.PodUsers
 	allocatable func() corev1.ResourceList
+	images      runtime.ImageVolumes
 	log         *zap.Logger
 
 	mu sync.Mutex
@@ -157,6 +167,10 @@ func WithLogger(l *zap.Logger) Option { return func(m *Manager) { m.log = l } }
 // WithPodUsers gives each pod's volumes to the user the runtime runs the
 // pod as (package documentation, "Owners").
 func WithPodUsers(u runtime.PodUsers) Option { return func(m *Manager) { m.users = u } }
+
+// WithImageVolumes names the runtime that mounts image volumes; Teardown
+// has it unmount them first.
+func WithImageVolumes(iv runtime.ImageVolumes) Option { return func(m *Manager) { m.images = iv } }
 
 // WithAllocatable gives the node's allocatable, the default of a
 // resourceFieldRef limit the container does not set.
@@ -284,8 +298,14 @@ func (m *Manager) setupKind(ctx context.Context, pod *corev1.Pod, v *corev1.Volu
 			return Volume{}, err
 		}
 		return m.payloadVolume(dir(dirProjected), payload, true, fsGroup(pod), own)
+	case src.Image != nil:
+		d := dir(dirImage)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return Volume{}, err
+		}
+		return Volume{Path: d, ReadOnly: true, Image: src.Image}, nil
 	}
-	return Volume{}, fmt.Errorf("volume kind not supported by this node (supported: emptyDir, hostPath, configMap, secret, downwardAPI, projected)")
+	return Volume{}, fmt.Errorf("volume kind not supported by this node (supported: emptyDir, hostPath, configMap, secret, downwardAPI, projected, image)")
 }
 
 func modeOr(mode *int32) fs.FileMode {
@@ -430,6 +450,16 @@ func isMountPoint(dir string) (bool, error) {
 		return false, err
 	}
 	return st.Dev != parent.Dev, nil
+}
+
+// mounted says whether dir is a mount point, a bind mount of the same
+// file system too.
+func mounted(dir string) bool {
+	if m, _ := isMountPoint(dir); m {
+		return true
+	}
+	m, _ := mountinfo.Mounted(dir)
+	return m
 }
 
 // hostPath checks the path against its type (kubelet: the hostPath type
@@ -709,6 +739,15 @@ func (m *Manager) Teardown(uid types.UID) error {
 	if !safeUID(uid) {
 		return nil
 	}
+	if m.images != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err := m.images.ReleaseImageVolumes(ctx, uid)
+		cancel()
+		if err != nil {
+			// never remove through an image still mounted.
+			return fmt.Errorf("releasing the image volumes: %w", err)
+		}
+	}
 	base := filepath.Join(m.podDir(uid), "volumes")
 	plugins, err := os.ReadDir(base)
 	if err != nil {
@@ -722,7 +761,7 @@ func (m *Manager) Teardown(uid types.UID) error {
 		vols, _ := os.ReadDir(filepath.Join(base, pl.Name()))
 		for _, v := range vols {
 			dir := filepath.Join(base, pl.Name(), v.Name())
-			if mounted, _ := isMountPoint(dir); mounted {
+			if mounted(dir) {
 				if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
 					errs = append(errs, fmt.Errorf("unmount %s: %w", dir, err))
 				}
@@ -757,6 +796,16 @@ func Mounts(pod *corev1.Pod, c *corev1.Container, vols map[string]Volume, env []
 			}
 			sub = kube.Expand(vm.SubPathExpr, func(n string) (string, bool) { val, ok := vars[n]; return val, ok })
 		}
+		if v.Image != nil {
+			// the runtime mounts the image, then resolves sub in it.
+			if err := checkSubPath(sub); err != nil {
+				return nil, fmt.Errorf("failed to prepare subPath for volumeMount %q of container %q: %w", vm.Name, c.Name, err)
+			}
+			out = append(out, runtime.Mount{ContainerPath: vm.MountPath, HostPath: v.Path, ReadOnly: true,
+				Propagation: propagation(vm.MountPropagation), Volume: vm.Name, RecursiveReadOnly: vm.RecursiveReadOnly,
+				Image: &runtime.ImageMount{Reference: v.Image.Reference, PullPolicy: v.Image.PullPolicy, SubPath: sub}})
+			continue
+		}
 		if sub != "" {
 			p, err := subPath(v.Path, sub)
 			if err != nil {
@@ -782,13 +831,8 @@ func propagation(p *corev1.MountPropagationMode) corev1.MountPropagationMode {
 // leaves it (by "..", or through a symbolic link), and creates it when
 // missing, through no link (a pod may have put links in its volume).
 func subPath(root, sub string) (string, error) {
-	if filepath.IsAbs(sub) {
-		return "", fmt.Errorf("subPath %q must be relative", sub)
-	}
-	for _, el := range strings.Split(sub, "/") {
-		if el == ".." {
-			return "", fmt.Errorf("subPath %q must not contain '..'", sub)
-		}
+	if err := checkSubPath(sub); err != nil {
+		return "", err
 	}
 	p := filepath.Join(root, sub)
 	if _, err := os.Lstat(p); os.IsNotExist(err) {
@@ -814,6 +858,19 @@ func subPath(root, sub string) (string, error) {
 		return "", fmt.Errorf("subPath %q is outside the volume", sub)
 	}
 	return p, nil
+}
+
+// checkSubPath refuses a subPath that is absolute or steps back.
+func checkSubPath(sub string) error {
+	if filepath.IsAbs(sub) {
+		return fmt.Errorf("subPath %q must be relative", sub)
+	}
+	for _, el := range strings.Split(sub, "/") {
+		if el == ".." {
+			return fmt.Errorf("subPath %q must not contain '..'", sub)
+		}
+	}
+	return nil
 }
 
 // makeSubPath makes sub under the volume at root with the volume's mode,

@@ -436,3 +436,38 @@ func TestPodUsersOwnTheirVolumes(t *testing.T) {
 		t.Errorf("a subPath was made outside the volume: %v", err)
 	}
 }
+
+// An image volume is a directory the runtime mounts the image on: Mounts
+// hands the runtime the image and the subPath unresolved, read-only;
+// a subPath that leaves the volume is refused here already.
+func TestImageVolumeMounts(t *testing.T) {
+	m := New(t.TempDir(), fakeSources{}, nil)
+	p := pod()
+	p.Spec.Volumes = []corev1.Volume{{Name: "img", VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "kitten:1.8", PullPolicy: corev1.PullAlways}}}}
+	vols, err := m.Setup(t.Context(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := vols["img"]
+	if fi, err := os.Stat(v.Path); err != nil || !fi.IsDir() || filepath.Base(filepath.Dir(v.Path)) != "kubernetes.io~image" || !v.ReadOnly {
+		t.Fatalf("volume %+v: %v", v, err)
+	}
+	c := &corev1.Container{Name: "c", VolumeMounts: []corev1.VolumeMount{{Name: "img", MountPath: "/a"}, {Name: "img", MountPath: "/b", SubPath: "etc"}}}
+	ms, err := Mounts(p, c, vols, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, sub := range []string{"", "etc"} {
+		if ms[i].HostPath != v.Path || !ms[i].ReadOnly || ms[i].Image == nil || ms[i].Image.Reference != "kitten:1.8" ||
+			ms[i].Image.PullPolicy != corev1.PullAlways || ms[i].Image.SubPath != sub {
+			t.Errorf("mount %d: %+v %+v", i, ms[i], ms[i].Image)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(v.Path, "etc")); !os.IsNotExist(err) {
+		t.Errorf("the subPath was made in the volume's directory: %v", err)
+	}
+	c = &corev1.Container{Name: "c", VolumeMounts: []corev1.VolumeMount{{Name: "img", MountPath: "/x", SubPath: "../x"}}}
+	if _, err := Mounts(p, c, vols, nil); err == nil {
+		t.Error("a subPath with .. accepted")
+	}
+}
