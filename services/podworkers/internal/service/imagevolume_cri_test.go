@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -67,11 +66,8 @@ func TestCRIImageVolume(t *testing.T) {
 		_ = admin.CoreV1().Secrets("default").Delete(context.Background(), secret.Name, metav1.DeleteOptions{})
 	})
 	pullSecrets := []corev1.LocalObjectReference{{Name: secret.Name}}
-	rootDir := t.TempDir()
+	rootDir := testenv.DataDir(t)
 	testenv.OpenWay(t, rootDir)
-	// the replica makes the root directory a shared mount of its own,
-	// which stays when it stops (as the kubelet's does).
-	t.Cleanup(func() { unmountUnder(rootDir); _ = syscall.Unmount(rootDir, syscall.MNT_DETACH) })
 	e.startReplica(t, config.RuntimeCRI, func(c *Config) { c.RootDir = rootDir })
 
 	p := newPod(t, admin, "imagevol", func(p *corev1.Pod) {
