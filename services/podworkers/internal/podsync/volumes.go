@@ -51,23 +51,35 @@ func (s *Syncer) setupVolumes(ctx context.Context, pod *corev1.Pod) (wait bool, 
 		return true, 0
 	}
 	s.log.Info("cannot set up a volume", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)), zap.Error(err))...)
-	if s.recorder != nil {
-		var se *volumes.SetupError
-		msg := err.Error()
-		if !errors.As(err, &se) {
-			msg = "MountVolume.SetUp failed: " + msg
-		}
-		s.recorder.Event(kube.PodRef(pod.Namespace, pod.Name, pod.UID), corev1.EventTypeWarning, EventFailedMount, msg)
-	}
 	s.mu.Lock()
 	_, had := s.vols[pod.UID]
 	s.mu.Unlock()
+	key := string(pod.UID)
+	// A new pod's first failure is tried again shortly before it is
+	// reported, so that its status, sent just before, reaches the API
+	// server ahead of the Event (kubelet: the status is written before
+	// the volume manager reports a failed mount).
+	if had || s.volBackOff.Get(key) > 0 {
+		s.failedMountEvent(pod, err)
+	}
 	if had {
 		return false, 0
 	}
-	key := string(pod.UID)
 	s.volBackOff.Next(key, time.Now())
 	return true, s.volBackOff.Get(key)
+}
+
+// failedMountEvent records the kubelet's FailedMount Event for err.
+func (s *Syncer) failedMountEvent(pod *corev1.Pod, err error) {
+	if s.recorder == nil {
+		return
+	}
+	var se *volumes.SetupError
+	msg := err.Error()
+	if !errors.As(err, &se) {
+		msg = "MountVolume.SetUp failed: " + msg
+	}
+	s.recorder.Event(kube.PodRef(pod.Namespace, pod.Name, pod.UID), corev1.EventTypeWarning, EventFailedMount, msg)
 }
 
 // volumesPending says whether the pod has volumes that were never all set
