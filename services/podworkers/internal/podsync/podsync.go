@@ -728,6 +728,10 @@ func (s *Syncer) syncSidecar(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 		if err := s.start(ctx, pod, c, last); err != nil || holds {
 			return true, err
 		}
+	case s.takeLivenessFailure(last.ID):
+		_ = s.kill(ctx, pod, c.Name, last.ID, s.killGrace(pod, last.ID))
+		requeue(res, time.Millisecond)
+		return true, nil
 	case holds && last.State == runtime.StateRunning && !s.sidecarStarted(c, last):
 		return true, nil
 	case last.State == runtime.StateRunning && specChanged(last, c) && s.sidecarStarted(c, last):
@@ -736,10 +740,6 @@ func (s *Syncer) syncSidecar(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 		// (computeInitContainerActions); the new one holds as the first did.
 		err := s.restartChanged(ctx, pod, c, last, fmt.Sprintf("Init container %s definition changed", c.Name))
 		return err != nil || holds, err
-	case s.takeLivenessFailure(last.ID):
-		_ = s.kill(ctx, pod, c.Name, last.ID, s.killGrace(pod, last.ID))
-		requeue(res, time.Millisecond)
-		return true, nil
 	}
 	return false, nil
 }

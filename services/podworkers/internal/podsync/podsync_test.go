@@ -487,3 +487,29 @@ func TestChangedSidecarRestartsDuringInit(t *testing.T) {
 		t.Errorf("Killing Events %q: want %q", killing, want)
 	}
 }
+
+// kubelet: a sidecar whose startup probe fails while it holds the pod's
+// next containers is killed and started again.
+func TestHoldingSidecarFailingStartupIsRestarted(t *testing.T) {
+	rt := fakeruntime.New()
+	sy := New(rt, &sink{last: map[types.UID]*bus.PodRuntimeStatus{}})
+	always := corev1.ContainerRestartPolicyAlways
+	p := pod("s5", corev1.RestartPolicyAlways, "app")
+	p.Spec.InitContainers = []corev1.Container{{Name: "proxy", Image: "img", RestartPolicy: &always,
+		StartupProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"false"}}}}}}
+	sync := func() {
+		t.Helper()
+		if _, err := sy.SyncPod(t.Context(), podworker.UpdateSync, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sync()
+	first := rt.PodContainers(p.UID)[0].ID
+	sy.ProbeFailed(first, nil)
+	sync()
+	for _, c := range rt.PodContainers(p.UID) {
+		if c.ID == first && c.State == runtime.StateRunning {
+			t.Fatalf("the sidecar whose startup probe failed still runs: %+v", c)
+		}
+	}
+}
