@@ -159,22 +159,30 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (cp *Contr
 	defer cancel()
 	cp.EtcdURL, cp.EtcdCerts = opts.EtcdURL, opts.EtcdCerts
 	if cp.EtcdURL == "" {
-		if err = cp.startEtcd(waitCtx, etcdBin, opts.KeepCredentials); err != nil {
+		if err = onFreePorts(func() error { return cp.startEtcd(waitCtx, etcdBin, opts.KeepCredentials) }); err != nil {
 			return nil, err
 		}
 	}
-	port := opts.Port
-	if port == 0 {
-		if port, err = FreePort(); err != nil {
-			return nil, err
+	startAPI := func() error {
+		port := opts.Port
+		if port == 0 {
+			if port, err = FreePort(); err != nil {
+				return err
+			}
 		}
+		cp.URL = "https://127.0.0.1:" + itoa(port)
+		args, err := cp.apiServerArgs(opts, port, tokenFile)
+		if err != nil {
+			return err
+		}
+		return cp.startAPIServer(waitCtx, apiBin, args)
 	}
-	cp.URL = "https://127.0.0.1:" + itoa(port)
-	args, err := cp.apiServerArgs(opts, port, tokenFile)
+	if opts.Port != 0 {
+		err = startAPI()
+	} else {
+		err = onFreePorts(startAPI)
+	}
 	if err != nil {
-		return nil, err
-	}
-	if err = cp.startAPIServer(waitCtx, apiBin, args); err != nil {
 		return nil, err
 	}
 	if err = cp.startAddOns(ctx, opts); err != nil {
@@ -346,6 +354,12 @@ func (cp *ControlPlane) startEtcd(ctx context.Context, bin string, keep bool) er
 	var err error
 	if cp.EtcdCerts, err = certs(filepath.Join(cp.Dir, "etcd-pki")); err != nil {
 		return fmt.Errorf("testenv: etcd certificates: %w", err)
+	}
+	if !keep {
+		// a fresh store: also after a start that failed to bind.
+		if err := os.RemoveAll(filepath.Join(cp.Dir, "etcd")); err != nil {
+			return err
+		}
 	}
 	clientPort, err := FreePort()
 	if err != nil {
@@ -586,4 +600,17 @@ func WhoAmI(ctx context.Context, kubeconfig string) (string, []string, error) {
 		return "", nil, err
 	}
 	return r.Status.UserInfo.Username, r.Status.UserInfo.Groups, nil
+}
+
+// onFreePorts runs start, which binds ports FreePort chose, again (at most
+// three times) when a port was taken between the choice and the bind by
+// another process of the host (tests of other packages run at once).
+func onFreePorts(start func() error) error {
+	var err error
+	for range 3 {
+		if err = start(); err == nil || !strings.Contains(err.Error(), "address already in use") {
+			return err
+		}
+	}
+	return err
 }
