@@ -16,6 +16,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/config"
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // resolvLines are a resolv.conf's nameserver, search and options lines.
@@ -50,7 +51,7 @@ func TestCRIPodDNS(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.startReplica(t, config.RuntimeCRI, func(c *Config) {
-		c.RootDir = t.TempDir()
+		c.RootDir = testenv.DataDir(t)
 		c.DNS = config.DNS{ClusterDNS: []net.IP{net.ParseIP("10.96.0.10")}, ClusterDomain: "cluster.test", ResolvConf: resolv}
 	})
 	out := t.TempDir()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/config"
+	"github.com/splitlet/splitlet/libs/testenv"
 )
 
 // In-place resize on containerd: a new memory limit reaches the running
@@ -27,7 +28,7 @@ func TestResizeInPlaceCRI(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.replicaCS = nodeClientset(t, e.node)
-	e.startReplica(t, config.RuntimeCRI, func(c *Config) { c.RootDir = t.TempDir() })
+	e.startReplica(t, config.RuntimeCRI, func(c *Config) { c.RootDir = testenv.DataDir(t) })
 	res := func(cpu, mem string) corev1.ResourceRequirements {
 		l := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}
 		return corev1.ResourceRequirements{Limits: l, Requests: l.DeepCopy()}

@@ -768,10 +768,7 @@ func (r *Runner) syncOptions(ctx context.Context, rt runtime.Runtime, recorder r
 	if !setUp || !r.cfg.Volumes.On(rt.Type() != sim.Type) {
 		return syncOpts, nil, stopClasses
 	}
-	root := r.cfg.RootDir
-	if root == "" {
-		root = filepath.Join(r.common.DataDir, "kubelet")
-	}
+	root := r.rootDir()
 	client := volumes.Client{CS: r.cs}
 	volOpts := []volumes.Option{volumes.WithAllocatable(allocatable), volumes.WithLogger(r.log.Named("volumes"))}
 	if users, ok := rt.(runtime.PodUsers); ok {

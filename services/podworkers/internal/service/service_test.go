@@ -255,16 +255,6 @@ func (e *env) startReplicaRuntime(t *testing.T, runtimeName string, mod func(*Co
 	}
 	dataDir := testenv.DataDir(t)
 	testenv.OpenWay(t, dataDir)
-	if cfg.RootDir != "" {
-		// a root directory of the test's own: what the replica mounted
-		// there goes once it has stopped (registered first, run last).
-		root := cfg.RootDir
-		t.Cleanup(func() {
-			if err := testenv.UnmountUnder(root); err != nil {
-				t.Errorf("unmounting under %s: %v", root, err)
-			}
-		})
-	}
 	common := &config.Common{NodeName: e.node, Partitions: partitions, Runtime: runtimeName, DataDir: dataDir, CRIEndpoint: criEndpoint,
 		NATSURL: e.nats.URL, NATSReplicas: max(e.natsReplicas, 1)}
 	conn, err := messaging.Connect(messaging.Options{URL: e.nats.URL, Node: e.node, Name: "podworkers-test", Log: log, Replicas: e.natsReplicas})
