@@ -121,6 +121,10 @@ type Manager struct {
 	owned   map[int]uint64
 	renewed map[int]time.Time
 	busy    map[int]bool // acquire or release in progress
+	// taking: an acquire whose lease is claimed and whose Acquire hook has
+	// not returned; such a partition is heartbeated but not yet reported
+	// as owned (OwnedList), since its work has not started.
+	taking map[int]bool
 }
 
 // CreateBucket creates (or opens) the owners bucket, with the given
@@ -167,7 +171,7 @@ func New(o Options) *Manager {
 		o.Now = time.Now
 	}
 	return &Manager{o: o, fenceAfter: o.TTL - FenceMargin(o.Refresh, o.TTL),
-		view: map[string]lease{}, owned: map[int]uint64{}, renewed: map[int]time.Time{}, busy: map[int]bool{}}
+		view: map[string]lease{}, owned: map[int]uint64{}, renewed: map[int]time.Time{}, busy: map[int]bool{}, taking: map[int]bool{}}
 }
 
 func partKey(p int) string        { return "partition." + strconv.Itoa(p) }
@@ -621,7 +625,7 @@ func (m *Manager) balance(ctx context.Context) {
 		}
 	}
 	for _, t := range take {
-		m.busy[t.p] = true
+		m.busy[t.p], m.taking[t.p] = true, true
 	}
 	for _, p := range give {
 		m.busy[p] = true
@@ -653,6 +657,7 @@ func (m *Manager) acquire(ctx context.Context, p int, staleRev uint64) {
 	defer func() {
 		m.mu.Lock()
 		delete(m.busy, p)
+		delete(m.taking, p)
 		m.mu.Unlock()
 		m.changed()
 	}()
@@ -745,13 +750,16 @@ func (m *Manager) OwnsAll() bool {
 	return len(m.owned) == m.o.Partitions
 }
 
-// OwnedList lists the partitions this replica owns.
+// OwnedList lists the partitions this replica owns and works on: a
+// partition whose take-over is still under way is not listed.
 func (m *Manager) OwnedList() []int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make([]int, 0, len(m.owned))
 	for p := range m.owned {
-		out = append(out, p)
+		if !m.taking[p] {
+			out = append(out, p)
+		}
 	}
 	slices.Sort(out)
 	return out

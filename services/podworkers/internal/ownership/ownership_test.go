@@ -145,3 +145,51 @@ func TestPartitionsSharedAndMoved(t *testing.T) {
 	// the thief is no live replica: its lease is dead, and a (preferred) takes p back.
 	eventually(t, "a owns the partition again", func() bool { return slices.Contains(a.holds(), p) && exclusive(parts, a, b) })
 }
+
+// TestTakeOverListedOnceDone: a partition whose Acquire hook has not
+// returned is heartbeated but not listed as owned; it is listed once the
+// hook returns.
+func TestTakeOverListedOnceDone(t *testing.T) {
+	n := testenv.NATSForTest(t)
+	_, js := n.Connect(t)
+	kv, err := CreateBucket(t.Context(), js, "own-taking", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold := make(chan struct{})
+	entered := make(chan int, 4)
+	a := startReplicaTTL(t, kv, "a", 2, 600*time.Millisecond, func(p int) {
+		if p == 1 {
+			entered <- p
+			<-hold
+		}
+	})
+	select {
+	case <-entered:
+	case <-t.Context().Done():
+		t.Fatal("partition 1's Acquire hook never ran")
+	case <-time.After(30 * time.Second):
+		t.Fatal("partition 1's Acquire hook never ran")
+	}
+	eventually(t, "partition 0 listed", func() bool { return slices.Equal(a.m.OwnedList(), []int{0}) })
+	if !a.m.Owned(1) {
+		t.Error("a partition under take-over is not held (its lease goes unheartbeated)")
+	}
+	// the lease outlives several TTLs while the hook runs: it is heartbeated.
+	deadline := time.Now().Add(3 * 600 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if got := a.m.OwnedList(); !slices.Equal(got, []int{0}) {
+			t.Fatalf("owned %v while partition 1's take-over runs, want [0]", got)
+		}
+		time.Sleep(50 * time.Millisecond) // sampling the listing over three TTLs
+	}
+	e, err := kv.Get(t.Context(), partKey(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if owner, at := parse(e.Value()); owner != "a" || time.Since(at) > 600*time.Millisecond {
+		t.Errorf("partition 1's lease %q at %v: not heartbeated during its take-over", owner, at)
+	}
+	close(hold)
+	eventually(t, "partition 1 listed once its hook returned", func() bool { return slices.Equal(a.m.OwnedList(), []int{0, 1}) })
+}
