@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	tccompose "github.com/testcontainers/testcontainers-go/modules/compose"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -143,6 +144,7 @@ func upStack(t *testing.T, env map[string]string, files ...string) *stack {
 	t.Cleanup(func() {
 		if t.Failed() {
 			s.dumpLogs(t)
+			s.dumpBus(t)
 		}
 		dc, err := tccompose.NewDockerComposeWith(tccompose.WithStackFiles(s.paths...), tccompose.StackIdentifier(s.project))
 		if err != nil {
@@ -236,6 +238,77 @@ func (s *stack) dumpLogs(t *testing.T) {
 		t.Logf("=== %s ===\n%s", line, logs)
 	}
 	t.Logf("whole container logs in %s", dir)
+}
+
+// dumpBus keeps, next to the logs, every stream's state and each of its
+// consumers' position, leader and what it has pending: a consumer that
+// stopped receiving shows there. A consumer whose server is gone makes its
+// stream's listing wait, so each stream gets a deadline of its own.
+func (s *stack) dumpBus(t *testing.T) {
+	nc, err := s.natsConnect(natsURL)
+	if err != nil {
+		t.Logf("bus state: %v", err)
+		return
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Logf("bus state: %v", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var b strings.Builder
+	var names []string
+	lister := js.StreamNames(ctx)
+	for n := range lister.Name() {
+		names = append(names, n)
+	}
+	if err := lister.Err(); err != nil {
+		fmt.Fprintf(&b, "streams: %v\n", err)
+	}
+	for _, name := range names {
+		dumpStream(js, name, &b)
+	}
+	path := filepath.Join(os.TempDir(), s.project, "bus.txt")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Logf("bus state: %v", err)
+		return
+	}
+	t.Logf("streams and consumers in %s", path)
+}
+
+// dumpStream writes one stream's state and its consumers' to b.
+func dumpStream(js jetstream.JetStream, name string, b *strings.Builder) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, name)
+	if err != nil {
+		fmt.Fprintf(b, "stream %s: %v\n", name, err)
+		return
+	}
+	si := st.CachedInfo()
+	fmt.Fprintf(b, "stream %s: msgs %d last %d %s\n", name, si.State.Msgs, si.State.LastSeq, clusterOf(si.Cluster))
+	consumers := st.ListConsumers(ctx)
+	for ci := range consumers.Info() {
+		fmt.Fprintf(b, "  consumer %s: delivered %d ack floor %d pending %d ack pending %d redelivered %d waiting %d %s\n",
+			ci.Name, ci.Delivered.Stream, ci.AckFloor.Stream, ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.NumWaiting, clusterOf(ci.Cluster))
+	}
+	if err := consumers.Err(); err != nil {
+		fmt.Fprintf(b, "  consumers: %v\n", err)
+	}
+}
+
+// clusterOf names a stream's or consumer's leader and its replicas.
+func clusterOf(c *jetstream.ClusterInfo) string {
+	if c == nil {
+		return "(no cluster)"
+	}
+	out := "leader " + c.Leader
+	for _, r := range c.Replicas {
+		out += fmt.Sprintf(" replica %s(current=%t offline=%t)", r.Name, r.Current, r.Offline)
+	}
+	return out
 }
 
 // replicaID reads the replica id a podworkers container logged at start
