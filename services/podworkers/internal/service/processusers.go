@@ -13,12 +13,11 @@ import (
 // podUsers are the process runtime's options for pods' users (podworkers
 // as root): a uid of its own for each pod, root only when allowed.
 func (c *Config) podUsers() []process.Option {
-	rng, _ := process.ParseUserRange(c.ProcessUIDRange) // checked by Validate
 	dir := c.ProcessUIDDir
 	if dir == "" {
 		dir = filepath.Join(os.TempDir(), "splitlet-process-uids")
 	}
-	return []process.Option{process.WithPodUsers(rng, dir), process.WithAllowRoot(c.ProcessAllowRoot)}
+	return []process.Option{process.WithPodUsers(c.processUIDs, dir), process.WithAllowRoot(c.ProcessAllowRoot)}
 }
 
 // openWayForPods makes the data directory, under which the runtime's root

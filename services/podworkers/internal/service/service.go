@@ -109,6 +109,8 @@ type Config struct {
 	fallback corev1.ResourceList
 	// hostIP is HostIP parsed, set by Validate.
 	hostIP netip.Addr
+	// processUIDs is ProcessUIDRange parsed, set by Validate.
+	processUIDs process.UserRange
 }
 
 // RegisterFlags adds the podworkers keys ("podworkers.<key>") to fs.
@@ -163,9 +165,11 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("invalid value %v for %s: must be positive", d, key)
 		}
 	}
-	if _, err := process.ParseUserRange(c.ProcessUIDRange); err != nil {
+	uids, err := process.ParseUserRange(c.ProcessUIDRange)
+	if err != nil {
 		return fmt.Errorf("invalid value %q for podworkers.process-uid-range: %w", c.ProcessUIDRange, err)
 	}
+	c.processUIDs = uids
 	if c.SimMaxStarts < 0 {
 		return fmt.Errorf("invalid value %d for podworkers.sim-max-concurrent-starts: negative", c.SimMaxStarts)
 	}
