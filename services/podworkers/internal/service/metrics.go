@@ -69,7 +69,7 @@ func newMetrics(reg prometheus.Registerer, r *Runner) (*metrics, error) {
 		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "splitlet", Subsystem: "podworkers", Name: "owned_partitions",
-			Help: "Partitions this replica owns.",
+			Help: "Partitions this replica owns and works on (a take-over under way is not counted).",
 		}, func() float64 { return float64(len(r.OwnedPartitions())) }),
 	}
 	// a second replica in one process counts into the first one's series.
