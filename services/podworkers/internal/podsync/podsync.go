@@ -1050,9 +1050,6 @@ func (s *Syncer) status(pod *corev1.Pod, terminating, terminated bool) *bus.PodR
 		} else if cs.State.Terminated == nil || cs.State.Terminated.ExitCode != 0 {
 			initDone = false
 		}
-		if i == 0 && cs.State.Waiting != nil && cs.State.Waiting.Reason == ReasonPodInitializing {
-			cs.State.Waiting.Reason = ReasonContainerCreating
-		}
 		st.InitContainerStatuses = append(st.InitContainerStatuses, cs)
 	}
 	waiting := ReasonContainerCreating

@@ -513,3 +513,20 @@ func TestHoldingSidecarFailingStartupIsRestarted(t *testing.T) {
 		}
 	}
 }
+
+// Before anything of a pod with init containers exists, every container,
+// the first init container included, waits with reason PodInitializing,
+// as the kubelet's default waiting state for such a pod (the InitContainer
+// conformance specs fail on any other waiting reason of an init container).
+func TestInitContainersWaitPodInitializing(t *testing.T) {
+	r := newRig(t)
+	p := pod("1", corev1.RestartPolicyNever, "run1")
+	p.Spec.InitContainers = []corev1.Container{{Name: "init1"}, {Name: "init2"}}
+	st := r.sy.CurrentStatus(p)
+	for _, name := range []string{"init1", "init2", "run1"} {
+		c, ok := containerState(st, name)
+		if !ok || c.State.Waiting == nil || c.State.Waiting.Reason != ReasonPodInitializing {
+			t.Errorf("%s before anything ran: %+v, want waiting %s", name, c.State, ReasonPodInitializing)
+		}
+	}
+}
