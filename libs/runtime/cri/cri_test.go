@@ -589,7 +589,9 @@ func TestEphemeralTargetSharesProcesses(t *testing.T) {
 	p := newPod("debug-target", true, shell("app", `exec sleep 3600`))
 	cleanupPod(t, p)
 	start(t, r, p, 0, 0)
-	show := `tr '\0' ' ' < /proc/1/cmdline; echo; sleep 3600`
+	// PID 1 is read again each second: the target's shell may not have
+	// exec'd its sleep yet when the debugger first looks.
+	show := `while :; do tr '\0' ' ' < /proc/1/cmdline; echo; sleep 1; done`
 	for _, c := range []struct {
 		ctr    corev1.Container
 		target string
@@ -606,7 +608,8 @@ func TestEphemeralTargetSharesProcesses(t *testing.T) {
 			t.Fatalf("start %s: %v", c.ctr.Name, err)
 		}
 		testenv.Eventually(t, 30*time.Second, c.ctr.Name+"'s PID 1", func() (bool, string) {
-			out := strings.TrimSpace(logs(t, r, p.UID, c.ctr.Name, runtime.LogOptions{}))
+			lines := strings.Split(strings.TrimSpace(logs(t, r, p.UID, c.ctr.Name, runtime.LogOptions{})), "\n")
+			out := strings.TrimSpace(lines[len(lines)-1])
 			return out == c.want, fmt.Sprintf("PID 1 is %q, want %q", out, c.want)
 		})
 	}
