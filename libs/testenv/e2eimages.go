@@ -39,6 +39,10 @@ type E2EBinaries struct {
 	// image's /bin/sh: busybox's sh, or the bash above for such an
 	// environment. Empty: it is built.
 	ShellChooser string
+	// Netcat: the e2enc binary (./libs/testenv/e2enc), the agnhost
+	// image's nc: busybox's, with the UDP client the networking checks
+	// use. Empty: it is built.
+	Netcat string
 	// Agnhost: the agnhost binary (k8s.io/kubernetes/test/images/agnhost),
 	// the agnhost image's entrypoint /agnhost. Empty: no agnhost image.
 	Agnhost string
@@ -187,7 +191,7 @@ func busyboxE2EImage(bins E2EBinaries, withBusybox func(...ImageFile) []ImageFil
 	if err != nil {
 		return ImageConfig{}, nil, fmt.Errorf("testenv: e2e busybox image: its bash: %w (install Debian's bash-static or set %s)", err, ShellPathEnv)
 	}
-	chooser, err := shellChooser(bins)
+	chooser, err := staticTool(bins.ShellChooser, "e2esh")
 	if err != nil {
 		return ImageConfig{}, nil, err
 	}
@@ -198,17 +202,17 @@ func busyboxE2EImage(bins E2EBinaries, withBusybox func(...ImageFile) []ImageFil
 	return busyboxConfig, files, nil
 }
 
-// shellChooser is bins.ShellChooser's binary, else e2esh built here.
-func shellChooser(bins E2EBinaries) ([]byte, error) {
-	if bins.ShellChooser != "" {
-		return readImageFile(bins.ShellChooser)
+// staticTool is the binary at path, else ./libs/testenv/<name> built here.
+func staticTool(path, name string) ([]byte, error) {
+	if path != "" {
+		return readImageFile(path)
 	}
-	dir, err := os.MkdirTemp("", "e2esh")
+	dir, err := os.MkdirTemp("", name)
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	return buildStatic(dir, "e2esh")
+	return buildStatic(dir, name)
 }
 
 // readImageFile reads a file that goes into an image.
@@ -250,6 +254,10 @@ func agnhostImage(bins E2EBinaries, pause []byte, withBusybox func(...ImageFile)
 	if err != nil {
 		return ImageConfig{}, nil, err
 	}
+	nc, err := staticTool(bins.Netcat, "e2enc")
+	if err != nil {
+		return ImageConfig{}, nil, err
+	}
 	// As the real image: /agnhost-2 a link to it, /uploads, a user
 	// and a group defined in the image (uid 1000, gid 50000).
 	config := ImageConfig{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: busyboxConfig.Env}
@@ -264,6 +272,8 @@ func agnhostImage(bins E2EBinaries, pause []byte, withBusybox func(...ImageFile)
 		// and bash (the probe specs run `/bin/bash -c` scripts that
 		// busybox's sh runs as well).
 		ImageFile{Path: "bin/bash", Mode: 0o755, Data: []byte("#!/bin/sh\n# bash: busybox's sh, which runs what the tests give bash\nexec /bin/sh \"$@\"\n")})
+	// and nc with UDP (the networking checks' `nc -w 1 -u`).
+	files = replaceFile(files, ImageFile{Path: "bin/nc", Mode: 0o755, Data: nc})
 	files = replaceFile(files, ImageFile{Path: "etc/passwd", Mode: 0o644, Data: []byte(
 		"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\nuser-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n")})
 	files = replaceFile(files, ImageFile{Path: "etc/group", Mode: 0o644, Data: []byte(

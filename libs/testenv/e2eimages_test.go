@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -71,9 +72,10 @@ func TestBuildE2EImages(t *testing.T) {
 	}
 	bins := E2EBinaries{
 		// A stand-in for busybox: what matters is --list.
-		Busybox:      bin("busybox", "#!/bin/sh\necho sh; echo sleep; echo id\n"),
+		Busybox:      bin("busybox", "#!/bin/sh\necho sh; echo sleep; echo id; echo nc\n"),
 		Shell:        bin("bash-static", "bash-binary"),
 		ShellChooser: bin("e2esh", "e2esh-binary"),
+		Netcat:       bin("e2enc", "e2enc-binary"),
 		Agnhost:      bin("agnhost", "agnhost-binary"),
 		Nonewprivs:   bin("nnp", "nnp-binary"),
 		Pause:        bin("pause", "pause-binary"),
@@ -138,6 +140,10 @@ func TestBuildE2EImages(t *testing.T) {
 	if len(tags) != 2 || files["agnhost"] == nil || files["bin/sh"] == nil || files["bin/sh"].Linkname != "busybox" ||
 		files["agnhost-2"] == nil || files["agnhost-2"].Linkname != "agnhost" || files["localhost.crt"] == nil {
 		t.Errorf("agnhost: tags %v, files %v", tags, keys(files))
+	}
+	// agnhost's nc is the one given (UDP), not busybox's link.
+	if nc := files["bin/nc"]; nc == nil || nc.Typeflag != tar.TypeReg || nc.Size != int64(len("e2enc-binary")) {
+		t.Errorf("agnhost: bin/nc %+v, want the e2enc given", nc)
 	}
 	if ep, _ := json.Marshal(cfg["Entrypoint"]); string(ep) != `["/agnhost"]` {
 		t.Errorf("agnhost entrypoint %s", ep)
@@ -294,6 +300,54 @@ func TestGlibcDNSE2EImageHostnameFQDN(t *testing.T) {
 		if err != nil || strings.TrimSpace(string(out)) != c.want {
 			t.Errorf("hosts %q: %q (%v), want %q", c.hosts, out, err, c.want)
 		}
+	}
+}
+
+// The agnhost image's nc sends a UDP datagram and prints the answer, as the
+// networking checks' `echo hostName | nc -w 1 -u IP PORT` expects, and its
+// other forms are busybox's. The image's files run here, chrooted, against
+// a UDP server on loopback.
+func TestAgnhostE2EImageNetcat(t *testing.T) {
+	SkipShort(t, "root and Debian's busybox-static")
+	agnhost := filepath.Join(t.TempDir(), "agnhost")
+	if err := os.WriteFile(agnhost, []byte("agnhost-binary"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	images, err := E2EImages(map[string][]string{"agnhost": {"registry.k8s.io/e2e-test-images/agnhost:2.63.0"}}, E2EBinaries{Agnhost: agnhost}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	writeImageFiles(t, root, images[0].Files)
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = pc.WriteTo([]byte("answer to "+string(buf[:n])), from)
+		}
+	}()
+	_, port, _ := net.SplitHostPort(pc.LocalAddr().String())
+	sh := func(script string) (string, error) {
+		cmd := exec.CommandContext(t.Context(), "/bin/sh", "-c", script)
+		cmd.Env = []string{"PATH=/bin"}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := sh("echo hostName | nc -w 1 -u 127.0.0.1 " + port + " | grep -v '^\\s*$'"); err != nil || out != "answer to hostName\n" {
+		t.Errorf("nc -w 1 -u: %q (%v), want the server's answer", out, err)
+	}
+	// -f FILE (a file instead of the network) is busybox's alone.
+	if out, err := sh("nc -f /etc/group </dev/null | head -1"); err != nil || out != "root:x:0:\n" {
+		t.Errorf("nc -f /etc/group: %q (%v), want busybox's nc to print the file", out, err)
 	}
 }
 

@@ -114,8 +114,6 @@ var conformanceSkips = []conformanceSkip{
 	{`ImageVolume should succeed with pod and pull policy of Always`,
 		"the kubelet's runs only: mounts registry.k8s.io/e2e-test-images/kitten as an image volume; the pull from the run's registry works, but this machine's containerd (1.6) has no image volume mounts (its CRI answers CreateContainer with \"failed to mkdir \"\"\", so the kubelet fails this spec here); Splitlet mounts the image itself and runs it",
 		agentKubelet},
-	{`Networking Granular Checks: Pods should function for node-pod communication: udp`,
-		"runs `echo hostName | nc -w 1 -u <pod IP> <port>` in a hostNetwork agnhost pod: the busybox built here (Debian's 1.35) has an nc without -u (UDP), where the image's has it; the kubelet fails it here too (\"Error dialing UDP from node to pod: failed to find expected endpoints\", nc: invalid option -- 'u')", ""},
 }
 
 // userFiltered tells whether e2e.test's extra arguments narrow the specs
