@@ -346,7 +346,7 @@ func TestAgnhostE2EImageNetcat(t *testing.T) {
 		t.Errorf("nc -w 1 -u: %q (%v), want the server's answer", out, err)
 	}
 	// -f FILE (a file instead of the network) is busybox's alone.
-	if out, err := sh("nc -f /etc/group </dev/null | head -1"); err != nil || out != "root:x:0:\n" {
+	if out, err := sh(": | nc -f /etc/group | head -1"); err != nil || out != "root:x:0:\n" {
 		t.Errorf("nc -f /etc/group: %q (%v), want busybox's nc to print the file", out, err)
 	}
 }
