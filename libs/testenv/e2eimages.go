@@ -186,20 +186,26 @@ func shellPath(bins E2EBinaries) string {
 // busyboxE2EImage is busybox with e2esh as /bin/sh and a static bash
 // beside it (see E2EBinaries.Shell); the other applets stay busybox's.
 func busyboxE2EImage(bins E2EBinaries, withBusybox func(...ImageFile) []ImageFile) (ImageConfig, []ImageFile, error) {
+	files, err := withE2ESh(bins, withBusybox)
+	return busyboxConfig, files, err
+}
+
+// withE2ESh is busybox's files with e2esh as /bin/sh and the static bash
+// it may run beside it, and extra.
+func withE2ESh(bins E2EBinaries, withBusybox func(...ImageFile) []ImageFile, extra ...ImageFile) ([]ImageFile, error) {
 	path := shellPath(bins)
 	bash, err := os.ReadFile(path)
 	if err != nil {
-		return ImageConfig{}, nil, fmt.Errorf("testenv: e2e busybox image: its bash: %w (install Debian's bash-static or set %s)", err, ShellPathEnv)
+		return nil, fmt.Errorf("testenv: e2e images: their bash: %w (install Debian's bash-static or set %s)", err, ShellPathEnv)
 	}
 	chooser, err := staticTool(bins.ShellChooser, "e2esh")
 	if err != nil {
-		return ImageConfig{}, nil, err
+		return nil, err
 	}
 	dir := fs.ModeDir | 0o755
-	files := replaceFile(withBusybox(ImageFile{Path: "usr", Mode: dir}, ImageFile{Path: "usr/libexec", Mode: dir},
-		ImageFile{Path: "usr/libexec/e2esh", Mode: dir}, ImageFile{Path: "usr/libexec/e2esh/bash", Mode: 0o755, Data: bash}),
-		ImageFile{Path: "bin/sh", Mode: 0o755, Data: chooser})
-	return busyboxConfig, files, nil
+	files := withBusybox(append([]ImageFile{{Path: "usr", Mode: dir}, {Path: "usr/libexec", Mode: dir},
+		{Path: "usr/libexec/e2esh", Mode: dir}, {Path: "usr/libexec/e2esh/bash", Mode: 0o755, Data: bash}}, extra...)...)
+	return replaceFile(files, ImageFile{Path: "bin/sh", Mode: 0o755, Data: chooser}), nil
 }
 
 // staticTool is the binary at path, else ./libs/testenv/<name> built here.
@@ -261,7 +267,9 @@ func agnhostImage(bins E2EBinaries, pause []byte, withBusybox func(...ImageFile)
 	// As the real image: /agnhost-2 a link to it, /uploads, a user
 	// and a group defined in the image (uid 1000, gid 50000).
 	config := ImageConfig{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: busyboxConfig.Env}
-	files := withBusybox(ImageFile{Path: "agnhost", Mode: 0o755, Data: data},
+	// its sh is e2esh, which runs the script that names nc in bash, whose
+	// PATH lookup finds the image's nc (busybox's ash runs its own).
+	files, err := withE2ESh(bins, withBusybox, ImageFile{Path: "agnhost", Mode: 0o755, Data: data},
 		ImageFile{Path: "agnhost-2", Mode: fs.ModeSymlink, Link: "agnhost"},
 		ImageFile{Path: "uploads", Mode: fs.ModeDir | 0o755},
 		// The real image has curl (the lifecycle hook tests' exec
@@ -272,6 +280,9 @@ func agnhostImage(bins E2EBinaries, pause []byte, withBusybox func(...ImageFile)
 		// and bash (the probe specs run `/bin/bash -c` scripts that
 		// busybox's sh runs as well).
 		ImageFile{Path: "bin/bash", Mode: 0o755, Data: []byte("#!/bin/sh\n# bash: busybox's sh, which runs what the tests give bash\nexec /bin/sh \"$@\"\n")})
+	if err != nil {
+		return ImageConfig{}, nil, err
+	}
 	// and nc with UDP (the networking checks' `nc -w 1 -u`).
 	files = replaceFile(files, ImageFile{Path: "bin/nc", Mode: 0o755, Data: nc})
 	files = replaceFile(files, ImageFile{Path: "etc/passwd", Mode: 0o644, Data: []byte(
