@@ -304,14 +304,15 @@ func writeSpecs(w io.Writer, title string, names []string, res map[string]specRe
 	}
 }
 
-// writeSkipList lists the specs skipped by the skip list with the
-// kubelet's result for each, when a kubelet run has one.
+// writeSkipList lists the specs the skip list left out, with each agent's
+// result: those still skipped by it in an agent's latest result (a later
+// run that ran a spec takes it off the list).
 func writeSkipList(w io.Writer, splitlet, kubelet []tableRun) {
-	kr := agentResults(kubelet)
+	sr, kr := agentResults(splitlet), agentResults(kubelet)
 	listed := map[string]bool{}
-	for _, r := range append(append([]tableRun(nil), splitlet...), kubelet...) {
-		for n, why := range r.s.Skipped {
-			if strings.HasPrefix(why, "skip list: ") {
+	for _, res := range []map[string]specResult{sr, kr} {
+		for n, r := range res {
+			if r.skipListed() {
 				listed[n] = true
 			}
 		}
@@ -321,22 +322,31 @@ func writeSkipList(w io.Writer, splitlet, kubelet []tableRun) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	fmt.Fprintf(w, "\nSkipped by the skip list (%d), with the kubelet's result%s\n", len(names), map[bool]string{true: ".", false: ":"}[len(names) == 0])
+	fmt.Fprintf(w, "\nSkipped by the skip list (%d), with each agent's result%s\n", len(names), map[bool]string{true: ".", false: ":"}[len(names) == 0])
 	if len(names) > 0 {
 		fmt.Fprintln(w)
 	}
 	for _, n := range names {
-		k := "not in the kubelet's runs"
-		switch r, ok := kr[n]; {
-		case !ok:
-		case r.state == "failed":
-			k = "the kubelet failed: " + codeSpan(r.why)
-		case r.state == "skipped" && strings.HasPrefix(r.why, "skip list: "):
-			k = "skipped on the kubelet too"
-		default:
-			k = "the kubelet " + r.state
-		}
-		fmt.Fprintf(w, "- %s: %s\n", specText(n), k)
+		fmt.Fprintf(w, "- %s: Splitlet %s; the kubelet %s\n", specText(n), resultText(sr, n), resultText(kr, n))
+	}
+}
+
+func (r specResult) skipListed() bool {
+	return r.state == "skipped" && strings.HasPrefix(r.why, "skip list: ")
+}
+
+// resultText is an agent's result for a spec in the skip list's lines.
+func resultText(res map[string]specResult, name string) string {
+	r, ok := res[name]
+	switch {
+	case !ok:
+		return "not in its runs"
+	case r.skipListed():
+		return "skipped by the list"
+	case r.state == "failed":
+		return "failed: " + codeSpan(r.why)
+	default:
+		return r.state
 	}
 }
 

@@ -59,11 +59,11 @@ func TestRenderTable(t *testing.T) {
 		"Splitlet failed, the kubelet passed (1):\n\n- `[sig-storage] Subpath Atomic writer volumes should support subpaths with projected pod [Conformance]`: `failed: [FAILED] expected pod \"pod-subpath-test-projected-m5xk\" success`\n" +
 			"\nThe kubelet failed, Splitlet passed (1):\n\n- `[sig-node] PreStop should call prestop when killing a pod [Conformance]`: `failed: [FAILED] validating pre-stop | timed out`\n" +
 			"\nFailed on both (1):\n\n- `[sig-node] PrivilegedPod [NodeConformance] should enable privileged commands [LinuxOnly]`: `failed: [FAILED] RTNETLINK answers: Operation not supported`\n",
-		"Skipped by the skip list (2), with the kubelet's result:\n\n" +
-			"- `[sig-node] ImageVolume should succeed with pod and pull policy of Always [LinuxOnly] [MinimumKubeletVersion:1.35] [Conformance]`: skipped on the kubelet too\n" +
-			"- `[sig-node] Secrets should be consumable via the environment [NodeConformance] [Conformance]`: the kubelet failed: `failed: [FAILED] expected \"data-1=value-1\" in container output`\n",
+		"Skipped by the skip list (2), with each agent's result:\n\n" +
+			"- `[sig-node] ImageVolume should succeed with pod and pull policy of Always [LinuxOnly] [MinimumKubeletVersion:1.35] [Conformance]`: Splitlet skipped by the list; the kubelet skipped by the list\n" +
+			"- `[sig-node] Secrets should be consumable via the environment [NodeConformance] [Conformance]`: Splitlet skipped by the list; the kubelet failed: `failed: [FAILED] expected \"data-1=value-1\" in container output`\n",
 		"**node (`make node-conformance`): Splitlet against the kubelet**\n\nNo run of kubelet v1.36.3 given: no comparison.\n" +
-			"\nSkipped by the skip list (1), with the kubelet's result:\n\n- `[sig-node] Hostname of Pod [NodeConformance] a pod with subdomain should be resolved`: not in the kubelet's runs\n",
+			"\nSkipped by the skip list (1), with each agent's result:\n\n- `[sig-node] Hostname of Pod [NodeConformance] a pod with subdomain should be resolved`: Splitlet skipped by the list; the kubelet not in its runs\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("missing\n%s\nin\n%s", want, got)
@@ -192,5 +192,22 @@ func TestGitCommit(t *testing.T) {
 	}
 	if got := gitCommit(t.Context(), dir); got != hash+"-dirty" {
 		t.Errorf("dirty tree: %q, want %q", got, hash+"-dirty")
+	}
+}
+
+// A spec the skip list left out of a whole run and a later focused run
+// ran is off the list; one still skipped for an agent stays, with each
+// agent's result.
+func TestSkipListAfterFocusedRun(t *testing.T) {
+	const udp, iv = "[It] [sig-network] node-pod communication: udp", "[It] [sig-node] ImageVolume should succeed"
+	whole := &summary{Passed: []string{iv}, Skipped: map[string]string{udp: "skip list: nc"}}
+	wholeK := &summary{Skipped: map[string]string{udp: "skip list: nc", iv: "skip list: containerd"}}
+	focus := &summary{Passed: []string{udp}}
+	focusK := &summary{Passed: []string{udp}}
+	var b strings.Builder
+	writeSkipList(&b, []tableRun{{s: whole}, {s: focus}}, []tableRun{{s: wholeK}, {s: focusK}})
+	want := "\nSkipped by the skip list (1), with each agent's result:\n\n- `[sig-node] ImageVolume should succeed`: Splitlet passed; the kubelet skipped by the list\n"
+	if b.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
 	}
 }
