@@ -283,7 +283,10 @@ func TestEvictionLocalStorageLimits(t *testing.T) {
 	cd := hostContainerd(t)
 	cp := testenv.ControlPlaneForTest(t)
 	const node = "e2e-localstorage"
-	startAgent(t, cp, node, "--runtime=cri", "--cri-endpoint="+cd.Endpoint, "--podworkers.local-storage-check-interval=1s")
+	// no node-pressure thresholds: the host's own free disk must not evict
+	// these pods before their limits do.
+	startAgent(t, cp, node, "--runtime=cri", "--cri-endpoint="+cd.Endpoint, "--podworkers.local-storage-check-interval=1s",
+		"--nodehb.eviction-hard=")
 	cs := cp.Clientset()
 	waitNodeReady(t, cs, node)
 	mi := resource.MustParse("1Mi")
