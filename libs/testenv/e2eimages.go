@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // The test images of Kubernetes' e2e suite (test/utils/image/manifest.go,
@@ -116,6 +117,16 @@ func E2EImages(kinds map[string][]string, bins E2EBinaries, pause []byte) ([]E2E
 	withBusybox := func(more ...ImageFile) []ImageFile {
 		return append(append([]ImageFile(nil), bbFiles...), more...)
 	}
+	// withE2ESh is withBusybox with e2esh as /bin/sh and its bash; both
+	// are read (e2esh built) once, for the images that have them.
+	shell := sync.OnceValues(func() (e2eShell, error) { return readE2EShell(bins) })
+	withE2ESh := func(more ...ImageFile) ([]ImageFile, error) {
+		sh, err := shell()
+		if err != nil {
+			return nil, err
+		}
+		return replaceFile(withBusybox(append(append([]ImageFile(nil), sh.files...), more...)...), sh.sh), nil
+	}
 	var out []E2EImage
 	kindNames := make([]string, 0, len(kinds))
 	for k := range kinds {
@@ -127,7 +138,7 @@ func E2EImages(kinds map[string][]string, bins E2EBinaries, pause []byte) ([]E2E
 		var err error
 		switch kind {
 		case "busybox":
-			img.Config, img.Files, err = busyboxE2EImage(bins, withBusybox)
+			img.Config, img.Files, err = busyboxE2EImage(withE2ESh)
 		case "glibc-dns-testing":
 			img.Config, img.Files = busyboxConfig, withBusybox(glibcDNSFiles()...)
 		case "kitten":
@@ -137,7 +148,7 @@ func E2EImages(kinds map[string][]string, bins E2EBinaries, pause []byte) ([]E2E
 			img.Config, img.Files = busyboxConfig, withBusybox()
 			img.Config.User = "1234"
 		case "agnhost":
-			img.Config, img.Files, err = agnhostImage(bins, pause, withBusybox)
+			img.Config, img.Files, err = agnhostImage(bins, pause, withE2ESh)
 		case "nginx":
 			img.Config, img.Files = nginxConfig, withBusybox(nginxFiles()...)
 		case "nonewprivs":
@@ -185,27 +196,35 @@ func shellPath(bins E2EBinaries) string {
 
 // busyboxE2EImage is busybox with e2esh as /bin/sh and a static bash
 // beside it (see E2EBinaries.Shell); the other applets stay busybox's.
-func busyboxE2EImage(bins E2EBinaries, withBusybox func(...ImageFile) []ImageFile) (ImageConfig, []ImageFile, error) {
-	files, err := withE2ESh(bins, withBusybox)
+func busyboxE2EImage(withE2ESh func(...ImageFile) ([]ImageFile, error)) (ImageConfig, []ImageFile, error) {
+	files, err := withE2ESh()
 	return busyboxConfig, files, err
 }
 
-// withE2ESh is busybox's files with e2esh as /bin/sh and the static bash
-// it may run beside it, and extra.
-func withE2ESh(bins E2EBinaries, withBusybox func(...ImageFile) []ImageFile, extra ...ImageFile) ([]ImageFile, error) {
-	path := shellPath(bins)
-	bash, err := os.ReadFile(path)
+// e2eShell is what an image with e2esh as its sh carries: the static bash
+// e2esh may run (and the directories above it), and /bin/sh itself.
+type e2eShell struct {
+	files []ImageFile
+	sh    ImageFile
+}
+
+// readE2EShell reads the static bash and e2esh (built here when bins
+// names none).
+func readE2EShell(bins E2EBinaries) (e2eShell, error) {
+	bash, err := os.ReadFile(shellPath(bins))
 	if err != nil {
-		return nil, fmt.Errorf("testenv: e2e images: their bash: %w (install Debian's bash-static or set %s)", err, ShellPathEnv)
+		return e2eShell{}, fmt.Errorf("testenv: e2e images: their bash: %w (install Debian's bash-static or set %s)", err, ShellPathEnv)
 	}
 	chooser, err := staticTool(bins.ShellChooser, "e2esh")
 	if err != nil {
-		return nil, err
+		return e2eShell{}, err
 	}
 	dir := fs.ModeDir | 0o755
-	files := withBusybox(append([]ImageFile{{Path: "usr", Mode: dir}, {Path: "usr/libexec", Mode: dir},
-		{Path: "usr/libexec/e2esh", Mode: dir}, {Path: "usr/libexec/e2esh/bash", Mode: 0o755, Data: bash}}, extra...)...)
-	return replaceFile(files, ImageFile{Path: "bin/sh", Mode: 0o755, Data: chooser}), nil
+	return e2eShell{
+		files: []ImageFile{{Path: "usr", Mode: dir}, {Path: "usr/libexec", Mode: dir},
+			{Path: "usr/libexec/e2esh", Mode: dir}, {Path: "usr/libexec/e2esh/bash", Mode: 0o755, Data: bash}},
+		sh: ImageFile{Path: "bin/sh", Mode: 0o755, Data: chooser},
+	}, nil
 }
 
 // staticTool is the binary at path, else ./libs/testenv/<name> built here.
@@ -255,7 +274,7 @@ exec $limit wget -q -O - "$@"
 // agnhostImage is /agnhost (entrypoint, `pause` by default) and busybox,
 // for the tests that run `sh -c` in it; with a pause binary, also the
 // pause image under /var/registry as its fake-registry-server serves it.
-func agnhostImage(bins E2EBinaries, pause []byte, withBusybox func(...ImageFile) []ImageFile) (ImageConfig, []ImageFile, error) {
+func agnhostImage(bins E2EBinaries, pause []byte, withE2ESh func(...ImageFile) ([]ImageFile, error)) (ImageConfig, []ImageFile, error) {
 	data, err := readImageFile(bins.Agnhost)
 	if err != nil {
 		return ImageConfig{}, nil, err
@@ -269,7 +288,7 @@ func agnhostImage(bins E2EBinaries, pause []byte, withBusybox func(...ImageFile)
 	config := ImageConfig{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: busyboxConfig.Env}
 	// its sh is e2esh, which runs the script that names nc in bash, whose
 	// PATH lookup finds the image's nc (busybox's ash runs its own).
-	files, err := withE2ESh(bins, withBusybox, ImageFile{Path: "agnhost", Mode: 0o755, Data: data},
+	files, err := withE2ESh(ImageFile{Path: "agnhost", Mode: 0o755, Data: data},
 		ImageFile{Path: "agnhost-2", Mode: fs.ModeSymlink, Link: "agnhost"},
 		ImageFile{Path: "uploads", Mode: fs.ModeDir | 0o755},
 		// The real image has curl (the lifecycle hook tests' exec

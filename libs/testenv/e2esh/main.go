@@ -27,9 +27,7 @@ const (
 func main() {
 	shell := busybox
 	if otherNames(os.Environ()) || namesOwn(os.Args[1:]) {
-		if _, err := os.Stat(bash); err == nil {
-			shell = bash
-		}
+		shell = bash
 	}
 	// argv[0] stays the caller's: busybox picks its ash applet by it, and
 	// both shells name themselves by it in their messages.
