@@ -158,27 +158,92 @@ func TestFencedBeforeTakenAndOnlyDeadPartitionsMove(t *testing.T) {
 	}
 }
 
-// A heartbeat that fails on the revision while the key still names the
-// replica (a reply lost to a NATS restart) claims the lease again: nothing
-// is released.
-func TestLeaseReclaimedAfterRevisionLoss(t *testing.T) {
+// A lease rewritten behind its owner's back, still naming it (a retried
+// write after a NATS restart), is adopted from the watch: the owner's next
+// write goes on the new revision, and nothing is released.
+func TestLeaseRevisionAdoptedFromWatch(t *testing.T) {
 	kv := bucket(t, "own-reclaim")
 	a := startReplica(t, kv, "a", 2)
 	eventually(t, "a owns both", func() bool { return len(a.holds()) == 2 })
 	ctx := t.Context()
-	// someone (a retried publish) rewrote a's lease: a's revision is stale.
 	rev, err := kv.Put(ctx, partKey(0), []byte(fmt.Sprintf("a %d", time.Now().UnixMilli())))
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a heartbeats the lease again", func() bool {
-		e, err := kv.Get(ctx, partKey(0))
-		return err == nil && e.Revision() > rev+1 && strings.HasPrefix(string(e.Value()), "a ")
+	eventually(t, "a adopts the lease's new revision", func() bool {
+		a.m.mu.Lock()
+		defer a.m.mu.Unlock()
+		return a.m.owned[0] == rev
 	})
+	a.m.rewrite(ctx)
+	if e, err := kv.Get(ctx, partKey(0)); err != nil || e.Revision() <= rev || !strings.HasPrefix(string(e.Value()), "a ") {
+		t.Fatalf("a's rewrite on the adopted revision: %v", err)
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.released[0] != 0 || !a.active[0] {
 		t.Fatalf("partition 0 released %d times, active %v", a.released[0], a.active[0])
+	}
+}
+
+// An idle owner writes only its replica key: its partition keys keep their
+// revisions, and another replica sees every lease alive for many TTLs, from
+// the heartbeat alone. A key that vanished (the bucket's max age) is
+// written again by the next rewrite.
+func TestIdleOwnerWritesOnlyItsHeartbeat(t *testing.T) {
+	kv := bucket(t, "own-idle")
+	const parts, ttl = 8, 600 * time.Millisecond
+	a := startReplicaTTL(t, kv, "a", parts, ttl, nil)
+	eventually(t, "a owns everything", func() bool { return len(a.holds()) == parts })
+	ctx := t.Context()
+	revs := map[int]uint64{}
+	for p := range parts {
+		e, err := kv.Get(ctx, partKey(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		revs[p] = e.Revision()
+	}
+	seq := func() uint64 {
+		st, err := kv.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.(*jetstream.KeyValueBucketStatus).StreamInfo().State.LastSeq
+	}
+	// an observer that owns nothing: it judges a's leases as any replica does.
+	obs := New(Options{KV: kv, ID: "observer", Partitions: parts, Refresh: 100 * time.Millisecond, TTL: ttl})
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go obs.watch(wctx, make(chan struct{}, 1))
+	eventually(t, "the observer has read the bucket", func() bool { unowned, _ := obs.Status(); return len(unowned) == 0 })
+	start, from := time.Now(), seq()
+	for time.Since(start) < 4*ttl {
+		if unowned, _ := obs.Status(); len(unowned) != 0 {
+			t.Fatalf("the observer sees partitions %v unowned while a heartbeats", unowned)
+		}
+		time.Sleep(50 * time.Millisecond) // sampling the observer's view over four TTLs
+	}
+	periods := uint64(time.Since(start)/(100*time.Millisecond)) + 2
+	if n := seq() - from; n > periods {
+		t.Fatalf("%d writes to the bucket in %d refresh periods: more than the heartbeat", n, periods-2)
+	}
+	for p, rev := range revs {
+		if e, err := kv.Get(ctx, partKey(p)); err != nil || e.Revision() != rev {
+			t.Fatalf("partition %d's key rewritten while idle: %v", p, err)
+		}
+	}
+	if err := kv.Delete(ctx, partKey(3)); err != nil {
+		t.Fatal(err)
+	}
+	a.m.rewrite(ctx)
+	if e, err := kv.Get(ctx, partKey(3)); err != nil || !strings.HasPrefix(string(e.Value()), "a ") {
+		t.Fatalf("a held key that vanished is not written again: %v", err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.released[3] != 0 || !a.active[3] {
+		t.Fatalf("partition 3 released %d times, active %v", a.released[3], a.active[3])
 	}
 }
 

@@ -4,10 +4,14 @@
 // Keys of the bucket splitlet_v1_<node>_owners:
 //
 //	replica.<id>     a live replica; the value is "<id> <heartbeat unix ms>"
-//	partition.<p>    the owner of partition p: "<id> <heartbeat unix ms>"
+//	partition.<p>    the owner of partition p: "<id> <written unix ms>"
 //
-// Every replica heartbeats its own key and the keys of the partitions it
-// owns each refresh period (compare-and-set on the key's revision).
+// Every replica heartbeats its own key each refresh period, and that one
+// write keeps every lease naming it alive: a lease's time is the later of
+// its own key's and its owner's heartbeat. A partition key is written when
+// it is taken and rewritten (compare-and-set on its revision) once every
+// rewrite period (a minute), so that the bucket's max age never drops it;
+// an idle node writes one key a second per replica, not one per partition.
 //
 // Who should own a partition is a pure function of the set of live replicas,
 // rendezvous (highest random weight) hashing: each live replica scores
@@ -18,22 +22,24 @@
 // hand-over).
 //
 // Invariants:
-//   - A lease is taken only when its key is absent (create) or its heartbeat
-//     is older than the TTL (update on the stale revision): exactly one
+//   - A lease is taken only when its key is absent (create) or its time is
+//     older than the TTL (update on the stale revision): exactly one
 //     contender wins. A lease that names this replica (its previous
 //     incarnation's, after a restart with the same id) is resumed at once.
 //   - Fencing: the owner stops acting on a partition (its Release hook runs
-//     with lost set) once its last successful heartbeat of the lease is
-//     older than the fence deadline, TTL minus a margin (the larger of one
-//     refresh period and a quarter of the TTL), so it has stopped before any
-//     other replica may take the lease; and at once when the key names
-//     another replica.
-//   - A heartbeat that fails on the revision (a reply lost to a NATS restart:
+//     with lost set) once the later of its last successful heartbeat and its
+//     last write of the lease is older than the fence deadline, TTL minus a
+//     margin (the larger of one refresh period and a quarter of the TTL), so
+//     it has stopped before any other replica may take the lease; and at
+//     once when the watch shows the key written by another replica after
+//     this one's write.
+//   - A rewrite that fails on the revision (a reply lost to a NATS restart:
 //     "wrong last sequence", "key revision mismatch") re-reads the key: if
-//     it still names this replica the lease is claimed again on the
-//     revision read, and nothing is released.
+//     it still names this replica the lease is claimed again on the revision
+//     read, and nothing is released; a newer revision that still names this
+//     replica, seen on the watch, is adopted without a write.
 //   - A voluntary release (the partition now belongs to another live
-//     replica, or shutdown) keeps the lease heartbeated while the Release
+//     replica, or shutdown) keeps the replica heartbeated while the Release
 //     hook runs (the hand-over), then deletes the key on its revision, so
 //     the next owner takes it at once and never before the hand-over ended.
 //   - Replica ids are unique among live replicas: a replica that starts
@@ -68,7 +74,13 @@ import (
 const (
 	DefaultRefresh = time.Second
 	DefaultTTL     = 6 * time.Second
+	// DefaultRewrite is how often an owner rewrites its partition keys:
+	// well within the bucket's max age (bucketMaxAge).
+	DefaultRewrite = time.Minute
 )
+
+// bucketMaxAge: keys of replicas that died are garbage-collected after it.
+const bucketMaxAge = 10 * time.Minute
 
 // MinTTLRefreshes is how many refresh periods a TTL must span at least: the
 // fence deadline (TTL minus at least one period) must leave the owner a
@@ -97,9 +109,11 @@ type Options struct {
 	Partitions int
 	Refresh    time.Duration
 	TTL        time.Duration
-	Hooks      Hooks
-	Log        *zap.Logger
-	Now        func() time.Time
+	// Rewrite is how often the partition keys owned are rewritten.
+	Rewrite time.Duration
+	Hooks   Hooks
+	Log     *zap.Logger
+	Now     func() time.Time
 }
 
 type lease struct {
@@ -116,13 +130,17 @@ type Manager struct {
 
 	mu   sync.Mutex
 	view map[string]lease // every key of the bucket, as last read
-	// owned: partition -> revision of our lease; renewed: the heartbeat
-	// time written by its last successful write.
-	owned   map[int]uint64
-	renewed map[int]time.Time
-	busy    map[int]bool // acquire or release in progress
+	// owned: partition -> revision of our lease; renewed: the time written
+	// by its last successful write. beat: the time written by the last
+	// successful heartbeat of this replica's key; rewritten: when the owned
+	// keys were last rewritten.
+	owned     map[int]uint64
+	renewed   map[int]time.Time
+	beat      time.Time
+	rewritten time.Time
+	busy      map[int]bool // acquire or release in progress
 	// taking: an acquire whose lease is claimed and whose Acquire hook has
-	// not returned; such a partition is heartbeated but not yet reported
+	// not returned; such a partition is held but not yet reported
 	// as owned (OwnedList), since its work has not started.
 	taking map[int]bool
 }
@@ -140,9 +158,8 @@ func CreateBucket(ctx context.Context, js jetstream.JetStream, nodeToken string,
 		Bucket:      BucketName(nodeToken),
 		Description: "Splitlet pod worker partition leases",
 		History:     1,
-		// keys of replicas that died are garbage-collected eventually.
-		TTL:     10 * time.Minute,
-		Storage: jetstream.FileStorage,
+		TTL:         bucketMaxAge,
+		Storage:     jetstream.FileStorage,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("owners bucket: %w", err)
@@ -163,6 +180,9 @@ func New(o Options) *Manager {
 	}
 	if o.TTL <= 0 {
 		o.TTL = DefaultTTL
+	}
+	if o.Rewrite <= 0 {
+		o.Rewrite = DefaultRewrite
 	}
 	if o.Log == nil {
 		o.Log = zap.NewNop()
@@ -411,15 +431,36 @@ func (m *Manager) refreshLoop(ctx context.Context) {
 	wait.NonSlidingUntilWithContext(ctx, m.refresh, m.o.Refresh)
 }
 
-// refresh heartbeats once; a round never outlasts a refresh period (a
-// NATS that does not answer must not hold the next round back).
+// refresh heartbeats once, and rewrites the owned keys when a rewrite
+// period has passed; a round never outlasts a refresh period (a NATS that
+// does not answer must not hold the next round back).
 func (m *Manager) refresh(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, m.o.Refresh)
 	defer cancel()
-	_, val := m.stamp()
-	if _, err := m.o.KV.Put(ctx, replicaKey(m.o.ID), val); err != nil && ctx.Err() == nil {
-		m.o.Log.Warn("cannot heartbeat replica key", zap.Error(err))
+	at, val := m.stamp()
+	if _, err := m.o.KV.Put(ctx, replicaKey(m.o.ID), val); err != nil {
+		if ctx.Err() == nil {
+			m.o.Log.Warn("cannot heartbeat replica key", zap.Error(err))
+		}
+	} else {
+		m.mu.Lock()
+		m.beat = at
+		m.mu.Unlock()
 	}
+	m.mu.Lock()
+	due := at.Sub(m.rewritten) >= m.o.Rewrite
+	if due {
+		m.rewritten = at
+	}
+	m.mu.Unlock()
+	if due {
+		m.rewrite(ctx)
+	}
+}
+
+// rewrite writes every owned partition key again (compare-and-set), so that
+// the bucket's max age never drops a lease that is held.
+func (m *Manager) rewrite(ctx context.Context) {
 	m.mu.Lock()
 	owned := make(map[int]uint64, len(m.owned))
 	for p, rev := range m.owned {
@@ -516,13 +557,15 @@ func (m *Manager) lose(p int, why string) {
 	}()
 }
 
-// fence gives up the partitions whose lease could not be renewed in time.
+// fence gives up the partitions whose lease could not be renewed in time:
+// neither this replica's heartbeat nor the lease's own key was written
+// within the fence deadline.
 func (m *Manager) fence() {
 	now := m.o.Now()
 	m.mu.Lock()
 	var late []int
 	for p := range m.owned {
-		if at, ok := m.renewed[p]; ok && !m.busy[p] && now.Sub(at) >= m.fenceAfter {
+		if at, ok := m.renewed[p]; ok && !m.busy[p] && now.Sub(latest(at, m.beat)) >= m.fenceAfter {
 			late = append(late, p)
 		}
 	}
@@ -530,6 +573,43 @@ func (m *Manager) fence() {
 	for _, p := range late {
 		m.lose(p, fmt.Sprintf("lease not renewed for %v", m.fenceAfter))
 	}
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// leaseAtLocked is the time of a partition lease: the later of its key's
+// own time and its owner's last heartbeat.
+func (m *Manager) leaseAtLocked(l lease) time.Time {
+	if r, ok := m.view[replicaKey(l.owner)]; ok && r.owner == l.owner {
+		return latest(l.at, r.at)
+	}
+	return l.at
+}
+
+// checkHeldLocked compares the owned leases with the view: a key written by
+// another replica after this one's write is lost (returned), and a newer
+// revision that still names this replica (a retried write) is adopted.
+func (m *Manager) checkHeldLocked() (taken map[int]string) {
+	for p, rev := range m.owned {
+		l, held := m.view[partKey(p)]
+		if !held || l.rev <= rev || m.busy[p] {
+			continue
+		}
+		if l.owner == m.o.ID {
+			m.owned[p] = l.rev
+			continue
+		}
+		if taken == nil {
+			taken = map[int]string{}
+		}
+		taken[p] = l.owner
+	}
+	return taken
 }
 
 func (m *Manager) changed() {
@@ -594,6 +674,13 @@ func (m *Manager) balance(ctx context.Context) {
 	}
 	now := m.o.Now()
 	m.mu.Lock()
+	taken := m.checkHeldLocked()
+	m.mu.Unlock()
+	for p, owner := range taken {
+		m.o.Log.Warn("partition lease lost", zap.Int("partition", p), zap.String("owner", owner))
+		m.lose(p, "lease taken by "+owner)
+	}
+	m.mu.Lock()
 	live := m.liveLocked(now)
 	type claim struct {
 		p   int
@@ -608,7 +695,7 @@ func (m *Manager) balance(ctx context.Context) {
 		want := Preferred(p, live) == m.o.ID
 		_, mine := m.owned[p]
 		l, held := m.view[partKey(p)]
-		dead := !held || now.Sub(l.at) >= m.o.TTL
+		dead := !held || now.Sub(m.leaseAtLocked(l)) >= m.o.TTL
 		switch {
 		case mine && !want:
 			give = append(give, p)
@@ -777,7 +864,7 @@ func (m *Manager) Status() (unowned []int, replicas []string) {
 			continue
 		}
 		l, ok := m.view[partKey(p)]
-		if !ok || now.Sub(l.at) >= m.o.TTL || !slices.Contains(live, l.owner) || (l.owner == m.o.ID && m.busy[p]) {
+		if !ok || now.Sub(m.leaseAtLocked(l)) >= m.o.TTL || !slices.Contains(live, l.owner) || (l.owner == m.o.ID && m.busy[p]) {
 			unowned = append(unowned, p)
 		}
 	}

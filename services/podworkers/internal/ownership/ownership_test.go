@@ -125,7 +125,7 @@ func TestPartitionsSharedAndMoved(t *testing.T) {
 	c.stop()
 	eventually(t, "two-way split after c left", func() bool { return exclusive(parts, a, b) && len(c.holds()) == 0 })
 	// a lease taken behind a replica's back (it paused past the TTL) is
-	// noticed at its next heartbeat, and the work on it stops.
+	// noticed on the watch, and the work on it stops.
 	p := a.holds()[0]
 	a.mu.Lock()
 	before := a.released[p]
@@ -147,8 +147,8 @@ func TestPartitionsSharedAndMoved(t *testing.T) {
 }
 
 // TestTakeOverListedOnceDone: a partition whose Acquire hook has not
-// returned is heartbeated but not listed as owned; it is listed once the
-// hook returns.
+// returned is held (its key names the replica, whose heartbeat keeps it)
+// but not listed as owned; it is listed once the hook returns.
 func TestTakeOverListedOnceDone(t *testing.T) {
 	n := testenv.NATSForTest(t)
 	_, js := n.Connect(t)
@@ -187,8 +187,15 @@ func TestTakeOverListedOnceDone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if owner, at := parse(e.Value()); owner != "a" || time.Since(at) > 600*time.Millisecond {
-		t.Errorf("partition 1's lease %q at %v: not heartbeated during its take-over", owner, at)
+	r, err := kv.Get(t.Context(), replicaKey("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if owner, _ := parse(e.Value()); owner != "a" {
+		t.Errorf("partition 1's lease names %q during its take-over", owner)
+	}
+	if _, at := parse(r.Value()); time.Since(at) > 600*time.Millisecond {
+		t.Errorf("a's heartbeat, which keeps partition 1's lease, is from %v: not heartbeated during the take-over", at)
 	}
 	close(hold)
 	eventually(t, "partition 1 listed once its hook returned", func() bool { return slices.Equal(a.m.OwnedList(), []int{0, 1}) })
