@@ -27,6 +27,7 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
 	"github.com/splitlet/splitlet/libs/bus"
@@ -503,9 +504,10 @@ func (c *Controller) cleanupWorkers() (map[types.UID]podworker.WorkType, bool) {
 	}
 	states := c.workers.SyncKnownPods(desired)
 	plan := c.planCleanup(states)
-	for _, uid := range plan.forgotten {
+	workqueue.ParallelizeUntil(context.Background(), removeParallelism, len(plan.forgotten), func(i int) {
+		uid := plan.forgotten[i]
 		c.forgetWorker(uid, plan.recreated[uid])
-	}
+	})
 	for _, p := range plan.orphans {
 		c.log.Info("killing orphaned pod worker", podLog(p)...)
 		c.workers.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateKill, Pod: p, StartTime: time.Now()})
@@ -620,6 +622,12 @@ func (c *Controller) removePodFiles(uid types.UID) {
 		}
 	}
 }
+
+// removeParallelism is how many forgotten pods housekeeping removes from
+// the runtime at once: a removal mostly waits on the runtime (a sandbox's
+// stop tears its network down), and the kubelet stops every deleted pod's
+// sandbox at once, each in its own pod worker.
+const removeParallelism = 8
 
 // orphanGrace is the grace of a runtime pod no source wants (kubelet: such
 // pods are killed with a one-second grace period override).

@@ -133,6 +133,66 @@ func TestSetSnapshotAddsUpdatesRemoves(t *testing.T) {
 	}
 }
 
+// slowRemoval is a runtime whose RemovePod waits until release is closed,
+// counting the removals under way.
+type slowRemoval struct {
+	*fakeruntime.Runtime
+	inflight, most atomic.Int64
+	release        chan struct{}
+}
+
+func (r *slowRemoval) RemovePod(ctx context.Context, uid types.UID) error {
+	n := r.inflight.Add(1)
+	defer r.inflight.Add(-1)
+	for m := r.most.Load(); n > m && !r.most.CompareAndSwap(m, n); m = r.most.Load() {
+	}
+	<-r.release
+	return r.Runtime.RemovePod(ctx, uid)
+}
+
+// Housekeeping removes the forgotten pods of one round from the runtime
+// several at a time, as the kubelet's pod workers stop their sandboxes.
+func TestForgottenPodsRemovedInParallel(t *testing.T) {
+	s := newSink()
+	rt := &slowRemoval{Runtime: fakeruntime.New(), release: make(chan struct{})}
+	t.Cleanup(func() {
+		select {
+		case <-rt.release:
+		default:
+			close(rt.release)
+		}
+	})
+	c := start(t, rt, s, "cpu=4,pods=20")
+	c.SetSourcesReady(true)
+	var pods []corev1.Pod
+	for i := range 6 {
+		pods = append(pods, pod(fmt.Sprintf("u%d", i), ""))
+	}
+	c.HandleUpdate("api", bus.OpSet, 0, pods)
+	eventually(t, "all running", func() bool {
+		for _, p := range pods {
+			if !isRunning(s.get(p.UID)) {
+				return false
+			}
+		}
+		return true
+	})
+	c.HandleUpdate("api", bus.OpSet, 0, nil)
+	eventually(t, "removals under way at once", func() bool { return rt.most.Load() >= 2 })
+	close(rt.release)
+	eventually(t, "every pod removed", func() bool {
+		for _, p := range pods {
+			if len(rt.PodContainers(p.UID)) != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	if m := rt.most.Load(); m > removeParallelism {
+		t.Fatalf("%d removals at once, more than %d", m, removeParallelism)
+	}
+}
+
 func TestRejectedPodStaysRejectedAndFreesNothing(t *testing.T) {
 	s := newSink()
 	c := start(t, fakeruntime.New(), s, "cpu=1,pods=10")
