@@ -296,14 +296,21 @@ func (r *agentRun) stop() {
 func newRun(env *benchEnv, name string) (*agentRun, error) {
 	dir := filepath.Join(env.workDir, name)
 	// Each round starts empty: a NATS store or data dir left by an earlier
-	// round would be replayed and measured again.
+	// round would be replayed and measured again. A node agent on
+	// containerd leaves its root directory mounted (a shared bind mount,
+	// as the kubelet's), which is undone when the run stops.
+	if err := testenv.UnmountUnder(dir); err != nil {
+		return nil, err
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	return &agentRun{dir: dir, health: map[string]string{}}, nil
+	r := &agentRun{dir: dir, health: map[string]string{}}
+	r.cleanups = append(r.cleanups, func() { _ = testenv.UnmountUnder(dir) })
+	return r, nil
 }
 
 func freeAddr() (string, int, error) {

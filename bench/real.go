@@ -449,7 +449,7 @@ func addRealFlags() *realFlags {
 	f := &realFlags{}
 	flag.BoolVar(&f.enabled, "real", true, "run the real-container case: Splitlet all-in-one and split and the kubelet on one containerd (root; false skips it)")
 	flag.StringVar(&f.pods, "real-pods", "100,200", "pod counts of the real-container case, comma-separated (empty or 0: none)")
-	flag.StringVar(&f.agents, "real-agents", "allinone,split,kubelet", "agents of the real-container case, in order")
+	flag.StringVar(&f.agents, "real-agents", "allinone,split,kubelet", "agents of the real-container case, in order (allinone-base and split-base run -base-bin's splitlet)")
 	flag.StringVar(&f.variants, "real-variants", variantPlain+","+variantProbe, "pods of the real-container case: plain (busybox sleeping), probe (and an exec readiness probe reading a configMap volume)")
 	flag.IntVar(&f.idlePods, "idle-pods", 110, "pods running in the real-container idle case (0: skip it)")
 	flag.DurationVar(&f.idleDuration, "idle-duration", 10*time.Minute, "how long the real-container idle case measures each agent (0: skip it)")
@@ -469,7 +469,7 @@ func (f *realFlags) options() (realOptions, error) {
 	if o.pods, err = parsePodCounts(f.pods); err != nil {
 		return o, fmt.Errorf("-real-pods: %w", err)
 	}
-	if o.agents, err = parseNames(f.agents, "agent", []string{"allinone", "split", "kubelet"}); err != nil {
+	if o.agents, err = parseNames(f.agents, "agent", []string{"allinone", "split", "kubelet", "allinone-base", "split-base"}); err != nil {
 		return o, fmt.Errorf("-real-agents: %w", err)
 	}
 	if o.variants, err = parseNames(f.variants, "variant", []string{variantPlain, variantProbe}); err != nil {

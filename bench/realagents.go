@@ -26,11 +26,29 @@ type realAgent struct {
 	start func(e *realEnv, node string) (*agentRun, error)
 }
 
-// realAgents are the real-container case's agents, each on its defaults.
+// realAgents are the real-container case's agents, each on its defaults;
+// the -base ones run another build's splitlet (-base-bin), so that a change
+// and what it replaced are measured in one run.
 var realAgents = []realAgent{
-	{"allinone", startRealAllInOne},
-	{"split", startRealSplit},
+	{"allinone", func(e *realEnv, node string) (*agentRun, error) {
+		return startRealAllInOne(e, e.bench.binDir, node, "allinone")
+	}},
+	{"split", func(e *realEnv, node string) (*agentRun, error) {
+		return startRealSplit(e, e.bench.binDir, node, "split")
+	}},
 	{"kubelet", startRealKubelet},
+	{"allinone-base", realFromBase(startRealAllInOne, "allinone-base")},
+	{"split-base", realFromBase(startRealSplit, "split-base")},
+}
+
+// realFromBase runs an agent from the binaries of -base-bin.
+func realFromBase(start func(e *realEnv, binDir, node, name string) (*agentRun, error), name string) func(*realEnv, string) (*agentRun, error) {
+	return func(e *realEnv, node string) (*agentRun, error) {
+		if e.bench.baseBinDir == "" {
+			return nil, fmt.Errorf("%s needs -base-bin: a directory with another build's splitlet", name)
+		}
+		return start(e, e.bench.baseBinDir, node, name)
+	}
 }
 
 func findRealAgent(name string) (realAgent, bool) {
@@ -93,8 +111,8 @@ func (e *realEnv) nodehbArgs() ([]string, error) {
 }
 
 // startRealAllInOne is `splitlet --services=all` (embedded NATS).
-func startRealAllInOne(e *realEnv, node string) (*agentRun, error) {
-	r, err := newRun(e.bench, "real-allinone")
+func startRealAllInOne(e *realEnv, binDir, node, name string) (*agentRun, error) {
+	r, err := newRun(e.bench, "real-"+name)
 	if err != nil {
 		return nil, err
 	}
@@ -111,14 +129,14 @@ func startRealAllInOne(e *realEnv, node string) (*agentRun, error) {
 		return nil, err
 	}
 	args = append(append(args, "--services=all"), hb...)
-	return r, r.spawn(e.bench, "splitlet", filepath.Join(e.bench.binDir, "splitlet"), args...)
+	return r, r.spawn(e.bench, "splitlet", filepath.Join(binDir, "splitlet"), args...)
 }
 
 // startRealSplit is the five stages as processes of the one splitlet
 // binary (--services=<stage>, as the compose stack runs them) and a
 // nats-server (JetStream, file storage).
-func startRealSplit(e *realEnv, node string) (*agentRun, error) {
-	r, err := newRun(e.bench, "real-split")
+func startRealSplit(e *realEnv, binDir, node, name string) (*agentRun, error) {
+	r, err := newRun(e.bench, "real-"+name)
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +161,7 @@ func startRealSplit(e *realEnv, node string) (*agentRun, error) {
 			}
 			args = append(args, hb...)
 		}
-		if err := r.spawn(e.bench, svc, filepath.Join(e.bench.binDir, "splitlet"), args...); err != nil {
+		if err := r.spawn(e.bench, svc, filepath.Join(binDir, "splitlet"), args...); err != nil {
 			return r, err
 		}
 	}
