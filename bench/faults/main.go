@@ -123,7 +123,12 @@ func runSuite(ctx context.Context, out io.Writer, list []faultCase, outDir strin
 	if err != nil {
 		return nil, false, err
 	}
-	defer os.RemoveAll(work)
+	// A pod worker on containerd leaves its root directory mounted (a
+	// shared bind mount, as the kubelet's): undone before the removal.
+	defer func() {
+		_ = testenv.UnmountUnder(work)
+		_ = os.RemoveAll(work)
+	}()
 	cp, err := testenv.StartControlPlane(ctx, testenv.ControlPlaneOptions{})
 	if err != nil {
 		return nil, false, err
