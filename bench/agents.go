@@ -331,7 +331,6 @@ func (r *agentRun) splitletArgs(env *benchEnv, node, dataDir, proc string) ([]st
 		"--runtime=sim",
 		"--data-dir=" + dataDir,
 		"--http-addr=" + addr,
-		"--log-level=warn",
 	}
 	if env.profileDir != "" {
 		// -profiles reads them from /debug/pprof, which is off by default.
@@ -495,7 +494,10 @@ func startSplitFrom(env *benchEnv, binDir, node, name string, extra ...string) (
 		case "podworkers":
 			args = append(args, env.scale.podworkerArgs()...)
 		}
-		if err := r.spawn(env, fmt.Sprintf("%s-%d", svc, i), filepath.Join(binDir, svc), args...); err != nil {
+		// every stage from the one splitlet binary, as the compose stack
+		// runs them: their pages of it are shared, as on a node.
+		args = append(args, "--services="+svc)
+		if err := r.spawn(env, fmt.Sprintf("%s-%d", svc, i), filepath.Join(binDir, "splitlet"), args...); err != nil {
 			return nil, err
 		}
 	}
