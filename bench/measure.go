@@ -272,7 +272,7 @@ func measureBacklog(ctx context.Context, cs kubernetes.Interface, env *benchEnv,
 	if err != nil {
 		return nil, run, err
 	}
-	if err := run.markCreate(); err != nil {
+	if err := run.markCreate(true); err != nil {
 		return nil, run, err
 	}
 	if err := waitFor(ctx, 15*time.Minute, run, fmt.Sprintf("%d pods Ready", n), func() bool { return tr.ready.Load() >= int64(n) }); err != nil {
@@ -362,7 +362,7 @@ func measureCreate(ctx context.Context, cs kubernetes.Interface, env *benchEnv, 
 	if err != nil {
 		return fmt.Errorf("bus figures: %w", err)
 	}
-	if err := run.markCreate(); err != nil {
+	if err := run.markCreate(false); err != nil {
 		return err
 	}
 	start := time.Now()
@@ -403,8 +403,10 @@ func measureCreate(ctx context.Context, cs kubernetes.Interface, env *benchEnv, 
 }
 
 // markCreate notes each process's CPU time as the first pod is created
-// and starts sampling their memory.
-func (r *agentRun) markCreate() error {
+// and starts sampling their memory. A case whose agent has just started
+// (the backlog) leaves the eviction counters at zero, as they are then,
+// without asking processes that may not serve their metrics yet.
+func (r *agentRun) markCreate(freshAgent bool) error {
 	r.cpuAtCreate = r.cpuAtCreate[:0]
 	for _, pid := range r.pids() {
 		sec, err := cpuSeconds([]int{pid})
@@ -414,6 +416,10 @@ func (r *agentRun) markCreate() error {
 		r.cpuAtCreate = append(r.cpuAtCreate, sec)
 	}
 	r.mem = sampleMemory(r.pids(), r.names, memSampleEvery)
+	if freshAgent {
+		r.evictionAtCreate = evictionCost{}
+		return nil
+	}
 	var err error
 	r.evictionAtCreate, err = r.evictionCost(context.Background())
 	return err
