@@ -211,8 +211,7 @@ func startRealKubelet(e *realEnv, node string) (*agentRun, error) {
 		return nil, err
 	}
 	// The kubelet sets kernel settings host-wide when it starts: they are
-	// put back, and its volumes' mounts undone, once it is stopped.
-	restore := testenv.SaveSysctls(testenv.KubeletSysctls)
-	r.cleanups = append(r.cleanups, restore, func() { _ = testenv.UnmountUnder(testenv.KubeletRoot(kl.Dir)) })
+	// put back once it is stopped (its mounts go with the run's directory).
+	r.cleanups = append(r.cleanups, testenv.SaveSysctls(testenv.KubeletSysctls))
 	return r, r.spawn(e.bench, "kubelet", kl.Cmd.Path, kl.Cmd.Args[1:]...)
 }

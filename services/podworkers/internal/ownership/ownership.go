@@ -438,16 +438,14 @@ func (m *Manager) refresh(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, m.o.Refresh)
 	defer cancel()
 	at, val := m.stamp()
-	if _, err := m.o.KV.Put(ctx, replicaKey(m.o.ID), val); err != nil {
-		if ctx.Err() == nil {
-			m.o.Log.Warn("cannot heartbeat replica key", zap.Error(err))
-		}
-	} else {
-		m.mu.Lock()
-		m.beat = at
-		m.mu.Unlock()
+	_, err := m.o.KV.Put(ctx, replicaKey(m.o.ID), val)
+	if err != nil && ctx.Err() == nil {
+		m.o.Log.Warn("cannot heartbeat replica key", zap.Error(err))
 	}
 	m.mu.Lock()
+	if err == nil {
+		m.beat = at
+	}
 	due := at.Sub(m.rewritten) >= m.o.Rewrite
 	if due {
 		m.rewritten = at
