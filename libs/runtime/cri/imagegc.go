@@ -68,7 +68,7 @@ func (r *Runtime) ImagesInUse(ctx context.Context) (map[string]bool, error) {
 	}
 	// an image volume's image is in use while it is mounted (kubelet: the
 	// image GC counts image volumes).
-	views, err := r.imageVolumeViews(ctx)
+	views, err := r.imageVolumeViews(ctx, "")
 	if err != nil {
 		return nil, err
 	}

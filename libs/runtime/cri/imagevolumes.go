@@ -345,7 +345,7 @@ func imageSubPath(root, sub string) (string, error) {
 // ReleaseImageVolumes implements runtime.ImageVolumes: the pod's image
 // volumes are unmounted and their views removed.
 func (r *Runtime) ReleaseImageVolumes(ctx context.Context, uid types.UID) error {
-	views, err := r.imageVolumeViews(ctx)
+	views, err := r.imageVolumeViews(ctx, uid)
 	if err != nil {
 		return err
 	}
@@ -357,7 +357,7 @@ func (r *Runtime) ReleaseImageVolumes(ctx context.Context, uid types.UID) error 
 // views are listed before the relist: a view is made after its pod's
 // sandbox, which the relist then sees, whichever replica made it.
 func (r *Runtime) sweepImageVolumes(ctx context.Context) error {
-	views, err := r.imageVolumeViews(ctx)
+	views, err := r.imageVolumeViews(ctx, "")
 	if err != nil || len(views) == 0 {
 		return err
 	}
@@ -412,8 +412,11 @@ func releaseView(ctx context.Context, snaps snapshotsapi.SnapshotsClient, snapsh
 	return nil
 }
 
-// imageVolumeViews lists the image volume views (none without containerd).
-func (r *Runtime) imageVolumeViews(ctx context.Context) ([]*snapshotsapi.Info, error) {
+// imageVolumeViews lists the image volume views of the pod uid, or of
+// every pod when uid is empty (none without containerd). containerd picks
+// them by name, so that removing a pod reads only its own views, not every
+// snapshot of the node; the prefix is checked again here.
+func (r *Runtime) imageVolumeViews(ctx context.Context, uid types.UID) ([]*snapshotsapi.Info, error) {
 	if r.name != "containerd" {
 		return nil, nil
 	}
@@ -421,7 +424,11 @@ func (r *Runtime) imageVolumeViews(ctx context.Context) ([]*snapshotsapi.Info, e
 	if err != nil {
 		return nil, err
 	}
-	stream, err := snaps.List(nsCtx(ctx), &snapshotsapi.ListSnapshotsRequest{Snapshotter: snapshotter})
+	prefix := viewPrefix
+	if uid != "" {
+		prefix += string(uid) + "/"
+	}
+	stream, err := snaps.List(nsCtx(ctx), &snapshotsapi.ListSnapshotsRequest{Snapshotter: snapshotter, Filters: viewsFilters(prefix)})
 	if err != nil {
 		return nil, fmt.Errorf("list snapshots: %s", grpcMessage(err))
 	}
@@ -435,9 +442,31 @@ func (r *Runtime) imageVolumeViews(ctx context.Context) ([]*snapshotsapi.Info, e
 			return nil, fmt.Errorf("list snapshots: %s", grpcMessage(err))
 		}
 		for _, in := range resp.GetInfo() {
-			if strings.HasPrefix(in.GetName(), viewPrefix) {
+			if strings.HasPrefix(in.GetName(), prefix) {
 				out = append(out, in)
 			}
 		}
 	}
+}
+
+// viewsFilters is the containerd filter of the snapshots whose names start
+// with prefix: a regular expression with '.' and '_' each written as a
+// class of its own, so that it needs no escape inside the filter's quotes.
+// A prefix of any other character gets no filter (every view is listed and
+// the prefix checked here).
+func viewsFilters(prefix string) []string {
+	var b strings.Builder
+	b.WriteString(`name~="^`)
+	for _, c := range prefix {
+		switch {
+		case c == '-' || c == '/' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9':
+			b.WriteRune(c)
+		case c == '.' || c == '_':
+			b.WriteString("[" + string(c) + "]")
+		default:
+			return nil
+		}
+	}
+	b.WriteString(`"`)
+	return []string{b.String()}
 }

@@ -1,11 +1,15 @@
 package cri
 
 import (
+	"errors"
+	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	snapshotsapi "github.com/containerd/containerd/api/services/snapshots/v1"
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
@@ -39,7 +43,7 @@ func TestImageVolumeLeftoverSwept(t *testing.T) {
 		t.Fatalf("%s not mounted", target)
 	}
 	views := func(rt *Runtime) []string {
-		list, err := rt.imageVolumeViews(ctx)
+		list, err := rt.imageVolumeViews(ctx, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,6 +57,17 @@ func TestImageVolumeLeftoverSwept(t *testing.T) {
 	}
 	if got := views(r); len(got) != 1 {
 		t.Fatalf("views %v, want one", got)
+	}
+	// containerd itself picks a pod's views by name: another pod's filter
+	// lists none, this pod's its one.
+	if n := listedByContainerd(t, r, viewPrefix+"no-such-pod/"); n != 0 {
+		t.Errorf("containerd listed %d snapshots under another pod's filter, want 0", n)
+	}
+	if n := listedByContainerd(t, r, viewPrefix+string(p.UID)+"/"); n != 1 {
+		t.Errorf("containerd listed %d snapshots under the pod's filter, want 1", n)
+	}
+	if own, err := r.imageVolumeViews(ctx, p.UID); err != nil || len(own) != 1 {
+		t.Errorf("the pod's views: %d (%v), want 1", len(own), err)
 	}
 	used, err := r.ImagesInUse(ctx)
 	if err != nil {
@@ -88,6 +103,42 @@ func TestImageVolumeLeftoverSwept(t *testing.T) {
 		t.Errorf("views %v left after garbage collection", got)
 	}
 	testenv.EventuallyTrue(t, 10*time.Second, "the leftover unmounted", func() bool { on, _ := mountinfo.Mounted(target); return !on })
+}
+
+// listedByContainerd counts the snapshots containerd lists under the
+// filter of prefix, before any check of this package.
+func listedByContainerd(t *testing.T, r *Runtime, prefix string) int {
+	t.Helper()
+	snaps, snapshotter, err := r.snapshots(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := snaps.List(nsCtx(t.Context()), &snapshotsapi.ListSnapshotsRequest{Snapshotter: snapshotter, Filters: viewsFilters(prefix)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return n
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += len(resp.GetInfo())
+	}
+}
+
+func TestViewsFilters(t *testing.T) {
+	if got, want := viewsFilters(viewPrefix+"0f3c-9a_b/"), []string{`name~="^splitlet[.]io/image-volume/0f3c-9a[_]b/"`}; !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	for _, bad := range []string{`a"b`, `a\b`, "a]b", "a b"} {
+		if got := viewsFilters(viewPrefix + bad + "/"); got != nil {
+			t.Errorf("%q: got %q, want no filter", bad, got)
+		}
+	}
 }
 
 func TestChainID(t *testing.T) {
