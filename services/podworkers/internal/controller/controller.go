@@ -246,12 +246,20 @@ func (c *Controller) handleSet(source string, partition int, pods []*corev1.Pod)
 	c.HandlePodUpdates(source, partition, updates)
 }
 
+// changed says whether a pod of a SET differs from the one held in what
+// the pod workers act on. The same resource version of the same API object
+// is the same object: most pods of a periodic SET are, and are not compared
+// field by field. The cheap fields go first.
 func changed(old, p *corev1.Pod) bool {
-	return !apiequality.Semantic.DeepEqual(old.Spec, p.Spec) ||
+	if old.ResourceVersion != "" && old.ResourceVersion == p.ResourceVersion && old.UID == p.UID &&
+		apiequality.Semantic.DeepEqual(old.Annotations, p.Annotations) {
+		return false
+	}
+	return !apiequality.Semantic.DeepEqual(old.DeletionTimestamp, p.DeletionTimestamp) ||
+		!apiequality.Semantic.DeepEqual(old.DeletionGracePeriodSeconds, p.DeletionGracePeriodSeconds) ||
 		!apiequality.Semantic.DeepEqual(old.Labels, p.Labels) ||
 		!apiequality.Semantic.DeepEqual(old.Annotations, p.Annotations) ||
-		!apiequality.Semantic.DeepEqual(old.DeletionTimestamp, p.DeletionTimestamp) ||
-		!apiequality.Semantic.DeepEqual(old.DeletionGracePeriodSeconds, p.DeletionGracePeriodSeconds)
+		!apiequality.Semantic.DeepEqual(old.Spec, p.Spec)
 }
 
 // HandlePodAdditions admits new pods, oldest first, and starts their workers.

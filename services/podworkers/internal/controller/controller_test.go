@@ -499,3 +499,39 @@ func TestPressureReadmitsStartedPods(t *testing.T) {
 		t.Fatalf("a's containers after the restart: %+v, want %s alone, untouched", cs, id)
 	}
 }
+
+// A pod of a SET is compared field by field unless it is the same API
+// object (resource version) with the same annotations podconfig added.
+func TestChangedSkipsTheSameObject(t *testing.T) {
+	base := func(rv string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "u1", ResourceVersion: rv, Annotations: map[string]string{"kubernetes.io/config.seen": "t1"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+	}
+	now := metav1.Now()
+	cases := []struct {
+		name   string
+		mutate func(p *corev1.Pod)
+		rv     string
+		want   bool
+	}{
+		{"same object", func(*corev1.Pod) {}, "7", false},
+		{"same object, other annotations", func(p *corev1.Pod) { p.Annotations["kubernetes.io/config.seen"] = "t2" }, "7", true},
+		{"new version, same fields", func(*corev1.Pod) {}, "8", false},
+		{"new version, deleted", func(p *corev1.Pod) { p.DeletionTimestamp = &now }, "8", true},
+		{"new version, image", func(p *corev1.Pod) { p.Spec.Containers[0].Image = "pause" }, "8", true},
+		{"new version, labels", func(p *corev1.Pod) { p.Labels = map[string]string{"a": "b"} }, "8", true},
+		{"no version (a static pod), image", func(p *corev1.Pod) { p.Spec.Containers[0].Image = "pause" }, "", true},
+		{"no version, same fields", func(*corev1.Pod) {}, "", false},
+	}
+	for _, c := range cases {
+		oldRV := "7"
+		if c.rv == "" {
+			oldRV = ""
+		}
+		p := base(c.rv)
+		c.mutate(p)
+		if got := changed(base(oldRV), p); got != c.want {
+			t.Errorf("%s: changed %v, want %v", c.name, got, c.want)
+		}
+	}
+}
