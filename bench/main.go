@@ -37,7 +37,7 @@ func main() {
 		outDir      = flag.String("out", "bench/out", "where the JSON figures go")
 		backlog     = flag.Int("backlog-pods", 5000, "pods of the backlog case: created before each agent starts, drained from its start (0: skip it)")
 		scalePods   = flag.Int("scale-pods", 2000, "pods of the scaling case (0: skip it)")
-		largePods   = flag.Int("large-pods", 20000, "pods of the large-node case: split alone, once, its CPU and RSS per pod against the main case's (0: skip it)")
+		largePods   = flag.Int("large-pods", 20000, "pods of the large-node case: split alone, once, its CPU, PSS and RSS per pod against the main case's (0: skip it)")
 		stages      = flag.Bool("stages", true, "also run the stage cases (each stage's own benchmark)")
 		profiles    = flag.Bool("profiles", false, "save the Splitlet processes' CPU profiles (from the first create, and from the DeleteCollection: <agent>-delete-<process>) and heap profiles (when all pods are Ready) under -out")
 		pinCPUs     = flag.Bool("pin", runtime.NumCPU() >= 2, "run each agent on the last CPU and the control plane and the bench's client on the others (taskset), so that agents are measured on equal CPU and apart from the API server")
@@ -355,6 +355,7 @@ func printLarge(out io.Writer, base, large *result) {
 	row("time to all Running+Ready (s)", large.AllReadySec, b.AllReadySec, true)
 	row("all gone after DeleteCollection (s)", large.AllGoneSec, b.AllGoneSec, true)
 	row("agent CPU, create → all gone (s)", large.CPUSec, b.CPUSec, true)
+	row("peak PSS, summed, sampled (MiB)", float64(large.PeakPSSBytes)/(1<<20), float64(b.PeakPSSBytes)/(1<<20), true)
 	row("peak RSS, summed (MiB)", float64(large.PeakRSSBytes)/(1<<20), float64(b.PeakRSSBytes)/(1<<20), true)
 	row("create→Ready p99 (ms)", large.P99Ms, b.P99Ms, false)
 }
