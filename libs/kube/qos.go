@@ -123,7 +123,7 @@ func isInit(pod *corev1.Pod, name string) bool {
 // system-node-critical and above (kubelet: IsCriticalPod). The eviction
 // manager never evicts one, and admits one under pressure.
 func IsCriticalPod(pod *corev1.Pod) bool {
-	if src, ok := pod.Annotations["kubernetes.io/config.source"]; ok && src != "api" {
+	if IsStatic(pod) {
 		return true
 	}
 	if _, ok := pod.Annotations[corev1.MirrorPodAnnotationKey]; ok {

@@ -46,11 +46,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/splitlet/splitlet/libs/bus"
+	"github.com/splitlet/splitlet/libs/kube"
 )
 
 // Annotations the agent itself manages on pods (kubelet kubetypes).
 const (
-	AnnotationSource = "kubernetes.io/config.source"
+	AnnotationSource = kube.AnnotationConfigSource
 	AnnotationSeen   = bus.AnnotationSeen
 	AnnotationHash   = "kubernetes.io/config.hash"
 	AnnotationMirror = "kubernetes.io/config.mirror"
@@ -58,7 +59,7 @@ const (
 
 // The pod sources, named as the kubelet names them.
 const (
-	SourceAPI  = "api"
+	SourceAPI  = kube.SourceAPI
 	SourceFile = "file"
 	SourceHTTP = "http"
 )

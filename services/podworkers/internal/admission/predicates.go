@@ -8,6 +8,8 @@ import (
 	schedcorev1 "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
+
+	"github.com/splitlet/splitlet/libs/kube"
 )
 
 // The predicates the kubelet checks at admission besides resources, by the
@@ -24,10 +26,6 @@ const (
 	descNodePorts    = "node(s) didn't have free ports for the requested pod ports"
 	descTaint        = "node(s) had taints that the pod didn't tolerate"
 )
-
-// annotationConfigSource is where a pod comes from; static pods (file, http)
-// are not held to the node's taints.
-const annotationConfigSource = "kubernetes.io/config.source"
 
 // NodeSource returns the node the agent runs, or nil while it is unknown.
 type NodeSource func() *corev1.Node
@@ -56,7 +54,8 @@ func NodePredicates(node NodeSource) Handler {
 		if portsTaken(a.Pod, a.OtherPods, a.Local) {
 			return fail(ReasonNodePorts, descNodePorts)
 		}
-		if src := a.Pod.Annotations[annotationConfigSource]; src == "" || src == "api" {
+		// a static pod (file, http) is not held to the node's taints.
+		if src := a.Pod.Annotations[kube.AnnotationConfigSource]; src == "" || src == kube.SourceAPI {
 			// kubelet: only NoExecute taints keep a pod off a node it is bound to.
 			noExecute := func(t *corev1.Taint) bool { return t.Effect == corev1.TaintEffectNoExecute }
 			if _, untolerated := schedcorev1.FindMatchingUntoleratedTaint(klog.Background(), n.Spec.Taints, a.Pod.Spec.Tolerations, noExecute, false); untolerated {

@@ -6,6 +6,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/splitlet/splitlet/libs/kube"
 )
 
 func TestNodePredicates(t *testing.T) {
@@ -58,7 +60,7 @@ func TestNodePredicates(t *testing.T) {
 		{"untolerated NoExecute", pod("a", func(p *corev1.Pod) { p.Spec.Tolerations = nil }), ReasonTaintToleration},
 		{"static pod", pod("a", func(p *corev1.Pod) {
 			p.Spec.Tolerations = nil
-			p.Annotations = map[string]string{annotationConfigSource: "file"}
+			p.Annotations = map[string]string{kube.AnnotationConfigSource: "file"}
 		}), ""},
 		// the first failure wins, in the kubelet's order.
 		{"affinity before ports", pod("a", func(p *corev1.Pod) {

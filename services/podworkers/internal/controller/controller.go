@@ -249,10 +249,11 @@ func (c *Controller) handleSet(source string, partition int, pods []*corev1.Pod)
 // changed says whether a pod of a SET differs from the one held in what
 // the pod workers act on. The same resource version of the same API object
 // is the same object: most pods of a periodic SET are, and are not compared
-// field by field. The cheap fields go first.
+// field by field. A static pod's resource version is its manifest's, which
+// its author writes, so it is always compared. The cheap fields go first.
 func changed(old, p *corev1.Pod) bool {
 	if old.ResourceVersion != "" && old.ResourceVersion == p.ResourceVersion && old.UID == p.UID &&
-		apiequality.Semantic.DeepEqual(old.Annotations, p.Annotations) {
+		p.Annotations[kube.AnnotationConfigSource] == kube.SourceAPI && apiequality.Semantic.DeepEqual(old.Annotations, p.Annotations) {
 		return false
 	}
 	return !apiequality.Semantic.DeepEqual(old.DeletionTimestamp, p.DeletionTimestamp) ||

@@ -504,7 +504,8 @@ func TestPressureReadmitsStartedPods(t *testing.T) {
 // object (resource version) with the same annotations podconfig added.
 func TestChangedSkipsTheSameObject(t *testing.T) {
 	base := func(rv string) *corev1.Pod {
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "u1", ResourceVersion: rv, Annotations: map[string]string{"kubernetes.io/config.seen": "t1"}},
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "u1", ResourceVersion: rv,
+			Annotations: map[string]string{"kubernetes.io/config.seen": "t1", "kubernetes.io/config.source": "api"}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
 	}
 	now := metav1.Now()
@@ -521,16 +522,22 @@ func TestChangedSkipsTheSameObject(t *testing.T) {
 		{"new version, image", func(p *corev1.Pod) { p.Spec.Containers[0].Image = "pause" }, "8", true},
 		{"new version, labels", func(p *corev1.Pod) { p.Labels = map[string]string{"a": "b"} }, "8", true},
 		{"no version (a static pod), image", func(p *corev1.Pod) { p.Spec.Containers[0].Image = "pause" }, "", true},
+		{"a static pod's own version, image", func(p *corev1.Pod) { p.Spec.Containers[0].Image = "pause" }, "static", true},
 		{"no version, same fields", func(*corev1.Pod) {}, "", false},
 	}
 	for _, c := range cases {
-		oldRV := "7"
-		if c.rv == "" {
+		oldRV, rv := "7", c.rv
+		if c.rv == "" || c.rv == "static" {
 			oldRV = ""
 		}
-		p := base(c.rv)
+		old, p := base(oldRV), base(rv)
+		if c.rv == "static" {
+			// a manifest that carries a resource version of its own.
+			old.ResourceVersion, p.ResourceVersion = "1", "1"
+			old.Annotations["kubernetes.io/config.source"], p.Annotations["kubernetes.io/config.source"] = "file", "file"
+		}
 		c.mutate(p)
-		if got := changed(base(oldRV), p); got != c.want {
+		if got := changed(old, p); got != c.want {
 			t.Errorf("%s: changed %v, want %v", c.name, got, c.want)
 		}
 	}

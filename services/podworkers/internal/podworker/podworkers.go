@@ -71,6 +71,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/splitlet/splitlet/libs/kube"
 	"github.com/splitlet/splitlet/libs/logging"
 )
 
@@ -416,7 +417,7 @@ func (w *Workers) stateFor(pod *corev1.Pod, opts UpdateOptions, now time.Time, l
 			s.terminatingAt = now
 		}
 		w.pods[pod.UID] = s
-		if isStatic(pod) {
+		if kube.IsStatic(pod) {
 			// static pods of one full name start in the order they came.
 			w.waitingStatic[s.fullname] = append(w.waitingStatic[s.fullname], pod.UID)
 		}
@@ -588,7 +589,7 @@ func (w *Workers) take(uid types.UID, s *podState) (context.Context, *work, bool
 	s.pending = nil
 	// the work type follows the state at the time it runs, not when queued.
 	wk.kind = s.workType()
-	if wk.kind == SyncPodWork && isStatic(wk.opts.Pod) && !w.allowStaticPodStart(s.fullname, uid) {
+	if wk.kind == SyncPodWork && kube.IsStatic(wk.opts.Pod) && !w.allowStaticPodStart(s.fullname, uid) {
 		// another static pod of the name runs, or is ahead in line: retry
 		// after the back-off (kubelet: allowPodStart), parked meanwhile.
 		s.pending, s.running = nil, false

@@ -1,19 +1,6 @@
 package podworker
 
-import (
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
-)
-
-// annotationConfigSource names a pod's source; a static pod's is file or
-// http.
-const annotationConfigSource = "kubernetes.io/config.source"
-
-// isStatic: the pod comes from a static source (file, http), not the API.
-func isStatic(p *corev1.Pod) bool {
-	src, ok := p.Annotations[annotationConfigSource]
-	return ok && src != "api"
-}
+import "k8s.io/apimachinery/pkg/types"
 
 // allowStaticPodStart says whether the static pod uid may start (kubelet:
 // allowStaticPodStart): only when no other static pod of its full name was

@@ -5,11 +5,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/splitlet/splitlet/libs/kube"
 )
 
 func staticPod(uid, name string) *corev1.Pod {
 	p := newPod(uid, name)
-	p.Annotations = map[string]string{annotationConfigSource: "file"}
+	p.Annotations = map[string]string{kube.AnnotationConfigSource: "file"}
 	return p
 }
 

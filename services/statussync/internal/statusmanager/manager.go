@@ -65,7 +65,7 @@ import (
 // Annotations that tie static pods to their mirror pods.
 const (
 	AnnotationMirror = "kubernetes.io/config.mirror"
-	AnnotationSource = "kubernetes.io/config.source"
+	AnnotationSource = kube.AnnotationConfigSource
 	indexUID         = "uid"
 	indexMirror      = "mirror"
 )
