@@ -845,6 +845,10 @@ func (r *Runtime) RemovePod(ctx context.Context, uid types.UID) error {
 			return fmt.Errorf("cri: remove pod %s: container %q (%s) still runs", uid, c.Name, c.ID)
 		}
 	}
+	// the cache's instances are read before the sandboxes go: their
+	// removal deletes the containers, whose events may drop the instances
+	// from the cache before the log links are removed.
+	cached := r.containerNames(uid, nil)
 	sel := r.nodeLabels(map[string]string{labelPodUID: string(uid)})
 	sbs, err := r.rs.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: sel})
 	if err != nil {
@@ -866,7 +870,7 @@ func (r *Runtime) RemovePod(ctx context.Context, uid types.UID) error {
 	}
 	// kubelet: the pod's cgroup goes once its sandboxes are gone.
 	r.removePodCgroup(uid)
-	if err := r.removePodLogs(ref, cs); err != nil {
+	if err := r.removePodLogs(ref, append(cached, r.containerNames(uid, cs)...)); err != nil {
 		errs = append(errs, err)
 	}
 	if err := r.ReleaseImageVolumes(ctx, uid); err != nil {
@@ -922,16 +926,17 @@ func (r *Runtime) removedPodRef(uid types.UID, sbs []*runtimeapi.PodSandbox, cs 
 // removePodLogs deletes the removed pod's log directory and its
 // containers' log links. With the pod's namespace and name known the
 // directory is one path (<namespace>_<name>_<uid>, as the sandbox was
-// made) and the links are those of the containers the cache and cs hold.
+// made) and the links are those of names (the containers the cache and
+// the runtime held).
 // Only when nothing names the pod (no sandbox or container of it left in
 // the runtime and none seen by this runtime: a removal begun by an earlier
 // process, or sandboxes removed by another hand) is the log root read for
 // every directory of the UID and the link directory for links into them.
-func (r *Runtime) removePodLogs(ref runtime.PodRef, cs []*runtimeapi.Container) error {
+func (r *Runtime) removePodLogs(ref runtime.PodRef, names []containerName) error {
 	var dirs []string
 	if ref.Namespace != "" && ref.Name != "" {
 		dirs = []string{podLogDir(r.opts.logRoot, ref.Namespace, ref.Name, ref.UID)}
-		for _, c := range r.containerNames(ref.UID, cs) {
+		for _, c := range names {
 			r.unlinkLog(ref.Namespace, ref.Name, c.name, c.id)
 		}
 	} else {

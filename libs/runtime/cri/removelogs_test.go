@@ -118,7 +118,7 @@ func benchRemovePodLogs(b *testing.B, others int, named bool) {
 			r.mu.Unlock()
 		}
 		b.StartTimer()
-		if err := r.removePodLogs(ref, nil); err != nil {
+		if err := r.removePodLogs(ref, r.containerNames(uid, nil)); err != nil {
 			b.Fatal(err)
 		}
 		b.StopTimer()
