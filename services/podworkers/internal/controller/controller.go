@@ -102,6 +102,10 @@ type Controller struct {
 	// a pod being handed over is neither desired here any more nor known
 	// to a worker, yet it is no orphan, and nothing may kill or remove it.
 	handover sync.Mutex
+	// housekeeping serialises the rounds of HandlePodCleanups, which reuse
+	// states from one round to the next.
+	housekeeping sync.Mutex
+	states       map[types.UID]podworker.WorkType
 
 	mu           sync.Mutex
 	pods         map[types.UID]*entry
@@ -125,7 +129,8 @@ func New(cfg Config) *Controller {
 	if cfg.Recorder == nil {
 		cfg.Recorder = &record.FakeRecorder{}
 	}
-	c := &Controller{cfg: cfg, log: cfg.Log, pods: map[types.UID]*entry{}, tracked: map[types.UID]struct{}{}, used: corev1.ResourceList{}, orphans: map[types.UID]bool{}}
+	c := &Controller{cfg: cfg, log: cfg.Log, pods: map[types.UID]*entry{}, tracked: map[types.UID]struct{}{}, used: corev1.ResourceList{}, orphans: map[types.UID]bool{},
+		states: map[types.UID]podworker.WorkType{}}
 	c.syncer = podsync.New(cfg.Runtime, orphanFilter{c}, append([]podsync.Option{podsync.WithLogger(cfg.Log)}, cfg.SyncOpts...)...)
 	c.workers = podworker.New(safeHandler{h: c.syncer, log: cfg.Log, observe: cfg.ObserveSync, tracer: cfg.Tracer, traces: cfg.Traces}, append([]podworker.Option{podworker.WithLogger(cfg.Log)}, cfg.WorkerOpts...)...)
 	return c
@@ -493,26 +498,27 @@ func (c *Controller) HandleProbe(r *bus.ProbeResult) {
 // created again under a UID that was terminating, and drops stale crash-loop
 // back-offs.
 func (c *Controller) HandlePodCleanups() {
-	if states, ok := c.cleanupWorkers(); ok {
+	c.housekeeping.Lock()
+	defer c.housekeeping.Unlock()
+	if c.cleanupWorkers() {
 		// runtime orphans are looked for on active partitions only, which
 		// a release makes inactive first: no need to hold the release up.
-		c.killRuntimeOrphans(states)
+		c.killRuntimeOrphans(c.states)
 	}
 	// crash-loop back-offs of deleted pods and replaced definitions.
 	c.syncer.GC()
 }
 
 // cleanupWorkers is the part of housekeeping that acts on the workers; it
-// returns their states, or false before the sources are ready.
-func (c *Controller) cleanupWorkers() (map[types.UID]podworker.WorkType, bool) {
+// leaves their states in c.states, or returns false before the sources are
+// ready. Call with c.housekeeping held.
+func (c *Controller) cleanupWorkers() bool {
 	c.handover.Lock()
 	defer c.handover.Unlock()
-	desired, ok := c.desiredPods()
+	plan, ok := c.syncKnownPods()
 	if !ok {
-		return nil, false
+		return false
 	}
-	states := c.workers.SyncKnownPods(desired)
-	plan := c.planCleanup(states)
 	workqueue.ParallelizeUntil(context.Background(), removeParallelism, len(plan.forgotten), func(i int) {
 		uid := plan.forgotten[i]
 		c.forgetWorker(uid, plan.recreated[uid])
@@ -529,28 +535,29 @@ func (c *Controller) cleanupWorkers() (map[types.UID]podworker.WorkType, bool) {
 		}
 		c.workers.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateCreate, Pod: p, StartTime: time.Now()})
 	}
-	return states, true
+	return true
 }
 
-// desiredPods is the admitted pods the sources want, or false before the
-// sources are ready; it marks every worker known now as tracked, so that
-// it is reclaimed once the workers forget it.
-func (c *Controller) desiredPods() ([]*corev1.Pod, bool) {
+// syncKnownPods has the workers forget what the sources no longer want
+// (the admitted pods are the desired ones) and plans the rest of the
+// round, or returns false before the sources are ready. Every worker held
+// now is marked as tracked, so that it is reclaimed once the workers forget
+// it. The controller's lock is held throughout, so that the desired pods
+// and the workers' states are of one moment; it is taken before the
+// workers' own, as everywhere.
+func (c *Controller) syncKnownPods() (cleanupPlan, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.sourcesReady {
-		return nil, false
+		return cleanupPlan{}, false
 	}
-	desired := make([]*corev1.Pod, 0, len(c.pods))
-	for _, e := range c.pods {
-		if !e.rejected {
-			desired = append(desired, e.pod)
-		}
+	desired := func(uid types.UID) bool {
+		e, ok := c.pods[uid]
+		return ok && !e.rejected
 	}
-	for _, uid := range c.workers.Known() {
-		c.tracked[uid] = struct{}{}
-	}
-	return desired, true
+	track := func(uid types.UID) { c.tracked[uid] = struct{}{} }
+	c.workers.SyncKnownPodsInto(desired, track, c.states)
+	return c.planCleanup(c.states), true
 }
 
 // cleanupPlan is what a housekeeping round does after SyncKnownPods:
@@ -565,10 +572,9 @@ type cleanupPlan struct {
 
 // planCleanup sorts the workers' states into a cleanupPlan, untracks the
 // forgotten workers (rejected pods no longer desired among them) and
-// releases the resources of terminated pods.
+// releases the resources of terminated pods. Every worker in states was
+// tracked by the same SyncKnownPodsInto. Call with c.mu held.
 func (c *Controller) planCleanup(states map[types.UID]podworker.WorkType) cleanupPlan {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	plan := cleanupPlan{recreated: map[types.UID]bool{}}
 	for uid := range c.tracked {
 		if st, ok := states[uid]; !ok || st == podworker.TerminatedAndRecreated {
@@ -592,9 +598,6 @@ func (c *Controller) planCleanup(states map[types.UID]podworker.WorkType) cleanu
 			if p, ok := c.workers.Pod(uid); ok {
 				plan.orphans = append(plan.orphans, p)
 			}
-		}
-		if st != podworker.TerminatedAndRecreated {
-			c.tracked[uid] = struct{}{}
 		}
 	}
 	return plan

@@ -363,6 +363,31 @@ func BenchmarkPodsThroughWorkers(b *testing.B) {
 	}
 }
 
+// BenchmarkHousekeeping20000: one housekeeping round over 20000 running
+// pods on the sim runtime (a round runs every 2 s, so its cost grows with
+// the square of the pod count over a case).
+func BenchmarkHousekeeping20000(b *testing.B) {
+	const n = 20000
+	s := newSink()
+	rt := sim.New()
+	c := startWith(b, rt, s, fmt.Sprintf("cpu=10000,memory=10Ti,pods=%d", n), nil)
+	pods := make([]corev1.Pod, n)
+	for j := range pods {
+		pods[j] = pod(fmt.Sprintf("hk-%d", j), "1m")
+	}
+	for j := 0; j < n; j += 100 {
+		c.HandleUpdate("api", bus.OpAdd, bus.Partition(string(pods[j].UID), 16), pods[j:j+100])
+	}
+	for s.running.Load() < n {
+		time.Sleep(time.Millisecond)
+	}
+	c.SetSourcesReady(true)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c.HandlePodCleanups()
+	}
+}
+
 // A partition released while housekeeping runs: housekeeping neither kills
 // nor removes from the runtime any pod being handed over (no longer desired
 // here and its worker gone, it is still no orphan): the next owner adopts

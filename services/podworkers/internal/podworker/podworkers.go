@@ -724,16 +724,30 @@ func (w *Workers) SyncKnownPods(desired []*corev1.Pod) map[types.UID]WorkType {
 	for _, p := range desired {
 		want[p.UID] = struct{}{}
 	}
+	out := map[types.UID]WorkType{}
+	w.SyncKnownPodsInto(func(uid types.UID) bool { _, ok := want[uid]; return ok }, nil, out)
+	return out
+}
+
+// SyncKnownPodsInto is SyncKnownPods for housekeeping on a large node: the
+// desired pods are a predicate on the UID, the states go into out (cleared
+// first, so that one map serves every round), and seen, when set, is
+// called with the UID of every worker held at the call, those forgotten
+// by it included. desired and seen run under the workers' lock: they must
+// not call the workers.
+func (w *Workers) SyncKnownPodsInto(desired func(types.UID) bool, seen func(types.UID), out map[types.UID]WorkType) {
+	clear(out)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.podsSynced = true
-	out := make(map[types.UID]WorkType, len(w.pods))
 	for uid, s := range w.pods {
 		if s.detached {
 			continue
 		}
-		_, known := want[uid]
-		if s.finished && (s.restartRequested || !known) {
+		if seen != nil {
+			seen(uid)
+		}
+		if s.finished && (s.restartRequested || !desired(uid)) {
 			delete(w.pods, uid)
 			w.releaseStatic(s.fullname, uid)
 			if s.restartRequested {
@@ -743,7 +757,6 @@ func (w *Workers) SyncKnownPods(desired []*corev1.Pod) map[types.UID]WorkType {
 		}
 		out[uid] = s.workType()
 	}
-	return out
 }
 
 // Pod returns the newest pod the worker holds for uid.
@@ -755,6 +768,19 @@ func (w *Workers) Pod(uid types.UID) (*corev1.Pod, bool) {
 		return nil, false
 	}
 	return s.pod, true
+}
+
+// Len is how many workers are held (those being detached not counted).
+func (w *Workers) Len() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, s := range w.pods {
+		if !s.detached {
+			n++
+		}
+	}
+	return n
 }
 
 // Known lists the UIDs the workers hold.

@@ -464,6 +464,34 @@ func TestSyncKnownPodsForgetsOnlyFinishedOrphans(t *testing.T) {
 	close(release)
 }
 
+// SyncKnownPodsInto clears the map it fills, so that housekeeping reuses
+// one, and shows the caller every worker it held, the ones it forgets too.
+func TestSyncKnownPodsIntoClearsAndShowsEveryWorker(t *testing.T) {
+	f := newFake()
+	release := make(chan struct{})
+	f.block["running"] = release
+	defer close(release)
+	w := start(t, f)
+	running, done := newPod("running", "a"), newPod("done", "b")
+	w.UpdatePod(UpdateOptions{Type: UpdateCreate, Pod: running})
+	w.UpdatePod(UpdateOptions{Type: UpdateKill, Pod: done})
+	eventually(t, "the killed one finished", func() bool {
+		return w.IsPodKnownTerminated("done") && len(f.callsOf("done")) == 2
+	})
+	out := map[types.UID]WorkType{"stale": SyncPodWork}
+	seen := map[types.UID]bool{}
+	w.SyncKnownPodsInto(func(uid types.UID) bool { return uid == "running" }, func(uid types.UID) { seen[uid] = true }, out)
+	if len(out) != 1 || out["running"] != SyncPodWork {
+		t.Fatalf("states: %v, want only the running worker (the stale entry cleared, the finished one forgotten)", out)
+	}
+	if !seen["running"] || !seen["done"] || len(seen) != 2 {
+		t.Fatalf("seen %v, want both workers, the one forgotten by this call too", seen)
+	}
+	if w.Len() != 1 {
+		t.Fatalf("Len %d after forgetting one of two workers, want 1", w.Len())
+	}
+}
+
 // Detach hands a pod over: the sync in flight is cancelled, nothing is
 // terminated, updates are ignored until the goroutine returned, and then
 // the UID is free for a new worker.

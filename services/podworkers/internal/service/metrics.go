@@ -63,7 +63,7 @@ func newMetrics(reg prometheus.Registerer, r *Runner) (*metrics, error) {
 			Help: "Pod workers this replica holds.",
 		}, func() float64 {
 			if c := r.Controller(); c != nil {
-				return float64(len(c.Workers().Known()))
+				return float64(c.Workers().Len())
 			}
 			return 0
 		}),
