@@ -59,7 +59,7 @@ func (r *Runner) localStorageLoop(ctx context.Context, ctrl *controller.Controll
 // overLocalStorage is the kubelet's message for a running pod that uses
 // more local storage than it may, "" for one that does not.
 func (r *Runner) overLocalStorage(pod *corev1.Pod, vols *volumes.Manager, rt runtime.Runtime) string {
-	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
+	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded || !storageLimited(pod) {
 		return ""
 	}
 	dirs, msg := r.emptyDirs(pod, vols)
@@ -113,6 +113,33 @@ func (r *Runner) emptyDirs(pod *corev1.Pod, vols *volumes.Manager) (int64, strin
 		total += used
 	}
 	return total, ""
+}
+
+// storageLimited says whether the pod sets a local storage limit: an
+// emptyDir on disk with a sizeLimit, or an ephemeral-storage limit of the
+// pod or of a container (the pod's overhead only adds to a limit set
+// otherwise). A pod without one is never over it, and is not measured.
+func storageLimited(pod *corev1.Pod) bool {
+	for _, v := range pod.Spec.Volumes {
+		if ed := v.EmptyDir; ed != nil && ed.Medium != corev1.StorageMediumMemory && ed.SizeLimit != nil && ed.SizeLimit.Sign() > 0 {
+			return true
+		}
+	}
+	limited := func(rl corev1.ResourceList) bool {
+		_, ok := rl[corev1.ResourceEphemeralStorage]
+		return ok
+	}
+	if pod.Spec.Resources != nil && limited(pod.Spec.Resources.Limits) {
+		return true
+	}
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			if limited(list[i].Resources.Limits) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // evictForStorage evicts the pod at once, with msg.
