@@ -96,12 +96,20 @@ type benchOptions struct {
 	real                   realOptions
 }
 
-func run(ctx context.Context, out io.Writer, o benchOptions) error {
+func run(ctx context.Context, out io.Writer, o benchOptions) (err error) {
 	work, err := os.MkdirTemp("", "splitlet-bench-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(work)
+	// A failed run keeps its directory: its errors name the agents' logs
+	// in it.
+	defer func() {
+		if err != nil {
+			fmt.Fprintf(out, "bench failed; its directory is kept for the logs: %s\n", work)
+			return
+		}
+		_ = os.RemoveAll(work)
+	}()
 	env, err := newBenchEnv(out, o, work)
 	if err != nil {
 		return err
