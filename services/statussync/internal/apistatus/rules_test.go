@@ -66,7 +66,8 @@ func TestEqualByAgentMatchesReflective(t *testing.T) {
 		t.Helper()
 		Normalize(pod, &a)
 		Normalize(pod, &b)
-		ac, ok := ownedConditionsAgree(&a, &b)
+		ok := ownedConditionsAgree(&a, &b)
+		ac := agentView(&a, &b)
 		want := ok && equality.Semantic.DeepEqual(&ac, &b)
 		if got := EqualByAgent(&a, &b); got != want {
 			x, _ := json.Marshal(a)
@@ -101,5 +102,23 @@ func TestEqualByAgentMatchesReflective(t *testing.T) {
 	t.Logf("%d of %d pairs equal, %d told by their encoding", equal, n, byEncoding)
 	if byEncoding < n/2 || equal == n {
 		t.Fatalf("%d pairs told by their encoding, %d equal, of %d: the test does not exercise both paths", byEncoding, equal, n)
+	}
+}
+
+// BenchmarkEqualByAgent: a running pod's status against an equal copy
+// (told by the encoding) and against one that differs (compared in full).
+func BenchmarkEqualByAgent(b *testing.B) {
+	_, running, succeeded := benchStatuses()
+	same := *running.DeepCopy()
+	for _, c := range []struct {
+		name string
+		b    *corev1.PodStatus
+	}{{"equal", &same}, {"different", &succeeded}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				EqualByAgent(&running, c.b)
+			}
+		})
 	}
 }
