@@ -870,7 +870,7 @@ func (r *Runtime) RemovePod(ctx context.Context, uid types.UID) error {
 	}
 	// kubelet: the pod's cgroup goes once its sandboxes are gone.
 	r.removePodCgroup(uid)
-	if err := r.removePodLogs(ref, append(cached, r.containerNames(uid, cs)...)); err != nil {
+	if err := r.removePodLogs(ref, append(cached, listedNames(cs)...)); err != nil {
 		errs = append(errs, err)
 	}
 	if err := r.ReleaseImageVolumes(ctx, uid); err != nil {
@@ -966,6 +966,12 @@ func (r *Runtime) containerNames(uid types.UID, cs []*runtimeapi.Container) []co
 		}
 	}
 	r.mu.Unlock()
+	return append(out, listedNames(cs)...)
+}
+
+// listedNames is the names of the containers the runtime listed.
+func listedNames(cs []*runtimeapi.Container) []containerName {
+	out := make([]containerName, 0, len(cs))
 	for _, c := range cs {
 		out = append(out, containerName{name: c.GetMetadata().GetName(), id: c.GetId()})
 	}

@@ -378,9 +378,7 @@ func BenchmarkHousekeeping20000(b *testing.B) {
 	for j := 0; j < n; j += 100 {
 		c.HandleUpdate("api", bus.OpAdd, bus.Partition(string(pods[j].UID), 16), pods[j:j+100])
 	}
-	for s.running.Load() < n {
-		time.Sleep(time.Millisecond)
-	}
+	testenv.EventuallyTrue(b, 2*time.Minute, "every pod running", func() bool { return s.running.Load() == n })
 	c.SetSourcesReady(true)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -715,26 +715,15 @@ func closeAll(chs []chan<- struct{}) {
 	}
 }
 
-// SyncKnownPods forgets the finished workers of pods that are no longer
-// desired, or that were created again; after the first call an unknown pod
-// is taken as not running. It returns the state of every worker left, plus
-// TerminatedAndRecreated for the UIDs to start afresh.
-func (w *Workers) SyncKnownPods(desired []*corev1.Pod) map[types.UID]WorkType {
-	want := make(map[types.UID]struct{}, len(desired))
-	for _, p := range desired {
-		want[p.UID] = struct{}{}
-	}
-	out := map[types.UID]WorkType{}
-	w.SyncKnownPodsInto(func(uid types.UID) bool { _, ok := want[uid]; return ok }, nil, out)
-	return out
-}
-
-// SyncKnownPodsInto is SyncKnownPods for housekeeping on a large node: the
-// desired pods are a predicate on the UID, the states go into out (cleared
-// first, so that one map serves every round), and seen, when set, is
-// called with the UID of every worker held at the call, those forgotten
-// by it included. desired and seen run under the workers' lock: they must
-// not call the workers.
+// SyncKnownPodsInto forgets the finished workers of pods that are no
+// longer desired, or that were created again (kubelet: SyncKnownPods);
+// after the first call an unknown pod is taken as not running. The states
+// of the workers left, plus TerminatedAndRecreated for the UIDs to start
+// afresh, go into out, cleared first so that housekeeping reuses one map.
+// desired is a predicate on the UID; seen, when set, is called with the
+// UID of every worker held at the call, those forgotten by it included.
+// desired and seen run under the workers' lock: they must not call the
+// workers.
 func (w *Workers) SyncKnownPodsInto(desired func(types.UID) bool, seen func(types.UID), out map[types.UID]WorkType) {
 	clear(out)
 	w.mu.Lock()

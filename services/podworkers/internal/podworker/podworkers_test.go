@@ -434,6 +434,18 @@ func TestUpdatePodParallel(t *testing.T) {
 	}
 }
 
+// SyncKnownPods is SyncKnownPodsInto with the desired pods listed, as the
+// kubelet's SyncKnownPods takes them.
+func (w *Workers) SyncKnownPods(desired []*corev1.Pod) map[types.UID]WorkType {
+	want := make(map[types.UID]struct{}, len(desired))
+	for _, p := range desired {
+		want[p.UID] = struct{}{}
+	}
+	out := map[types.UID]WorkType{}
+	w.SyncKnownPodsInto(func(uid types.UID) bool { _, ok := want[uid]; return ok }, nil, out)
+	return out
+}
+
 // SyncKnownPods forgets only finished workers, and only those no longer
 // desired (kubelet: TestSyncKnownPods, removeTerminatedWorker).
 func TestSyncKnownPodsForgetsOnlyFinishedOrphans(t *testing.T) {

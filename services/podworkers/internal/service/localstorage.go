@@ -107,7 +107,7 @@ func (r *Runner) emptyDirs(pod *corev1.Pod, vols *volumes.Manager) (int64, strin
 			r.log.Debug("cannot measure an emptyDir", append(logging.Pod(pod.Namespace, pod.Name, string(pod.UID)), zap.String("volume", v.Name), zap.Error(err))...)
 			continue
 		}
-		if ed.SizeLimit != nil && ed.SizeLimit.Sign() > 0 && used > ed.SizeLimit.Value() {
+		if limitedEmptyDir(ed) && used > ed.SizeLimit.Value() {
 			return 0, fmt.Sprintf(emptyDirMessageFmt, v.Name, ed.SizeLimit.String())
 		}
 		total += used
@@ -121,7 +121,7 @@ func (r *Runner) emptyDirs(pod *corev1.Pod, vols *volumes.Manager) (int64, strin
 // otherwise). A pod without one is never over it, and is not measured.
 func storageLimited(pod *corev1.Pod) bool {
 	for _, v := range pod.Spec.Volumes {
-		if ed := v.EmptyDir; ed != nil && ed.Medium != corev1.StorageMediumMemory && ed.SizeLimit != nil && ed.SizeLimit.Sign() > 0 {
+		if ed := v.EmptyDir; ed != nil && ed.Medium != corev1.StorageMediumMemory && limitedEmptyDir(ed) {
 			return true
 		}
 	}
@@ -140,6 +140,11 @@ func storageLimited(pod *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// limitedEmptyDir says whether an emptyDir sets a size limit.
+func limitedEmptyDir(ed *corev1.EmptyDirVolumeSource) bool {
+	return ed.SizeLimit != nil && ed.SizeLimit.Sign() > 0
 }
 
 // evictForStorage evicts the pod at once, with msg.
