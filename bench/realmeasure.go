@@ -87,6 +87,12 @@ func runRealCase(ctx context.Context, env *benchEnv, cd *testenv.Containerd, a r
 	}
 	res.PodWritesPerPod = (ready.pods - before.pods - float64(n)) / float64(n)
 	res.AllWritesPerPod = (ready.all - before.all - float64(n)) / float64(n)
+	if err := <-profiled; err != nil {
+		return nil, fmt.Errorf("CPU profiles: %w", err)
+	}
+	// The deletion's CPU profile, from the DeleteCollection (prefix
+	// <label>-delete), as the sim case takes one.
+	deleteProfiled := profileCPU(env, s.run, label+"-delete")
 	if err := realDelete(ctx, s, n, o.teardownWait, res, m); err != nil {
 		return nil, err
 	}
@@ -105,7 +111,7 @@ func runRealCase(ctx context.Context, env *benchEnv, cd *testenv.Containerd, a r
 		return nil, err
 	}
 	res.PeakPSSBytes, res.PeakPSSEach = pss.total, pss.each
-	if err := <-profiled; err != nil {
+	if err := <-deleteProfiled; err != nil {
 		return nil, fmt.Errorf("CPU profiles: %w", err)
 	}
 	return res, nil

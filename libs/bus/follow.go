@@ -28,6 +28,9 @@ type FollowOptions struct {
 	// After is the stream sequence to start after (0: from the first
 	// message the stream holds).
 	After uint64
+	// Since, when After is 0, starts at the first message the server stored
+	// at or after this time (the server's clock).
+	Since time.Time
 	// RetryDelay before a message whose handler failed is handed to it
 	// again (default 1 s).
 	RetryDelay time.Duration
@@ -69,8 +72,12 @@ func Follow(ctx context.Context, js jetstream.JetStream, opts FollowOptions, han
 	}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: opts.Filters, DeliverPolicy: jetstream.DeliverAllPolicy,
 		NamePrefix: OrderedName(opts.Name)}
-	if opts.After > 0 {
+	switch {
+	case opts.After > 0:
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, opts.After+1
+	case !opts.Since.IsZero():
+		since := opts.Since
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
 	}
 	cons, err := js.OrderedConsumer(ctx, opts.Stream, cfg)
 	if err != nil {

@@ -64,6 +64,36 @@ func TestFollowStartsAfterAndKeepsNothingOnTheServer(t *testing.T) {
 	}
 }
 
+// TestFollowSince: a follower given a time starts at the first message
+// the server stored at or after it.
+func TestFollowSince(t *testing.T) {
+	ctx := t.Context()
+	js, pub := nodeN(t, "worker-1")
+	stream := bus.StreamName("n", bus.StreamProbes)
+	publishProbe(t, pub, 0, "before")
+	// the server is in this process: one clock. Publish waits for the
+	// server's acknowledgement, so the first message was stored before
+	// since and the second after.
+	since := time.Now()
+	publishProbe(t, pub, 0, "after")
+	var got collected
+	f, err := bus.Follow(ctx, js, bus.FollowOptions{Stream: stream, Name: "follow-since", Since: since}, got.handler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Stop()
+	waitLen(t, &got, 1)
+	testenv.EventuallyTrue(t, 10*time.Second, "caught up", func() bool { return f.CaughtUp(ctx) })
+	if f.Handled() != 2 {
+		t.Errorf("Handled() = %d, want stream sequence 2 (the message stored after since)", f.Handled())
+	}
+	got.mu.Lock()
+	defer got.mu.Unlock()
+	if len(got.seqs) != 1 {
+		t.Errorf("handled %d messages, want the one stored after since", len(got.seqs))
+	}
+}
+
 // TestFollowRetriesAFailedMessageInOrder: a handler error has the same
 // message handed on again, before any later one; a panicking handler is
 // given a message at most MaxPanicDeliveries times, then the message is

@@ -67,6 +67,8 @@ type Manager struct {
 	// none yet terminated), by UID, with their namespace/name.
 	running map[types.UID]string
 	wg      sync.WaitGroup
+	// changed has a value when what WantsStatuses answers may have changed.
+	changed chan struct{}
 }
 
 // New builds a manager. lister and synced come from the API source's
@@ -75,7 +77,7 @@ func New(cs kubernetes.Interface, node string, lister corelisters.PodLister, syn
 	recorder record.EventRecorder, log *zap.Logger, resync time.Duration) *Manager {
 	return &Manager{
 		cs: cs, node: node, lister: lister, synced: synced, recorder: recorder, log: log, resync: resync,
-		static: map[string]*corev1.Pod{}, running: map[types.UID]string{},
+		static: map[string]*corev1.Pod{}, running: map[types.UID]string{}, changed: make(chan struct{}, 1),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 10*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "podconfig-mirror-pods"}),
@@ -110,6 +112,7 @@ func (m *Manager) SetStatic(pods []*corev1.Pod, allSeen bool) {
 	if becameSeen {
 		m.enqueueMirrors()
 	}
+	m.notify()
 }
 
 // RuntimeStatus takes a pod workers' status: a static pod of this node, or
@@ -128,6 +131,45 @@ func (m *Manager) RuntimeStatus(rs *bus.PodRuntimeStatus) {
 	m.mu.Unlock()
 	if known && rs.Terminated {
 		m.queue.Add(k)
+		m.notify()
+	}
+}
+
+// WantsStatuses says whether the pod workers' statuses can matter to the
+// mirror pods: until every static source has been read and the informer
+// has synced, then while a static pod is known, a static pod runs, or a
+// mirror pod is in the API (the static pod its annotation names may run).
+// A node with none of these (a worker without static pods) reads no
+// status. A static pod that appears later is published before the manager
+// learns of it, so a reader that starts then reads back a while
+// (statusReplay) not to miss its first statuses.
+func (m *Manager) WantsStatuses() bool {
+	m.mu.Lock()
+	settled, busy := m.allSeen, len(m.static) > 0 || len(m.running) > 0
+	m.mu.Unlock()
+	if !settled || busy || !m.synced() {
+		return true
+	}
+	pods, err := m.lister.List(labels.Everything())
+	if err != nil {
+		return true
+	}
+	for _, p := range pods {
+		if _, ok := p.Annotations[merge.AnnotationMirror]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Changes has a value whenever what WantsStatuses answers may have
+// changed.
+func (m *Manager) Changes() <-chan struct{} { return m.changed }
+
+func (m *Manager) notify() {
+	select {
+	case m.changed <- struct{}{}:
+	default:
 	}
 }
 
@@ -152,7 +194,10 @@ func (m *Manager) runs(uid string) bool {
 }
 
 // MirrorPodChanged queues a check of the named pod (informer events).
-func (m *Manager) MirrorPodChanged(namespace, name string) { m.queue.Add(key(namespace, name)) }
+func (m *Manager) MirrorPodChanged(namespace, name string) {
+	m.queue.Add(key(namespace, name))
+	m.notify()
+}
 
 func (m *Manager) enqueueMirrors() {
 	pods, err := m.lister.List(labels.Everything())
@@ -180,6 +225,7 @@ func (m *Manager) Start(ctx context.Context) {
 		if !cache.WaitForCacheSync(ctx.Done(), m.synced) {
 			return
 		}
+		m.notify()
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()

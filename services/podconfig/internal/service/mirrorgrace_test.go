@@ -106,3 +106,55 @@ func TestMirrorPodFollowsTheRunningStaticPod(t *testing.T) {
 	e.publishRuntime(uid2, name, true)
 	testenv.EventuallyTrue(t, 10*time.Second, "mirror pod deleted once its static pod terminated", func() bool { return e.mirror(name) == nil })
 }
+
+// A node without static or mirror pods reads none of the pod workers'
+// statuses. A static pod that appears later makes podconfig read them
+// again, back far enough to take a status the pod workers published
+// before it started reading: the pod's mirror then stays until the pod
+// terminates.
+func TestStatusesReadOnlyWithStaticPods(t *testing.T) {
+	e := newEnv(t, "node-status-reads", true)
+	dir := t.TempDir()
+	cfg := testConfig()
+	cfg.StaticPodPath = dir
+	r := e.start(cfg)
+	e.waitAllReady()
+	following := func(want bool) func() bool {
+		return func() bool { return r.statuses.following.Load() == want }
+	}
+	testenv.EventuallyTrue(t, 10*time.Second, "no reader of statuses on a node without static pods", following(false))
+
+	// a static pod comes and goes: read while it is there.
+	manifest := filepath.Join(dir, "web.yaml")
+	writeFile(t, manifest, manifestYAML("web", "nginx:1.25", ""))
+	name := "web-" + e.node
+	var uid types.UID
+	testenv.EventuallyTrue(t, 10*time.Second, "static pod ADD", func() bool { uid = e.bus.uidByName(name); return uid != "" })
+	testenv.EventuallyTrue(t, 10*time.Second, "a reader of statuses with a static pod", following(true))
+	testenv.EventuallyTrue(t, 10*time.Second, "mirror pod", func() bool { return e.mirror(name) != nil })
+	if err := os.Remove(manifest); err != nil {
+		t.Fatal(err)
+	}
+	testenv.EventuallyTrue(t, 10*time.Second, "orphaned mirror pod deleted", func() bool { return e.mirror(name) == nil })
+	testenv.EventuallyTrue(t, 10*time.Second, "no reader once the static and the mirror pod are gone", following(false))
+
+	// The pod workers report the pod running while podconfig reads no
+	// status; the same manifest comes back (the same UID): the status is
+	// read back, and the mirror stays through the pod's termination.
+	e.publishRuntime(uid, name, false)
+	writeFile(t, manifest, manifestYAML("web", "nginx:1.25", ""))
+	testenv.EventuallyTrue(t, 10*time.Second, "a reader of statuses again", following(true))
+	testenv.EventuallyTrue(t, 10*time.Second, "mirror pod again", func() bool { return e.mirror(name) != nil })
+	m := e.mirror(name)
+	if err := os.Remove(manifest); err != nil {
+		t.Fatal(err)
+	}
+	testenv.EventuallyTrue(t, 10*time.Second, "static pod REMOVE", func() bool {
+		ops := e.bus.ops(uid)
+		return len(ops) == 4 && ops[3] == string(bus.OpRemove)
+	})
+	e.mirrorStays(name, m.UID, uid)
+	e.publishRuntime(uid, name, true)
+	testenv.EventuallyTrue(t, 10*time.Second, "mirror pod deleted once its static pod terminated", func() bool { return e.mirror(name) == nil })
+	testenv.EventuallyTrue(t, 10*time.Second, "no reader at the end", following(false))
+}

@@ -125,9 +125,9 @@ type Runner struct {
 	http       *source.HTTP
 	mirrors    *mirror.Manager
 	stopEvents func()
-	// follow hands the mirror manager the pod workers' statuses (nil
-	// without mirror pods).
-	follow func(context.Context)
+	// statuses hands the mirror manager the pod workers' statuses (nil
+	// without mirror pods or a bus).
+	statuses *statusFollower
 
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -203,8 +203,7 @@ func Build(cfg *Config, node string, partitions int, log *zap.Logger, cs kuberne
 		r.api.SetMirrorObserver(r.mirrors)
 		ctrl.SetStaticSink(r.mirrors)
 		if js != nil {
-			mirrors, mlog := r.mirrors, log.Named("mirror")
-			r.follow = func(ctx context.Context) { followStatuses(ctx, js, node, waitStreams, mirrors, bm, mlog) }
+			r.statuses = &statusFollower{js: js, node: node, waitStreams: waitStreams, m: r.mirrors, bm: bm, log: log.Named("mirror")}
 		}
 	}
 	return r, nil
@@ -237,9 +236,9 @@ func (r *Runner) Start(context.Context) error {
 	if r.mirrors != nil {
 		r.mirrors.Start(ctx)
 	}
-	if r.follow != nil {
+	if r.statuses != nil {
 		r.wg.Add(1)
-		go func() { defer r.wg.Done(); r.follow(ctx) }()
+		go func() { defer r.wg.Done(); r.statuses.run(ctx) }()
 	}
 	return nil
 }
