@@ -269,7 +269,8 @@ type ImageMount struct {
 // ImageVolumes is implemented by a runtime that serves image volumes (cri):
 // it pulls each volume's image as a container's (pull policy, the pod's
 // pull secrets) and mounts its filesystem read-only when a container
-// that mounts the volume starts.
+// that mounts the volume starts. Its RemovePod releases the pod's image
+// volumes too, and fails when it cannot.
 type ImageVolumes interface {
 	// ReleaseImageVolumes unmounts the pod's image volumes and lets go of
 	// what keeps their filesystems (the pod's containers have stopped).

@@ -625,7 +625,7 @@ func (c *Controller) forgetWorker(uid types.UID, recreated bool) {
 func (c *Controller) removePodFiles(uid types.UID) {
 	if err := c.cfg.Runtime.RemovePod(context.Background(), uid); err != nil {
 		c.log.Warn("cannot remove pod from the runtime", zap.String(logging.FieldUID, string(uid)), zap.Error(err))
-	} else if err := c.syncer.RemoveVolumes(uid); err != nil {
+	} else if err := c.syncer.RemoveVolumesAfterRemove(uid); err != nil {
 		c.log.Warn("cannot remove the pod's volumes", zap.String(logging.FieldUID, string(uid)), zap.Error(err))
 	} else if users, ok := c.cfg.Runtime.(runtime.PodUsers); ok {
 		// the pod's files are gone: its uid may go to another pod.

@@ -102,6 +102,15 @@ func (s *Syncer) RemoveVolumes(uid types.UID) error {
 	return s.volumes.Teardown(uid)
 }
 
+// RemoveVolumesAfterRemove is RemoveVolumes once the runtime's RemovePod
+// has succeeded (it released the image volumes).
+func (s *Syncer) RemoveVolumesAfterRemove(uid types.UID) error {
+	if s.volumes == nil {
+		return nil
+	}
+	return s.volumes.TeardownAfterRemove(uid)
+}
+
 // startContainer starts attempt n of c with its mounts and environment
 // sources; a mount that cannot be prepared fails the start as the kubelet
 // fails it, with CreateContainerConfigError.

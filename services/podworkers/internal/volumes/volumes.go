@@ -725,10 +725,17 @@ func kubePod(pod *corev1.Pod) []zap.Field {
 	return []zap.Field{zap.String("pod", pod.Namespace+"/"+pod.Name), zap.String("uid", string(pod.UID))}
 }
 
-// Teardown removes the pod's volumes: unmounts its tmpfs mounts and
-// removes its directory (hostPath volumes are the host's and stay). The
-// pod's containers must have stopped.
-func (m *Manager) Teardown(uid types.UID) error {
+// Teardown removes the pod's volumes: releases its image volumes,
+// unmounts its tmpfs mounts and removes its directory (hostPath volumes
+// are the host's and stay). The pod's containers must have stopped.
+func (m *Manager) Teardown(uid types.UID) error { return m.teardown(uid, true) }
+
+// TeardownAfterRemove is Teardown once the runtime's RemovePod has
+// succeeded, which released the image volumes already (ImageVolumes):
+// they are not looked up again.
+func (m *Manager) TeardownAfterRemove(uid types.UID) error { return m.teardown(uid, false) }
+
+func (m *Manager) teardown(uid types.UID, releaseImages bool) error {
 	m.mu.Lock()
 	for k := range m.tok {
 		if k.uid == uid {
@@ -739,7 +746,7 @@ func (m *Manager) Teardown(uid types.UID) error {
 	if !safeUID(uid) {
 		return nil
 	}
-	if m.images != nil {
+	if m.images != nil && releaseImages {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		err := m.images.ReleaseImageVolumes(ctx, uid)
 		cancel()

@@ -3,6 +3,7 @@ package volumes
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -469,5 +470,41 @@ func TestImageVolumeMounts(t *testing.T) {
 	c = &corev1.Container{Name: "c", VolumeMounts: []corev1.VolumeMount{{Name: "img", MountPath: "/x", SubPath: "../x"}}}
 	if _, err := Mounts(p, c, vols, nil); err == nil {
 		t.Error("a subPath with .. accepted")
+	}
+}
+
+// releaseCounter counts the image volume releases asked of the runtime.
+type releaseCounter struct{ n map[types.UID]int }
+
+func (r *releaseCounter) ReleaseImageVolumes(_ context.Context, uid types.UID) error {
+	r.n[uid]++
+	return nil
+}
+
+// Teardown releases the pod's image volumes before it removes the pod's
+// directory; once the runtime's RemovePod has released them,
+// TeardownAfterRemove only removes the directory.
+func TestTeardownReleasesImageVolumesOnce(t *testing.T) {
+	rc := &releaseCounter{n: map[types.UID]int{}}
+	m := New(t.TempDir(), fakeSources{}, &fakeTokens{ttl: time.Hour}, WithImageVolumes(rc))
+	for _, tc := range []struct {
+		teardown func(types.UID) error
+		releases int
+	}{{m.Teardown, 1}, {m.TeardownAfterRemove, 0}} {
+		p := pod(corev1.Volume{Name: "e", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		p.UID = types.UID(fmt.Sprintf("u-%d", tc.releases))
+		vols, err := m.Setup(t.Context(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tc.teardown(p.UID); err != nil {
+			t.Fatal(err)
+		}
+		if rc.n[p.UID] != tc.releases {
+			t.Errorf("pod %s: %d image volume releases, want %d", p.UID, rc.n[p.UID], tc.releases)
+		}
+		if _, err := os.Stat(vols["e"].Path); !os.IsNotExist(err) {
+			t.Errorf("pod %s: teardown left %s", p.UID, vols["e"].Path)
+		}
 	}
 }
