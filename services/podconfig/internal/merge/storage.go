@@ -300,7 +300,7 @@ func (s *Storage) apply(source string, reported []*corev1.Pod, old, into map[typ
 		}
 		into[ref.UID] = existing
 		var kind change
-		existing.pod, kind = checkAndUpdatePod(existing.pod, ref)
+		existing.pod, kind = checkAndUpdatePod(existing.pod, ref, source)
 		switch kind {
 		case changeUpdate:
 			ch.updates = append(ch.updates, existing)
@@ -455,10 +455,23 @@ const (
 // contentEqual: the spec, labels and (non-local) annotations are the same;
 // with the deletion fields, what the kubelet's podsDifferSemantically
 // compares.
-func contentEqual(existing, ref *corev1.Pod) bool {
-	return reflect.DeepEqual(existing.Spec, ref.Spec) &&
+func contentEqual(existing, ref *corev1.Pod, source string) bool {
+	return specEqual(existing, ref, source) &&
 		reflect.DeepEqual(existing.Labels, ref.Labels) &&
 		annotationsEqual(existing.Annotations, ref.Annotations)
+}
+
+// specEqual compares the specs. The API server raises a pod's generation
+// whenever its spec changes (on every update, the ephemeral containers and
+// resize subresources included; only binding, which sets the node before
+// the pod is this node's, leaves it), so an API pod whose generation is
+// the one held has the spec held. A file or URL manifest's generation is
+// whatever its author wrote, and says nothing.
+func specEqual(existing, ref *corev1.Pod, source string) bool {
+	if source == SourceAPI && existing.Generation > 0 && existing.Generation == ref.Generation {
+		return true
+	}
+	return reflect.DeepEqual(existing.Spec, ref.Spec)
 }
 
 func deletionEqual(existing, ref *corev1.Pod) bool {
@@ -468,11 +481,11 @@ func deletionEqual(existing, ref *corev1.Pod) bool {
 
 // checkAndUpdatePod folds ref into existing, returning the pod to store,
 // and says what kind of change it was (kubelet: checkAndUpdatePod).
-func checkAndUpdatePod(existing, ref *corev1.Pod) (*corev1.Pod, change) {
+func checkAndUpdatePod(existing, ref *corev1.Pod, source string) (*corev1.Pod, change) {
 	// existing is never changed in place: messages and snapshots already
 	// handed out share it, so a change is a new object (a shallow copy whose
 	// changed fields are replaced whole).
-	sameContent := contentEqual(existing, ref)
+	sameContent := contentEqual(existing, ref, source)
 	if sameContent && deletionEqual(existing, ref) {
 		// kubelet: a status-only change is a reconcile, anything else is ignored.
 		if !reflect.DeepEqual(existing.Status, ref.Status) {

@@ -122,6 +122,36 @@ func TestIncrementalLifecycle(t *testing.T) {
 	eq(t, ops(r))
 }
 
+// An API pod's spec is compared by generation: the same generation is the
+// same spec (a change of status alone is a RECONCILE, and the spec is not
+// walked), a new one is an UPDATE. A manifest's generation says nothing:
+// its spec is compared field by field, and so is an API pod's without a
+// generation.
+func TestSpecComparedByGenerationForAPIPodsOnly(t *testing.T) {
+	version := func(g int64, image string, phase corev1.PodPhase) func(*corev1.Pod) {
+		return func(p *corev1.Pod) { p.Generation, p.Spec.Containers[0].Image, p.Status.Phase = g, image, phase }
+	}
+	for _, tc := range []struct {
+		source        string
+		first, second func(*corev1.Pod)
+		want          []string
+	}{
+		{"api", version(1, "busybox", ""), version(1, "busybox", corev1.PodRunning), []string{"owner RECONCILE:a"}},
+		{"api", version(1, "busybox", ""), version(1, "nginx", ""), nil},
+		{"api", version(1, "busybox", ""), version(2, "nginx", ""), []string{"UPDATE:a"}},
+		{"api", version(0, "busybox", ""), version(0, "nginx", ""), []string{"UPDATE:a"}},
+		{"file", version(1, "busybox", ""), version(1, "nginx", ""), []string{"UPDATE:a"}},
+	} {
+		s := New(1)
+		s.Merge(Update{Source: tc.source, Op: bus.OpSet, Pods: []*corev1.Pod{pod("a", "a", tc.first)}})
+		r := s.Merge(Update{Source: tc.source, Op: bus.OpSet, Pods: []*corev1.Pod{pod("a", "a", tc.second)}})
+		if got := ops(r); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("%s pod, %v then %v: got %v, want %v", tc.source, pod("a", "a", tc.first).Generation,
+				pod("a", "a", tc.second).Generation, got, tc.want)
+		}
+	}
+}
+
 func TestSetOrderAndFirstSeen(t *testing.T) {
 	s := New(1)
 	r := s.Merge(Update{Source: "file", Op: bus.OpSet, Pods: []*corev1.Pod{}})
@@ -245,4 +275,37 @@ func BenchmarkMerge5000(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N*len(pods))/b.Elapsed().Seconds(), "pods/s")
+}
+
+// BenchmarkStatusChange merges a change of an API pod's status alone (a
+// RECONCILE): the spec is not compared field by field when the generation
+// is the one held.
+func BenchmarkStatusChange(b *testing.B) {
+	rich := func(p *corev1.Pod) {
+		p.Generation = 1
+		p.Spec.Containers = nil
+		for i := range 3 {
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{
+				Name: fmt.Sprintf("c%d", i), Image: "registry.local/app:1.0", Command: []string{"/app", "--serve", "--port=8080"},
+				Env:          []corev1.EnvVar{{Name: "A", Value: "1"}, {Name: "B", Value: "2"}, {Name: "C", Value: "3"}},
+				Ports:        []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}, {Name: "token", MountPath: "/var/run/secrets"}},
+			})
+		}
+		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			{Name: "token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}}}
+		p.Spec.Tolerations = []corev1.Toleration{{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists}}
+	}
+	s := New(1)
+	s.Merge(Update{Source: "api", Op: bus.OpSet, Pods: []*corev1.Pod{pod("a", "a", rich)}})
+	phases := []corev1.PodPhase{corev1.PodPending, corev1.PodRunning}
+	updates := make([]*corev1.Pod, 2)
+	for i, ph := range phases {
+		updates[i] = pod("a", "a", rich, func(p *corev1.Pod) { p.Status.Phase = ph })
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		s.Merge(Update{Source: "api", Op: bus.OpSet, Pods: []*corev1.Pod{updates[i%2]}})
+	}
 }
