@@ -43,6 +43,9 @@ type realOptions struct {
 	settle time.Duration
 	// teardownWait bounds the wait for every sandbox to be removed.
 	teardownWait time.Duration
+	// rounds of each case over the agents, their order reversed every
+	// other round; each figure is the median.
+	rounds int
 }
 
 func (o realOptions) enabled() bool { return len(o.pods) > 0 || (o.idlePods > 0 && o.idleDuration > 0) }
@@ -98,6 +101,8 @@ type realCaseResult struct {
 	Agent   string `json:"agent"`
 	Variant string `json:"variant"`
 	Pods    int    `json:"pods"`
+	// Round counts from 1 (0 in reports of one round before rounds).
+	Round int `json:"round,omitempty"`
 	// From the first create: until every pod is Running and Ready; and
 	// each pod's create → Ready from the bench's watch.
 	AllReadySec float64 `json:"allReadySeconds"`
@@ -187,17 +192,25 @@ func runReal(ctx context.Context, out io.Writer, env *benchEnv, o realOptions) (
 	}
 	defer cd.Stop()
 	rep := &realReport{}
+	rounds := max(o.rounds, 1)
 	for _, variant := range o.variants {
 		for _, n := range o.pods {
-			for _, name := range o.agents {
-				a, _ := findRealAgent(name)
-				fmt.Fprintf(out, "real-container case: %s, %d pods, %s ...\n", name, n, variant)
-				res, err := runRealCase(ctx, env, cd, a, o, variant, n)
-				if err != nil {
-					return rep, fmt.Errorf("real-container case, %s, %d pods, %s: %w", name, n, variant, err)
+			for round := range rounds {
+				seq := slices.Clone(o.agents)
+				if round%2 == 1 {
+					slices.Reverse(seq)
 				}
-				printRealCase(out, res)
-				rep.Cases = append(rep.Cases, res)
+				for _, name := range seq {
+					a, _ := findRealAgent(name)
+					fmt.Fprintf(out, "real-container case: %s, %d pods, %s (round %d of %d) ...\n", name, n, variant, round+1, rounds)
+					res, err := runRealCase(ctx, env, cd, a, o, variant, n)
+					if err != nil {
+						return rep, fmt.Errorf("real-container case, %s, %d pods, %s: %w", name, n, variant, err)
+					}
+					res.Round = round + 1
+					printRealCase(out, res)
+					rep.Cases = append(rep.Cases, res)
+				}
 			}
 		}
 	}
@@ -441,7 +454,7 @@ func teardownTimes(ctx context.Context, endpoint string, pods map[types.UID]bool
 type realFlags struct {
 	enabled                            bool
 	pods, agents, variants, report     string
-	idlePods                           int
+	idlePods, rounds                   int
 	idleDuration, settle, teardownWait time.Duration
 }
 
@@ -451,6 +464,7 @@ func addRealFlags() *realFlags {
 	flag.StringVar(&f.pods, "real-pods", "100,200", "pod counts of the real-container case, comma-separated (empty or 0: none)")
 	flag.StringVar(&f.agents, "real-agents", "allinone,split,kubelet", "agents of the real-container case, in order (allinone-base and split-base run -base-bin's splitlet)")
 	flag.StringVar(&f.variants, "real-variants", variantPlain+","+variantProbe, "pods of the real-container case: plain (busybox sleeping), probe (and an exec readiness probe reading a configMap volume)")
+	flag.IntVar(&f.rounds, "real-rounds", 1, "rounds of each real-container case over the agents (their order reversed every other round); each figure is the median, with the min–max")
 	flag.IntVar(&f.idlePods, "idle-pods", 110, "pods running in the real-container idle case (0: skip it)")
 	flag.DurationVar(&f.idleDuration, "idle-duration", 10*time.Minute, "how long the real-container idle case measures each agent (0: skip it)")
 	flag.DurationVar(&f.settle, "real-settle", 10*time.Second, "how long each agent of the real-container case runs after its node is Ready before the first pod is created (and after all are Ready before the idle window)")
@@ -464,7 +478,7 @@ func (f *realFlags) options() (realOptions, error) {
 	if !f.enabled {
 		return realOptions{}, nil
 	}
-	o := realOptions{idlePods: f.idlePods, idleDuration: f.idleDuration, settle: f.settle, teardownWait: f.teardownWait}
+	o := realOptions{idlePods: f.idlePods, idleDuration: f.idleDuration, settle: f.settle, teardownWait: f.teardownWait, rounds: f.rounds}
 	var err error
 	if o.pods, err = parsePodCounts(f.pods); err != nil {
 		return o, fmt.Errorf("-real-pods: %w", err)

@@ -177,6 +177,31 @@ func TestPrintRealTables(t *testing.T) {
 	}
 }
 
+// With several rounds, a figure is the median of the agent's rounds with
+// their min–max, and the ratio is of the medians.
+func TestPrintRealTablesRounds(t *testing.T) {
+	var cases []*realCaseResult
+	for i, ready := range [][2]float64{{8, 10}, {12, 20}, {9, 15}} {
+		for j, agent := range []string{"allinone", "kubelet"} {
+			cases = append(cases, &realCaseResult{Agent: agent, Variant: variantPlain, Pods: 100, Round: i + 1, AllReadySec: ready[j]})
+		}
+	}
+	var b bytes.Buffer
+	printRealTables(&b, &realReport{Cases: cases})
+	for _, want := range []string{
+		"real containers, 100 pods, busybox sleeping (medians of 3 rounds, min–max in brackets):",
+		"| time to all Running+Ready (s) | 9.00 (8.00–12.00) | 15.00 (10.00–20.00) | 0.60 | allinone ≤ 0.8: met |",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("missing %q in\n%s", want, b.String())
+		}
+	}
+	rs := realRatios(&realReport{Cases: cases})
+	if len(rs) == 0 || rs[0].Figure != realRows[0].name || rs[0].Ratio != 0.6 {
+		t.Errorf("ratios %+v, want the medians' 0.6 first", rs)
+	}
+}
+
 // Without the kubelet there is no ratio and no target column.
 func TestPrintRealTablesWithoutKubelet(t *testing.T) {
 	rep := sampleReport()

@@ -54,9 +54,33 @@ var idleRows = []ratioRow[*realIdleResult]{
 	{"API writes per minute, all resources", func(r *realIdleResult) float64 { return r.WritesPerMin }, nil},
 }
 
+// spread is the median of a figure over an agent's rounds, and its
+// min–max; a wait that did not end in any round makes the median one that
+// did not end.
+func spread[T any](rs []T, get func(T) float64) (med, lo, hi float64) {
+	vals := make([]float64, len(rs))
+	for i, r := range rs {
+		if vals[i] = get(r); vals[i] < 0 {
+			return -1, -1, -1
+		}
+	}
+	return medianOf(vals), slices.Min(vals), slices.Max(vals)
+}
+
+// cell prints an agent's median figure, with its rounds' min–max when
+// there were several.
+func cell[T any](rs []T, get func(T) float64) string {
+	med, lo, hi := spread(rs, get)
+	if len(rs) < 2 || med < 0 {
+		return figure(med)
+	}
+	return fmt.Sprintf("%s (%s–%s)", figure(med), figure(lo), figure(hi))
+}
+
 // printRatioTable prints rows for the agents (in order), each agent's
-// figure over the kubelet's, and the targets with whether each is met.
-func printRatioTable[T any](out io.Writer, agents []string, byAgent map[string]T, rows []ratioRow[T]) {
+// figure (the median over its rounds) over the kubelet's, and the targets
+// with whether each is met.
+func printRatioTable[T any](out io.Writer, agents []string, byAgent map[string][]T, rows []ratioRow[T]) {
 	_, hasPeer := byAgent[ratioPeer]
 	var others []string
 	for _, a := range agents {
@@ -79,13 +103,14 @@ func printRatioTable[T any](out io.Writer, agents []string, byAgent map[string]T
 	for _, row := range rows {
 		line := "| " + row.name + " |"
 		for _, a := range agents {
-			line += " " + figure(row.get(byAgent[a])) + " |"
+			line += " " + cell(byAgent[a], row.get) + " |"
 		}
 		if hasPeer {
-			peer := row.get(byAgent[ratioPeer])
+			peer, _, _ := spread(byAgent[ratioPeer], row.get)
 			var verdicts []string
 			for _, a := range others {
-				r, ok := ratio(row.get(byAgent[a]), peer)
+				med, _, _ := spread(byAgent[a], row.get)
+				r, ok := ratio(med, peer)
 				if !ok {
 					line += " – |"
 				} else {
@@ -140,36 +165,53 @@ type caseKey struct {
 	pods    int
 }
 
-// printRealTables prints a table for each variant and pod count, in the
-// order they ran, and the idle table.
-func printRealTables(out io.Writer, rep *realReport) {
-	var keys []caseKey
-	groups := map[caseKey]map[string]*realCaseResult{}
-	agents := map[caseKey][]string{}
-	for _, c := range rep.Cases {
+// caseGroups sorts the cases by variant and pod count, in the order they
+// first ran, and each group's rounds by agent, with the agents in the
+// order they first ran.
+func caseGroups(cases []*realCaseResult) (keys []caseKey, groups map[caseKey]map[string][]*realCaseResult, agents map[caseKey][]string) {
+	groups, agents = map[caseKey]map[string][]*realCaseResult{}, map[caseKey][]string{}
+	for _, c := range cases {
 		k := caseKey{c.Variant, c.Pods}
 		if groups[k] == nil {
 			keys = append(keys, k)
-			groups[k] = map[string]*realCaseResult{}
+			groups[k] = map[string][]*realCaseResult{}
 		}
-		if _, dup := groups[k][c.Agent]; !dup {
+		if _, seen := groups[k][c.Agent]; !seen {
 			agents[k] = append(agents[k], c.Agent)
 		}
-		groups[k][c.Agent] = c
+		groups[k][c.Agent] = append(groups[k][c.Agent], c)
 	}
+	return keys, groups, agents
+}
+
+// idleGroups sorts the idle results by agent, in the order they ran.
+func idleGroups(idle []*realIdleResult) (order []string, byAgent map[string][]*realIdleResult) {
+	byAgent = map[string][]*realIdleResult{}
+	for _, r := range idle {
+		if _, seen := byAgent[r.Agent]; !seen {
+			order = append(order, r.Agent)
+		}
+		byAgent[r.Agent] = append(byAgent[r.Agent], r)
+	}
+	return order, byAgent
+}
+
+// printRealTables prints a table for each variant and pod count, in the
+// order they ran, and the idle table; a figure is the median of the
+// agent's rounds.
+func printRealTables(out io.Writer, rep *realReport) {
+	keys, groups, agents := caseGroups(rep.Cases)
 	for _, k := range keys {
-		fmt.Fprintf(out, "\nreal containers, %d pods, %s:\n\n", k.pods, variantTitle(k.variant))
+		rounds := len(groups[k][agents[k][0]])
+		fmt.Fprintf(out, "\nreal containers, %d pods, %s", k.pods, variantTitle(k.variant))
+		if rounds > 1 {
+			fmt.Fprintf(out, " (medians of %d rounds, min–max in brackets)", rounds)
+		}
+		fmt.Fprint(out, ":\n\n")
 		printRatioTable(out, agents[k], groups[k], realRows)
 	}
 	if len(rep.Idle) > 0 {
-		idle := map[string]*realIdleResult{}
-		var order []string
-		for _, r := range rep.Idle {
-			if _, dup := idle[r.Agent]; !dup {
-				order = append(order, r.Agent)
-			}
-			idle[r.Agent] = r
-		}
+		order, idle := idleGroups(rep.Idle)
 		fmt.Fprintf(out, "\nreal containers, idle: %d pods running, %.1f minutes:\n\n", rep.Idle[0].Pods, rep.Idle[0].Minutes)
 		printRatioTable(out, order, idle, idleRows)
 	}
@@ -254,8 +296,9 @@ type realRatio struct {
 	Met    *bool   `json:"met,omitempty"`
 }
 
-// ratiosOf lists every agent's ratios to the kubelet for rows.
-func ratiosOf[T any](name string, byAgent map[string]T, rows []ratioRow[T]) []realRatio {
+// ratiosOf lists every agent's ratios to the kubelet for rows (of the
+// medians over the rounds).
+func ratiosOf[T any](name string, byAgent map[string][]T, rows []ratioRow[T]) []realRatio {
 	peerRes, ok := byAgent[ratioPeer]
 	if !ok {
 		return nil
@@ -266,7 +309,9 @@ func ratiosOf[T any](name string, byAgent map[string]T, rows []ratioRow[T]) []re
 			continue
 		}
 		for _, row := range rows {
-			r, ok := ratio(row.get(byAgent[a]), row.get(peerRes))
+			med, _, _ := spread(byAgent[a], row.get)
+			peer, _, _ := spread(peerRes, row.get)
+			r, ok := ratio(med, peer)
 			if !ok {
 				continue
 			}
@@ -283,23 +328,11 @@ func ratiosOf[T any](name string, byAgent map[string]T, rows []ratioRow[T]) []re
 
 // realRatios are the ratios of every case and of the idle case.
 func realRatios(rep *realReport) []realRatio {
-	groups := map[caseKey]map[string]*realCaseResult{}
-	var keys []caseKey
-	for _, c := range rep.Cases {
-		k := caseKey{c.Variant, c.Pods}
-		if groups[k] == nil {
-			keys = append(keys, k)
-			groups[k] = map[string]*realCaseResult{}
-		}
-		groups[k][c.Agent] = c
-	}
+	keys, groups, _ := caseGroups(rep.Cases)
 	var out []realRatio
 	for _, k := range keys {
 		out = append(out, ratiosOf(fmt.Sprintf("%s %d", k.variant, k.pods), groups[k], realRows)...)
 	}
-	idle := map[string]*realIdleResult{}
-	for _, r := range rep.Idle {
-		idle[r.Agent] = r
-	}
+	_, idle := idleGroups(rep.Idle)
 	return append(out, ratiosOf("idle", idle, idleRows)...)
 }
