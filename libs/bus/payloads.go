@@ -61,6 +61,31 @@ func DecodePodUpdate(e *Envelope) (*PodUpdate, error) {
 	return DecodePayload[PodUpdate](e, KindPodUpdate)
 }
 
+// PodDecoder decodes one pod of a protobuf PodUpdate from its Kubernetes
+// protobuf form into p. It may leave out what its reader never reads, but
+// must fill in the metadata (the payload's rules are checked on it).
+type PodDecoder func(raw []byte, p *corev1.Pod) error
+
+// DecodePodUpdateWith is DecodePodUpdate with each pod of a protobuf
+// payload decoded by dec: a reader that needs only part of some pods
+// decodes only that part. A JSON payload is decoded whole.
+func DecodePodUpdateWith(e *Envelope, dec PodDecoder) (*PodUpdate, error) {
+	if e.Encoding != EncodingProtobuf || dec == nil {
+		return DecodePodUpdate(e)
+	}
+	if e.Kind != KindPodUpdate {
+		return nil, fieldErr("kind", "is %s, want %s", e.Kind, KindPodUpdate)
+	}
+	u := &PodUpdate{}
+	if err := u.unmarshalProtoWith(e.Payload, dec); err != nil {
+		return nil, err
+	}
+	if err := u.validate(e); err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
 // PodRuntimeStatus is what the pod workers know of a pod from the runtime:
 // the raw material of the API status that statussync builds.
 type PodRuntimeStatus struct {

@@ -235,7 +235,13 @@ func (p *PodUpdate) appendProto(b []byte) ([]byte, error) {
 	return b, nil
 }
 
-func (p *PodUpdate) unmarshalProto(b []byte) error {
+func (p *PodUpdate) unmarshalProto(b []byte) error { return p.unmarshalProtoWith(b, nil) }
+
+// unmarshalProtoWith decodes each pod with dec (nil: whole).
+func (p *PodUpdate) unmarshalProtoWith(b []byte, dec PodDecoder) error {
+	if dec == nil {
+		dec = func(raw []byte, pod *corev1.Pod) error { return pod.Unmarshal(raw) }
+	}
 	// an empty SET reads as JSON's "pods": [], not null. The array is made
 	// to the message's count of pods: a receiver that keeps some of them
 	// keeps no room for more.
@@ -249,7 +255,7 @@ func (p *PodUpdate) unmarshalProto(b []byte) error {
 				return wrongType(fmt.Sprintf("payload.pods[%d]", i))
 			}
 			p.Pods = append(p.Pods, corev1.Pod{})
-			if err := p.Pods[i].Unmarshal(d); err != nil {
+			if err := dec(d, &p.Pods[i]); err != nil {
 				return fieldErr(fmt.Sprintf("payload.pods[%d]", i), "malformed Pod: %v", err)
 			}
 		case 2:
@@ -269,6 +275,16 @@ func (p *PodUpdate) unmarshalProto(b []byte) error {
 				}
 				return nil
 			})
+		}
+		return nil
+	})
+}
+
+// PodMetadata is a PodDecoder that fills in the pod's metadata alone.
+func PodMetadata(raw []byte, p *corev1.Pod) error {
+	return protofields.Walk(raw, func(n protowire.Number, _ uint64, d []byte) error {
+		if n == 1 && d != nil {
+			return p.ObjectMeta.Unmarshal(d)
 		}
 		return nil
 	})

@@ -253,3 +253,44 @@ func BenchmarkRuntimeStatusCompare(b *testing.B) {
 		}
 	})
 }
+
+// TestDecodePodUpdateWith: a protobuf pod update's pods are decoded by the
+// reader's decoder (PodMetadata: the metadata alone), the payload's rules
+// still checked on them; a JSON payload is decoded whole.
+func TestDecodePodUpdateWith(t *testing.T) {
+	pod := corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "u", Name: "p", Namespace: "ns", Labels: map[string]string{"a": "b"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+	envelope := func(enc bus.Encoding, pods ...corev1.Pod) *bus.Envelope {
+		e, err := bus.NewEnvelopeAs(enc, bus.KindPodUpdate, "n", "api", bus.OpAdd, &bus.PodUpdate{Pods: pods})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Seq, e.SentAt = 1, time.Now()
+		data, err := bus.Encode(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := bus.Decode(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return back
+	}
+	u, err := bus.DecodePodUpdateWith(envelope(bus.EncodingProtobuf, pod), bus.PodMetadata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := u.Pods[0]; got.UID != "u" || got.Labels["a"] != "b" || len(got.Spec.Containers) != 0 {
+		t.Errorf("metadata alone: got uid %q, labels %v, %d containers", got.UID, got.Labels, len(got.Spec.Containers))
+	}
+	nameless := pod
+	nameless.Name = ""
+	if _, err := bus.DecodePodUpdateWith(envelope(bus.EncodingProtobuf, nameless), bus.PodMetadata); err == nil ||
+		!strings.Contains(err.Error(), "payload.pods[0].metadata.name") {
+		t.Errorf("a pod without a name, decoded by its metadata: %v, want the field's error", err)
+	}
+	u, err = bus.DecodePodUpdateWith(envelope(bus.EncodingJSON, pod), bus.PodMetadata)
+	if err != nil || len(u.Pods[0].Spec.Containers) != 1 {
+		t.Errorf("JSON pod update: %+v, %v; want the whole pod", u, err)
+	}
+}

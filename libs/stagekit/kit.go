@@ -73,6 +73,7 @@ type Kit struct {
 	durables durables
 	retry    time.Duration
 	hook     ConsumerHook
+	decode   bus.PodDecoder
 
 	set *podSet
 
@@ -105,7 +106,7 @@ func New(js jetstream.JetStream, node string, pods PodHandler, opts ...Option) *
 	if k.shadow {
 		k.durables = durables{bus.ShadowDurable(k.durables.podUpdates), bus.ShadowDurable(k.durables.podStatus)}
 	}
-	k.set = newPodSet(pods, k.log)
+	k.set = newPodSet(pods, k.decode, k.log)
 	return k
 }
 

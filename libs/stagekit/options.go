@@ -44,3 +44,8 @@ func WithRetryInterval(d time.Duration) Option { return func(k *Kit) { k.retry =
 // WithConsumerHook has each consumer made through hook, which may change its
 // options and wrap its handler (tests).
 func WithConsumerHook(hook ConsumerHook) Option { return func(k *Kit) { k.hook = hook } }
+
+// WithPodDecoder has each pod of a protobuf pod update decoded by dec
+// (bus.DecodePodUpdateWith): a stage that reads only part of some pods
+// decodes only that part. The handler gets the pods as dec made them.
+func WithPodDecoder(dec bus.PodDecoder) Option { return func(k *Kit) { k.decode = dec } }

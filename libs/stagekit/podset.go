@@ -16,6 +16,7 @@ import (
 // it last and its partition, and the stage's handler it tells of changes.
 type podSet struct {
 	handler   PodHandler
+	decode    bus.PodDecoder
 	log       *zap.Logger
 	snapshots *bus.Snapshots
 
@@ -28,14 +29,14 @@ type member struct {
 	partition int
 }
 
-func newPodSet(h PodHandler, log *zap.Logger) *podSet {
-	return &podSet{handler: h, log: log, snapshots: bus.NewSnapshots(), pods: map[types.UID]member{}}
+func newPodSet(h PodHandler, decode bus.PodDecoder, log *zap.Logger) *podSet {
+	return &podSet{handler: h, decode: decode, log: log, snapshots: bus.NewSnapshots(), pods: map[types.UID]member{}}
 }
 
 // handlePodUpdate applies one PodUpdate (the pod updates consumer's
 // handler; bus.Consume has dropped it already if its seq is stale).
 func (s *podSet) handlePodUpdate(_ context.Context, subject string, e *bus.Envelope) error {
-	u, err := bus.DecodePodUpdate(e)
+	u, err := bus.DecodePodUpdateWith(e, s.decode)
 	if err != nil {
 		// A payload that does not decode will not decode next time either.
 		s.log.Error("dropping a pod update that does not decode", zap.String(logging.FieldSubject, subject), zap.Error(err))

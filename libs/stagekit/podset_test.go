@@ -86,7 +86,7 @@ func members(s *podSet) string {
 // sources' pods and other partitions' stay.
 func TestSnapshotReplacesTheSet(t *testing.T) {
 	c := &calls{}
-	s := newPodSet(c, zap.NewNop())
+	s := newPodSet(c, nil, zap.NewNop())
 	send(t, s, "api", 0, bus.OpAdd, &bus.PodUpdate{Pods: pods("a", "b")})
 	send(t, s, "file", 0, bus.OpAdd, &bus.PodUpdate{Pods: pods("f")})
 	send(t, s, "api", 1, bus.OpAdd, &bus.PodUpdate{Pods: pods("p1")})
@@ -113,7 +113,7 @@ func TestSnapshotReplacesTheSet(t *testing.T) {
 // removed.
 func TestGapResyncsAtTheNextSet(t *testing.T) {
 	c := &calls{}
-	s := newPodSet(c, zap.NewNop())
+	s := newPodSet(c, nil, zap.NewNop())
 	send(t, s, "api", 0, bus.OpAdd, &bus.PodUpdate{Pods: pods("old")})
 	want(t, c, "the ADD", "added old")
 
@@ -142,7 +142,7 @@ func TestGapResyncsAtTheNextSet(t *testing.T) {
 // for a pod the set never held (the stage may hold its status).
 func TestOperations(t *testing.T) {
 	c := &calls{}
-	s := newPodSet(c, zap.NewNop())
+	s := newPodSet(c, nil, zap.NewNop())
 	send(t, s, "api", 0, bus.OpUpdate, &bus.PodUpdate{Pods: pods("a")})
 	send(t, s, "api", 0, bus.OpUpdate, &bus.PodUpdate{Pods: pods("a")})
 	send(t, s, "api", 0, bus.OpDelete, &bus.PodUpdate{Pods: pods("a")})

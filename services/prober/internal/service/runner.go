@@ -135,7 +135,8 @@ func NewWithDeps(d Deps) (*Runner, error) {
 	r.mgr = mgr
 	r.kit = stagekit.New(d.JS, d.Common.NodeName, pods{mgr}, stagekit.WithStatus(statuses{r}),
 		stagekit.WithLogger(log), stagekit.WithMetrics(d.Metrics), stagekit.WithShadow(d.Common.Shadow), stagekit.WithReplicas(d.Common.NATSReplicas),
-		stagekit.WithDurables(DurablePodUpdates, DurablePodStatus), stagekit.WithConsumerHook(r.hook))
+		stagekit.WithDurables(DurablePodUpdates, DurablePodStatus), stagekit.WithConsumerHook(r.hook),
+		stagekit.WithPodDecoder(workers.DecodePod))
 	return r, nil
 }
 
