@@ -328,7 +328,7 @@ func dedupOnce(h bus.Handler, log *zap.Logger) bus.Handler {
 // the partition's last snapshot.
 func (r *Runner) handlePodUpdate(m *statusmanager.Manager, snapshots *bus.Snapshots, log *zap.Logger) bus.Handler {
 	return func(mctx context.Context, subject string, e *bus.Envelope) error {
-		u, err := bus.DecodePodUpdate(e)
+		u, err := bus.DecodePodUpdateWith(e, statusmanager.DecodeBusPod)
 		if err != nil {
 			log.Warn("dropping malformed pod update", zap.String(logging.FieldSubject, subject), zap.Error(err))
 			return nil

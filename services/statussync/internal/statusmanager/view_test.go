@@ -801,3 +801,61 @@ func deletionStatus(p *corev1.Pod, terminated bool) *bus.PodRuntimeStatus {
 	rs.Terminating, rs.Terminated = true, terminated
 	return rs
 }
+
+// DecodeBusPod keeps what busView takes: the view of a pod decoded by it is
+// the view of the pod decoded whole, for the conformance suite's pods and
+// the bench's, with podconfig's annotations and a deletion time.
+func TestDecodeBusPodKeepsTheBusView(t *testing.T) {
+	deleted := metav1.NewTime(fixtureTime.Add(time.Minute))
+	for i, p := range []*corev1.Pod{conformancePod(1), benchPod(2), conformancePod(3)} {
+		p = p.DeepCopy()
+		p.ManagedFields = nil // podconfig's informer drops them
+		p.Annotations = map[string]string{AnnotationSource: "api", bus.AnnotationSeen: fixtureTime.Format(time.RFC3339Nano), "other": "x"}
+		if i == 2 {
+			p.DeletionTimestamp = &deleted
+			p.Status.QOSClass = corev1.PodQOSGuaranteed
+		}
+		raw, err := p.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var whole, part corev1.Pod
+		if err := whole.Unmarshal(raw); err != nil {
+			t.Fatal(err)
+		}
+		if err := DecodeBusPod(raw, &part); err != nil {
+			t.Fatal(err)
+		}
+		if w, p := busView(&whole), busView(&part); !equality.Semantic.DeepEqual(w, p) {
+			t.Errorf("pod %d: the view of the pod decoded by DecodeBusPod differs from the whole pod's:\n whole %+v\n part  %+v", i, w, p)
+		}
+		if len(part.Status.Conditions) != 0 || len(part.Status.ContainerStatuses) != 0 {
+			t.Errorf("pod %d: DecodeBusPod decoded more of the status than the QoS class: %+v", i, part.Status)
+		}
+	}
+}
+
+// BenchmarkDecodeBusPod decodes the bench's running pod from a pod update
+// whole, then as statussync does.
+func BenchmarkDecodeBusPod(b *testing.B) {
+	p := benchPod(1)
+	p.ManagedFields = nil
+	raw, err := p.Marshal()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for name, dec := range map[string]bus.PodDecoder{
+		"whole":      func(raw []byte, p *corev1.Pod) error { return p.Unmarshal(raw) },
+		"statussync": DecodeBusPod,
+	} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var got corev1.Pod
+				if err := dec(raw, &got); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
