@@ -280,10 +280,17 @@ func (p *PodUpdate) unmarshalProtoWith(b []byte, dec PodDecoder) error {
 	})
 }
 
+// The fields of Kubernetes' protobuf Pod, for PodDecoders that pick some.
+const (
+	PodFieldMetadata protowire.Number = 1
+	PodFieldSpec     protowire.Number = 2
+	PodFieldStatus   protowire.Number = 3
+)
+
 // PodMetadata is a PodDecoder that fills in the pod's metadata alone.
 func PodMetadata(raw []byte, p *corev1.Pod) error {
 	return protofields.Walk(raw, func(n protowire.Number, _ uint64, d []byte) error {
-		if n == 1 && d != nil {
+		if n == PodFieldMetadata && d != nil {
 			return p.ObjectMeta.Unmarshal(d)
 		}
 		return nil

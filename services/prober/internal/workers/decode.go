@@ -20,9 +20,8 @@ func DecodePod(raw []byte, p *corev1.Pod) error {
 	return bus.PodMetadata(raw, p)
 }
 
-// Kubernetes' protobuf field numbers read by probesIn.
+// Kubernetes' protobuf field numbers read by probesIn, past the pod's spec.
 const (
-	podSpec            protowire.Number = 2
 	specContainers     protowire.Number = 2
 	specInitContainers protowire.Number = 20
 	containerLiveness  protowire.Number = 10
@@ -35,7 +34,7 @@ const (
 func probesIn(raw []byte) (bool, error) {
 	found := false
 	err := protofields.Walk(raw, func(n protowire.Number, _ uint64, spec []byte) error {
-		if n != podSpec || spec == nil {
+		if n != bus.PodFieldSpec || spec == nil {
 			return nil
 		}
 		return protofields.Walk(spec, func(n protowire.Number, _ uint64, c []byte) error {

@@ -88,13 +88,13 @@ func DecodeBusPod(raw []byte, p *corev1.Pod) error {
 	return protofields.Walk(raw, func(n protowire.Number, _ uint64, d []byte) error {
 		switch {
 		case d == nil:
-		case n == fieldPodMetadata:
+		case n == bus.PodFieldMetadata:
 			return p.ObjectMeta.Unmarshal(d)
-		case n == fieldPodSpec:
+		case n == bus.PodFieldSpec:
 			return p.Spec.Unmarshal(d)
-		case n == fieldPodStatus:
+		case n == bus.PodFieldStatus:
 			return protofields.Walk(d, func(n protowire.Number, _ uint64, d []byte) error {
-				if n == fieldStatusQOSClass && d != nil {
+				if n == statusQOSClass && d != nil {
 					p.Status.QOSClass = corev1.PodQOSClass(d)
 				}
 				return nil
@@ -104,13 +104,8 @@ func DecodeBusPod(raw []byte, p *corev1.Pod) error {
 	})
 }
 
-// Kubernetes' protobuf field numbers read by DecodeBusPod.
-const (
-	fieldPodMetadata    protowire.Number = 1
-	fieldPodSpec        protowire.Number = 2
-	fieldPodStatus      protowire.Number = 3
-	fieldStatusQOSClass protowire.Number = 9
-)
+// statusQOSClass is the QoS class's field of Kubernetes' protobuf PodStatus.
+const statusQOSClass protowire.Number = 9
 
 // busView is what the manager keeps of a pod a PodUpdate brings
 // (entry.spec): a new pod with only the fields statussync reads of it. The
