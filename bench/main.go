@@ -231,11 +231,7 @@ func runBacklog(ctx context.Context, out io.Writer, env *benchEnv, o benchOption
 func inRounds(ctx context.Context, out io.Writer, env *benchEnv, o benchOptions, order []string, label, prefix string, n int, measure measureFunc) (map[string]*result, map[string][]*result, error) {
 	rounds := map[string][]*result{}
 	for round := range o.rounds {
-		seq := slices.Clone(order)
-		if round%2 == 1 {
-			slices.Reverse(seq)
-		}
-		for _, name := range seq {
+		for _, name := range roundOrder(order, round) {
 			a, _ := findAgent(name)
 			what := name
 			if label != "" {
@@ -317,6 +313,16 @@ func writeReport(out io.Writer, outDir string, report map[string]any) error {
 	}
 	fmt.Fprintf(out, "\nraw figures: %s\n", path)
 	return nil
+}
+
+// roundOrder is the agents' order in a round: as given, reversed every
+// other round, so that neither end of a run favours one agent.
+func roundOrder(order []string, round int) []string {
+	seq := slices.Clone(order)
+	if round%2 == 1 {
+		slices.Reverse(seq)
+	}
+	return seq
 }
 
 // figureRange is a median figure, with the rounds' min–max after it when

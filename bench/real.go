@@ -196,11 +196,7 @@ func runReal(ctx context.Context, out io.Writer, env *benchEnv, o realOptions) (
 	for _, variant := range o.variants {
 		for _, n := range o.pods {
 			for round := range rounds {
-				seq := slices.Clone(o.agents)
-				if round%2 == 1 {
-					slices.Reverse(seq)
-				}
-				for _, name := range seq {
+				for _, name := range roundOrder(o.agents, round) {
 					a, _ := findRealAgent(name)
 					fmt.Fprintf(out, "real-container case: %s, %d pods, %s (round %d of %d) ...\n", name, n, variant, round+1, rounds)
 					res, err := runRealCase(ctx, env, cd, a, o, variant, n)

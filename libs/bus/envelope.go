@@ -273,16 +273,28 @@ func DecodePayload[T any, P interface {
 	*T
 	validator
 }](e *Envelope, want Kind) (*T, error) {
+	return decodePayload[T, P](e, want, nil)
+}
+
+// decodePayload is DecodePayload with a protobuf payload read by unmarshal
+// (nil: the kind's own unmarshalProto).
+func decodePayload[T any, P interface {
+	*T
+	validator
+}](e *Envelope, want Kind, unmarshal func(P, []byte) error) (*T, error) {
 	if e.Kind != want {
 		return nil, fieldErr("kind", "is %s, want %s", e.Kind, want)
 	}
 	var v T
 	if e.Encoding == EncodingProtobuf {
-		pp, ok := any(P(&v)).(protoPayload)
-		if !ok {
-			return nil, fieldErr("payload", "%s has no protobuf form", want)
+		if unmarshal == nil {
+			pp, ok := any(P(&v)).(protoPayload)
+			if !ok {
+				return nil, fieldErr("payload", "%s has no protobuf form", want)
+			}
+			unmarshal = func(_ P, b []byte) error { return pp.unmarshalProto(b) }
 		}
-		if err := pp.unmarshalProto(e.Payload); err != nil {
+		if err := unmarshal(P(&v), e.Payload); err != nil {
 			return nil, err
 		}
 	} else if err := json.Unmarshal(e.Payload, &v); err != nil {

@@ -70,20 +70,7 @@ type PodDecoder func(raw []byte, p *corev1.Pod) error
 // payload decoded by dec: a reader that needs only part of some pods
 // decodes only that part. A JSON payload is decoded whole.
 func DecodePodUpdateWith(e *Envelope, dec PodDecoder) (*PodUpdate, error) {
-	if e.Encoding != EncodingProtobuf || dec == nil {
-		return DecodePodUpdate(e)
-	}
-	if e.Kind != KindPodUpdate {
-		return nil, fieldErr("kind", "is %s, want %s", e.Kind, KindPodUpdate)
-	}
-	u := &PodUpdate{}
-	if err := u.unmarshalProtoWith(e.Payload, dec); err != nil {
-		return nil, err
-	}
-	if err := u.validate(e); err != nil {
-		return nil, err
-	}
-	return u, nil
+	return decodePayload(e, KindPodUpdate, func(p *PodUpdate, b []byte) error { return p.unmarshalProtoWith(b, dec) })
 }
 
 // PodRuntimeStatus is what the pod workers know of a pod from the runtime:

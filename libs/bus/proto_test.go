@@ -41,6 +41,26 @@ func reencode(t testing.TB, enc bus.Encoding, e *bus.Envelope, payload any) []by
 	return data
 }
 
+// throughBytes seals payload in an envelope of enc, writes it and reads it
+// back, as a receiver gets it.
+func throughBytes(t testing.TB, enc bus.Encoding, kind bus.Kind, op bus.Op, seq uint64, payload any) *bus.Envelope {
+	t.Helper()
+	e, err := bus.NewEnvelopeAs(enc, kind, "n", "w", op, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Seq, e.SentAt = seq, time.Now()
+	data, err := bus.Encode(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := bus.Decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return back
+}
+
 // protoForm are the kinds with a protobuf form; the others are JSON in
 // either encoding.
 var protoForm = map[bus.Kind]bool{bus.KindPodUpdate: true, bus.KindPodRuntimeStatus: true, bus.KindProbeResult: true}
@@ -111,20 +131,7 @@ func TestProtobufPodRuntimeStatusFields(t *testing.T) {
 		Terminating:                true, Terminated: true,
 		Conditions: []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, ObservedGeneration: 2,
 			LastTransitionTime: start, Reason: corev1.PodReasonTerminationByKubelet, Message: "low on memory"}}}
-	e, err := bus.NewEnvelopeAs(bus.EncodingProtobuf, bus.KindPodRuntimeStatus, "n", "w", "", in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.Seq, e.SentAt = 7, time.Now()
-	data, err := bus.Encode(e)
-	if err != nil {
-		t.Fatal(err)
-	}
-	back, err := bus.Decode(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := bus.DecodePodRuntimeStatus(back)
+	out, err := bus.DecodePodRuntimeStatus(throughBytes(t, bus.EncodingProtobuf, bus.KindPodRuntimeStatus, "", 7, in))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,14 +141,7 @@ func TestProtobufPodRuntimeStatusFields(t *testing.T) {
 		t.Fatalf("runtime status changed through protobuf:\n in  %s\n out %s", want, got)
 	}
 	pu := &bus.PodUpdate{Snapshot: &bus.SnapshotPart{ID: "s1", Part: 2, Parts: 3}, Pods: []corev1.Pod{{ObjectMeta: metav1.ObjectMeta{UID: "u", Name: "p", Namespace: "ns"}}}}
-	e, _ = bus.NewEnvelopeAs(bus.EncodingProtobuf, bus.KindPodUpdate, "n", "api", bus.OpSetPart, pu)
-	e.Seq, e.SentAt = 8, time.Now()
-	data, _ = bus.Encode(e)
-	back, err = bus.Decode(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, err := bus.DecodePodUpdate(back)
+	u, err := bus.DecodePodUpdate(throughBytes(t, bus.EncodingProtobuf, bus.KindPodUpdate, bus.OpSetPart, 8, pu))
 	if err != nil || u.Snapshot == nil || *u.Snapshot != *pu.Snapshot || len(u.Pods) != 1 || u.Pods[0].UID != "u" {
 		t.Fatalf("SETPART through protobuf: %+v, %v", u, err)
 	}
@@ -261,20 +261,7 @@ func TestDecodePodUpdateWith(t *testing.T) {
 	pod := corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "u", Name: "p", Namespace: "ns", Labels: map[string]string{"a": "b"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
 	envelope := func(enc bus.Encoding, pods ...corev1.Pod) *bus.Envelope {
-		e, err := bus.NewEnvelopeAs(enc, bus.KindPodUpdate, "n", "api", bus.OpAdd, &bus.PodUpdate{Pods: pods})
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.Seq, e.SentAt = 1, time.Now()
-		data, err := bus.Encode(e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		back, err := bus.Decode(data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return back
+		return throughBytes(t, enc, bus.KindPodUpdate, bus.OpAdd, 1, &bus.PodUpdate{Pods: pods})
 	}
 	u, err := bus.DecodePodUpdateWith(envelope(bus.EncodingProtobuf, pod), bus.PodMetadata)
 	if err != nil {

@@ -140,9 +140,7 @@ func (m *Manager) RuntimeStatus(rs *bus.PodRuntimeStatus) {
 // has synced, then while a static pod is known, a static pod runs, or a
 // mirror pod is in the API (the static pod its annotation names may run).
 // A node with none of these (a worker without static pods) reads no
-// status. A static pod that appears later is published before the manager
-// learns of it, so a reader that starts then reads back a while
-// (statusReplay) not to miss its first statuses.
+// status.
 func (m *Manager) WantsStatuses() bool {
 	m.mu.Lock()
 	settled, busy := m.allSeen, len(m.static) > 0 || len(m.running) > 0
@@ -150,16 +148,8 @@ func (m *Manager) WantsStatuses() bool {
 	if !settled || busy || !m.synced() {
 		return true
 	}
-	pods, err := m.lister.List(labels.Everything())
-	if err != nil {
-		return true
-	}
-	for _, p := range pods {
-		if _, ok := p.Annotations[merge.AnnotationMirror]; ok {
-			return true
-		}
-	}
-	return false
+	mirrors, err := m.mirrorPods()
+	return err != nil || len(mirrors) > 0
 }
 
 // Changes has a value whenever what WantsStatuses answers may have
@@ -200,15 +190,26 @@ func (m *Manager) MirrorPodChanged(namespace, name string) {
 }
 
 func (m *Manager) enqueueMirrors() {
+	mirrors, _ := m.mirrorPods()
+	for _, p := range mirrors {
+		m.queue.Add(key(p.Namespace, p.Name))
+	}
+}
+
+// mirrorPods are the pods of the informer's cache with the mirror
+// annotation, whoever set it.
+func (m *Manager) mirrorPods() ([]*corev1.Pod, error) {
 	pods, err := m.lister.List(labels.Everything())
 	if err != nil {
-		return
+		return nil, err
 	}
+	var out []*corev1.Pod
 	for _, p := range pods {
 		if _, ok := p.Annotations[merge.AnnotationMirror]; ok {
-			m.queue.Add(key(p.Namespace, p.Name))
+			out = append(out, p)
 		}
 	}
+	return out, nil
 }
 
 // Start runs the workers and the periodic full check until ctx ends. It
