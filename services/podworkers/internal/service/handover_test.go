@@ -66,6 +66,25 @@ func movedPods(pods []*corev1.Pod, before, after []string) []*corev1.Pod {
 	return out
 }
 
+// busPodsSplit makes n bus pods (names prefix-<i>), a third of them in
+// partitions that rendezvous gives another replica among after than among
+// before and the rest in partitions it leaves: the ids fix how the
+// partitions split, so the UIDs are drawn until both sides are filled.
+func (e *env) busPodsSplit(prefix string, n int, before, after []string) []*corev1.Pod {
+	var moving, staying []*corev1.Pod
+	for len(moving)+len(staying) < n {
+		p := e.busPod(fmt.Sprintf("%s-%d", prefix, len(moving)+len(staying)), nil)
+		if len(movedPods([]*corev1.Pod{p}, before, after)) > 0 {
+			if len(moving) < n/3 {
+				moving = append(moving, p)
+			}
+		} else if len(staying) < n-n/3 {
+			staying = append(staying, p)
+		}
+	}
+	return append(moving, staying...)
+}
+
 // reportedByOwners: after the first n status messages, every pod has a
 // status from the replica rendezvous gives its partition among live.
 func (e *env) reportedByOwners(n int, pods []*corev1.Pod, live []string) bool {

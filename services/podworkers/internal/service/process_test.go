@@ -1,7 +1,6 @@
 package service
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -79,10 +78,7 @@ func TestProcessScaleOutThenKillRunsEveryPodAgain(t *testing.T) {
 	ids := spreadIDs(t, "pb", 2)
 	a, _ := e.startReplicaConn(t, config.RuntimeProcess, tuned(ids[0]))
 	eventually(t, 30*time.Second, "one replica owns everything", func() bool { return len(a.OwnedPartitions()) == partitions })
-	var pods []*corev1.Pod
-	for i := range 12 {
-		pods = append(pods, e.busPod(fmt.Sprintf("back-%d", i), nil))
-	}
+	pods := e.busPodsSplit("back", 12, ids[:1], ids)
 	e.track(pods...)
 	e.send(bus.OpAdd, pods...)
 	running := func(since int, owner string, among []*corev1.Pod) func() bool {
