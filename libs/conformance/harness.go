@@ -303,11 +303,17 @@ func (w *watcher) summary(from int) string {
 }
 
 // listener is a TCP probe target of the kit, on the target's probe host.
+// While closed it keeps its port bound without listening (portHold):
+// connections are refused, and no other listener of a concurrent test can
+// be handed the port, which would answer the probe in its place. The
+// listening socket and the hold share the port through SO_REUSEPORT, so
+// the port is never free between the two.
 type listener struct {
 	host string
 	port int
 	mu   sync.Mutex
 	l    net.Listener
+	hold *portHold
 	done chan struct{}
 }
 
@@ -317,27 +323,37 @@ func newListener(t testing.TB, host string) *listener {
 	if err := l.open(0); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(l.close)
+	t.Cleanup(l.release)
 	return l
 }
 
-// closedPort returns a port on host nothing listens on (yet).
+// closedPort returns a port on host that refuses connections until reopen.
 func closedPort(t testing.TB, host string) *listener {
 	t.Helper()
-	l := newListener(t, host)
-	l.close()
+	l := &listener{host: host}
+	h, err := holdPort(host, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.hold, l.port = h, h.port
+	t.Cleanup(l.release)
 	return l
 }
 
 func (l *listener) open(port int) error {
-	ln, err := net.Listen("tcp", net.JoinHostPort(l.host, fmt.Sprint(port)))
+	lc := net.ListenConfig{Control: reusePort}
+	ln, err := lc.Listen(context.Background(), "tcp", net.JoinHostPort(l.host, fmt.Sprint(port)))
 	if err != nil {
 		return err
 	}
 	l.mu.Lock()
 	l.l, l.port, l.done = ln, ln.Addr().(*net.TCPAddr).Port, make(chan struct{})
-	done := l.done
+	done, hold := l.done, l.hold
+	l.hold = nil
 	l.mu.Unlock()
+	if hold != nil {
+		hold.close()
+	}
 	go func() {
 		defer close(done)
 		for {
@@ -354,20 +370,26 @@ func (l *listener) open(port int) error {
 // reopen listens again on the same port.
 func (l *listener) reopen(t testing.TB) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		err := l.open(l.port)
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cannot listen again on port %d: %v", l.port, err)
-		}
-		time.Sleep(50 * time.Millisecond) // port still in TIME_WAIT-like use; bounded retry
+	if err := l.open(l.port); err != nil {
+		t.Fatalf("cannot listen again on port %d: %v", l.port, err)
 	}
 }
 
-func (l *listener) close() {
+// close stops listening and holds the port: connections are refused.
+func (l *listener) close(t testing.TB) {
+	t.Helper()
+	h, err := holdPort(l.host, l.port)
+	if err != nil {
+		t.Fatalf("cannot hold port %d while it is closed: %v", l.port, err)
+	}
+	l.mu.Lock()
+	l.hold = h
+	l.mu.Unlock()
+	l.stop()
+}
+
+// stop closes the listening socket, if any, and waits for its accept loop.
+func (l *listener) stop() {
 	l.mu.Lock()
 	ln, done := l.l, l.done
 	l.l = nil
@@ -375,6 +397,18 @@ func (l *listener) close() {
 	if ln != nil {
 		_ = ln.Close()
 		<-done
+	}
+}
+
+// release closes the listener and frees the port.
+func (l *listener) release() {
+	l.stop()
+	l.mu.Lock()
+	h := l.hold
+	l.hold = nil
+	l.mu.Unlock()
+	if h != nil {
+		h.close()
 	}
 }
 

@@ -232,7 +232,7 @@ func (h *harness) proberReadinessFollowsPort(t *testing.T, probes *watcher) {
 	id := st.ContainerStatuses[0].ContainerID
 	i, r := probes.waitFor(t, from, "readiness Success while the port listens", result(pod, id, bus.ProbeReadiness, bus.ProbeSuccess))
 	h.checkResult(t, pod, r)
-	l.close()
+	l.close(t)
 	i, r = probes.waitFor(t, i+1, "readiness Failure after the port closed", result(pod, id, bus.ProbeReadiness, bus.ProbeFailure))
 	h.checkFailure(t, pod, r)
 	l.reopen(t)
@@ -260,7 +260,7 @@ func (h *harness) proberLiveness(t *testing.T, probes *watcher) {
 	st := h.startPod(t, pod)
 	id := st.ContainerStatuses[0].ContainerID
 	probes.never(t, from, quiet, "liveness Failure while the port listens", result(pod, id, bus.ProbeLiveness, bus.ProbeFailure))
-	l.close()
+	l.close(t)
 	_, r := probes.waitFor(t, from, "liveness Failure after the port closed", result(pod, id, bus.ProbeLiveness, bus.ProbeFailure))
 	h.checkFailure(t, pod, r)
 }
@@ -309,7 +309,7 @@ func (h *harness) proberStops(t *testing.T, probes *watcher, stop func(*testing.
 	id := st.ContainerStatuses[0].ContainerID
 	i, _ := probes.waitFor(t, from, "readiness Success", result(pod, id, bus.ProbeReadiness, bus.ProbeSuccess))
 	h.waitConsumed(t, stop(t, pod, st))
-	l.close()
+	l.close(t)
 	probes.never(t, i+1, quiet, "a readiness Failure for a pod the prober was told is gone",
 		result(pod, "", bus.ProbeReadiness, bus.ProbeFailure))
 }
@@ -342,7 +342,7 @@ func (h *harness) proberDeleting(t *testing.T, probes *watcher) {
 	deleting.DeletionTimestamp, deleting.DeletionGracePeriodSeconds = &metav1.Time{Time: time.Now()}, ptr(int64(30))
 	h.sendPods(t, bus.OpDelete, deleting)
 	h.waitConsumed(t, consumed{bus.StreamPodUpdates, DurableProberPodUpdates, h.subjects.PodUpdates(h.partition(string(pod.UID)))})
-	l.close()
+	l.close(t)
 	probes.never(t, from, quiet, "a liveness Failure for a pod being deleted", result(pod, id, bus.ProbeLiveness, bus.ProbeFailure))
 }
 

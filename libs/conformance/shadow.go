@@ -43,7 +43,7 @@ func ProberShadow(t *testing.T, tg Target, opts ...Option) {
 		st := h.startPod(t, pod)
 		id := st.ContainerStatuses[0].ContainerID
 		i, r := results.waitFor(t, 0, "readiness Success under the shadow prefix", result(pod, id, bus.ProbeReadiness, bus.ProbeSuccess))
-		l.close()
+		l.close(t)
 		_, r2 := results.waitFor(t, i+1, "readiness Failure under the shadow prefix after the port closed", result(pod, id, bus.ProbeReadiness, bus.ProbeFailure))
 		for _, m := range []received{r, r2} {
 			if want := shadow.ProbeResults(h.partition(string(pod.UID))); m.subject != want {
