@@ -287,6 +287,42 @@ const (
 	PodFieldStatus   protowire.Number = 3
 )
 
+// The fields of Kubernetes' protobuf PodStatus that stages keep of a bus
+// pod (PodSpecAndStatus).
+const (
+	PodStatusPhase     protowire.Number = 1
+	PodStatusMessage   protowire.Number = 3
+	PodStatusReason    protowire.Number = 4
+	PodStatusStartTime protowire.Number = 7
+	PodStatusQOSClass  protowire.Number = 9
+)
+
+// PodSpecAndStatus returns a PodDecoder that fills in the pod's metadata
+// and spec whole and, of its status, only the given fields: the rest of a
+// running pod's status (conditions, container statuses, addresses) is a
+// third of its bytes or more, and a stage that owns none of it need not
+// decode it.
+func PodSpecAndStatus(status ...protowire.Number) PodDecoder {
+	return func(raw []byte, p *corev1.Pod) error {
+		return protofields.Walk(raw, func(n protowire.Number, _ uint64, d []byte) error {
+			switch {
+			case d == nil:
+			case n == PodFieldMetadata:
+				return p.ObjectMeta.Unmarshal(d)
+			case n == PodFieldSpec:
+				return p.Spec.Unmarshal(d)
+			case n == PodFieldStatus:
+				kept, err := protofields.Keep(d, func(n protowire.Number) bool { return slices.Contains(status, n) })
+				if err != nil {
+					return err
+				}
+				return p.Status.Unmarshal(kept)
+			}
+			return nil
+		})
+	}
+}
+
 // PodMetadata is a PodDecoder that fills in the pod's metadata alone.
 func PodMetadata(raw []byte, p *corev1.Pod) error {
 	return protofields.Walk(raw, func(n protowire.Number, _ uint64, d []byte) error {

@@ -281,3 +281,76 @@ func TestDecodePodUpdateWith(t *testing.T) {
 		t.Errorf("JSON pod update: %+v, %v; want the whole pod", u, err)
 	}
 }
+
+// PodSpecAndStatus decodes the metadata and the spec as a whole decode
+// does, and of the status exactly the fields it names.
+func TestPodSpecAndStatus(t *testing.T) {
+	start := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	pod := corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{UID: "u", Name: "p", Namespace: "ns", Labels: map[string]string{"a": "b"}, Generation: 3},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox",
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted", Message: "low on memory", StartTime: &start,
+			QOSClass: corev1.PodQOSGuaranteed, PodIP: "10.0.0.1", HostIP: "10.0.0.2",
+			Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "c", RestartCount: 2}}},
+	}
+	raw, err := pod.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got corev1.Pod
+	dec := bus.PodSpecAndStatus(bus.PodStatusPhase, bus.PodStatusReason, bus.PodStatusMessage, bus.PodStatusStartTime, bus.PodStatusQOSClass)
+	if err := dec(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := pod
+	want.Status = corev1.PodStatus{Phase: pod.Status.Phase, Reason: pod.Status.Reason, Message: pod.Status.Message,
+		StartTime: pod.Status.StartTime, QOSClass: pod.Status.QOSClass}
+	if !apiequality.Semantic.DeepEqual(got, want) {
+		t.Errorf("decoded\n %+v\nwant\n %+v", got, want)
+	}
+	got = corev1.Pod{}
+	if err := bus.PodSpecAndStatus()(raw, &got); err != nil || !apiequality.Semantic.DeepEqual(got.Status, corev1.PodStatus{}) || got.Spec.Containers[0].Name != "c" {
+		t.Errorf("no status field: status %+v, spec %+v, %v", got.Status, got.Spec, err)
+	}
+	if err := dec(raw[:len(raw)-3], &corev1.Pod{}); err == nil {
+		t.Error("a cut pod decoded without an error")
+	}
+}
+
+// BenchmarkPodSpecAndStatus decodes a running pod's protobuf form whole,
+// then with the status fields the pod workers keep.
+func BenchmarkPodSpecAndStatus(b *testing.B) {
+	start := metav1.Now()
+	pod := corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{UID: "u", Name: "p", Namespace: "ns", Labels: map[string]string{"app": "bench"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox", Command: []string{"sleep", "3600"}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, StartTime: &start, QOSClass: corev1.PodQOSBestEffort, PodIP: "10.0.0.1",
+			PodIPs: []corev1.PodIP{{IP: "10.0.0.1"}}, HostIP: "10.0.0.2", HostIPs: []corev1.HostIP{{IP: "10.0.0.2"}},
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: start},
+				{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: start},
+				{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: start},
+				{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: start}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "c", Ready: true, Image: "busybox", ImageID: "sha256:0123",
+				ContainerID: "sim://0123", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: start}}}}},
+	}
+	raw, err := pod.Marshal()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for name, dec := range map[string]bus.PodDecoder{
+		"whole":  func(raw []byte, p *corev1.Pod) error { return p.Unmarshal(raw) },
+		"fields": bus.PodSpecAndStatus(bus.PodStatusPhase, bus.PodStatusReason, bus.PodStatusMessage, bus.PodStatusStartTime, bus.PodStatusQOSClass),
+	} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var p corev1.Pod
+				if err := dec(raw, &p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -62,3 +62,26 @@ func (e *MalformedError) Error() string {
 }
 
 func (e *MalformedError) Unwrap() error { return e.Err }
+
+// Keep returns the fields of message b whose numbers keep accepts, each
+// with its tag and in the order they come: a message of those fields
+// alone, for generated code to decode without the rest. A message none of
+// whose fields is kept gives nil.
+func Keep(b []byte, keep func(protowire.Number) bool) ([]byte, error) {
+	var out []byte
+	for len(b) > 0 {
+		n, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return nil, &MalformedError{Err: protowire.ParseError(l)}
+		}
+		v := protowire.ConsumeFieldValue(n, typ, b[l:])
+		if v < 0 {
+			return nil, &MalformedError{Field: n, Err: protowire.ParseError(v)}
+		}
+		if keep(n) {
+			out = append(out, b[:l+v]...)
+		}
+		b = b[l+v:]
+	}
+	return out, nil
+}

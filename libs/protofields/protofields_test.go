@@ -57,3 +57,35 @@ func TestWalk(t *testing.T) {
 		}
 	}
 }
+
+// Keep copies the kept fields, of any wire type and repeated ones each
+// time, with their tags and in order, and reports a malformed message.
+func TestKeep(t *testing.T) {
+	field := func(b []byte, n protowire.Number, v uint64) []byte {
+		switch n {
+		case 2:
+			return protowire.AppendFixed32(protowire.AppendTag(b, n, protowire.Fixed32Type), uint32(v))
+		case 3, 5:
+			return protowire.AppendBytes(protowire.AppendTag(b, n, protowire.BytesType), []byte{byte(v)})
+		}
+		return protowire.AppendVarint(protowire.AppendTag(b, n, protowire.VarintType), v)
+	}
+	var in, want []byte
+	for i, n := range []protowire.Number{1, 2, 3, 4, 5, 3} {
+		in = field(in, n, uint64(i))
+		if n != 1 && n != 4 {
+			want = field(want, n, uint64(i))
+		}
+	}
+	got, err := Keep(in, func(n protowire.Number) bool { return n != 1 && n != 4 })
+	if err != nil || string(got) != string(want) {
+		t.Errorf("Keep = %x, %v; want %x", got, err, want)
+	}
+	if got, err := Keep(in, func(protowire.Number) bool { return false }); err != nil || got != nil {
+		t.Errorf("Keep of nothing = %x, %v; want nil", got, err)
+	}
+	var m *MalformedError
+	if _, err := Keep(in[:len(in)-1], func(protowire.Number) bool { return true }); !errors.As(err, &m) {
+		t.Errorf("Keep of a cut message: %v, want a *MalformedError", err)
+	}
+}

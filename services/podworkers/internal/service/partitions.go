@@ -139,12 +139,11 @@ func (r *Runner) followUpdates(ctx context.Context, p int, part *partition, ctrl
 		Logger:  log,
 		Metrics: r.busMetrics,
 	}, func(mctx context.Context, subject string, e *bus.Envelope) error {
-		u, err := bus.DecodePodUpdate(e)
+		u, err := decodePodUpdate(e)
 		if err != nil {
 			log.Error("dropping malformed pod update", zap.String(logging.FieldSubject, subject), zap.Error(err))
 			return nil
 		}
-		busPodView(u.Pods)
 		if r.traces != nil {
 			for i := range u.Pods {
 				r.traces.Remember(mctx, string(u.Pods[i].UID))
@@ -528,8 +527,7 @@ func (r *Runner) replay(ctx context.Context, p int) (map[string]map[types.UID]co
 		last = md.Sequence.Stream
 		n++
 		if e, err := bus.Decode(m.Data()); err == nil {
-			if u, err := bus.DecodePodUpdate(e); err == nil {
-				busPodView(u.Pods)
+			if u, err := decodePodUpdate(e); err == nil {
 				// the follower goes on assembling a snapshot whose first
 				// parts the replay read.
 				if op, pods, apply := r.snapshots.Resolve(m.Subject(), e, u); apply {

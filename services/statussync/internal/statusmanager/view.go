@@ -1,12 +1,10 @@
 package statusmanager
 
 import (
-	"google.golang.org/protobuf/encoding/protowire"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/splitlet/splitlet/libs/bus"
-	"github.com/splitlet/splitlet/libs/protofields"
 )
 
 // APIView is the informer transform of the API pods statussync caches, and
@@ -82,30 +80,8 @@ func apiView(p *corev1.Pod) *corev1.Pod {
 
 // DecodeBusPod is the bus.PodDecoder of statussync's pod updates: the
 // metadata and the spec whole, and of the status only the QoS class, the
-// one status field busView keeps. A running pod's status is a third of its
-// bytes or more (conditions, container statuses).
-func DecodeBusPod(raw []byte, p *corev1.Pod) error {
-	return protofields.Walk(raw, func(n protowire.Number, _ uint64, d []byte) error {
-		switch {
-		case d == nil:
-		case n == bus.PodFieldMetadata:
-			return p.ObjectMeta.Unmarshal(d)
-		case n == bus.PodFieldSpec:
-			return p.Spec.Unmarshal(d)
-		case n == bus.PodFieldStatus:
-			return protofields.Walk(d, func(n protowire.Number, _ uint64, d []byte) error {
-				if n == statusQOSClass && d != nil {
-					p.Status.QOSClass = corev1.PodQOSClass(d)
-				}
-				return nil
-			})
-		}
-		return nil
-	})
-}
-
-// statusQOSClass is the QoS class's field of Kubernetes' protobuf PodStatus.
-const statusQOSClass protowire.Number = 9
+// one status field busView keeps.
+var DecodeBusPod = bus.PodSpecAndStatus(bus.PodStatusQOSClass)
 
 // busView is what the manager keeps of a pod a PodUpdate brings
 // (entry.spec): a new pod with only the fields statussync reads of it. The
