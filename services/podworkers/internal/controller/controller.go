@@ -225,7 +225,7 @@ func (c *Controller) handleSet(source string, partition int, pods []*corev1.Pod)
 	for _, p := range pods {
 		want[p.UID] = p
 	}
-	var adds, updates, removes []*corev1.Pod
+	var adds, updates, removes, same []*corev1.Pod
 	c.mu.Lock()
 	for uid, e := range c.pods {
 		if e.source == source && e.partition == partition {
@@ -243,9 +243,15 @@ func (c *Controller) handleSet(source string, partition int, pods []*corev1.Pod)
 			updates = append(updates, p)
 		default:
 			e.pod = p
+			if !e.rejected {
+				same = append(same, p)
+			}
 		}
 	}
 	c.mu.Unlock()
+	for _, p := range same {
+		c.workers.Refresh(p)
+	}
 	c.HandlePodRemoves(removes)
 	c.HandlePodAdditions(source, partition, adds)
 	c.HandlePodUpdates(source, partition, updates)
@@ -429,8 +435,8 @@ func (c *Controller) HandlePodRemoves(pods []*corev1.Pod) {
 	}
 }
 
-// HandlePodReconcile records status-only changes; a pod the API says has
-// finished is torn down.
+// HandlePodReconcile records status-only changes: the pod's worker holds
+// the new copy too, and a pod the API says has finished is torn down.
 func (c *Controller) HandlePodReconcile(source string, partition int, pods []*corev1.Pod) {
 	for _, p := range pods {
 		c.mu.Lock()
@@ -439,8 +445,12 @@ func (c *Controller) HandlePodReconcile(source string, partition int, pods []*co
 			e.pod = p
 		}
 		c.mu.Unlock()
-		if ok && !e.rejected && isTerminal(p) {
+		switch {
+		case !ok || e.rejected:
+		case isTerminal(p):
 			c.workers.UpdatePod(podworker.UpdateOptions{Type: podworker.UpdateSync, Pod: p, StartTime: time.Now()})
+		default:
+			c.workers.Refresh(p)
 		}
 	}
 }

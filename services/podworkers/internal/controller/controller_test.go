@@ -565,3 +565,40 @@ func TestChangedSkipsTheSameObject(t *testing.T) {
 		}
 	}
 }
+
+// A status-only change (RECONCILE) and an unchanged pod of a SET reach the
+// pod's worker as its newest copy, without a restart: one copy of the pod
+// is held, not the controller's and an older one of the worker's.
+func TestStatusOnlyChangesReachTheWorker(t *testing.T) {
+	s := newSink()
+	rt := fakeruntime.New()
+	c := start(t, rt, s, "cpu=4,pods=10")
+	c.SetSourcesReady(true)
+	a := pod("a", "")
+	a.ResourceVersion = "1"
+	c.HandleUpdate("api", bus.OpAdd, 0, []corev1.Pod{a})
+	eventually(t, "a running", func() bool { return isRunning(s.get("a")) })
+	started := s.get("a").ContainerStatuses[0].ContainerID
+
+	held := func() (*corev1.Pod, *corev1.Pod) {
+		w, _ := c.workers.Pod("a")
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.pods["a"].pod, w
+	}
+	running := a
+	running.ResourceVersion, running.Status.Phase = "2", corev1.PodRunning
+	c.HandleUpdate("api", bus.OpReconcile, 0, []corev1.Pod{running})
+	if ctl, w := held(); ctl != w || w.Status.Phase != corev1.PodRunning {
+		t.Fatalf("after a RECONCILE the controller holds %p (%s) and the worker %p (%s), want one copy", ctl, ctl.Status.Phase, w, w.Status.Phase)
+	}
+	again := running
+	again.ResourceVersion = "3"
+	c.HandleUpdate("api", bus.OpSet, 0, []corev1.Pod{again})
+	if ctl, w := held(); ctl != w || w.ResourceVersion != "3" {
+		t.Fatalf("after a SET of the unchanged pod the controller holds %p (rv %s) and the worker %p (rv %s), want one copy", ctl, ctl.ResourceVersion, w, w.ResourceVersion)
+	}
+	if st := s.get("a"); !isRunning(st) || st.ContainerStatuses[0].ContainerID != started {
+		t.Fatalf("the container changed: %+v", st.ContainerStatuses)
+	}
+}

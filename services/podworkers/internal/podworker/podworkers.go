@@ -218,7 +218,8 @@ type podState struct {
 	done    chan struct{}
 	working bool
 	pending *work
-	active  *work
+	// active is the work in flight while working, nil otherwise.
+	active *work
 
 	syncedAt      time.Time
 	startedAt     time.Time
@@ -623,7 +624,9 @@ func (w *Workers) finish(uid types.UID, then func(s *podState)) {
 	if !ok {
 		return
 	}
-	s.working = false
+	// the finished work's pod, an older copy than s.pod once an update
+	// came in, is not kept.
+	s.working, s.active = false, nil
 	then(s)
 }
 
@@ -757,6 +760,20 @@ func (w *Workers) Pod(uid types.UID) (*corev1.Pod, bool) {
 		return nil, false
 	}
 	return s.pod, true
+}
+
+// Refresh replaces the pod a worker holds with a newer copy of it that
+// needs no work of its own (a change of its API status alone): the next
+// sync, a resync's too, takes it (kubelet: the pod manager's copy, which
+// HandlePodSyncs hands the workers), and the older copy is not kept. A pod
+// without a worker, or whose worker has finished or is handed over, is
+// left alone.
+func (w *Workers) Refresh(pod *corev1.Pod) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if s, ok := w.pods[pod.UID]; ok && !s.finished && !s.detached && s.pod != nil {
+		s.pod = pod
+	}
 }
 
 // Len is how many workers are held (those being detached not counted).

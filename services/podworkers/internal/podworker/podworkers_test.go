@@ -623,3 +623,71 @@ func TestParkedPodResyncs(t *testing.T) {
 		}
 	}
 }
+
+// A parked pod's state holds no work: the work that synced it is dropped
+// once done, and the pod it keeps is the newest it was given.
+func TestParkedPodHoldsNoWork(t *testing.T) {
+	h := newFake()
+	w := start(t, h)
+	old := newPod("newest", "p")
+	w.UpdatePod(UpdateOptions{Type: UpdateCreate, Pod: old})
+	eventually(t, "the first sync", func() bool { return len(h.callsOf(old.UID)) == 1 })
+	eventually(t, "parked", func() bool { return w.runningPods() == 0 })
+	newer := old.DeepCopy()
+	newer.Labels = map[string]string{"v": "2"}
+	w.UpdatePod(UpdateOptions{Type: UpdateUpdate, Pod: newer})
+	eventually(t, "the second sync", func() bool { return len(h.callsOf(old.UID)) == 2 })
+	eventually(t, "parked again", func() bool { return w.runningPods() == 0 })
+	w.mu.Lock()
+	s := w.pods[old.UID]
+	held, active := s.pod, s.active
+	w.mu.Unlock()
+	if held != newer {
+		t.Errorf("the state holds %v, want the newest pod", held.Labels)
+	}
+	if active != nil {
+		t.Errorf("a parked pod still holds its last work (pod %v)", active.opts.Pod.Labels)
+	}
+}
+
+// Refresh hands the worker a newer copy without a sync of its own; the
+// next sync, a resync's included, gets it. A finished worker keeps its pod.
+func TestRefreshReplacesThePodWithoutWork(t *testing.T) {
+	h := newFake()
+	w := start(t, h)
+	p := newPod("refresh", "p")
+	w.UpdatePod(UpdateOptions{Type: UpdateCreate, Pod: p})
+	eventually(t, "the first sync", func() bool { return len(h.callsOf(p.UID)) == 1 })
+	eventually(t, "parked", func() bool { return w.runningPods() == 0 })
+
+	fresh := p.DeepCopy()
+	fresh.Status.Phase = corev1.PodRunning
+	w.Refresh(fresh)
+	if got, _ := w.Pod(p.UID); got != fresh {
+		t.Fatalf("the worker holds %+v after Refresh, want the newer copy", got.Status)
+	}
+	if w.runningPods() != 0 || len(h.callsOf(p.UID)) != 1 {
+		t.Fatalf("Refresh started work: %d workers running, %d syncs", w.runningPods(), len(h.callsOf(p.UID)))
+	}
+	w.queue.Add(p.UID) // a resync
+	eventually(t, "the resync", func() bool { return len(h.callsOf(p.UID)) == 2 })
+	if c := h.callsOf(p.UID)[1]; c.pod != fresh {
+		t.Errorf("the resync synced %+v, want the refreshed copy", c.pod.Status)
+	}
+
+	w.Refresh(newPod("unknown", "q"))
+	if _, ok := w.Pod("unknown"); ok {
+		t.Error("Refresh made a worker for an unknown pod")
+	}
+	q := newPod("done", "q")
+	w.UpdatePod(UpdateOptions{Type: UpdateCreate, Pod: q})
+	eventually(t, "q synced", func() bool { return len(h.callsOf(q.UID)) == 1 })
+	w.UpdatePod(UpdateOptions{Type: UpdateUpdate, Pod: deleted(q, 1)})
+	eventually(t, "terminated", func() bool { return w.IsPodKnownTerminated(q.UID) && len(h.callsOf(q.UID)) >= 3 })
+	eventually(t, "parked after termination", func() bool { return w.runningPods() == 0 })
+	before, _ := w.Pod(q.UID)
+	w.Refresh(q)
+	if after, _ := w.Pod(q.UID); after != before {
+		t.Error("Refresh replaced a finished worker's pod")
+	}
+}
