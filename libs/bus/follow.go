@@ -42,6 +42,14 @@ type FollowOptions struct {
 	Metrics *Metrics
 }
 
+// followResetAttempts bounds how often nats.go tries to recreate a lost
+// ordered consumer under one name. A name can stay unusable: in a cluster,
+// a consumer placed on a server that died before the others noticed stays
+// assigned to it, and every retry of that name answers "consumer is
+// offline". After these attempts the client reports the error and the next
+// repair takes a new name, which is placed on a live server.
+const followResetAttempts = 3
+
 // Follower is a running Follow.
 type Follower struct {
 	cons    jetstream.Consumer
@@ -71,7 +79,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, opts FollowOptions, han
 		log = zap.NewNop()
 	}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: opts.Filters, DeliverPolicy: jetstream.DeliverAllPolicy,
-		NamePrefix: OrderedName(opts.Name)}
+		NamePrefix: OrderedName(opts.Name), MaxResetAttempts: followResetAttempts}
 	switch {
 	case opts.After > 0:
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, opts.After+1

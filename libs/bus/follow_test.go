@@ -2,6 +2,8 @@ package bus_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -187,6 +189,56 @@ func TestFollowSurvivesItsConsumerDeleted(t *testing.T) {
 	publishProbe(t, pub, 0, "c")
 	waitLen(t, &got, 3)
 	testenv.EventuallyTrue(t, 10*time.Second, "caught up", func() bool { return f.CaughtUp(ctx) })
+	got.mu.Lock()
+	defer got.mu.Unlock()
+	if s := got.seqs; len(s) != 3 || s[1]-s[0] != 1 || s[2]-s[0] != 2 {
+		t.Fatalf("handled envelope seqs %v, want three consecutive ones", s)
+	}
+}
+
+// TestFollowMovesOnFromAConsumerNameItCannotUse: a follower whose repair
+// cannot create its consumer under the next name (in a cluster: a name
+// assigned to a server that died) goes on under another one, missing
+// nothing and repeating nothing.
+func TestFollowMovesOnFromAConsumerNameItCannotUse(t *testing.T) {
+	ctx := t.Context()
+	js, pub := nodeN(t, "worker-1")
+	stream := bus.StreamName("n", bus.StreamProbes)
+	var got collected
+	f, err := bus.Follow(ctx, js, bus.FollowOptions{Stream: stream, Name: "follow-blocked"}, got.handler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Stop()
+	publishProbe(t, pub, 0, "c")
+	waitLen(t, &got, 1)
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first string
+	for c := range s.ListConsumers(ctx).Info() {
+		first = c.Name
+	}
+	prefix, ok := strings.CutSuffix(first, "_1")
+	if !ok {
+		t.Fatalf("the follower's consumer is %q, want a first ordered consumer (…_1)", first)
+	}
+	// the next name holds a consumer the repair cannot turn into its own:
+	// acknowledgements and a deliver policy may not change on an update.
+	if _, err := s.CreateConsumer(ctx, jetstream.ConsumerConfig{Name: prefix + "_2", AckPolicy: jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverLastPolicy, InactiveThreshold: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteConsumer(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	publishProbe(t, pub, 0, "c")
+	publishProbe(t, pub, 0, "c")
+	testenv.Eventually(t, 60*time.Second, "the two messages after the loss", func() (bool, string) {
+		n := got.len()
+		return n >= 3, fmt.Sprintf("%d messages", n)
+	})
 	got.mu.Lock()
 	defer got.mu.Unlock()
 	if s := got.seqs; len(s) != 3 || s[1]-s[0] != 1 || s[2]-s[0] != 2 {
