@@ -48,7 +48,7 @@ type FollowOptions struct {
 // assigned to it, and every retry of that name answers "consumer is
 // offline". After these attempts the client reports the error and the next
 // repair takes a new name, which is placed on a live server.
-const followResetAttempts = 3
+const followResetAttempts = 2
 
 // Follower is a running Follow.
 type Follower struct {

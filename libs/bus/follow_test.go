@@ -3,11 +3,13 @@ package bus_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -243,5 +245,76 @@ func TestFollowMovesOnFromAConsumerNameItCannotUse(t *testing.T) {
 	defer got.mu.Unlock()
 	if s := got.seqs; len(s) != 3 || s[1]-s[0] != 1 || s[2]-s[0] != 2 {
 		t.Fatalf("handled envelope seqs %v, want three consecutive ones", s)
+	}
+}
+
+// TestFollowersSurviveTheirServerKilled: on a three-server cluster, the
+// server a client's followers were reached through is killed outright. The
+// client reconnects at once, before the others notice the loss, and its
+// followers' repairs may place their new consumers on the dead server.
+// Every follower still hands on what is published afterwards.
+func TestFollowersSurviveTheirServerKilled(t *testing.T) {
+	c := testenv.NATSProcessClusterForTest(t, 3)
+	ctx := t.Context()
+	var nc *nats.Conn
+	testenv.EventuallyNoError(t, 30*time.Second, "a client connected to the cluster", func() (err error) {
+		nc, err = nats.Connect(strings.Join(c.URLs, ","), nats.MaxReconnects(-1), nats.ReconnectWait(10*time.Millisecond))
+		return err
+	})
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// until every server has joined JetStream's meta group, a placement
+	// may find a peer missing.
+	testenv.EventuallyNoError(t, 60*time.Second, "the streams at three replicas", func() error {
+		return bus.EnsureStreamsReplicas(ctx, js, "n", 3)
+	})
+	pub := bus.NewPublisher(nc, js, "n", "worker-1")
+	const followers = 16 // a consumer each, so some land on any one server
+	got := make([]collected, followers)
+	for p := range followers {
+		f, err := bus.Follow(ctx, js, bus.FollowOptions{Stream: bus.StreamName("n", bus.StreamProbes), Name: fmt.Sprintf("killed-p%d", p),
+			Filters: []string{bus.For("n").ProbeResults(p)}}, got[p].handler)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(f.Stop)
+		publishProbe(t, pub, p, "before")
+	}
+	waitEach := func(what string, n int, timeout time.Duration) {
+		testenv.Eventually(t, timeout, what, func() (bool, string) {
+			var behind []int
+			for p := range got {
+				if got[p].len() < n {
+					behind = append(behind, p)
+				}
+			}
+			return len(behind) == 0, fmt.Sprintf("followers %v behind", behind)
+		})
+	}
+	waitEach("each follower's first message", 1, 20*time.Second)
+
+	victim := slices.Index(c.URLs, nc.ConnectedUrl())
+	if victim < 0 {
+		t.Fatalf("connected to %s, none of %v", nc.ConnectedUrl(), c.URLs)
+	}
+	c.Kill(victim)
+	t.Logf("killed server %d, the client's", victim+1)
+	for p := range followers {
+		// a publish may meet a stream's leader election.
+		testenv.EventuallyNoError(t, 60*time.Second, "a publish after the loss", func() error {
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			return pub.Publish(pctx, bus.For("n").ProbeResults(p), bus.KindProbeResult, "",
+				&bus.ProbeResult{PodUID: "u", Container: "after", Probe: bus.ProbeLiveness, Result: bus.ProbeFailure})
+		})
+	}
+	waitEach("each follower's message published after the loss", 2, 2*time.Minute)
+	for p := range got {
+		if n := got[p].len(); n != 2 {
+			t.Errorf("follower %d handled %d messages, want 2", p, n)
+		}
 	}
 }
