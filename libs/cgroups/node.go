@@ -116,6 +116,20 @@ func (n *Node) EnsureQoS(burstableMilli int64) error {
 		n.fs.Ensure(n.Path(n.QoS(corev1.PodQOSBestEffort)), BestEffortResources()))
 }
 
+// QoSExists says whether kubepods and the QoS cgroups exist in every
+// hierarchy (true without per-QoS cgroups: there is nothing to make).
+func (n *Node) QoSExists() bool {
+	if !n.cfg.PerQOS {
+		return true
+	}
+	for _, name := range []Name{n.Kubepods(), n.QoS(corev1.PodQOSBurstable), n.QoS(corev1.PodQOSBestEffort)} {
+		if !n.fs.Exists(n.Path(name)) {
+			return false
+		}
+	}
+	return true
+}
+
 // EnsurePod creates the pod's cgroup where missing and writes its values
 // (PodResources); kubelet: the pod container manager's EnsureExists,
 // with its values kept up to date as a resize would.

@@ -58,13 +58,16 @@ func (r *Runtime) sandboxAnnotations(p *corev1.Pod) map[string]string {
 // ensurePodCgroup makes the pod's cgroup ready for a sandbox or container
 // of it: the QoS cgroups where missing and sized (a new sandbox only;
 // failures there are logged, the pod still starts), then the pod's own
-// cgroup with its current values (a failure fails the start).
+// cgroup with its current values (a failure fails the start). Only a
+// burstable pod changes a QoS cgroup's size, so the sandboxes are listed
+// to size them for a burstable pod or for QoS cgroups that are missing;
+// ReconcileCgroups sizes them again after pods are gone.
 func (r *Runtime) ensurePodCgroup(ctx context.Context, p *corev1.Pod, newSandbox bool) error {
 	n := r.opts.cgroups
 	if n == nil {
 		return nil
 	}
-	if newSandbox {
+	if newSandbox && (kube.QOSClass(p) == corev1.PodQOSBurstable || !n.QoSExists()) {
 		if err := r.ensureQoS(ctx, p); err != nil {
 			r.log.Warn("cannot update the QoS cgroups", append(podFields(p), zap.Error(err))...)
 		}
