@@ -303,6 +303,11 @@ func writeFile(dir, file, value string) error {
 func (f *FS) Remove(path string) error {
 	var errs []error
 	for _, d := range f.dirs(path) {
+		// a cgroup without children goes at once (its control files do not
+		// hold it); one with children is walked.
+		if err := unix.Rmdir(d); err == nil || errors.Is(err, unix.ENOENT) {
+			continue
+		}
 		var subdirs []string
 		err := filepath.WalkDir(d, func(p string, e fs.DirEntry, err error) error {
 			if err != nil {

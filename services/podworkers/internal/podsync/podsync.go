@@ -1014,7 +1014,7 @@ func (s *Syncer) SyncTerminatedPod(ctx context.Context, pod *corev1.Pod) error {
 			return fmt.Errorf("container %s still %s", c.Name, c.State)
 		}
 	}
-	if err := s.RemoveVolumes(pod.UID); err != nil {
+	if err := s.RemoveVolumes(pod); err != nil {
 		return fmt.Errorf("tearing down the volumes: %w", err)
 	}
 	st := s.status(pod, true, true)

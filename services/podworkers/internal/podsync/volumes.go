@@ -95,11 +95,11 @@ func (s *Syncer) volumesPending(pod *corev1.Pod) bool {
 }
 
 // RemoveVolumes tears down the volumes of a pod whose containers are gone.
-func (s *Syncer) RemoveVolumes(uid types.UID) error {
+func (s *Syncer) RemoveVolumes(pod *corev1.Pod) error {
 	if s.volumes == nil {
 		return nil
 	}
-	return s.volumes.Teardown(uid)
+	return s.volumes.TeardownPod(pod)
 }
 
 // RemoveVolumesAfterRemove is RemoveVolumes once the runtime's RemovePod

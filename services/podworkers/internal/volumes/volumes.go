@@ -730,6 +730,22 @@ func kubePod(pod *corev1.Pod) []zap.Field {
 // are the host's and stay). The pod's containers must have stopped.
 func (m *Manager) Teardown(uid types.UID) error { return m.teardown(uid, true) }
 
+// TeardownPod is Teardown of a pod whose spec is at hand: the runtime is
+// asked for image volumes only when the spec has one (a pod's volumes
+// never change), which saves a pod without any a lookup in containerd.
+func (m *Manager) TeardownPod(pod *corev1.Pod) error {
+	return m.teardown(pod.UID, hasImageVolume(pod))
+}
+
+func hasImageVolume(pod *corev1.Pod) bool {
+	for _, v := range pod.Spec.Volumes {
+		if v.Image != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // TeardownAfterRemove is Teardown once the runtime's RemovePod has
 // succeeded, which released the image volumes already (ImageVolumes):
 // they are not looked up again.

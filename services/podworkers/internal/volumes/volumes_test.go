@@ -508,3 +508,35 @@ func TestTeardownReleasesImageVolumesOnce(t *testing.T) {
 		}
 	}
 }
+
+// TeardownPod asks the runtime to release image volumes only for a pod
+// whose spec has one; either way the pod's directory goes.
+func TestTeardownPodReleasesOnlyAPodsImageVolumes(t *testing.T) {
+	rc := &releaseCounter{n: map[types.UID]int{}}
+	m := New(t.TempDir(), fakeSources{}, &fakeTokens{ttl: time.Hour}, WithImageVolumes(rc))
+	image := corev1.Volume{Name: "img", VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "example.test/img:1"}}}
+	for _, tc := range []struct {
+		uid      types.UID
+		extra    []corev1.Volume
+		releases int
+	}{{"no-image", nil, 0}, {"image", []corev1.Volume{image}, 1}} {
+		p := pod(append([]corev1.Volume{{Name: "e", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}, tc.extra...)...)
+		p.UID = tc.uid
+		// the emptyDir alone is set up: the image volume is the runtime's.
+		set := p.DeepCopy()
+		set.Spec.Volumes = set.Spec.Volumes[:1]
+		vols, err := m.Setup(t.Context(), set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.TeardownPod(p); err != nil {
+			t.Fatal(err)
+		}
+		if rc.n[p.UID] != tc.releases {
+			t.Errorf("pod %s: %d image volume releases, want %d", p.UID, rc.n[p.UID], tc.releases)
+		}
+		if _, err := os.Stat(vols["e"].Path); !os.IsNotExist(err) {
+			t.Errorf("pod %s: teardown left %s", p.UID, vols["e"].Path)
+		}
+	}
+}
