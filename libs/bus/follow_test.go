@@ -163,20 +163,7 @@ func TestFollowRetriesAFailedMessageInOrder(t *testing.T) {
 // last message it handed on, missing nothing and repeating nothing.
 func TestFollowSurvivesItsConsumerDeleted(t *testing.T) {
 	ctx := t.Context()
-	js, pub := nodeN(t, "worker-1")
-	stream := bus.StreamName("n", bus.StreamProbes)
-	var got collected
-	f, err := bus.Follow(ctx, js, bus.FollowOptions{Stream: stream, Name: "follow-reset"}, got.handler)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Stop()
-	publishProbe(t, pub, 0, "c")
-	waitLen(t, &got, 1)
-	s, err := js.Stream(ctx, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, pub, s, got := followingOne(t, "follow-reset")
 	deleted := 0
 	for name := range s.ListConsumers(ctx).Info() {
 		if err := s.DeleteConsumer(ctx, name.Name); err != nil {
@@ -187,10 +174,41 @@ func TestFollowSurvivesItsConsumerDeleted(t *testing.T) {
 	if deleted != 1 {
 		t.Fatalf("deleted %d consumers, want the follower's one", deleted)
 	}
-	publishProbe(t, pub, 0, "c")
-	publishProbe(t, pub, 0, "c")
-	waitLen(t, &got, 3)
+	twoMoreInOrder(t, pub, got, 10*time.Second)
 	testenv.EventuallyTrue(t, 10*time.Second, "caught up", func() bool { return f.CaughtUp(ctx) })
+}
+
+// followingOne starts a follower of the probe results that has handled
+// one message; it returns the stream's handle too.
+func followingOne(t *testing.T, name string) (*bus.Follower, *bus.Publisher, jetstream.Stream, *collected) {
+	t.Helper()
+	js, pub := nodeN(t, "worker-1")
+	stream := bus.StreamName("n", bus.StreamProbes)
+	got := &collected{}
+	f, err := bus.Follow(t.Context(), js, bus.FollowOptions{Stream: stream, Name: name}, got.handler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Stop)
+	publishProbe(t, pub, 0, "c")
+	waitLen(t, got, 1)
+	s, err := js.Stream(t.Context(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, pub, s, got
+}
+
+// twoMoreInOrder publishes two more messages and waits for the follower
+// to hand on both after the first: three consecutive ones, no other.
+func twoMoreInOrder(t *testing.T, pub *bus.Publisher, got *collected, timeout time.Duration) {
+	t.Helper()
+	publishProbe(t, pub, 0, "c")
+	publishProbe(t, pub, 0, "c")
+	testenv.Eventually(t, timeout, "the two messages after the first", func() (bool, string) {
+		n := got.len()
+		return n >= 3, fmt.Sprintf("%d messages", n)
+	})
 	got.mu.Lock()
 	defer got.mu.Unlock()
 	if s := got.seqs; len(s) != 3 || s[1]-s[0] != 1 || s[2]-s[0] != 2 {
@@ -204,20 +222,7 @@ func TestFollowSurvivesItsConsumerDeleted(t *testing.T) {
 // nothing and repeating nothing.
 func TestFollowMovesOnFromAConsumerNameItCannotUse(t *testing.T) {
 	ctx := t.Context()
-	js, pub := nodeN(t, "worker-1")
-	stream := bus.StreamName("n", bus.StreamProbes)
-	var got collected
-	f, err := bus.Follow(ctx, js, bus.FollowOptions{Stream: stream, Name: "follow-blocked"}, got.handler)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Stop()
-	publishProbe(t, pub, 0, "c")
-	waitLen(t, &got, 1)
-	s, err := js.Stream(ctx, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, pub, s, got := followingOne(t, "follow-blocked")
 	var first string
 	for c := range s.ListConsumers(ctx).Info() {
 		first = c.Name
@@ -235,17 +240,7 @@ func TestFollowMovesOnFromAConsumerNameItCannotUse(t *testing.T) {
 	if err := s.DeleteConsumer(ctx, first); err != nil {
 		t.Fatal(err)
 	}
-	publishProbe(t, pub, 0, "c")
-	publishProbe(t, pub, 0, "c")
-	testenv.Eventually(t, 60*time.Second, "the two messages after the loss", func() (bool, string) {
-		n := got.len()
-		return n >= 3, fmt.Sprintf("%d messages", n)
-	})
-	got.mu.Lock()
-	defer got.mu.Unlock()
-	if s := got.seqs; len(s) != 3 || s[1]-s[0] != 1 || s[2]-s[0] != 2 {
-		t.Fatalf("handled envelope seqs %v, want three consecutive ones", s)
-	}
+	twoMoreInOrder(t, pub, got, 60*time.Second)
 }
 
 // TestFollowersSurviveTheirServerKilled: on a three-server cluster, the

@@ -1,7 +1,9 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,8 +24,9 @@ type NATSProcessCluster struct {
 }
 
 // NATSProcessClusterForTest starts n servers for t (their logs and stores
-// in t's temporary directory), killed when t ends. It needs bin/nats-server
-// (make nats-server) and is skipped under -short.
+// in t's temporary directory) and waits until each takes clients; they are
+// killed when t ends. It needs bin/nats-server (make nats-server) and is
+// skipped under -short.
 func NATSProcessClusterForTest(t testing.TB, n int) *NATSProcessCluster {
 	t.Helper()
 	SkipShort(t, "bin/nats-server processes")
@@ -32,35 +35,70 @@ func NATSProcessClusterForTest(t testing.TB, n int) *NATSProcessCluster {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	clients, routes := make([]int, n), make([]string, n)
+	var c *NATSProcessCluster
+	err = onFreePorts(func() error {
+		var err error
+		c, err = startNATSProcesses(bin, dir, n)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.stop)
+	return c
+}
+
+// startNATSProcesses starts n routed servers on ports FreePort picks and
+// waits for each to listen; on a failure it stops those it started.
+func startNATSProcesses(bin, dir string, n int) (*NATSProcessCluster, error) {
+	clients, routes := make([]string, n), make([]string, n)
 	for i := range n {
-		if clients[i], err = FreePort(); err != nil {
-			t.Fatal(err)
+		for _, hp := range []*string{&clients[i], &routes[i]} {
+			port, err := FreePort()
+			if err != nil {
+				return nil, err
+			}
+			*hp = fmt.Sprintf("127.0.0.1:%d", port)
 		}
-		port, err := FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		routes[i] = fmt.Sprintf("nats-route://127.0.0.1:%d", port)
+	}
+	routeURLs := make([]string, n)
+	for i, r := range routes {
+		routeURLs[i] = "nats-route://" + r
 	}
 	c := &NATSProcessCluster{}
-	t.Cleanup(c.stop)
 	for i := range n {
-		conf := fmt.Sprintf("server_name: s%d\nlisten: 127.0.0.1:%d\njetstream { store_dir: %q }\n"+
-			"cluster { name: splitlet, listen: %q, routes: [%s] }\n",
-			i+1, clients[i], filepath.Join(dir, fmt.Sprintf("s%d", i+1)), strings.TrimPrefix(routes[i], "nats-route://"), strings.Join(routes, ", "))
-		path := filepath.Join(dir, fmt.Sprintf("s%d.conf", i+1))
+		name := fmt.Sprintf("s%d", i+1)
+		conf := fmt.Sprintf("server_name: %s\nlisten: %s\njetstream { store_dir: %q }\ncluster { name: splitlet, listen: %q, routes: [%s] }\n",
+			name, clients[i], filepath.Join(dir, name), routes[i], strings.Join(routeURLs, ", "))
+		path := filepath.Join(dir, name+".conf")
 		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
-			t.Fatal(err)
+			c.stop()
+			return nil, err
 		}
-		p, err := startProcess(fmt.Sprintf("nats-server s%d", i+1), filepath.Join(dir, fmt.Sprintf("s%d.log", i+1)), bin, "-c", path)
+		p, err := startProcess("nats-server "+name, filepath.Join(dir, name+".log"), bin, "-c", path)
 		if err != nil {
-			t.Fatal(err)
+			c.stop()
+			return nil, err
 		}
 		c.procs = append(c.procs, p)
-		c.URLs = append(c.URLs, fmt.Sprintf("nats://127.0.0.1:%d", clients[i]))
+		c.URLs = append(c.URLs, "nats://"+clients[i])
 	}
-	return c
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i, p := range c.procs {
+		err := p.waitFor(ctx, "taking clients", func() error {
+			conn, err := net.DialTimeout("tcp", clients[i], time.Second)
+			if err == nil {
+				conn.Close()
+			}
+			return err
+		})
+		if err != nil {
+			c.stop()
+			return nil, err
+		}
+	}
+	return c, nil
 }
 
 // Kill ends server i with SIGKILL and waits for it to be gone.
