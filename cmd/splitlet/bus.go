@@ -16,7 +16,7 @@ import (
 )
 
 const busUsage = `usage:
-  splitlet bus identities --node-name N --dir D [--partitions P]
+  splitlet bus identities --node-name N --dir D
                                                    an nkey per stage (and admin) in D, and D/auth.conf for nats-server
   splitlet bus init --node-name N --nats-url U [--nats-nkey D/admin.nk] [--nats-tls-ca F] [--nats-replicas R]
                                                    make the node's streams and lease bucket (admin identity)
@@ -74,20 +74,16 @@ func busIdentities(args []string, stdout io.Writer) error {
 	fs := pflag.NewFlagSet("bus identities", pflag.ContinueOnError)
 	node := fs.String("node-name", "", "the node the identities are for")
 	dir := fs.String("dir", "", "directory for the seeds and auth.conf")
-	partitions := fs.Int("partitions", bus.DefaultPartitions, "the node's partition count (the stages' partitions key): the pod workers have a durable consumer per partition")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *node == "" || *dir == "" {
 		return errors.New("--node-name and --dir are required")
 	}
-	if *partitions < 1 || *partitions > bus.MaxPartitions {
-		return fmt.Errorf("invalid value %d for --partitions: must be 1 to %d", *partitions, bus.MaxPartitions)
-	}
 	if err := os.MkdirAll(*dir, 0o700); err != nil {
 		return err
 	}
-	conf, err := bus.WriteIdentities(*node, *partitions, func(id string) string { return filepath.Join(*dir, id+".nk") })
+	conf, err := bus.WriteIdentities(*node, func(id string) string { return filepath.Join(*dir, id+".nk") })
 	if err != nil {
 		return err
 	}
@@ -152,5 +148,12 @@ func busInit(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 	}
 	fmt.Fprintf(stdout, "streams and lease bucket of node %s ready (%d replicas)\n", *node, *replicas)
+	n, err := bus.RemoveRetiredConsumers(ctx, js, *node)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		fmt.Fprintf(stdout, "removed %d durable consumers no stage reads\n", n)
+	}
 	return nil
 }

@@ -149,7 +149,7 @@ func TestStageIdentities(t *testing.T) {
 		{bus.StagePodworkers, "$JS.API.CONSUMER.DELETE." + bus.StreamName(node, bus.StreamPodStatus) + "." + bus.DurableStatussyncPodStatus},
 		{bus.StagePodworkers, "$JS.API.CONSUMER.CREATE." + bus.StreamName(node, bus.StreamPodUpdates) + "." + bus.DurableProberPodUpdates},
 		{bus.StageProber, "$JS.API.CONSUMER.MSG.NEXT." + bus.StreamName(node, bus.StreamPodStatus) + "." + bus.DurableStatussyncPodStatus},
-		{bus.StageStatussync, "$JS.API.CONSUMER.INFO." + bus.StreamName(node, bus.StreamProbes) + "." + bus.DurablePodworkersProbes(0)},
+		{bus.StagePodworkers, "$JS.API.CONSUMER.INFO." + bus.StreamName(node, bus.StreamProbes) + "." + bus.DurableStatussyncProbes},
 		{bus.StagePodworkers, "$JS.ACK." + bus.StreamName(node, bus.StreamPodStatus) + "." + bus.DurableProberPodStatus + ".1.1.1.1.0"},
 	} {
 		if err := refused(t, url, filepath.Join(ids, c.id+".nk"), c.subject); err != nil {

@@ -20,7 +20,7 @@ import (
 // and exits 1; with the shadow agreeing on both it exits 0.
 func TestBusDiffLive(t *testing.T) {
 	const node = "live-diff"
-	n := bustest.Start(t, node, 2)
+	n := bustest.Start(t, node)
 	js, err := jetstream.New(n.Connect(t, bus.AdminIdentity))
 	if err != nil {
 		t.Fatal(err)

@@ -29,7 +29,7 @@ import (
 // are the prober's).
 func TestConformance(t *testing.T) {
 	const node = "jsprober-node"
-	n := bustest.Start(t, node, 4)
+	n := bustest.Start(t, node)
 	startJSProber(t, "--nats-url="+n.URL, "--nats-nkey="+n.Seed(bus.StageProber), "--node-name="+node, "--partitions=4")
 	nc := n.Connect(t, bus.AdminIdentity)
 	st := waitReady(t, nc, node)

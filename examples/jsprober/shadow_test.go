@@ -29,7 +29,7 @@ import (
 // cases without a permission violation.
 func TestShadowConformance(t *testing.T) {
 	const node = "jsprober-shadow"
-	n := bustest.Start(t, node, 4)
+	n := bustest.Start(t, node)
 	id := bus.ShadowIdentity(bus.StageProber)
 	startJSProber(t, "--nats-url="+n.URL, "--nats-nkey="+n.Seed(id), "--node-name="+node, "--partitions=4", "--shadow")
 	st := waitReadyAs(t, n.Connect(t, bus.AdminIdentity), node, id)
@@ -47,7 +47,7 @@ func TestShadowConformance(t *testing.T) {
 // following the probed port, and every live result is the live prober's.
 func TestShadowKilled(t *testing.T) {
 	const node = "shadow-killed"
-	n := bustest.Start(t, node, 4)
+	n := bustest.Start(t, node)
 	apptest.Start(t, "tcpprober", []string{"--nats-url=" + n.URL, "--nats-nkey=" + n.Seed(bus.StageProber), "--node-name=" + node, "--partitions=4"}, tcpprober.Service())
 	shadow := startJSProber(t, "--nats-url="+n.URL, "--nats-nkey="+n.Seed(bus.ShadowIdentity(bus.StageProber)), "--node-name="+node, "--partitions=4", "--shadow")
 	k := newKit(t, n, node)
@@ -77,7 +77,7 @@ func TestShadowKilled(t *testing.T) {
 // for the live prober, untaken, while the shadow goes on under its prefix.
 func TestShadowNoTakeover(t *testing.T) {
 	const node = "shadow-takeover"
-	n := bustest.Start(t, node, 4)
+	n := bustest.Start(t, node)
 	live := startJSProber(t, "--nats-url="+n.URL, "--nats-nkey="+n.Seed(bus.StageProber), "--node-name="+node, "--partitions=4")
 	apptest.Start(t, "tcpprober", []string{"--nats-url=" + n.URL, "--nats-nkey=" + n.Seed(bus.ShadowIdentity(bus.StageProber)),
 		"--node-name=" + node, "--partitions=4", "--shadow"}, tcpprober.Service())

@@ -77,7 +77,7 @@ func TestSplitletStages(t *testing.T) {
 		// shadow cases (its writes published, none sent), no permission
 		// violation.
 		const node = "selftest-statussync-shadow"
-		n := bustest.Start(t, node, 4)
+		n := bustest.Start(t, node)
 		apptest.Start(t, "statussync", []string{"--nats-url=" + n.URL, "--nats-nkey=" + n.Seed(bus.ShadowIdentity(bus.StageStatussync)),
 			"--node-name=" + node, "--partitions=4", "--kubeconfig=" + cp.Kubeconfig, "--shadow"}, statussync.Service())
 		conformance.StatusSyncShadow(t, conformance.Target{NATSURL: n.URL, NATSOptions: n.Options(t, bus.AdminIdentity), Node: node, Partitions: 4, Config: cp.Config})
@@ -90,7 +90,7 @@ func TestSplitletStages(t *testing.T) {
 		// kit's shadow cases (statuses under the shadow prefix, the live
 		// runtime's containers, nothing live), no permission violation.
 		const node = "selftest-podworkers-shadow"
-		n := bustest.Start(t, node, 4)
+		n := bustest.Start(t, node)
 		apptest.Start(t, "podworkers", []string{"--nats-url=" + n.URL, "--nats-nkey=" + n.Seed(bus.ShadowIdentity(bus.StagePodworkers)),
 			"--node-name=" + node, "--partitions=4", "--kubeconfig=" + cp.Kubeconfig, "--shadow"}, podworkers.Service())
 		conformance.PodWorkersShadow(t, conformance.Target{NATSURL: n.URL, NATSOptions: n.Options(t, bus.AdminIdentity), Node: node, Partitions: 4, Config: cp.Config})

@@ -18,7 +18,7 @@ import (
 // as the prober's bus identity, and stays within it.
 func TestConformance(t *testing.T) {
 	const node = "tcpprober-node"
-	nats := bustest.Start(t, node, 4)
+	nats := bustest.Start(t, node)
 	apptest.Start(t, "tcpprober", []string{"--nats-url=" + nats.URL, "--nats-nkey=" + nats.Seed(bus.StageProber), "--node-name=" + node, "--partitions=4"}, tcpprober.Service())
 	conformance.Prober(t, conformance.Target{NATSURL: nats.URL, NATSOptions: nats.Options(t, bus.AdminIdentity), Node: node, Partitions: 4}, conformance.TCPOnly())
 	if v := nats.Violations.All(); len(v) > 0 {

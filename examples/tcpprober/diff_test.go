@@ -37,7 +37,7 @@ import (
 func TestShadowDiffFindsPlantedChange(t *testing.T) {
 	cp := testenv.ControlPlaneForTest(t) // the Go prober's API client (Events)
 	const node = "shadow-diff"
-	n := bustest.Start(t, node, 4)
+	n := bustest.Start(t, node)
 	common := []string{"--nats-url=" + n.URL, "--node-name=" + node, "--partitions=4", "--kubeconfig=" + cp.Kubeconfig}
 	apptest.Start(t, "prober", append(common, "--nats-nkey="+n.Seed(bus.StageProber)), prober.Service())
 	apptest.Start(t, "tcpprober", append(common, "--nats-nkey="+n.Seed(bus.ShadowIdentity(bus.StageProber)),

@@ -16,7 +16,7 @@ import (
 // prefix, nothing live, its own consumers) within that identity.
 func TestShadowConformance(t *testing.T) {
 	const node = "tcpprober-shadow"
-	nats := bustest.Start(t, node, 4)
+	nats := bustest.Start(t, node)
 	apptest.Start(t, "tcpprober", []string{"--nats-url=" + nats.URL, "--nats-nkey=" + nats.Seed(bus.ShadowIdentity(bus.StageProber)),
 		"--node-name=" + node, "--partitions=4", "--shadow"}, tcpprober.Service())
 	conformance.ProberShadow(t, conformance.Target{NATSURL: nats.URL, NATSOptions: nats.Options(t, bus.AdminIdentity), Node: node, Partitions: 4})

@@ -1,8 +1,12 @@
 package bus
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"regexp"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 )
 
@@ -16,10 +20,6 @@ const (
 	DurableStatussyncPodStatus  = "statussync-status"
 	DurableStatussyncProbes     = "statussync-probes"
 )
-
-// DurablePodworkersProbes is the durable consumer of partition p's probe
-// results, shared by the pod worker replicas (the owner of p reads it).
-func DurablePodworkersProbes(p int) string { return fmt.Sprintf("podworkers-probes-p%d", p) }
 
 // OrderedName is the name prefix of an ordered consumer: the reader's name
 // (its stage's name first) and a random part, to which nats.go appends
@@ -48,22 +48,18 @@ type StreamUse struct {
 	Gets bool
 }
 
-// StageStreams lists what a stage reads, stream by stream, on a node of the
-// given partition count (the pod workers have a durable per partition).
-func StageStreams(stage, node string, partitions int) []StreamUse {
+// StageStreams lists what a stage reads, stream by stream, on a node.
+func StageStreams(stage, node string) []StreamUse {
 	name := func(what string) string { return StreamName(node, what) }
 	switch stage {
 	case StagePodworkers:
-		probes := make([]string, partitions)
-		for p := range probes {
-			probes[p] = DurablePodworkersProbes(p)
-		}
 		return []StreamUse{
 			// a partition's pod updates and runtime status, replayed on
-			// taking it over, then followed.
+			// taking it over, then followed; its probe results followed
+			// from the first the stream holds.
 			{Stream: name(StreamPodUpdates), Ordered: true, Gets: true},
 			{Stream: name(StreamPodStatus), Ordered: true, Gets: true},
-			{Stream: name(StreamProbes), Durables: probes, Gets: true},
+			{Stream: name(StreamProbes), Ordered: true, Gets: true},
 			{Stream: name(StreamState), Ordered: true},
 			// the partition leases.
 			{Stream: "KV_" + LeaseBucket(node), Ordered: true, Push: true, Gets: true},
@@ -88,4 +84,38 @@ func StageStreams(stage, node string, partitions int) []StreamUse {
 		return []StreamUse{{Stream: name(StreamPodStatus), Ordered: true}}
 	}
 	return nil
+}
+
+// retiredDurable matches durable names the contract does not define and a
+// node's server may hold: per-partition probe durables of the pod workers,
+// which follow the probe results and keep nothing on the server.
+var retiredDurable = regexp.MustCompile(`^podworkers-probes-p[0-9]+$`)
+
+// RemoveRetiredConsumers deletes the node's durable consumers that no
+// stage reads (retiredDurable): left on the server, each would stay there
+// for good. It returns how many went. Listing consumers takes the
+// admin's rights (splitlet bus init, an embedded server).
+func RemoveRetiredConsumers(ctx context.Context, js jetstream.JetStream, node string) (int, error) {
+	s, err := js.Stream(ctx, StreamName(node, StreamProbes))
+	if err != nil {
+		return 0, fmt.Errorf("bus: stream %s: %w", StreamName(node, StreamProbes), err)
+	}
+	var retired []string
+	names := s.ConsumerNames(ctx)
+	for name := range names.Name() {
+		if retiredDurable.MatchString(name) {
+			retired = append(retired, name)
+		}
+	}
+	if err := names.Err(); err != nil {
+		return 0, fmt.Errorf("bus: consumers of %s: %w", StreamName(node, StreamProbes), err)
+	}
+	removed := 0
+	for _, name := range retired {
+		if err := s.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return removed, fmt.Errorf("bus: remove retired consumer %s: %w", name, err)
+		}
+		removed++
+	}
+	return removed, nil
 }

@@ -47,9 +47,9 @@ func EnsureSeed(path string) (string, error) {
 }
 
 // WriteIdentities makes (or keeps) a seed per identity, at seedPath(id),
-// and returns nats-server's authorization block for them, for a node of the
-// given partition count (AuthorizationConfig).
-func WriteIdentities(node string, partitions int, seedPath func(id string) string) (string, error) {
+// and returns nats-server's authorization block for them, for a node
+// (AuthorizationConfig).
+func WriteIdentities(node string, seedPath func(id string) string) (string, error) {
 	keys := map[string]string{}
 	for _, id := range Identities() {
 		pub, err := EnsureSeed(seedPath(id))
@@ -58,5 +58,5 @@ func WriteIdentities(node string, partitions int, seedPath func(id string) strin
 		}
 		keys[id] = pub
 	}
-	return AuthorizationConfig(node, partitions, keys)
+	return AuthorizationConfig(node, keys)
 }

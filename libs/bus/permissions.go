@@ -46,9 +46,8 @@ type Permissions struct {
 	Responses bool
 }
 
-// StagePermissions are a stage's permissions on the bus of a node with the
-// given partition count.
-func StagePermissions(stage, node string, partitions int) (Permissions, error) {
+// StagePermissions are a stage's permissions on the bus of a node.
+func StagePermissions(stage, node string) (Permissions, error) {
 	if !slices.Contains(Stages, stage) {
 		return Permissions{}, fmt.Errorf("bus: no stage %q (one of %s)", stage, strings.Join(Stages, ", "))
 	}
@@ -100,10 +99,10 @@ func StagePermissions(stage, node string, partitions int) (Permissions, error) {
 		// the device manager answers the pod workers' allocations.
 		p.Subscribe = append(p.Subscribe, s.DevicesAllocate())
 	}
-	for _, u := range StageStreams(stage, node, partitions) {
+	for _, u := range StageStreams(stage, node) {
 		p.Publish = append(p.Publish, readStream(u)...)
 		if u.Ordered {
-			p.PublishDeny = append(p.PublishDeny, othersDurables(stage, node, partitions, u.Stream)...)
+			p.PublishDeny = append(p.PublishDeny, othersDurables(stage, node, u.Stream)...)
 		}
 	}
 	// Its own status endpoint of the service API (answered through
@@ -155,7 +154,7 @@ func consumerAPI(stream, name string) []string {
 // othersDurables is the consumer API of the durables the other
 // identities (the stages and their shadows) keep on a stream: denied to an
 // identity whose ordered consumers take any name there.
-func othersDurables(id, node string, partitions int, stream string) []string {
+func othersDurables(id, node, stream string) []string {
 	var out []string
 	add := func(uses []StreamUse) {
 		for _, u := range uses {
@@ -170,12 +169,12 @@ func othersDurables(id, node string, partitions int, stream string) []string {
 	}
 	for _, other := range Stages {
 		if other != id {
-			add(StageStreams(other, node, partitions))
+			add(StageStreams(other, node))
 		}
 	}
 	for _, other := range ShadowStages {
 		if ShadowIdentity(other) != id {
-			add(ShadowStreams(other, node, partitions))
+			add(ShadowStreams(other, node))
 		}
 	}
 	return out
@@ -183,13 +182,13 @@ func othersDurables(id, node string, partitions int, stream string) []string {
 
 // IdentityPermissions are the permissions of a stage identity or of a
 // shadow's (ShadowIdentity).
-func IdentityPermissions(id, node string, partitions int) (Permissions, error) {
+func IdentityPermissions(id, node string) (Permissions, error) {
 	for _, stage := range ShadowStages {
 		if id == ShadowIdentity(stage) {
-			return ShadowPermissions(stage, node, partitions)
+			return ShadowPermissions(stage, node)
 		}
 	}
-	return StagePermissions(id, node, partitions)
+	return StagePermissions(id, node)
 }
 
 // StageIdentities are the identities of the stages and of their shadows,
@@ -205,9 +204,8 @@ func StageIdentities() []string {
 // AuthorizationConfig is the authorization block of a nats-server
 // configuration for a node: the admin identity (everything) and each
 // stage's and shadow's (StageIdentities), by public nkey. keys maps
-// "admin" and each of them to its public nkey; a stage without a key is left out. partitions is the node's
-// partition count (the pod workers have a durable consumer per partition).
-func AuthorizationConfig(node string, partitions int, keys map[string]string) (string, error) {
+// "admin" and each of them to its public nkey; a stage without a key is left out.
+func AuthorizationConfig(node string, keys map[string]string) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Splitlet bus identities of node %s (splitlet bus identities).\n", node)
 	b.WriteString("authorization {\n  users: [\n")
@@ -219,7 +217,7 @@ func AuthorizationConfig(node string, partitions int, keys map[string]string) (s
 		if k == "" {
 			continue
 		}
-		p, err := IdentityPermissions(stage, node, partitions)
+		p, err := IdentityPermissions(stage, node)
 		if err != nil {
 			return "", err
 		}

@@ -20,13 +20,12 @@ const docNode = "<node>"
 // permissions, made from StagePermissions and StageStreams: what each may
 // publish (JetStream's API aside) and subscribe to, and what it reads of
 // each stream. Subjects are shown without splitlet.v1.<node>., streams by
-// their short name, and the pod workers' per-partition durables as
-// podworkers-probes-p<p>.
+// their short name.
 func PermissionTable() string {
 	var b strings.Builder
 	b.WriteString("| identity | publishes | subscribes | reads (JetStream) |\n|---|---|---|---|\n")
 	for _, stage := range StageIdentities() {
-		p, err := IdentityPermissions(stage, docNode, 1)
+		p, err := IdentityPermissions(stage, docNode)
 		if err != nil {
 			panic(err) // the identities are all known
 		}
@@ -50,10 +49,10 @@ func PermissionTable() string {
 func identityStreams(id string) []StreamUse {
 	for _, stage := range ShadowStages {
 		if id == ShadowIdentity(stage) {
-			return ShadowStreams(stage, docNode, 1)
+			return ShadowStreams(stage, docNode)
 		}
 	}
-	return StageStreams(id, docNode, 1)
+	return StageStreams(id, docNode)
 }
 
 func docSubject(s string) string {
@@ -81,7 +80,7 @@ func docReads(uses []StreamUse) string {
 	for _, u := range uses {
 		var what []string
 		for _, d := range u.Durables {
-			what = append(what, "durable `"+strings.Replace(d, "-p0", "-p<p>", 1)+"`")
+			what = append(what, "durable `"+d+"`")
 		}
 		if u.Ordered {
 			what = append(what, "ordered consumers")

@@ -26,7 +26,7 @@ func TestPermissionTableInDocs(t *testing.T) {
 		t.Errorf("docs/bus.md's permission table differs from the code's; run `go run ./libs/bus/cmd/permtable`. The code's:\n%s", bus.PermissionTable())
 	}
 	// the table shows what the permissions hold.
-	for _, want := range []string{"`runtime.probeexec.*`", "`_INBOX.prober.>`", "durable `podworkers-probes-p<p>`", "durable `statussync-probes`"} {
+	for _, want := range []string{"`runtime.probeexec.*`", "`_INBOX.prober.>`", "durable `statussync-probes`"} {
 		if !strings.Contains(bus.PermissionTable(), want) {
 			t.Errorf("the table lacks %s", want)
 		}

@@ -165,9 +165,9 @@ func EnsureShadowStream(ctx context.Context, js jetstream.JetStream, node string
 // with its durables renamed (ShadowDurable), but the pod workers' partition
 // leases (a shadow pod worker holds every partition in its own view and
 // takes none from the live replicas).
-func ShadowStreams(stage, node string, partitions int) []StreamUse {
+func ShadowStreams(stage, node string) []StreamUse {
 	var out []StreamUse
-	for _, u := range StageStreams(stage, node, partitions) {
+	for _, u := range StageStreams(stage, node) {
 		if u.Stream == "KV_"+LeaseBucket(node) {
 			continue
 		}
@@ -185,7 +185,7 @@ func ShadowStreams(stage, node string, partitions int) []StreamUse {
 // not their partition leases), publish on its shadow prefix alone (and, for
 // the prober, its exec probes, which the pod workers run only when they are
 // the pod's own probe commands).
-func ShadowPermissions(stage, node string, partitions int) (Permissions, error) {
+func ShadowPermissions(stage, node string) (Permissions, error) {
 	if !slices.Contains(ShadowStages, stage) {
 		return Permissions{}, fmt.Errorf("bus: stage %q has no shadow mode (%s have)", stage, strings.Join(ShadowStages, ", "))
 	}
@@ -202,10 +202,10 @@ func ShadowPermissions(stage, node string, partitions int) (Permissions, error) 
 	}
 	p.Subscribe = append(p.Subscribe, InboxPrefix(id)+".>", "$SRV.>", s.Status(id))
 	p.Responses = true
-	for _, u := range ShadowStreams(stage, node, partitions) {
+	for _, u := range ShadowStreams(stage, node) {
 		p.Publish = append(p.Publish, readStream(u)...)
 		if u.Ordered {
-			p.PublishDeny = append(p.PublishDeny, othersDurables(id, node, partitions, u.Stream)...)
+			p.PublishDeny = append(p.PublishDeny, othersDurables(id, node, u.Stream)...)
 		}
 	}
 	return p, nil

@@ -23,7 +23,7 @@ import (
 func TestShadowIdentity(t *testing.T) {
 	t.Parallel() // waits out refusals and timeouts: alongside the others
 	const node = "shadow-node"
-	srv := bustest.Start(t, node, 2)
+	srv := bustest.Start(t, node)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	s := bus.For(node)
@@ -107,7 +107,7 @@ func TestShadowIdentity(t *testing.T) {
 func TestShadowStatussyncIdentity(t *testing.T) {
 	t.Parallel() // waits out refusals and timeouts: alongside the others
 	const node = "shadow-ss"
-	srv := bustest.Start(t, node, 2)
+	srv := bustest.Start(t, node)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	nc := srv.Connect(t, bus.ShadowIdentity(bus.StageStatussync), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
@@ -143,14 +143,13 @@ func TestShadowStatussyncIdentity(t *testing.T) {
 }
 
 // TestShadowPodworkersIdentity: the pod workers' shadow publishes its pod
-// statuses under its shadow prefix and reads the probe results through
-// durables of its own; it may not publish a live pod status or agent
-// readiness, take the live replicas' probe durables, nor write to the
-// partition lease bucket.
+// statuses under its shadow prefix and follows the probe results; it may
+// not publish a live pod status or agent readiness, take a live stage's
+// durable on the probes stream, nor write to the partition lease bucket.
 func TestShadowPodworkersIdentity(t *testing.T) {
 	t.Parallel() // waits out refusals and timeouts: alongside the others
 	const node = "shadow-pw"
-	srv := bustest.Start(t, node, 2)
+	srv := bustest.Start(t, node)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	nc := srv.Connect(t, bus.ShadowIdentity(bus.StagePodworkers), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
@@ -160,8 +159,10 @@ func TestShadowPodworkersIdentity(t *testing.T) {
 	}
 	s := bus.For(node)
 	probes := bus.StreamName(node, bus.StreamProbes)
-	if _, err := js.CreateOrUpdateConsumer(ctx, probes, jetstream.ConsumerConfig{Durable: bus.ShadowDurable(bus.DurablePodworkersProbes(1)), AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
-		t.Errorf("its own probe durable: %v", err)
+	// a follower of the probe results, as bus.Follow makes it.
+	if _, err := js.CreateConsumer(ctx, probes, jetstream.ConsumerConfig{Name: bus.OrderedName(bus.ShadowIdentity(bus.StagePodworkers)),
+		FilterSubjects: []string{s.ProbeResults(1)}, AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true, InactiveThreshold: time.Minute}); err != nil {
+		t.Errorf("its own follower of the probe results: %v", err)
 	}
 	pub := bus.NewPublisher(nc, js, node, "shadow-podworkers")
 	st := &bus.PodRuntimeStatus{UID: "u", Namespace: "d", Name: "p"}
@@ -178,7 +179,7 @@ func TestShadowPodworkersIdentity(t *testing.T) {
 			return pub.Publish(c, s.AgentReady(), bus.KindAgentReadiness, "", &bus.AgentReadiness{Ready: true, Partitions: 2})
 		},
 		func(c context.Context) error {
-			_, err := js.CreateOrUpdateConsumer(c, probes, jetstream.ConsumerConfig{Durable: bus.DurablePodworkersProbes(1), AckPolicy: jetstream.AckExplicitPolicy})
+			_, err := js.CreateOrUpdateConsumer(c, probes, jetstream.ConsumerConfig{Durable: bus.DurableStatussyncProbes, AckPolicy: jetstream.AckExplicitPolicy})
 			return err
 		},
 		func(c context.Context) error {
@@ -189,7 +190,7 @@ func TestShadowPodworkersIdentity(t *testing.T) {
 	for i, f := range refused {
 		c, cc := short()
 		if err := f(c); err == nil {
-			t.Errorf("step %d (live status, agent readiness, live durable, lease write): allowed", i)
+			t.Errorf("step %d (live status, agent readiness, a live stage's durable, lease write): allowed", i)
 		}
 		cc()
 	}

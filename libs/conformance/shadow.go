@@ -170,9 +170,9 @@ func StatusSyncShadow(t *testing.T, tg Target, opts ...Option) {
 //   - shadow/nothing-live: over the same time, no pod status on the live
 //     podstatus.* subjects but the kit's, no AgentReadiness, and no Event
 //     in the API server about the pod (when Config is set).
-//   - shadow/own-consumers: the shadow reads the probe results through its
-//     own durables (shadow-podworkers-probes-p<p>); the live replicas'
-//     are neither made nor consumed.
+//   - shadow/own-consumers: no durable consumer on the probes stream but a
+//     shadow's own (shadow-…): the shadow takes no live stage's, and the
+//     live pod workers keep none there (they follow the probe results).
 func PodWorkersShadow(t *testing.T, tg Target, opts ...Option) {
 	h := newHarness(t, tg, opts)
 	h.publish(t, h.config, h.subjects.SourcesReady(), bus.KindSourcesReady, "",
@@ -210,14 +210,18 @@ func PodWorkersShadow(t *testing.T, tg Target, opts ...Option) {
 		ctx, cancel := context.WithTimeout(t.Context(), h.tg.Timeout)
 		defer cancel()
 		name := bus.StreamName(h.tg.Node, bus.StreamProbes)
-		for p := 0; p < h.tg.Partitions; p++ {
-			d := bus.DurablePodworkersProbes(p)
-			if _, err := h.js.Consumer(ctx, name, d); !errors.Is(err, jetstream.ErrConsumerNotFound) {
-				t.Errorf("the live durable %s on %s: %v; want none", d, name, err)
+		stream, err := h.js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		list := stream.ListConsumers(ctx)
+		for c := range list.Info() {
+			if d := c.Config.Durable; d != "" && !strings.HasPrefix(d, bus.ShadowDurable("")) {
+				t.Errorf("durable %s on %s: a shadow pod worker takes no live durable, and the live ones keep none there", d, name)
 			}
-			if _, err := h.js.Consumer(ctx, name, bus.ShadowDurable(d)); err != nil {
-				t.Errorf("the shadow's durable %s on %s: %v", bus.ShadowDurable(d), name, err)
-			}
+		}
+		if err := list.Err(); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

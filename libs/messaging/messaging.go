@@ -190,6 +190,7 @@ func (c *Conn) ensureStreams(ctx context.Context) {
 			c.streams.Store(true)
 			close(c.streamsC)
 			c.log.Info("bus streams ready")
+			c.removeRetiredConsumers(ctx)
 			return
 		}
 		if ctx.Err() != nil {
@@ -298,4 +299,24 @@ func Embedded(storeDir, listen string) (*server.Server, error) {
 		return nil, errors.New("embedded nats-server did not become ready in 30s")
 	}
 	return ns, nil
+}
+
+// removeRetiredConsumers deletes, on an embedded server (this process has
+// every right there), the durable consumers no stage reads any more
+// (bus.RemoveRetiredConsumers); on any other server `splitlet bus init`
+// does.
+func (c *Conn) removeRetiredConsumers(ctx context.Context) {
+	if c.server == nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	n, err := bus.RemoveRetiredConsumers(rctx, c.JS, c.node)
+	if err != nil {
+		c.log.Warn("cannot remove retired durable consumers", zap.Error(err))
+		return
+	}
+	if n > 0 {
+		c.log.Info("removed durable consumers no stage reads", zap.Int("consumers", n))
+	}
 }

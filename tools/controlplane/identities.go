@@ -71,7 +71,7 @@ func joins(id string) bool { return id == bus.StageNodehb || id == nodeIdentity 
 // (writeRoutes). Seeds are kept across starts; kubeconfigs are signed anew
 // by the kept CA, so that old and new ones both work; each start makes a
 // new bootstrap token.
-func writeIdentities(ctx context.Context, cp *testenv.ControlPlane, dir, natsDir, node string, partitions int, routes []string, traced bool) error {
+func writeIdentities(ctx context.Context, cp *testenv.ControlPlane, dir, natsDir, node string, routes []string, traced bool) error {
 	for _, id := range append(bus.Identities(), nodeIdentity) {
 		d := filepath.Join(dir, id)
 		if err := testenv.PrivateDir(d); err != nil {
@@ -87,7 +87,7 @@ func writeIdentities(ctx context.Context, cp *testenv.ControlPlane, dir, natsDir
 			return err
 		}
 	}
-	conf, err := bus.WriteIdentities(node, partitions, func(id string) string { return filepath.Join(dir, id, "nats.nk") })
+	conf, err := bus.WriteIdentities(node, func(id string) string { return filepath.Join(dir, id, "nats.nk") })
 	if err != nil {
 		return fmt.Errorf("bus identities: %w", err)
 	}

@@ -46,7 +46,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/splitlet/splitlet/libs/bus"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
 
@@ -108,7 +107,6 @@ type runOptions struct {
 	identities  string
 	natsDir     string
 	node        string
-	partitions  int
 	natsRoutes  []string
 	tracing     string
 	metricsPort int
@@ -130,7 +128,6 @@ func parseRun(args []string) (runOptions, error) {
 	fs.StringVar(&o.identities, "identities-dir", "", "write one identity directory per stage here (kubeconfig, nats.nk, ca.crt); empty: none")
 	fs.StringVar(&o.natsDir, "nats-dir", "", "with --identities-dir: nats-server's auth.conf, server.crt and server.key go here")
 	fs.StringVar(&o.node, "node-name", "", "with --identities-dir: the node the identities are for")
-	fs.IntVar(&o.partitions, "partitions", bus.DefaultPartitions, "with --identities-dir: the node's partition count (the stages' partitions key), for the pod workers' durable consumers in the bus permissions")
 	routes := fs.String("nats-routes", os.Getenv("SPLITLET_NATS_ROUTES"), "with --nats-dir: the route ports (host:port, comma-separated) of a NATS cluster: its route credentials (route CA, certificate and key, password) and cluster.conf (the route authorization and the routes) go to --nats-dir; also SPLITLET_NATS_ROUTES")
 	fs.StringVar(&o.tracing, "tracing-config-file", "", "kube-apiserver's --tracing-config-file (a TracingConfiguration: its spans go to that OTLP gRPC endpoint); statussync's identity joins system:monitoring, whose trace context kube-apiserver continues")
 	fs.IntVar(&o.metricsPort, "metrics-server-port", 0, "with --identities-dir: turn the aggregation layer on and register metrics-server (metrics.k8s.io/v1beta1, what kubectl top reads) at 127.0.0.1:PORT, its credentials in <identities-dir>/metrics-server; 0: none")
@@ -160,9 +157,6 @@ func parseRun(args []string) (runOptions, error) {
 	}
 	if o.identities != "" && (o.natsDir == "" || o.node == "" || o.nodeDir == "") {
 		return o, errors.New("--identities-dir needs --nats-dir, --node-name and --node-dir")
-	}
-	if o.partitions < 1 || o.partitions > bus.MaxPartitions {
-		return o, fmt.Errorf("invalid value %d for --partitions: must be 1 to %d", o.partitions, bus.MaxPartitions)
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
@@ -260,7 +254,7 @@ func writeOutputs(ctx context.Context, cp *testenv.ControlPlane, o runOptions) e
 		if err := prepareNodeDir(cp, o.nodeDir); err != nil {
 			return fmt.Errorf("node directory: %w", err)
 		}
-		if err := writeIdentities(ctx, cp, o.identities, o.natsDir, o.node, o.partitions, o.natsRoutes, o.tracing != ""); err != nil {
+		if err := writeIdentities(ctx, cp, o.identities, o.natsDir, o.node, o.natsRoutes, o.tracing != ""); err != nil {
 			return fmt.Errorf("identities: %w", err)
 		}
 	}

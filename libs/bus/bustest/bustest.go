@@ -31,14 +31,13 @@ type Server struct {
 	dir        string
 }
 
-// Start starts the server for node (of the given partition count), makes
-// the node's streams with the admin identity and stops the server when t
-// ends.
-func Start(t testing.TB, node string, partitions int) *Server {
+// Start starts the server for node, makes the node's streams with the
+// admin identity and stops the server when t ends.
+func Start(t testing.TB, node string) *Server {
 	t.Helper()
 	dir := t.TempDir()
 	s := &Server{dir: dir, Violations: &Violations{}}
-	auth, err := bus.WriteIdentities(node, partitions, s.Seed)
+	auth, err := bus.WriteIdentities(node, s.Seed)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -290,6 +290,58 @@ func restartAdoptsPods(t *testing.T, e *env, f *flavour) {
 	})
 }
 
+// A liveness failure sent while no replica runs is acted on by the next
+// owner of its partition, which reads the partition's probe results from
+// the first the stream holds. The failure of the instance before, read
+// again with it, changes nothing: that container no longer runs.
+func TestProbeResultWhileNoReplicaRuns(t *testing.T) {
+	e := newEnv(t, "pw-probe-gap")
+	f := simFlavour()
+	a, connA := f.replica(t, e, "r1")
+	p := e.busPod("gap", nil)
+	part := bus.Partition(string(p.UID), partitions)
+	e.track(p)
+	e.send(bus.OpAdd, p)
+	restarts := func(n int32) (string, bool) {
+		st, _ := e.get(p.UID)
+		if !settled(st) {
+			return "", false
+		}
+		c := st.ContainerStatuses[0]
+		return c.ContainerID, c.RestartCount == n && c.State.Running != nil
+	}
+	liveness := func(id string) {
+		e.publish(bus.For(e.node).ProbeResults(part), bus.KindProbeResult, "", &bus.ProbeResult{PodUID: p.UID, Namespace: p.Namespace,
+			Name: p.Name, Container: "app", ContainerID: id, Probe: bus.ProbeLiveness, Result: bus.ProbeFailure})
+	}
+	var first, second string
+	eventually(t, 30*time.Second, "the pod running", func() bool { var ok bool; first, ok = restarts(0); return ok })
+	liveness(first)
+	eventually(t, 30*time.Second, "restarted once, by the live replica", func() bool { var ok bool; second, ok = restarts(1); return ok && second != first })
+
+	kill(t, a, connA)
+	liveness(second)
+	_, n := e.snapshot([]*corev1.Pod{p})
+	f.replica(t, e, "r1")
+	var third string
+	eventually(t, 60*time.Second, "restarted again, by the next owner", func() bool {
+		var ok bool
+		third, ok = restarts(2)
+		return ok && third != second
+	})
+	// the restart is the only change: the pod's deletion ends the
+	// container the next owner started.
+	e.send(bus.OpDelete, markDeleted(p))
+	eventually(t, 30*time.Second, "the pod terminated", func() bool { st, _ := e.get(p.UID); return st.Terminated })
+	st, _ := e.get(p.UID)
+	if c := st.ContainerStatuses[0]; c.ContainerID != third || c.RestartCount != 2 {
+		t.Errorf("final status: container %s after %d restarts; want %s after 2", c.ContainerID, c.RestartCount, third)
+	}
+	if !e.reportedSince(n, []*corev1.Pod{p}) {
+		t.Error("no status from the next owner")
+	}
+}
+
 // noStatusSince fails the test for a status of the pod after the first n.
 func (e *env) noStatusSince(t *testing.T, n int, p *corev1.Pod) {
 	t.Helper()

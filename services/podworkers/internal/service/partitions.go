@@ -29,43 +29,18 @@ import (
 
 func labelsEverything() labels.Selector { return labels.Everything() }
 
-// The name of a partition's pod update follower (lag reports), and of its
-// probe results' durable consumer, shared by the replicas (docs/bus.md).
+// The names of a partition's followers of its pod updates and of its
+// probe results (lag reports, metrics; docs/bus.md); a shadow's have its
+// own (docs/bus.md, "Shadow stages").
 func updatesFollower(p int) string { return fmt.Sprintf("podworkers-p%d", p) }
-func probesDurable(p int) string   { return bus.DurablePodworkersProbes(p) }
+func probesFollower(p int) string  { return fmt.Sprintf("podworkers-probes-p%d", p) }
 
-// follower and durable are updatesFollower and probesDurable, a shadow's
-// with its own names (docs/bus.md, "Shadow stages").
-func (r *Runner) follower(p int) string {
+func (r *Runner) follower(name string) string {
 	if r.common.Shadow {
-		return bus.ShadowIdentity(updatesFollower(p))
+		return bus.ShadowIdentity(name)
 	}
-	return updatesFollower(p)
+	return name
 }
-
-func (r *Runner) durable(p int) string {
-	if r.common.Shadow {
-		return bus.ShadowDurable(probesDurable(p))
-	}
-	return probesDurable(p)
-}
-
-// durableInactive: a shadow's durables go an hour after the shadow; a live
-// replica's are the node's, kept.
-func (r *Runner) durableInactive() time.Duration {
-	if r.common.Shadow {
-		return shadowInactive
-	}
-	return 0
-}
-
-// shadowInactive is how long a shadow's probe durables outlive the shadow.
-const shadowInactive = time.Hour
-
-// consumerAckWait is short so that the probe results a crashed owner held
-// are redelivered, in order, before the next owner takes the partition (the
-// lease TTL is longer).
-const consumerAckWait = 5 * time.Second
 
 // acquire takes a partition over: it rebuilds the partition's desired pods
 // from everything the stream holds of it, tells a runtime that must be told
@@ -74,8 +49,8 @@ const consumerAckWait = 5 * time.Second
 // the controller (their workers adopt what the runtime holds: nothing that
 // runs is restarted), from then on lets housekeeping look for the
 // partition's runtime orphans, then follows the partition's pod updates
-// from where the replay ended, resumes the shared probe consumer and
-// answers the partition's runtime requests.
+// from where the replay ended and its probe results from the first the
+// stream holds, and answers the partition's runtime requests.
 func (r *Runner) acquire(ctx context.Context, p int) error {
 	r.mu.Lock()
 	ctrl, rt, pub, sink := r.ctrl, r.rt, r.pub, r.sink
@@ -96,7 +71,7 @@ func (r *Runner) acquire(ctx context.Context, p int) error {
 	part := &partition{cancel: cancel}
 	err = r.followUpdates(ctx, p, part, ctrl, after, log)
 	if err == nil {
-		err = r.consumeProbes(ctx, p, part, ctrl, log)
+		err = r.followProbes(ctx, p, part, ctrl, log)
 	}
 	if err == nil && !r.common.Shadow { // a shadow answers no runtime request: the live replicas do
 		err = r.serveRequests(pctx, p, part, ctrl, rt, pub, sink)
@@ -133,7 +108,7 @@ func (r *Runner) rebuild(ctx context.Context, p int, rt runtime.Runtime) (map[st
 func (r *Runner) followUpdates(ctx context.Context, p int, part *partition, ctrl *controller.Controller, after uint64, log *zap.Logger) error {
 	updates, err := bus.Follow(ctx, r.js, bus.FollowOptions{
 		Stream:  bus.StreamName(r.common.NodeName, bus.StreamPodUpdates),
-		Name:    r.follower(p),
+		Name:    r.follower(updatesFollower(p)),
 		Filters: r.subjects.PartitionPodUpdates(p),
 		After:   after,
 		Logger:  log,
@@ -166,18 +141,21 @@ func (r *Runner) followUpdates(ctx context.Context, p int, part *partition, ctrl
 	return nil
 }
 
-// consumeProbes resumes the partition's probe results consumer, shared by
-// the replicas.
-func (r *Runner) consumeProbes(ctx context.Context, p int, part *partition, ctrl *controller.Controller, log *zap.Logger) error {
-	stop, err := bus.Consume(ctx, r.js, bus.ConsumerOptions{
-		Stream:            bus.StreamName(r.common.NodeName, bus.StreamProbes),
-		Durable:           r.durable(p),
-		Filters:           []string{r.subjects.ProbeResults(p)},
-		DeliverPolicy:     jetstream.DeliverNewPolicy,
-		AckWait:           consumerAckWait,
-		Logger:            log,
-		Metrics:           r.busMetrics,
-		InactiveThreshold: r.durableInactive(),
+// followProbes follows the partition's probe results from the first the
+// stream holds, so a result sent while no replica owned the partition is
+// acted on by the next owner. Taking one again is harmless: the pod
+// workers act only on a liveness or startup failure of a container that
+// still runs under the result's container ID (a failure acted on killed
+// that container) and on a startup success, which is idempotent. The
+// follower keeps no state on the server (docs/podworkers.md, "Consuming
+// a partition").
+func (r *Runner) followProbes(ctx context.Context, p int, part *partition, ctrl *controller.Controller, log *zap.Logger) error {
+	probes, err := bus.Follow(ctx, r.js, bus.FollowOptions{
+		Stream:  bus.StreamName(r.common.NodeName, bus.StreamProbes),
+		Name:    r.follower(probesFollower(p)),
+		Filters: []string{r.subjects.ProbeResults(p)},
+		Logger:  log,
+		Metrics: r.busMetrics,
 	}, func(mctx context.Context, subject string, e *bus.Envelope) error {
 		pr, err := bus.DecodeProbeResult(e)
 		if err != nil {
@@ -185,12 +163,15 @@ func (r *Runner) consumeProbes(ctx context.Context, p int, part *partition, ctrl
 			return nil
 		}
 		r.traces.Remember(mctx, string(pr.PodUID))
-		return r.gated(p, func() { ctrl.HandleProbe(pr) })
+		// a result that reaches a released partition is the next owner's:
+		// it reads the stream again.
+		_ = r.gated(p, func() { ctrl.HandleProbe(pr) })
+		return nil
 	})
 	if err != nil {
 		return err
 	}
-	part.stops = append(part.stops, stop)
+	part.stops = append(part.stops, probes.Stop)
 	return nil
 }
 

@@ -165,18 +165,31 @@ func (e *env) checkLiveDiff(t *testing.T) {
 	}
 }
 
-// checkShadowConsumers: the shadow reads the probe results through its
-// own durables, and the live replica's go on (they exist, made by it).
+// checkShadowConsumers: the live replica and the shadow both follow the
+// probe results (ordered consumers), so neither leaves a durable consumer
+// on the probes stream for the other to take, and both read them (the
+// shadow's status after the liveness failure says it did).
 func (e *env) checkShadowConsumers(t *testing.T) {
 	t.Helper()
 	_, js := e.nats.Connect(t)
 	name := bus.StreamName(e.node, bus.StreamProbes)
-	for p := 0; p < partitions; p++ {
-		for _, d := range []string{probesDurable(p), bus.ShadowDurable(probesDurable(p))} {
-			if _, err := js.Consumer(t.Context(), name, d); err != nil {
-				t.Errorf("durable %s on %s: %v", d, name, err)
-			}
+	s, err := js.Stream(t.Context(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := s.ListConsumers(t.Context())
+	followers := 0
+	for c := range list.Info() {
+		if c.Config.Durable != "" {
+			t.Errorf("durable consumer %s on %s: the pod workers keep none there", c.Name, name)
 		}
+		followers++
+	}
+	if err := list.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if followers < 2*partitions {
+		t.Errorf("%d consumers on %s: want a follower per partition of the live replica and of the shadow (%d)", followers, name, 2*partitions)
 	}
 }
 
