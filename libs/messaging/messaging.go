@@ -302,7 +302,7 @@ func Embedded(storeDir, listen string) (*server.Server, error) {
 }
 
 // removeRetiredConsumers deletes, on an embedded server (this process has
-// every right there), the durable consumers no stage reads any more
+// every right there), the durable consumers the contract does not define
 // (bus.RemoveRetiredConsumers); on any other server `splitlet bus init`
 // does.
 func (c *Conn) removeRetiredConsumers(ctx context.Context) {

@@ -302,33 +302,34 @@ func TestProbeResultWhileNoReplicaRuns(t *testing.T) {
 	part := bus.Partition(string(p.UID), partitions)
 	e.track(p)
 	e.send(bus.OpAdd, p)
-	restarts := func(n int32) (string, bool) {
-		st, _ := e.get(p.UID)
-		if !settled(st) {
-			return "", false
-		}
-		c := st.ContainerStatuses[0]
-		return c.ContainerID, c.RestartCount == n && c.State.Running != nil
+	// running waits for the app container to run after n restarts under
+	// an ID other than prev, and returns that ID.
+	running := func(n int32, prev, what string) string {
+		var id string
+		eventually(t, 60*time.Second, what, func() bool {
+			st, _ := e.get(p.UID)
+			if !settled(st) {
+				return false
+			}
+			c := st.ContainerStatuses[0]
+			id = c.ContainerID
+			return c.RestartCount == n && c.State.Running != nil && id != prev
+		})
+		return id
 	}
 	liveness := func(id string) {
 		e.publish(bus.For(e.node).ProbeResults(part), bus.KindProbeResult, "", &bus.ProbeResult{PodUID: p.UID, Namespace: p.Namespace,
 			Name: p.Name, Container: "app", ContainerID: id, Probe: bus.ProbeLiveness, Result: bus.ProbeFailure})
 	}
-	var first, second string
-	eventually(t, 30*time.Second, "the pod running", func() bool { var ok bool; first, ok = restarts(0); return ok })
+	first := running(0, "", "the pod running")
 	liveness(first)
-	eventually(t, 30*time.Second, "restarted once, by the live replica", func() bool { var ok bool; second, ok = restarts(1); return ok && second != first })
+	second := running(1, first, "restarted once, by the live replica")
 
 	kill(t, a, connA)
 	liveness(second)
 	_, n := e.snapshot([]*corev1.Pod{p})
 	f.replica(t, e, "r1")
-	var third string
-	eventually(t, 60*time.Second, "restarted again, by the next owner", func() bool {
-		var ok bool
-		third, ok = restarts(2)
-		return ok && third != second
-	})
+	third := running(2, second, "restarted again, by the next owner")
 	// the restart is the only change: the pod's deletion ends the
 	// container the next owner started.
 	e.send(bus.OpDelete, markDeleted(p))
