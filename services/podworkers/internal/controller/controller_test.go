@@ -152,9 +152,13 @@ func (r *slowRemoval) RemovePod(ctx context.Context, uid types.UID) error {
 
 // Housekeeping removes the forgotten pods of one round from the runtime
 // several at a time, as the kubelet's pod workers stop their sandboxes.
+// Housekeeping runs by hand here, so that all six pods are forgotten in
+// one round however far apart their workers finish.
 func TestForgottenPodsRemovedInParallel(t *testing.T) {
 	s := newSink()
 	rt := &slowRemoval{Runtime: fakeruntime.New(), release: make(chan struct{})}
+	c := startWith(t, rt, s, "cpu=4,pods=20", func(cfg *Config) { cfg.Housekeeping = time.Hour })
+	// registered after start, so it runs before the controller is stopped.
 	t.Cleanup(func() {
 		select {
 		case <-rt.release:
@@ -162,7 +166,6 @@ func TestForgottenPodsRemovedInParallel(t *testing.T) {
 			close(rt.release)
 		}
 	})
-	c := start(t, rt, s, "cpu=4,pods=20")
 	c.SetSourcesReady(true)
 	var pods []corev1.Pod
 	for i := range 6 {
@@ -177,17 +180,32 @@ func TestForgottenPodsRemovedInParallel(t *testing.T) {
 		}
 		return true
 	})
+	c.HandlePodCleanups() // tracks the six workers
 	c.HandleUpdate("api", bus.OpSet, 0, nil)
+	// the workers drop each worker once it has finished, as a round does;
+	// the next round then finds all six forgotten at once.
+	held := map[types.UID]podworker.WorkType{}
+	eventually(t, "every worker finished", func() bool {
+		c.Workers().SyncKnownPodsInto(func(types.UID) bool { return false }, nil, held)
+		return len(held) == 0
+	})
+	round := make(chan struct{})
+	go func() { defer close(round); c.HandlePodCleanups() }()
 	eventually(t, "removals under way at once", func() bool { return rt.most.Load() >= 2 })
 	close(rt.release)
-	eventually(t, "every pod removed", func() bool {
-		for _, p := range pods {
-			if len(rt.PodContainers(p.UID)) != 0 {
-				return false
-			}
+	eventually(t, "the round returned", func() bool {
+		select {
+		case <-round:
+			return true
+		default:
+			return false
 		}
-		return true
 	})
+	for _, p := range pods {
+		if n := len(rt.PodContainers(p.UID)); n != 0 {
+			t.Errorf("pod %s still has %d containers in the runtime", p.UID, n)
+		}
+	}
 	if m := rt.most.Load(); m > removeParallelism {
 		t.Fatalf("%d removals at once, more than %d", m, removeParallelism)
 	}
