@@ -132,7 +132,7 @@ func NewEnvelope(kind Kind, node, source string, op Op, payload any) (*Envelope,
 func NewEnvelopeAs(enc Encoding, kind Kind, node, source string, op Op, payload any) (*Envelope, error) {
 	e := &Envelope{SchemaVersion: SchemaVersionJSON, Kind: kind, Node: node, Source: source, Op: op, Encoding: EncodingJSON}
 	var err error
-	if pp, ok := payload.(protoPayload); ok && enc == EncodingProtobuf {
+	if pp, ok := protoForm(payload); ok && enc == EncodingProtobuf {
 		e.SchemaVersion, e.Encoding = SchemaVersionProtobuf, EncodingProtobuf
 		e.Payload, err = pp.appendProto(nil)
 	} else {
@@ -142,6 +142,22 @@ func NewEnvelopeAs(enc Encoding, kind Kind, node, source string, op Op, payload 
 		return nil, fmt.Errorf("bus: encode %s payload: %w", kind, err)
 	}
 	return e, nil
+}
+
+// protoForm is the payload as a protoPayload when its kind has a
+// protobuf form, whether it came as a pointer or as a value.
+func protoForm(payload any) (protoPayload, bool) {
+	switch v := payload.(type) {
+	case protoPayload:
+		return v, true
+	case PodUpdate:
+		return &v, true
+	case PodRuntimeStatus:
+		return &v, true
+	case ProbeResult:
+		return &v, true
+	}
+	return nil, false
 }
 
 // Encode returns the wire form of the envelope, in its Encoding, after

@@ -112,6 +112,25 @@ func TestProtobufCarriesWhatJSONCarries(t *testing.T) {
 	}
 }
 
+// TestProtobufKindsByValue: a payload of a kind with a protobuf form is
+// written as protobuf whether the publisher is handed a pointer or a value.
+func TestProtobufKindsByValue(t *testing.T) {
+	for _, c := range []struct {
+		kind    bus.Kind
+		op      bus.Op
+		payload any
+	}{
+		{bus.KindPodUpdate, bus.OpAdd, bus.PodUpdate{Pods: []corev1.Pod{{ObjectMeta: metav1.ObjectMeta{UID: "u1", Name: "p", Namespace: "ns"}}}}},
+		{bus.KindPodRuntimeStatus, "", bus.PodRuntimeStatus{UID: "u1", Name: "p", Namespace: "ns"}},
+		{bus.KindProbeResult, "", bus.ProbeResult{PodUID: "u1", Name: "p", Namespace: "ns", Container: "c", ContainerID: "cri://1",
+			Probe: bus.ProbeReadiness, Result: bus.ProbeSuccess}},
+	} {
+		if back := throughBytes(t, bus.EncodingProtobuf, c.kind, c.op, 1, c.payload); back.Encoding != bus.EncodingProtobuf {
+			t.Errorf("%s handed as a value was written as %s", c.kind, back.Encoding)
+		}
+	}
+}
+
 // TestProtobufPodRuntimeStatusFields fills every field of a runtime status,
 // so that a field the protobuf form forgets shows.
 func TestProtobufPodRuntimeStatusFields(t *testing.T) {

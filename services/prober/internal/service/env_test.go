@@ -86,10 +86,14 @@ func newEnvWith(t *testing.T, build builder) *env {
 	}
 	// The result consumer: every ProbeResult on probes.*, by pod.
 	sub, err := nc.Subscribe(e.subjects.ProbeResultsAll(), func(m *nats.Msg) {
-		env, err := bus.Decode(m.Data)
+		env, err := bus.DecodeMsg(m.Header, m.Data)
 		if err != nil {
 			t.Errorf("undecodable message on %s: %v", m.Subject, err)
 			return
+		}
+		// the stage writes in the node's bus encoding, protobuf by default.
+		if env.Encoding != bus.EncodingProtobuf {
+			t.Errorf("ProbeResult on %s written as %s, want protobuf", m.Subject, env.Encoding)
 		}
 		r, err := bus.DecodeProbeResult(env)
 		if err != nil {

@@ -138,7 +138,7 @@ func (o *outbox) flushOnce(ctx context.Context) bool {
 	ok := true
 	for _, r := range batch {
 		subject := o.subjects.ProbeResults(bus.Partition(string(r.PodUID), o.partitions))
-		f, err := o.pub.PublishAsync(o.trace(ctx, &r), subject, bus.KindProbeResult, "", r)
+		f, err := o.pub.PublishAsync(o.trace(ctx, &r), subject, bus.KindProbeResult, "", &r)
 		if err != nil {
 			o.log.Warn("cannot publish probe result", append(logging.Pod(r.Namespace, r.Name, string(r.PodUID)),
 				zap.String(logging.FieldSubject, subject), zap.Error(err))...)
