@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/onsi/ginkgo/v2/types"
 )
 
 // junitSuites is the part of a JUnit XML report (as Ginkgo writes it for
@@ -160,11 +162,41 @@ type junitSkip struct {
 // conformanceTag tells a spec of the conformance suite by its name.
 var conformanceTag = regexp.MustCompile(`\[(Node)?Conformance\]`)
 
+// nameTag is a bracketed tag of a spec's name: the e2e framework writes
+// each of a spec's labels ([NodeConformance], [Serial], [sig-node]) there.
+var nameTag = regexp.MustCompile(`\[([^\[\]]+)\]`)
+
+// specSelector says whether a run's filters select a spec, by its name.
+type specSelector func(name string) bool
+
+// selectorFor is the selection of a run whose label filter is given: a
+// spec is selected when its name's tags pass the filter (Ginkgo's own
+// evaluation); with no filter, the conformance specs are.
+func selectorFor(labelFilter string) (specSelector, error) {
+	if strings.TrimSpace(labelFilter) == "" {
+		return conformanceTag.MatchString, nil
+	}
+	f, err := types.ParseLabelFilter(labelFilter)
+	if err != nil {
+		return nil, fmt.Errorf("label filter %q: %w", labelFilter, err)
+	}
+	return func(name string) bool {
+		var labels []string
+		for _, m := range nameTag.FindAllStringSubmatch(name, -1) {
+			labels = append(labels, m[1])
+		}
+		return f(labels)
+	}, nil
+}
+
 // parseJUnit reads a JUnit report into a summary. Ginkgo reports the specs
-// its filters left out as skipped without a reason: the conformance specs
-// among them (by their [NodeConformance] or [Conformance] tag) that match
-// a pattern of skips count as skipped, with its cause.
-func parseJUnit(r io.Reader, skips []junitSkip) (*summary, error) {
+// its filters left out as skipped without a reason: those among them that
+// the run's selection holds (selected; nil: the conformance specs) and
+// that match a pattern of skips count as skipped, with its cause.
+func parseJUnit(r io.Reader, skips []junitSkip, selected specSelector) (*summary, error) {
+	if selected == nil {
+		selected = conformanceTag.MatchString
+	}
 	var doc junitSuites
 	if err := xml.NewDecoder(r).Decode(&doc); err != nil {
 		return nil, fmt.Errorf("JUnit report: %w", err)
@@ -198,7 +230,7 @@ func parseJUnit(r io.Reader, skips []junitSkip) (*summary, error) {
 				// "skipped - <why>" for one that skipped itself.
 				if why, ok := strings.CutPrefix(msg, "skipped - "); ok {
 					s.Skipped[c.Name] = firstLine(why)
-				} else if cause := skipCause(c.Name, skips); cause != "" {
+				} else if cause := skipCause(c.Name, skips, selected); cause != "" {
 					s.Skipped[c.Name] = "skip list: " + cause
 				} else {
 					s.NotSelected++
@@ -213,10 +245,10 @@ func parseJUnit(r io.Reader, skips []junitSkip) (*summary, error) {
 	return s, nil
 }
 
-// skipCause is the cause of the first skip pattern that matches a
-// conformance spec's name, or "".
-func skipCause(name string, skips []junitSkip) string {
-	if !conformanceTag.MatchString(name) {
+// skipCause is the cause of the first skip pattern that matches the name
+// of a spec the run selects, or "".
+func skipCause(name string, skips []junitSkip, selected specSelector) string {
+	if !selected(name) {
 		return ""
 	}
 	for _, sk := range skips {

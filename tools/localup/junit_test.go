@@ -41,7 +41,7 @@ const junitReport = `<?xml version="1.0" encoding="UTF-8"?>
 </testsuites>`
 
 func TestParseJUnit(t *testing.T) {
-	s, err := parseJUnit(strings.NewReader(junitReport), []junitSkip{{re: regexp.MustCompile(`ImageVolume should`), cause: "pulls"}})
+	s, err := parseJUnit(strings.NewReader(junitReport), []junitSkip{{re: regexp.MustCompile(`ImageVolume should`), cause: "pulls"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,8 +80,59 @@ func TestParseJUnit(t *testing.T) {
 	if got := s.headline(); !strings.HasPrefix(got, "passed 1, failed 2, skipped 2 (33.3% of the specs that ran passed") {
 		t.Errorf("headline %q", got)
 	}
-	if _, err := parseJUnit(strings.NewReader("<testsuites><testsuite>"), nil); err == nil {
+	if _, err := parseJUnit(strings.NewReader("<testsuites><testsuite>"), nil, nil); err == nil {
 		t.Error("a truncated report parsed")
+	}
+}
+
+// In a run of the node suite, whose label filter selects the
+// [NodeConformance] specs but the Serial and Disruptive ones, a skip-listed
+// spec counts as skipped only when that filter selects it: an e2e
+// [Conformance] spec, or a Serial one, that a pattern matches was left out
+// by the filter, not by the list.
+func TestSkipListCountsSelectedSpecsOnly(t *testing.T) {
+	report := `<testsuites><testsuite>
+    <testcase name="[It] [sig-node] ImageVolume should succeed with pod and pull policy of Always [LinuxOnly] [Conformance]" status="skipped" time="0"><skipped message="skipped"></skipped></testcase>
+    <testcase name="[It] [sig-node] MirrorPod should fail [NodeConformance] [Serial]" status="skipped" time="0"><skipped message="skipped"></skipped></testcase>
+    <testcase name="[It] [sig-node] Pods should pull from the list [NodeConformance]" status="skipped" time="0"><skipped message="skipped"></skipped></testcase>
+    <testcase name="[It] [sig-node] Pods should run [NodeConformance]" status="passed" time="1"></testcase>
+  </testsuite></testsuites>`
+	skips := []junitSkip{
+		{re: regexp.MustCompile(`ImageVolume should succeed`), cause: "no image volumes"},
+		{re: regexp.MustCompile(`MirrorPod should fail`), cause: "the host"},
+		{re: regexp.MustCompile(`should pull from the list`), cause: "no registry"},
+	}
+	selected, err := selectorFor(nodeConformanceLabels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := parseJUnit(strings.NewReader(report), skips, selected)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Skipped) != 1 || s.Skipped["[It] [sig-node] Pods should pull from the list [NodeConformance]"] != "skip list: no registry" {
+		t.Errorf("skipped = %v", s.Skipped)
+	}
+	if s.NotSelected != 2 {
+		t.Errorf("not selected = %d, want 2", s.NotSelected)
+	}
+	// The serial filter selects the Serial spec; the e2e one selects the
+	// conformance specs, the Serial one among them.
+	for filter, want := range map[string]int{nodeSerialLabels: 2, conformanceLabels: 3} {
+		selected, err := selectorFor(filter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := parseJUnit(strings.NewReader(report), skips, selected)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Skipped) != want {
+			t.Errorf("filter %q: skipped = %v, want %d", filter, s.Skipped, want)
+		}
+	}
+	if _, err := selectorFor("NodeConformance &&"); err == nil {
+		t.Error("a truncated label filter parsed")
 	}
 }
 
@@ -92,7 +143,7 @@ func TestAPIOnlyCountedApart(t *testing.T) {
 		`<testcase name="[It] [sig-node] Lease lease API should be available [Conformance]" status="passed" time="1"></testcase>
     <testcase name="[It] [sig-storage] CSIStorageCapacity should support CSIStorageCapacities API operations [Conformance]" status="failed" time="1"><failure type="failed">no</failure></testcase>
     <testcase name="[SynchronizedBeforeSuite]"`, 1)
-	s, err := parseJUnit(strings.NewReader(report), nil)
+	s, err := parseJUnit(strings.NewReader(report), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,6 +43,34 @@ func TestLoadTableRun(t *testing.T) {
 	}
 }
 
+// A node-suite summary that lists a skip-listed e2e [Conformance] spec as
+// skipped (its label filter never selected it) loads with that spec as
+// not selected; a skip-listed [NodeConformance] spec stays skipped.
+func TestLoadTableRunUnselectsSkipListed(t *testing.T) {
+	dir := t.TempDir()
+	summary := `{"suite": "node", "agent": "kubelet", "commit": "abc1234", "labelFilter": "NodeConformance && !Serial && !Disruptive",
+  "passed": ["[It] [sig-node] Pods should run [NodeConformance]"], "failed": {}, "notSelected": 10,
+  "skipped": {"[It] [sig-node] ImageVolume should succeed with pod and pull policy of Always [LinuxOnly] [Conformance]": "skip list: no image volumes",
+    "[It] [sig-node] Pods should pull from the list [NodeConformance]": "skip list: no registry",
+    "[It] [sig-node] Mount recursive read-only [NodeConformance] should accept": "runtime does not support recursive read-only mounts"}}`
+	if err := os.WriteFile(filepath.Join(dir, "summary.json"), []byte(summary), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := loadTableRun(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.s.Skipped) != 2 || r.s.Skipped["[It] [sig-node] Pods should pull from the list [NodeConformance]"] == "" {
+		t.Errorf("skipped = %v", r.s.Skipped)
+	}
+	if r.s.NotSelected != 11 {
+		t.Errorf("not selected = %d, want 11", r.s.NotSelected)
+	}
+	if c := r.s.counts(); c.Node.Skipped != 2 {
+		t.Errorf("counts %+v", c)
+	}
+}
+
 // The table pairs each suite's Splitlet and kubelet runs: a row per run
 // (a suite without a kubelet run says so), the node's specs apart from
 // the API-only ones, then the differences (Splitlet's failures first), the
