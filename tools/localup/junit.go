@@ -162,6 +162,10 @@ type junitSkip struct {
 // conformanceTag tells a spec of the conformance suite by its name.
 var conformanceTag = regexp.MustCompile(`\[(Node)?Conformance\]`)
 
+// skipListed starts the reason of a spec skipped by the skip list, before
+// the pattern's cause.
+const skipListed = "skip list: "
+
 // nameTag is a bracketed tag of a spec's name: the e2e framework writes
 // each of a spec's labels ([NodeConformance], [Serial], [sig-node]) there.
 var nameTag = regexp.MustCompile(`\[([^\[\]]+)\]`)
@@ -231,7 +235,7 @@ func parseJUnit(r io.Reader, skips []junitSkip, selected specSelector) (*summary
 				if why, ok := strings.CutPrefix(msg, "skipped - "); ok {
 					s.Skipped[c.Name] = firstLine(why)
 				} else if cause := skipCause(c.Name, skips, selected); cause != "" {
-					s.Skipped[c.Name] = "skip list: " + cause
+					s.Skipped[c.Name] = skipListed + cause
 				} else {
 					s.NotSelected++
 				}

@@ -102,14 +102,19 @@ func TestSkipListCountsSelectedSpecsOnly(t *testing.T) {
 		{re: regexp.MustCompile(`MirrorPod should fail`), cause: "the host"},
 		{re: regexp.MustCompile(`should pull from the list`), cause: "no registry"},
 	}
-	selected, err := selectorFor(nodeConformanceLabels)
-	if err != nil {
-		t.Fatal(err)
+	parse := func(filter string) *summary {
+		t.Helper()
+		selected, err := selectorFor(filter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := parseJUnit(strings.NewReader(report), skips, selected)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
 	}
-	s, err := parseJUnit(strings.NewReader(report), skips, selected)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := parse(nodeConformanceLabels)
 	if len(s.Skipped) != 1 || s.Skipped["[It] [sig-node] Pods should pull from the list [NodeConformance]"] != "skip list: no registry" {
 		t.Errorf("skipped = %v", s.Skipped)
 	}
@@ -119,15 +124,7 @@ func TestSkipListCountsSelectedSpecsOnly(t *testing.T) {
 	// The serial filter selects the Serial spec; the e2e one selects the
 	// conformance specs, the Serial one among them.
 	for filter, want := range map[string]int{nodeSerialLabels: 2, conformanceLabels: 3} {
-		selected, err := selectorFor(filter)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := parseJUnit(strings.NewReader(report), skips, selected)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(s.Skipped) != want {
+		if s := parse(filter); len(s.Skipped) != want {
 			t.Errorf("filter %q: skipped = %v, want %d", filter, s.Skipped, want)
 		}
 	}

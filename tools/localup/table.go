@@ -97,15 +97,12 @@ func loadTableRun(dir string) (tableRun, error) {
 // a summary written before the reading took the filter into account lists
 // an e2e [Conformance] spec of the skip list in a run of the node suite.
 func unselectSkipListed(s *summary) {
-	if s.LabelFilter == "" {
-		return
-	}
 	selected, err := selectorFor(s.LabelFilter)
 	if err != nil {
 		return
 	}
 	for name, why := range s.Skipped {
-		if strings.HasPrefix(why, "skip list: ") && !selected(name) {
+		if strings.HasPrefix(why, skipListed) && !selected(name) {
 			delete(s.Skipped, name)
 			s.NotSelected++
 		}
@@ -354,7 +351,7 @@ func writeSkipList(w io.Writer, splitlet, kubelet []tableRun) {
 }
 
 func (r specResult) skipListed() bool {
-	return r.state == "skipped" && strings.HasPrefix(r.why, "skip list: ")
+	return r.state == "skipped" && strings.HasPrefix(r.why, skipListed)
 }
 
 // resultText is an agent's result for a spec in the skip list's lines.
