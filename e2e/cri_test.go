@@ -14,6 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	remote "k8s.io/cri-client/pkg"
 
+	"github.com/splitlet/splitlet/libs/runtime/cri"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
 
@@ -52,7 +53,7 @@ func TestComposeCRI(t *testing.T) {
 	t.Cleanup(func() {
 		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
 		defer ccancel()
-		_ = testenv.RemoveAllSandboxes(cctx, cd.Endpoint, "/var/log/pods")
+		_ = testenv.RemoveSandboxes(cctx, cd.Endpoint, testenv.PodLogRoot, map[string]string{cri.NodeLabel: nodeName})
 	})
 	s.waitNodeReady(t)
 	pod := &corev1.Pod{

@@ -119,6 +119,9 @@ func startAgent(env *faultEnv, node string, o agentOptions) (*agent, error) {
 		return nil, err
 	}
 	a := &agent{node: node, dir: dir, procs: map[string]*proc{}}
+	if o.runtime == "cri" {
+		env.criNodes = append(env.criNodes, node)
+	}
 	natsPorts, err := a.addNATS(env, o.natsServers)
 	if err != nil {
 		return nil, err

@@ -36,6 +36,10 @@ type faultEnv struct {
 	work       string
 	// containerd endpoint for the CRI cases ("" when none was asked for).
 	criEndpoint string
+	// criNodes are the nodes started on criEndpoint: the sandboxes the
+	// suite removes at its end are theirs alone (the containerd may be
+	// shared with other tests).
+	criNodes []string
 }
 
 // faultCase is one fault: how the agent runs, how many pods, what is done

@@ -31,6 +31,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/splitlet/splitlet/libs/runtime/cri"
 	"github.com/splitlet/splitlet/libs/testenv"
 )
 
@@ -145,7 +146,9 @@ func runSuite(ctx context.Context, out io.Writer, list []faultCase, outDir strin
 			defer func() {
 				cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
-				_ = testenv.RemoveAllSandboxes(cctx, cd.Endpoint, "/var/log/pods")
+				for _, node := range env.criNodes {
+					_ = testenv.RemoveSandboxes(cctx, cd.Endpoint, testenv.PodLogRoot, map[string]string{cri.NodeLabel: node})
+				}
 			}()
 			env.criEndpoint = cd.Endpoint
 			break

@@ -266,7 +266,7 @@ func TestEvictionUnderMemoryPressure(t *testing.T) {
 		t.Fatal(err)
 	}
 	if steady.Status.Phase != corev1.PodRunning || steady.Status.Reason != "" {
-		t.Fatalf("the Guaranteed pod: %s %s %q", steady.Status.Phase, steady.Status.Reason, steady.Status.Message)
+		t.Fatalf("the Guaranteed pod: %s %s %q, containers %+v", steady.Status.Phase, steady.Status.Reason, steady.Status.Message, steady.Status.ContainerStatuses)
 	}
 	if evs, _ := podEvents(ctx, cs, "steady", "Evicted"); len(evs) != 0 {
 		t.Fatalf("the Guaranteed pod was evicted: %+v", evs)

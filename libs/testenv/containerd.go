@@ -420,14 +420,23 @@ const PodLogRoot = "/var/log/pods"
 
 // RemoveAllSandboxes stops and removes every pod sandbox of the CRI runtime
 // at endpoint, with their containers and their pods' log directories
-// <logRoot>/<namespace>_<name>_<uid> (none when logRoot is empty).
+// <logRoot>/<namespace>_<name>_<uid> (none when logRoot is empty). Only for
+// a runtime the caller owns alone: on a shared one, RemoveSandboxes with
+// the caller's own labels.
 func RemoveAllSandboxes(ctx context.Context, endpoint, logRoot string) error {
+	return RemoveSandboxes(ctx, endpoint, logRoot, nil)
+}
+
+// RemoveSandboxes is RemoveAllSandboxes for the sandboxes that carry every
+// label of selector (all of them when it is empty), so that a test on a
+// runtime shared with others (CI's one containerd) removes only its own.
+func RemoveSandboxes(ctx context.Context, endpoint, logRoot string, selector map[string]string) error {
 	rs, err := remote.NewRemoteRuntimeService(ctx, endpoint, 30*time.Second, nil, false)
 	if err != nil {
 		return err
 	}
 	defer rs.Close(context.Background())
-	sbs, err := rs.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{})
+	sbs, err := rs.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: selector})
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -127,5 +128,65 @@ func TestContainerdConfigRegistry(t *testing.T) {
 	}
 	if without := containerdConfig("/d", "/d/c.sock", PauseImage, "/cni/bin", "/cni/conf", nil, ""); strings.Contains(without, "config_path") {
 		t.Errorf("a config_path without a directory:\n%s", without)
+	}
+}
+
+// RemoveSandboxes with a selector removes the sandboxes carrying its
+// labels, with their pods' log directories, and leaves every other one
+// (another test's, on a containerd they share) running.
+func TestRemoveSandboxesKeepsOthers(t *testing.T) {
+	SkipShort(t, "containerd (root to start one)")
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	cd, err := EnsureContainerd(ctx, ContainerdOptions{})
+	if err != nil {
+		t.Fatalf("containerd: %v", err)
+	}
+	defer cd.Stop()
+	rs, err := remote.NewRemoteRuntimeService(ctx, cd.Endpoint, 30*time.Second, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close(context.Background())
+	logRoot := t.TempDir()
+	const label = "io.splitlet.test-owner"
+	run := func(owner string) string {
+		uid := owner + "-" + strings.ReplaceAll(t.Name(), "/", "-")
+		cfg := &runtimeapi.PodSandboxConfig{
+			Metadata:     &runtimeapi.PodSandboxMetadata{Name: owner, Namespace: "default", Uid: uid},
+			Labels:       map[string]string{label: owner},
+			Linux:        &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE}}},
+			LogDirectory: filepath.Join(logRoot, "default_"+owner+"_"+uid),
+		}
+		if err := os.MkdirAll(cfg.LogDirectory, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		id, err := rs.RunPodSandbox(ctx, cfg, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	mine, theirs := run("mine"), run("theirs")
+	defer func() {
+		_ = rs.StopPodSandbox(context.Background(), theirs)
+		_ = rs.RemovePodSandbox(context.Background(), theirs)
+	}()
+	if err := RemoveSandboxes(ctx, cd.Endpoint, logRoot, map[string]string{label: "mine"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rs.PodSandboxStatus(ctx, mine, false); err == nil {
+		t.Errorf("the selected sandbox %s is still there", mine)
+	}
+	st, err := rs.PodSandboxStatus(ctx, theirs, false)
+	if err != nil || st.GetStatus().GetState() != runtimeapi.PodSandboxState_SANDBOX_READY {
+		t.Errorf("the other sandbox %s: %v, %v", theirs, st.GetStatus().GetState(), err)
+	}
+	logs, err := os.ReadDir(logRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(logs) != 1 || !strings.HasPrefix(logs[0].Name(), "default_theirs_") {
+		t.Errorf("log directories left: %v, want the other sandbox's alone", logs)
 	}
 }

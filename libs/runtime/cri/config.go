@@ -22,6 +22,11 @@ import (
 	"github.com/splitlet/splitlet/libs/runtime/containerenv"
 )
 
+// NodeLabel names the Splitlet node whose pod a sandbox or container is,
+// so that nodes sharing one runtime (local stacks, tests) each see and
+// clean up only their own pods (a kubelet owns its runtime alone).
+const NodeLabel = "io.splitlet.node"
+
 // The kubelet's labels and annotations on sandboxes and containers
 // (kuberuntime/labels.go and k8s.io/kubelet/pkg/types): what a restarted
 // agent reads its pods back from.
@@ -30,10 +35,6 @@ const (
 	labelPodNamespace  = "io.kubernetes.pod.namespace"
 	labelPodUID        = "io.kubernetes.pod.uid"
 	labelContainerName = "io.kubernetes.container.name"
-	// labelNode names the Splitlet node whose pod a sandbox or container
-	// is, so that nodes sharing one runtime (local stacks, tests) each
-	// see only their own pods (a kubelet owns its runtime alone).
-	labelNode = "io.splitlet.node"
 
 	annotationHash                     = "io.kubernetes.container.hash"
 	annotationRestartCount             = "io.kubernetes.container.restartCount"
@@ -103,7 +104,7 @@ func (r *Runtime) sandboxConfig(p *corev1.Pod, attempt uint32) *runtimeapi.PodSa
 	}
 	labels[labelPodName], labels[labelPodNamespace], labels[labelPodUID] = p.Name, p.Namespace, string(p.UID)
 	if r.opts.node != "" {
-		labels[labelNode] = r.opts.node
+		labels[NodeLabel] = r.opts.node
 	}
 	anyPrivileged := false
 	for i := range p.Spec.InitContainers {

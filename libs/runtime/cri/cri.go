@@ -93,7 +93,7 @@ func WithNode(name string) Option { return func(o *options) { o.node = name } }
 // nodeLabels adds the node's label to labels (with a node name).
 func (r *Runtime) nodeLabels(labels map[string]string) map[string]string {
 	if r.opts.node != "" {
-		labels[labelNode] = r.opts.node
+		labels[NodeLabel] = r.opts.node
 	}
 	return labels
 }
