@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -669,13 +670,20 @@ func writeSummary(r suiteRun, s *summary, args []string) error {
 // command line.
 func runInfoOf(ctx context.Context, r suiteRun, args []string) runInfo {
 	info := runInfo{Suite: r.suite, Agent: r.agent, Commit: gitCommit(ctx, ""), Started: time.Now().UTC().Truncate(time.Second)}
-	info.LabelFilter, info.FocusFile, info.Focus = ginkgoFilters(args)
+	var skips []string
+	info.LabelFilter, info.FocusFile, info.Focus, skips = ginkgoFilters(args)
+	for _, s := range skips {
+		if !slices.ContainsFunc(r.skips, func(l conformanceSkip) bool { return l.pattern == s }) {
+			info.Skip = append(info.Skip, s)
+		}
+	}
 	return info
 }
 
 // ginkgoFilters are the label filter and focus file (the last of each, as
-// Ginkgo takes them) and the focuses of a test binary's command line.
-func ginkgoFilters(args []string) (labelFilter, focusFile string, focus []string) {
+// Ginkgo takes them), the focuses and the skips of a test binary's command
+// line.
+func ginkgoFilters(args []string) (labelFilter, focusFile string, focus, skip []string) {
 	for i := 0; i < len(args); i++ {
 		a := strings.TrimLeft(args[i], "-")
 		name, value, ok := strings.Cut(a, "=")
@@ -689,9 +697,11 @@ func ginkgoFilters(args []string) (labelFilter, focusFile string, focus []string
 			focusFile = value
 		case "ginkgo.focus":
 			focus = append(focus, value)
+		case "ginkgo.skip":
+			skip = append(skip, value)
 		}
 	}
-	return labelFilter, focusFile, focus
+	return labelFilter, focusFile, focus, skip
 }
 
 // gitCommit is the commit of the git tree at dir (the working directory

@@ -75,6 +75,9 @@ type runInfo struct {
 	LabelFilter     string    `json:"labelFilter"`
 	FocusFile       string    `json:"focusFile,omitempty"`
 	Focus           []string  `json:"focus,omitempty"`
+	// Skip are the user's --ginkgo.skip patterns (not the agent's skip
+	// list, which the summary counts apart).
+	Skip []string `json:"skip,omitempty"`
 }
 
 // resultCounts are the counts of one kind of spec.

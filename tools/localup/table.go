@@ -172,7 +172,7 @@ func ginkgoRunTime(path string) time.Duration {
 }
 
 // selectionOf says which specs a run selected: the whole suite, or the
-// focus, focus file or label filter of the user's.
+// focus, focus file, label filter or skips of the user's.
 func selectionOf(info runInfo) string {
 	var parts []string
 	if len(info.Focus) > 0 {
@@ -183,6 +183,9 @@ func selectionOf(info runInfo) string {
 	}
 	if info.LabelFilter != "" && info.LabelFilter != conformanceLabels && info.LabelFilter != nodeConformanceLabels {
 		parts = append(parts, "label filter "+info.LabelFilter)
+	}
+	if len(info.Skip) > 0 {
+		parts = append(parts, "skip "+strings.Join(info.Skip, " or "))
 	}
 	if len(parts) == 0 {
 		return "whole suite"

@@ -170,11 +170,28 @@ func TestCodeSpanAndDuration(t *testing.T) {
 }
 
 // The run's filters come from the test binary's command line, the last
-// label filter and focus file winning, every focus kept.
+// label filter and focus file winning, every focus and skip kept.
 func TestGinkgoFilters(t *testing.T) {
-	lf, ff, focus := ginkgoFilters([]string{"--ginkgo.focus-file=a/", "--ginkgo.label-filter=X", "--ginkgo.skip=S", "--ginkgo.focus=One", "-ginkgo.label-filter", "Y", "--ginkgo.focus", "Two", "--ginkgo.v"})
-	if lf != "Y" || ff != "a/" || strings.Join(focus, ",") != "One,Two" {
-		t.Errorf("label filter %q, focus file %q, focus %q", lf, ff, focus)
+	lf, ff, focus, skip := ginkgoFilters([]string{"--ginkgo.focus-file=a/", "--ginkgo.label-filter=X", "--ginkgo.skip=S", "--ginkgo.focus=One", "-ginkgo.label-filter", "Y", "--ginkgo.focus", "Two", "--ginkgo.v", "--ginkgo.skip", "T"})
+	if lf != "Y" || ff != "a/" || strings.Join(focus, ",") != "One,Two" || strings.Join(skip, ",") != "S,T" {
+		t.Errorf("label filter %q, focus file %q, focus %q, skip %q", lf, ff, focus, skip)
+	}
+}
+
+// A run records the user's skips, not its agent's skip list, and the
+// table's selection names them.
+func TestRunInfoRecordsUserSkips(t *testing.T) {
+	r := suiteRun{suite: "e2e", agent: agentKubelet, skips: skipsFor(conformanceSkips, agentKubelet)}
+	args := e2eArgs("kc", "rd", "unix:///c.sock", agentKubelet, time.Hour, []string{"--ginkgo.skip=registry specs"})
+	info := runInfoOf(t.Context(), r, args)
+	if strings.Join(info.Skip, ",") != "registry specs" {
+		t.Fatalf("skips recorded: %q, want the user's alone", info.Skip)
+	}
+	if got := selectionOf(info); got != "skip registry specs" {
+		t.Errorf("selection %q", got)
+	}
+	if got := selectionOf(runInfo{LabelFilter: conformanceLabels, FocusFile: conformanceFiles}); got != "whole suite" {
+		t.Errorf("selection without the user's filters %q", got)
 	}
 }
 
